@@ -1,0 +1,2 @@
+//! pcap and pcapng writers and readers (being written).
+#![forbid(unsafe_code)]

@@ -1,0 +1,2 @@
+//! Test hosts in network namespaces (being written).
+#![forbid(unsafe_code)]

@@ -1,0 +1,72 @@
+//! Command-line front end: one clap subcommand per tool, each in its own module with an
+//! `Args` struct (what the user typed) and a `run` function. Only [`main`] turns errors into
+//! exit codes: 2 for bad usage or input ([`UsageError`]), 1 for everything else.
+
+use clap::{Parser, Subcommand};
+use std::fmt;
+
+pub mod check;
+pub mod gen;
+pub mod lab;
+
+/// poolcap: lossless packet capture on commodity Linux, and the lab to prove it.
+#[derive(Debug, Parser)]
+#[command(name = "poolcap", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Build, inspect or remove test hosts (network namespaces joined by veth pairs).
+    Lab(lab::LabArgs),
+    /// Send numbered UDP frames (or replay a capture) on an interface.
+    Gen(gen::GenArgs),
+    /// Check a capture file for loss, duplicates and reordering of generator frames.
+    Check(check::CheckArgs),
+}
+
+/// Bad usage or input: exit code 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Shorthand: an `anyhow::Error` that maps to exit code 2.
+pub fn usage(msg: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(UsageError(msg.into()))
+}
+
+/// Runs the command line and returns the process exit code.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    let result = match cli.command {
+        Command::Lab(a) => lab::run(a),
+        Command::Gen(a) => gen::run(a),
+        Command::Check(a) => check::run(a),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("poolcap: {e:#}");
+            if e.downcast_ref::<UsageError>().is_some() {
+                2
+            } else {
+                1
+            }
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! poolcap: a lossless packet-capture engine and traffic probe for commodity Linux.
+//!
+//! The crate is organised along the data path of `shared/design.md`:
+//! - [`frame`], [`flows`], [`gen`]: the traffic generator that feeds the lab (crate
+//!   `poolcap-lab`) and real interfaces with numbered frames, and [`seqcheck`] that checks
+//!   what arrived;
+//! - [`units`]: the human units the command line speaks (`300k`, `1Gbit`, `2s`);
+//! - [`cli`]: the `poolcap` command.
+//!
+//! File formats live in `poolcap-format`, kernel access in `poolcap-sys`; this crate has no
+//! `unsafe`.
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod flows;
+pub mod frame;
+pub mod gen;
+pub mod seqcheck;
+pub mod units;

@@ -1,0 +1,7 @@
+//! Generator tests in a lab.
+
+use libtest_mimic::Trial;
+
+pub fn trials() -> Vec<Trial> {
+    vec![]
+}

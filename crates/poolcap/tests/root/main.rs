@@ -1,0 +1,22 @@
+//! End-to-end tests that need root: each builds its own lab (network namespaces and veth
+//! test hosts), sends traffic only there, and tears it down even when it fails.
+//!
+//! A custom harness (libtest-mimic) so that, without the privileges, every test is reported
+//! as ignored with the reason instead of passing silently.
+
+mod common;
+mod gen;
+
+fn main() {
+    let args = libtest_mimic::Arguments::from_args();
+    let mut trials = Vec::new();
+    trials.extend(gen::trials());
+    if let Err(why) = poolcap_sys::privilege::check_lab() {
+        eprintln!("skipping {} root tests: {why}", trials.len());
+        trials = trials
+            .into_iter()
+            .map(|t| t.with_ignored_flag(true))
+            .collect();
+    }
+    libtest_mimic::run(&args, trials).exit();
+}

@@ -1,0 +1,19 @@
+//! poolcap-sys: the only crate of poolcap that contains `unsafe` code.
+//!
+//! It wraps exactly what the kernel offers for packet capture and generation on Linux and
+//! nothing else: AF_PACKET sockets and their socket options ([`socket`]), the TPACKET_V3
+//! receive ring ([`rx_ring`]), shared memory mappings ([`mmap`]) and a handful of process
+//! facts ([`process`]). Pipeline logic lives in the `poolcap` crate, which forbids `unsafe`.
+//!
+//! Safety contract: every `unsafe` block carries a `// SAFETY:` comment naming the
+//! invariant it relies on; every type that hands out views of kernel-shared memory ties their
+//! lifetime to a guard whose `Drop` gives the memory back to the kernel.
+
+pub mod error;
+pub mod mmap;
+pub mod privilege;
+pub mod process;
+pub mod rx_ring;
+pub mod socket;
+
+pub use error::SysError;

@@ -1,0 +1,45 @@
+//! Facts about this process that only a syscall tells: effective user and CPU time.
+
+/// True when the process runs with effective user id 0.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// User and system CPU seconds consumed so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CpuTime {
+    /// Seconds spent in user space.
+    pub user: f64,
+    /// Seconds spent in the kernel on behalf of the process.
+    pub system: f64,
+}
+
+/// Whose CPU time to read.
+#[derive(Debug, Clone, Copy)]
+pub enum Who {
+    /// This process, all its threads.
+    SelfProcess,
+    /// Children that have terminated and been waited for.
+    Children,
+}
+
+/// CPU time of this process or of its waited-for children (`getrusage`).
+pub fn cpu_time(who: Who) -> CpuTime {
+    let flag = match who {
+        Who::SelfProcess => libc::RUSAGE_SELF,
+        Who::Children => libc::RUSAGE_CHILDREN,
+    };
+    // SAFETY: rusage is plain data; zero is a valid bit pattern for it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable rusage; getrusage only writes into it.
+    let rc = unsafe { libc::getrusage(flag, &mut ru) };
+    if rc != 0 {
+        return CpuTime::default();
+    }
+    let secs = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    CpuTime {
+        user: secs(ru.ru_utime),
+        system: secs(ru.ru_stime),
+    }
+}

@@ -1,0 +1,279 @@
+//! The TPACKET_V3 receive ring: blocks the kernel fills and hands to user space.
+//!
+//! The ring is an array of `block_nr` blocks of `block_size` bytes shared with the kernel.
+//! Each block starts with a `tpacket_block_desc` whose `block_status` word says who owns it:
+//! `TP_STATUS_KERNEL` (the kernel may write) or `TP_STATUS_USER` (retired, full or timed out,
+//! now ours). Blocks are handed over strictly in ring order, so holding one block stops the
+//! kernel at that block: the caller copies packets out and drops the [`Block`] guard at once,
+//! which returns it.
+//!
+//! Memory ordering: the kernel fills a block, issues `smp_wmb()` and then stores
+//! `TP_STATUS_USER` (net/packet/af_packet.c `prb_close_block`), so we load the status with
+//! `Acquire` before reading packets; we give the block back with a `Release` store of
+//! `TP_STATUS_KERNEL` after our last read, which the kernel pairs with `smp_rmb()` in
+//! `prb_queue_frozen`/`prb_retire_current_block` before it writes the block again.
+//!
+//! Everything read from a block (packet count, offsets, lengths) is bounds-checked against the
+//! block before use, so a malformed block ends iteration instead of reading out of bounds.
+
+use std::marker::PhantomData;
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::error::{Result, SysError};
+use crate::mmap::Mmap;
+use crate::socket::PacketSocket;
+
+/// Sizes of a TPACKET_V3 ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingGeometry {
+    /// Bytes per block; a multiple of the page size.
+    pub block_size: u32,
+    /// Number of blocks.
+    pub block_nr: u32,
+    /// Milliseconds after which the kernel retires a block that is not full.
+    pub retire_timeout_ms: u32,
+}
+
+impl RingGeometry {
+    /// Total bytes of the ring.
+    pub fn bytes(&self) -> usize {
+        self.block_size as usize * self.block_nr as usize
+    }
+}
+
+// Offsets inside `struct tpacket_block_desc` (include/uapi/linux/if_packet.h).
+const BD_BLOCK_STATUS: usize = 8;
+const BD_NUM_PKTS: usize = 12;
+const BD_OFFSET_TO_FIRST_PKT: usize = 16;
+const BD_BLK_LEN: usize = 20;
+// Offsets inside `struct tpacket3_hdr`.
+const PH_NEXT_OFFSET: usize = 0;
+const PH_SEC: usize = 4;
+const PH_NSEC: usize = 8;
+const PH_SNAPLEN: usize = 12;
+const PH_LEN: usize = 16;
+const PH_STATUS: usize = 20;
+const PH_MAC: usize = 24;
+const PH_VLAN_TCI: usize = 32;
+const PH_VLAN_TPID: usize = 36;
+const PH_SIZE: usize = 48;
+
+/// `tp_status` bit: the VLAN tag was stripped and is in `tp_vlan_tci`.
+pub const TP_STATUS_VLAN_VALID: u32 = libc::TP_STATUS_VLAN_VALID;
+/// `tp_status` bit: `tp_vlan_tpid` is valid.
+pub const TP_STATUS_VLAN_TPID_VALID: u32 = libc::TP_STATUS_VLAN_TPID_VALID;
+
+/// A mapped TPACKET_V3 receive ring.
+#[derive(Debug)]
+pub struct RxRing {
+    map: Mmap,
+    geometry: RingGeometry,
+    next: u32,
+}
+
+impl RxRing {
+    /// Creates the ring on `sock` (which must already use TPACKET_V3) and maps it.
+    pub fn new(sock: &PacketSocket, geometry: RingGeometry) -> Result<Self> {
+        const FRAME: u32 = 2048;
+        if geometry.block_size == 0 || geometry.block_size % FRAME != 0 || geometry.block_nr == 0 {
+            return Err(SysError {
+                call: "setsockopt(PACKET_RX_RING)",
+                what: format!("block size {} x {}", geometry.block_size, geometry.block_nr),
+                source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+            });
+        }
+        let req = libc::tpacket_req3 {
+            tp_block_size: geometry.block_size,
+            tp_block_nr: geometry.block_nr,
+            tp_frame_size: FRAME,
+            tp_frame_nr: geometry.block_size / FRAME * geometry.block_nr,
+            tp_retire_blk_tov: geometry.retire_timeout_ms,
+            tp_sizeof_priv: 0,
+            tp_feature_req_word: 0,
+        };
+        sock.set_rx_ring(&req)?;
+        let map = Mmap::shared(sock.as_fd(), geometry.bytes())?;
+        Ok(Self {
+            map,
+            geometry,
+            next: 0,
+        })
+    }
+
+    /// The ring's geometry.
+    pub fn geometry(&self) -> RingGeometry {
+        self.geometry
+    }
+
+    fn block_ptr(&self, i: u32) -> *mut u8 {
+        // SAFETY: i < block_nr, so the offset stays inside the mapping of block_nr*block_size.
+        unsafe {
+            self.map
+                .base()
+                .as_ptr()
+                .add(i as usize * self.geometry.block_size as usize)
+        }
+    }
+
+    fn status_word(&self, i: u32) -> &AtomicU32 {
+        // SAFETY: the status word is a 4-byte aligned u32 inside block i of our live mapping
+        // (blocks are page aligned); the kernel accesses it only atomically-by-word, and we
+        // only through this AtomicU32.
+        unsafe { AtomicU32::from_ptr(self.block_ptr(i).add(BD_BLOCK_STATUS).cast::<u32>()) }
+    }
+
+    /// Takes the next block if the kernel has retired it to user space.
+    pub fn try_next_block(&mut self) -> Option<Block<'_>> {
+        let i = self.next;
+        let status = self.status_word(i).load(Ordering::Acquire);
+        if status & libc::TP_STATUS_USER == 0 {
+            return None;
+        }
+        let base = self.block_ptr(i);
+        let bs = self.geometry.block_size as usize;
+        // SAFETY: the block is ours after the Acquire load above; the header fields are
+        // plain u32s inside the block, read unaligned to be independent of layout.
+        let (num, first, blk_len) = unsafe {
+            (
+                base.add(BD_NUM_PKTS).cast::<u32>().read_unaligned(),
+                base.add(BD_OFFSET_TO_FIRST_PKT)
+                    .cast::<u32>()
+                    .read_unaligned() as usize,
+                base.add(BD_BLK_LEN).cast::<u32>().read_unaligned() as usize,
+            )
+        };
+        let first = first.clamp(BD_BLK_LEN + 4, bs);
+        let end = blk_len.clamp(first, bs);
+        // SAFETY: [first, end) lies inside block i, which the kernel does not write until we
+        // store TP_STATUS_KERNEL in Block::drop; the slice does not cover the status word
+        // (first > BD_BLOCK_STATUS + 4), and it cannot outlive the Block guard.
+        let body = unsafe { std::slice::from_raw_parts(base.add(first), end - first) };
+        self.next = (i + 1) % self.geometry.block_nr;
+        Some(Block {
+            ring: self,
+            index: i,
+            num_pkts: num,
+            first,
+            body,
+            _not_send: PhantomData,
+        })
+    }
+}
+
+/// A retired block, owned by user space until dropped.
+pub struct Block<'r> {
+    ring: &'r RxRing,
+    index: u32,
+    num_pkts: u32,
+    first: usize,
+    body: &'r [u8],
+    _not_send: PhantomData<*const ()>,
+}
+
+impl std::fmt::Debug for Block<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Block")
+            .field("index", &self.index)
+            .field("num_pkts", &self.num_pkts)
+            .finish()
+    }
+}
+
+impl<'r> Block<'r> {
+    /// Number of packets the kernel says the block holds.
+    pub fn num_pkts(&self) -> u32 {
+        self.num_pkts
+    }
+
+    /// The block's packets in arrival order.
+    pub fn packets(&self) -> Packets<'_> {
+        Packets {
+            body: self.body,
+            first: self.first,
+            at: Some(self.first),
+            left: self.num_pkts,
+        }
+    }
+}
+
+impl Drop for Block<'_> {
+    fn drop(&mut self) {
+        // Hand the block back; pairs with the kernel's read barrier before it reuses it.
+        self.ring
+            .status_word(self.index)
+            .store(libc::TP_STATUS_KERNEL, Ordering::Release);
+    }
+}
+
+/// One packet inside a block.
+#[derive(Debug, Clone, Copy)]
+pub struct RxPacket<'b> {
+    /// The captured bytes (link layer onwards; VLAN tag stripped by the kernel if any).
+    pub data: &'b [u8],
+    /// The frame's length on the wire (without a stripped VLAN tag).
+    pub wire_len: u32,
+    /// Kernel receive timestamp, seconds.
+    pub sec: u32,
+    /// Kernel receive timestamp, nanoseconds.
+    pub nsec: u32,
+    /// `tp_status` bits (e.g. [`TP_STATUS_VLAN_VALID`]).
+    pub status: u32,
+    /// VLAN TCI if `status` says it is valid.
+    pub vlan_tci: u16,
+    /// VLAN TPID if `status` says it is valid.
+    pub vlan_tpid: u16,
+}
+
+/// Iterator over the packets of a [`Block`].
+#[derive(Debug)]
+pub struct Packets<'b> {
+    body: &'b [u8],
+    first: usize,
+    at: Option<usize>,
+    left: u32,
+}
+
+fn u32_at(b: &[u8], off: usize) -> Option<u32> {
+    b.get(off..off + 4)
+        .map(|s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
+}
+
+fn u16_at(b: &[u8], off: usize) -> Option<u16> {
+    b.get(off..off + 2)
+        .map(|s| u16::from_ne_bytes([s[0], s[1]]))
+}
+
+impl<'b> Iterator for Packets<'b> {
+    type Item = RxPacket<'b>;
+
+    fn next(&mut self) -> Option<RxPacket<'b>> {
+        if self.left == 0 {
+            return None;
+        }
+        let abs = self.at?;
+        // Offsets inside the block are relative to the block start; `body` starts at `first`.
+        let off = abs.checked_sub(self.first)?;
+        let hdr = self.body.get(off..off + PH_SIZE)?;
+        let next = u32_at(hdr, PH_NEXT_OFFSET)? as usize;
+        let mac = usize::from(u16_at(hdr, PH_MAC)?);
+        let snap = u32_at(hdr, PH_SNAPLEN)? as usize;
+        let data = self.body.get(off + mac..off + mac + snap)?;
+        let pkt = RxPacket {
+            data,
+            wire_len: u32_at(hdr, PH_LEN)?,
+            sec: u32_at(hdr, PH_SEC)?,
+            nsec: u32_at(hdr, PH_NSEC)?,
+            status: u32_at(hdr, PH_STATUS)?,
+            vlan_tci: u32_at(hdr, PH_VLAN_TCI)? as u16,
+            vlan_tpid: u16_at(hdr, PH_VLAN_TPID)?,
+        };
+        self.left -= 1;
+        self.at = if next == 0 {
+            None
+        } else {
+            abs.checked_add(next)
+        };
+        Some(pkt)
+    }
+}

@@ -1,0 +1,354 @@
+//! AF_PACKET sockets and the socket options poolcap uses.
+//!
+//! One [`PacketSocket`] per receive queue for capture (joined to a fanout group, carrying a
+//! TPACKET_V3 ring and an optional classic BPF filter) and one per sending thread for the
+//! generator (batched `sendmmsg`, optionally bypassing the qdisc).
+
+use std::ffi::CString;
+use std::io;
+use std::mem::size_of;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+use crate::error::{Result, SysError};
+
+/// `ETH_P_ALL` in network byte order: every protocol.
+fn eth_p_all_be() -> u16 {
+    (libc::ETH_P_ALL as u16).to_be()
+}
+
+/// Looks up an interface index by name in the current network namespace.
+pub fn ifindex(name: &str) -> Result<u32> {
+    let c = CString::new(name).map_err(|_| SysError {
+        call: "if_nametoindex",
+        what: name.to_string(),
+        source: io::Error::from(io::ErrorKind::InvalidInput),
+    })?;
+    // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
+    let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if idx == 0 {
+        return Err(SysError::last("if_nametoindex", name));
+    }
+    Ok(idx)
+}
+
+/// PACKET_FANOUT modes (how the kernel spreads packets over the group's sockets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FanoutMode {
+    /// By flow hash: one flow always lands on one socket.
+    Hash,
+    /// Round robin over the sockets.
+    LoadBalance,
+    /// By the CPU that received the packet.
+    Cpu,
+    /// By the packet's recorded receive queue.
+    QueueMapping,
+}
+
+impl FanoutMode {
+    fn raw(self) -> u32 {
+        match self {
+            FanoutMode::Hash => libc::PACKET_FANOUT_HASH,
+            FanoutMode::LoadBalance => libc::PACKET_FANOUT_LB,
+            FanoutMode::Cpu => libc::PACKET_FANOUT_CPU,
+            FanoutMode::QueueMapping => libc::PACKET_FANOUT_QM,
+        }
+    }
+}
+
+/// One classic BPF instruction, as `struct sock_filter`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BpfInsn {
+    /// Opcode.
+    pub code: u16,
+    /// Jump offset if true.
+    pub jt: u8,
+    /// Jump offset if false.
+    pub jf: u8,
+    /// Generic field (constant, offset).
+    pub k: u32,
+}
+
+/// Counters from PACKET_STATISTICS since the previous read (the kernel resets them on read).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KernelStats {
+    /// Packets that reached the socket's ring (the kernel's `tp_packets` less its drops).
+    pub received: u64,
+    /// Packets the kernel dropped because the ring had no room.
+    pub drops: u64,
+    /// Times the ring was frozen because user space held every block.
+    pub freezes: u64,
+}
+
+/// An AF_PACKET raw socket.
+#[derive(Debug)]
+pub struct PacketSocket {
+    fd: OwnedFd,
+}
+
+impl AsFd for PacketSocket {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl PacketSocket {
+    /// Opens a raw packet socket that receives nothing until [`PacketSocket::bind`], so a
+    /// filter and a ring can be set up before the first packet arrives.
+    pub fn open() -> Result<Self> {
+        // SAFETY: socket() takes plain integers; the result is checked before use.
+        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(SysError::last("socket(AF_PACKET, SOCK_RAW)", ""));
+        }
+        // SAFETY: `fd` is a freshly created descriptor that nothing else owns.
+        Ok(Self {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    fn setsockopt<T>(&self, level: i32, opt: i32, val: &T, call: &'static str) -> Result<()> {
+        // SAFETY: `val` points to a live, initialised T and its exact size is passed.
+        let rc = unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                level,
+                opt,
+                (val as *const T).cast(),
+                size_of::<T>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(SysError::last(call, ""));
+        }
+        Ok(())
+    }
+
+    /// Binds to `ifindex` for every protocol: from now on packets arrive.
+    pub fn bind(&self, ifindex: u32) -> Result<()> {
+        // SAFETY: sockaddr_ll is plain data; all-zero is valid.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = eth_p_all_be();
+        sll.sll_ifindex = ifindex as i32;
+        // SAFETY: `sll` is a valid sockaddr_ll and its size is passed.
+        let rc = unsafe {
+            libc::bind(
+                self.fd.as_raw_fd(),
+                (&sll as *const libc::sockaddr_ll).cast(),
+                size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(SysError::last(
+                "bind(AF_PACKET)",
+                format!("ifindex {ifindex}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Selects TPACKET_V3 for the rings of this socket.
+    pub fn set_tpacket_v3(&self) -> Result<()> {
+        let v: libc::c_int = libc::tpacket_versions::TPACKET_V3 as libc::c_int;
+        self.setsockopt(
+            libc::SOL_PACKET,
+            libc::PACKET_VERSION,
+            &v,
+            "setsockopt(PACKET_VERSION)",
+        )
+    }
+
+    /// Sends frames straight to the driver, skipping the qdisc layer.
+    pub fn set_qdisc_bypass(&self, on: bool) -> Result<()> {
+        let v: libc::c_int = on.into();
+        self.setsockopt(
+            libc::SOL_PACKET,
+            libc::PACKET_QDISC_BYPASS,
+            &v,
+            "setsockopt(PACKET_QDISC_BYPASS)",
+        )
+    }
+
+    /// Asks for a send buffer of `bytes` (SO_SNDBUFFORCE, falling back to SO_SNDBUF).
+    pub fn set_send_buffer(&self, bytes: usize) -> Result<()> {
+        let v: libc::c_int = bytes.min(i32::MAX as usize) as libc::c_int;
+        self.setsockopt(
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUFFORCE,
+            &v,
+            "setsockopt(SO_SNDBUFFORCE)",
+        )
+        .or_else(|_| {
+            self.setsockopt(
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUF,
+                &v,
+                "setsockopt(SO_SNDBUF)",
+            )
+        })
+    }
+
+    /// Attaches a classic BPF program that the kernel runs on every packet before the ring.
+    pub fn attach_filter(&self, program: &[BpfInsn]) -> Result<()> {
+        let mut insns: Vec<libc::sock_filter> = program
+            .iter()
+            .map(|i| libc::sock_filter {
+                code: i.code,
+                jt: i.jt,
+                jf: i.jf,
+                k: i.k,
+            })
+            .collect();
+        let len = u16::try_from(insns.len()).map_err(|_| SysError {
+            call: "setsockopt(SO_ATTACH_FILTER)",
+            what: format!("{} instructions", insns.len()),
+            source: io::Error::from(io::ErrorKind::InvalidInput),
+        })?;
+        let prog = libc::sock_fprog {
+            len,
+            filter: insns.as_mut_ptr(),
+        };
+        // The kernel copies the program during the call, so `insns` may be freed after it.
+        self.setsockopt(
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            &prog,
+            "setsockopt(SO_ATTACH_FILTER)",
+        )
+    }
+
+    /// Sets up a TPACKET_V3 receive ring; [`crate::rx_ring::RxRing`] maps it.
+    pub(crate) fn set_rx_ring(&self, req: &libc::tpacket_req3) -> Result<()> {
+        self.setsockopt(
+            libc::SOL_PACKET,
+            libc::PACKET_RX_RING,
+            req,
+            "setsockopt(PACKET_RX_RING)",
+        )
+    }
+
+    /// Joins fanout group `group` in `mode`. Every socket of the group must use the same mode.
+    pub fn join_fanout(&self, group: u16, mode: FanoutMode) -> Result<()> {
+        let arg: u32 = u32::from(group) | (mode.raw() << 16);
+        self.setsockopt(
+            libc::SOL_PACKET,
+            libc::PACKET_FANOUT,
+            &arg,
+            "setsockopt(PACKET_FANOUT)",
+        )
+    }
+
+    /// Reads (and thereby resets) the kernel's counters for this socket.
+    pub fn take_statistics(&self) -> Result<KernelStats> {
+        // SAFETY: tpacket_stats_v3 is plain data; all-zero is valid.
+        let mut st: libc::tpacket_stats_v3 = unsafe { std::mem::zeroed() };
+        let mut len = size_of::<libc::tpacket_stats_v3>() as libc::socklen_t;
+        // SAFETY: `st` is writable and `len` holds its size; the kernel writes at most `len`.
+        let rc = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                (&mut st as *mut libc::tpacket_stats_v3).cast(),
+                &mut len,
+            )
+        };
+        if rc != 0 {
+            return Err(SysError::last("getsockopt(PACKET_STATISTICS)", ""));
+        }
+        // For TPACKET_V3 the kernel reports tp_packets including the drops.
+        let drops = u64::from(st.tp_drops);
+        Ok(KernelStats {
+            received: u64::from(st.tp_packets).saturating_sub(drops),
+            drops,
+            freezes: u64::from(st.tp_freeze_q_cnt),
+        })
+    }
+
+    /// Waits up to `timeout_ms` for the socket to become readable; true if it did.
+    pub fn wait_readable(&self, timeout_ms: i32) -> Result<bool> {
+        let mut pfd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: `pfd` is one valid pollfd, and 1 is the array length.
+        let rc = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+        if rc < 0 {
+            let e = SysError::last("poll", "");
+            if e.source.kind() == io::ErrorKind::Interrupted {
+                return Ok(false);
+            }
+            return Err(e);
+        }
+        Ok(rc > 0 && pfd.revents & libc::POLLIN != 0)
+    }
+}
+
+/// Reusable `sendmmsg` scratch space, so sending a batch allocates nothing.
+#[derive(Default)]
+pub struct SendBatch {
+    iovs: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
+}
+
+impl std::fmt::Debug for SendBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendBatch")
+            .field("capacity", &self.msgs.capacity())
+            .finish()
+    }
+}
+
+// SAFETY: the raw pointers inside are only written and read within `send`, which fills them
+// from the caller's borrowed frames and does not keep them past the call.
+unsafe impl Send for SendBatch {}
+
+impl SendBatch {
+    /// Sends `frames` on a bound socket with as few `sendmmsg` calls as the kernel allows.
+    /// Returns how many frames the kernel accepted: a prefix of `frames`. An `Err` is returned
+    /// only when not even the first frame was accepted (e.g. `ENOBUFS`, `EAGAIN`).
+    pub fn send(&mut self, sock: &PacketSocket, frames: &[&[u8]]) -> io::Result<usize> {
+        self.iovs.clear();
+        self.msgs.clear();
+        for f in frames {
+            self.iovs.push(libc::iovec {
+                iov_base: f.as_ptr() as *mut libc::c_void,
+                iov_len: f.len(),
+            });
+        }
+        for iov in self.iovs.iter_mut() {
+            // SAFETY: msghdr is plain data; all-zero (no address, no control) is valid.
+            let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+            hdr.msg_iov = iov as *mut libc::iovec;
+            hdr.msg_iovlen = 1;
+            self.msgs.push(libc::mmsghdr {
+                msg_hdr: hdr,
+                msg_len: 0,
+            });
+        }
+        let mut sent = 0usize;
+        while sent < self.msgs.len() {
+            let rest = &mut self.msgs[sent..];
+            let n = rest.len().min(1024) as libc::c_uint;
+            // SAFETY: each mmsghdr points at one iovec in `self.iovs`, which points into a
+            // frame borrowed from `frames`; all stay alive and unmoved during the call.
+            let rc = unsafe { libc::sendmmsg(sock.fd.as_raw_fd(), rest.as_mut_ptr(), n, 0) };
+            if rc < 0 {
+                let e = io::Error::last_os_error();
+                if sent > 0 {
+                    return Ok(sent);
+                }
+                return Err(e);
+            }
+            if rc == 0 {
+                break;
+            }
+            sent += rc as usize;
+            if (rc as u32) < n {
+                break;
+            }
+        }
+        Ok(sent)
+    }
+}
