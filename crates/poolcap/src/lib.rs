@@ -11,6 +11,7 @@
 //! `unsafe`.
 #![forbid(unsafe_code)]
 
+pub mod capture;
 pub mod cli;
 pub mod flows;
 pub mod frame;

@@ -285,40 +285,89 @@ impl PacketSocket {
     }
 }
 
-/// Reusable `sendmmsg` scratch space, so sending a batch allocates nothing.
-#[derive(Default)]
-pub struct SendBatch {
+/// True for send errors that mean "the kernel has no room right now, try again"
+/// (`ENOBUFS`, `EAGAIN`).
+pub fn is_transient(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOBUFS) | Some(libc::EAGAIN))
+}
+
+/// A batch of frames to transmit with `sendmmsg`: an arena of `capacity` slots of `slot`
+/// bytes that the caller fills, plus the message headers pointing into it. The arena is
+/// allocated once and never moves, so sending a batch allocates nothing.
+pub struct TxBatch {
+    arena: Vec<u8>,
+    slot: usize,
+    lens: Vec<usize>,
     iovs: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
 }
 
-impl std::fmt::Debug for SendBatch {
+impl std::fmt::Debug for TxBatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SendBatch")
-            .field("capacity", &self.msgs.capacity())
+        f.debug_struct("TxBatch")
+            .field("capacity", &self.lens.len())
+            .field("slot", &self.slot)
             .finish()
     }
 }
 
-// SAFETY: the raw pointers inside are only written and read within `send`, which fills them
-// from the caller's borrowed frames and does not keep them past the call.
-unsafe impl Send for SendBatch {}
+// SAFETY: the raw pointers in `iovs`/`msgs` point into `arena` (owned, never reallocated)
+// and into `iovs` itself; moving the TxBatch to another thread moves their targets with it.
+unsafe impl Send for TxBatch {}
 
-impl SendBatch {
-    /// Sends `frames` on a bound socket with as few `sendmmsg` calls as the kernel allows.
-    /// Returns how many frames the kernel accepted: a prefix of `frames`. An `Err` is returned
-    /// only when not even the first frame was accepted (e.g. `ENOBUFS`, `EAGAIN`).
-    pub fn send(&mut self, sock: &PacketSocket, frames: &[&[u8]]) -> io::Result<usize> {
+impl TxBatch {
+    /// A batch of `capacity` frames of at most `slot` bytes each.
+    pub fn new(capacity: usize, slot: usize) -> Self {
+        let capacity = capacity.max(1);
+        Self {
+            arena: vec![0; capacity * slot],
+            slot,
+            lens: vec![0; capacity],
+            iovs: Vec::with_capacity(capacity),
+            msgs: Vec::with_capacity(capacity),
+        }
+    }
+
+    /// How many frames fit.
+    pub fn capacity(&self) -> usize {
+        self.lens.len()
+    }
+
+    /// The buffer of slot `i`, to write a frame into.
+    pub fn slot_mut(&mut self, i: usize) -> &mut [u8] {
+        &mut self.arena[i * self.slot..(i + 1) * self.slot]
+    }
+
+    /// Sets the length of the frame in slot `i`.
+    pub fn set_len(&mut self, i: usize, len: usize) {
+        self.lens[i] = len.min(self.slot);
+    }
+
+    /// The frame in slot `i`.
+    pub fn frame(&self, i: usize) -> &[u8] {
+        &self.arena[i * self.slot..i * self.slot + self.lens[i]]
+    }
+
+    /// Sends slots `from..to` on a bound socket with one `sendmmsg` call. Returns how many
+    /// the kernel accepted (a prefix); `Err` only when it accepted none.
+    pub fn send(&mut self, sock: &PacketSocket, from: usize, to: usize) -> io::Result<usize> {
+        let to = to.min(self.lens.len());
+        if from >= to {
+            return Ok(0);
+        }
         self.iovs.clear();
         self.msgs.clear();
-        for f in frames {
+        let base = self.arena.as_mut_ptr();
+        for i in from..to {
+            // SAFETY: slot i lies inside the arena (i < capacity), so the offset is in bounds.
+            let p = unsafe { base.add(i * self.slot) };
             self.iovs.push(libc::iovec {
-                iov_base: f.as_ptr() as *mut libc::c_void,
-                iov_len: f.len(),
+                iov_base: p.cast(),
+                iov_len: self.lens[i],
             });
         }
         for iov in self.iovs.iter_mut() {
-            // SAFETY: msghdr is plain data; all-zero (no address, no control) is valid.
+            // SAFETY: msghdr is plain data; all-zero (no address, no control data) is valid.
             let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
             hdr.msg_iov = iov as *mut libc::iovec;
             hdr.msg_iovlen = 1;
@@ -327,28 +376,13 @@ impl SendBatch {
                 msg_len: 0,
             });
         }
-        let mut sent = 0usize;
-        while sent < self.msgs.len() {
-            let rest = &mut self.msgs[sent..];
-            let n = rest.len().min(1024) as libc::c_uint;
-            // SAFETY: each mmsghdr points at one iovec in `self.iovs`, which points into a
-            // frame borrowed from `frames`; all stay alive and unmoved during the call.
-            let rc = unsafe { libc::sendmmsg(sock.fd.as_raw_fd(), rest.as_mut_ptr(), n, 0) };
-            if rc < 0 {
-                let e = io::Error::last_os_error();
-                if sent > 0 {
-                    return Ok(sent);
-                }
-                return Err(e);
-            }
-            if rc == 0 {
-                break;
-            }
-            sent += rc as usize;
-            if (rc as u32) < n {
-                break;
-            }
+        let n = self.msgs.len() as libc::c_uint;
+        // SAFETY: each mmsghdr points at one iovec in `self.iovs`, which points into
+        // `self.arena`; none of them moves or is freed during the call.
+        let rc = unsafe { libc::sendmmsg(sock.fd.as_raw_fd(), self.msgs.as_mut_ptr(), n, 0) };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
         }
-        Ok(sent)
+        Ok(rc as usize)
     }
 }

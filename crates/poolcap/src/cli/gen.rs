@@ -1,10 +1,301 @@
-//! `poolcap gen` (being written).
+//! `poolcap gen`: the traffic generator's command line.
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Args;
+
+use crate::cli::usage;
+use crate::flows::Skew;
+use crate::gen::source::{Endpoints, Replay, SizeSpec, Synthetic};
+use crate::gen::timing::Timing;
+use crate::gen::{self, Bypass, Frames, GenConfig, GenReport};
+use crate::units;
 
 /// Arguments of `poolcap gen`.
-#[derive(Debug, clap::Args)]
-pub struct GenArgs {}
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  poolcap gen -i snd0 --count 1M --size 64                  # top speed
+  poolcap gen -i snd0 --count 300k --rate 300k --flows 16 --skew 0.8
+  poolcap gen -i snd0 --burst 10k --idle 100ms --duration 5s
+  poolcap gen -i snd0 --replay trace.pcapng --speed 2 --loop 3")]
+pub struct GenArgs {
+    /// Interface to send on.
+    #[arg(short = 'i', long = "interface")]
+    iface: String,
+    /// Send exactly this many frames (e.g. 1000, 10k, 2M).
+    #[arg(long, value_parser = units::parse_count)]
+    count: Option<u64>,
+    /// Send for this long (e.g. 10s, 500ms). Without --count or --duration: until Ctrl-C.
+    #[arg(long, value_parser = units::parse_duration)]
+    duration: Option<std::time::Duration>,
+    /// Frame size in bytes without FCS (60..9000), or `imix`.
+    #[arg(long, default_value = "64", value_parser = parse_size)]
+    size: SizeSpec,
+    /// Rate in frames/s (300k, 1M) or bit/s (1Gbit). Default: top speed.
+    #[arg(long, value_parser = units::parse_rate)]
+    rate: Option<units::Rate>,
+    /// Number of distinct UDP flows (source ports).
+    #[arg(long, default_value_t = 1)]
+    flows: usize,
+    /// Share of frames in the heaviest flow (0.8 = an elephant carrying 80%).
+    #[arg(long, conflicts_with = "zipf")]
+    skew: Option<f64>,
+    /// Zipf exponent of the flow shares.
+    #[arg(long)]
+    zipf: Option<f64>,
+    /// Bursts of LEN frames at top speed (or --rate), each followed by --idle.
+    #[arg(long, value_parser = units::parse_count, requires = "idle")]
+    burst: Option<u64>,
+    /// Silence after each burst (e.g. 100ms).
+    #[arg(long, value_parser = units::parse_duration, requires = "burst")]
+    idle: Option<std::time::Duration>,
+    /// Replay a pcap or pcapng file instead of synthetic frames.
+    #[arg(long, conflicts_with_all = ["flows", "skew", "zipf", "burst", "rate"])]
+    replay: Option<PathBuf>,
+    /// Replay speed factor (2 = twice as fast as recorded).
+    #[arg(long, default_value_t = 1.0, requires = "replay")]
+    speed: f64,
+    /// Replay at top speed, ignoring recorded timing.
+    #[arg(long, requires = "replay")]
+    topspeed: bool,
+    /// Replay the file this many times.
+    #[arg(long = "loop", default_value_t = 1, requires = "replay")]
+    loops: u64,
+    /// Frames per sendmmsg call (default: 64 at top speed, about rate/25k when paced).
+    #[arg(long)]
+    batch: Option<usize>,
+    /// Pin the sending thread to this CPU.
+    #[arg(long)]
+    cpu: Option<usize>,
+    /// Bypass the qdisc: auto (unless flows must spread over several tx queues), on, off.
+    #[arg(long, default_value = "auto", value_parser = parse_bypass)]
+    qdisc_bypass: Bypass,
+    /// Generator id carried in every frame (default: derived from the process id).
+    #[arg(long)]
+    gen_id: Option<u32>,
+    /// Seed of the flow and size schedules.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Destination MAC (default: 02:70:63:00:ff:ff, which no lab host has, so receivers drop
+    /// the frames cheaply after capture sockets have seen them).
+    #[arg(long, default_value = "02:70:63:00:ff:ff", value_parser = parse_mac)]
+    dst_mac: [u8; 6],
+    /// Source MAC (default: the interface's).
+    #[arg(long, value_parser = parse_mac)]
+    src_mac: Option<[u8; 6]>,
+    /// Source IPv4 address of the first flow.
+    #[arg(long, default_value = "10.77.0.1")]
+    src_ip: Ipv4Addr,
+    /// Destination IPv4 address.
+    #[arg(long, default_value = "10.77.0.2")]
+    dst_ip: Ipv4Addr,
+    /// UDP source port of the first flow (flow i uses port + i).
+    #[arg(long, default_value_t = 10000)]
+    src_port: u16,
+    /// UDP destination port.
+    #[arg(long, default_value_t = 9)]
+    dst_port: u16,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_size(s: &str) -> Result<SizeSpec, String> {
+    if s.eq_ignore_ascii_case("imix") {
+        return Ok(SizeSpec::Imix);
+    }
+    let n: usize = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size (60..9000 or imix)"))?;
+    if !(crate::frame::MIN_FRAME..=crate::frame::MAX_FRAME).contains(&n) {
+        return Err(format!("size {n} is outside 60..9000"));
+    }
+    Ok(SizeSpec::Fixed(n))
+}
+
+fn parse_bypass(s: &str) -> Result<Bypass, String> {
+    match s {
+        "auto" => Ok(Bypass::Auto),
+        "on" => Ok(Bypass::On),
+        "off" => Ok(Bypass::Off),
+        _ => Err(format!("`{s}`: use auto, on or off")),
+    }
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
+    let parts: Vec<&str> = s.trim().split(':').collect();
+    let mut mac = [0u8; 6];
+    if parts.len() != 6 {
+        return Err(format!("`{s}` is not a MAC address"));
+    }
+    for (m, p) in mac.iter_mut().zip(parts) {
+        *m = u8::from_str_radix(p, 16).map_err(|_| format!("`{s}` is not a MAC address"))?;
+    }
+    Ok(mac)
+}
+
+fn interface_mac(iface: &str) -> anyhow::Result<[u8; 6]> {
+    let path = format!("/sys/class/net/{iface}/address");
+    let s = std::fs::read_to_string(&path)
+        .map_err(|_| anyhow::anyhow!("no such interface `{iface}`"))?;
+    parse_mac(&s).map_err(anyhow::Error::msg)
+}
+
+fn timing(a: &GenArgs, mean_len: f64) -> anyhow::Result<Timing> {
+    let period_ns = a.rate.map_or(0.0, |r| 1e9 / r.pps(mean_len));
+    Ok(match (a.burst, a.idle) {
+        (Some(0), _) => return Err(usage("--burst must be at least 1")),
+        (Some(len), Some(idle)) => Timing::Burst {
+            len,
+            idle_ns: idle.as_nanos() as u64,
+            period_ns,
+        },
+        _ if a.rate.is_some() => Timing::Rate { period_ns },
+        _ => Timing::TopSpeed,
+    })
+}
+
+fn replay_frames(a: &GenArgs, path: &PathBuf) -> anyhow::Result<(Frames, Timing, u64)> {
+    let file = poolcap_format::read_file(path)
+        .with_context(|| format!("cannot replay {}", path.display()))?;
+    if file.packets.is_empty() {
+        return Err(usage(format!("{} holds no packets", path.display())));
+    }
+    if !(a.speed > 0.0 && a.speed.is_finite()) {
+        return Err(usage("--speed must be a positive number"));
+    }
+    let t0 = file.packets[0].ts_ns;
+    let offsets_ns: Vec<u64> = file
+        .packets
+        .iter()
+        .map(|p| p.ts_ns.saturating_sub(t0))
+        .collect();
+    let last = *offsets_ns.last().unwrap_or(&0);
+    let n = offsets_ns.len() as u64;
+    let cycle_ns = if n > 1 {
+        last + last / (n - 1)
+    } else {
+        1_000_000
+    };
+    let speed = if a.topspeed { f64::INFINITY } else { a.speed };
+    let count = n * a.loops.max(1);
+    let frames = file.packets.into_iter().map(|p| p.data).collect();
+    Ok((
+        Frames::Replay(Replay::new(frames)),
+        Timing::Recorded {
+            offsets_ns,
+            cycle_ns,
+            speed,
+        },
+        count,
+    ))
+}
+
+/// Resolves the arguments into a generator run.
+fn config(a: &GenArgs) -> anyhow::Result<GenConfig> {
+    if a.flows == 0 {
+        return Err(usage("--flows must be at least 1"));
+    }
+    if let Some(s) = a.skew {
+        if !(0.0..=1.0).contains(&s) {
+            return Err(usage("--skew is a share between 0 and 1"));
+        }
+    }
+    let (frames, timing, count) = if let Some(path) = &a.replay {
+        let (f, t, c) = replay_frames(a, path)?;
+        (f, t, a.count.or(Some(c)))
+    } else {
+        let skew = match (a.skew, a.zipf) {
+            (Some(s), _) => Skew::Elephant(s),
+            (_, Some(z)) => Skew::Zipf(z),
+            _ => Skew::Uniform,
+        };
+        let ends = Endpoints {
+            src_mac: match a.src_mac {
+                Some(m) => m,
+                None => interface_mac(&a.iface)?,
+            },
+            dst_mac: a.dst_mac,
+            src_ip: a.src_ip,
+            dst_ip: a.dst_ip,
+            base_port: a.src_port,
+            dst_port: a.dst_port,
+        };
+        let gen_id = gen_id(a);
+        let synth = Synthetic::new(&ends, a.flows, skew, a.size, gen_id, a.seed);
+        let t = timing(a, Synthetic::mean_len(a.size))?;
+        (Frames::Synthetic(synth), t, a.count)
+    };
+    let batch = a.batch.unwrap_or(match (&timing, a.rate) {
+        (Timing::TopSpeed | Timing::Burst { .. }, None) => 64,
+        (Timing::Recorded { speed, .. }, _) if !speed.is_finite() => 64,
+        (Timing::Recorded { .. }, _) => 1,
+        (_, Some(r)) => {
+            ((r.pps(Synthetic::mean_len(a.size)) / 25_000.0).round() as usize).clamp(1, 64)
+        }
+        _ => 64,
+    });
+    if batch == 0 || batch > 1024 {
+        return Err(usage("--batch must be between 1 and 1024"));
+    }
+    Ok(GenConfig {
+        iface: a.iface.clone(),
+        frames,
+        timing,
+        count,
+        duration: a.duration,
+        batch,
+        bypass: a.qdisc_bypass,
+        flows: a.flows,
+        cpu: a.cpu,
+        gen_id: gen_id(a),
+    })
+}
+
+fn gen_id(a: &GenArgs) -> u32 {
+    a.gen_id.unwrap_or_else(std::process::id)
+}
+
+fn print_report(r: &GenReport) {
+    println!(
+        "sent {} frames ({} bytes) on {} in {:.3} s: {:.0} pps, {:.1} Mbit/s; gen id {}, batch {}, qdisc bypass {}",
+        r.frames,
+        r.bytes,
+        r.iface,
+        r.seconds,
+        r.pps,
+        r.bps / 1e6,
+        r.gen_id,
+        r.batch,
+        if r.qdisc_bypass { "on" } else { "off" }
+    );
+    println!(
+        "kernel refusals retried: {}; dropped by the link on transmit: {}",
+        r.refused, r.link_dropped
+    );
+    if r.interrupted {
+        println!("interrupted before the end");
+    }
+}
 
 /// Runs `poolcap gen`.
-pub fn run(_args: GenArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not yet")
+pub fn run(args: GenArgs) -> anyhow::Result<()> {
+    poolcap_sys::privilege::check_raw_sockets("sending raw frames")?;
+    let cfg = config(&args)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))?;
+    }
+    let report = gen::run(cfg, &stop)?;
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print_report(&report);
+    }
+    Ok(())
 }

@@ -5,6 +5,7 @@
 use clap::{Parser, Subcommand};
 use std::fmt;
 
+pub mod capture;
 pub mod check;
 pub mod gen;
 pub mod lab;
@@ -19,6 +20,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Capture packets with a ring-buffer pool per receive queue (tcpdump-like options).
+    Capture(capture::CaptureArgs),
     /// Build, inspect or remove test hosts (network namespaces joined by veth pairs).
     Lab(lab::LabArgs),
     /// Send numbered UDP frames (or replay a capture) on an interface.
@@ -54,6 +57,7 @@ pub fn main() -> i32 {
         }
     };
     let result = match cli.command {
+        Command::Capture(a) => capture::run(a),
         Command::Lab(a) => lab::run(a),
         Command::Gen(a) => gen::run(a),
         Command::Check(a) => check::run(a),

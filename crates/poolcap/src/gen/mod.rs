@@ -1,1 +1,285 @@
-//! (being written)
+//! The traffic generator: sends an exact number of numbered frames (or replays a capture) on
+//! an interface, paced by [`timing::Timing`], and reports what really left.
+//!
+//! Fast path: frames are stamped into a batch arena and handed to the kernel with one
+//! `sendmmsg` per batch on an AF_PACKET socket, so there is no syscall per frame at top speed.
+//! Frames the kernel refuses (`ENOBUFS`, `EAGAIN`) are retried, so `frames` counts only what
+//! the kernel accepted; frames the link itself then dropped (the interface's `tx_dropped`)
+//! are reported beside it.
+//!
+//! Queue choice: with `PACKET_QDISC_BYPASS` the kernel picks the transmit queue from the
+//! sending CPU, so every flow lands on one receive queue of a veth peer. When the interface
+//! has several transmit queues and there are several flows, the qdisc path is used instead
+//! and the flow hash spreads flows over queues (see `shared/design.md`).
+
+pub mod source;
+pub mod timing;
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use poolcap_sys::socket::{ifindex, is_transient, PacketSocket, TxBatch};
+use serde::Serialize;
+
+use self::source::{Replay, Synthetic};
+use self::timing::Timing;
+
+/// Whether to bypass the qdisc layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bypass {
+    /// Bypass unless flows must be spread over several transmit queues.
+    Auto,
+    /// Always bypass.
+    On,
+    /// Never bypass.
+    Off,
+}
+
+/// What to send.
+#[derive(Debug)]
+pub enum Frames {
+    /// Numbered synthetic frames.
+    Synthetic(Synthetic),
+    /// A capture file's frames.
+    Replay(Replay),
+}
+
+impl Frames {
+    fn max_len(&self) -> usize {
+        match self {
+            Frames::Synthetic(s) => s.max_len(),
+            Frames::Replay(r) => r.max_len(),
+        }
+    }
+
+    #[inline]
+    fn frame(&mut self, k: u64, out: &mut [u8]) -> usize {
+        match self {
+            Frames::Synthetic(s) => s.frame(k, out),
+            Frames::Replay(r) => r.frame(k, out),
+        }
+    }
+}
+
+/// A resolved generator run.
+#[derive(Debug)]
+pub struct GenConfig {
+    /// Interface to send on.
+    pub iface: String,
+    /// The frames.
+    pub frames: Frames,
+    /// Pacing.
+    pub timing: Timing,
+    /// Stop after this many frames.
+    pub count: Option<u64>,
+    /// Stop after this long.
+    pub duration: Option<Duration>,
+    /// Frames per `sendmmsg` call.
+    pub batch: usize,
+    /// Qdisc bypass policy.
+    pub bypass: Bypass,
+    /// Number of flows (decides [`Bypass::Auto`]).
+    pub flows: usize,
+    /// Pin the sending thread to this CPU.
+    pub cpu: Option<usize>,
+    /// Generator id written into every frame (reported back).
+    pub gen_id: u32,
+}
+
+/// What a run sent.
+#[derive(Debug, Clone, Serialize)]
+pub struct GenReport {
+    /// Interface.
+    pub iface: String,
+    /// Generator id of the frames.
+    pub gen_id: u32,
+    /// Frames the kernel accepted.
+    pub frames: u64,
+    /// Their bytes (without FCS).
+    pub bytes: u64,
+    /// Seconds from the first to the last send.
+    pub seconds: f64,
+    /// Achieved frames per second.
+    pub pps: f64,
+    /// Achieved bits per second.
+    pub bps: f64,
+    /// Send calls the kernel refused with ENOBUFS/EAGAIN (retried).
+    pub refused: u64,
+    /// Frames the interface dropped on transmit during the run (its `tx_dropped` counter).
+    pub link_dropped: u64,
+    /// Whether the qdisc was bypassed.
+    pub qdisc_bypass: bool,
+    /// Frames per send call.
+    pub batch: usize,
+    /// True when stopped early by a signal.
+    pub interrupted: bool,
+}
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum GenError {
+    /// The interface does not exist.
+    #[error("no such interface `{0}`")]
+    NoInterface(String),
+    /// A socket call failed.
+    #[error(transparent)]
+    Sys(#[from] poolcap_sys::SysError),
+    /// Sending failed with an error that retrying does not cure.
+    #[error("sending on {iface} failed after {sent} frames: {source}")]
+    Send {
+        /// Interface.
+        iface: String,
+        /// Frames sent before the failure.
+        sent: u64,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+fn sysfs_count(iface: &str, what: &str) -> u64 {
+    std::fs::read_to_string(format!("/sys/class/net/{iface}/{what}"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Number of transmit queues of `iface` (from sysfs; 1 if unknown).
+pub fn tx_queues(iface: &str) -> usize {
+    std::fs::read_dir(format!("/sys/class/net/{iface}/queues"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with("tx-"))
+                .count()
+        })
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// Sleeps, then spins, until `deadline` (sleeping alone overshoots by tens of microseconds).
+fn wait_until(deadline: Instant, stop: &AtomicBool) {
+    loop {
+        let now = Instant::now();
+        if now >= deadline || stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let left = deadline - now;
+        if left > Duration::from_micros(300) {
+            std::thread::sleep((left - Duration::from_micros(150)).min(Duration::from_millis(50)));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// Runs the generator until its count or duration is reached or `stop` is set.
+pub fn run(mut cfg: GenConfig, stop: &AtomicBool) -> Result<GenReport, GenError> {
+    let idx = ifindex(&cfg.iface).map_err(|_| GenError::NoInterface(cfg.iface.clone()))?;
+    if let Some(cpu) = cfg.cpu {
+        core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
+    }
+    let sock = PacketSocket::open()?;
+    let bypass = match cfg.bypass {
+        Bypass::On => true,
+        Bypass::Off => false,
+        Bypass::Auto => cfg.flows <= 1 || tx_queues(&cfg.iface) <= 1,
+    };
+    sock.set_qdisc_bypass(bypass)?;
+    sock.set_send_buffer(4 << 20)?;
+    sock.bind(idx)?;
+
+    let batch = cfg.batch.max(1);
+    let mut tx = TxBatch::new(batch, cfg.frames.max_len());
+    let dropped_before = sysfs_count(&cfg.iface, "statistics/tx_dropped");
+
+    let (mut sent, mut bytes, mut refused) = (0u64, 0u64, 0u64);
+    let start = Instant::now();
+    let mut late_ns = 0u64; // how far the schedule was moved back after falling behind
+    let mut last_send = start;
+    let mut interrupted = false;
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            interrupted = true;
+            break;
+        }
+        let left = cfg.count.map_or(u64::MAX, |c| c - sent);
+        if left == 0 {
+            break;
+        }
+        if let Some(d) = cfg.duration {
+            if start.elapsed() >= d {
+                break;
+            }
+        }
+        // Wait for the next frame's due time; if far behind (preempted), move the schedule
+        // instead of catching up in one long burst, so no burst exceeds one batch.
+        let due = cfg.timing.due_ns(sent) + late_ns;
+        if cfg.timing.is_paced() {
+            let now_ns = start.elapsed().as_nanos() as u64;
+            let slack = (cfg.timing.due_ns(sent + batch as u64) - cfg.timing.due_ns(sent)).max(1);
+            if now_ns > due + slack {
+                late_ns += now_ns - due;
+            } else {
+                wait_until(start + Duration::from_nanos(due), stop);
+            }
+        }
+        let n = (batch as u64).min(left).min(cfg.timing.run_limit(sent)) as usize;
+        for i in 0..n {
+            let len = cfg.frames.frame(sent + i as u64, tx.slot_mut(i));
+            tx.set_len(i, len);
+        }
+        let mut done = 0usize;
+        let mut stalled_since: Option<Instant> = None;
+        while done < n {
+            match tx.send(&sock, done, n) {
+                Ok(k) if k > 0 => {
+                    bytes += (done..done + k)
+                        .map(|i| tx.frame(i).len() as u64)
+                        .sum::<u64>();
+                    done += k;
+                    stalled_since = None;
+                }
+                Ok(_) => refused += 1,
+                Err(e) if is_transient(&e) => {
+                    refused += 1;
+                    let since = *stalled_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > Duration::from_secs(5) || stop.load(Ordering::Relaxed) {
+                        return Err(GenError::Send {
+                            iface: cfg.iface,
+                            sent: sent + done as u64,
+                            source: e,
+                        });
+                    }
+                    std::thread::yield_now();
+                }
+                Err(e) => {
+                    return Err(GenError::Send {
+                        iface: cfg.iface,
+                        sent: sent + done as u64,
+                        source: e,
+                    });
+                }
+            }
+        }
+        sent += n as u64;
+        last_send = Instant::now();
+    }
+    let seconds = (last_send - start).as_secs_f64();
+    let link_dropped =
+        sysfs_count(&cfg.iface, "statistics/tx_dropped").saturating_sub(dropped_before);
+    let rate = |x: f64| if seconds > 0.0 { x / seconds } else { 0.0 };
+    Ok(GenReport {
+        iface: cfg.iface,
+        gen_id: cfg.gen_id,
+        frames: sent,
+        bytes,
+        seconds,
+        pps: rate(sent as f64),
+        bps: rate(bytes as f64 * 8.0),
+        refused,
+        link_dropped,
+        qdisc_bypass: bypass,
+        batch,
+        interrupted,
+    })
+}

@@ -1,0 +1,1008 @@
+//! Encoding packets as pcap or pcapng, with the whole-record guarantee on write errors.
+//!
+//! Why a hand-made buffer rather than `BufWriter`: when the disk fills up in the middle of a
+//! flush we must know how many bytes the output accepted, to cut it back to a record boundary.
+//! `BufWriter` hides that. Here the buffer only ever holds whole records and is handed over with
+//! a plain `write()` loop; on failure the record boundaries are found again by walking the record
+//! headers in the buffer, so the hot path does no bookkeeping beyond one `memcpy` per packet.
+//!
+//! Multi-byte fields are written in native byte order, as libpcap does; readers detect the order
+//! from the magic number (pcap) or byte-order magic (pcapng).
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::str::FromStr;
+use std::{fmt, time::SystemTime};
+
+use thiserror::Error;
+
+const DEFAULT_BUFFER: usize = 1 << 20;
+const NS_PER_SEC: u64 = 1_000_000_000;
+const LINKTYPE_ETHERNET: u16 = 1;
+
+const PCAP_MAGIC_US: u32 = 0xa1b2_c3d4;
+const PCAP_MAGIC_NS: u32 = 0xa1b2_3c4d;
+const PCAP_RECORD_HEADER: usize = 16;
+
+pub(crate) const SHB_TYPE: u32 = 0x0a0d_0d0a;
+pub(crate) const BYTE_ORDER_MAGIC: u32 = 0x1a2b_3c4d;
+const IDB_TYPE: u32 = 1;
+const ISB_TYPE: u32 = 5;
+const EPB_TYPE: u32 = 6;
+/// Type, length, and trailing length of every pcapng block.
+const BLOCK_FRAME: usize = 12;
+const EPB_FIXED: usize = BLOCK_FRAME + 20;
+const OPT_IF_NAME: u16 = 2;
+const OPT_IF_TSRESOL: u16 = 9;
+const OPT_ISB_IFRECV: u16 = 4;
+const OPT_ISB_IFDROP: u16 = 5;
+
+/// Which file format to write (and which one a read file turned out to be).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileFormat {
+    /// Classic pcap with microsecond timestamps (magic `0xa1b2c3d4`): every tool reads it.
+    Pcap,
+    /// Classic pcap with nanosecond timestamps (magic `0xa1b23c4d`).
+    PcapNs,
+    /// pcapng: nanosecond timestamps, interface name, and capture statistics at the end.
+    Pcapng,
+}
+
+impl FileFormat {
+    /// The name accepted by [`FromStr`]: `pcap`, `pcap-ns` or `pcapng`.
+    pub fn name(self) -> &'static str {
+        match self {
+            FileFormat::Pcap => "pcap",
+            FileFormat::PcapNs => "pcap-ns",
+            FileFormat::Pcapng => "pcapng",
+        }
+    }
+}
+
+impl fmt::Display for FileFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A format name that is none of `pcap`, `pcap-ns`, `pcapng`.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("unknown capture file format {0:?} (expected pcap, pcap-ns or pcapng)")]
+pub struct UnknownFormat(pub String);
+
+impl FromStr for FileFormat {
+    type Err = UnknownFormat;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [FileFormat::Pcap, FileFormat::PcapNs, FileFormat::Pcapng]
+            .into_iter()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| UnknownFormat(s.to_owned()))
+    }
+}
+
+/// Interface counters stored in the pcapng Interface Statistics Block.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IfStats {
+    /// Packets the interface/kernel received (`isb_ifrecv`).
+    pub received: u64,
+    /// Packets dropped before reaching us (`isb_ifdrop`).
+    pub dropped: u64,
+}
+
+/// Where the bytes go. Files can be cut back to a whole-record boundary after a failed write;
+/// streams cannot.
+pub trait Output: Write {
+    /// Cut the output back to its first `len` bytes (counted from the first byte this writer
+    /// wrote). The default does nothing, which is all a stream can do.
+    fn truncate_to(&mut self, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The file must be empty and positioned at its start when handed to [`CaptureWriter::new`].
+impl Output for File {
+    fn truncate_to(&mut self, len: u64) -> io::Result<()> {
+        self.set_len(len)
+    }
+}
+
+impl Output for io::Stdout {}
+
+impl Output for Vec<u8> {
+    fn truncate_to(&mut self, len: u64) -> io::Result<()> {
+        self.truncate(usize::try_from(len).unwrap_or(usize::MAX));
+        Ok(())
+    }
+}
+
+impl<T: Output + ?Sized> Output for &mut T {
+    fn truncate_to(&mut self, len: u64) -> io::Result<()> {
+        (**self).truncate_to(len)
+    }
+}
+
+impl<T: Output + ?Sized> Output for Box<T> {
+    fn truncate_to(&mut self, len: u64) -> io::Result<()> {
+        (**self).truncate_to(len)
+    }
+}
+
+/// Why writing a capture failed.
+#[derive(Debug, Error)]
+pub enum WriteError {
+    /// The output refused bytes. It was cut back to whole records and holds `packets` packets
+    /// (a stream that cannot be cut holds those packets followed by a partial record).
+    #[error("capture write failed; the output holds {packets} whole packets")]
+    Io {
+        #[source]
+        source: io::Error,
+        packets: u64,
+    },
+    /// The output refused bytes and cutting it back failed too: it ends in a partial record.
+    #[error(
+        "capture write failed, and cutting the output back to its {packets} whole packets \
+         also failed ({truncate}); the output ends with a partial record"
+    )]
+    Torn {
+        #[source]
+        source: io::Error,
+        truncate: io::Error,
+        packets: u64,
+    },
+    /// A packet's lengths are inconsistent; it was not written and the writer stays usable.
+    #[error(
+        "packet with {caplen} captured bytes rejected: snaplen is {snaplen}, \
+         original length {orig_len}"
+    )]
+    BadLength {
+        caplen: usize,
+        orig_len: u32,
+        snaplen: u32,
+    },
+    /// Classic pcap stores seconds in 32 bits (until 2106); the packet was not written.
+    #[error("timestamp {ts_ns} ns does not fit the 32-bit seconds field of pcap")]
+    Timestamp { ts_ns: u64 },
+    /// The interface name does not fit a pcapng option (65535 bytes).
+    #[error("interface name of {0} bytes is too long for pcapng")]
+    IfName(usize),
+}
+
+/// A failure remembered so every later call reports it again.
+#[derive(Debug)]
+struct Failure {
+    source: io::Error,
+    truncate: Option<io::Error>,
+    packets: u64,
+}
+
+impl Failure {
+    /// A copy of the error: `io::Error` is not `Clone`, so the OS error code (or kind and
+    /// message) is carried over.
+    fn to_error(&self) -> WriteError {
+        let (source, packets) = (clone_io(&self.source), self.packets);
+        match &self.truncate {
+            None => WriteError::Io { source, packets },
+            Some(t) => WriteError::Torn {
+                source,
+                truncate: clone_io(t),
+                packets,
+            },
+        }
+    }
+}
+
+fn clone_io(e: &io::Error) -> io::Error {
+    match e.raw_os_error() {
+        Some(code) => io::Error::from_raw_os_error(code),
+        None => io::Error::new(e.kind(), e.to_string()),
+    }
+}
+
+/// Buffered pcap/pcapng writer; see the module docs for the failure guarantee.
+///
+/// Call [`finish`](Self::finish): records still in the buffer are lost if the writer is dropped.
+#[derive(Debug)]
+pub struct CaptureWriter<O: Output> {
+    out: O,
+    format: FileFormat,
+    snaplen: u32,
+    /// Whole records not yet handed to `out`.
+    buf: Vec<u8>,
+    buf_limit: usize,
+    /// Bytes `out` has accepted; always a record boundary.
+    flushed: u64,
+    /// Length of the file header (pcap global header, or pcapng SHB + IDB): the smallest
+    /// non-empty prefix worth keeping.
+    header_len: usize,
+    packets: u64,
+    packets_flushed: u64,
+    failed: Option<Failure>,
+}
+
+impl<O: Output> CaptureWriter<O> {
+    /// Write the file header to `out` right away, so an unwritable output shows up before the
+    /// capture starts. The header declares Ethernet and `snaplen` (0 = no limit).
+    pub fn new(
+        out: O,
+        format: FileFormat,
+        snaplen: u32,
+        if_name: &str,
+    ) -> Result<Self, WriteError> {
+        let mut buf = Vec::with_capacity(DEFAULT_BUFFER);
+        match format {
+            FileFormat::Pcap | FileFormat::PcapNs => {
+                let magic = if format == FileFormat::Pcap {
+                    PCAP_MAGIC_US
+                } else {
+                    PCAP_MAGIC_NS
+                };
+                put32(&mut buf, &[magic]);
+                put16(&mut buf, &[2, 4]); // version 2.4
+                put32(&mut buf, &[0, 0, snaplen, LINKTYPE_ETHERNET.into()]); // thiszone, sigfigs
+            }
+            FileFormat::Pcapng => {
+                let name = if_name.as_bytes();
+                if u16::try_from(name.len()).is_err() {
+                    return Err(WriteError::IfName(name.len()));
+                }
+                // Section Header Block: byte-order magic, version 1.0, section length unknown.
+                put32(&mut buf, &[SHB_TYPE, 28, BYTE_ORDER_MAGIC]);
+                put16(&mut buf, &[1, 0]);
+                buf.extend_from_slice(&(-1i64).to_ne_bytes());
+                put32(&mut buf, &[28]);
+                // Interface Description Block: options if_name, if_tsresol = 9, end of options.
+                let name_opt = if name.is_empty() {
+                    0
+                } else {
+                    4 + padded_len(name.len())
+                };
+                let idb_len = block_len(BLOCK_FRAME + 8 + name_opt + 8 + 4);
+                put32(&mut buf, &[IDB_TYPE, idb_len]);
+                put16(&mut buf, &[LINKTYPE_ETHERNET, 0]);
+                put32(&mut buf, &[snaplen]);
+                if !name.is_empty() {
+                    put_option(&mut buf, OPT_IF_NAME, name);
+                }
+                put_option(&mut buf, OPT_IF_TSRESOL, &[9]);
+                put32(&mut buf, &[0, idb_len]); // opt_endofopt, trailing length
+            }
+        }
+        let mut writer = CaptureWriter {
+            out,
+            format,
+            snaplen,
+            header_len: buf.len(),
+            buf,
+            buf_limit: DEFAULT_BUFFER,
+            flushed: 0,
+            packets: 0,
+            packets_flushed: 0,
+            failed: None,
+        };
+        writer.flush_buf()?;
+        Ok(writer)
+    }
+
+    /// Hand records to the output once `bytes` are buffered (default 1 MiB). A record larger
+    /// than the buffer is written on its own.
+    pub fn with_buffer_size(mut self, bytes: usize) -> Self {
+        self.buf_limit = bytes;
+        if self.buf.is_empty() {
+            self.buf = Vec::with_capacity(bytes);
+        }
+        self
+    }
+
+    /// Append one packet: `data` is the captured bytes (at most snaplen), `orig_len` its length
+    /// on the wire, `ts_ns` nanoseconds since the Unix epoch. A rejected packet
+    /// ([`WriteError::BadLength`], [`WriteError::Timestamp`]) leaves the writer usable; after an
+    /// I/O error every call returns that error again.
+    pub fn write_packet(
+        &mut self,
+        ts_ns: u64,
+        data: &[u8],
+        orig_len: u32,
+    ) -> Result<(), WriteError> {
+        self.check_usable()?;
+        let bad_length = || WriteError::BadLength {
+            caplen: data.len(),
+            orig_len,
+            snaplen: self.snaplen,
+        };
+        let caplen = u32::try_from(data.len()).map_err(|_| bad_length())?;
+        if (self.snaplen != 0 && caplen > self.snaplen) || caplen > orig_len {
+            return Err(bad_length());
+        }
+        let record_len = match self.format {
+            FileFormat::Pcap | FileFormat::PcapNs => PCAP_RECORD_HEADER + data.len(),
+            FileFormat::Pcapng => EPB_FIXED + padded_len(data.len()),
+        };
+        let record_len32 = u32::try_from(record_len).map_err(|_| bad_length())?;
+        let pcap_secs = match self.format {
+            FileFormat::Pcapng => 0, // pcapng stores the whole 64-bit count
+            _ => u32::try_from(ts_ns / NS_PER_SEC).map_err(|_| WriteError::Timestamp { ts_ns })?,
+        };
+        if !self.buf.is_empty() && self.buf.len() + record_len > self.buf_limit {
+            self.flush_buf()?;
+        }
+        let buf = &mut self.buf;
+        match self.format {
+            FileFormat::Pcap | FileFormat::PcapNs => {
+                let ns = (ts_ns % NS_PER_SEC) as u32; // < 10^9
+                let frac = if self.format == FileFormat::Pcap {
+                    ns / 1000
+                } else {
+                    ns
+                };
+                put32(buf, &[pcap_secs, frac, caplen, orig_len]);
+                buf.extend_from_slice(data);
+            }
+            FileFormat::Pcapng => {
+                let (high, low) = split_ts(ts_ns);
+                put32(
+                    buf,
+                    &[EPB_TYPE, record_len32, 0, high, low, caplen, orig_len],
+                );
+                buf.extend_from_slice(data);
+                buf.resize(buf.len() + padded_len(data.len()) - data.len(), 0);
+                put32(buf, &[record_len32]);
+            }
+        }
+        self.packets += 1;
+        Ok(())
+    }
+
+    /// Write what is buffered, plus (pcapng only; pcap has no place for it) an Interface
+    /// Statistics Block with `stats`, flush the output, and return it.
+    pub fn finish(mut self, stats: Option<IfStats>) -> Result<O, WriteError> {
+        self.check_usable()?;
+        if let (FileFormat::Pcapng, Some(stats)) = (self.format, stats) {
+            let now = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default();
+            let (high, low) = split_ts(u64::try_from(now.as_nanos()).unwrap_or(u64::MAX));
+            let isb_len = block_len(BLOCK_FRAME + 12 + 2 * 12 + 4);
+            put32(&mut self.buf, &[ISB_TYPE, isb_len, 0, high, low]);
+            put_option(&mut self.buf, OPT_ISB_IFRECV, &stats.received.to_ne_bytes());
+            put_option(&mut self.buf, OPT_ISB_IFDROP, &stats.dropped.to_ne_bytes());
+            put32(&mut self.buf, &[0, isb_len]);
+        }
+        self.flush_buf()?;
+        match self.out.flush() {
+            Ok(()) => Ok(self.out),
+            Err(source) => Err(WriteError::Io {
+                source,
+                packets: self.packets,
+            }),
+        }
+    }
+
+    /// Packets accepted so far (buffered ones included). After an I/O error: the whole packets
+    /// left in the output.
+    pub fn packets_written(&self) -> u64 {
+        self.packets
+    }
+
+    /// Bytes of file produced so far, headers and buffered records included. After an I/O error:
+    /// the length the output was cut back to.
+    pub fn bytes_written(&self) -> u64 {
+        self.flushed + self.buf.len() as u64
+    }
+
+    fn check_usable(&self) -> Result<(), WriteError> {
+        self.failed.as_ref().map_or(Ok(()), |f| Err(f.to_error()))
+    }
+
+    /// Hand the whole buffer to the output with plain `write()` calls.
+    fn flush_buf(&mut self) -> Result<(), WriteError> {
+        let mut done = 0;
+        while done < self.buf.len() {
+            match self.out.write(&self.buf[done..]) {
+                Ok(0) => return Err(self.fail(io::ErrorKind::WriteZero.into(), done)),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.fail(e, done)),
+            }
+        }
+        self.flushed += self.buf.len() as u64;
+        self.packets_flushed = self.packets;
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// The output accepted `accepted` bytes of the buffer and then failed: cut it back to the
+    /// last whole record and remember the failure.
+    fn fail(&mut self, source: io::Error, accepted: usize) -> WriteError {
+        let (keep, packets_kept) = self.whole_prefix(accepted);
+        let packets = self.packets_flushed + packets_kept;
+        let len = self.flushed + keep as u64;
+        let truncate = if keep < accepted {
+            self.out.truncate_to(len).err()
+        } else {
+            None
+        };
+        self.buf.clear();
+        self.flushed = len;
+        self.packets = packets;
+        self.packets_flushed = packets;
+        let failure = Failure {
+            source,
+            truncate,
+            packets,
+        };
+        let error = failure.to_error();
+        self.failed = Some(failure);
+        error
+    }
+
+    /// Length of the longest run of whole records at the start of `buf[..limit]`, and how many of
+    /// them are packets. The buffer holds only records this writer encoded, so their length
+    /// fields can be trusted.
+    fn whole_prefix(&self, limit: usize) -> (usize, u64) {
+        let mut pos = if self.flushed == 0 {
+            self.header_len
+        } else {
+            0
+        };
+        if pos > limit {
+            return (0, 0);
+        }
+        // Where a record's length field sits, and what it leaves out.
+        let (len_at, len_extra) = match self.format {
+            FileFormat::Pcapng => (4, 0),
+            _ => (8, PCAP_RECORD_HEADER),
+        };
+        let mut packets = 0;
+        while let Some(len) = ne32(&self.buf, pos + len_at) {
+            let end = pos + len as usize + len_extra;
+            if len == 0 || end > limit {
+                break;
+            }
+            if self.format != FileFormat::Pcapng || ne32(&self.buf, pos) == Some(EPB_TYPE) {
+                packets += 1;
+            }
+            pos = end;
+        }
+        (pos, packets)
+    }
+}
+
+fn put32(buf: &mut Vec<u8>, words: &[u32]) {
+    words
+        .iter()
+        .for_each(|w| buf.extend_from_slice(&w.to_ne_bytes()));
+}
+
+fn put16(buf: &mut Vec<u8>, halves: &[u16]) {
+    halves
+        .iter()
+        .for_each(|h| buf.extend_from_slice(&h.to_ne_bytes()));
+}
+
+/// A pcapng option: code, length, value padded to 4 bytes. `value` is at most 65535 bytes.
+fn put_option(buf: &mut Vec<u8>, code: u16, value: &[u8]) {
+    put16(buf, &[code, value.len() as u16]);
+    buf.extend_from_slice(value);
+    buf.resize(buf.len() + padded_len(value.len()) - value.len(), 0);
+}
+
+fn padded_len(len: usize) -> usize {
+    len.next_multiple_of(4)
+}
+
+/// Header blocks are small (bounded by the 16-bit if_name length), so the length fits in u32.
+fn block_len(len: usize) -> u32 {
+    u32::try_from(len).unwrap_or(u32::MAX)
+}
+
+fn split_ts(ts: u64) -> (u32, u32) {
+    ((ts >> 32) as u32, ts as u32)
+}
+
+fn ne32(buf: &[u8], at: usize) -> Option<u32> {
+    let bytes = buf.get(at..at.checked_add(4)?)?;
+    Some(u32::from_ne_bytes(bytes.try_into().ok()?))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::path::Path;
+    use std::process::Command;
+
+    use super::*;
+    use crate::{read_bytes, read_file, RecordedPacket};
+
+    pub(crate) const FORMATS: [FileFormat; 3] =
+        [FileFormat::Pcap, FileFormat::PcapNs, FileFormat::Pcapng];
+    pub(crate) const SNAPLEN: u32 = 256;
+    pub(crate) const STATS: IfStats = IfStats {
+        received: 123_456_789_012,
+        dropped: 42,
+    };
+    const T0: u64 = 1_700_000_000_123_456_789;
+
+    /// Ethernet frames covering every padding remainder, a minimal frame, and frames cut by the
+    /// snaplen (orig_len > captured length), with nanosecond-precise timestamps.
+    pub(crate) fn sample_packets() -> Vec<RecordedPacket> {
+        let lengths: [(usize, u32); 9] = [
+            (60, 60),
+            (61, 61),
+            (62, 62),
+            (63, 63),
+            (14, 14),
+            (256, 1514),
+            (256, 9000),
+            (100, 100),
+            (255, 300),
+        ];
+        let mut ts_ns = T0;
+        lengths
+            .iter()
+            .enumerate()
+            .map(|(i, &(caplen, orig_len))| {
+                let mut data: Vec<u8> = (0..caplen).map(|b| (b * 7 + i) as u8).collect();
+                data[..14].copy_from_slice(&[2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x88, 0xb5]);
+                ts_ns += 1_000_001_001 * i as u64 + 1;
+                RecordedPacket {
+                    ts_ns,
+                    data,
+                    orig_len,
+                }
+            })
+            .collect()
+    }
+
+    /// What `format` keeps of `packets`: microsecond pcap rounds timestamps down.
+    pub(crate) fn as_stored(format: FileFormat, packets: &[RecordedPacket]) -> Vec<RecordedPacket> {
+        let mut stored = packets.to_vec();
+        if format == FileFormat::Pcap {
+            stored.iter_mut().for_each(|p| p.ts_ns -= p.ts_ns % 1000);
+        }
+        stored
+    }
+
+    pub(crate) fn encode(
+        format: FileFormat,
+        packets: &[RecordedPacket],
+        stats: Option<IfStats>,
+    ) -> Vec<u8> {
+        let mut writer = CaptureWriter::new(Vec::new(), format, SNAPLEN, "eth0").unwrap();
+        for p in packets {
+            writer.write_packet(p.ts_ns, &p.data, p.orig_len).unwrap();
+        }
+        writer.finish(stats).unwrap()
+    }
+
+    /// (end offset, packets before it) of every record boundary of `encode(format, packets, stats)`.
+    pub(crate) fn boundaries(
+        format: FileFormat,
+        packets: &[RecordedPacket],
+        stats: bool,
+    ) -> Vec<(usize, u64)> {
+        let header = if format == FileFormat::Pcapng {
+            28 + 40
+        } else {
+            24
+        };
+        let mut ends = vec![(0, 0), (header, 0)];
+        for (i, p) in packets.iter().enumerate() {
+            let record = if format == FileFormat::Pcapng {
+                32 + p.data.len().next_multiple_of(4)
+            } else {
+                16 + p.data.len()
+            };
+            ends.push((ends[ends.len() - 1].0 + record, i as u64 + 1));
+        }
+        if stats && format == FileFormat::Pcapng {
+            ends.push((ends[ends.len() - 1].0 + 52, packets.len() as u64));
+        }
+        ends
+    }
+
+    /// Accepts `budget` bytes in all, then fails like a full disk (optionally also refusing to
+    /// be cut back).
+    struct FullDisk<O> {
+        inner: O,
+        budget: usize,
+        refuse_truncate: bool,
+    }
+
+    impl<O: Output> Write for FullDisk<O> {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if self.budget == 0 {
+                return Err(io::Error::from_raw_os_error(28));
+            }
+            let n = buf.len().min(self.budget);
+            self.budget -= n;
+            self.inner.write_all(&buf[..n]).map(|()| n)
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            self.inner.flush()
+        }
+    }
+
+    impl<O: Output> Output for FullDisk<O> {
+        fn truncate_to(&mut self, len: u64) -> io::Result<()> {
+            if self.refuse_truncate {
+                return Err(io::Error::from_raw_os_error(5));
+            }
+            self.inner.truncate_to(len)
+        }
+    }
+
+    /// Writes `packets` (then finishes) until the first error; returns it with the writer's
+    /// counters at that point (None if `new` itself failed).
+    fn write_until_error<O: Output>(
+        out: O,
+        format: FileFormat,
+        buffer: usize,
+        packets: &[RecordedPacket],
+    ) -> Option<(WriteError, Option<(u64, u64)>)> {
+        let mut writer = match CaptureWriter::new(out, format, SNAPLEN, "eth0") {
+            Ok(w) => w.with_buffer_size(buffer),
+            Err(e) => return Some((e, None)),
+        };
+        for p in packets {
+            if let Err(e) = writer.write_packet(p.ts_ns, &p.data, p.orig_len) {
+                let again = writer
+                    .write_packet(p.ts_ns, &p.data, p.orig_len)
+                    .unwrap_err();
+                assert_eq!(
+                    again.to_string(),
+                    e.to_string(),
+                    "a failed writer repeats its error"
+                );
+                let counters = (writer.packets_written(), writer.bytes_written());
+                let finished = writer.finish(Some(STATS)).err().map(|e| e.to_string());
+                assert_eq!(finished, Some(e.to_string()));
+                return Some((e, Some(counters)));
+            }
+        }
+        writer.finish(Some(STATS)).err().map(|e| (e, None))
+    }
+
+    #[test]
+    fn format_names_parse_and_display() {
+        for format in FORMATS {
+            assert_eq!(format.to_string().parse::<FileFormat>().unwrap(), format);
+        }
+        assert_eq!("pcap-ns".parse::<FileFormat>().unwrap(), FileFormat::PcapNs);
+        let err = "pcap-ng".parse::<FileFormat>().unwrap_err();
+        assert!(err.to_string().contains("\"pcap-ng\""), "{err}");
+    }
+
+    #[test]
+    fn every_format_round_trips_timestamps_lengths_and_snaplen_cut_records() {
+        let packets = sample_packets();
+        for format in FORMATS {
+            let file = read_bytes(&encode(format, &packets, None)).unwrap();
+            assert_eq!(file.format, format);
+            assert_eq!((file.linktype, file.snaplen), (1, SNAPLEN));
+            assert_eq!(file.packets, as_stored(format, &packets), "{format}");
+            assert_eq!(file.if_stats, None);
+        }
+    }
+
+    #[test]
+    fn pcap_magic_numbers_select_the_timestamp_unit() {
+        let packets = sample_packets();
+        let magic = |f| u32::from_ne_bytes(encode(f, &packets, None)[..4].try_into().unwrap());
+        assert_eq!(magic(FileFormat::Pcap), 0xa1b2_c3d4);
+        assert_eq!(magic(FileFormat::PcapNs), 0xa1b2_3c4d);
+        assert_eq!(magic(FileFormat::Pcapng), 0x0a0d_0d0a);
+    }
+
+    #[test]
+    fn pcapng_interface_carries_snaplen_name_and_nanosecond_resolution() {
+        let bytes = encode(FileFormat::Pcapng, &[], None);
+        assert_eq!(bytes.len(), 28 + 40);
+        let (rest, shb) = pcap_parser::parse_sectionheaderblock(&bytes).unwrap();
+        assert_eq!(
+            (shb.major_version, shb.minor_version, shb.section_len),
+            (1, 0, -1)
+        );
+        let (rest, block) = pcap_parser::parse_block_le(rest).unwrap();
+        assert!(rest.is_empty());
+        let pcap_parser::Block::InterfaceDescription(idb) = block else {
+            panic!("expected an IDB, got {block:?}")
+        };
+        assert_eq!((idb.linktype.0, idb.snaplen), (1, SNAPLEN));
+        assert_eq!(idb.if_tsresol().unwrap().unwrap(), 9);
+        assert_eq!(idb.if_name().unwrap().unwrap(), "eth0");
+    }
+
+    #[test]
+    fn pcapng_statistics_block_reads_back_and_pcap_ignores_stats() {
+        let packets = sample_packets();
+        let file = read_bytes(&encode(FileFormat::Pcapng, &packets, Some(STATS))).unwrap();
+        assert_eq!(file.if_stats, Some(STATS));
+        assert_eq!(file.packets, packets);
+        for format in [FileFormat::Pcap, FileFormat::PcapNs] {
+            assert_eq!(
+                encode(format, &packets, Some(STATS)),
+                encode(format, &packets, None)
+            );
+        }
+    }
+
+    #[test]
+    fn buffer_size_changes_only_when_bytes_are_handed_over() {
+        let packets = sample_packets();
+        for format in FORMATS {
+            let expected = encode(format, &packets, None);
+            for buffer in [0, 1, 100, 4096] {
+                let mut writer = CaptureWriter::new(Vec::new(), format, SNAPLEN, "eth0")
+                    .unwrap()
+                    .with_buffer_size(buffer);
+                for (i, p) in packets.iter().enumerate() {
+                    writer.write_packet(p.ts_ns, &p.data, p.orig_len).unwrap();
+                    assert_eq!(writer.packets_written(), i as u64 + 1);
+                }
+                assert_eq!(writer.bytes_written(), expected.len() as u64);
+                assert_eq!(
+                    writer.finish(None).unwrap(),
+                    expected,
+                    "{format} with a {buffer}-byte buffer"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn short_and_interrupted_writes_are_retried() {
+        struct Trickle(Vec<u8>, usize);
+        impl Write for Trickle {
+            fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+                self.1 += 1;
+                if self.1 & 1 == 0 {
+                    return Err(io::ErrorKind::Interrupted.into());
+                }
+                let n = buf.len().min(7);
+                self.0.extend_from_slice(&buf[..n]);
+                Ok(n)
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        impl Output for Trickle {}
+        let packets = sample_packets();
+        let mut writer =
+            CaptureWriter::new(Trickle(Vec::new(), 0), FileFormat::Pcapng, SNAPLEN, "eth0")
+                .unwrap();
+        for p in &packets {
+            writer.write_packet(p.ts_ns, &p.data, p.orig_len).unwrap();
+        }
+        assert_eq!(
+            writer.finish(None).unwrap().0,
+            encode(FileFormat::Pcapng, &packets, None)
+        );
+    }
+
+    #[test]
+    fn inconsistent_packets_are_rejected_and_the_writer_stays_usable() {
+        let ok = &sample_packets()[0];
+        for format in FORMATS {
+            let mut writer = CaptureWriter::new(Vec::new(), format, SNAPLEN, "eth0").unwrap();
+            let too_long = vec![0; SNAPLEN as usize + 1];
+            let err = writer.write_packet(T0, &too_long, 2000).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    WriteError::BadLength {
+                        caplen: 257,
+                        orig_len: 2000,
+                        snaplen: SNAPLEN
+                    }
+                ),
+                "{err}"
+            );
+            let err = writer
+                .write_packet(T0, &ok.data, ok.data.len() as u32 - 1)
+                .unwrap_err();
+            assert!(matches!(err, WriteError::BadLength { .. }), "{err}");
+            let after_2106 = (u64::from(u32::MAX) + 1) * NS_PER_SEC;
+            let result = writer.write_packet(after_2106, &ok.data, ok.orig_len);
+            if format == FileFormat::Pcapng {
+                result.unwrap();
+            } else {
+                assert!(
+                    matches!(result, Err(WriteError::Timestamp { ts_ns }) if ts_ns == after_2106)
+                );
+            }
+            writer
+                .write_packet(ok.ts_ns, &ok.data, ok.orig_len)
+                .unwrap();
+            let file = read_bytes(&writer.finish(None).unwrap()).unwrap();
+            assert_eq!(
+                file.packets.last(),
+                as_stored(format, std::slice::from_ref(ok)).last()
+            );
+        }
+        let long_name = "x".repeat(70_000);
+        let err =
+            CaptureWriter::new(Vec::new(), FileFormat::Pcapng, SNAPLEN, &long_name).unwrap_err();
+        assert!(matches!(err, WriteError::IfName(70_000)), "{err}");
+    }
+
+    #[test]
+    fn disk_full_leaves_exactly_the_whole_records_that_fit() {
+        let packets = sample_packets();
+        for format in FORMATS {
+            let ends = boundaries(format, &packets, true);
+            let total = ends[ends.len() - 1].0;
+            for buffer in [0, 100, DEFAULT_BUFFER] {
+                for budget in 0..=total {
+                    let mut sink = Vec::new();
+                    let disk = FullDisk {
+                        inner: &mut sink,
+                        budget,
+                        refuse_truncate: false,
+                    };
+                    let outcome = write_until_error(disk, format, buffer, &packets);
+                    let &(kept, whole) = ends.iter().rev().find(|(end, _)| *end <= budget).unwrap();
+                    let context =
+                        format!("{format}, buffer {buffer}, disk full after {budget} bytes");
+                    assert_eq!(sink.len(), kept, "{context}");
+                    if budget == total {
+                        assert!(outcome.is_none(), "{context}");
+                        let stats = (format == FileFormat::Pcapng).then_some(STATS);
+                        assert_eq!(read_bytes(&sink).unwrap().if_stats, stats, "{context}");
+                        continue;
+                    }
+                    let (err, counters) = outcome.expect(&context);
+                    let WriteError::Io {
+                        source,
+                        packets: reported,
+                    } = &err
+                    else {
+                        panic!("{context}: {err}")
+                    };
+                    assert_eq!(
+                        (source.raw_os_error(), *reported),
+                        (Some(28), whole),
+                        "{context}"
+                    );
+                    assert!(
+                        err.to_string()
+                            .contains(&format!("holds {whole} whole packets")),
+                        "{err}"
+                    );
+                    if let Some(counters) = counters {
+                        assert_eq!(counters, (whole, kept as u64), "{context}");
+                    }
+                    if kept > 0 {
+                        let file = read_bytes(&sink).unwrap();
+                        assert_eq!(
+                            file.packets,
+                            as_stored(format, &packets[..whole as usize]),
+                            "{context}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn failing_to_cut_back_reports_a_torn_output() {
+        let packets = sample_packets();
+        let mut sink = Vec::new();
+        let disk = FullDisk {
+            inner: &mut sink,
+            budget: 24 + 16 + 60 + 5,
+            refuse_truncate: true,
+        };
+        let (err, _) = write_until_error(disk, FileFormat::Pcap, 0, &packets).unwrap();
+        assert!(matches!(err, WriteError::Torn { packets: 1, .. }), "{err}");
+        assert!(err.to_string().contains("partial record"), "{err}");
+        assert!(matches!(
+            read_bytes(&sink),
+            Err(crate::ReadError::Truncated {
+                packets: 1,
+                offset: 100
+            })
+        ));
+    }
+
+    #[test]
+    fn full_disk_on_a_real_file_keeps_it_readable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("full.pcapng");
+        let packets = sample_packets();
+        let budget = 68 + 3 * 92 + 10; // header, three 60..62-byte packets, part of the fourth
+        let disk = FullDisk {
+            inner: File::create(&path).unwrap(),
+            budget,
+            refuse_truncate: false,
+        };
+        let (err, _) = write_until_error(disk, FileFormat::Pcapng, 100, &packets).unwrap();
+        assert!(matches!(err, WriteError::Io { packets: 3, .. }), "{err}");
+        assert_eq!(read_file(&path).unwrap().packets, packets[..3]);
+    }
+
+    /// The first of `paths` that exists: independent tools are optional on build machines.
+    fn tool(paths: &[&'static str]) -> Option<&'static str> {
+        let found = paths.iter().copied().find(|p| Path::new(p).exists());
+        if found.is_none() {
+            eprintln!("skipping: none of {paths:?} is installed");
+        }
+        found
+    }
+
+    fn run(tool: &str, args: &[&str]) -> String {
+        let out = Command::new(tool).args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{tool} {args:?} failed: {stderr}");
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    #[test]
+    fn tcpdump_reads_the_same_packets_and_timestamps() {
+        let Some(tcpdump) = tool(&["/usr/bin/tcpdump", "/usr/sbin/tcpdump"]) else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let packets = sample_packets();
+        for format in FORMATS {
+            let path = dir.path().join(format!("sample.{format}"));
+            std::fs::write(&path, encode(format, &packets, Some(STATS))).unwrap();
+            let path = path.to_str().unwrap();
+            let out = run(
+                tcpdump,
+                &["-r", path, "-nn", "-tt", "--time-stamp-precision=nano"],
+            );
+            // One line per packet; unknown ethertypes add indented hex-dump lines.
+            let times: Vec<&str> = out
+                .lines()
+                .filter(|l| !l.starts_with('\t'))
+                .filter_map(|l| l.split(' ').next())
+                .collect();
+            let expected: Vec<String> = as_stored(format, &packets)
+                .iter()
+                .map(|p| format!("{}.{:09}", p.ts_ns / NS_PER_SEC, p.ts_ns % NS_PER_SEC))
+                .collect();
+            assert_eq!(times, expected, "{format}: tcpdump printed\n{out}");
+        }
+    }
+
+    #[test]
+    fn tshark_reads_pcapng_nanosecond_times_and_lengths() {
+        let Some(tshark) = tool(&["/usr/bin/tshark"]) else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sample.pcapng");
+        let packets = sample_packets();
+        std::fs::write(&path, encode(FileFormat::Pcapng, &packets, Some(STATS))).unwrap();
+        let fields = [
+            "-T",
+            "fields",
+            "-e",
+            "frame.time_epoch",
+            "-e",
+            "frame.len",
+            "-e",
+            "frame.cap_len",
+        ];
+        let out = run(
+            tshark,
+            &[&["-r", path.to_str().unwrap()][..], &fields].concat(),
+        );
+        let expected: String = packets
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}.{:09}\t{}\t{}\n",
+                    p.ts_ns / NS_PER_SEC,
+                    p.ts_ns % NS_PER_SEC,
+                    p.orig_len,
+                    p.data.len()
+                )
+            })
+            .collect();
+        assert_eq!(out, expected);
+    }
+}

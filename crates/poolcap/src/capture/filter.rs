@@ -1,0 +1,123 @@
+//! tcpdump filter expressions, compiled to classic BPF by libpcap and run in the kernel on
+//! every fanout socket, so rejected packets cost no user-space work.
+//!
+//! The program is compiled on a live handle of the capture interface when possible: libpcap
+//! then compiles `vlan` tests into loads of the kernel's VLAN metadata (the tag is stripped
+//! before socket filters run), selecting what a live tcpdump selects. Without a live handle it
+//! falls back to a dead Ethernet handle. Accepting returns are capped at the snaplen, so the
+//! kernel copies no more than will be kept.
+
+use poolcap_sys::socket::BpfInsn;
+
+/// `BPF_RET | BPF_K`.
+const RET_K: u16 = 0x06;
+
+/// A filter expression libpcap rejected.
+#[derive(Debug, thiserror::Error)]
+#[error("bad filter expression `{expr}`: {message}")]
+pub struct FilterError {
+    /// The expression.
+    pub expr: String,
+    /// libpcap's message.
+    pub message: String,
+}
+
+fn parse_insn(text: &str) -> Option<BpfInsn> {
+    let mut it = text.split_whitespace().map(str::parse::<u64>);
+    let (code, jt, jf, k) = (
+        it.next()?.ok()?,
+        it.next()?.ok()?,
+        it.next()?.ok()?,
+        it.next()?.ok()?,
+    );
+    Some(BpfInsn {
+        code: u16::try_from(code).ok()?,
+        jt: u8::try_from(jt).ok()?,
+        jf: u8::try_from(jf).ok()?,
+        k: u32::try_from(k).ok()?,
+    })
+}
+
+fn to_insns(program: &pcap::BpfProgram, snaplen: u32) -> Vec<BpfInsn> {
+    program
+        .get_instructions()
+        .iter()
+        // The pcap crate exposes instructions only through Display ("code jt jf k").
+        .filter_map(|i| parse_insn(&i.to_string()))
+        .map(|mut i| {
+            if i.code == RET_K && i.k > snaplen {
+                i.k = snaplen;
+            }
+            i
+        })
+        .collect()
+}
+
+/// Compiles `expr` for `iface` (live handle if it can be opened, else dead Ethernet).
+pub fn compile(expr: &str, iface: &str, snaplen: u32) -> Result<Vec<BpfInsn>, FilterError> {
+    let err = |e: pcap::Error| FilterError {
+        expr: expr.to_string(),
+        message: e.to_string(),
+    };
+    let live = pcap::Capture::from_device(iface)
+        .and_then(|c| c.snaplen(snaplen as i32).buffer_size(1 << 16).open());
+    let program = match live {
+        Ok(cap) => cap.compile(expr, true).map_err(err)?,
+        Err(_) => pcap::Capture::dead(pcap::Linktype::ETHERNET)
+            .map_err(err)?
+            .compile(expr, true)
+            .map_err(err)?,
+    };
+    Ok(to_insns(&program, snaplen))
+}
+
+/// A program that accepts every packet, truncated to `snaplen` bytes in the kernel.
+pub fn accept_all(snaplen: u32) -> Vec<BpfInsn> {
+    vec![BpfInsn {
+        code: RET_K,
+        jt: 0,
+        jf: 0,
+        k: snaplen,
+    }]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compiles_tcpdump_expressions_into_kernel_programs() {
+        let p = compile("udp port 53", "no-such-interface0", 96).expect("compiles");
+        assert!(p.len() > 4);
+        let last_accept = p
+            .iter()
+            .filter(|i| i.code == RET_K && i.k > 0)
+            .collect::<Vec<_>>();
+        assert!(!last_accept.is_empty());
+        assert!(
+            last_accept.iter().all(|i| i.k == 96),
+            "accepts are capped at the snaplen"
+        );
+    }
+
+    #[test]
+    fn rejects_bad_expressions_with_libpcap_message() {
+        let e = compile("udp prot 53", "no-such-interface0", 96).unwrap_err();
+        assert!(e.to_string().contains("udp prot 53"), "{e}");
+        assert!(!e.message.is_empty());
+    }
+
+    #[test]
+    fn parses_display_form_of_instructions() {
+        assert_eq!(
+            parse_insn("6 0 0 262144"),
+            Some(BpfInsn {
+                code: 6,
+                jt: 0,
+                jf: 0,
+                k: 262144
+            })
+        );
+        assert_eq!(parse_insn("6 0"), None);
+    }
+}

@@ -1,0 +1,522 @@
+//! The capture engine, basic mode B-(M,R) on AF_PACKET TPACKET_V3 (see `shared/design.md`).
+//!
+//! ```text
+//! rx queue q ─► fanout socket + TPACKET_V3 ring ─► capture thread q ─► capture queue q ─► worker(s)
+//!                                                      ▲                                   │
+//!                                  pool q (R chunks) ◄─┴── recycle ◄── file writer ◄───────┘
+//! ```
+//! One fanout socket, capture thread and pool per receive queue; `W` workers running the
+//! x-loop load; an optional file writer that merges the queues in timestamp order. Every
+//! packet ends in exactly one counter of [`account`].
+//!
+//! Lifecycle: [`Engine::start`] sets everything up and returns once every queue is ready
+//! (the caller then prints `listening on`); [`Engine::run`] supervises until the stop flag,
+//! the duration or the packet count ends the capture, then drains: capture threads first
+//! (they empty the kernel rings), then workers, then the writer, so nothing captured is lost.
+
+pub mod account;
+pub mod filter;
+pub mod pool;
+pub mod queue;
+pub mod worker;
+pub mod writer;
+
+use std::io::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::ArrayQueue;
+use poolcap_format::{CaptureWriter, FileFormat, IfStats};
+use poolcap_sys::process::{cpu_time, CpuTime, Who};
+use poolcap_sys::rx_ring::RingGeometry;
+use poolcap_sys::socket::{ifindex, FanoutMode};
+use poolcap_sys::SysError;
+use serde::Serialize;
+
+use self::account::{QueueCounters, QueueStats};
+use self::pool::{Pool, PoolSize};
+use self::queue::{CaptureThread, Progress, QueueSocket, WaitStrategy};
+use self::worker::{served_queues, Next, Worker};
+use self::writer::{BoxedOutput, FileWriter, WriterOutcome};
+
+/// A resolved capture.
+pub struct CaptureConfig {
+    /// Interface.
+    pub iface: String,
+    /// Receive queues (fanout sockets).
+    pub queues: usize,
+    /// Fanout mode.
+    pub fanout: FanoutMode,
+    /// Pool per queue.
+    pub pool: PoolSize,
+    /// Worker threads.
+    pub workers: usize,
+    /// x-loop iterations per packet.
+    pub load: u32,
+    /// Capture threads' wait strategy.
+    pub wait: WaitStrategy,
+    /// Bytes kept per packet.
+    pub snaplen: u32,
+    /// Kernel ring per queue.
+    pub ring: RingGeometry,
+    /// tcpdump filter expression.
+    pub filter: Option<String>,
+    /// Output file and its format.
+    pub output: Option<(BoxedOutput, FileFormat)>,
+    /// Stop after this many packets.
+    pub count: Option<u64>,
+    /// Stop after this long.
+    pub duration: Option<Duration>,
+    /// CPUs to pin capture threads (then workers) to, round robin.
+    pub cpus: Option<Vec<usize>>,
+    /// Seal a partly filled chunk after this long without new packets.
+    pub seal_after: Duration,
+    /// Print a status line this often on stderr (None: quiet).
+    pub status_every: Option<Duration>,
+}
+
+impl std::fmt::Debug for CaptureConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CaptureConfig")
+            .field("iface", &self.iface)
+            .field("queues", &self.queues)
+            .finish()
+    }
+}
+
+/// Why a capture could not start or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    /// No such interface.
+    #[error("no such interface `{0}`")]
+    NoInterface(String),
+    /// The filter did not compile.
+    #[error(transparent)]
+    Filter(#[from] filter::FilterError),
+    /// Pools and rings need more memory than is available.
+    #[error("pools and rings need {need_mib} MiB but only {avail_mib} MiB are available; use a smaller --pool or -B")]
+    Memory {
+        /// MiB needed.
+        need_mib: u64,
+        /// MiB available.
+        avail_mib: u64,
+    },
+    /// A kernel call failed.
+    #[error(transparent)]
+    Sys(#[from] SysError),
+    /// A capture thread failed while running.
+    #[error("capture thread of queue {queue} failed: {source}")]
+    Thread {
+        /// Queue.
+        queue: usize,
+        /// Error.
+        source: SysError,
+    },
+}
+
+/// The outcome of a capture.
+#[derive(Debug, Clone, Serialize)]
+pub struct CaptureReport {
+    /// Interface.
+    pub interface: String,
+    /// Packets handed to the pipeline (all queues).
+    pub captured: u64,
+    /// Their wire bytes.
+    pub bytes: u64,
+    /// Dropped by the kernel (ring full).
+    pub dropped_kernel: u64,
+    /// Dropped by the pools (no free chunk).
+    pub dropped_pool: u64,
+    /// Rejected by a filter: user-space stages plus `filtered_kernel`.
+    pub filtered: u64,
+    /// Rejected by the in-kernel filter: frames the interface counted that no socket saw.
+    pub filtered_kernel: u64,
+    /// Kernel ring freezes.
+    pub freezes: u64,
+    /// Packets written to the output file.
+    pub written: u64,
+    /// Packets captured but not written (after a write error or past `-c`).
+    pub not_written: u64,
+    /// The write error that ended the capture.
+    pub write_error: Option<String>,
+    /// The kernel error that ended a capture thread.
+    pub capture_error: Option<String>,
+    /// Wall seconds of capture.
+    pub seconds: f64,
+    /// CPU seconds of this process (user, system).
+    pub cpu_user: f64,
+    /// CPU seconds in the kernel.
+    pub cpu_system: f64,
+    /// Wait syscalls per captured packet.
+    pub syscalls_per_packet: f64,
+    /// Per-queue counters.
+    pub queues: Vec<QueueStats>,
+}
+
+/// A capture that is set up and running.
+pub struct Engine {
+    iface: String,
+    pools: Arc<Vec<Arc<Pool>>>,
+    counters: Vec<Arc<QueueCounters>>,
+    captures: Vec<JoinHandle<Result<(), SysError>>>,
+    workers: Vec<JoinHandle<()>>,
+    writer: Option<JoinHandle<WriterOutcome>>,
+    captures_done: Arc<AtomicBool>,
+    workers_done: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    if_before: Option<u64>,
+    count: Option<u64>,
+    duration: Option<Duration>,
+    status_every: Option<Duration>,
+    started: Instant,
+    cpu_start: CpuTime,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("iface", &self.iface)
+            .finish()
+    }
+}
+
+fn mem_available() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+/// Frames the interface has seen in both directions (for the in-kernel filter's count).
+fn if_frames(iface: &str) -> Option<u64> {
+    let read = |w: &str| -> Option<u64> {
+        std::fs::read_to_string(format!("/sys/class/net/{iface}/statistics/{w}"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    Some(read("rx_packets")? + read("tx_packets")?)
+}
+
+/// Receive queues of an interface (from sysfs; 1 if unknown).
+pub fn rx_queues(iface: &str) -> usize {
+    std::fs::read_dir(format!("/sys/class/net/{iface}/queues"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
+                .count()
+        })
+        .unwrap_or(1)
+        .max(1)
+}
+
+fn pin(cpus: &Option<Vec<usize>>, i: usize) {
+    if let Some(list) = cpus.as_ref().filter(|l| !l.is_empty()) {
+        core_affinity::set_for_current(core_affinity::CoreId {
+            id: list[i % list.len()],
+        });
+    }
+}
+
+impl Engine {
+    /// Sets up rings, pools and threads; returns once every queue is capturing.
+    pub fn start(cfg: CaptureConfig, stop: Arc<AtomicBool>) -> Result<Self, CaptureError> {
+        let idx = ifindex(&cfg.iface).map_err(|_| CaptureError::NoInterface(cfg.iface.clone()))?;
+        let program = match &cfg.filter {
+            Some(expr) => filter::compile(expr, &cfg.iface, cfg.snaplen)?,
+            None => filter::accept_all(cfg.snaplen),
+        };
+        let q = cfg.queues.max(1);
+        let need = q as u64 * (cfg.pool.bytes() + cfg.ring.bytes() as u64);
+        if let Some(avail) = mem_available() {
+            if need > avail {
+                return Err(CaptureError::Memory {
+                    need_mib: need >> 20,
+                    avail_mib: avail >> 20,
+                });
+            }
+        }
+        let pools: Arc<Vec<Arc<Pool>>> =
+            Arc::new((0..q).map(|i| Arc::new(Pool::new(i, cfg.pool))).collect());
+        let group = (std::process::id() & 0xffff) as u16;
+        let sockets = (0..q)
+            .map(|_| QueueSocket::open(idx, cfg.ring, &program, (group, cfg.fanout)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let if_before = cfg.filter.as_ref().and_then(|_| if_frames(&cfg.iface));
+        let counters: Vec<Arc<QueueCounters>> =
+            (0..q).map(|_| Arc::new(QueueCounters::default())).collect();
+        let progress: Vec<Arc<Mutex<Progress>>> = (0..q)
+            .map(|_| Arc::new(Mutex::new(Progress::default())))
+            .collect();
+        let paused = Arc::new(AtomicBool::new(false));
+        let captures = sockets
+            .into_iter()
+            .enumerate()
+            .map(|(i, socket)| {
+                let t = CaptureThread {
+                    queue: i,
+                    socket,
+                    pool: Arc::clone(&pools[i]),
+                    counters: Arc::clone(&counters[i]),
+                    progress: Arc::clone(&progress[i]),
+                    wait: cfg.wait,
+                    seal_after: cfg.seal_after,
+                    snaplen: cfg.snaplen as usize,
+                    stop: Arc::clone(&stop),
+                    paused: Arc::clone(&paused),
+                };
+                let cpus = cfg.cpus.clone();
+                std::thread::Builder::new()
+                    .name(format!("capture-{i}"))
+                    .spawn(move || {
+                        pin(&cpus, i);
+                        t.run()
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| SysError {
+                call: "spawn",
+                what: "capture thread".into(),
+                source: e,
+            })?;
+        let captures_done = Arc::new(AtomicBool::new(false));
+        let workers_done = Arc::new(AtomicBool::new(false));
+        let total_chunks = q * cfg.pool.chunks.max(1);
+        let (next, writer) = match cfg.output {
+            Some((out, format)) => {
+                let input = Arc::new(ArrayQueue::new(total_chunks));
+                let out =
+                    CaptureWriter::new(out, format, cfg.snaplen, &cfg.iface).map_err(|e| {
+                        SysError {
+                            call: "write",
+                            what: "capture file header".into(),
+                            source: std::io::Error::other(e.to_string()),
+                        }
+                    })?;
+                let fw = FileWriter {
+                    out,
+                    input: Arc::clone(&input),
+                    pools: Arc::clone(&pools),
+                    progress: progress.clone(),
+                    workers_done: Arc::clone(&workers_done),
+                    limit: cfg.count,
+                    stop: Arc::clone(&stop),
+                };
+                let stats_counters = counters.clone();
+                let h = std::thread::Builder::new()
+                    .name("writer".into())
+                    .spawn(move || {
+                        fw.run(move || {
+                            let t = account::total(
+                                &stats_counters
+                                    .iter()
+                                    .enumerate()
+                                    .map(|(i, c)| c.snapshot(i))
+                                    .collect::<Vec<_>>(),
+                            );
+                            IfStats {
+                                received: t.captured,
+                                dropped: t.dropped_kernel + t.dropped_pool,
+                            }
+                        })
+                    })
+                    .map_err(|e| SysError {
+                        call: "spawn",
+                        what: "writer thread".into(),
+                        source: e,
+                    })?;
+                (Next::Write(input), Some(h))
+            }
+            None => (Next::Recycle, None),
+        };
+        let w = cfg.workers.max(1);
+        let workers = (0..w)
+            .map(|i| {
+                let wk = Worker {
+                    queues: served_queues(i, w, q),
+                    pools: Arc::clone(&pools),
+                    load: cfg.load,
+                    next: next.clone(),
+                    captures_done: Arc::clone(&captures_done),
+                };
+                let cpus = cfg.cpus.clone();
+                std::thread::Builder::new()
+                    .name(format!("worker-{i}"))
+                    .spawn(move || {
+                        pin(&cpus, q + i);
+                        wk.run()
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| SysError {
+                call: "spawn",
+                what: "worker thread".into(),
+                source: e,
+            })?;
+        Ok(Self {
+            iface: cfg.iface,
+            pools,
+            counters,
+            captures,
+            workers,
+            writer,
+            captures_done,
+            workers_done,
+            stop,
+            if_before,
+            count: cfg.count,
+            duration: cfg.duration,
+            status_every: cfg.status_every,
+            started: Instant::now(),
+            cpu_start: cpu_time(Who::SelfProcess),
+        })
+    }
+
+    fn snapshot(&self) -> Vec<QueueStats> {
+        self.counters
+            .iter()
+            .enumerate()
+            .map(|(i, c)| c.snapshot(i))
+            .collect()
+    }
+
+    fn status_line(&self, prev: &QueueStats, now: &[QueueStats], secs: f64) -> String {
+        let t = account::total(now);
+        let pps = (t.captured - prev.captured) as f64 / secs;
+        let mbps = (t.bytes - prev.bytes) as f64 * 8.0 / secs / 1e6;
+        let occupancy: Vec<String> = self
+            .pools
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                format!(
+                    "q{i} {:.0}%",
+                    100.0 * p.in_use() as f64 / p.size().chunks.max(1) as f64
+                )
+            })
+            .collect();
+        format!(
+            "{:.1} kpps {:.1} Mbit/s | captured {} dropped: kernel {} pool {} | pool {}",
+            pps / 1e3,
+            mbps,
+            t.captured,
+            t.dropped_kernel,
+            t.dropped_pool,
+            occupancy.join(" ")
+        )
+    }
+
+    /// Supervises until stopped, then drains every stage and returns the accounting, also
+    /// when a stage failed (the failure is in the report).
+    pub fn run(self) -> CaptureReport {
+        let mut last_status = Instant::now();
+        let mut prev = QueueStats::default();
+        while !self.stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(20));
+            if self.duration.is_some_and(|d| self.started.elapsed() >= d) {
+                break;
+            }
+            let now = self.snapshot();
+            if self.writer.is_none()
+                && self
+                    .count
+                    .is_some_and(|c| account::total(&now).captured >= c)
+            {
+                break;
+            }
+            if self.captures.iter().any(JoinHandle::is_finished) {
+                break; // a capture thread failed; drain the others
+            }
+            if let Some(every) = self.status_every {
+                let secs = last_status.elapsed().as_secs_f64();
+                if secs >= every.as_secs_f64() {
+                    eprintln!("{}", self.status_line(&prev, &now, secs));
+                    let _ = std::io::stderr().flush();
+                    prev = account::total(&now);
+                    last_status = Instant::now();
+                }
+            }
+        }
+        self.stop.store(true, Ordering::Relaxed);
+        let mut failure = None;
+        for (i, h) in self.captures.into_iter().enumerate() {
+            match h.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    failure = failure.or(Some(CaptureError::Thread {
+                        queue: i,
+                        source: e,
+                    }))
+                }
+                Err(_) => {
+                    failure = failure.or(Some(CaptureError::Thread {
+                        queue: i,
+                        source: SysError {
+                            call: "capture thread",
+                            what: "panicked".into(),
+                            source: std::io::Error::other("panic"),
+                        },
+                    }))
+                }
+            }
+        }
+        self.captures_done.store(true, Ordering::Release);
+        for h in self.workers {
+            let _ = h.join();
+        }
+        self.workers_done.store(true, Ordering::Release);
+        let outcome = self.writer.map(|h| h.join());
+        let seconds = self.started.elapsed().as_secs_f64();
+        let queues: Vec<QueueStats> = self
+            .counters
+            .iter()
+            .enumerate()
+            .map(|(i, c)| c.snapshot(i))
+            .collect();
+        let t = account::total(&queues);
+        let filtered_kernel = match (self.if_before, if_frames(&self.iface)) {
+            (Some(a), Some(b)) => {
+                (b - a).saturating_sub(t.captured + t.dropped_kernel + t.dropped_pool)
+            }
+            _ => 0,
+        };
+        let (written, not_written, write_error) = match outcome {
+            Some(Ok(o)) => (o.written, o.not_written, o.error.map(|e| e.to_string())),
+            Some(Err(_)) => (0, t.captured, Some("writer thread panicked".to_string())),
+            None => (0, 0, None),
+        };
+        let cpu = cpu_time(Who::SelfProcess);
+        CaptureReport {
+            interface: self.iface,
+            captured: t.captured,
+            bytes: t.bytes,
+            dropped_kernel: t.dropped_kernel,
+            dropped_pool: t.dropped_pool,
+            filtered: t.filtered + filtered_kernel,
+            filtered_kernel,
+            freezes: t.freezes,
+            written,
+            not_written,
+            write_error,
+            capture_error: failure.map(|e| e.to_string()),
+            seconds,
+            cpu_user: cpu.user - self.cpu_start.user,
+            cpu_system: cpu.system - self.cpu_start.system,
+            syscalls_per_packet: if t.captured > 0 {
+                t.syscalls as f64 / t.captured as f64
+            } else {
+                0.0
+            },
+            queues,
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! Workers: packet-handler threads that run the pipeline over one chunk at a time, then send
+//! the chunk on (to the file writer) or home (to its pool's recycle queue).
+//!
+//! The pipeline today is the papers' synthetic analysis load, the x-loop: X iterations of
+//! arithmetic over the packet's bytes per packet, kept from being optimised away by
+//! `black_box`. Which capture queues a worker serves is decided once at start (B-(M,R): a
+//! chunk is processed by a worker of its own queue).
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_queue::ArrayQueue;
+
+use super::pool::{Chunk, Pool};
+
+/// The x-loop: `x` iterations of a multiply-add over the packet's bytes.
+#[inline]
+pub fn x_loop(data: &[u8], x: u32) -> u64 {
+    if data.is_empty() {
+        return 0;
+    }
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    let mut i = 0usize;
+    for _ in 0..x {
+        h = (h ^ u64::from(data[i])).wrapping_mul(0x0100_0000_01b3);
+        i += 1;
+        if i == data.len() {
+            i = 0;
+        }
+    }
+    black_box(h)
+}
+
+/// Which queues worker `w` of `workers` serves, for `queues` queues: queue q goes to worker
+/// q mod W; with more workers than queues, worker w serves queue w mod Q.
+pub fn served_queues(w: usize, workers: usize, queues: usize) -> Vec<usize> {
+    if workers <= queues {
+        (0..queues).filter(|q| q % workers == w).collect()
+    } else {
+        vec![w % queues]
+    }
+}
+
+/// Where processed chunks go.
+#[derive(Debug, Clone)]
+pub enum Next {
+    /// Back to the pool: count only.
+    Recycle,
+    /// To the file writer.
+    Write(Arc<ArrayQueue<Chunk>>),
+}
+
+/// One worker thread's setup.
+#[derive(Debug)]
+pub struct Worker {
+    /// Queues served.
+    pub queues: Vec<usize>,
+    /// All pools (indexed by queue).
+    pub pools: Arc<Vec<Arc<Pool>>>,
+    /// x-loop iterations per packet.
+    pub load: u32,
+    /// Where chunks go next.
+    pub next: Next,
+    /// Set when every capture thread has finished.
+    pub captures_done: Arc<AtomicBool>,
+}
+
+impl Worker {
+    /// Processes chunks until the capture threads are done and the served queues are empty.
+    pub fn run(self) {
+        let mut idle = Duration::from_micros(20);
+        loop {
+            let mut worked = false;
+            for &q in &self.queues {
+                if let Some(chunk) = self.pools[q].captured.pop() {
+                    self.process(chunk);
+                    worked = true;
+                }
+            }
+            if worked {
+                idle = Duration::from_micros(20);
+                continue;
+            }
+            if self.captures_done.load(Ordering::Acquire)
+                && self
+                    .queues
+                    .iter()
+                    .all(|&q| self.pools[q].captured.is_empty())
+            {
+                return;
+            }
+            std::thread::sleep(idle);
+            idle = (idle * 2).min(Duration::from_millis(1));
+        }
+    }
+
+    fn process(&self, chunk: Chunk) {
+        if self.load > 0 {
+            for (_, data) in chunk.packets() {
+                x_loop(data, self.load);
+            }
+        }
+        match &self.next {
+            Next::Recycle => self.pools[chunk.home].recycle(chunk),
+            // Cannot fail: the writer queue has room for every chunk of every pool.
+            Next::Write(q) => {
+                let _ = q.push(chunk);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_queue_has_exactly_one_worker_when_workers_do_not_exceed_queues() {
+        for (w, q) in [(1, 1), (1, 4), (2, 4), (3, 4), (4, 4)] {
+            let mut seen = vec![0; q];
+            for i in 0..w {
+                for x in served_queues(i, w, q) {
+                    seen[x] += 1;
+                }
+            }
+            assert!(seen.iter().all(|&n| n == 1), "w={w} q={q}: {seen:?}");
+        }
+        assert_eq!(served_queues(3, 4, 2), vec![1]);
+    }
+
+    #[test]
+    fn x_loop_depends_on_data_and_iterations() {
+        let a = x_loop(b"abc", 1000);
+        assert_ne!(a, x_loop(b"abd", 1000));
+        assert_ne!(a, x_loop(b"abc", 999));
+        assert_eq!(x_loop(b"", 10), 0);
+    }
+}

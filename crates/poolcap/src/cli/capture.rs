@@ -1,0 +1,288 @@
+//! `poolcap capture`: tcpdump habits (`-i -w -s -c -B -n -q`, filter last) over the pool
+//! engine, with the engine's own knobs as long options.
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use poolcap_format::FileFormat;
+use poolcap_sys::rx_ring::RingGeometry;
+use poolcap_sys::socket::FanoutMode;
+
+use crate::capture::pool::PoolSize;
+use crate::capture::queue::WaitStrategy;
+use crate::capture::writer::BoxedOutput;
+use crate::capture::{rx_queues, CaptureConfig, CaptureError, CaptureReport, Engine};
+use crate::cli::usage;
+use crate::units;
+
+/// Default cells per chunk (M).
+pub const DEFAULT_CELLS: usize = 256;
+/// Default chunks per queue (R): with 2 KB cells, 256 x 64 x 2048 = 32 MiB per queue.
+pub const DEFAULT_CHUNKS: usize = 64;
+const BLOCK_SIZE: u32 = 256 << 10;
+
+/// Arguments of `poolcap capture`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Every packet ends in one counter: captured, dropped by the kernel (ring full), \
+dropped by the pool (no free chunk) or filtered. Memory: queues x R x M x cell bytes for the pools \
+(cell = 2048 bytes for MTU 1500) plus queues x -B for the kernel rings.
+
+Examples:
+  poolcap capture -i eth0 -w out.pcapng udp port 53
+  poolcap capture -i eth0 --queues 2 --pool 256,64 --workers 2 --load 1000 --duration 10s
+  poolcap capture -i eth0 -w - | tcpdump -r -"
+)]
+pub struct CaptureArgs {
+    /// Interface to capture on.
+    #[arg(short = 'i', long = "interface")]
+    iface: String,
+    /// Write packets to FILE (`-` for standard output). Without it packets are only counted.
+    #[arg(short = 'w')]
+    write: Option<PathBuf>,
+    /// File format: pcapng (nanosecond), pcap (microsecond) or pcap-ns.
+    #[arg(long, default_value = "pcapng", value_parser = parse_format)]
+    format: FileFormat,
+    /// Bytes to keep of each packet.
+    #[arg(short = 's', long = "snaplen", default_value_t = 262_144)]
+    snaplen: u32,
+    /// Stop after this many packets.
+    #[arg(short = 'c', value_parser = units::parse_count)]
+    count: Option<u64>,
+    /// Kernel ring per queue, in KiB as tcpdump's -B (or with a unit: 16M).
+    #[arg(short = 'B', default_value = "4096", value_parser = parse_kib)]
+    buffer: u64,
+    /// Don't resolve addresses (accepted for tcpdump habit; poolcap never resolves).
+    #[arg(short = 'n')]
+    numeric: bool,
+    /// Quiet: no status line while running.
+    #[arg(short = 'q')]
+    quiet: bool,
+    /// Stop after this long (e.g. 10s).
+    #[arg(long, value_parser = units::parse_duration)]
+    duration: Option<Duration>,
+    /// Receive queues to capture with (fanout sockets). Default: the interface's rx queues.
+    #[arg(long)]
+    queues: Option<usize>,
+    /// How the kernel spreads packets over the queues' sockets.
+    #[arg(long, default_value = "hash", value_parser = parse_fanout)]
+    fanout: FanoutMode,
+    /// Pool per queue as M,R: R chunks of M packet cells.
+    #[arg(long, default_value = "256,64", value_parser = parse_pool)]
+    pool: (usize, usize),
+    /// Worker threads (default: one per queue).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Synthetic analysis load: x-loop iterations per packet.
+    #[arg(long, default_value_t = 0)]
+    load: u32,
+    /// How capture threads wait for the kernel: poll, busy or adaptive.
+    #[arg(long, default_value = "poll", value_parser = parse_wait)]
+    wait: WaitStrategy,
+    /// CPUs to pin capture threads and then workers to, round robin (e.g. 0,1).
+    #[arg(long, value_delimiter = ',')]
+    cpus: Option<Vec<usize>>,
+    /// Write the final accounting as one JSON object to FILE.
+    #[arg(long)]
+    stats_json: Option<PathBuf>,
+    /// Filter expression (tcpdump syntax), after the options.
+    #[arg(trailing_var_arg = true)]
+    filter: Vec<String>,
+}
+
+fn parse_format(s: &str) -> Result<FileFormat, String> {
+    s.parse()
+        .map_err(|_| format!("`{s}`: use pcapng, pcap or pcap-ns"))
+}
+
+fn parse_kib(s: &str) -> Result<u64, String> {
+    if s.chars().all(|c| c.is_ascii_digit()) {
+        return s
+            .parse::<u64>()
+            .map(|k| k * 1024)
+            .map_err(|e| e.to_string());
+    }
+    units::parse_bytes(s)
+}
+
+fn parse_fanout(s: &str) -> Result<FanoutMode, String> {
+    match s {
+        "hash" => Ok(FanoutMode::Hash),
+        "lb" => Ok(FanoutMode::LoadBalance),
+        "cpu" => Ok(FanoutMode::Cpu),
+        "qm" => Ok(FanoutMode::QueueMapping),
+        _ => Err(format!("`{s}`: use hash, lb, cpu or qm")),
+    }
+}
+
+fn parse_wait(s: &str) -> Result<WaitStrategy, String> {
+    match s {
+        "poll" => Ok(WaitStrategy::Poll),
+        "busy" => Ok(WaitStrategy::Busy),
+        "adaptive" => Ok(WaitStrategy::Adaptive),
+        _ => Err(format!("`{s}`: use poll, busy or adaptive")),
+    }
+}
+
+/// Parses `M,R`, both at least 1.
+pub fn parse_pool(s: &str) -> Result<(usize, usize), String> {
+    let (m, r) = s
+        .split_once(',')
+        .ok_or_else(|| format!("`{s}`: give the pool as M,R (cells per chunk, chunks)"))?;
+    let m: usize = m
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{m}` is not a number of cells"))?;
+    let r: usize = r
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{r}` is not a number of chunks"))?;
+    if m == 0 || r == 0 {
+        return Err("M (cells per chunk) and R (chunks) must both be at least 1".into());
+    }
+    Ok((m, r))
+}
+
+fn mtu(iface: &str) -> usize {
+    std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(1500)
+}
+
+fn open_output(path: &PathBuf) -> anyhow::Result<BoxedOutput> {
+    if path.as_os_str() == "-" {
+        return Ok(Box::new(std::io::stdout()));
+    }
+    let f = File::create(path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(Box::new(f))
+}
+
+fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
+    if a.snaplen == 0 {
+        return Err(usage("-s: the snaplen must be at least 1"));
+    }
+    if a.workers == Some(0) {
+        return Err(usage("--workers must be at least 1"));
+    }
+    if a.queues == Some(0) || a.queues.is_some_and(|q| q > 64) {
+        return Err(usage("--queues must be between 1 and 64"));
+    }
+    let blocks = (a.buffer / u64::from(BLOCK_SIZE)).max(2);
+    if blocks > 1 << 16 {
+        return Err(usage("-B: kernel ring too large"));
+    }
+    let queues = a.queues.unwrap_or_else(|| rx_queues(&a.iface));
+    // A cell holds the largest frame the link carries (plus a VLAN tag), within the snaplen.
+    let frame = (mtu(&a.iface) + 14 + 4).div_ceil(64) * 64;
+    let cell_size = frame.max(2048).min(a.snaplen as usize).max(64);
+    let filter = (!a.filter.is_empty()).then(|| a.filter.join(" "));
+    Ok(CaptureConfig {
+        iface: a.iface.clone(),
+        queues,
+        fanout: a.fanout,
+        pool: PoolSize {
+            cells: a.pool.0,
+            chunks: a.pool.1,
+            cell_size,
+        },
+        workers: a.workers.unwrap_or(queues),
+        load: a.load,
+        wait: a.wait,
+        snaplen: a.snaplen,
+        ring: RingGeometry {
+            block_size: BLOCK_SIZE,
+            block_nr: blocks as u32,
+            retire_timeout_ms: 4,
+        },
+        filter,
+        output: None,
+        count: a.count,
+        duration: a.duration,
+        cpus: a.cpus.clone(),
+        seal_after: Duration::from_millis(2),
+        status_every: (!a.quiet).then_some(Duration::from_secs(1)),
+    })
+}
+
+/// Prints the accounting (to stderr, as tcpdump does, so `-w -` stays clean).
+pub fn print_report(r: &CaptureReport) {
+    eprintln!(
+        "{} packets captured ({} bytes) in {:.2} s",
+        r.captured, r.bytes, r.seconds
+    );
+    eprintln!(
+        "{} packets dropped by kernel ({} ring freezes)",
+        r.dropped_kernel, r.freezes
+    );
+    eprintln!("{} packets dropped by pool", r.dropped_pool);
+    eprintln!("{} packets filtered", r.filtered);
+    if r.written > 0 || r.not_written > 0 {
+        eprintln!(
+            "{} packets written, {} not written",
+            r.written, r.not_written
+        );
+    }
+    if r.queues.len() > 1 {
+        for q in &r.queues {
+            eprintln!(
+                "  queue {}: captured {} dropped kernel {} pool {} filtered {} peak pool {} chunks",
+                q.queue,
+                q.captured,
+                q.dropped_kernel,
+                q.dropped_pool,
+                q.filtered,
+                q.pool_peak_chunks
+            );
+        }
+    }
+    eprintln!(
+        "cpu {:.3} s user {:.3} s system; {:.4} wait syscalls per packet",
+        r.cpu_user, r.cpu_system, r.syscalls_per_packet
+    );
+}
+
+/// Runs `poolcap capture`.
+pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
+    let _ = args.numeric;
+    let mut cfg = config(&args)?;
+    poolcap_sys::privilege::check_raw_sockets("capturing packets")?;
+    poolcap_sys::socket::ifindex(&cfg.iface)
+        .map_err(|_| CaptureError::NoInterface(cfg.iface.clone()))?;
+    if let Some(p) = &args.write {
+        cfg.output = Some((open_output(p)?, args.format));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))?;
+    }
+    let (iface, snaplen, queues, pool) = (cfg.iface.clone(), cfg.snaplen, cfg.queues, cfg.pool);
+    let engine = Engine::start(cfg, stop).map_err(|e| match e {
+        CaptureError::Filter(f) => usage(f.to_string()),
+        e => anyhow::Error::new(e),
+    })?;
+    eprintln!(
+        "listening on {iface}, link-type EN10MB (Ethernet), snapshot length {snaplen} bytes, {queues} queue{}, pool {}x{} cells",
+        if queues == 1 { "" } else { "s" },
+        pool.chunks,
+        pool.cells
+    );
+    let report = engine.run();
+    print_report(&report);
+    if let Some(path) = &args.stats_json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if let Some(e) = &report.write_error {
+        anyhow::bail!("write error: {e}");
+    }
+    if let Some(e) = &report.capture_error {
+        anyhow::bail!("{e}");
+    }
+    Ok(())
+}
