@@ -1,1 +1,208 @@
-//! Helpers shared by the root tests.
+//! Helpers shared by the root tests: run `poolcap` (or a peer tool) inside a lab host, start
+//! a capture in the background and wait until it listens, stop it by PID, read files back.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+pub use poolcap_lab::{if_counters, netns_command, Lab};
+
+/// The poolcap binary under test.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_poolcap")
+}
+
+/// A fresh lab with `queues` queues, unique to this test.
+pub fn lab(queues: u16) -> Lab {
+    Lab::unique(queues, 2).unwrap_or_else(|e| panic!("lab up: {e}"))
+}
+
+/// Runs `poolcap ARGS` in `netns` and returns its output (panics if it cannot start).
+pub fn poolcap_in(netns: &str, args: &[&str]) -> Output {
+    netns_command(netns, bin())
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run poolcap {args:?}: {e}"))
+}
+
+/// Runs `poolcap gen -i snd0 ARGS --json` in the lab's sender and returns the JSON report.
+pub fn gen(lab: &Lab, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["gen", "-i", &lab.sender.iface, "--json"];
+    all.extend_from_slice(args);
+    let out = poolcap_in(&lab.sender.netns, &all);
+    assert!(
+        out.status.success(),
+        "gen {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("gen json: {e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// A background process whose stderr is collected; killed on drop if still running.
+pub struct Background {
+    pub child: Child,
+    stderr_lines: mpsc::Receiver<String>,
+    pub stderr: Vec<String>,
+}
+
+impl Background {
+    /// Starts `cmd` and waits (up to 20 s) for a stderr line containing `ready`.
+    pub fn start(mut cmd: Command, ready: &str) -> Background {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+        let err = child.stderr.take().expect("stderr piped");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut bg = Background {
+            child,
+            stderr_lines: rx,
+            stderr: Vec::new(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match bg.stderr_lines.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) => {
+                    let hit = line.contains(ready);
+                    bg.stderr.push(line);
+                    if hit {
+                        return bg;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {
+                    if let Ok(Some(st)) = bg.child.try_wait() {
+                        panic!("{cmd:?} exited with {st} before `{ready}`: {:?}", bg.stderr);
+                    }
+                }
+                Err(_) => panic!("{cmd:?} never printed `{ready}`: {:?}", bg.stderr),
+            }
+        }
+    }
+
+    /// Sends `signal` (e.g. "INT") to the process by PID and waits for it; returns its exit
+    /// code and all of its stderr.
+    pub fn stop(self, signal: &str) -> (Option<i32>, String) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status();
+        self.wait()
+    }
+
+    /// Waits for the process to exit on its own.
+    pub fn wait(mut self) -> (Option<i32>, String) {
+        let status = self.child.wait().expect("wait");
+        while let Ok(line) = self.stderr_lines.recv_timeout(Duration::from_millis(500)) {
+            self.stderr.push(line);
+        }
+        let mut out = String::new();
+        if let Some(mut o) = self.child.stdout.take() {
+            let _ = o.read_to_string(&mut out);
+        }
+        (status.code(), self.stderr.join("\n"))
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Starts `poolcap capture -i prb0 ARGS` in the lab's probe and waits until it listens.
+pub fn capture(lab: &Lab, args: &[&str]) -> Background {
+    let mut cmd = netns_command(&lab.probe.netns, bin());
+    cmd.args(["capture", "-i", &lab.probe.iface, "-q"])
+        .args(args);
+    Background::start(cmd, "listening on")
+}
+
+/// Starts `tcpdump -i prb0 ARGS` in the lab's probe and waits until it listens.
+pub fn tcpdump(lab: &Lab, args: &[&str]) -> Background {
+    let mut cmd = netns_command(&lab.probe.netns, "tcpdump");
+    cmd.args([
+        "-i",
+        &lab.probe.iface,
+        "-n",
+        "--immediate-mode",
+        "-Z",
+        "root",
+    ])
+    .args(args);
+    Background::start(cmd, "listening on")
+}
+
+/// Counts the packets of a capture file with `tcpdump -r` (an independent reader), applying
+/// an optional filter expression.
+pub fn tcpdump_count(file: &Path, filter: &[&str]) -> u64 {
+    let out = Command::new("tcpdump")
+        .arg("-nr")
+        .arg(file)
+        .args(filter)
+        .output()
+        .expect("tcpdump -r");
+    assert!(
+        out.status.success(),
+        "tcpdump -r {}: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout.iter().filter(|&&b| b == b'\n').count() as u64
+}
+
+/// Counts the packets of a capture file with tshark.
+pub fn tshark_count(file: &Path) -> u64 {
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(file)
+        .args(["-T", "fields", "-e", "frame.number"])
+        .output()
+        .expect("tshark -r");
+    assert!(
+        out.status.success(),
+        "tshark -r {}: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout.iter().filter(|&&b| b == b'\n').count() as u64
+}
+
+/// Checks the generator frames of a file: returns (frames, unique, missing, duplicates) of
+/// the only generator in it.
+pub fn check_sequences(file: &Path, expected: u64) -> (u64, u64, u64, u64) {
+    let f =
+        poolcap_format::read_file(file).unwrap_or_else(|e| panic!("read {}: {e}", file.display()));
+    let mut c = poolcap::seqcheck::SeqChecker::new();
+    for p in &f.packets {
+        c.observe(&p.data);
+    }
+    let r = c.reports(Some(expected));
+    assert_eq!(
+        r.len(),
+        1,
+        "expected one generator in {}: {r:?}",
+        file.display()
+    );
+    (r[0].frames, r[0].unique, r[0].missing, r[0].duplicates)
+}
+
+/// A scratch directory removed on drop.
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("tempdir")
+}

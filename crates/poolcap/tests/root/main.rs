@@ -4,6 +4,7 @@
 //! A custom harness (libtest-mimic) so that, without the privileges, every test is reported
 //! as ignored with the reason instead of passing silently.
 
+mod capture;
 mod common;
 mod gen;
 
@@ -11,6 +12,7 @@ fn main() {
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = Vec::new();
     trials.extend(gen::trials());
+    trials.extend(capture::trials());
     if let Err(why) = poolcap_sys::privilege::check_lab() {
         eprintln!("skipping {} root tests: {why}", trials.len());
         trials = trials
