@@ -43,3 +43,15 @@ pub fn cpu_time(who: Who) -> CpuTime {
         system: secs(ru.ru_stime),
     }
 }
+
+/// Sends SIGINT to process `pid` (one this process started), asking it to stop cleanly.
+pub fn interrupt(pid: u32) -> std::io::Result<()> {
+    let pid = libc::pid_t::try_from(pid)
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: kill() takes plain integers and has no memory effects on this process.
+    let rc = unsafe { libc::kill(pid, libc::SIGINT) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}

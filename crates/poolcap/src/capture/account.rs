@@ -10,7 +10,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Live counters of one receive queue.
 #[derive(Debug, Default)]
@@ -61,7 +61,7 @@ impl QueueCounters {
 }
 
 /// Counters of one receive queue at a moment.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueStats {
     /// Receive queue index.
     pub queue: usize,

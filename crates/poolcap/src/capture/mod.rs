@@ -33,7 +33,7 @@ use poolcap_sys::process::{cpu_time, CpuTime, Who};
 use poolcap_sys::rx_ring::RingGeometry;
 use poolcap_sys::socket::{ifindex, FanoutMode};
 use poolcap_sys::SysError;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use self::account::{QueueCounters, QueueStats};
 use self::pool::{Pool, PoolSize};
@@ -117,7 +117,7 @@ pub enum CaptureError {
 }
 
 /// The outcome of a capture.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CaptureReport {
     /// Interface.
     pub interface: String,

@@ -92,7 +92,7 @@ impl Worker {
                 return;
             }
             std::thread::sleep(idle);
-            idle = (idle * 2).min(Duration::from_millis(1));
+            idle = (idle * 2).min(Duration::from_millis(2));
         }
     }
 

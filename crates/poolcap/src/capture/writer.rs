@@ -86,6 +86,7 @@ impl FileWriter {
         let mut written = 0u64;
         let mut not_written = 0u64;
         let mut error: Option<WriteError> = None;
+        let mut idle = Duration::from_micros(100);
         loop {
             while let Some(c) = self.input.pop() {
                 let q = &mut queues[c.home];
@@ -145,8 +146,13 @@ impl FileWriter {
             {
                 break;
             }
-            if !progressed {
-                std::thread::sleep(Duration::from_micros(200));
+            if progressed {
+                idle = Duration::from_micros(100);
+            } else {
+                // Back off while idle: a chunk waits in the writer queue at most a few
+                // milliseconds, which the pools absorb, and an idle writer costs no CPU.
+                std::thread::sleep(idle);
+                idle = (idle * 2).min(Duration::from_millis(4));
             }
         }
         if error.is_none() {

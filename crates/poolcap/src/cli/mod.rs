@@ -7,6 +7,7 @@ use std::fmt;
 
 pub mod capture;
 pub mod check;
+pub mod demo;
 pub mod gen;
 pub mod lab;
 
@@ -22,6 +23,8 @@ pub struct Cli {
 enum Command {
     /// Capture packets with a ring-buffer pool per receive queue (tcpdump-like options).
     Capture(capture::CaptureArgs),
+    /// Run the self-contained demo: lab, capture, traffic, accounting, file check.
+    Demo(demo::DemoArgs),
     /// Build, inspect or remove test hosts (network namespaces joined by veth pairs).
     Lab(lab::LabArgs),
     /// Send numbered UDP frames (or replay a capture) on an interface.
@@ -58,6 +61,7 @@ pub fn main() -> i32 {
     };
     let result = match cli.command {
         Command::Capture(a) => capture::run(a),
+        Command::Demo(a) => demo::run(a),
         Command::Lab(a) => lab::run(a),
         Command::Gen(a) => gen::run(a),
         Command::Check(a) => check::run(a),

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use poolcap_sys::socket::{ifindex, is_transient, PacketSocket, TxBatch};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use self::source::{Replay, Synthetic};
 use self::timing::Timing;
@@ -88,7 +88,7 @@ pub struct GenConfig {
 }
 
 /// What a run sent.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct GenReport {
     /// Interface.
     pub iface: String,

@@ -1,0 +1,246 @@
+//! `poolcap demo`: the README's main command. Builds a two-host lab with two receive queues,
+//! starts a capture in the probe, sends steady traffic, bursts and a skewed flow set from the
+//! sender, stops, prints the accounting, reads the file back to check every frame, and tears
+//! the lab down. Everything runs as child processes of this one, each in its namespace.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Args;
+use poolcap_lab::{netns_command, Lab};
+
+use crate::capture::CaptureReport;
+use crate::gen::GenReport;
+use crate::seqcheck::SeqChecker;
+
+/// Arguments of `poolcap demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Where to write the capture file.
+    #[arg(short = 'w', default_value = "/tmp/poolcap-demo/capture.pcapng")]
+    write: PathBuf,
+    /// Receive queues of the lab's interfaces (and capture queues).
+    #[arg(long, default_value_t = 2)]
+    queues: u16,
+}
+
+/// One phase of demo traffic.
+struct Phase {
+    name: &'static str,
+    args: &'static [&'static str],
+}
+
+const PHASES: [Phase; 3] = [
+    Phase {
+        name: "steady 100k pps, 8 flows, 64 B",
+        args: &["--rate", "100k", "--count", "150k", "--flows", "8"],
+    },
+    Phase {
+        name: "bursts of 20k at top speed, 512 B",
+        args: &[
+            "--burst", "20k", "--idle", "200ms", "--count", "60k", "--size", "512",
+        ],
+    },
+    Phase {
+        name: "16 flows, one carrying 80%, imix",
+        args: &[
+            "--flows", "16", "--skew", "0.8", "--count", "150k", "--size", "imix",
+        ],
+    },
+];
+
+fn self_exe() -> anyhow::Result<PathBuf> {
+    std::env::current_exe().context("cannot find the poolcap executable")
+}
+
+/// Starts the capture and waits for its `listening on` line.
+fn start_capture(lab: &Lab, exe: &Path, file: &Path, stats: &Path) -> anyhow::Result<Child> {
+    let mut child = netns_command(&lab.probe.netns, &exe.to_string_lossy())
+        .args([
+            "capture",
+            "-q",
+            "-i",
+            &lab.probe.iface,
+            "--queues",
+            &lab.queues.to_string(),
+            "-w",
+        ])
+        .arg(file)
+        .arg("--stats-json")
+        .arg(stats)
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("cannot start the capture")?;
+    let err = child.stderr.take().context("capture stderr")?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(line) if line.contains("listening on") => {
+                println!("  capture: {line}");
+                // Keep draining its stderr so it never blocks on a full pipe.
+                std::thread::spawn(move || for _ in rx {});
+                return Ok(child);
+            }
+            Ok(line) => eprintln!("  capture: {line}"),
+            Err(_) => {
+                if let Some(st) = child.try_wait()? {
+                    bail!("the capture exited early ({st})");
+                }
+            }
+        }
+    }
+    let _ = child.kill();
+    bail!("the capture did not start within 20 s")
+}
+
+fn send(lab: &Lab, exe: &Path, gen_id: u32, args: &[&str]) -> anyhow::Result<GenReport> {
+    let out = netns_command(&lab.sender.netns, &exe.to_string_lossy())
+        .args([
+            "gen",
+            "-i",
+            &lab.sender.iface,
+            "--json",
+            "--gen-id",
+            &gen_id.to_string(),
+        ])
+        .args(args)
+        .output()
+        .context("cannot run the generator")?;
+    if !out.status.success() {
+        bail!(
+            "generator failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    serde_json::from_slice(&out.stdout).context("cannot read the generator's report")
+}
+
+fn read_stats(path: &Path) -> anyhow::Result<CaptureReport> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("cannot parse {}", path.display()))
+}
+
+/// Runs `poolcap demo`.
+pub fn run(args: DemoArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let exe = self_exe()?;
+    let dir = args
+        .write
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let stats_path = args.write.with_extension("stats.json");
+    println!(
+        "poolcap demo: building a lab (sender and probe namespaces, veth with {} queues)",
+        args.queues
+    );
+    let lab = Lab::unique(args.queues, 2)?;
+    println!(
+        "  sender {} ({}), probe {} ({})",
+        lab.sender.netns, lab.sender.iface, lab.probe.netns, lab.probe.iface
+    );
+    let mut capture = start_capture(&lab, &exe, &args.write, &stats_path)?;
+    let mut sent = Vec::new();
+    for (i, phase) in PHASES.iter().enumerate() {
+        let r = send(&lab, &exe, i as u32 + 1, phase.args)?;
+        println!(
+            "  sent {:>7} frames: {:<36} {:>8.0} pps",
+            r.frames, phase.name, r.pps
+        );
+        sent.push(r);
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    poolcap_sys::process::interrupt(capture.id()).context("cannot stop the capture")?;
+    let status = capture.wait()?;
+    let report = read_stats(&stats_path)?;
+    let total_sent: u64 = sent.iter().map(|r| r.frames).sum();
+    let link_dropped: u64 = sent.iter().map(|r| r.link_dropped).sum();
+    let accounted = report.captured + report.dropped_kernel + report.dropped_pool + report.filtered;
+    println!();
+    println!("accounting ({} queues):", report.queues.len());
+    println!("  sent            {total_sent:>9}");
+    println!("  captured        {:>9}", report.captured);
+    println!("  dropped_kernel  {:>9}", report.dropped_kernel);
+    println!("  dropped_pool    {:>9}", report.dropped_pool);
+    println!("  filtered        {:>9}", report.filtered);
+    for q in &report.queues {
+        println!(
+            "    queue {}: captured {:>7}, peak pool use {} chunks",
+            q.queue, q.captured, q.pool_peak_chunks
+        );
+    }
+    let balanced = accounted + link_dropped == total_sent;
+    println!(
+        "  sent = captured + dropped_kernel + dropped_pool + filtered{}: {}",
+        if link_dropped > 0 {
+            " + dropped on the link"
+        } else {
+            ""
+        },
+        if balanced { "holds" } else { "DOES NOT HOLD" }
+    );
+    println!(
+        "  capture CPU: {:.2} s user, {:.2} s system",
+        report.cpu_user, report.cpu_system
+    );
+    let file = poolcap_format::read_file(&args.write)
+        .with_context(|| format!("cannot read back {}", args.write.display()))?;
+    let mut checker = SeqChecker::new();
+    for p in &file.packets {
+        checker.observe(&p.data);
+    }
+    println!();
+    println!(
+        "capture file: {} ({} packets, {})",
+        args.write.display(),
+        file.packets.len(),
+        file.format
+    );
+    let mut complete = true;
+    for (g, r) in checker.reports(None).iter().zip(&sent) {
+        let ok = g.unique == r.frames && g.duplicates == 0;
+        complete &= ok;
+        println!(
+            "  generator {}: {} of {} frames, {} missing, {} duplicates",
+            g.gen_id,
+            g.unique,
+            r.frames,
+            r.frames.saturating_sub(g.unique),
+            g.duplicates
+        );
+    }
+    if let Ok(out) = Command::new("tshark")
+        .arg("-r")
+        .arg(&args.write)
+        .args(["-T", "fields", "-e", "frame.number"])
+        .output()
+    {
+        if out.status.success() {
+            let n = out.stdout.iter().filter(|&&b| b == b'\n').count();
+            println!("  tshark reads {n} packets");
+        }
+    }
+    drop(lab);
+    println!();
+    println!(
+        "lab removed; demo took {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    if !status.success() || !balanced || report.written != report.captured || !complete {
+        bail!("the demo found a problem (see above)");
+    }
+    Ok(())
+}
