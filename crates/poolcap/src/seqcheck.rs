@@ -96,7 +96,7 @@ impl SeqChecker {
                         .take(full)
                         .map(|w| u64::from(w.count_ones()))
                         .sum();
-                    if n % 64 != 0 {
+                    if !n.is_multiple_of(64) {
                         if let Some(w) = g.seen.get(full) {
                             c += u64::from((w & ((1u64 << (n % 64)) - 1)).count_ones());
                         }

@@ -76,7 +76,10 @@ impl RxRing {
     /// Creates the ring on `sock` (which must already use TPACKET_V3) and maps it.
     pub fn new(sock: &PacketSocket, geometry: RingGeometry) -> Result<Self> {
         const FRAME: u32 = 2048;
-        if geometry.block_size == 0 || geometry.block_size % FRAME != 0 || geometry.block_nr == 0 {
+        if geometry.block_size == 0
+            || !geometry.block_size.is_multiple_of(FRAME)
+            || geometry.block_nr == 0
+        {
             return Err(SysError {
                 call: "setsockopt(PACKET_RX_RING)",
                 what: format!("block size {} x {}", geometry.block_size, geometry.block_nr),

@@ -101,9 +101,8 @@ impl PacketSocket {
             return Err(SysError::last("socket(AF_PACKET, SOCK_RAW)", ""));
         }
         // SAFETY: `fd` is a freshly created descriptor that nothing else owns.
-        Ok(Self {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Self { fd })
     }
 
     fn setsockopt<T>(&self, level: i32, opt: i32, val: &T, call: &'static str) -> Result<()> {

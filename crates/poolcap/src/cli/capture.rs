@@ -155,7 +155,7 @@ fn mtu(iface: &str) -> usize {
         .unwrap_or(1500)
 }
 
-fn open_output(path: &PathBuf) -> anyhow::Result<BoxedOutput> {
+fn open_output(path: &std::path::Path) -> anyhow::Result<BoxedOutput> {
     if path.as_os_str() == "-" {
         return Ok(Box::new(std::io::stdout()));
     }

@@ -160,7 +160,7 @@ fn timing(a: &GenArgs, mean_len: f64) -> anyhow::Result<Timing> {
     })
 }
 
-fn replay_frames(a: &GenArgs, path: &PathBuf) -> anyhow::Result<(Frames, Timing, u64)> {
+fn replay_frames(a: &GenArgs, path: &std::path::Path) -> anyhow::Result<(Frames, Timing, u64)> {
     let file = poolcap_format::read_file(path)
         .with_context(|| format!("cannot replay {}", path.display()))?;
     if file.packets.is_empty() {
