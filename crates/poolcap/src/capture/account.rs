@@ -33,6 +33,12 @@ pub struct QueueCounters {
     pub chunks: AtomicU64,
     /// Highest number of chunks in use at once.
     pub pool_peak: AtomicU64,
+    /// Packets of this queue's chunks sent to a buddy's workers.
+    pub offloaded_out: AtomicU64,
+    /// Packets of buddies' chunks taken in by this queue's workers.
+    pub offloaded_in: AtomicU64,
+    /// Milliseconds the capture was paused by congestion control.
+    pub paused_ms: AtomicU64,
 }
 
 impl QueueCounters {
@@ -56,6 +62,9 @@ impl QueueCounters {
             syscalls: g(&self.syscalls),
             chunks: g(&self.chunks),
             pool_peak_chunks: g(&self.pool_peak),
+            offloaded_out: g(&self.offloaded_out),
+            offloaded_in: g(&self.offloaded_in),
+            paused_ms: g(&self.paused_ms),
         }
     }
 }
@@ -83,6 +92,12 @@ pub struct QueueStats {
     pub chunks: u64,
     /// Most chunks in use at once.
     pub pool_peak_chunks: u64,
+    /// Packets sent to buddies' workers.
+    pub offloaded_out: u64,
+    /// Packets taken in from buddies.
+    pub offloaded_in: u64,
+    /// Milliseconds paused by congestion control.
+    pub paused_ms: u64,
 }
 
 impl QueueStats {
@@ -104,6 +119,9 @@ pub fn total(queues: &[QueueStats]) -> QueueStats {
         t.syscalls += q.syscalls;
         t.chunks += q.chunks;
         t.pool_peak_chunks = t.pool_peak_chunks.max(q.pool_peak_chunks);
+        t.offloaded_out += q.offloaded_out;
+        t.offloaded_in += q.offloaded_in;
+        t.paused_ms += q.paused_ms;
         t
     })
 }

@@ -16,6 +16,7 @@
 
 pub mod account;
 pub mod filter;
+pub mod policy;
 pub mod pool;
 pub mod queue;
 pub mod worker;
@@ -36,6 +37,7 @@ use poolcap_sys::SysError;
 use serde::{Deserialize, Serialize};
 
 use self::account::{QueueCounters, QueueStats};
+use self::policy::{group_of, PolicySpec};
 use self::pool::{Pool, PoolSize};
 use self::queue::{CaptureThread, Progress, QueueSocket, WaitStrategy};
 use self::worker::{served_queues, Next, Worker};
@@ -73,6 +75,10 @@ pub struct CaptureConfig {
     pub cpus: Option<Vec<usize>>,
     /// Seal a partly filled chunk after this long without new packets.
     pub seal_after: Duration,
+    /// Offload policy.
+    pub policy: PolicySpec,
+    /// Buddy groups (every queue in exactly one).
+    pub buddy_groups: Vec<Vec<usize>>,
     /// Print a status line this often on stderr (None: quiet).
     pub status_every: Option<Duration>,
 }
@@ -159,7 +165,7 @@ pub struct CaptureReport {
 pub struct Engine {
     iface: String,
     pools: Arc<Vec<Arc<Pool>>>,
-    counters: Vec<Arc<QueueCounters>>,
+    counters: Arc<Vec<Arc<QueueCounters>>>,
     captures: Vec<JoinHandle<Result<(), SysError>>>,
     workers: Vec<JoinHandle<()>>,
     writer: Option<JoinHandle<WriterOutcome>>,
@@ -245,19 +251,22 @@ impl Engine {
                 });
             }
         }
-        let pools: Arc<Vec<Arc<Pool>>> =
-            Arc::new((0..q).map(|i| Arc::new(Pool::new(i, cfg.pool))).collect());
+        let groups: Vec<Vec<usize>> = (0..q).map(|i| group_of(&cfg.buddy_groups, i)).collect();
+        let pools: Arc<Vec<Arc<Pool>>> = Arc::new(
+            (0..q)
+                .map(|i| Arc::new(Pool::new(i, cfg.pool, groups[i].len() * cfg.pool.chunks)))
+                .collect(),
+        );
         let group = (std::process::id() & 0xffff) as u16;
         let sockets = (0..q)
             .map(|_| QueueSocket::open(idx, cfg.ring, &program, (group, cfg.fanout)))
             .collect::<Result<Vec<_>, _>>()?;
         let if_before = cfg.filter.as_ref().and_then(|_| if_frames(&cfg.iface));
-        let counters: Vec<Arc<QueueCounters>> =
-            (0..q).map(|_| Arc::new(QueueCounters::default())).collect();
+        let counters: Arc<Vec<Arc<QueueCounters>>> =
+            Arc::new((0..q).map(|_| Arc::new(QueueCounters::default())).collect());
         let progress: Vec<Arc<Mutex<Progress>>> = (0..q)
             .map(|_| Arc::new(Mutex::new(Progress::default())))
             .collect();
-        let paused = Arc::new(AtomicBool::new(false));
         let captures = sockets
             .into_iter()
             .enumerate()
@@ -266,13 +275,15 @@ impl Engine {
                     queue: i,
                     socket,
                     pool: Arc::clone(&pools[i]),
+                    pools: Arc::clone(&pools),
                     counters: Arc::clone(&counters[i]),
+                    all_counters: Arc::clone(&counters),
+                    policy: cfg.policy.build(&groups[i]),
                     progress: Arc::clone(&progress[i]),
                     wait: cfg.wait,
                     seal_after: cfg.seal_after,
                     snaplen: cfg.snaplen as usize,
                     stop: Arc::clone(&stop),
-                    paused: Arc::clone(&paused),
                 };
                 let cpus = cfg.cpus.clone();
                 std::thread::Builder::new()
@@ -311,7 +322,7 @@ impl Engine {
                     limit: cfg.count,
                     stop: Arc::clone(&stop),
                 };
-                let stats_counters = counters.clone();
+                let stats_counters = Arc::clone(&counters);
                 let h = std::thread::Builder::new()
                     .name("writer".into())
                     .spawn(move || {
@@ -405,12 +416,14 @@ impl Engine {
             })
             .collect();
         format!(
-            "{:.1} kpps {:.1} Mbit/s | captured {} dropped: kernel {} pool {} | pool {}",
+            "{:.1} kpps {:.1} Mbit/s | captured {} dropped: kernel {} pool {} | offloaded {} paused {} ms | pool {}",
             pps / 1e3,
             mbps,
             t.captured,
             t.dropped_kernel,
             t.dropped_pool,
+            t.offloaded_out,
+            t.paused_ms,
             occupancy.join(" ")
         )
     }

@@ -159,8 +159,10 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// Allocates R chunks for queue `home`.
-    pub fn new(home: usize, size: PoolSize) -> Self {
+    /// Allocates R chunks for queue `home`, with a capture queue that can hold
+    /// `queue_capacity` chunks (R, or the chunks of the whole buddy group when buddies may
+    /// offload into it).
+    pub fn new(home: usize, size: PoolSize, queue_capacity: usize) -> Self {
         let chunks = size.chunks.max(1);
         let free = ArrayQueue::new(chunks);
         for _ in 0..chunks {
@@ -169,7 +171,7 @@ impl Pool {
         }
         Self {
             free,
-            captured: ArrayQueue::new(chunks),
+            captured: ArrayQueue::new(queue_capacity.max(chunks)),
             size,
         }
     }
@@ -258,6 +260,7 @@ mod tests {
                 chunks: 3,
                 cell_size: 64,
             },
+            3,
         );
         let taken: Vec<Chunk> = std::iter::from_fn(|| pool.take_free()).collect();
         assert_eq!(taken.len(), 3);

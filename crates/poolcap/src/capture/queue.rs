@@ -18,6 +18,7 @@ use poolcap_sys::socket::{BpfInsn, FanoutMode, PacketSocket};
 use poolcap_sys::SysError;
 
 use super::account::QueueCounters;
+use super::policy::Policy;
 use super::pool::{Chunk, Pool};
 
 /// How the capture thread waits when the kernel has nothing for it.
@@ -78,8 +79,14 @@ pub struct CaptureThread {
     pub socket: QueueSocket,
     /// This queue's pool.
     pub pool: Arc<Pool>,
+    /// Every queue's pool (a chunk may be routed to a buddy's capture queue).
+    pub pools: Arc<Vec<Arc<Pool>>>,
     /// This queue's counters.
     pub counters: Arc<QueueCounters>,
+    /// Every queue's counters (for `offloaded_in`).
+    pub all_counters: Arc<Vec<Arc<QueueCounters>>>,
+    /// The offload policy of this queue.
+    pub policy: Box<dyn Policy>,
     /// Published progress.
     pub progress: Arc<Mutex<Progress>>,
     /// Waiting strategy.
@@ -90,8 +97,6 @@ pub struct CaptureThread {
     pub snaplen: usize,
     /// Set to stop.
     pub stop: Arc<AtomicBool>,
-    /// Set while capture is paused by congestion control (nothing taken from the kernel).
-    pub paused: Arc<AtomicBool>,
 }
 
 fn now_ns() -> u64 {
@@ -115,12 +120,26 @@ impl CaptureThread {
         }
     }
 
-    fn seal(&self, mut chunk: Chunk, seq: &mut u64) {
+    fn backlogs(&self, scratch: &mut Vec<usize>) {
+        scratch.clear();
+        scratch.extend(self.pools.iter().map(|p| p.backlog()));
+    }
+
+    fn seal(&mut self, mut chunk: Chunk, seq: &mut u64, backlogs: &mut Vec<usize>) {
         chunk.seq = *seq;
         *seq += 1;
         let last = chunk.packets().last().map_or(0, |(m, _)| m.ts_ns);
-        // Cannot fail: the capture queue holds R chunks and only R exist.
-        let _ = self.pool.captured.push(chunk);
+        self.backlogs(backlogs);
+        let target = self
+            .policy
+            .route(self.queue, backlogs, self.pool.size().chunks);
+        if target != self.queue {
+            let n = chunk.len() as u64;
+            QueueCounters::add(&self.counters.offloaded_out, n);
+            QueueCounters::add(&self.all_counters[target].offloaded_in, n);
+        }
+        // Cannot fail: a capture queue holds every chunk of its buddy group.
+        let _ = self.pools[target].captured.push(chunk);
         QueueCounters::add(&self.counters.chunks, 1);
         let in_use = self.pool.in_use() as u64;
         self.counters.pool_peak.fetch_max(in_use, Ordering::Relaxed);
@@ -151,18 +170,30 @@ impl CaptureThread {
         let mut idle_sleep = Duration::from_micros(50);
         let mut tally = Tally::default();
         let mut full: Vec<Chunk> = Vec::with_capacity(self.pool.size().chunks);
+        let mut backlogs = Vec::with_capacity(self.pools.len());
+        let mut paused_since: Option<Instant> = None;
         let result = loop {
-            if self.paused.load(Ordering::Relaxed)
-                && stopping.is_none()
-                && !self.stop.load(Ordering::Relaxed)
-            {
+            self.backlogs(&mut backlogs);
+            let capacity = self.pool.size().chunks;
+            let pause = self.policy.pause(self.queue, &backlogs, capacity)
+                && !self.stop.load(Ordering::Relaxed);
+            match (pause, paused_since) {
+                (true, None) => paused_since = Some(Instant::now()),
+                (false, Some(t)) => {
+                    QueueCounters::add(&self.counters.paused_ms, t.elapsed().as_millis() as u64);
+                    paused_since = None;
+                }
+                _ => {}
+            }
+            if pause {
+                // Leave the packets to the kernel, which counts what it cannot hold.
                 std::thread::sleep(Duration::from_micros(200));
                 QueueCounters::add(&self.counters.syscalls, 1);
                 continue;
             }
             let got = self.take_block(&mut open, &mut open_since, &mut full, &mut tally);
             for c in full.drain(..) {
-                self.seal(c, &mut seq);
+                self.seal(c, &mut seq, &mut backlogs);
             }
             if got {
                 QueueCounters::add(&self.counters.captured, std::mem::take(&mut tally.captured));
@@ -178,7 +209,7 @@ impl CaptureThread {
                     .is_some_and(|c| !c.is_empty() && open_since.elapsed() >= self.seal_after)
                 {
                     if let Some(c) = open.take() {
-                        self.seal(c, &mut seq);
+                        self.seal(c, &mut seq, &mut backlogs);
                     }
                 }
                 if open.as_ref().is_none_or(Chunk::is_empty) {
@@ -205,8 +236,11 @@ impl CaptureThread {
                 }
             }
         };
+        if let Some(t) = paused_since {
+            QueueCounters::add(&self.counters.paused_ms, t.elapsed().as_millis() as u64);
+        }
         if let Some(c) = open.take().filter(|c| !c.is_empty()) {
-            self.seal(c, &mut seq);
+            self.seal(c, &mut seq, &mut backlogs);
         } else if let Some(c) = open.take() {
             self.pool.recycle(c);
         }

@@ -217,8 +217,8 @@ mod tests {
             cell_size: 64,
         };
         let pools = Arc::new(vec![
-            Arc::new(Pool::new(0, size)),
-            Arc::new(Pool::new(1, size)),
+            Arc::new(Pool::new(0, size, 4)),
+            Arc::new(Pool::new(1, size, 4)),
         ]);
         let input = Arc::new(ArrayQueue::new(8));
         // Queue 0's chunk 1 arrives before its chunk 0.
@@ -271,8 +271,8 @@ mod tests {
             cell_size: 64,
         };
         let pools = Arc::new(vec![
-            Arc::new(Pool::new(0, size)),
-            Arc::new(Pool::new(1, size)),
+            Arc::new(Pool::new(0, size, 4)),
+            Arc::new(Pool::new(1, size, 4)),
         ]);
         let progress = vec![
             Arc::new(Mutex::new(Progress {

@@ -13,6 +13,7 @@ use poolcap_format::FileFormat;
 use poolcap_sys::rx_ring::RingGeometry;
 use poolcap_sys::socket::FanoutMode;
 
+use crate::capture::policy::{parse_buddy_groups, PolicySpec};
 use crate::capture::pool::PoolSize;
 use crate::capture::queue::WaitStrategy;
 use crate::capture::writer::BoxedOutput;
@@ -87,6 +88,15 @@ pub struct CaptureArgs {
     /// CPUs to pin capture threads and then workers to, round robin (e.g. 0,1).
     #[arg(long, value_delimiter = ',')]
     cpus: Option<Vec<usize>>,
+    /// Offload policy: basic (every chunk processed by its own queue's workers), buddy:T
+    /// (past T% backlog, chunks go to the least-loaded buddy under T%; this can reorder
+    /// packets of one flow across workers, the file stays in timestamp order) or
+    /// congestion:HIGH,LOW (stop taking packets from the kernel at HIGH% backlog until LOW%).
+    #[arg(long, default_value = "basic")]
+    offload: PolicySpec,
+    /// Buddy groups as queue lists, e.g. `0,1;2,3` (default: all queues form one group).
+    #[arg(long)]
+    buddy_groups: Option<String>,
     /// Write the final accounting as one JSON object to FILE.
     #[arg(long)]
     stats_json: Option<PathBuf>,
@@ -182,6 +192,12 @@ fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
     let frame = (mtu(&a.iface) + 14 + 4).div_ceil(64) * 64;
     let cell_size = frame.max(2048).min(a.snaplen as usize).max(64);
     let filter = (!a.filter.is_empty()).then(|| a.filter.join(" "));
+    let buddy_groups = match &a.buddy_groups {
+        Some(g) => {
+            parse_buddy_groups(g, queues).map_err(|e| usage(format!("--buddy-groups: {e}")))?
+        }
+        None => vec![(0..queues).collect()],
+    };
     Ok(CaptureConfig {
         iface: a.iface.clone(),
         queues,
@@ -206,6 +222,8 @@ fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
         duration: a.duration,
         cpus: a.cpus.clone(),
         seal_after: Duration::from_millis(2),
+        policy: a.offload.clone(),
+        buddy_groups,
         status_every: (!a.quiet).then_some(Duration::from_secs(1)),
     })
 }
@@ -231,13 +249,16 @@ pub fn print_report(r: &CaptureReport) {
     if r.queues.len() > 1 {
         for q in &r.queues {
             eprintln!(
-                "  queue {}: captured {} dropped kernel {} pool {} filtered {} peak pool {} chunks",
+                "  queue {}: captured {} dropped kernel {} pool {} filtered {} peak pool {} chunks; offloaded out {} in {}; paused {} ms",
                 q.queue,
                 q.captured,
                 q.dropped_kernel,
                 q.dropped_pool,
                 q.filtered,
-                q.pool_peak_chunks
+                q.pool_peak_chunks,
+                q.offloaded_out,
+                q.offloaded_in,
+                q.paused_ms
             );
         }
     }
