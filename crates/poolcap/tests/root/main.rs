@@ -7,12 +7,14 @@
 mod capture;
 mod common;
 mod gen;
+mod offload;
 
 fn main() {
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = Vec::new();
     trials.extend(gen::trials());
     trials.extend(capture::trials());
+    trials.extend(offload::trials());
     if let Err(why) = poolcap_sys::privilege::check_lab() {
         eprintln!("skipping {} root tests: {why}", trials.len());
         trials = trials

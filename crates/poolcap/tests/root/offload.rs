@@ -1,0 +1,128 @@
+//! Advanced-mode tests in a lab: buddy offloading and congestion control keep every packet
+//! accounted for.
+
+use libtest_mimic::Trial;
+
+use crate::common::{capture, gen, lab, tempdir};
+
+fn stats(path: &std::path::Path) -> serde_json::Value {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    serde_json::from_str(&text).expect("stats json")
+}
+
+fn accounted(s: &serde_json::Value) -> u64 {
+    ["captured", "dropped_kernel", "dropped_pool", "filtered"]
+        .iter()
+        .map(|k| s[k].as_u64().expect(k))
+        .sum()
+}
+
+fn queue_sum(s: &serde_json::Value, key: &str) -> u64 {
+    s["queues"]
+        .as_array()
+        .expect("queues")
+        .iter()
+        .map(|q| q[key].as_u64().expect(key))
+        .sum()
+}
+
+/// Two queues, one elephant flow, a heavy per-packet load: the hot queue's backlog passes T
+/// and its chunks go to the other queue's worker.
+fn buddy_offloads_and_accounts_exactly() {
+    let lab = lab(2);
+    let dir = tempdir();
+    let json = dir.path().join("stats.json");
+    let cap = capture(
+        &lab,
+        &[
+            "--queues",
+            "2",
+            "--load",
+            "20000",
+            "--pool",
+            "32,16",
+            "--offload",
+            "buddy:50",
+            "--stats-json",
+            json.to_str().unwrap(),
+        ],
+    );
+    let sent = gen(
+        &lab,
+        &[
+            "--count", "60000", "--rate", "60k", "--flows", "16", "--skew", "0.8",
+        ],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (code, err) = cap.stop("INT");
+    assert_eq!(code, Some(0), "capture failed: {err}");
+    let s = stats(&json);
+    let frames = sent["frames"].as_u64().unwrap();
+    assert_eq!(sent["link_dropped"].as_u64(), Some(0));
+    assert_eq!(
+        accounted(&s),
+        frames,
+        "sent = captured + dropped_kernel + dropped_pool + filtered: {s}"
+    );
+    let out = queue_sum(&s, "offloaded_out");
+    assert!(out > 0, "no chunk was offloaded: {s}");
+    assert_eq!(
+        out,
+        queue_sum(&s, "offloaded_in"),
+        "what one queue sends out another takes in"
+    );
+    assert_eq!(queue_sum(&s, "captured"), s["captured"].as_u64().unwrap());
+}
+
+/// With congestion control the capture pauses at the high mark and the kernel counts what
+/// it then drops.
+fn congestion_pauses_and_accounts_exactly() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let json = dir.path().join("stats.json");
+    let cap = capture(
+        &lab,
+        &[
+            "--load",
+            "50000",
+            "--pool",
+            "32,16",
+            "-B",
+            "256",
+            "--offload",
+            "congestion:75,25",
+            "--stats-json",
+            json.to_str().unwrap(),
+        ],
+    );
+    let sent = gen(&lab, &["--count", "50000"]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (code, err) = cap.stop("INT");
+    assert_eq!(code, Some(0), "capture failed: {err}");
+    let s = stats(&json);
+    let frames = sent["frames"].as_u64().unwrap();
+    assert_eq!(
+        accounted(&s),
+        frames,
+        "sent = captured + dropped_kernel + dropped_pool + filtered: {s}"
+    );
+    assert!(queue_sum(&s, "paused_ms") > 0, "capture never paused: {s}");
+    assert!(
+        s["dropped_kernel"].as_u64().unwrap() > 0,
+        "the kernel dropped nothing while paused: {s}"
+    );
+}
+
+pub fn trials() -> Vec<Trial> {
+    vec![
+        Trial::test("buddy_offloads_and_accounts_exactly", || {
+            buddy_offloads_and_accounts_exactly();
+            Ok(())
+        }),
+        Trial::test("congestion_pauses_and_accounts_exactly", || {
+            congestion_pauses_and_accounts_exactly();
+            Ok(())
+        }),
+    ]
+}
