@@ -133,7 +133,7 @@ impl<T: Output + ?Sized> Output for Box<T> {
 pub enum WriteError {
     /// The output refused bytes. It was cut back to whole records and holds `packets` packets
     /// (a stream that cannot be cut holds those packets followed by a partial record).
-    #[error("capture write failed; the output holds {packets} whole packets")]
+    #[error("capture write failed ({source}); the output holds {packets} whole packets")]
     Io {
         #[source]
         source: io::Error,
@@ -141,8 +141,8 @@ pub enum WriteError {
     },
     /// The output refused bytes and cutting it back failed too: it ends in a partial record.
     #[error(
-        "capture write failed, and cutting the output back to its {packets} whole packets \
-         also failed ({truncate}); the output ends with a partial record"
+        "capture write failed ({source}), and cutting the output back to its {packets} whole \
+         packets also failed ({truncate}); the output ends with a partial record"
     )]
     Torn {
         #[source]
@@ -166,6 +166,22 @@ pub enum WriteError {
     /// The interface name does not fit a pcapng option (65535 bytes).
     #[error("interface name of {0} bytes is too long for pcapng")]
     IfName(usize),
+}
+
+impl WriteError {
+    /// True when the output itself failed and the writer takes no more packets; false for
+    /// a rejected packet (the writer stays usable).
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, WriteError::Io { .. } | WriteError::Torn { .. })
+    }
+
+    /// Whole packets the output holds after a fatal error.
+    pub fn packets_kept(&self) -> Option<u64> {
+        match self {
+            WriteError::Io { packets, .. } | WriteError::Torn { packets, .. } => Some(*packets),
+            _ => None,
+        }
+    }
 }
 
 /// A failure remembered so every later call reports it again.

@@ -11,10 +11,12 @@
 //! `unsafe`.
 #![forbid(unsafe_code)]
 
+pub mod bench;
 pub mod capture;
 pub mod cli;
 pub mod flows;
 pub mod frame;
 pub mod gen;
+pub mod plot;
 pub mod seqcheck;
 pub mod units;

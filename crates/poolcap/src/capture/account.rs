@@ -4,6 +4,11 @@
 //! PACKET_STATISTICS), `dropped_pool` (no free chunk), `filtered` (rejected by a filter).
 //! In the lab, `sent = captured + dropped_kernel + dropped_pool + filtered` holds exactly.
 //!
+//! One term is known only in total: packets the in-kernel filter rejects are never counted
+//! by the socket they were fanned out to, so the engine derives them from the interface's
+//! counters (`filtered_kernel` in the report). Per queue, `filtered` holds only what a
+//! user-space filter stage rejected; the other three terms add up across queues exactly.
+//!
 //! Capture threads own the counters of their queue and publish them through relaxed atomics
 //! once per kernel block; readers (status line, final report) only need eventually
 //! consistent values, and the final report is read after the threads have been joined.

@@ -23,6 +23,7 @@ pub mod worker;
 pub mod writer;
 
 use std::io::Write as _;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -65,8 +66,8 @@ pub struct CaptureConfig {
     pub ring: RingGeometry,
     /// tcpdump filter expression.
     pub filter: Option<String>,
-    /// Output file and its format.
-    pub output: Option<(BoxedOutput, FileFormat)>,
+    /// Output and its format.
+    pub output: Option<(Output, FileFormat)>,
     /// Stop after this many packets.
     pub count: Option<u64>,
     /// Stop after this long.
@@ -92,6 +93,16 @@ impl std::fmt::Debug for CaptureConfig {
     }
 }
 
+/// Where captured packets go.
+pub enum Output {
+    /// Standard output (`-w -`).
+    Stdout,
+    /// A file, created (truncated) only once everything else is set up.
+    File(PathBuf),
+    /// Any other sink (tests).
+    Sink(BoxedOutput),
+}
+
 /// Why a capture could not start or failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CaptureError {
@@ -112,6 +123,17 @@ pub enum CaptureError {
     /// A kernel call failed.
     #[error(transparent)]
     Sys(#[from] SysError),
+    /// The output file could not be created.
+    #[error("cannot write {path}: {source}")]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file header could not be written.
+    #[error("cannot write the capture file header: {0}")]
+    Header(poolcap_format::WriteError),
     /// A capture thread failed while running.
     #[error("capture thread of queue {queue} failed: {source}")]
     Thread {
@@ -262,6 +284,25 @@ impl Engine {
             .map(|_| QueueSocket::open(idx, cfg.ring, &program, (group, cfg.fanout)))
             .collect::<Result<Vec<_>, _>>()?;
         let if_before = cfg.filter.as_ref().and_then(|_| if_frames(&cfg.iface));
+        // Create the file only now that the filter compiled and the sockets are open, so a
+        // bad argument never truncates an existing file; write its header before capturing.
+        let output = match cfg.output {
+            Some((target, format)) => {
+                let sink: BoxedOutput = match target {
+                    Output::Stdout => Box::new(std::io::stdout()),
+                    Output::File(path) => match std::fs::File::create(&path) {
+                        Ok(f) => Box::new(f),
+                        Err(source) => return Err(CaptureError::Open { path, source }),
+                    },
+                    Output::Sink(s) => s,
+                };
+                Some(
+                    CaptureWriter::new(sink, format, cfg.snaplen, &cfg.iface)
+                        .map_err(CaptureError::Header)?,
+                )
+            }
+            None => None,
+        };
         let counters: Arc<Vec<Arc<QueueCounters>>> =
             Arc::new((0..q).map(|_| Arc::new(QueueCounters::default())).collect());
         let progress: Vec<Arc<Mutex<Progress>>> = (0..q)
@@ -302,17 +343,9 @@ impl Engine {
         let captures_done = Arc::new(AtomicBool::new(false));
         let workers_done = Arc::new(AtomicBool::new(false));
         let total_chunks = q * cfg.pool.chunks.max(1);
-        let (next, writer) = match cfg.output {
-            Some((out, format)) => {
+        let (next, writer) = match output {
+            Some(out) => {
                 let input = Arc::new(ArrayQueue::new(total_chunks));
-                let out =
-                    CaptureWriter::new(out, format, cfg.snaplen, &cfg.iface).map_err(|e| {
-                        SysError {
-                            call: "write",
-                            what: "capture file header".into(),
-                            source: std::io::Error::other(e.to_string()),
-                        }
-                    })?;
                 let fw = FileWriter {
                     out,
                     input: Arc::clone(&input),

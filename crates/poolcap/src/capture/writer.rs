@@ -83,8 +83,9 @@ impl FileWriter {
         let mut queues: Vec<QueueState> = (0..self.pools.len())
             .map(|_| QueueState::default())
             .collect();
-        let mut written = 0u64;
-        let mut not_written = 0u64;
+        // Packets the writer took from chunks, and packets the format writer accepted.
+        let mut handled = 0u64;
+        let mut accepted = 0u64;
         let mut error: Option<WriteError> = None;
         let mut idle = Duration::from_micros(100);
         loop {
@@ -110,23 +111,23 @@ impl FileWriter {
                 let q = &mut queues[qi];
                 let Some(chunk) = q.ready.front() else { break };
                 let m = chunk.meta(q.pos);
-                if error.is_none() && self.limit.is_none_or(|l| written < l) {
+                handled += 1;
+                if error.is_none() && self.limit.is_none_or(|l| accepted < l) {
                     match self
                         .out
                         .write_packet(m.ts_ns, chunk.data(q.pos), m.wire_len)
                     {
-                        Ok(()) => written += 1,
-                        Err(e) => {
+                        Ok(()) => accepted += 1,
+                        Err(e) if e.is_fatal() => {
                             error = Some(e);
-                            not_written += 1;
                             self.stop.store(true, Ordering::Relaxed);
                         }
+                        // A packet the format cannot hold is counted as not written.
+                        Err(_) => {}
                     }
-                    if self.limit == Some(written) {
+                    if self.limit == Some(accepted) {
                         self.stop.store(true, Ordering::Relaxed);
                     }
-                } else {
-                    not_written += 1;
                 }
                 q.pos += 1;
                 if q.pos == chunk.len() {
@@ -155,14 +156,21 @@ impl FileWriter {
                 idle = (idle * 2).min(Duration::from_millis(4));
             }
         }
-        if error.is_none() {
-            if let Err(e) = self.out.finish(Some(stats())) {
-                error = Some(e);
-            }
-        }
+        // After a failure the file holds fewer packets than were accepted into its buffer.
+        let written = match error {
+            Some(_) => self.out.packets_written(),
+            None => match self.out.finish(Some(stats())) {
+                Ok(_) => accepted,
+                Err(e) => {
+                    let kept = e.packets_kept().unwrap_or(0);
+                    error = Some(e);
+                    kept
+                }
+            },
+        };
         WriterOutcome {
             written,
-            not_written,
+            not_written: handled - written,
             error,
         }
     }

@@ -1,7 +1,6 @@
 //! `poolcap capture`: tcpdump habits (`-i -w -s -c -B -n -q`, filter last) over the pool
 //! engine, with the engine's own knobs as long options.
 
-use std::fs::File;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -16,8 +15,7 @@ use poolcap_sys::socket::FanoutMode;
 use crate::capture::policy::{parse_buddy_groups, PolicySpec};
 use crate::capture::pool::PoolSize;
 use crate::capture::queue::WaitStrategy;
-use crate::capture::writer::BoxedOutput;
-use crate::capture::{rx_queues, CaptureConfig, CaptureError, CaptureReport, Engine};
+use crate::capture::{rx_queues, CaptureConfig, CaptureError, CaptureReport, Engine, Output};
 use crate::cli::usage;
 use crate::units;
 
@@ -165,17 +163,12 @@ fn mtu(iface: &str) -> usize {
         .unwrap_or(1500)
 }
 
-fn open_output(path: &std::path::Path) -> anyhow::Result<BoxedOutput> {
-    if path.as_os_str() == "-" {
-        return Ok(Box::new(std::io::stdout()));
-    }
-    let f = File::create(path).with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(Box::new(f))
-}
-
 fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
     if a.snaplen == 0 {
         return Err(usage("-s: the snaplen must be at least 1"));
+    }
+    if a.count == Some(0) {
+        return Err(usage("-c: the packet count must be at least 1"));
     }
     if a.workers == Some(0) {
         return Err(usage("--workers must be at least 1"));
@@ -273,11 +266,14 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     let _ = args.numeric;
     let mut cfg = config(&args)?;
     poolcap_sys::privilege::check_raw_sockets("capturing packets")?;
-    poolcap_sys::socket::ifindex(&cfg.iface)
-        .map_err(|_| CaptureError::NoInterface(cfg.iface.clone()))?;
-    if let Some(p) = &args.write {
-        cfg.output = Some((open_output(p)?, args.format));
-    }
+    cfg.output = args.write.as_ref().map(|p| {
+        let target = if p.as_os_str() == "-" {
+            Output::Stdout
+        } else {
+            Output::File(p.clone())
+        };
+        (target, args.format)
+    });
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
@@ -300,7 +296,11 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     if let Some(e) = &report.write_error {
-        anyhow::bail!("write error: {e}");
+        let file = args
+            .write
+            .as_ref()
+            .map_or_else(String::new, |p| format!(" on {}", p.display()));
+        anyhow::bail!("write error{file}: {e}");
     }
     if let Some(e) = &report.capture_error {
         anyhow::bail!("{e}");

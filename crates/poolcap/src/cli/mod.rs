@@ -5,6 +5,7 @@
 use clap::{Parser, Subcommand};
 use std::fmt;
 
+pub mod bench;
 pub mod capture;
 pub mod check;
 pub mod demo;
@@ -31,6 +32,8 @@ enum Command {
     Gen(gen::GenArgs),
     /// Check a capture file for loss, duplicates and reordering of generator frames.
     Check(check::CheckArgs),
+    /// Benchmark poolcap against tcpdump, netsniff-ng, dumpcap and trafgen in a lab.
+    Bench(bench::BenchArgs),
 }
 
 /// Bad usage or input: exit code 2.
@@ -54,9 +57,19 @@ pub fn usage(msg: impl Into<String>) -> anyhow::Error {
 pub fn main() -> i32 {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
+        Err(e) if e.use_stderr() => {
+            // One line, as for every other error; `--help` has the rest.
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or_default();
+            eprintln!(
+                "poolcap: {} (see --help)",
+                first.trim_start_matches("error: ")
+            );
+            return 2;
+        }
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() { 2 } else { 0 };
+            return 0;
         }
     };
     let result = match cli.command {
@@ -65,6 +78,7 @@ pub fn main() -> i32 {
         Command::Lab(a) => lab::run(a),
         Command::Gen(a) => gen::run(a),
         Command::Check(a) => check::run(a),
+        Command::Bench(a) => bench::run(a),
     };
     match result {
         Ok(()) => 0,

@@ -1,0 +1,225 @@
+//! Child processes of a bench: started in a lab namespace, watched for their ready line,
+//! stopped with SIGINT, and never left behind.
+//!
+//! A [`Running`] collects everything the child prints on stdout and stderr (two reader threads,
+//! so a chatty child never blocks on a full pipe) and kills the child when dropped, so an error
+//! or an interrupted bench cannot leave a capture or a generator running after the lab is gone.
+//! The child is `ip netns exec NS taskset -c CPU TOOL ...`; `ip` and `taskset` exec into the
+//! next program, so the child's PID is the tool's, and its `/proc/PID/stat` is the tool's.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+/// Clock ticks per second of `/proc/PID/stat` (USER_HZ, 100 on Linux).
+pub const TICKS_PER_SECOND: f64 = 100.0;
+
+/// A started child process.
+pub struct Running {
+    name: String,
+    child: Option<Child>,
+    pid: u32,
+    text: Arc<Mutex<String>>,
+    lines: Receiver<String>,
+    readers: Vec<JoinHandle<()>>,
+}
+
+/// What a child printed and how it ended.
+#[derive(Debug)]
+pub struct Finished {
+    /// Its exit status.
+    pub status: ExitStatus,
+    /// stdout and stderr, interleaved in arrival order.
+    pub text: String,
+}
+
+fn reader(
+    pipe: impl Read + Send + 'static,
+    text: Arc<Mutex<String>>,
+    tx: mpsc::Sender<String>,
+) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut r = BufReader::new(pipe);
+        let mut buf = Vec::new();
+        while matches!(r.read_until(b'\n', &mut buf), Ok(n) if n > 0) {
+            let line = String::from_utf8_lossy(&buf).into_owned();
+            if let Ok(mut t) = text.lock() {
+                t.push_str(&line);
+            }
+            let _ = tx.send(line);
+            buf.clear();
+        }
+    })
+}
+
+impl Running {
+    /// Starts `cmd` with stdout and stderr captured; `name` is for messages.
+    pub fn spawn(mut cmd: Command, name: &str) -> anyhow::Result<Running> {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("cannot start {name}"))?;
+        let text = Arc::new(Mutex::new(String::new()));
+        let (tx, lines) = mpsc::channel();
+        let mut readers = Vec::new();
+        if let Some(out) = child.stdout.take() {
+            readers.push(reader(out, Arc::clone(&text), tx.clone()));
+        }
+        if let Some(err) = child.stderr.take() {
+            readers.push(reader(err, Arc::clone(&text), tx));
+        }
+        Ok(Running {
+            name: name.to_owned(),
+            pid: child.id(),
+            child: Some(child),
+            text,
+            lines,
+            readers,
+        })
+    }
+
+    /// The child's PID (the tool's, see the module docs).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Waits until a line containing `marker` appears; fails if the child exits first, after
+    /// `timeout`, or when `stop` is set.
+    pub fn wait_ready(
+        &mut self,
+        marker: &str,
+        timeout: Duration,
+        stop: &AtomicBool,
+    ) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
+            match self.lines.recv_timeout(Duration::from_millis(50)) {
+                Ok(line) if line.contains(marker) => return Ok(()),
+                Ok(_) | Err(RecvTimeoutError::Timeout) => {}
+                // Both pipes closed: the child is exiting; try_wait below will see it.
+                Err(RecvTimeoutError::Disconnected) => std::thread::sleep(Duration::from_millis(20)),
+            }
+            if let Some(st) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                bail!("{} exited before it was ready ({st}): {}", self.name, self.tail());
+            }
+        }
+        if stop.load(Ordering::Relaxed) {
+            bail!("interrupted");
+        }
+        bail!("{} was not ready within {timeout:?}: {}", self.name, self.tail())
+    }
+
+    /// The child's CPU time so far (utime + stime of `/proc/PID/stat`, all threads), in
+    /// clock ticks.
+    pub fn cpu_ticks(&self) -> Option<u64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).ok()?;
+        cpu_ticks_of_stat(&stat)
+    }
+
+    /// Asks the child to stop (SIGINT) and waits up to `timeout` for it to exit.
+    pub fn interrupt(self, timeout: Duration) -> anyhow::Result<Finished> {
+        poolcap_sys::process::interrupt(self.pid)
+            .with_context(|| format!("cannot interrupt {}", self.name))?;
+        self.finish(timeout, None)
+    }
+
+    /// Waits up to `timeout` for the child to exit on its own; interrupts it when `stop` is set.
+    pub fn wait(self, timeout: Duration, stop: &AtomicBool) -> anyhow::Result<Finished> {
+        self.finish(timeout, Some(stop))
+    }
+
+    fn finish(mut self, timeout: Duration, stop: Option<&AtomicBool>) -> anyhow::Result<Finished> {
+        let deadline = Instant::now() + timeout;
+        let mut interrupted = false;
+        let status = loop {
+            let child = self.child.as_mut().context("child already reaped")?;
+            if let Some(st) = child.try_wait()? {
+                break st;
+            }
+            if Instant::now() > deadline {
+                bail!("{} did not finish within {timeout:?}", self.name);
+            }
+            if !interrupted && stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+                let _ = poolcap_sys::process::interrupt(self.pid);
+                interrupted = true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        self.child = None;
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        let text = self.text.lock().map(|t| t.clone()).unwrap_or_default();
+        Ok(Finished { status, text })
+    }
+
+    fn tail(&self) -> String {
+        let t = self.text.lock().map(|t| t.clone()).unwrap_or_default();
+        let lines: Vec<&str> = t.lines().rev().take(5).collect();
+        lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// utime + stime (fields 14 and 15) of a `/proc/PID/stat` line. The command name (field 2)
+/// may hold spaces and parentheses, so fields are counted after its closing parenthesis.
+pub fn cpu_ticks_of_stat(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_cpu_ticks_from_proc_stat() {
+        let stat = "4242 (tcp dump) S 1 4242 4242 0 -1 4194560 100 0 0 0 57 196 0 0 20 0 1 0 \
+                    1234 5000000 300 18446744073709551615";
+        assert_eq!(cpu_ticks_of_stat(stat), Some(253));
+        assert_eq!(cpu_ticks_of_stat("1 (x) S 1"), None);
+        let me = std::fs::read_to_string("/proc/self/stat").unwrap();
+        assert!(cpu_ticks_of_stat(&me).is_some());
+    }
+
+    #[test]
+    fn collects_output_and_waits_for_ready() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo starting; echo ready >&2; sleep 5"]);
+        let mut r = Running::spawn(cmd, "sh").unwrap();
+        let stop = AtomicBool::new(false);
+        r.wait_ready("ready", Duration::from_secs(5), &stop).unwrap();
+        assert!(r.cpu_ticks().is_some());
+        let f = r.interrupt(Duration::from_secs(5)).unwrap();
+        assert!(!f.status.success());
+        assert!(f.text.contains("starting") && f.text.contains("ready"));
+    }
+
+    #[test]
+    fn reports_a_child_that_exits_before_ready() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo no such device >&2; exit 3"]);
+        let mut r = Running::spawn(cmd, "tool").unwrap();
+        let e = r
+            .wait_ready("ready", Duration::from_secs(5), &AtomicBool::new(false))
+            .unwrap_err();
+        assert!(e.to_string().contains("exited before"), "{e}");
+    }
+}

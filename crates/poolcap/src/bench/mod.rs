@@ -1,0 +1,30 @@
+//! `poolcap bench`: the measuring rig that puts poolcap beside the tools people use today,
+//! in the same lab, on the same frames, in the same run.
+//!
+//! Why a rig and not a script: claims such as "loses nothing where tcpdump loses nothing" or
+//! "costs less CPU per packet than netsniff-ng" only mean something when every tool is started,
+//! pinned, fed, drained and stopped the same way, each point is repeated with the tools
+//! interleaved (so drift on a shared machine hits all of them alike), and the raw numbers are
+//! kept. It follows the manager / agents / formatters split of Zabala et al.'s rig:
+//!
+//! - [`suites`]: the manager — one lab per suite, the points, the interleaved runs, the
+//!   targets each summary checks;
+//! - [`point`] and [`child`]: the agents — one measured run (start the tool in the probe
+//!   namespace on CPU 1, wait for its ready line, send from CPU 0, drain, read its CPU time,
+//!   SIGINT, collect), with every child killed if anything goes wrong;
+//! - [`peer`]: how to start each tool and read its final counts (recorded outputs are its
+//!   unit tests);
+//! - [`stats`] and [`report`]: the formatters — min / median / max over runs, `raw.jsonl`,
+//!   `results.csv`, `summary.md`.
+//!
+//! Facts about the lab that shape the method (veth, kernel receive work on the sender's CPU,
+//! `rps_cpus` to move it to the tool's CPU) are in `shared/design.md`.
+
+pub mod child;
+pub mod peer;
+pub mod point;
+pub mod report;
+pub mod stats;
+pub mod suites;
+
+pub use suites::{run, Options, Suite};

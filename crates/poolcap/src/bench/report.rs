@@ -1,0 +1,626 @@
+//! The formatters: `raw.jsonl` (one object per run, written as runs finish so an interrupted
+//! bench keeps what it measured), `results.csv` (one row per point and subject, min / median /
+//! max of every metric) and `summary.md` (the tables a reader wants, with poolcap as a ratio
+//! to the best peer at each point and the suite's targets checked).
+
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::Write as _;
+use std::path::Path;
+
+use anyhow::Context;
+
+use super::peer::{CaptureSpec, Traffic};
+use super::point::Record;
+use super::stats::Spread;
+
+/// Appends records to `raw.jsonl` as they come.
+pub struct RawLog(File);
+
+impl RawLog {
+    /// Creates (truncates) the log.
+    pub fn create(path: &Path) -> anyhow::Result<RawLog> {
+        let f = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+        Ok(RawLog(f))
+    }
+
+    /// Writes one record as one line.
+    pub fn append(&mut self, r: &Record) -> anyhow::Result<()> {
+        writeln!(self.0, "{}", serde_json::to_string(r)?)?;
+        self.0.flush()?;
+        Ok(())
+    }
+}
+
+/// Which way a metric is better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Better {
+    /// Smaller is better (loss, CPU).
+    Lower,
+    /// Larger is better (rates).
+    Higher,
+}
+
+/// A number taken from every run.
+pub struct Metric {
+    /// Column name in the CSV.
+    pub key: &'static str,
+    /// Column title in the summary.
+    pub title: &'static str,
+    /// Which way is better (for ratios to the best peer).
+    pub better: Better,
+    /// Its value in a run.
+    pub get: fn(&Record) -> Option<f64>,
+    /// Shows a value in the summary.
+    pub show: fn(f64) -> String,
+}
+
+fn n0(x: f64) -> String {
+    format!("{x:.0}")
+}
+fn kilo(x: f64) -> String {
+    format!("{:.0}k", x / 1e3)
+}
+fn pct(x: f64) -> String {
+    match x {
+        0.0 => "0".to_owned(),
+        x if x.abs() < 0.001 => format!("{:.4}%", x * 100.0),
+        x => format!("{:.2}%", x * 100.0),
+    }
+}
+fn f2(x: f64) -> String {
+    format!("{x:.2}")
+}
+fn f3(x: f64) -> String {
+    format!("{x:.3}")
+}
+
+/// Relative error of the generator's own rate against the asked rate.
+fn rate_error(r: &Record) -> Option<f64> {
+    Some(r.sent.as_ref()?.pps / r.traffic.rate? as f64 - 1.0)
+}
+
+/// Relative error of the rate seen on the wire (capture timestamps) against the asked rate.
+fn wire_rate_error(r: &Record) -> Option<f64> {
+    Some(r.spacing?.wire_pps / r.traffic.rate? as f64 - 1.0)
+}
+
+/// Every metric, in CSV column order.
+pub const METRICS: &[Metric] = &[
+    Metric {
+        key: "offered",
+        title: "offered",
+        better: Better::Higher,
+        get: |r| Some(r.sent.as_ref()?.frames as f64),
+        show: n0,
+    },
+    Metric {
+        key: "sender_pps",
+        title: "sender pps",
+        better: Better::Higher,
+        get: |r| Some(r.sent.as_ref()?.pps),
+        show: kilo,
+    },
+    Metric {
+        key: "captured",
+        title: "captured",
+        better: Better::Higher,
+        get: |r| Some(r.captured()? as f64),
+        show: n0,
+    },
+    Metric {
+        key: "dropped",
+        title: "dropped (tool)",
+        better: Better::Lower,
+        get: |r| Some(r.counts.as_ref()?.dropped as f64),
+        show: n0,
+    },
+    Metric {
+        key: "loss",
+        title: "loss",
+        better: Better::Lower,
+        get: |r| r.loss,
+        show: pct,
+    },
+    Metric {
+        key: "cpu_s",
+        title: "tool CPU s",
+        better: Better::Lower,
+        get: |r| r.cpu_s,
+        show: f2,
+    },
+    Metric {
+        key: "cpu_s_per_mpkt",
+        title: "CPU s/Mpkt",
+        better: Better::Lower,
+        get: |r| Some(r.cpu_s? * 1e6 / r.captured().filter(|&c| c > 0)? as f64),
+        show: f3,
+    },
+    Metric {
+        key: "wall_s",
+        title: "wall s",
+        better: Better::Lower,
+        get: |r| Some(r.wall_s),
+        show: f2,
+    },
+    Metric {
+        key: "rate_error",
+        title: "rate error (gen)",
+        better: Better::Lower,
+        get: rate_error,
+        show: pct,
+    },
+    Metric {
+        key: "wire_rate_error",
+        title: "rate error (wire)",
+        better: Better::Lower,
+        get: wire_rate_error,
+        show: pct,
+    },
+    Metric {
+        key: "max_back_to_back",
+        title: "longest back-to-back run",
+        better: Better::Lower,
+        get: |r| Some(r.spacing?.max_back_to_back as f64),
+        show: n0,
+    },
+    Metric {
+        key: "batch",
+        title: "gen batch",
+        better: Better::Lower,
+        get: |r| Some(r.sent.as_ref()?.batch? as f64),
+        show: n0,
+    },
+    Metric {
+        key: "pool_peak_chunks",
+        title: "peak pool chunks",
+        better: Better::Lower,
+        get: |r| r.counts.as_ref()?.extra.get("pool_peak_chunks").copied(),
+        show: n0,
+    },
+    Metric {
+        key: "load1",
+        title: "load avg",
+        better: Better::Lower,
+        get: |r| r.load1,
+        show: f2,
+    },
+];
+
+/// The metric named `key`.
+pub fn metric(key: &str) -> &'static Metric {
+    METRICS
+        .iter()
+        .find(|m| m.key == key)
+        .unwrap_or_else(|| panic!("no metric {key}"))
+}
+
+/// All runs of one subject at one point, summarised.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// Point id.
+    pub point: String,
+    /// Subject name.
+    pub subject: String,
+    /// Whether it is poolcap's.
+    pub poolcap: bool,
+    /// rps setting of the runs.
+    pub rps: bool,
+    /// The point's traffic.
+    pub traffic: Traffic,
+    /// The tool's settings.
+    pub capture: Option<CaptureSpec>,
+    /// Runs that finished.
+    pub ok: usize,
+    /// Runs that failed, and the first error.
+    pub failed: Vec<String>,
+    /// Spread of every metric over the finished runs, in [`METRICS`] order.
+    pub spreads: Vec<Option<Spread>>,
+}
+
+impl Row {
+    /// The spread of metric `key`.
+    pub fn get(&self, key: &str) -> Option<Spread> {
+        let i = METRICS.iter().position(|m| m.key == key)?;
+        self.spreads[i]
+    }
+
+    /// The median of metric `key`.
+    pub fn median(&self, key: &str) -> Option<f64> {
+        self.get(key).map(|s| s.median)
+    }
+}
+
+/// Groups records by point and subject, in the order they first appear.
+pub fn aggregate(records: &[Record]) -> Vec<Row> {
+    let mut keys: Vec<(&str, &str)> = Vec::new();
+    for r in records {
+        if !keys.contains(&(&r.point, &r.subject)) {
+            keys.push((&r.point, &r.subject));
+        }
+    }
+    keys.into_iter()
+        .map(|(p, s)| {
+            let runs: Vec<&Record> = records
+                .iter()
+                .filter(|r| r.point == p && r.subject == s)
+                .collect();
+            let ok: Vec<&Record> = runs.iter().copied().filter(|r| r.error.is_none()).collect();
+            let first = runs[0];
+            Row {
+                point: p.to_owned(),
+                subject: s.to_owned(),
+                poolcap: first.poolcap,
+                rps: first.rps,
+                traffic: first.traffic.clone(),
+                capture: first.capture.clone(),
+                ok: ok.len(),
+                failed: runs.iter().filter_map(|r| r.error.clone()).collect(),
+                spreads: METRICS
+                    .iter()
+                    .map(|m| Spread::of(ok.iter().filter_map(|r| (m.get)(r))))
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_owned()
+    }
+}
+
+/// Writes `results.csv`: one row per point and subject.
+pub fn write_csv(path: &Path, suite: &str, rows: &[Row]) -> anyhow::Result<()> {
+    let mut out = String::from(
+        "suite,point,subject,poolcap,rps,size,rate_pps,count,burst,idle_ms,write,buffer_kib,pool,load,runs_ok,runs_failed",
+    );
+    for m in METRICS {
+        let _ = write!(out, ",{0}_min,{0}_median,{0}_max", m.key);
+    }
+    out.push('\n');
+    let opt = |x: Option<String>| x.unwrap_or_default();
+    for r in rows {
+        let t = &r.traffic;
+        let c = r.capture.as_ref();
+        let fields = [
+            suite.to_owned(),
+            r.point.clone(),
+            r.subject.clone(),
+            r.poolcap.to_string(),
+            r.rps.to_string(),
+            t.size.to_string(),
+            opt(t.rate.map(|x| x.to_string())),
+            t.count.to_string(),
+            opt(t.burst.map(|x| x.to_string())),
+            opt(t.idle.map(|d| format!("{:.1}", d.as_secs_f64() * 1e3))),
+            opt(c.map(|c| c.write.to_string())),
+            opt(c.map(|c| c.buffer_kib.to_string())),
+            opt(c.and_then(|c| c.pool).map(|(m, r)| format!("{m}x{r}"))),
+            opt(c.map(|c| c.load.to_string())),
+            r.ok.to_string(),
+            r.failed.len().to_string(),
+        ];
+        out.push_str(&fields.map(|f| csv_field(&f)).join(","));
+        for s in &r.spreads {
+            match s {
+                Some(s) => {
+                    let _ = write!(out, ",{},{},{}", s.min, s.median, s.max);
+                }
+                None => out.push_str(",,,"),
+            }
+        }
+        out.push('\n');
+    }
+    std::fs::write(path, out).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// `median (min–max)` of a metric, or `–`.
+pub fn cell(row: &Row, key: &str) -> String {
+    let m = metric(key);
+    match row.get(key) {
+        None => "–".to_owned(),
+        Some(s) if (m.show)(s.min) == (m.show)(s.max) => (m.show)(s.median),
+        Some(s) => format!(
+            "{} ({}–{})",
+            (m.show)(s.median),
+            (m.show)(s.min),
+            (m.show)(s.max)
+        ),
+    }
+}
+
+/// A markdown table of `rows` with the given metric columns.
+pub fn table(rows: &[Row], columns: &[&str]) -> String {
+    let mut s = String::from("| point | subject | runs |");
+    for c in columns {
+        let _ = write!(s, " {} |", metric(c).title);
+    }
+    s.push_str("\n|---|---|---|");
+    s.push_str(&"---|".repeat(columns.len()));
+    s.push('\n');
+    for r in rows {
+        let runs = if r.failed.is_empty() {
+            r.ok.to_string()
+        } else {
+            format!("{} ({} failed)", r.ok, r.failed.len())
+        };
+        let name = if r.poolcap {
+            format!("**{}**", r.subject)
+        } else {
+            r.subject.clone()
+        };
+        let _ = write!(s, "| {} | {} | {} |", r.point, name, runs);
+        for c in columns {
+            let _ = write!(s, " {} |", cell(r, c));
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// poolcap's median against the best peer's at one point, for one metric.
+pub struct Versus {
+    /// poolcap's median.
+    pub poolcap: f64,
+    /// The best peer and its median.
+    pub best: Option<(String, f64)>,
+}
+
+impl Versus {
+    /// Compares poolcap with the peers measured at `point` on metric `key`.
+    pub fn at(rows: &[Row], point: &str, key: &str) -> Option<Versus> {
+        let at: Vec<&Row> = rows.iter().filter(|r| r.point == point).collect();
+        let poolcap = at.iter().find(|r| r.poolcap)?.median(key)?;
+        let lower = metric(key).better == Better::Lower;
+        let best = at
+            .iter()
+            .filter(|r| !r.poolcap)
+            .filter_map(|r| Some((r.subject.clone(), r.median(key)?)))
+            .min_by(|a, b| {
+                let o = a.1.total_cmp(&b.1);
+                if lower {
+                    o
+                } else {
+                    o.reverse()
+                }
+            });
+        Some(Versus { poolcap, best })
+    }
+
+    /// `poolcap / best` as text (`=` when both are zero).
+    pub fn ratio(&self) -> String {
+        match &self.best {
+            None => "no peer".to_owned(),
+            Some((_, b)) if *b == 0.0 && self.poolcap == 0.0 => "both 0".to_owned(),
+            Some((_, b)) if *b == 0.0 => "∞ (best peer 0)".to_owned(),
+            Some((_, b)) => format!("{:.2}", self.poolcap / b),
+        }
+    }
+}
+
+/// A markdown table: for each point, each metric of poolcap as a ratio to the best peer.
+pub fn ratio_table(rows: &[Row], keys: &[&str]) -> String {
+    let mut points: Vec<&str> = Vec::new();
+    for r in rows {
+        if !points.contains(&r.point.as_str()) {
+            points.push(&r.point);
+        }
+    }
+    let mut s = String::from("| point |");
+    for k in keys {
+        let _ = write!(s, " {} poolcap / best peer |", metric(k).title);
+    }
+    s.push_str("\n|---|");
+    s.push_str(&"---|".repeat(keys.len()));
+    s.push('\n');
+    for p in points {
+        let _ = write!(s, "| {p} |");
+        for k in keys {
+            let m = metric(k);
+            match Versus::at(rows, p, k) {
+                Some(v) if v.best.is_some() => {
+                    let (name, b) = v.best.clone().unwrap_or_default();
+                    let _ = write!(
+                        s,
+                        " {} / {} ({name}) = {} |",
+                        (m.show)(v.poolcap),
+                        (m.show)(b),
+                        v.ratio()
+                    );
+                }
+                _ => s.push_str(" – |"),
+            }
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// The machine a bench ran on.
+#[derive(Debug, Clone)]
+pub struct Machine {
+    /// CPUs online.
+    pub nproc: usize,
+    /// Kernel release.
+    pub kernel: String,
+    /// CPU model name.
+    pub cpu: String,
+}
+
+impl Machine {
+    /// Reads /proc.
+    pub fn read() -> Machine {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let field = |l: &str, k: &str| {
+            l.strip_prefix(k)
+                .filter(|r| r.trim_start().starts_with(':'))
+                .map(|r| r.trim_start()[1..].trim().to_owned())
+        };
+        Machine {
+            nproc: cpuinfo
+                .lines()
+                .filter(|l| field(l, "processor").is_some())
+                .count(),
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .map(|s| s.trim().to_owned())
+                .unwrap_or_default(),
+            cpu: cpuinfo
+                .lines()
+                .find_map(|l| field(l, "model name"))
+                .unwrap_or_else(|| "unknown".to_owned()),
+        }
+    }
+}
+
+/// Everything `summary.md` holds besides the tables.
+pub struct SummaryText {
+    /// Title line.
+    pub title: String,
+    /// The machine.
+    pub machine: Machine,
+    /// The exact command line.
+    pub command: String,
+    /// Settings, one bullet each.
+    pub settings: Vec<String>,
+    /// Notes (skipped peers, calibration, caveats), one bullet each.
+    pub notes: Vec<String>,
+    /// Metric columns of the results table.
+    pub columns: Vec<&'static str>,
+    /// Metrics shown as poolcap / best peer.
+    pub ratios: Vec<&'static str>,
+    /// Target checks, one bullet each.
+    pub targets: Vec<String>,
+}
+
+/// Writes `summary.md`.
+pub fn write_summary(path: &Path, t: &SummaryText, rows: &[Row]) -> anyhow::Result<()> {
+    let mut s = format!("# {}\n\n", t.title);
+    let m = &t.machine;
+    let _ = writeln!(
+        s,
+        "- machine: {} CPUs, {}, kernel {}",
+        m.nproc, m.cpu, m.kernel
+    );
+    let _ = writeln!(s, "- command: `{}`", t.command);
+    for x in &t.settings {
+        let _ = writeln!(s, "- {x}");
+    }
+    if !t.notes.is_empty() {
+        s.push_str("\nNotes:\n\n");
+        for x in &t.notes {
+            let _ = writeln!(s, "- {x}");
+        }
+    }
+    s.push_str("\n## Results (median, with min–max over the runs)\n\n");
+    s.push_str(&table(rows, &t.columns));
+    if rows.iter().any(|r| r.poolcap) && !t.ratios.is_empty() {
+        s.push_str("\n## poolcap against the best peer (medians)\n\n");
+        s.push_str(&ratio_table(rows, &t.ratios));
+    }
+    if !t.targets.is_empty() {
+        s.push_str("\n## Targets\n\n");
+        for x in &t.targets {
+            let _ = writeln!(s, "- {x}");
+        }
+    }
+    let failures: Vec<String> = rows
+        .iter()
+        .filter_map(|r| Some(format!("{} / {}: {}", r.point, r.subject, r.failed.first()?)))
+        .collect();
+    if !failures.is_empty() {
+        s.push_str("\n## Failed runs (first error of each)\n\n");
+        for f in failures {
+            let _ = writeln!(s, "- {f}");
+        }
+    }
+    std::fs::write(path, s).with_context(|| format!("cannot write {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::peer::{Counts, Generator, Sent, Tool};
+
+    fn rec(point: &str, subject: &str, poolcap: bool, captured: u64, pps: f64) -> Record {
+        Record {
+            suite: "t".into(),
+            point: point.into(),
+            subject: subject.into(),
+            poolcap,
+            run: 1,
+            rps: false,
+            traffic: Traffic {
+                size: 64,
+                count: 1000,
+                rate: None,
+                burst: None,
+                idle: None,
+            },
+            generator: Generator::Poolcap,
+            capture: Some(CaptureSpec {
+                tool: Tool::Tcpdump,
+                buffer_kib: 4096,
+                write: false,
+                pcap_ns: false,
+                pool: None,
+                load: 0,
+            }),
+            sent: Some(Sent {
+                frames: 1000,
+                pps,
+                seconds: 1.0,
+                batch: Some(64),
+            }),
+            counts: Some(Counts {
+                captured,
+                ..Counts::default()
+            }),
+            in_file: None,
+            loss: Some((1000 - captured) as f64 / 1000.0),
+            cpu_s: Some(0.01),
+            cpu_total_s: None,
+            spacing: None,
+            wall_s: 1.0,
+            load1: None,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn aggregates_and_compares_with_the_best_peer() {
+        let mut rs = vec![
+            rec("p", "poolcap", true, 1000, 400e3),
+            rec("p", "tcpdump", false, 900, 500e3),
+            rec("p", "poolcap", true, 990, 420e3),
+            rec("p", "tcpdump", false, 950, 450e3),
+            rec("p", "poolcap", true, 1000, 410e3),
+            rec("p", "tcpdump", false, 800, 480e3),
+        ];
+        rs[5].error = Some("boom".into());
+        let rows = aggregate(&rs);
+        assert_eq!(rows.len(), 2);
+        assert_eq!((rows[0].ok, rows[1].ok, rows[1].failed.len()), (3, 2, 1));
+        assert_eq!(rows[0].median("captured"), Some(1000.0));
+        assert_eq!(rows[1].median("loss"), Some(0.075));
+        let v = Versus::at(&rows, "p", "sender_pps").unwrap();
+        assert_eq!(v.best.as_ref().unwrap().1, 475e3);
+        assert_eq!(v.ratio(), format!("{:.2}", 410e3 / 475e3));
+        let t = table(&rows, &["loss", "sender_pps"]);
+        assert!(t.contains("| p | **poolcap** | 3 | 0 (0–1.00%) | 410k (400k–420k) |"), "{t}");
+        assert!(t.contains("2 (1 failed)"));
+        let dir = tempfile::tempdir().unwrap();
+        write_csv(&dir.path().join("r.csv"), "t", &rows).unwrap();
+        let csv = std::fs::read_to_string(dir.path().join("r.csv")).unwrap();
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(
+            lines[0].split(',').count(),
+            lines[1].split(',').count(),
+            "{csv}"
+        );
+    }
+}
