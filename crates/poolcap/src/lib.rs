@@ -19,4 +19,5 @@ pub mod frame;
 pub mod gen;
 pub mod plot;
 pub mod seqcheck;
+pub mod sim;
 pub mod units;

@@ -100,6 +100,8 @@ fn ensure_font() -> Result<(), PlotError> {
 pub struct Chart<'a> {
     /// Title above the plot area.
     pub title: &'a str,
+    /// A smaller line under the title (e.g. the fixed parameters of an experiment).
+    pub subtitle: Option<&'a str>,
     /// Label of the x axis.
     pub x_label: &'a str,
     /// Label of the y axis.
@@ -119,6 +121,7 @@ impl<'a> Chart<'a> {
     pub fn new(title: &'a str, x_label: &'a str, y_label: &'a str) -> Self {
         Self {
             title,
+            subtitle: None,
             x_label,
             y_label,
             log_x: false,
@@ -183,8 +186,20 @@ impl<'a> Chart<'a> {
     {
         let root = BitMapBackend::new(path, (self.width, self.height)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(self.title, ("sans-serif", 26))
+        let area = root
+            .margin(10, 0, 0, 0)
+            .titled(self.title, ("sans-serif", 26))
+            .map_err(|e| e.to_string())?;
+        let area = match self.subtitle {
+            Some(s) => area
+                .titled(
+                    s,
+                    ("sans-serif", 16).into_font().color(&RGBColor(80, 80, 80)),
+                )
+                .map_err(|e| e.to_string())?,
+            None => area,
+        };
+        let mut chart = ChartBuilder::on(&area)
             .margin(16)
             .x_label_area_size(52)
             .y_label_area_size(80)

@@ -15,5 +15,7 @@ pub mod privilege;
 pub mod process;
 pub mod rx_ring;
 pub mod socket;
+pub mod xdp;
+pub mod xsk;
 
 pub use error::SysError;

@@ -22,23 +22,55 @@ unsafe impl Send for Mmap {}
 impl Mmap {
     /// Maps `len` bytes of `fd` read-write and shared, pre-faulting the pages.
     pub fn shared(fd: BorrowedFd<'_>, len: usize) -> Result<Self> {
+        Self::map(Some(fd), len, 0, "mmap")
+    }
+
+    /// Maps `len` bytes of `fd` at `offset` (a kernel-defined page offset, as the AF_XDP
+    /// rings use) read-write and shared, pre-faulting the pages.
+    pub fn shared_at(fd: BorrowedFd<'_>, len: usize, offset: u64) -> Result<Self> {
+        Self::map(Some(fd), len, offset, "mmap(ring)")
+    }
+
+    /// Maps `len` bytes of fresh zeroed memory, private to this process, pre-faulted.
+    pub fn anonymous(len: usize) -> Result<Self> {
+        Self::map(None, len, 0, "mmap(anonymous)")
+    }
+
+    fn map(
+        fd: Option<BorrowedFd<'_>>,
+        len: usize,
+        offset: u64,
+        call: &'static str,
+    ) -> Result<Self> {
+        let (flags, raw) = match fd {
+            Some(fd) => (libc::MAP_SHARED | libc::MAP_POPULATE, fd.as_raw_fd()),
+            None => (
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+            ),
+        };
+        let off = libc::off_t::try_from(offset).map_err(|_| SysError {
+            call,
+            what: format!("offset {offset:#x}"),
+            source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+        })?;
         // SAFETY: a fresh mapping at an address the kernel picks cannot alias any Rust
-        // object; the arguments are plain integers and a valid descriptor.
+        // object; the arguments are plain integers and, if any, a valid descriptor.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
-                fd.as_raw_fd(),
-                0,
+                flags,
+                raw,
+                off,
             )
         };
         if p == libc::MAP_FAILED {
-            return Err(SysError::last("mmap", format!("{len} bytes")));
+            return Err(SysError::last(call, format!("{len} bytes")));
         }
         let base = NonNull::new(p.cast::<u8>()).ok_or_else(|| SysError {
-            call: "mmap",
+            call,
             what: "null mapping".into(),
             source: std::io::Error::from(std::io::ErrorKind::Other),
         })?;

@@ -105,16 +105,30 @@ impl Running {
                 Ok(line) if line.contains(marker) => return Ok(()),
                 Ok(_) | Err(RecvTimeoutError::Timeout) => {}
                 // Both pipes closed: the child is exiting; try_wait below will see it.
-                Err(RecvTimeoutError::Disconnected) => std::thread::sleep(Duration::from_millis(20)),
+                Err(RecvTimeoutError::Disconnected) => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
             }
-            if let Some(st) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                bail!("{} exited before it was ready ({st}): {}", self.name, self.tail());
+            if let Some(st) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                bail!(
+                    "{} exited before it was ready ({st}): {}",
+                    self.name,
+                    self.tail()
+                );
             }
         }
         if stop.load(Ordering::Relaxed) {
             bail!("interrupted");
         }
-        bail!("{} was not ready within {timeout:?}: {}", self.name, self.tail())
+        bail!(
+            "{} was not ready within {timeout:?}: {}",
+            self.name,
+            self.tail()
+        )
     }
 
     /// The child's CPU time so far (utime + stime of `/proc/PID/stat`, all threads), in
@@ -202,10 +216,11 @@ mod tests {
     #[test]
     fn collects_output_and_waits_for_ready() {
         let mut cmd = Command::new("sh");
-        cmd.args(["-c", "echo starting; echo ready >&2; sleep 5"]);
+        cmd.args(["-c", "echo starting; echo ready >&2; exec sleep 5"]);
         let mut r = Running::spawn(cmd, "sh").unwrap();
         let stop = AtomicBool::new(false);
-        r.wait_ready("ready", Duration::from_secs(5), &stop).unwrap();
+        r.wait_ready("ready", Duration::from_secs(5), &stop)
+            .unwrap();
         assert!(r.cpu_ticks().is_some());
         let f = r.interrupt(Duration::from_secs(5)).unwrap();
         assert!(!f.status.success());

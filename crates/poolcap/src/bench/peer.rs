@@ -77,7 +77,12 @@ pub struct Counts {
 
 impl Tool {
     /// Every capture tool, poolcap first.
-    pub const ALL: [Tool; 4] = [Tool::Poolcap, Tool::Tcpdump, Tool::NetsniffNg, Tool::Dumpcap];
+    pub const ALL: [Tool; 4] = [
+        Tool::Poolcap,
+        Tool::Tcpdump,
+        Tool::NetsniffNg,
+        Tool::Dumpcap,
+    ];
 
     /// The name used in tables.
     pub fn name(self) -> &'static str {
@@ -121,12 +126,24 @@ impl Tool {
     ) -> Vec<String> {
         let kib = spec.buffer_kib.to_string();
         let out = out.to_string_lossy().into_owned();
-        let sink = if spec.write { out.clone() } else { "/dev/null".into() };
+        let sink = if spec.write {
+            out.clone()
+        } else {
+            "/dev/null".into()
+        };
         let mut v: Vec<String> = Vec::new();
         let mut push = |xs: &[&str]| v.extend(xs.iter().map(|x| (*x).to_owned()));
         match self {
             Tool::Poolcap => {
-                push(&[&exe.to_string_lossy(), "capture", "-i", iface, "-q", "-B", &kib]);
+                push(&[
+                    &exe.to_string_lossy(),
+                    "capture",
+                    "-i",
+                    iface,
+                    "-q",
+                    "-B",
+                    &kib,
+                ]);
                 if spec.write {
                     let format = if spec.pcap_ns { "pcap-ns" } else { "pcap" };
                     push(&["--format", format, "-w", &out]);
@@ -139,10 +156,19 @@ impl Tool {
                 }
                 push(&["--stats-json", &stats.to_string_lossy()]);
             }
-            Tool::Tcpdump => push(&["tcpdump", "-i", iface, "-n", "-Z", "root", "-B", &kib, "-w", &sink]),
+            Tool::Tcpdump => push(&[
+                "tcpdump", "-i", iface, "-n", "-Z", "root", "-B", &kib, "-w", &sink,
+            ]),
             Tool::NetsniffNg => {
                 push(&["stdbuf", "-oL", "netsniff-ng", "-i", iface, "-s", "-A"]);
-                push(&["-b", &cpu.to_string(), "-S", &format!("{kib}KiB"), "-o", &sink]);
+                push(&[
+                    "-b",
+                    &cpu.to_string(),
+                    "-S",
+                    &format!("{kib}KiB"),
+                    "-o",
+                    &sink,
+                ]);
             }
             Tool::Dumpcap => {
                 let mib = spec.buffer_kib.div_ceil(1024).max(1).to_string();
@@ -348,12 +374,24 @@ impl Generator {
         match self {
             Generator::Poolcap => {
                 push(&[&exe.to_string_lossy(), "gen", "-i", iface, "--json"]);
-                push(&["--cpu", &cpu.to_string(), "--size", &size, "--count", &count]);
+                push(&[
+                    "--cpu",
+                    &cpu.to_string(),
+                    "--size",
+                    &size,
+                    "--count",
+                    &count,
+                ]);
                 if let Some(r) = t.rate {
                     push(&["--rate", &r.to_string()]);
                 }
                 if let (Some(b), Some(i)) = (t.burst, t.idle) {
-                    push(&["--burst", &b.to_string(), "--idle", &format!("{}us", i.as_micros())]);
+                    push(&[
+                        "--burst",
+                        &b.to_string(),
+                        "--idle",
+                        &format!("{}us", i.as_micros()),
+                    ]);
                 }
             }
             Generator::Trafgen => {
@@ -459,18 +497,21 @@ mod tests {
     use super::*;
 
     // Recorded in a lab (1 queue, 64 B frames, and 1514 B frames with rps_cpus on CPU 1).
-    const TCPDUMP: &str = "tcpdump: listening on prb0, link-type EN10MB (Ethernet), snapshot length 262144 bytes
+    const TCPDUMP: &str =
+        "tcpdump: listening on prb0, link-type EN10MB (Ethernet), snapshot length 262144 bytes
 319552 packets captured
 1000000 packets received by filter
 680448 packets dropped by kernel
 ";
-    const NETSNIFF: &str = "Running! Hang up with ^C!\n\n\r      269814  packets incoming (730186 unread on exit)
+    const NETSNIFF: &str =
+        "Running! Hang up with ^C!\n\n\r      269814  packets incoming (730186 unread on exit)
 \r      269814  packets passed filter
 \r      730186  packets failed filter (out of space)
 \r     73.0186% packet droprate
 \r           5  sec, 358323 usec in total
 ";
-    const NETSNIFF_OK: &str = "Running! Hang up with ^C!\n\n\r      100000  packets incoming (0 unread on exit)
+    const NETSNIFF_OK: &str =
+        "Running! Hang up with ^C!\n\n\r      100000  packets incoming (0 unread on exit)
 \r      100000  packets passed filter
 \r           0  packets failed filter (out of space)
 \r      0.0000% packet droprate
@@ -515,7 +556,9 @@ Running! Hang up with ^C!
         assert_eq!(counts(Tool::NetsniffNg, NETSNIFF), (269814, 730186, None));
         assert_eq!(counts(Tool::NetsniffNg, NETSNIFF_OK), (100000, 0, None));
         assert_eq!(counts(Tool::Dumpcap, DUMPCAP), (68141, 31859, Some(68141)));
-        assert!(Tool::Tcpdump.parse("tcpdump: listening on prb0\n", Path::new("")).is_err());
+        assert!(Tool::Tcpdump
+            .parse("tcpdump: listening on prb0\n", Path::new(""))
+            .is_err());
     }
 
     #[test]
@@ -564,7 +607,10 @@ Running! Hang up with ^C!
         };
         let p = Path::new;
         let line = |t: Tool| {
-            let s = CaptureSpec { tool: t, ..spec.clone() };
+            let s = CaptureSpec {
+                tool: t,
+                ..spec.clone()
+            };
             t.argv(&s, "prb0", 1, p("/x.pcap"), p("/s.json"), p("/bin/poolcap"))
                 .join(" ")
         };

@@ -109,6 +109,10 @@ pub struct Bench<'a> {
     pub settle: Duration,
     /// Pause between the end of sending and stopping the tool.
     pub drain: Duration,
+    /// Before each run, wait (up to `quiet_wait`) until at most this share of all CPUs is busy.
+    pub quiet_below: f64,
+    /// Longest wait for a quiet machine.
+    pub quiet_wait: Duration,
 }
 
 /// One run of one subject at one point: a line of `raw.jsonl`.
@@ -148,8 +152,8 @@ pub struct Record {
     pub spacing: Option<Spacing>,
     /// Wall seconds of the whole run.
     pub wall_s: f64,
-    /// 1-minute load average when the run started (others' work shows here).
-    pub load1: Option<f64>,
+    /// Share of all CPUs busy just before the run (others' work on a shared machine).
+    pub busy_before: Option<f64>,
     /// Why the run failed.
     pub error: Option<String>,
 }
@@ -168,13 +172,26 @@ fn pinned(netns: &str, cpu: usize, argv: &[String]) -> Command {
     cmd
 }
 
-fn load1() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()?
-        .split_whitespace()
+/// Busy and total jiffies of all CPUs (`/proc/stat`; idle and iowait count as not busy).
+fn cpu_jiffies() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let v: Vec<u64> = stat
+        .lines()
         .next()?
-        .parse()
-        .ok()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let total: u64 = v.iter().take(8).sum();
+    Some((total - v.get(3)? - v.get(4)?, total))
+}
+
+/// Share of all CPUs busy over `window`.
+fn busy_share(window: Duration) -> Option<f64> {
+    let (b0, t0) = cpu_jiffies()?;
+    std::thread::sleep(window);
+    let (b1, t1) = cpu_jiffies()?;
+    (t1 > t0).then(|| (b1 - b0) as f64 / (t1 - t0) as f64)
 }
 
 fn check_exit(name: &str, f: &Finished) -> anyhow::Result<()> {
@@ -186,8 +203,24 @@ fn check_exit(name: &str, f: &Finished) -> anyhow::Result<()> {
 }
 
 impl Bench<'_> {
+    /// Waits until others leave the machine quiet enough (or `quiet_wait` passed); returns the
+    /// busy share last measured.
+    fn wait_quiet(&self) -> Option<f64> {
+        let deadline = Instant::now() + self.quiet_wait;
+        loop {
+            let busy = busy_share(Duration::from_millis(300));
+            if busy.is_none_or(|b| b <= self.quiet_below)
+                || Instant::now() >= deadline
+                || self.stop.load(Ordering::Relaxed)
+            {
+                return busy;
+            }
+        }
+    }
+
     /// Runs `subject` once at `point`; failures are recorded in the result, not returned.
     pub fn run_once(&self, suite: &str, point: &Point, subject: &Subject, run: usize) -> Record {
+        let busy_before = self.wait_quiet();
         let started = Instant::now();
         let mut rec = Record {
             suite: suite.to_owned(),
@@ -207,7 +240,7 @@ impl Bench<'_> {
             cpu_total_s: None,
             spacing: None,
             wall_s: 0.0,
-            load1: load1(),
+            busy_before,
             error: None,
         };
         let file = self.scratch.join("capture.pcap");
@@ -245,9 +278,12 @@ impl Bench<'_> {
         let cpu_before = tool.as_ref().and_then(|(_, r)| r.cpu_ticks());
 
         let gen = subject.generator;
-        let cfg = self.scratch.join(format!("trafgen-{}.cfg", point.traffic.size));
+        let cfg = self
+            .scratch
+            .join(format!("trafgen-{}.cfg", point.traffic.size));
         if gen == Generator::Trafgen {
-            let mac = crate::cli::gen::parse_mac(&self.lab.sender.mac).map_err(anyhow::Error::msg)?;
+            let mac =
+                crate::cli::gen::parse_mac(&self.lab.sender.mac).map_err(anyhow::Error::msg)?;
             let frame = peer::lab_frame(mac, point.traffic.size);
             std::fs::write(&cfg, peer::trafgen_config(&frame))?;
         }

@@ -179,11 +179,11 @@ pub const METRICS: &[Metric] = &[
         show: n0,
     },
     Metric {
-        key: "load1",
-        title: "load avg",
+        key: "busy_before",
+        title: "machine busy before",
         better: Better::Lower,
-        get: |r| r.load1,
-        show: f2,
+        get: |r| r.busy_before,
+        show: pct,
     },
 ];
 
@@ -529,7 +529,14 @@ pub fn write_summary(path: &Path, t: &SummaryText, rows: &[Row]) -> anyhow::Resu
     }
     let failures: Vec<String> = rows
         .iter()
-        .filter_map(|r| Some(format!("{} / {}: {}", r.point, r.subject, r.failed.first()?)))
+        .filter_map(|r| {
+            Some(format!(
+                "{} / {}: {}",
+                r.point,
+                r.subject,
+                r.failed.first()?
+            ))
+        })
         .collect();
     if !failures.is_empty() {
         s.push_str("\n## Failed runs (first error of each)\n\n");
@@ -585,7 +592,7 @@ mod tests {
             cpu_total_s: None,
             spacing: None,
             wall_s: 1.0,
-            load1: None,
+            busy_before: None,
             error: None,
         }
     }
@@ -605,12 +612,15 @@ mod tests {
         assert_eq!(rows.len(), 2);
         assert_eq!((rows[0].ok, rows[1].ok, rows[1].failed.len()), (3, 2, 1));
         assert_eq!(rows[0].median("captured"), Some(1000.0));
-        assert_eq!(rows[1].median("loss"), Some(0.075));
+        assert!((rows[1].median("loss").unwrap() - 0.075).abs() < 1e-12);
         let v = Versus::at(&rows, "p", "sender_pps").unwrap();
         assert_eq!(v.best.as_ref().unwrap().1, 475e3);
         assert_eq!(v.ratio(), format!("{:.2}", 410e3 / 475e3));
         let t = table(&rows, &["loss", "sender_pps"]);
-        assert!(t.contains("| p | **poolcap** | 3 | 0 (0–1.00%) | 410k (400k–420k) |"), "{t}");
+        assert!(
+            t.contains("| p | **poolcap** | 3 | 0 (0–1.00%) | 410k (400k–420k) |"),
+            "{t}"
+        );
         assert!(t.contains("2 (1 failed)"));
         let dir = tempfile::tempdir().unwrap();
         write_csv(&dir.path().join("r.csv"), "t", &rows).unwrap();

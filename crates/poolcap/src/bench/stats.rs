@@ -82,7 +82,10 @@ mod tests {
     fn spread_takes_min_median_max() {
         let s = Spread::of([3.0, 1.0, 2.0]).unwrap();
         assert_eq!((s.min, s.median, s.max, s.n), (1.0, 2.0, 3.0, 3));
-        assert_eq!(Spread::of([4.0, 1.0, f64::NAN, 2.0, 3.0]).unwrap().median, 2.5);
+        assert_eq!(
+            Spread::of([4.0, 1.0, f64::NAN, 2.0, 3.0]).unwrap().median,
+            2.5
+        );
         assert!(Spread::of([f64::NAN]).is_none());
     }
 

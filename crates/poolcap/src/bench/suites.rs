@@ -57,6 +57,9 @@ pub struct Options {
     pub command: String,
 }
 
+/// A run starts once at most this share of all CPUs is busy (waiting up to a minute): on a
+/// shared 2-core machine, someone else's test run halves the sender's rate.
+const QUIET_BELOW: f64 = 0.15;
 /// Kernel buffer every capture tool gets in the capture suite (poolcap's default).
 const BUFFER_KIB: u64 = 4096;
 /// R*M of the burst suite.
@@ -119,7 +122,11 @@ fn gen_points(quick: bool) -> Vec<Point> {
 }
 
 fn capture_points(quick: bool) -> Vec<Point> {
-    let rates: &[Option<u64>] = if quick { &[None] } else { &[None, Some(300_000)] };
+    let rates: &[Option<u64>] = if quick {
+        &[None]
+    } else {
+        &[None, Some(300_000)]
+    };
     let mut v = Vec::new();
     for size in [64usize, 1514] {
         for &rate in rates {
@@ -178,8 +185,9 @@ fn ns_per_iteration() -> anyhow::Result<f64> {
 
 fn burst_points(quick: bool, c: &Calibration) -> Vec<Point> {
     let mut v = Vec::new();
-    for (m, r) in [(64usize, 256usize), (128, 128), (256, 64)] {
-        let rm = (m * r) as u64;
+    for m in [64usize, 128, 256] {
+        let r = BURST_CELLS / m;
+        let rm = BURST_CELLS as u64;
         let lens: &[u64] = if quick { &[rm] } else { &[rm / 2, rm, 2 * rm] };
         for &b in lens {
             let bursts = if quick { 3 } else { 5 };
@@ -222,12 +230,7 @@ fn run_points(
                 if b.stop.load(Ordering::Relaxed) {
                     return Ok(());
                 }
-                eprint!(
-                    "[{}/{n}] {} · {} · run {run}/{runs}: ",
-                    i + 1,
-                    p.id,
-                    s.name
-                );
+                eprint!("[{}/{n}] {} · {} · run {run}/{runs}: ", i + 1, p.id, s.name);
                 let r = b.run_once(suite, p, s, run);
                 eprintln!("{}", progress(&r));
                 log.append(&r)?;
@@ -335,6 +338,8 @@ fn run_in(
         rps: opts.rps,
         settle: Duration::from_millis(300),
         drain: Duration::from_millis(1200),
+        quiet_below: QUIET_BELOW,
+        quiet_wait: Duration::from_secs(60),
     };
     eprintln!(
         "poolcap bench {suite}: lab {} ({} / {}), rps {}, {} runs per point, results in {}",
@@ -383,10 +388,7 @@ fn run_in(
     drop(lab);
     eprintln!("results: {}", opts.out.join("summary.md").display());
     if interrupted {
-        bail!(
-            "interrupted; partial results in {}",
-            opts.out.display()
-        );
+        bail!("interrupted; partial results in {}", opts.out.display());
     }
     Ok(())
 }
@@ -407,9 +409,13 @@ fn calibrate(
     };
     let before = records.len();
     run_points(b, opts.suite.name(), &[p], opts.runs, log, records)?;
-    let top_pps = Spread::of(records[before..].iter().filter_map(|r| Some(r.sent.as_ref()?.pps)))
-        .context("calibration: the generator never finished")?
-        .median;
+    let top_pps = Spread::of(
+        records[before..]
+            .iter()
+            .filter_map(|r| Some(r.sent.as_ref()?.pps)),
+    )
+    .context("calibration: the generator never finished")?
+    .median;
     let ns = ns_per_iteration()?;
     let load = (2e9 / (top_pps * ns)).round().max(1.0) as u32;
     Ok(Calibration {
@@ -464,14 +470,16 @@ fn summary_text(
     if interrupted {
         notes.push("INTERRUPTED: these are partial results".into());
     }
-    let load = rows
+    let busy = rows
         .iter()
-        .filter_map(|r| r.get("load1"))
+        .filter_map(|r| r.get("busy_before"))
         .map(|s| s.max)
         .fold(0.0, f64::max);
     notes.push(format!(
-        "highest 1-minute load average at the start of a run: {load:.2} (about 1 is this bench's \
-         own; more means others shared the machine)"
+        "each run waited (up to 60 s) until at most {:.0}% of all CPUs were busy; the busiest \
+         start measured {:.0}% (above the limit means someone else kept the machine busy)",
+        QUIET_BELOW * 100.0,
+        busy * 100.0
     ));
     let (columns, ratios, targets) = match opts.suite {
         Suite::Gen => (
@@ -609,64 +617,76 @@ fn gen_targets(rows: &[Row]) -> Vec<String> {
     t
 }
 
+/// One target checked at one point.
+struct Check {
+    point: String,
+    ok: bool,
+    detail: String,
+}
+
+/// `NAME: k of n points — point: detail PASS; ...`.
+fn checks_line(name: &str, checks: &[Check]) -> String {
+    let passed = checks.iter().filter(|c| c.ok).count();
+    let detail: Vec<String> = checks
+        .iter()
+        .map(|c| format!("{}: {} {}", c.point, c.detail, verdict(c.ok)))
+        .collect();
+    format!(
+        "{name}: {passed} of {} points — {}",
+        checks.len(),
+        detail.join("; ")
+    )
+}
+
 fn capture_targets(rows: &[Row]) -> Vec<String> {
-    let mut t = Vec::new();
-    let points = points_of(rows);
     let (mut zero, mut best, mut cpu, mut rate) = (vec![], vec![], vec![], vec![]);
-    for p in &points {
+    let pct = |x: f64| format!("{:.4}%", x * 100.0);
+    for p in points_of(rows) {
+        let check = |ok, detail| Check {
+            point: p.to_owned(),
+            ok,
+            detail,
+        };
         let at = |s: &str, k: &str| {
             rows.iter()
-                .find(|r| r.point == *p && r.subject == s)
+                .find(|r| r.point == p && r.subject == s)
                 .and_then(|r| r.median(k))
         };
-        if let Some(v) = Versus::at(rows, p, "loss") {
-            let any_zero = rows
-                .iter()
-                .any(|r| r.point == *p && !r.poolcap && r.median("loss") == Some(0.0));
-            if any_zero {
-                zero.push((p, v.poolcap == 0.0, v.poolcap));
+        if let Some(Versus {
+            poolcap,
+            best: Some((name, b)),
+        }) = Versus::at(rows, p, "loss")
+        {
+            if b == 0.0 {
+                zero.push(check(poolcap == 0.0, format!("poolcap {}", pct(poolcap))));
             }
-            if let Some((name, b)) = v.best {
-                best.push((p, v.poolcap <= b, format!("{:.4}% vs {name} {:.4}%", v.poolcap * 100.0, b * 100.0)));
-            }
+            let detail = format!("poolcap {} vs {name} {}", pct(poolcap), pct(b));
+            best.push(check(poolcap <= b, detail));
         }
-        if let (Some(a), Some(n)) = (at("poolcap", "cpu_s_per_mpkt"), at("netsniff-ng", "cpu_s_per_mpkt")) {
-            cpu.push((p, a <= n, format!("{a:.3} vs {n:.3} s/Mpkt")));
+        let key = "cpu_s_per_mpkt";
+        if let (Some(a), Some(n)) = (at("poolcap", key), at("netsniff-ng", key)) {
+            cpu.push(check(a <= n, format!("{a:.3} vs {n:.3} s/Mpkt")));
         }
         if let (Some(a), Some(d)) = (at("poolcap", "sender_pps"), at("tcpdump", "sender_pps")) {
-            rate.push((p, a >= 0.95 * d, format!("{:.0}k vs {:.0}k pps = {:.2}", a / 1e3, d / 1e3, a / d)));
+            let detail = format!("{:.0}k vs {:.0}k pps = {:.2}", a / 1e3, d / 1e3, a / d);
+            rate.push(check(a >= 0.95 * d, detail));
         }
     }
-    let line = |name: &str, v: &[(&&str, bool, String)]| {
-        let passed = v.iter().filter(|x| x.1).count();
-        let detail: Vec<String> = v
-            .iter()
-            .map(|(p, ok, s)| format!("{p}: {s} {}", verdict(*ok)))
-            .collect();
-        format!(
-            "{name}: {passed} of {} points — {}",
-            v.len(),
-            detail.join("; ")
-        )
-    };
-    let zero: Vec<(&&str, bool, String)> = zero
-        .into_iter()
-        .map(|(p, ok, l)| (p, ok, format!("poolcap {:.4}%", l * 100.0)))
-        .collect();
-    t.push(line(
-        "poolcap's loss is zero wherever a peer's is zero (medians)",
-        &zero,
-    ));
-    t.push(line(
-        "poolcap's loss is never above the best peer's (medians)",
-        &best,
-    ));
-    t.push(line("poolcap CPU per packet ≤ netsniff-ng's (medians)", &cpu));
-    t.push(line(
-        "sender rate while poolcap captures ≥ 0.95 × while tcpdump captures (medians)",
-        &rate,
-    ));
-    t
+    vec![
+        checks_line(
+            "poolcap's loss is zero wherever a peer's is zero (medians)",
+            &zero,
+        ),
+        checks_line(
+            "poolcap's loss is never above the best peer's (medians)",
+            &best,
+        ),
+        checks_line("poolcap CPU per packet ≤ netsniff-ng's (medians)", &cpu),
+        checks_line(
+            "sender rate while poolcap captures ≥ 0.95 × while tcpdump captures (medians)",
+            &rate,
+        ),
+    ]
 }
 
 #[cfg(test)]

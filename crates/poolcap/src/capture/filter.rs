@@ -71,6 +71,19 @@ pub fn compile(expr: &str, iface: &str, snaplen: u32) -> Result<Vec<BpfInsn>, Fi
     Ok(to_insns(&program, snaplen))
 }
 
+/// Compiles `expr` for a user-space filter stage (AF_XDP, where sockets take no classic
+/// BPF): frames reach it with any VLAN tag still in place, as on a dead Ethernet handle.
+pub fn compile_user(expr: &str) -> Result<pcap::BpfProgram, FilterError> {
+    let err = |e: pcap::Error| FilterError {
+        expr: expr.to_string(),
+        message: e.to_string(),
+    };
+    pcap::Capture::dead(pcap::Linktype::ETHERNET)
+        .map_err(err)?
+        .compile(expr, true)
+        .map_err(err)
+}
+
 /// A program that accepts every packet, truncated to `snaplen` bytes in the kernel.
 pub fn accept_all(snaplen: u32) -> Vec<BpfInsn> {
     vec![BpfInsn {

@@ -15,10 +15,12 @@
 //! (they empty the kernel rings), then workers, then the writer, so nothing captured is lost.
 
 pub mod account;
+pub mod backend;
 pub mod filter;
 pub mod policy;
 pub mod pool;
 pub mod queue;
+pub mod source;
 pub mod worker;
 pub mod writer;
 
@@ -38,9 +40,11 @@ use poolcap_sys::SysError;
 use serde::{Deserialize, Serialize};
 
 use self::account::{QueueCounters, QueueStats};
+pub use self::backend::rx_queues;
+use self::backend::{BackendConfig, Setup};
 use self::policy::{group_of, PolicySpec};
 use self::pool::{Pool, PoolSize};
-use self::queue::{CaptureThread, Progress, QueueSocket, WaitStrategy};
+use self::queue::{CaptureThread, Progress, WaitStrategy};
 use self::worker::{served_queues, Next, Worker};
 use self::writer::{BoxedOutput, FileWriter, WriterOutcome};
 
@@ -78,6 +82,8 @@ pub struct CaptureConfig {
     pub seal_after: Duration,
     /// Offload policy.
     pub policy: PolicySpec,
+    /// Backend (AF_PACKET, AF_XDP).
+    pub backend: BackendConfig,
     /// Buddy groups (every queue in exactly one).
     pub buddy_groups: Vec<Vec<usize>>,
     /// Print a status line this often on stderr (None: quiet).
@@ -131,6 +137,9 @@ pub enum CaptureError {
         /// Why.
         source: std::io::Error,
     },
+    /// AF_XDP could not be set up.
+    #[error("{0}")]
+    Xdp(String),
     /// The file header could not be written.
     #[error("cannot write the capture file header: {0}")]
     Header(poolcap_format::WriteError),
@@ -186,6 +195,9 @@ pub struct CaptureReport {
 /// A capture that is set up and running.
 pub struct Engine {
     iface: String,
+    report: String,
+    // Keeps the XDP program attached until the engine is gone.
+    _xdp: Option<poolcap_sys::xdp::XdpRedirect>,
     pools: Arc<Vec<Arc<Pool>>>,
     counters: Arc<Vec<Arc<QueueCounters>>>,
     captures: Vec<JoinHandle<Result<(), SysError>>>,
@@ -235,18 +247,6 @@ fn if_frames(iface: &str) -> Option<u64> {
     Some(read("rx_packets")? + read("tx_packets")?)
 }
 
-/// Receive queues of an interface (from sysfs; 1 if unknown).
-pub fn rx_queues(iface: &str) -> usize {
-    std::fs::read_dir(format!("/sys/class/net/{iface}/queues"))
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
-                .count()
-        })
-        .unwrap_or(1)
-        .max(1)
-}
-
 fn pin(cpus: &Option<Vec<usize>>, i: usize) {
     if let Some(list) = cpus.as_ref().filter(|l| !l.is_empty()) {
         core_affinity::set_for_current(core_affinity::CoreId {
@@ -259,10 +259,6 @@ impl Engine {
     /// Sets up rings, pools and threads; returns once every queue is capturing.
     pub fn start(cfg: CaptureConfig, stop: Arc<AtomicBool>) -> Result<Self, CaptureError> {
         let idx = ifindex(&cfg.iface).map_err(|_| CaptureError::NoInterface(cfg.iface.clone()))?;
-        let program = match &cfg.filter {
-            Some(expr) => filter::compile(expr, &cfg.iface, cfg.snaplen)?,
-            None => filter::accept_all(cfg.snaplen),
-        };
         let q = cfg.queues.max(1);
         let need = q as u64 * (cfg.pool.bytes() + cfg.ring.bytes() as u64);
         if let Some(avail) = mem_available() {
@@ -274,16 +270,27 @@ impl Engine {
             }
         }
         let groups: Vec<Vec<usize>> = (0..q).map(|i| group_of(&cfg.buddy_groups, i)).collect();
-        let pools: Arc<Vec<Arc<Pool>>> = Arc::new(
-            (0..q)
-                .map(|i| Arc::new(Pool::new(i, cfg.pool, groups[i].len() * cfg.pool.chunks)))
-                .collect(),
-        );
-        let group = (std::process::id() & 0xffff) as u16;
-        let sockets = (0..q)
-            .map(|_| QueueSocket::open(idx, cfg.ring, &program, (group, cfg.fanout)))
-            .collect::<Result<Vec<_>, _>>()?;
-        let if_before = cfg.filter.as_ref().and_then(|_| if_frames(&cfg.iface));
+        let opened = backend::open(
+            cfg.backend,
+            &Setup {
+                iface: &cfg.iface,
+                ifindex: idx,
+                queues: q,
+                pool: cfg.pool,
+                queue_capacity: groups.iter().map(|g| g.len() * cfg.pool.chunks).collect(),
+                ring: cfg.ring,
+                fanout: cfg.fanout,
+                filter: cfg.filter.as_deref(),
+                snaplen: cfg.snaplen,
+            },
+        )?;
+        let pools: Arc<Vec<Arc<Pool>>> = Arc::new(opened.pools);
+        let sockets = opened.sources;
+        let if_before = if opened.kernel_filter {
+            if_frames(&cfg.iface)
+        } else {
+            None
+        };
         // Create the file only now that the filter compiled and the sockets are open, so a
         // bad argument never truncates an existing file; write its header before capturing.
         let output = match cfg.output {
@@ -311,10 +318,10 @@ impl Engine {
         let captures = sockets
             .into_iter()
             .enumerate()
-            .map(|(i, socket)| {
+            .map(|(i, source)| {
                 let t = CaptureThread {
                     queue: i,
-                    socket,
+                    source,
                     pool: Arc::clone(&pools[i]),
                     pools: Arc::clone(&pools),
                     counters: Arc::clone(&counters[i]),
@@ -408,6 +415,8 @@ impl Engine {
             })?;
         Ok(Self {
             iface: cfg.iface,
+            report: opened.report,
+            _xdp: opened.xdp,
             pools,
             counters,
             captures,
@@ -423,6 +432,11 @@ impl Engine {
             started: Instant::now(),
             cpu_start: cpu_time(Who::SelfProcess),
         })
+    }
+
+    /// Which backend runs, and why (for the startup report).
+    pub fn backend_report(&self) -> &str {
+        &self.report
     }
 
     fn snapshot(&self) -> Vec<QueueStats> {

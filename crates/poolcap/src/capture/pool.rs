@@ -6,12 +6,21 @@
 //! home through the recycle queue (the pool's free list). Nothing on this path allocates or
 //! locks per packet: both queues are bounded lock-free MPMC queues of chunks.
 //!
+//! Two storages, one chunk type: on AF_PACKET the capture thread copies each packet out of
+//! the kernel ring into the chunk's own buffer; on AF_XDP the pool is the socket's UMEM and a
+//! chunk holds received frames themselves (zero further copies), which go back to the
+//! kernel's fill ring when the chunk comes home. Such chunks come home through the recycle
+//! queue, which only their capture thread (the fill ring's single producer) drains.
+//!
 //! Improvement over fixed cells: packets are packed back to back in the chunk's buffer (M
 //! cells' worth of bytes), so a chunk of small packets does not waste 2 KB per packet; a
 //! chunk is full when it holds M packets or its bytes run out, whichever comes first. The
 //! memory bound stays n * R * M * cell bytes.
 
+use std::sync::Arc;
+
 use crossbeam_queue::ArrayQueue;
+use poolcap_sys::xsk::{RxFrame, Umem};
 
 /// Where one packet sits in its chunk, and what the kernel said about it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +35,18 @@ pub struct PacketMeta {
     pub wire_len: u32,
 }
 
+/// Where a chunk keeps its packets' bytes.
+#[derive(Debug)]
+enum Storage {
+    /// Copies, packed back to back in the chunk's own buffer.
+    Copied { buf: Box<[u8]>, used: usize },
+    /// Received frames of a UMEM, read in place.
+    Frames {
+        umem: Arc<Umem>,
+        frames: Vec<RxFrame>,
+    },
+}
+
 /// M packet cells captured together; owned by one thread at a time.
 #[derive(Debug)]
 pub struct Chunk {
@@ -33,8 +54,7 @@ pub struct Chunk {
     pub home: usize,
     /// Position in the home queue's sealed sequence (for in-order merging).
     pub seq: u64,
-    buf: Box<[u8]>,
-    used: usize,
+    storage: Storage,
     meta: Vec<PacketMeta>,
     cells: usize,
 }
@@ -48,38 +68,97 @@ impl Chunk {
         for page in buf.chunks_mut(4096) {
             page[0] = 1;
         }
+        Self::with(home, cells, Storage::Copied { buf, used: 0 })
+    }
+
+    /// A chunk that holds up to `cells` frames of `umem`.
+    pub fn of_frames(home: usize, cells: usize, umem: Arc<Umem>) -> Self {
+        Self::with(
+            home,
+            cells,
+            Storage::Frames {
+                umem,
+                frames: Vec::with_capacity(cells),
+            },
+        )
+    }
+
+    fn with(home: usize, cells: usize, storage: Storage) -> Self {
         Self {
             home,
             seq: 0,
-            buf,
-            used: 0,
+            storage,
             meta: Vec::with_capacity(cells),
             cells,
         }
     }
 
-    /// Appends a packet whose bytes are the concatenation of `parts` (at most `caplen` of them
-    /// are stored). Returns false, storing nothing, when the chunk is full.
+    /// Appends a copy of a packet whose bytes are the concatenation of `parts` (at most
+    /// `caplen` of them are stored). Returns false, storing nothing, when the chunk is full.
     #[inline]
     pub fn push(&mut self, ts_ns: u64, parts: [&[u8]; 3], caplen: usize, wire_len: u32) -> bool {
-        if self.meta.len() == self.cells || self.used + caplen > self.buf.len() {
+        let Storage::Copied { buf, used } = &mut self.storage else {
+            return false;
+        };
+        if self.meta.len() == self.cells || *used + caplen > buf.len() {
             return false;
         }
-        let start = self.used;
+        let start = *used;
         let mut left = caplen;
         for p in parts {
             let n = p.len().min(left);
-            self.buf[self.used..self.used + n].copy_from_slice(&p[..n]);
-            self.used += n;
+            buf[*used..*used + n].copy_from_slice(&p[..n]);
+            *used += n;
             left -= n;
         }
         self.meta.push(PacketMeta {
             ts_ns,
             offset: start as u32,
-            caplen: (self.used - start) as u32,
+            caplen: (*used - start) as u32,
             wire_len,
         });
         true
+    }
+
+    /// Appends a received frame, keeping at most `snaplen` of its bytes. Gives the frame
+    /// back when the chunk is full (or does not hold frames).
+    #[inline]
+    pub fn push_frame(
+        &mut self,
+        ts_ns: u64,
+        frame: RxFrame,
+        snaplen: usize,
+    ) -> Result<(), RxFrame> {
+        let Storage::Frames { frames, .. } = &mut self.storage else {
+            return Err(frame);
+        };
+        if self.meta.len() == self.cells {
+            return Err(frame);
+        }
+        let len = frame.len();
+        self.meta.push(PacketMeta {
+            ts_ns,
+            offset: 0,
+            caplen: len.min(snaplen) as u32,
+            wire_len: len as u32,
+        });
+        frames.push(frame);
+        Ok(())
+    }
+
+    /// True when no more packets fit.
+    pub fn is_full(&self) -> bool {
+        self.meta.len() == self.cells
+    }
+
+    /// Takes the frames out (to give them back to the kernel) and empties the chunk.
+    pub fn take_frames(&mut self) -> impl Iterator<Item = RxFrame> + '_ {
+        self.meta.clear();
+        let frames = match &mut self.storage {
+            Storage::Frames { frames, .. } => Some(frames.drain(..)),
+            Storage::Copied { .. } => None,
+        };
+        frames.into_iter().flatten()
     }
 
     /// Number of packets held.
@@ -94,7 +173,10 @@ impl Chunk {
 
     /// The largest packet a chunk can take.
     pub fn capacity_bytes(&self) -> usize {
-        self.buf.len()
+        match &self.storage {
+            Storage::Copied { buf, .. } => buf.len(),
+            Storage::Frames { umem, .. } => umem.frame_size() as usize,
+        }
     }
 
     /// Metadata of packet `i`.
@@ -102,10 +184,13 @@ impl Chunk {
         self.meta[i]
     }
 
-    /// Bytes of packet `i`.
+    /// Bytes of packet `i` (at most its caplen).
     pub fn data(&self, i: usize) -> &[u8] {
         let m = self.meta[i];
-        &self.buf[m.offset as usize..(m.offset + m.caplen) as usize]
+        match &self.storage {
+            Storage::Copied { buf, .. } => &buf[m.offset as usize..(m.offset + m.caplen) as usize],
+            Storage::Frames { umem, frames } => &umem.data(&frames[i])[..m.caplen as usize],
+        }
     }
 
     /// Timestamp of the first packet.
@@ -115,18 +200,19 @@ impl Chunk {
 
     /// Iterates over (meta, bytes).
     pub fn packets(&self) -> impl Iterator<Item = (PacketMeta, &[u8])> + '_ {
-        self.meta.iter().map(|m| {
-            (
-                *m,
-                &self.buf[m.offset as usize..(m.offset + m.caplen) as usize],
-            )
-        })
+        (0..self.meta.len()).map(|i| (self.meta[i], self.data(i)))
     }
 
-    /// Empties the chunk for reuse.
-    pub fn clear(&mut self) {
-        self.used = 0;
-        self.meta.clear();
+    /// Empties a chunk of copies for reuse (frames must be taken out with `take_frames`).
+    fn clear_copies(&mut self) {
+        if let Storage::Copied { used, .. } = &mut self.storage {
+            *used = 0;
+            self.meta.clear();
+        }
+    }
+
+    fn holds_frames(&self) -> bool {
+        matches!(&self.storage, Storage::Frames { frames, .. } if !frames.is_empty())
     }
 }
 
@@ -148,30 +234,57 @@ impl PoolSize {
     }
 }
 
-/// A receive queue's pool and its two work queues.
+/// A receive queue's pool and its work queues.
 #[derive(Debug)]
 pub struct Pool {
-    /// Free chunks (the recycle queue): workers push, the capture thread pops.
+    /// Free chunks: the capture thread pops.
     free: ArrayQueue<Chunk>,
+    /// Processed chunks still holding UMEM frames (the recycle queue): their capture thread
+    /// gives the frames back to the kernel and frees the chunk.
+    returned: ArrayQueue<Chunk>,
     /// Sealed chunks waiting for a worker (the capture queue).
     pub captured: ArrayQueue<Chunk>,
     size: PoolSize,
 }
 
 impl Pool {
-    /// Allocates R chunks for queue `home`, with a capture queue that can hold
+    /// A pool of R chunks of copies for queue `home`, with a capture queue that can hold
     /// `queue_capacity` chunks (R, or the chunks of the whole buddy group when buddies may
     /// offload into it).
     pub fn new(home: usize, size: PoolSize, queue_capacity: usize) -> Self {
         let chunks = size.chunks.max(1);
-        let free = ArrayQueue::new(chunks);
-        for _ in 0..chunks {
-            // Cannot fail: the queue has room for exactly `chunks`.
-            let _ = free.push(Chunk::new(home, size.cells.max(1), size.cell_size));
+        Self::from_chunks(
+            (0..chunks).map(|_| Chunk::new(home, size.cells.max(1), size.cell_size)),
+            size,
+            queue_capacity,
+        )
+    }
+
+    /// A pool of R chunks that hold frames of `umem` (the UMEM has R*M frames).
+    pub fn of_frames(home: usize, size: PoolSize, queue_capacity: usize, umem: &Arc<Umem>) -> Self {
+        let chunks = size.chunks.max(1);
+        Self::from_chunks(
+            (0..chunks).map(|_| Chunk::of_frames(home, size.cells.max(1), Arc::clone(umem))),
+            size,
+            queue_capacity,
+        )
+    }
+
+    fn from_chunks(
+        chunks: impl Iterator<Item = Chunk>,
+        size: PoolSize,
+        queue_capacity: usize,
+    ) -> Self {
+        let n = size.chunks.max(1);
+        let free = ArrayQueue::new(n);
+        for c in chunks {
+            // Cannot fail: the queue has room for exactly `n`.
+            let _ = free.push(c);
         }
         Self {
             free,
-            captured: ArrayQueue::new(queue_capacity.max(chunks)),
+            returned: ArrayQueue::new(n),
+            captured: ArrayQueue::new(queue_capacity.max(n)),
             size,
         }
     }
@@ -182,11 +295,29 @@ impl Pool {
         self.free.pop()
     }
 
-    /// Returns a chunk to its pool's free list, emptied.
+    /// Sends a processed chunk home: straight to the free list, or, if it holds UMEM frames,
+    /// to the recycle queue for its capture thread.
     #[inline]
     pub fn recycle(&self, mut chunk: Chunk) {
-        chunk.clear();
         // Cannot fail: at most R chunks exist and each is in exactly one place.
+        if chunk.holds_frames() {
+            let _ = self.returned.push(chunk);
+        } else {
+            chunk.clear_copies();
+            let _ = self.free.push(chunk);
+        }
+    }
+
+    /// For the capture thread: a returned chunk whose frames must go back to the kernel.
+    /// The caller takes the frames out and then calls [`Pool::release`].
+    #[inline]
+    pub fn take_returned(&self) -> Option<Chunk> {
+        self.returned.pop()
+    }
+
+    /// Puts an emptied chunk on the free list.
+    #[inline]
+    pub fn release(&self, chunk: Chunk) {
         let _ = self.free.push(chunk);
     }
 

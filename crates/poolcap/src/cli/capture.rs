@@ -12,12 +12,14 @@ use poolcap_format::FileFormat;
 use poolcap_sys::rx_ring::RingGeometry;
 use poolcap_sys::socket::FanoutMode;
 
+use crate::capture::backend::{BackendConfig, BackendKind};
 use crate::capture::policy::{parse_buddy_groups, PolicySpec};
 use crate::capture::pool::PoolSize;
 use crate::capture::queue::WaitStrategy;
 use crate::capture::{rx_queues, CaptureConfig, CaptureError, CaptureReport, Engine, Output};
 use crate::cli::usage;
 use crate::units;
+use poolcap_sys::xsk::ZeroCopy;
 
 /// Default cells per chunk (M).
 pub const DEFAULT_CELLS: usize = 256;
@@ -95,6 +97,17 @@ pub struct CaptureArgs {
     /// Buddy groups as queue lists, e.g. `0,1;2,3` (default: all queues form one group).
     #[arg(long)]
     buddy_groups: Option<String>,
+    /// Capture backend: af_packet (TPACKET_V3 fanout, works everywhere, leaves the host
+    /// stack alone), af_xdp (the UMEM is the pool; takes the frames away from the host stack;
+    /// needs native XDP) or auto (af_xdp where it works, af_packet otherwise).
+    #[arg(long, default_value = "af_packet", value_parser = parse_backend)]
+    backend: BackendKind,
+    /// AF_XDP zero-copy: auto (where the driver supports it), required (fail otherwise), off.
+    #[arg(long, default_value = "auto", value_parser = parse_zero_copy)]
+    zero_copy: ZeroCopy,
+    /// Replace an XDP program someone else attached to the interface.
+    #[arg(long)]
+    force: bool,
     /// Write the final accounting as one JSON object to FILE.
     #[arg(long)]
     stats_json: Option<PathBuf>,
@@ -125,6 +138,24 @@ fn parse_fanout(s: &str) -> Result<FanoutMode, String> {
         "cpu" => Ok(FanoutMode::Cpu),
         "qm" => Ok(FanoutMode::QueueMapping),
         _ => Err(format!("`{s}`: use hash, lb, cpu or qm")),
+    }
+}
+
+fn parse_backend(s: &str) -> Result<BackendKind, String> {
+    match s {
+        "af_packet" => Ok(BackendKind::AfPacket),
+        "af_xdp" => Ok(BackendKind::AfXdp),
+        "auto" => Ok(BackendKind::Auto),
+        _ => Err(format!("`{s}`: use af_packet, af_xdp or auto")),
+    }
+}
+
+fn parse_zero_copy(s: &str) -> Result<ZeroCopy, String> {
+    match s {
+        "auto" => Ok(ZeroCopy::Auto),
+        "required" => Ok(ZeroCopy::Required),
+        "off" => Ok(ZeroCopy::Off),
+        _ => Err(format!("`{s}`: use auto, required or off")),
     }
 }
 
@@ -216,6 +247,11 @@ fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
         cpus: a.cpus.clone(),
         seal_after: Duration::from_millis(2),
         policy: a.offload.clone(),
+        backend: BackendConfig {
+            kind: a.backend,
+            zero_copy: a.zero_copy,
+            force: a.force,
+        },
         buddy_groups,
         status_every: (!a.quiet).then_some(Duration::from_secs(1)),
     })
@@ -289,6 +325,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         pool.chunks,
         pool.cells
     );
+    eprintln!("{}", engine.backend_report());
     let report = engine.run();
     print_report(&report);
     if let Some(path) = &args.stats_json {

@@ -11,6 +11,7 @@ pub mod check;
 pub mod demo;
 pub mod gen;
 pub mod lab;
+pub mod sim;
 
 /// poolcap: lossless packet capture on commodity Linux, and the lab to prove it.
 #[derive(Debug, Parser)]
@@ -23,7 +24,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Capture packets with a ring-buffer pool per receive queue (tcpdump-like options).
-    Capture(capture::CaptureArgs),
+    Capture(Box<capture::CaptureArgs>),
     /// Run the self-contained demo: lab, capture, traffic, accounting, file check.
     Demo(demo::DemoArgs),
     /// Build, inspect or remove test hosts (network namespaces joined by veth pairs).
@@ -34,6 +35,8 @@ enum Command {
     Check(check::CheckArgs),
     /// Benchmark poolcap against tcpdump, netsniff-ng, dumpcap and trafgen in a lab.
     Bench(bench::BenchArgs),
+    /// Simulate n receive queues with the engine's policies in virtual time; sweeps to CSV+PNG.
+    Sim(sim::SimArgs),
 }
 
 /// Bad usage or input: exit code 2.
@@ -73,11 +76,12 @@ pub fn main() -> i32 {
         }
     };
     let result = match cli.command {
-        Command::Capture(a) => capture::run(a),
+        Command::Capture(a) => capture::run(*a),
         Command::Demo(a) => demo::run(a),
         Command::Lab(a) => lab::run(a),
         Command::Gen(a) => gen::run(a),
         Command::Check(a) => check::run(a),
+        Command::Sim(a) => sim::run(a),
         Command::Bench(a) => bench::run(a),
     };
     match result {

@@ -66,9 +66,18 @@ pub struct Generator {
 #[derive(Debug, Clone)]
 enum Kind {
     Silent,
-    Constant { gap: f64 },
-    Poisson { mean_gap: f64 },
-    OnOff { gap: f64, burst: u64, idle: f64, left: u64 },
+    Constant {
+        gap: f64,
+    },
+    Poisson {
+        mean_gap: f64,
+    },
+    OnOff {
+        gap: f64,
+        burst: u64,
+        idle: f64,
+        left: u64,
+    },
 }
 
 impl Generator {

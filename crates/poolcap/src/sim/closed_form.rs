@@ -90,7 +90,13 @@ fn solve(mut m: Vec<Vec<f64>>) -> Vec<f64> {
         }
     }
     (0..n)
-        .map(|i| if m[i][i] == 0.0 { 0.0 } else { m[i][n] / m[i][i] })
+        .map(|i| {
+            if m[i][i] == 0.0 {
+                0.0
+            } else {
+                m[i][n] / m[i][i]
+            }
+        })
         .collect()
 }
 
@@ -111,7 +117,10 @@ mod tests {
         for &(rho, k) in &[(0.5, 1), (0.8, 5), (0.95, 20), (1.0, 10), (1.5, 8)] {
             let got = mg1k_blocking(rho, k, exponential_arrivals(rho));
             let want = mm1k(rho, k);
-            assert!((got - want).abs() < 1e-9, "rho {rho} K {k}: {got} vs {want}");
+            assert!(
+                (got - want).abs() < 1e-9,
+                "rho {rho} K {k}: {got} vs {want}"
+            );
         }
     }
 

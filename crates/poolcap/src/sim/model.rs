@@ -31,6 +31,16 @@ pub enum Shape {
     Constant,
     /// Exponential gaps: a Poisson process (the superposition of many independent flows).
     Poisson,
+    /// Each flow (each queue, without flows) alternates ON and OFF periods of exponential
+    /// length, ON a share `duty` of the time with a mean ON period of `on_ns`, and sends a
+    /// Poisson stream at its average rate / `duty` while ON: traffic whose rate swings for
+    /// milliseconds, as real traces do, while keeping the configured average.
+    Modulated {
+        /// Share of time a flow is ON (0 < duty <= 1; 1 is plain Poisson).
+        duty: f64,
+        /// Mean ON period, ns.
+        on_ns: f64,
+    },
     /// Bursts of `burst` packets at `peak_pps`, each followed by `idle_ns` of silence; every
     /// queue has the same pattern (random phase). The split and total rate are ignored: the
     /// average per queue is burst / (burst / peak + idle).
@@ -172,7 +182,11 @@ impl Config {
         }
         if let Split::PerQueue(r) = &self.arrivals.split {
             if r.len() != self.queues {
-                return Err(format!("{} queue rates for {} queues", r.len(), self.queues));
+                return Err(format!(
+                    "{} queue rates for {} queues",
+                    r.len(),
+                    self.queues
+                ));
             }
         }
         if let Split::Zipf { flows, exponent } = self.arrivals.split {
@@ -192,11 +206,18 @@ impl Config {
         } else if !(self.arrivals.rate_pps.is_finite() && self.arrivals.rate_pps >= 0.0) {
             return Err("the rate must be finite and not negative".into());
         }
+        if let Shape::Modulated { duty, on_ns } = self.arrivals.shape {
+            if !(duty > 0.0 && duty <= 1.0) || !(on_ns > 0.0 && on_ns.is_finite()) {
+                return Err("bursty flows need 0 < duty <= 1 and a positive ON period".into());
+            }
+        }
         if let Some(groups) = &self.groups {
             let mut seen = vec![false; self.queues];
             for &q in groups.iter().flatten() {
                 if q >= self.queues || std::mem::replace(&mut seen[q], true) {
-                    return Err(format!("buddy group member {q} is out of range or repeated"));
+                    return Err(format!(
+                        "buddy group member {q} is out of range or repeated"
+                    ));
                 }
             }
         }

@@ -1,0 +1,253 @@
+//! Opening the kernel side of a capture: one source and one pool per receive queue, on
+//! AF_PACKET or AF_XDP, and the startup report that says which backend runs and why.
+//!
+//! AF_PACKET works on every interface: fanout sockets with TPACKET_V3 rings, the filter in
+//! the kernel, packets copied into pool chunks. AF_XDP is the closest match to WireCAP's
+//! ring-buffer pool: the UMEM of each queue's socket is the pool itself, frames go to
+//! workers and come back in any order while the fill ring keeps the NIC supplied. It takes
+//! the frames away from the host's stack (the XDP program redirects all of them), binds one
+//! socket per hardware receive queue, and needs CAP_NET_ADMIN and CAP_BPF.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use poolcap_sys::socket::FanoutMode;
+use poolcap_sys::xdp::{AttachMode, XdpRedirect};
+use poolcap_sys::xsk::{Xsk, XskConfig, ZeroCopy};
+use poolcap_sys::SysError;
+
+use super::filter;
+use super::pool::{Pool, PoolSize};
+use super::source::{PacketSource, Source, XdpSource};
+use super::CaptureError;
+
+/// Which backend to capture with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// AF_PACKET TPACKET_V3 with fanout.
+    AfPacket,
+    /// AF_XDP, one socket per receive queue.
+    AfXdp,
+    /// AF_XDP where it works, AF_PACKET otherwise.
+    Auto,
+}
+
+/// Backend settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackendConfig {
+    /// The backend.
+    pub kind: BackendKind,
+    /// AF_XDP zero-copy policy.
+    pub zero_copy: ZeroCopy,
+    /// Replace an XDP program someone else attached.
+    pub force: bool,
+}
+
+/// What one queue needs from the kernel side.
+#[derive(Debug)]
+pub struct Setup<'a> {
+    /// Interface.
+    pub iface: &'a str,
+    /// Its index.
+    pub ifindex: u32,
+    /// Queues.
+    pub queues: usize,
+    /// Pool per queue.
+    pub pool: PoolSize,
+    /// Capture-queue capacity per queue (chunks of its buddy group).
+    pub queue_capacity: Vec<usize>,
+    /// Kernel ring (AF_PACKET).
+    pub ring: poolcap_sys::rx_ring::RingGeometry,
+    /// Fanout (AF_PACKET).
+    pub fanout: FanoutMode,
+    /// Filter expression.
+    pub filter: Option<&'a str>,
+    /// Bytes kept per packet.
+    pub snaplen: u32,
+}
+
+/// The opened kernel side.
+pub struct Opened {
+    /// One source per queue.
+    pub sources: Vec<Source>,
+    /// One pool per queue.
+    pub pools: Vec<Arc<Pool>>,
+    /// The XDP program, attached while this lives.
+    pub xdp: Option<XdpRedirect>,
+    /// True when a filter runs in the kernel (its rejections are counted from interface
+    /// counters, not per queue).
+    pub kernel_filter: bool,
+    /// What runs and why, for the startup report.
+    pub report: String,
+}
+
+impl std::fmt::Debug for Opened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Opened")
+            .field("report", &self.report)
+            .finish()
+    }
+}
+
+/// Opens the backend `cfg` asks for.
+pub fn open(cfg: BackendConfig, s: &Setup<'_>) -> Result<Opened, CaptureError> {
+    match cfg.kind {
+        BackendKind::AfPacket => open_af_packet(s, "af_packet (asked for)"),
+        BackendKind::AfXdp => open_af_xdp(cfg, s),
+        BackendKind::Auto => match open_af_xdp(cfg, s) {
+            Ok(o) => Ok(o),
+            Err(CaptureError::Filter(f)) => Err(CaptureError::Filter(f)),
+            Err(e) => open_af_packet(s, &format!("af_packet (AF_XDP unavailable: {e})")),
+        },
+    }
+}
+
+fn open_af_packet(s: &Setup<'_>, why: &str) -> Result<Opened, CaptureError> {
+    let program = match s.filter {
+        Some(expr) => filter::compile(expr, s.iface, s.snaplen)?,
+        None => filter::accept_all(s.snaplen),
+    };
+    let group = (std::process::id() & 0xffff) as u16;
+    let sources = (0..s.queues)
+        .map(|_| {
+            PacketSource::open(s.ifindex, s.ring, &program, (group, s.fanout)).map(Source::Packet)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let pools = (0..s.queues)
+        .map(|i| Arc::new(Pool::new(i, s.pool, s.queue_capacity[i])))
+        .collect();
+    Ok(Opened {
+        sources,
+        pools,
+        xdp: None,
+        kernel_filter: s.filter.is_some(),
+        report: format!("backend {why}"),
+    })
+}
+
+/// Receive queues of an interface (from sysfs; 1 if unknown).
+pub fn rx_queues(iface: &str) -> usize {
+    std::fs::read_dir(format!("/sys/class/net/{iface}/queues"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
+                .count()
+        })
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// Detaches whatever XDP program is on `iface` (for `--force`).
+fn detach_foreign_xdp(iface: &str) -> Result<(), CaptureError> {
+    for kind in ["xdp", "xdpgeneric", "xdpdrv"] {
+        let out = std::process::Command::new("ip")
+            .args(["link", "set", "dev", iface, kind, "off"])
+            .output();
+        if let Ok(o) = out {
+            if !o.status.success() && kind == "xdp" {
+                return Err(CaptureError::Xdp(format!(
+                    "cannot detach the XDP program on {iface}: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn attach(cfg: BackendConfig, iface: &str) -> Result<XdpRedirect, CaptureError> {
+    match XdpRedirect::attach(iface, AttachMode::Driver) {
+        Ok(x) => Ok(x),
+        Err(e) if matches!(e.errno(), Some(libc::EBUSY | libc::EEXIST)) && cfg.force => {
+            detach_foreign_xdp(iface)?;
+            XdpRedirect::attach(iface, AttachMode::Driver).map_err(CaptureError::Sys)
+        }
+        Err(e) if matches!(e.errno(), Some(libc::EBUSY | libc::EEXIST)) => Err(CaptureError::Xdp(format!(
+            "an XDP program is already attached to {iface}; poolcap does not replace it (--force does)"
+        ))),
+        Err(e) if e.errno() == Some(libc::EPERM) => {
+            Err(CaptureError::Xdp(format!("attaching XDP to {iface} needs CAP_BPF and CAP_NET_ADMIN ({e})")))
+        }
+        Err(e) => Err(CaptureError::Xdp(format!("native XDP on {iface} failed: {e}"))),
+    }
+}
+
+/// Binds queue `q`, retrying while a previous socket's teardown still holds it (EBUSY).
+fn bind_with_retry(ifindex: u32, q: usize, xcfg: XskConfig) -> Result<Xsk, SysError> {
+    let mut wait = Duration::from_millis(50);
+    loop {
+        match Xsk::bind(ifindex, q as u32, xcfg) {
+            Err(e) if e.errno() == Some(libc::EBUSY) && wait < Duration::from_secs(2) => {
+                std::thread::sleep(wait);
+                wait *= 2;
+            }
+            r => return r,
+        }
+    }
+}
+
+fn open_af_xdp(cfg: BackendConfig, s: &Setup<'_>) -> Result<Opened, CaptureError> {
+    let have = rx_queues(s.iface);
+    if s.queues > have {
+        return Err(CaptureError::Xdp(format!(
+            "{} has {have} receive queues, {} were asked for",
+            s.iface, s.queues
+        )));
+    }
+    // Compile the filter first: a bad expression is reported before anything is attached.
+    let filters = match s.filter {
+        Some(expr) => (0..s.queues)
+            .map(|_| filter::compile_user(expr).map(Some))
+            .collect::<Result<Vec<_>, _>>()?,
+        None => (0..s.queues).map(|_| None).collect(),
+    };
+    let mut xdp = attach(cfg, s.iface)?;
+    let frame_size: u32 = if s.pool.cell_size > 2048 { 4096 } else { 2048 };
+    let xcfg = XskConfig {
+        frame_size,
+        frame_count: (s.pool.cells * s.pool.chunks) as u32,
+        zero_copy: cfg.zero_copy,
+    };
+    let mut sources = Vec::with_capacity(s.queues);
+    let mut pools = Vec::with_capacity(s.queues);
+    let mut mode = String::new();
+    for (q, f) in filters.into_iter().enumerate() {
+        let xsk = bind_with_retry(s.ifindex, q, xcfg).map_err(|e| match e.errno() {
+            Some(libc::EBUSY) => CaptureError::Xdp(format!(
+                "queue {q} of {} is busy (another AF_XDP socket?): {e}",
+                s.iface
+            )),
+            Some(libc::EOPNOTSUPP) if cfg.zero_copy == ZeroCopy::Required => {
+                CaptureError::Xdp(format!(
+                    "zero-copy unavailable on {} ({e}) and --zero-copy required",
+                    s.iface
+                ))
+            }
+            _ => CaptureError::Sys(e),
+        })?;
+        xdp.register(q as u32, &xsk)?;
+        if q == 0 {
+            mode = match &xsk.report().copy_reason {
+                None => "zero-copy".to_string(),
+                Some(r) => format!("copy mode: {r}"),
+            };
+        }
+        pools.push(Arc::new(Pool::of_frames(
+            q,
+            s.pool,
+            s.queue_capacity[q],
+            xsk.umem(),
+        )));
+        sources.push(Source::Xdp(Box::new(XdpSource::new(xsk, f))));
+    }
+    Ok(Opened {
+        sources,
+        pools,
+        xdp: Some(xdp),
+        kernel_filter: false,
+        report: format!(
+            "backend af_xdp (native XDP, {mode}; UMEM of {} frames per queue)",
+            xcfg.frame_count
+        ),
+    })
+}

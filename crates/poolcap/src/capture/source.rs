@@ -1,0 +1,333 @@
+//! Where a capture thread takes packets from: an AF_PACKET fanout socket with a TPACKET_V3
+//! ring, or an AF_XDP socket whose UMEM is the pool. Both fill pool chunks through a
+//! [`Filler`], so the capture thread, the policies and the workers do not know the backend.
+//!
+//! AF_PACKET: each retired block's packets are copied into chunks and the block goes back at
+//! once; timestamps are the kernel's. AF_XDP: received frames go into chunks as they are
+//! (no copy); timestamps are taken when a batch is taken from the RX ring, so they are
+//! monotonic per queue and no later frame can carry an earlier time. A user-space classic
+//! BPF filter (libpcap's, the same expression as on AF_PACKET) rejects frames before they
+//! enter a chunk; they go straight back to the fill ring and count as `filtered`.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use poolcap_sys::rx_ring::{RingGeometry, RxRing, TP_STATUS_VLAN_TPID_VALID, TP_STATUS_VLAN_VALID};
+use poolcap_sys::socket::{BpfInsn, FanoutMode, PacketSocket};
+use poolcap_sys::xsk::{RxFrame, Xsk, XskStats};
+use poolcap_sys::SysError;
+
+use super::pool::{Chunk, Pool};
+
+/// Wall-clock nanoseconds since the epoch (the kernel's timestamp clock).
+pub fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Per-batch tallies, published once per batch.
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// Packets put into chunks.
+    pub captured: u64,
+    /// Their wire bytes.
+    pub bytes: u64,
+    /// Packets dropped for want of a free chunk.
+    pub dropped_pool: u64,
+    /// Packets rejected by the user-space filter.
+    pub filtered: u64,
+}
+
+/// Puts packets into the open chunk, taking free chunks from the pool as they fill up.
+#[derive(Debug)]
+pub struct Filler {
+    /// The chunk being filled.
+    pub open: Option<Chunk>,
+    /// When it was opened.
+    pub open_since: Instant,
+    /// Chunks filled during the current batch, to seal once the batch is done.
+    pub full: Vec<Chunk>,
+    /// What the current batch did.
+    pub tally: Tally,
+    /// Bytes kept per packet.
+    pub snaplen: usize,
+}
+
+impl Filler {
+    /// An empty filler.
+    pub fn new(snaplen: usize, chunks: usize) -> Self {
+        Self {
+            open: None,
+            open_since: Instant::now(),
+            full: Vec::with_capacity(chunks),
+            tally: Tally::default(),
+            snaplen,
+        }
+    }
+
+    fn open_chunk(&mut self, pool: &Pool) -> Option<&mut Chunk> {
+        if self.open.is_none() {
+            self.open = pool.take_free();
+            self.open_since = Instant::now();
+        }
+        self.open.as_mut()
+    }
+
+    fn close_chunk(&mut self) {
+        if let Some(c) = self.open.take() {
+            self.full.push(c);
+        }
+    }
+
+    /// Copies a packet (the concatenation of `parts`) into a chunk.
+    #[inline]
+    fn push_copy(&mut self, pool: &Pool, ts: u64, parts: [&[u8]; 3], wire: u32) {
+        let len = parts.iter().map(|p| p.len()).sum::<usize>();
+        let snaplen = self.snaplen;
+        loop {
+            let Some(chunk) = self.open_chunk(pool) else {
+                self.tally.dropped_pool += 1;
+                return;
+            };
+            let caplen = len.min(snaplen).min(chunk.capacity_bytes());
+            if chunk.push(ts, parts, caplen, wire) {
+                self.tally.captured += 1;
+                self.tally.bytes += u64::from(wire);
+                return;
+            }
+            self.close_chunk();
+        }
+    }
+
+    /// Puts a frame into a chunk; returns it if no chunk could take it.
+    #[inline]
+    fn push_frame(&mut self, pool: &Pool, ts: u64, frame: RxFrame) -> Option<RxFrame> {
+        let wire = frame.len() as u64;
+        let snaplen = self.snaplen;
+        let Some(chunk) = self.open_chunk(pool) else {
+            self.tally.dropped_pool += 1;
+            return Some(frame);
+        };
+        let pushed = chunk.push_frame(ts, frame, snaplen);
+        let full = chunk.is_full();
+        match pushed {
+            Ok(()) => {
+                self.tally.captured += 1;
+                self.tally.bytes += wire;
+                if full {
+                    self.close_chunk();
+                }
+                None
+            }
+            Err(f) => {
+                self.tally.dropped_pool += 1;
+                Some(f)
+            }
+        }
+    }
+}
+
+/// Kernel-side counters since the previous read.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct KernelDrops {
+    /// The kernel had no room for the packet (ring full).
+    pub kernel: u64,
+    /// The kernel had no pool frame for the packet (AF_XDP fill ring empty).
+    pub pool: u64,
+    /// Times the ring froze.
+    pub freezes: u64,
+}
+
+/// An AF_PACKET fanout socket with its ring.
+#[derive(Debug)]
+pub struct PacketSource {
+    sock: PacketSocket,
+    ring: RxRing,
+}
+
+impl PacketSource {
+    /// Opens a socket, attaches `filter` and a ring before binding (so no unfiltered packet
+    /// slips in), binds to `ifindex` and joins the fanout group.
+    pub fn open(
+        ifindex: u32,
+        geometry: RingGeometry,
+        filter: &[BpfInsn],
+        fanout: (u16, FanoutMode),
+    ) -> Result<Self, SysError> {
+        let sock = PacketSocket::open()?;
+        sock.set_tpacket_v3()?;
+        sock.attach_filter(filter)?;
+        let ring = RxRing::new(&sock, geometry)?;
+        sock.bind(ifindex)?;
+        sock.join_fanout(fanout.0, fanout.1)?;
+        Ok(Self { sock, ring })
+    }
+
+    fn take_batch(&mut self, pool: &Pool, filler: &mut Filler) -> bool {
+        let Some(block) = self.ring.try_next_block() else {
+            return false;
+        };
+        for pkt in block.packets() {
+            let ts = u64::from(pkt.sec) * 1_000_000_000 + u64::from(pkt.nsec);
+            // Put back the VLAN tag the kernel stripped, so the file shows the wire.
+            let mut tag = [0u8; 4];
+            if pkt.status & TP_STATUS_VLAN_VALID != 0 && pkt.data.len() >= 12 {
+                let tpid = if pkt.status & TP_STATUS_VLAN_TPID_VALID != 0 {
+                    pkt.vlan_tpid
+                } else {
+                    0x8100
+                };
+                tag[..2].copy_from_slice(&tpid.to_be_bytes());
+                tag[2..].copy_from_slice(&pkt.vlan_tci.to_be_bytes());
+                filler.push_copy(
+                    pool,
+                    ts,
+                    [&pkt.data[..12], &tag, &pkt.data[12..]],
+                    pkt.wire_len + 4,
+                );
+            } else {
+                filler.push_copy(pool, ts, [pkt.data, &[], &[]], pkt.wire_len);
+            }
+        }
+        true
+    }
+}
+
+/// An AF_XDP socket of one receive queue, with an optional user-space filter.
+pub struct XdpSource {
+    xsk: Xsk,
+    filter: Option<pcap::BpfProgram>,
+    batch: Vec<RxFrame>,
+    rejected: Vec<RxFrame>,
+    last: XskStats,
+}
+
+impl std::fmt::Debug for XdpSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XdpSource").field("xsk", &self.xsk).finish()
+    }
+}
+
+/// Frames taken from the RX ring per batch.
+const XDP_BATCH: usize = 256;
+
+impl XdpSource {
+    /// Wraps a bound socket; `filter` is a compiled tcpdump expression, if any.
+    pub fn new(xsk: Xsk, filter: Option<pcap::BpfProgram>) -> Self {
+        Self {
+            xsk,
+            filter,
+            batch: Vec::with_capacity(XDP_BATCH),
+            rejected: Vec::with_capacity(XDP_BATCH),
+            last: XskStats::default(),
+        }
+    }
+
+    fn take_batch(&mut self, pool: &Pool, filler: &mut Filler) -> bool {
+        self.batch.clear();
+        if self.xsk.receive(XDP_BATCH, &mut self.batch) == 0 {
+            return false;
+        }
+        let ts = now_ns();
+        for frame in self.batch.drain(..) {
+            let keep = match &self.filter {
+                Some(p) => p.filter(self.xsk.umem().data(&frame)),
+                None => true,
+            };
+            if !keep {
+                filler.tally.filtered += 1;
+                self.rejected.push(frame);
+            } else if let Some(f) = filler.push_frame(pool, ts, frame) {
+                self.rejected.push(f);
+            }
+        }
+        self.xsk.refill(self.rejected.drain(..));
+        true
+    }
+}
+
+/// A capture thread's source of packets.
+#[derive(Debug)]
+pub enum Source {
+    /// AF_PACKET TPACKET_V3.
+    Packet(PacketSource),
+    /// AF_XDP.
+    Xdp(Box<XdpSource>),
+}
+
+impl Source {
+    /// Moves one batch (a retired block, or up to 256 frames) into chunks; false if the
+    /// kernel had nothing ready.
+    pub fn take_batch(&mut self, pool: &Pool, filler: &mut Filler) -> bool {
+        match self {
+            Source::Packet(s) => s.take_batch(pool, filler),
+            Source::Xdp(s) => s.take_batch(pool, filler),
+        }
+    }
+
+    /// Gives the frames of chunks that came home back to the kernel (AF_XDP only).
+    pub fn take_back(&mut self, pool: &Pool) {
+        if let Source::Xdp(s) = self {
+            while let Some(mut c) = pool.take_returned() {
+                s.xsk.refill(c.take_frames());
+                pool.release(c);
+            }
+        }
+    }
+
+    /// Waits up to `timeout` for packets in the kernel's `poll`.
+    pub fn poll(&self, timeout: Duration) -> Result<(), SysError> {
+        let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
+        match self {
+            Source::Packet(s) => s.sock.wait_readable(ms).map(|_| ()),
+            Source::Xdp(s) => s.xsk.wait(ms).map(|_| ()),
+        }
+    }
+
+    /// True when the kernel waits for a syscall before it delivers more (AF_XDP
+    /// need_wakeup); a spinning capture thread then makes one.
+    pub fn needs_wakeup(&self) -> bool {
+        match self {
+            Source::Packet(_) => false,
+            Source::Xdp(s) => s.xsk.needs_wakeup(),
+        }
+    }
+
+    /// How long a packet can sit in the kernel before this source can see it: the block
+    /// retire timeout on AF_PACKET, nothing on AF_XDP (frames are visible at once).
+    pub fn visibility_delay(&self) -> Duration {
+        match self {
+            Source::Packet(s) => {
+                Duration::from_millis(u64::from(s.ring.geometry().retire_timeout_ms))
+            }
+            Source::Xdp(_) => Duration::ZERO,
+        }
+    }
+
+    /// Kernel drops since the previous call.
+    pub fn kernel_drops(&mut self) -> Result<KernelDrops, SysError> {
+        match self {
+            Source::Packet(s) => {
+                let st = s.sock.take_statistics()?;
+                Ok(KernelDrops {
+                    kernel: st.drops,
+                    pool: 0,
+                    freezes: st.freezes,
+                })
+            }
+            Source::Xdp(s) => {
+                // XDP_STATISTICS are cumulative: report the difference.
+                let now = s.xsk.statistics()?;
+                let d = |a: u64, b: u64| a.saturating_sub(b);
+                let drops = KernelDrops {
+                    kernel: d(now.rx_ring_full, s.last.rx_ring_full)
+                        + d(now.rx_invalid_descs, s.last.rx_invalid_descs),
+                    pool: d(now.rx_dropped, s.last.rx_dropped),
+                    freezes: 0,
+                };
+                s.last = now;
+                Ok(drops)
+            }
+        }
+    }
+}

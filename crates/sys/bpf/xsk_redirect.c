@@ -1,0 +1,30 @@
+// SPDX-License-Identifier: (GPL-2.0 OR MIT)
+// poolcap's XDP program: hand every frame of receive queue q to the AF_XDP socket that
+// poolcap registered for q in `xsks`; pass frames of queues without a socket to the stack.
+//
+// Built with: clang -O2 -g -target bpf -I/usr/include/x86_64-linux-gnu -c xsk_redirect.c
+// The compiled object is committed (xsk_redirect.o) and embedded, so building poolcap needs
+// no clang; a test rebuilds it when clang is present and compares.
+#include <linux/bpf.h>
+
+#define SEC(name) __attribute__((section(name), used))
+#define __uint(name, val) int (*name)[val]
+#define __type(name, val) typeof(val) *name
+
+static long (*bpf_redirect_map)(void *map, __u64 key, __u64 flags) = (void *)BPF_FUNC_redirect_map;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u32);
+} xsks SEC(".maps");
+
+SEC("xdp")
+int poolcap_xsk(struct xdp_md *ctx)
+{
+	// The flags argument is the action when the map has no socket for this queue.
+	return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+}
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -1,0 +1,507 @@
+//! AF_XDP sockets: a UMEM (the receive queue's pool of frames), its fill ring, and the RX
+//! ring, one socket per receive queue.
+//!
+//! Ownership of a frame moves between the kernel and user space through the rings: frames
+//! in the fill ring belong to the kernel, which writes a packet into one and hands its
+//! address back in the RX ring. Here that ownership is a value: [`Xsk::receive`] turns RX
+//! descriptors into [`RxFrame`] tokens (not `Clone`, not constructible outside this module),
+//! [`Umem::data`] reads a frame only through its token, and [`Xsk::refill`] consumes tokens
+//! to give frames back. So safe code can hold frames as long as it likes, in any order, and
+//! never reads memory the kernel may be writing.
+//!
+//! Ring protocol (include/uapi/linux/if_xdp.h, net/xdp/xsk_queue.h): each ring has a
+//! producer and a consumer index, free-running u32s. The kernel publishes RX descriptors
+//! with a release store of `producer` (`smp_store_release` in `xskq_prod_submit`), so we
+//! load it with `Acquire` before reading descriptors, and store `consumer` with `Release`
+//! after reading them, which the kernel pairs with an acquire load before reusing the
+//! slots. For the fill ring the roles swap: we write addresses, then store `producer` with
+//! `Release`; we load the kernel's `consumer` with `Acquire` before overwriting slots.
+
+use std::io;
+use std::mem::size_of;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::error::{Result, SysError};
+use crate::mmap::Mmap;
+
+/// Whether to bind in zero-copy mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZeroCopy {
+    /// Zero-copy where the driver supports it, copy mode otherwise.
+    Auto,
+    /// Zero-copy or fail.
+    Required,
+    /// Always copy mode.
+    Off,
+}
+
+/// Sizes of one AF_XDP socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XskConfig {
+    /// Bytes per UMEM frame (2048 or 4096).
+    pub frame_size: u32,
+    /// Frames in the UMEM (the pool).
+    pub frame_count: u32,
+    /// Zero-copy policy.
+    pub zero_copy: ZeroCopy,
+}
+
+/// How a socket ended up bound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindReport {
+    /// True if bound in zero-copy mode.
+    pub zero_copy: bool,
+    /// Why zero-copy is not in use, if it is not.
+    pub copy_reason: Option<String>,
+}
+
+/// Counters from XDP_STATISTICS (cumulative since bind).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct XskStats {
+    /// Frames dropped for reasons other than a full RX ring (e.g. no fill frame).
+    pub rx_dropped: u64,
+    /// Invalid descriptors in the fill ring.
+    pub rx_invalid_descs: u64,
+    /// Frames dropped because the RX ring was full.
+    pub rx_ring_full: u64,
+    /// Times the kernel found the fill ring empty.
+    pub rx_fill_ring_empty_descs: u64,
+}
+
+static NEXT_UMEM_ID: AtomicUsize = AtomicUsize::new(1);
+
+/// The frames of one socket. Shared (read-only) by every thread that holds frames of it.
+#[derive(Debug)]
+pub struct Umem {
+    map: Mmap,
+    frame_size: u32,
+    id: usize,
+}
+
+// SAFETY: the mapping is only read, and only through `data`, which requires an RxFrame
+// token proving the frame is out of the kernel's hands; nothing writes through a &Umem.
+unsafe impl Sync for Umem {}
+
+impl Umem {
+    /// The bytes of a received frame.
+    pub fn data<'a>(&'a self, frame: &'a RxFrame) -> &'a [u8] {
+        assert_eq!(
+            frame.umem, self.id,
+            "RxFrame used with another socket's UMEM"
+        );
+        // In aligned mode the address points past the frame's headroom; the packet ends
+        // inside its frame.
+        let start = frame.addr as usize;
+        let fs = self.frame_size as usize;
+        let frame_end = (start / fs + 1) * fs;
+        let len = (frame.len as usize).min(frame_end - start);
+        assert!(frame_end <= self.map.len(), "frame outside the UMEM");
+        // SAFETY: [start, start+len) lies inside the mapping (checked above). The frame's
+        // token exists, so the kernel got this frame back in the RX ring and will not write it
+        // until the token is consumed by `refill`; the borrow of the token outlives the slice.
+        unsafe { std::slice::from_raw_parts(self.map.base().as_ptr().add(start), len) }
+    }
+
+    /// Bytes per frame.
+    pub fn frame_size(&self) -> u32 {
+        self.frame_size
+    }
+}
+
+/// A received frame, owned by user space until given back with [`Xsk::refill`].
+#[derive(Debug, PartialEq, Eq)]
+pub struct RxFrame {
+    addr: u64,
+    len: u32,
+    umem: usize,
+}
+
+impl RxFrame {
+    /// Length of the packet in the frame.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// True for an empty packet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// One mapped ring: indices, flags and the descriptor array.
+struct Ring {
+    map: Mmap,
+    producer: usize,
+    consumer: usize,
+    flags: usize,
+    desc: usize,
+    mask: u32,
+    /// Our copy of the index we own (producer for fill, consumer for RX).
+    local: u32,
+    /// Last seen value of the index the kernel owns.
+    cached: u32,
+}
+
+impl Ring {
+    fn index(&self, off: usize) -> &AtomicU32 {
+        // SAFETY: `off` is one of the kernel-given offsets of a u32 inside the mapping
+        // (checked against its length in `map_ring`); the word is only accessed atomically.
+        unsafe { AtomicU32::from_ptr(self.map.base().as_ptr().add(off).cast::<u32>()) }
+    }
+
+    fn size(&self) -> u32 {
+        self.mask + 1
+    }
+}
+
+/// An AF_XDP socket bound to one receive queue, with its UMEM, fill ring and RX ring.
+pub struct Xsk {
+    fd: OwnedFd,
+    umem: Arc<Umem>,
+    fill: Ring,
+    rx: Ring,
+    // The completion ring must exist for the bind; poolcap sends nothing, so it stays idle.
+    _completion: Mmap,
+    /// Frames user space holds that are neither in a chunk nor in the fill ring.
+    spare: Vec<u64>,
+    report: BindReport,
+}
+
+impl std::fmt::Debug for Xsk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Xsk").field("report", &self.report).finish()
+    }
+}
+
+impl AsFd for Xsk {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+fn setsockopt<T>(fd: &OwnedFd, opt: i32, val: &T, call: &'static str) -> Result<()> {
+    // SAFETY: `val` points to a live T and its exact size is passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_XDP,
+            opt,
+            (val as *const T).cast(),
+            size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(SysError::last(call, ""));
+    }
+    Ok(())
+}
+
+fn getsockopt<T>(fd: &OwnedFd, opt: i32, call: &'static str) -> Result<T> {
+    // SAFETY: T is a plain C struct for which all-zero is valid.
+    let mut v: T = unsafe { std::mem::zeroed() };
+    let mut len = size_of::<T>() as libc::socklen_t;
+    // SAFETY: `v` is writable and `len` holds its size; the kernel writes at most `len`.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_XDP,
+            opt,
+            (&mut v as *mut T).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(SysError::last(call, ""));
+    }
+    Ok(v)
+}
+
+fn map_ring(
+    fd: &OwnedFd,
+    off: &libc::xdp_ring_offset,
+    entries: u32,
+    entry_size: usize,
+    pgoff: u64,
+) -> Result<Ring> {
+    let len = off.desc as usize + entries as usize * entry_size;
+    let map = Mmap::shared_at(fd.as_fd(), len, pgoff)?;
+    for o in [off.producer, off.consumer, off.flags] {
+        if o as usize + 4 > len {
+            return Err(SysError {
+                call: "getsockopt(XDP_MMAP_OFFSETS)",
+                what: format!("offset {o} outside a ring of {len} bytes"),
+                source: io::Error::from(io::ErrorKind::InvalidData),
+            });
+        }
+    }
+    Ok(Ring {
+        map,
+        producer: off.producer as usize,
+        consumer: off.consumer as usize,
+        flags: off.flags as usize,
+        desc: off.desc as usize,
+        mask: entries - 1,
+        local: 0,
+        cached: 0,
+    })
+}
+
+impl Xsk {
+    /// Creates a socket with a UMEM of `cfg.frame_count` frames, binds it to queue
+    /// `queue_id` of `ifindex`, and gives every frame to the kernel through the fill ring.
+    pub fn bind(ifindex: u32, queue_id: u32, cfg: XskConfig) -> Result<Self> {
+        let entries = cfg.frame_count.next_power_of_two().max(64);
+        // SAFETY: socket() takes plain integers; the result is checked.
+        let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        if raw < 0 {
+            return Err(SysError::last("socket(AF_XDP)", ""));
+        }
+        // SAFETY: `raw` is a fresh descriptor nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let umem_len = cfg.frame_size as usize * cfg.frame_count as usize;
+        let umem_map = Mmap::anonymous(umem_len)?;
+        // SAFETY: xdp_umem_reg is plain data; all-zero is valid.
+        let mut reg: libc::xdp_umem_reg = unsafe { std::mem::zeroed() };
+        reg.addr = umem_map.base().as_ptr() as u64;
+        reg.len = umem_len as u64;
+        reg.chunk_size = cfg.frame_size;
+        setsockopt(&fd, libc::XDP_UMEM_REG, &reg, "setsockopt(XDP_UMEM_REG)")?;
+        setsockopt(
+            &fd,
+            libc::XDP_UMEM_FILL_RING,
+            &entries,
+            "setsockopt(XDP_UMEM_FILL_RING)",
+        )?;
+        setsockopt(
+            &fd,
+            libc::XDP_UMEM_COMPLETION_RING,
+            &64u32,
+            "setsockopt(XDP_UMEM_COMPLETION_RING)",
+        )?;
+        setsockopt(&fd, libc::XDP_RX_RING, &entries, "setsockopt(XDP_RX_RING)")?;
+        let off: libc::xdp_mmap_offsets =
+            getsockopt(&fd, libc::XDP_MMAP_OFFSETS, "getsockopt(XDP_MMAP_OFFSETS)")?;
+        let fill = map_ring(
+            &fd,
+            &off.fr,
+            entries,
+            size_of::<u64>(),
+            libc::XDP_UMEM_PGOFF_FILL_RING,
+        )?;
+        let completion = map_ring(
+            &fd,
+            &off.cr,
+            64,
+            size_of::<u64>(),
+            libc::XDP_UMEM_PGOFF_COMPLETION_RING,
+        )?
+        .map;
+        let rx = map_ring(
+            &fd,
+            &off.rx,
+            entries,
+            size_of::<libc::xdp_desc>(),
+            libc::XDP_PGOFF_RX_RING as u64,
+        )?;
+        let umem = Arc::new(Umem {
+            map: umem_map,
+            frame_size: cfg.frame_size,
+            id: NEXT_UMEM_ID.fetch_add(1, Ordering::Relaxed),
+        });
+        let mut xsk = Xsk {
+            fd,
+            umem,
+            fill,
+            rx,
+            _completion: completion,
+            spare: (0..u64::from(cfg.frame_count))
+                .map(|i| i * u64::from(cfg.frame_size))
+                .collect(),
+            report: BindReport {
+                zero_copy: false,
+                copy_reason: None,
+            },
+        };
+        // Frames go to the kernel before bind so the queue never starts without buffers.
+        xsk.flush_spare();
+        xsk.report = xsk.bind_to(ifindex, queue_id, cfg.zero_copy)?;
+        Ok(xsk)
+    }
+
+    fn bind_to(&self, ifindex: u32, queue_id: u32, zc: ZeroCopy) -> Result<BindReport> {
+        let attempt = |flags: u16| -> Result<()> {
+            // SAFETY: sockaddr_xdp is plain data; all-zero is valid.
+            let mut sa: libc::sockaddr_xdp = unsafe { std::mem::zeroed() };
+            sa.sxdp_family = libc::AF_XDP as u16;
+            sa.sxdp_flags = flags | libc::XDP_USE_NEED_WAKEUP;
+            sa.sxdp_ifindex = ifindex;
+            sa.sxdp_queue_id = queue_id;
+            // SAFETY: `sa` is a valid sockaddr_xdp and its size is passed.
+            let rc = unsafe {
+                libc::bind(
+                    self.fd.as_raw_fd(),
+                    (&sa as *const libc::sockaddr_xdp).cast(),
+                    size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+                )
+            };
+            if rc != 0 {
+                return Err(SysError::last(
+                    "bind(AF_XDP)",
+                    format!("ifindex {ifindex} queue {queue_id}"),
+                ));
+            }
+            Ok(())
+        };
+        match zc {
+            ZeroCopy::Off => attempt(libc::XDP_COPY).map(|()| BindReport {
+                zero_copy: false,
+                copy_reason: Some("copy mode requested".into()),
+            }),
+            ZeroCopy::Required => attempt(libc::XDP_ZEROCOPY).map(|()| BindReport {
+                zero_copy: true,
+                copy_reason: None,
+            }),
+            ZeroCopy::Auto => match attempt(libc::XDP_ZEROCOPY) {
+                Ok(()) => Ok(BindReport {
+                    zero_copy: true,
+                    copy_reason: None,
+                }),
+                Err(e) if matches!(e.errno(), Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)) => {
+                    let reason = format!("zero-copy unavailable ({})", e.source);
+                    attempt(libc::XDP_COPY).map(|()| BindReport {
+                        zero_copy: false,
+                        copy_reason: Some(reason),
+                    })
+                }
+                Err(e) => Err(e),
+            },
+        }
+    }
+
+    /// How the socket was bound.
+    pub fn report(&self) -> &BindReport {
+        &self.report
+    }
+
+    /// The socket's UMEM, to read frames with.
+    pub fn umem(&self) -> &Arc<Umem> {
+        &self.umem
+    }
+
+    /// Moves up to `max` received frames into `out`; returns how many.
+    pub fn receive(&mut self, max: usize, out: &mut Vec<RxFrame>) -> usize {
+        let r = &mut self.rx;
+        if r.cached == r.local {
+            r.cached = r.index(r.producer).load(Ordering::Acquire);
+        }
+        let n = (r.cached.wrapping_sub(r.local) as usize).min(max);
+        for i in 0..n {
+            let slot = (r.local.wrapping_add(i as u32) & r.mask) as usize;
+            // SAFETY: slot <= mask, so the descriptor lies inside the mapped array
+            // (desc + entries * sizeof(xdp_desc)); the kernel published it before the
+            // producer value loaded with Acquire above.
+            let d: libc::xdp_desc = unsafe {
+                r.map
+                    .base()
+                    .as_ptr()
+                    .add(r.desc + slot * size_of::<libc::xdp_desc>())
+                    .cast::<libc::xdp_desc>()
+                    .read_unaligned()
+            };
+            out.push(RxFrame {
+                addr: d.addr,
+                len: d.len,
+                umem: self.umem.id,
+            });
+        }
+        if n > 0 {
+            r.local = r.local.wrapping_add(n as u32);
+            r.index(r.consumer).store(r.local, Ordering::Release);
+        }
+        n
+    }
+
+    /// Gives frames back to the kernel (through the fill ring). Frames the fill ring has no
+    /// room for are kept and given at the next call.
+    pub fn refill(&mut self, frames: impl IntoIterator<Item = RxFrame>) {
+        for f in frames {
+            assert_eq!(f.umem, self.umem.id, "RxFrame given back to another socket");
+            // The fill ring takes frame-aligned addresses.
+            self.spare
+                .push(f.addr - f.addr % u64::from(self.umem.frame_size));
+        }
+        self.flush_spare();
+    }
+
+    fn flush_spare(&mut self) {
+        let r = &mut self.fill;
+        let size = r.size();
+        let mut free = size - r.local.wrapping_sub(r.cached);
+        if (free as usize) < self.spare.len() {
+            r.cached = r.index(r.consumer).load(Ordering::Acquire);
+            free = size - r.local.wrapping_sub(r.cached);
+        }
+        let n = (free as usize).min(self.spare.len());
+        for (i, addr) in self.spare.drain(self.spare.len() - n..).enumerate() {
+            let slot = (r.local.wrapping_add(i as u32) & r.mask) as usize;
+            // SAFETY: slot <= mask keeps the write inside the mapped address array, and the
+            // slot is free: the kernel consumed it (consumer loaded with Acquire above).
+            unsafe {
+                r.map
+                    .base()
+                    .as_ptr()
+                    .add(r.desc + slot * size_of::<u64>())
+                    .cast::<u64>()
+                    .write_unaligned(addr);
+            }
+        }
+        if n > 0 {
+            r.local = r.local.wrapping_add(n as u32);
+            r.index(r.producer).store(r.local, Ordering::Release);
+        }
+    }
+
+    /// True when the kernel asks for a syscall to go on filling the RX ring.
+    pub fn needs_wakeup(&self) -> bool {
+        self.fill.index(self.fill.flags).load(Ordering::Relaxed) & libc::XDP_RING_NEED_WAKEUP != 0
+    }
+
+    /// Waits up to `timeout_ms` for frames (poll), which also wakes the kernel if it asked.
+    pub fn wait(&self, timeout_ms: i32) -> Result<bool> {
+        let mut pfd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, array length 1.
+        let rc = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+        if rc < 0 {
+            let e = SysError::last("poll(AF_XDP)", "");
+            return if e.source.kind() == io::ErrorKind::Interrupted {
+                Ok(false)
+            } else {
+                Err(e)
+            };
+        }
+        Ok(rc > 0)
+    }
+
+    /// Kernel counters of this socket.
+    pub fn statistics(&self) -> Result<XskStats> {
+        let s: libc::xdp_statistics =
+            getsockopt(&self.fd, libc::XDP_STATISTICS, "getsockopt(XDP_STATISTICS)")?;
+        Ok(XskStats {
+            rx_dropped: s.rx_dropped,
+            rx_invalid_descs: s.rx_invalid_descs,
+            rx_ring_full: s.rx_ring_full,
+            rx_fill_ring_empty_descs: s.rx_fill_ring_empty_descs,
+        })
+    }
+
+    /// The raw descriptor, for registering in an XSKMAP.
+    pub fn raw_fd(&self) -> i32 {
+        self.fd.as_raw_fd()
+    }
+}
