@@ -378,7 +378,7 @@ mod tests {
             ]
         );
         assert_eq!(c.first_ts(), Some(10));
-        c.clear();
+        c.clear_copies();
         assert!(c.is_empty());
     }
 

@@ -8,6 +8,7 @@ mod capture;
 mod common;
 mod gen;
 mod offload;
+mod xdp;
 
 fn main() {
     let args = libtest_mimic::Arguments::from_args();
@@ -15,6 +16,7 @@ fn main() {
     trials.extend(gen::trials());
     trials.extend(capture::trials());
     trials.extend(offload::trials());
+    trials.extend(xdp::trials());
     if let Err(why) = poolcap_sys::privilege::check_lab() {
         eprintln!("skipping {} root tests: {why}", trials.len());
         trials = trials
