@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use anyhow::Context;
 use clap::Args;
 
 use crate::cli::usage;
@@ -146,6 +145,14 @@ fn interface_mac(iface: &str) -> anyhow::Result<[u8; 6]> {
     parse_mac(&s).map_err(anyhow::Error::msg)
 }
 
+fn interface_mtu(iface: &str) -> Option<usize> {
+    std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 fn timing(a: &GenArgs, mean_len: f64) -> anyhow::Result<Timing> {
     let period_ns = a.rate.map_or(0.0, |r| 1e9 / r.pps(mean_len));
     Ok(match (a.burst, a.idle) {
@@ -161,8 +168,9 @@ fn timing(a: &GenArgs, mean_len: f64) -> anyhow::Result<Timing> {
 }
 
 fn replay_frames(a: &GenArgs, path: &std::path::Path) -> anyhow::Result<(Frames, Timing, u64)> {
+    // A missing or malformed file is bad input: exit code 2.
     let file = poolcap_format::read_file(path)
-        .with_context(|| format!("cannot replay {}", path.display()))?;
+        .map_err(|e| usage(format!("cannot replay {}: {e}", path.display())))?;
     if file.packets.is_empty() {
         return Err(usage(format!("{} holds no packets", path.display())));
     }
@@ -227,6 +235,15 @@ fn config(a: &GenArgs) -> anyhow::Result<GenConfig> {
             dst_port: a.dst_port,
         };
         let gen_id = gen_id(a);
+        if let (SizeSpec::Fixed(n), Some(mtu)) = (a.size, interface_mtu(&a.iface)) {
+            if n > mtu + 14 {
+                return Err(usage(format!(
+                    "--size {n} does not fit {}'s MTU of {mtu} bytes (at most {})",
+                    a.iface,
+                    mtu + 14
+                )));
+            }
+        }
         let synth = Synthetic::new(&ends, a.flows, skew, a.size, gen_id, a.seed);
         let t = timing(a, Synthetic::mean_len(a.size))?;
         (Frames::Synthetic(synth), t, a.count)

@@ -126,7 +126,7 @@ pub enum GenError {
     #[error(transparent)]
     Sys(#[from] poolcap_sys::SysError),
     /// Sending failed with an error that retrying does not cure.
-    #[error("sending on {iface} failed after {sent} frames: {source}")]
+    #[error("sending on {iface} failed after {sent} frames")]
     Send {
         /// Interface.
         iface: String,
