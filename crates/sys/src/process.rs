@@ -55,3 +55,22 @@ pub fn interrupt(pid: u32) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; clock_gettime only writes into it.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Nanoseconds to add to a CLOCK_MONOTONIC time (e.g. `bpf_ktime_get_ns`) to get wall-clock
+/// time, as of now.
+pub fn monotonic_to_realtime_offset() -> i64 {
+    let a = clock_ns(libc::CLOCK_REALTIME);
+    let m = clock_ns(libc::CLOCK_MONOTONIC);
+    let b = clock_ns(libc::CLOCK_REALTIME);
+    (a / 2 + b / 2) as i64 - m as i64
+}

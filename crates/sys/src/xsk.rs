@@ -104,6 +104,30 @@ impl Umem {
         unsafe { std::slice::from_raw_parts(self.map.base().as_ptr().add(start), len) }
     }
 
+    /// The 8 bytes of XDP metadata just before a frame's packet, if the frame has room for
+    /// them (poolcap's XDP program stores the receive time there).
+    pub fn meta_u64(&self, frame: &RxFrame) -> Option<u64> {
+        assert_eq!(
+            frame.umem, self.id,
+            "RxFrame used with another socket's UMEM"
+        );
+        let start = frame.addr as usize;
+        let frame_base = start - start % self.frame_size as usize;
+        if start < frame_base + 8 || start > self.map.len() {
+            return None;
+        }
+        // SAFETY: [start-8, start) lies inside the frame (checked above), which the token
+        // proves the kernel has handed back; the read is unaligned-safe.
+        Some(unsafe {
+            self.map
+                .base()
+                .as_ptr()
+                .add(start - 8)
+                .cast::<u64>()
+                .read_unaligned()
+        })
+    }
+
     /// Bytes per frame.
     pub fn frame_size(&self) -> u32 {
         self.frame_size

@@ -4,8 +4,8 @@
 //!
 //! AF_PACKET: each retired block's packets are copied into chunks and the block goes back at
 //! once; timestamps are the kernel's. AF_XDP: received frames go into chunks as they are
-//! (no copy); timestamps are taken when a batch is taken from the RX ring, so they are
-//! monotonic per queue and no later frame can carry an earlier time. A user-space classic
+//! (no copy); timestamps are the kernel's receive times, which poolcap's XDP program
+//! stores in each frame's metadata (CLOCK_MONOTONIC, converted to wall-clock time). A user-space classic
 //! BPF filter (libpcap's, the same expression as on AF_PACKET) rejects frames before they
 //! enter a chunk; they go straight back to the fill ring and count as `filtered`.
 
@@ -200,6 +200,8 @@ pub struct XdpSource {
     batch: Vec<RxFrame>,
     rejected: Vec<RxFrame>,
     last: XskStats,
+    /// CLOCK_MONOTONIC to wall clock, for the receive times the XDP program records.
+    clock_offset: i64,
 }
 
 impl std::fmt::Debug for XdpSource {
@@ -220,6 +222,7 @@ impl XdpSource {
             batch: Vec::with_capacity(XDP_BATCH),
             rejected: Vec::with_capacity(XDP_BATCH),
             last: XskStats::default(),
+            clock_offset: poolcap_sys::process::monotonic_to_realtime_offset(),
         }
     }
 
@@ -228,8 +231,16 @@ impl XdpSource {
         if self.xsk.receive(XDP_BATCH, &mut self.batch) == 0 {
             return false;
         }
-        let ts = now_ns();
+        // Kernel receive time from the XDP metadata; the batch time if a frame has none.
+        let now = now_ns();
         for frame in self.batch.drain(..) {
+            let ts = self
+                .xsk
+                .umem()
+                .meta_u64(&frame)
+                .map(|mono| mono.wrapping_add_signed(self.clock_offset))
+                .filter(|&t| t <= now + 1_000_000 && now.saturating_sub(t) < 10_000_000_000)
+                .unwrap_or(now);
             let keep = match &self.filter {
                 Some(p) => p.filter(self.xsk.umem().data(&frame)),
                 None => true,
