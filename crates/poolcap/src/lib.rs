@@ -17,6 +17,7 @@ pub mod cli;
 pub mod flows;
 pub mod frame;
 pub mod gen;
+pub mod netdev;
 pub mod plot;
 pub mod seqcheck;
 pub mod sim;

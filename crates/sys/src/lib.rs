@@ -15,6 +15,7 @@ pub mod privilege;
 pub mod process;
 pub mod rx_ring;
 pub mod socket;
+pub mod sockopt;
 pub mod xdp;
 pub mod xsk;
 

@@ -6,10 +6,10 @@
 
 use std::ffi::CString;
 use std::io;
-use std::mem::size_of;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 use crate::error::{Result, SysError};
+use crate::sockopt::{self, Plain};
 
 /// `ETH_P_ALL` in network byte order: every protocol.
 fn eth_p_all_be() -> u16 {
@@ -105,45 +105,28 @@ impl PacketSocket {
         Ok(Self { fd })
     }
 
-    fn setsockopt<T>(&self, level: i32, opt: i32, val: &T, call: &'static str) -> Result<()> {
-        // SAFETY: `val` points to a live, initialised T and its exact size is passed.
-        let rc = unsafe {
-            libc::setsockopt(
-                self.fd.as_raw_fd(),
-                level,
-                opt,
-                (val as *const T).cast(),
-                size_of::<T>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(SysError::last(call, ""));
-        }
-        Ok(())
+    fn setsockopt<T: Plain>(
+        &self,
+        level: i32,
+        opt: i32,
+        val: &T,
+        call: &'static str,
+    ) -> Result<()> {
+        sockopt::set(self.fd.as_fd(), level, opt, val, call)
     }
 
     /// Binds to `ifindex` for every protocol: from now on packets arrive.
     pub fn bind(&self, ifindex: u32) -> Result<()> {
-        // SAFETY: sockaddr_ll is plain data; all-zero is valid.
-        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        let mut sll: libc::sockaddr_ll = sockopt::zeroed();
         sll.sll_family = libc::AF_PACKET as u16;
         sll.sll_protocol = eth_p_all_be();
         sll.sll_ifindex = ifindex as i32;
-        // SAFETY: `sll` is a valid sockaddr_ll and its size is passed.
-        let rc = unsafe {
-            libc::bind(
-                self.fd.as_raw_fd(),
-                (&sll as *const libc::sockaddr_ll).cast(),
-                size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(SysError::last(
-                "bind(AF_PACKET)",
-                format!("ifindex {ifindex}"),
-            ));
-        }
-        Ok(())
+        sockopt::bind(
+            self.fd.as_fd(),
+            &sll,
+            "bind(AF_PACKET)",
+            format!("ifindex {ifindex}"),
+        )
     }
 
     /// Selects TPACKET_V3 for the rings of this socket.
@@ -239,22 +222,12 @@ impl PacketSocket {
 
     /// Reads (and thereby resets) the kernel's counters for this socket.
     pub fn take_statistics(&self) -> Result<KernelStats> {
-        // SAFETY: tpacket_stats_v3 is plain data; all-zero is valid.
-        let mut st: libc::tpacket_stats_v3 = unsafe { std::mem::zeroed() };
-        let mut len = size_of::<libc::tpacket_stats_v3>() as libc::socklen_t;
-        // SAFETY: `st` is writable and `len` holds its size; the kernel writes at most `len`.
-        let rc = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_PACKET,
-                libc::PACKET_STATISTICS,
-                (&mut st as *mut libc::tpacket_stats_v3).cast(),
-                &mut len,
-            )
-        };
-        if rc != 0 {
-            return Err(SysError::last("getsockopt(PACKET_STATISTICS)", ""));
-        }
+        let st: libc::tpacket_stats_v3 = sockopt::get(
+            self.fd.as_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+            "getsockopt(PACKET_STATISTICS)",
+        )?;
         // For TPACKET_V3 the kernel reports tp_packets including the drops.
         let drops = u64::from(st.tp_drops);
         Ok(KernelStats {

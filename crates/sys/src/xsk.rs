@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use crate::error::{Result, SysError};
 use crate::mmap::Mmap;
+use crate::sockopt::{self, Plain};
 
 /// Whether to bind in zero-copy mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,41 +206,12 @@ impl AsFd for Xsk {
     }
 }
 
-fn setsockopt<T>(fd: &OwnedFd, opt: i32, val: &T, call: &'static str) -> Result<()> {
-    // SAFETY: `val` points to a live T and its exact size is passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_XDP,
-            opt,
-            (val as *const T).cast(),
-            size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(SysError::last(call, ""));
-    }
-    Ok(())
+fn setsockopt<T: Plain>(fd: &OwnedFd, opt: i32, val: &T, call: &'static str) -> Result<()> {
+    sockopt::set(fd.as_fd(), libc::SOL_XDP, opt, val, call)
 }
 
-fn getsockopt<T>(fd: &OwnedFd, opt: i32, call: &'static str) -> Result<T> {
-    // SAFETY: T is a plain C struct for which all-zero is valid.
-    let mut v: T = unsafe { std::mem::zeroed() };
-    let mut len = size_of::<T>() as libc::socklen_t;
-    // SAFETY: `v` is writable and `len` holds its size; the kernel writes at most `len`.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_XDP,
-            opt,
-            (&mut v as *mut T).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(SysError::last(call, ""));
-    }
-    Ok(v)
+fn getsockopt<T: Plain>(fd: &OwnedFd, opt: i32, call: &'static str) -> Result<T> {
+    sockopt::get(fd.as_fd(), libc::SOL_XDP, opt, call)
 }
 
 fn map_ring(
@@ -286,8 +258,7 @@ impl Xsk {
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let umem_len = cfg.frame_size as usize * cfg.frame_count as usize;
         let umem_map = Mmap::anonymous(umem_len)?;
-        // SAFETY: xdp_umem_reg is plain data; all-zero is valid.
-        let mut reg: libc::xdp_umem_reg = unsafe { std::mem::zeroed() };
+        let mut reg: libc::xdp_umem_reg = sockopt::zeroed();
         reg.addr = umem_map.base().as_ptr() as u64;
         reg.len = umem_len as u64;
         reg.chunk_size = cfg.frame_size;
@@ -356,27 +327,17 @@ impl Xsk {
 
     fn bind_to(&self, ifindex: u32, queue_id: u32, zc: ZeroCopy) -> Result<BindReport> {
         let attempt = |flags: u16| -> Result<()> {
-            // SAFETY: sockaddr_xdp is plain data; all-zero is valid.
-            let mut sa: libc::sockaddr_xdp = unsafe { std::mem::zeroed() };
+            let mut sa: libc::sockaddr_xdp = sockopt::zeroed();
             sa.sxdp_family = libc::AF_XDP as u16;
             sa.sxdp_flags = flags | libc::XDP_USE_NEED_WAKEUP;
             sa.sxdp_ifindex = ifindex;
             sa.sxdp_queue_id = queue_id;
-            // SAFETY: `sa` is a valid sockaddr_xdp and its size is passed.
-            let rc = unsafe {
-                libc::bind(
-                    self.fd.as_raw_fd(),
-                    (&sa as *const libc::sockaddr_xdp).cast(),
-                    size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
-                )
-            };
-            if rc != 0 {
-                return Err(SysError::last(
-                    "bind(AF_XDP)",
-                    format!("ifindex {ifindex} queue {queue_id}"),
-                ));
-            }
-            Ok(())
+            sockopt::bind(
+                self.fd.as_fd(),
+                &sa,
+                "bind(AF_XDP)",
+                format!("ifindex {ifindex} queue {queue_id}"),
+            )
         };
         match zc {
             ZeroCopy::Off => attempt(libc::XDP_COPY).map(|()| BindReport {

@@ -20,6 +20,7 @@ use super::filter;
 use super::pool::{Pool, PoolSize};
 use super::source::{PacketSource, Source, XdpSource};
 use super::CaptureError;
+use crate::netdev;
 
 /// Which backend to capture with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,18 +126,6 @@ fn open_af_packet(s: &Setup<'_>, why: &str) -> Result<Opened, CaptureError> {
     })
 }
 
-/// Receive queues of an interface (from sysfs; 1 if unknown).
-pub fn rx_queues(iface: &str) -> usize {
-    std::fs::read_dir(format!("/sys/class/net/{iface}/queues"))
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
-                .count()
-        })
-        .unwrap_or(1)
-        .max(1)
-}
-
 /// Detaches whatever XDP program is on `iface` (for `--force`).
 fn detach_foreign_xdp(iface: &str) -> Result<(), CaptureError> {
     for kind in ["xdp", "xdpgeneric", "xdpdrv"] {
@@ -187,7 +176,7 @@ fn bind_with_retry(ifindex: u32, q: usize, xcfg: XskConfig) -> Result<Xsk, SysEr
 }
 
 fn open_af_xdp(cfg: BackendConfig, s: &Setup<'_>) -> Result<Opened, CaptureError> {
-    let have = rx_queues(s.iface);
+    let have = netdev::rx_queues(s.iface);
     if s.queues > have {
         return Err(CaptureError::Xdp(format!(
             "{} has {have} receive queues, {} were asked for",

@@ -40,13 +40,13 @@ use poolcap_sys::SysError;
 use serde::{Deserialize, Serialize};
 
 use self::account::{QueueCounters, QueueStats};
-pub use self::backend::rx_queues;
 use self::backend::{BackendConfig, Setup};
 use self::policy::{group_of, PolicySpec};
 use self::pool::{Pool, PoolSize};
 use self::queue::{CaptureThread, Progress, WaitStrategy};
 use self::worker::{served_queues, Next, Worker};
 use self::writer::{BoxedOutput, FileWriter, WriterOutcome};
+use crate::netdev;
 
 /// A resolved capture.
 pub struct CaptureConfig {
@@ -237,14 +237,7 @@ fn mem_available() -> Option<u64> {
 
 /// Frames the interface has seen in both directions (for the in-kernel filter's count).
 fn if_frames(iface: &str) -> Option<u64> {
-    let read = |w: &str| -> Option<u64> {
-        std::fs::read_to_string(format!("/sys/class/net/{iface}/statistics/{w}"))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
-    };
-    Some(read("rx_packets")? + read("tx_packets")?)
+    Some(netdev::counter(iface, "rx_packets")? + netdev::counter(iface, "tx_packets")?)
 }
 
 fn pin(cpus: &Option<Vec<usize>>, i: usize) {

@@ -16,9 +16,9 @@ use crate::capture::backend::{BackendConfig, BackendKind};
 use crate::capture::policy::{parse_buddy_groups, PolicySpec};
 use crate::capture::pool::PoolSize;
 use crate::capture::queue::WaitStrategy;
-use crate::capture::{rx_queues, CaptureConfig, CaptureError, CaptureReport, Engine, Output};
+use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Output};
 use crate::cli::usage;
-use crate::units;
+use crate::{netdev, units};
 use poolcap_sys::xsk::ZeroCopy;
 
 /// Default cells per chunk (M).
@@ -187,13 +187,6 @@ pub fn parse_pool(s: &str) -> Result<(usize, usize), String> {
     Ok((m, r))
 }
 
-fn mtu(iface: &str) -> usize {
-    std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu"))
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(1500)
-}
-
 fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
     if a.snaplen == 0 {
         return Err(usage("-s: the snaplen must be at least 1"));
@@ -211,9 +204,9 @@ fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
     if blocks > 1 << 16 {
         return Err(usage("-B: kernel ring too large"));
     }
-    let queues = a.queues.unwrap_or_else(|| rx_queues(&a.iface));
+    let queues = a.queues.unwrap_or_else(|| netdev::rx_queues(&a.iface));
     // A cell holds the largest frame the link carries (plus a VLAN tag), within the snaplen.
-    let frame = (mtu(&a.iface) + 14 + 4).div_ceil(64) * 64;
+    let frame = (netdev::mtu(&a.iface).unwrap_or(1500) + 14 + 4).div_ceil(64) * 64;
     let cell_size = frame.max(2048).min(a.snaplen as usize).max(64);
     let filter = (!a.filter.is_empty()).then(|| a.filter.join(" "));
     let buddy_groups = match &a.buddy_groups {

@@ -12,7 +12,7 @@ use crate::flows::Skew;
 use crate::gen::source::{Endpoints, Replay, SizeSpec, Synthetic};
 use crate::gen::timing::Timing;
 use crate::gen::{self, Bypass, Frames, GenConfig, GenReport};
-use crate::units;
+use crate::{netdev, units};
 
 /// Arguments of `poolcap gen`.
 #[derive(Debug, Args)]
@@ -139,18 +139,8 @@ pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
 }
 
 fn interface_mac(iface: &str) -> anyhow::Result<[u8; 6]> {
-    let path = format!("/sys/class/net/{iface}/address");
-    let s = std::fs::read_to_string(&path)
-        .map_err(|_| anyhow::anyhow!("no such interface `{iface}`"))?;
+    let s = netdev::mac(iface).ok_or_else(|| anyhow::anyhow!("no such interface `{iface}`"))?;
     parse_mac(&s).map_err(anyhow::Error::msg)
-}
-
-fn interface_mtu(iface: &str) -> Option<usize> {
-    std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
 }
 
 fn timing(a: &GenArgs, mean_len: f64) -> anyhow::Result<Timing> {
@@ -235,7 +225,7 @@ fn config(a: &GenArgs) -> anyhow::Result<GenConfig> {
             dst_port: a.dst_port,
         };
         let gen_id = gen_id(a);
-        if let (SizeSpec::Fixed(n), Some(mtu)) = (a.size, interface_mtu(&a.iface)) {
+        if let (SizeSpec::Fixed(n), Some(mtu)) = (a.size, netdev::mtu(&a.iface)) {
             if n > mtu + 14 {
                 return Err(usage(format!(
                     "--size {n} does not fit {}'s MTU of {mtu} bytes (at most {})",

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use self::source::{Replay, Synthetic};
 use self::timing::Timing;
+use crate::netdev;
 
 /// Whether to bypass the qdisc layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,25 +138,6 @@ pub enum GenError {
     },
 }
 
-fn sysfs_count(iface: &str, what: &str) -> u64 {
-    std::fs::read_to_string(format!("/sys/class/net/{iface}/{what}"))
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(0)
-}
-
-/// Number of transmit queues of `iface` (from sysfs; 1 if unknown).
-pub fn tx_queues(iface: &str) -> usize {
-    std::fs::read_dir(format!("/sys/class/net/{iface}/queues"))
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .filter(|e| e.file_name().to_string_lossy().starts_with("tx-"))
-                .count()
-        })
-        .unwrap_or(1)
-        .max(1)
-}
-
 /// Sleeps, then spins, until `deadline` (sleeping alone overshoots by tens of microseconds).
 fn wait_until(deadline: Instant, stop: &AtomicBool) {
     loop {
@@ -182,7 +164,7 @@ pub fn run(mut cfg: GenConfig, stop: &AtomicBool) -> Result<GenReport, GenError>
     let bypass = match cfg.bypass {
         Bypass::On => true,
         Bypass::Off => false,
-        Bypass::Auto => cfg.flows <= 1 || tx_queues(&cfg.iface) <= 1,
+        Bypass::Auto => cfg.flows <= 1 || netdev::tx_queues(&cfg.iface) <= 1,
     };
     sock.set_qdisc_bypass(bypass)?;
     sock.set_send_buffer(4 << 20)?;
@@ -190,7 +172,7 @@ pub fn run(mut cfg: GenConfig, stop: &AtomicBool) -> Result<GenReport, GenError>
 
     let batch = cfg.batch.max(1);
     let mut tx = TxBatch::new(batch, cfg.frames.max_len());
-    let dropped_before = sysfs_count(&cfg.iface, "statistics/tx_dropped");
+    let dropped_before = netdev::counter(&cfg.iface, "tx_dropped").unwrap_or(0);
 
     let (mut sent, mut bytes, mut refused) = (0u64, 0u64, 0u64);
     let start = Instant::now();
@@ -265,8 +247,9 @@ pub fn run(mut cfg: GenConfig, stop: &AtomicBool) -> Result<GenReport, GenError>
         last_send = Instant::now();
     }
     let seconds = (last_send - start).as_secs_f64();
-    let link_dropped =
-        sysfs_count(&cfg.iface, "statistics/tx_dropped").saturating_sub(dropped_before);
+    let link_dropped = netdev::counter(&cfg.iface, "tx_dropped")
+        .unwrap_or(0)
+        .saturating_sub(dropped_before);
     let rate = |x: f64| if seconds > 0.0 { x / seconds } else { 0.0 };
     Ok(GenReport {
         iface: cfg.iface,

@@ -14,19 +14,14 @@ use libtest_mimic::Trial;
 use serde_json::Value;
 
 use crate::common::{
-    self, capture, check_sequences, gen, lab, poolcap_in, tcpdump_count, tempdir, tshark_count,
-    Background,
+    self, capture, check_sequences, gen, lab, poolcap_in, tcpdump_count, tempdir, trial,
+    tshark_count, Background,
 };
 
 pub fn trials() -> Vec<Trial> {
     // Named like the default harness names tests of module `capture`, so that
     // `cargo test --test root -- capture` selects all of them.
-    let t = |name: &'static str, f: fn()| {
-        Trial::test(format!("capture::{name}"), move || {
-            f();
-            Ok(())
-        })
-    };
+    let t = |name: &'static str, f: fn()| trial(&format!("capture::{name}"), f);
     vec![
         t(
             "capture_formats_exact_and_readable",

@@ -11,6 +11,14 @@ use std::time::{Duration, Instant};
 
 pub use poolcap_lab::{if_counters, netns_command, Lab};
 
+/// A test that panics with context on failure.
+pub fn trial(name: &str, f: fn()) -> libtest_mimic::Trial {
+    libtest_mimic::Trial::test(name, move || {
+        f();
+        Ok(())
+    })
+}
+
 /// The poolcap binary under test.
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_poolcap")

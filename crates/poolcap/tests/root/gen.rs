@@ -16,44 +16,32 @@ use poolcap::frame::parse_tag;
 use poolcap::seqcheck::SeqChecker;
 use poolcap_format::{CaptureWriter, FileFormat, RecordedPacket};
 
-use crate::common::{self, Background, Lab};
+use crate::common::{self, trial, Background, Lab};
 
 pub fn trials() -> Vec<Trial> {
     vec![
-        Trial::test("gen_exact_count_seen_by_counters_and_tcpdump", || {
-            exact_count_seen_by_counters_and_tcpdump();
-            Ok(())
-        }),
-        Trial::test("gen_sizes_imix_and_jumbo_lengths", || {
-            sizes_imix_and_jumbo_lengths();
-            Ok(())
-        }),
-        Trial::test("gen_flows_and_skew_in_the_capture", || {
-            flows_and_skew_in_the_capture();
-            Ok(())
-        }),
-        Trial::test("gen_rate_limited_count_is_exact", || {
-            rate_limited_count_is_exact();
-            Ok(())
-        }),
-        Trial::test("gen_bursts_send_everything", || {
-            bursts_send_everything();
-            Ok(())
-        }),
-        Trial::test("gen_duration_stops", || {
-            duration_stops();
-            Ok(())
-        }),
+        trial(
+            "gen_exact_count_seen_by_counters_and_tcpdump",
+            exact_count_seen_by_counters_and_tcpdump,
+        ),
+        trial(
+            "gen_sizes_imix_and_jumbo_lengths",
+            sizes_imix_and_jumbo_lengths,
+        ),
+        trial(
+            "gen_flows_and_skew_in_the_capture",
+            flows_and_skew_in_the_capture,
+        ),
+        trial(
+            "gen_rate_limited_count_is_exact",
+            rate_limited_count_is_exact,
+        ),
+        trial("gen_bursts_send_everything", bursts_send_everything),
+        trial("gen_duration_stops", duration_stops),
         // Named with the `gen_` prefix so that `cargo test -p poolcap --test root -- gen`
         // selects every generator test.
-        Trial::test("gen_replay_is_byte_for_byte", || {
-            replay_is_byte_for_byte();
-            Ok(())
-        }),
-        Trial::test("gen_bad_input", || {
-            bad_input();
-            Ok(())
-        }),
+        trial("gen_replay_is_byte_for_byte", replay_is_byte_for_byte),
+        trial("gen_bad_input", bad_input),
     ]
 }
 

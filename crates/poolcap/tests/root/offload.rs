@@ -3,7 +3,7 @@
 
 use libtest_mimic::Trial;
 
-use crate::common::{capture, gen, lab, tempdir};
+use crate::common::{capture, gen, lab, tempdir, trial};
 
 fn stats(path: &std::path::Path) -> serde_json::Value {
     let text =
@@ -116,13 +116,13 @@ fn congestion_pauses_and_accounts_exactly() {
 
 pub fn trials() -> Vec<Trial> {
     vec![
-        Trial::test("buddy_offloads_and_accounts_exactly", || {
-            buddy_offloads_and_accounts_exactly();
-            Ok(())
-        }),
-        Trial::test("congestion_pauses_and_accounts_exactly", || {
-            congestion_pauses_and_accounts_exactly();
-            Ok(())
-        }),
+        trial(
+            "buddy_offloads_and_accounts_exactly",
+            buddy_offloads_and_accounts_exactly,
+        ),
+        trial(
+            "congestion_pauses_and_accounts_exactly",
+            congestion_pauses_and_accounts_exactly,
+        ),
     ]
 }

@@ -5,7 +5,7 @@ use std::process::Command;
 
 use libtest_mimic::Trial;
 
-use crate::common::{bin, capture, check_sequences, gen, lab, netns_command, tempdir, Lab};
+use crate::common::{bin, capture, check_sequences, gen, lab, netns_command, tempdir, trial, Lab};
 
 fn stats(path: &Path) -> serde_json::Value {
     let text =
@@ -324,25 +324,19 @@ fn xdp_errors_are_clear() {
 }
 
 pub fn trials() -> Vec<Trial> {
-    let t = |name: &str, f: fn()| {
-        Trial::test(format!("xdp::{name}"), move || {
-            f();
-            Ok(())
-        })
-    };
     vec![
-        t(
-            "exact_counts_on_1_2_4_queues",
+        trial(
+            "xdp::exact_counts_on_1_2_4_queues",
             xdp_exact_counts_on_1_2_4_queues,
         ),
-        t(
-            "file_holds_the_same_frames_as_af_packet",
+        trial(
+            "xdp::file_holds_the_same_frames_as_af_packet",
             xdp_file_holds_the_same_frames_as_af_packet,
         ),
-        t(
-            "filters_agree_with_af_packet",
+        trial(
+            "xdp::filters_agree_with_af_packet",
             xdp_filters_agree_with_af_packet,
         ),
-        t("errors_are_clear", xdp_errors_are_clear),
+        trial("xdp::errors_are_clear", xdp_errors_are_clear),
     ]
 }
