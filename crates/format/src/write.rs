@@ -98,6 +98,12 @@ pub trait Output: Write {
     fn truncate_to(&mut self, _len: u64) -> io::Result<()> {
         Ok(())
     }
+
+    /// Ends the output after the last record (a compressor writes its final frame). The
+    /// default flushes.
+    fn close(&mut self) -> io::Result<()> {
+        self.flush()
+    }
 }
 
 /// The file must be empty and positioned at its start when handed to [`CaptureWriter::new`].
@@ -120,11 +126,19 @@ impl<T: Output + ?Sized> Output for &mut T {
     fn truncate_to(&mut self, len: u64) -> io::Result<()> {
         (**self).truncate_to(len)
     }
+
+    fn close(&mut self) -> io::Result<()> {
+        (**self).close()
+    }
 }
 
 impl<T: Output + ?Sized> Output for Box<T> {
     fn truncate_to(&mut self, len: u64) -> io::Result<()> {
         (**self).truncate_to(len)
+    }
+
+    fn close(&mut self) -> io::Result<()> {
+        (**self).close()
     }
 }
 
@@ -385,7 +399,7 @@ impl<O: Output> CaptureWriter<O> {
             put32(&mut self.buf, &[0, isb_len]);
         }
         self.flush_buf()?;
-        match self.out.flush() {
+        match self.out.close() {
             Ok(()) => Ok(self.out),
             Err(source) => Err(WriteError::Io {
                 source,

@@ -16,6 +16,7 @@
 
 pub mod account;
 pub mod backend;
+pub mod compress;
 pub mod filter;
 pub mod policy;
 pub mod pool;
@@ -72,6 +73,8 @@ pub struct CaptureConfig {
     pub filter: Option<String>,
     /// Output and its format.
     pub output: Option<(Output, FileFormat)>,
+    /// Compress the output.
+    pub compress: Option<compress::Compression>,
     /// Stop after this many packets.
     pub count: Option<u64>,
     /// Stop after this long.
@@ -288,13 +291,24 @@ impl Engine {
         // bad argument never truncates an existing file; write its header before capturing.
         let output = match cfg.output {
             Some((target, format)) => {
+                let wrap = |w: BoxedOutput| -> Result<BoxedOutput, CaptureError> {
+                    match cfg.compress {
+                        None => Ok(w),
+                        Some(c) => compress::Compressed::new(w, c)
+                            .map(|z| Box::new(z) as BoxedOutput)
+                            .map_err(|source| CaptureError::Open {
+                                path: "compressor".into(),
+                                source,
+                            }),
+                    }
+                };
                 let sink: BoxedOutput = match target {
-                    Output::Stdout => Box::new(std::io::stdout()),
+                    Output::Stdout => wrap(Box::new(std::io::stdout()))?,
                     Output::File(path) => match std::fs::File::create(&path) {
-                        Ok(f) => Box::new(f),
+                        Ok(f) => wrap(Box::new(f))?,
                         Err(source) => return Err(CaptureError::Open { path, source }),
                     },
-                    Output::Sink(s) => s,
+                    Output::Sink(s) => wrap(s)?,
                 };
                 Some(
                     CaptureWriter::new(sink, format, cfg.snaplen, &cfg.iface)

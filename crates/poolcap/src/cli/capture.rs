@@ -97,6 +97,10 @@ pub struct CaptureArgs {
     /// Buddy groups as queue lists, e.g. `0,1;2,3` (default: all queues form one group).
     #[arg(long)]
     buddy_groups: Option<String>,
+    /// Compress the file as it is written: zstd[:LEVEL] (default 3) or gzip[:LEVEL]
+    /// (default 6). The level is also a real per-packet application load.
+    #[arg(long, requires = "write")]
+    compress: Option<crate::capture::compress::Compression>,
     /// Capture backend: af_packet (TPACKET_V3 fanout, works everywhere, leaves the host
     /// stack alone), af_xdp (the UMEM is the pool; takes the frames away from the host stack;
     /// needs native XDP) or auto (af_xdp where it works, af_packet otherwise).
@@ -235,6 +239,7 @@ fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
         },
         filter,
         output: None,
+        compress: a.compress,
         count: a.count,
         duration: a.duration,
         cpus: a.cpus.clone(),

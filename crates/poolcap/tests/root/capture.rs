@@ -37,6 +37,10 @@ pub fn trials() -> Vec<Trial> {
         ),
         t("overload_drops_add_up", overload_drops_add_up),
         t(
+            "compressed_capture_reads_back",
+            compressed_capture_reads_back,
+        ),
+        t(
             "queues_2_and_4_capture_each_packet_once",
             queues_2_and_4_capture_each_packet_once,
         ),
@@ -633,6 +637,47 @@ fn count_limit_writes_exactly_n() {
         num(&s, "captured"),
         "{s}"
     );
+}
+
+fn compressed_capture_reads_back() {
+    use std::io::Read;
+    for (how, ext) in [("zstd:3", "zst"), ("gzip:1", "gz")] {
+        let lab = lab(1);
+        let dir = tempdir();
+        let file = dir.path().join(format!("c.pcapng.{ext}"));
+        let bg = capture(&lab, &["--compress", how, "-w", path_str(&file)]);
+        let g = gen(&lab, &["--count", "5000", "--size", "256"]);
+        assert_eq!(on_wire(&g), 5000, "{g}");
+        std::thread::sleep(Duration::from_millis(200));
+        let (code, stderr) = bg.stop("INT");
+        assert_eq!(code, Some(0), "{stderr}");
+        let raw = std::fs::read(&file).expect("compressed file");
+        let mut plain = Vec::new();
+        if ext == "zst" {
+            zstd::Decoder::new(&raw[..])
+                .expect("zstd")
+                .read_to_end(&mut plain)
+                .expect("unzstd");
+        } else {
+            flate2::read::GzDecoder::new(&raw[..])
+                .read_to_end(&mut plain)
+                .expect("gunzip");
+        }
+        assert!(
+            raw.len() < plain.len(),
+            "{how}: {} compressed vs {} plain",
+            raw.len(),
+            plain.len()
+        );
+        let plain_path = dir.path().join("plain.pcapng");
+        std::fs::write(&plain_path, &plain).expect("write plain");
+        assert_eq!(tcpdump_count(&plain_path, &[]), 5000, "{how}");
+        assert_eq!(
+            check_sequences(&plain_path, 5000),
+            (5000, 5000, 0, 0),
+            "{how}"
+        );
+    }
 }
 
 fn stdout_stream_reads_with_tcpdump() {
