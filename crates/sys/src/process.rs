@@ -74,3 +74,14 @@ pub fn monotonic_to_realtime_offset() -> i64 {
     let b = clock_ns(libc::CLOCK_REALTIME);
     (a / 2 + b / 2) as i64 - m as i64
 }
+
+/// Restores the default action of SIGPIPE (terminate quietly), as C command-line tools have
+/// it: `poolcap gen ... | head -1` then ends without an error. Rust programs start with
+/// SIGPIPE ignored, which turns a closed pipe into a panic in `println!`.
+pub fn default_sigpipe() {
+    // SAFETY: setting a signal's disposition to SIG_DFL installs no Rust handler and has no
+    // memory effects; it is done once, before any thread is spawned.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}

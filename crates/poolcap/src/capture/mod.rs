@@ -322,6 +322,9 @@ impl Engine {
         let progress: Vec<Arc<Mutex<Progress>>> = (0..q)
             .map(|_| Arc::new(Mutex::new(Progress::default())))
             .collect();
+        // With no analysis load and no file, nothing downstream reads packets: count them in
+        // place and run no workers.
+        let count_only = cfg.load == 0 && output.is_none();
         let captures = sockets
             .into_iter()
             .enumerate()
@@ -338,6 +341,7 @@ impl Engine {
                     wait: cfg.wait,
                     seal_after: cfg.seal_after,
                     snaplen: cfg.snaplen as usize,
+                    count_only,
                     stop: Arc::clone(&stop),
                 };
                 let cpus = cfg.cpus.clone();
@@ -396,7 +400,7 @@ impl Engine {
             }
             None => (Next::Recycle, None),
         };
-        let w = cfg.workers.max(1);
+        let w = if count_only { 0 } else { cfg.workers.max(1) };
         let workers = (0..w)
             .map(|i| {
                 let wk = Worker {

@@ -51,17 +51,21 @@ pub struct Filler {
     pub tally: Tally,
     /// Bytes kept per packet.
     pub snaplen: usize,
+    /// Nothing downstream looks at packets (no analysis load, no file): count them where
+    /// they lie in the kernel's ring instead of copying them (the papers' /dev/null case).
+    pub count_only: bool,
 }
 
 impl Filler {
     /// An empty filler.
-    pub fn new(snaplen: usize, chunks: usize) -> Self {
+    pub fn new(snaplen: usize, chunks: usize, count_only: bool) -> Self {
         Self {
             open: None,
             open_since: Instant::now(),
             full: Vec::with_capacity(chunks),
             tally: Tally::default(),
             snaplen,
+            count_only,
         }
     }
 
@@ -82,6 +86,11 @@ impl Filler {
     /// Copies a packet (the concatenation of `parts`) into a chunk.
     #[inline]
     fn push_copy(&mut self, pool: &Pool, ts: u64, parts: [&[u8]; 3], wire: u32) {
+        if self.count_only {
+            self.tally.captured += 1;
+            self.tally.bytes += u64::from(wire);
+            return;
+        }
         let len = parts.iter().map(|p| p.len()).sum::<usize>();
         let snaplen = self.snaplen;
         loop {
@@ -99,10 +108,16 @@ impl Filler {
         }
     }
 
-    /// Puts a frame into a chunk; returns it if no chunk could take it.
+    /// Puts a frame into a chunk; returns it if no chunk took it (it goes straight back to
+    /// the kernel: counted, or dropped for want of a chunk).
     #[inline]
     fn push_frame(&mut self, pool: &Pool, ts: u64, frame: RxFrame) -> Option<RxFrame> {
         let wire = frame.len() as u64;
+        if self.count_only {
+            self.tally.captured += 1;
+            self.tally.bytes += wire;
+            return Some(frame);
+        }
         let snaplen = self.snaplen;
         let Some(chunk) = self.open_chunk(pool) else {
             self.tally.dropped_pool += 1;

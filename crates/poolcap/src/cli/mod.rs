@@ -75,6 +75,11 @@ pub fn main() -> i32 {
             return 0;
         }
     };
+    // Capture handles a closed `-w -` pipe as a write error (accounting still printed);
+    // every other command ends quietly on a closed stdout, as C tools do.
+    if !matches!(cli.command, Command::Capture(_)) {
+        poolcap_sys::process::default_sigpipe();
+    }
     let result = match cli.command {
         Command::Capture(a) => capture::run(*a),
         Command::Demo(a) => demo::run(a),
