@@ -56,6 +56,20 @@ pub enum PlotError {
     },
 }
 
+/// Line colours (Tableau 10: distinct, and readable on white).
+const PALETTE: [(u8, u8, u8); 10] = [
+    (31, 119, 180),
+    (255, 127, 14),
+    (44, 160, 44),
+    (214, 39, 40),
+    (148, 103, 189),
+    (140, 86, 75),
+    (227, 119, 194),
+    (127, 127, 127),
+    (188, 189, 34),
+    (23, 190, 207),
+];
+
 /// Font files tried in order when `POOLCAP_FONT` is not set.
 const FONT_CANDIDATES: &[&str] = &[
     "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
@@ -164,20 +178,98 @@ impl<'a> Chart<'a> {
         }
         let xr = axis_range(&xs, self.log_x, false);
         let yr = axis_range(&ys, self.log_y, true);
+        let legend = self.legend_position(&kept, &xr, &yr);
         let fail = |e: String| PlotError::Draw {
             path: path.to_path_buf(),
             msg: e,
         };
+        // Log axes get explicit ticks: plotters' own are sparse on short ranges.
+        let xt = log_ticks(&xs, &xr, 12);
+        let yt = log_ticks(&ys, &yr, 0);
         match (self.log_x, self.log_y) {
-            (false, false) => self.render(path, &kept, xr, yr),
-            (true, false) => self.render(path, &kept, xr.log_scale(), yr),
-            (false, true) => self.render(path, &kept, xr, yr.log_scale()),
-            (true, true) => self.render(path, &kept, xr.log_scale(), yr.log_scale()),
+            (false, false) => self.render(path, &kept, legend, xr, yr),
+            (true, false) => {
+                self.render(path, &kept, legend, xr.log_scale().with_key_points(xt), yr)
+            }
+            (false, true) => {
+                self.render(path, &kept, legend, xr, yr.log_scale().with_key_points(yt))
+            }
+            (true, true) => self.render(
+                path,
+                &kept,
+                legend,
+                xr.log_scale().with_key_points(xt),
+                yr.log_scale().with_key_points(yt),
+            ),
         }
         .map_err(fail)
     }
 
-    fn render<X, Y>(&self, path: &Path, series: &[Series], xr: X, yr: Y) -> Result<(), String>
+    /// The corner where the legend covers the fewest points of the lines.
+    fn legend_position(
+        &self,
+        series: &[Series],
+        xr: &Range<f64>,
+        yr: &Range<f64>,
+    ) -> SeriesLabelPosition {
+        let unit = |v: f64, r: &Range<f64>, log: bool| {
+            if log {
+                (v.ln() - r.start.ln()) / (r.end.ln() - r.start.ln())
+            } else {
+                (v - r.start) / (r.end - r.start)
+            }
+        };
+        // Points along every segment, in 0..1 plot coordinates.
+        let mut pts = Vec::new();
+        for s in series {
+            let p: Vec<(f64, f64)> = s
+                .points
+                .iter()
+                .map(|&(x, y)| (unit(x, xr, self.log_x), unit(y, yr, self.log_y)))
+                .collect();
+            pts.extend(p.iter().copied());
+            for w in p.windows(2) {
+                for k in 1..16 {
+                    let f = k as f64 / 16.0;
+                    pts.push((
+                        w[0].0 + f * (w[1].0 - w[0].0),
+                        w[0].1 + f * (w[1].1 - w[0].1),
+                    ));
+                }
+            }
+        }
+        // Rough legend size as a share of the plot area.
+        let longest = series.iter().map(|s| s.name.len()).max().unwrap_or(0) as f64;
+        let w = ((longest * 9.0 + 60.0) / (self.width as f64 - 130.0)).min(0.9);
+        let h = ((series.len() as f64 * 21.0 + 16.0) / (self.height as f64 - 160.0)).min(0.9);
+        let candidates = [
+            (SeriesLabelPosition::UpperRight, 1.0 - w, 1.0 - h),
+            (SeriesLabelPosition::UpperLeft, 0.0, 1.0 - h),
+            (SeriesLabelPosition::LowerRight, 1.0 - w, 0.0),
+            (SeriesLabelPosition::LowerLeft, 0.0, 0.0),
+            (SeriesLabelPosition::MiddleRight, 1.0 - w, 0.5 - h / 2.0),
+        ];
+        candidates
+            .into_iter()
+            .map(|(pos, x0, y0)| {
+                let covered = pts
+                    .iter()
+                    .filter(|&&(x, y)| x >= x0 && x <= x0 + w && y >= y0 && y <= y0 + h)
+                    .count();
+                (covered, pos)
+            })
+            .min_by_key(|(c, _)| *c)
+            .map_or(SeriesLabelPosition::UpperRight, |(_, p)| p)
+    }
+
+    fn render<X, Y>(
+        &self,
+        path: &Path,
+        series: &[Series],
+        legend: SeriesLabelPosition,
+        xr: X,
+        yr: Y,
+    ) -> Result<(), String>
     where
         X: AsRangedCoord<Value = f64>,
         Y: AsRangedCoord<Value = f64>,
@@ -190,15 +282,28 @@ impl<'a> Chart<'a> {
             .margin(10, 0, 0, 0)
             .titled(self.title, ("sans-serif", 26))
             .map_err(|e| e.to_string())?;
-        let area = match self.subtitle {
-            Some(s) => area
-                .titled(
-                    s,
-                    ("sans-serif", 16).into_font().color(&RGBColor(80, 80, 80)),
-                )
-                .map_err(|e| e.to_string())?,
-            None => area,
-        };
+        // The subtitle wraps at "; " or ", " where it would not fit the width.
+        let mut area = area;
+        if let Some(sub) = self.subtitle {
+            let style = ("sans-serif", 16).into_font().color(&RGBColor(80, 80, 80));
+            let room = self.width.saturating_sub(40);
+            let fits = |t: &str| {
+                area.estimate_text_size(t, &style)
+                    .map_or(true, |(w, _)| w <= room)
+            };
+            let mut lines: Vec<String> = Vec::new();
+            for part in sub.split_inclusive("; ") {
+                match lines.last_mut() {
+                    Some(l) if fits(&format!("{l}{part}")) => l.push_str(part),
+                    _ => lines.push(part.to_string()),
+                }
+            }
+            for line in lines {
+                area = area
+                    .titled(line.trim_end_matches("; "), style.clone())
+                    .map_err(|e| e.to_string())?;
+            }
+        }
         let mut chart = ChartBuilder::on(&area)
             .margin(16)
             .x_label_area_size(52)
@@ -217,7 +322,8 @@ impl<'a> Chart<'a> {
             .draw()
             .map_err(|e| e.to_string())?;
         for (i, s) in series.iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
+            let (r, g, b) = PALETTE[i % PALETTE.len()];
+            let color = RGBColor(r, g, b);
             let style = color.stroke_width(2);
             chart
                 .draw_series(LineSeries::new(s.points.iter().copied(), style).point_size(4))
@@ -230,7 +336,7 @@ impl<'a> Chart<'a> {
             .label_font(("sans-serif", 16))
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperRight)
+            .position(legend)
             .draw()
             .map_err(|e| e.to_string())?;
         root.present().map_err(|e| e.to_string())
@@ -253,13 +359,18 @@ pub fn line_chart(
 }
 
 /// The axis range for `values` (not empty): linear axes pad by 5% and, for y, include zero
-/// when every value is non-negative; log axes extend to the enclosing powers of ten' halves.
+/// when every value is non-negative; a log x axis gets 12% of room on either side, a log y
+/// axis reaches out to the 1-2-5 ticks around the data.
 fn axis_range(values: &[f64], log: bool, is_y: bool) -> Range<f64> {
     let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     if log {
-        let (lo, hi) = (lo / 1.5, hi * 1.5);
-        return lo..hi.max(lo * 10.0);
+        if !is_y {
+            return lo / 1.12..(hi * 1.12).max(lo * 1.5);
+        }
+        // y: out to the 1-2-5 ticks around the data, so the extremes are labelled.
+        let lo = snap_125(lo / 1.02, false);
+        return lo..snap_125(hi * 1.02, true).max(lo * 10.0);
     }
     let lo = if is_y && lo >= 0.0 { 0.0 } else { lo };
     let span = hi - lo;
@@ -270,6 +381,50 @@ fn axis_range(values: &[f64], log: bool, is_y: bool) -> Range<f64> {
     let pad = span * 0.05;
     let start = if is_y && lo == 0.0 { 0.0 } else { lo - pad };
     start..hi + pad
+}
+
+/// The 1, 2, 5 times a power of ten just below (or above, with `up`) `v` > 0.
+fn snap_125(v: f64, up: bool) -> f64 {
+    let decade = 10f64.powf(v.log10().floor());
+    let steps = [1.0, 2.0, 5.0, 10.0];
+    if up {
+        steps
+            .iter()
+            .map(|m| m * decade)
+            .find(|&t| t >= v)
+            .unwrap_or(10.0 * decade)
+    } else {
+        steps
+            .iter()
+            .rev()
+            .map(|m| m * decade)
+            .find(|&t| t <= v)
+            .unwrap_or(decade)
+    }
+}
+
+/// Ticks of a log axis over `range`: the data values themselves when there are at most
+/// `max_data` distinct ones (a sweep's x values), else 1, 2, 5 times powers of ten.
+fn log_ticks(values: &[f64], range: &Range<f64>, max_data: usize) -> Vec<f64> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| *x > 0.0).collect();
+    v.sort_by(f64::total_cmp);
+    v.dedup();
+    if !v.is_empty() && v.len() <= max_data {
+        return v;
+    }
+    let (lo, hi) = (range.start.max(f64::MIN_POSITIVE), range.end);
+    let mut ticks = Vec::new();
+    let mut decade = 10f64.powf(lo.log10().floor());
+    while decade <= hi && ticks.len() < 64 {
+        for m in [1.0, 2.0, 5.0] {
+            let t = m * decade;
+            if t >= lo && t <= hi {
+                ticks.push(t);
+            }
+        }
+        decade *= 10.0;
+    }
+    ticks
 }
 
 /// Tick labels without trailing noise: 4, 0.25, 1.5k, 2M, 1e-05.
@@ -311,8 +466,23 @@ mod tests {
         assert!(r.start < 4.0 && r.end > 64.0);
         let r = axis_range(&[0.0, 0.0], false, true);
         assert_eq!(r, 0.0..1.0, "all-zero data still gets a visible axis");
-        let r = axis_range(&[1e-4, 1e-2], true, true);
-        assert!(r.start > 0.0 && r.start < 1e-4 && r.end > 1e-2);
+        let r = axis_range(&[0.023, 10.5], true, true);
+        assert!(
+            (r.start - 0.02).abs() < 1e-12 && (r.end - 20.0).abs() < 1e-9,
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn log_ticks_are_the_data_or_one_two_five() {
+        assert_eq!(
+            log_ticks(&[4.0, 8.0, 4.0, 64.0], &(3.5..70.0), 12),
+            [4.0, 8.0, 64.0]
+        );
+        assert_eq!(
+            log_ticks(&[0.3, 30.0], &(0.25..40.0), 0),
+            [0.5, 1.0, 2.0, 5.0, 10.0, 20.0]
+        );
     }
 
     #[test]

@@ -29,10 +29,13 @@ joins; it always returns to its home pool. No free chunk: the packet is dropped 
 Capture paused by the policy: packets wait in the kernel ring, and beyond it are dropped by the \
 kernel. Every packet ends processed, dropped by the kernel or dropped by the pool.
 
-Defaults (the regime the sweeps study): 1 Mpps of Poisson traffic in 1000 flows with Zipf(1.1) \
-shares, each flow hashed to a queue, so the queue that gets the elephant flow (18% of all \
-packets) is overloaded while the total fits: 4 workers at 3.5 us per packet handle 1.14 Mpps. \
-Pool 256 x 100 as WireCAP's A-(256,100,T); 2 virtual seconds per run.
+Defaults (the regime the sweeps study): 1 Mpps in 1000 flows with Zipf(1.1) shares, each flow \
+hashed to a queue and ON a quarter of the time (10 ms mean ON periods, sending at 4x its average \
+while ON); workers spend 3.5 us per packet. Four workers handle 1.14 Mpps, so the capacity \
+suffices on average even at 4 queues (88% load), but the elephant flow carries 18% of the \
+packets, 720 kpps while ON, and overloads whichever queue it lands on: basic loses there whatever \
+the number of queues, and only offloading can use the idle workers. Pool 256 x 100 as WireCAP's \
+A-(256,100,T), kernel ring 4096 packets, 2 virtual seconds per run; sweeps average 3 seeds.
 
 Examples:
   poolcap sim --queues 4 --policy buddy:60
@@ -44,7 +47,7 @@ Examples:
 )]
 pub struct SimArgs {
     #[command(subcommand)]
-    command: Option<SimCommand>,
+    command: Option<Box<SimCommand>>,
     #[command(flatten)]
     model: ModelArgs,
 }
@@ -66,7 +69,8 @@ enum SweepKind {
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Every other option sets the baseline of all runs, as for `poolcap sim`.
+    after_help = "Every other option sets the baseline of all runs, as for `poolcap sim` \
+(--queues is replaced by --queue-counts).
 Files: DIR/sweep-queues.{csv,png} or DIR/sweep-threshold.{csv,png}; one CSV row per run."
 )]
 struct SweepArgs {
@@ -79,14 +83,14 @@ struct SweepArgs {
     /// Policies compared by the queues sweep.
     #[arg(long, num_args = 1.., default_values_t = sweep::POLICIES.iter().map(|s| s.to_string()).collect::<Vec<_>>())]
     policies: Vec<String>,
-    /// Queue counts [queues sweep: 4,5,6,8,16,64; threshold sweep: 4,6,16].
+    /// Queue counts [queues sweep: 4,5,6,8,16,64; threshold sweep: 4,5,6].
     #[arg(long, value_delimiter = ',')]
     queue_counts: Option<Vec<usize>>,
     /// Thresholds T of the threshold sweep, percent.
     #[arg(long, value_delimiter = ',', default_values_t = sweep::THRESHOLDS.to_vec())]
     thresholds: Vec<f64>,
     /// Runs per point with seeds --seed, --seed+1, ...; the chart shows their mean.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 3)]
     seeds: u64,
     /// Logarithmic y axis (zero drop rates are then left out).
     #[arg(long)]
@@ -107,7 +111,8 @@ enum ArrivalKind {
     Poisson,
     /// Bursts of --burst packets at --peak, then --idle of silence, on every queue.
     Onoff,
-    /// --flows flows with Zipf(--zipf) shares of --rate, hashed to queues; Poisson per queue.
+    /// --flows flows with Zipf(--zipf) shares of --rate, hashed to queues; each flow ON and
+    /// OFF (--duty, --on-mean), Poisson while ON.
     Zipf,
 }
 
@@ -137,6 +142,14 @@ struct ModelArgs {
     /// Zipf exponent of the flow shares.
     #[arg(long, default_value_t = model::DEFAULT_ZIPF)]
     zipf: f64,
+    /// Share of time each flow is ON: below 1, every flow (zipf) or queue (poisson)
+    /// alternates ON and OFF periods and sends at its rate / duty while ON [default: 0.25
+    /// for zipf, 1 (plain Poisson) for poisson].
+    #[arg(long)]
+    duty: Option<f64>,
+    /// Mean ON period of a flow when --duty < 1 (OFF periods follow from the duty).
+    #[arg(long, default_value = "10ms", value_parser = units::parse_duration)]
+    on_mean: std::time::Duration,
     /// Packets per burst (onoff).
     #[arg(long, default_value = "10k", value_parser = units::parse_count)]
     burst: u64,
@@ -190,7 +203,20 @@ impl ModelArgs {
     fn config(&self) -> anyhow::Result<Config> {
         let shape = match self.arrivals {
             ArrivalKind::Constant => Shape::Constant,
-            ArrivalKind::Poisson | ArrivalKind::Zipf => Shape::Poisson,
+            ArrivalKind::Poisson | ArrivalKind::Zipf => {
+                let default = if self.arrivals == ArrivalKind::Zipf {
+                    model::DEFAULT_DUTY
+                } else {
+                    1.0
+                };
+                match self.duty.unwrap_or(default) {
+                    d if d < 1.0 => Shape::Modulated {
+                        duty: d,
+                        on_ns: self.on_mean.as_secs_f64() * 1e9,
+                    },
+                    _ => Shape::Poisson,
+                }
+            }
             ArrivalKind::Onoff => Shape::OnOff {
                 burst: self.burst,
                 peak_pps: self.peak,
@@ -236,6 +262,19 @@ impl ModelArgs {
     }
 }
 
+/// A packet rate for people: 1 Mpps, 450 kpps, 1.25 Mpps.
+fn pps(x: f64) -> String {
+    let (v, unit) = if x >= 1e6 {
+        (x / 1e6, "Mpps")
+    } else if x >= 1e3 {
+        (x / 1e3, "kpps")
+    } else {
+        (x, "pps")
+    };
+    let s = format!("{v:.3}");
+    format!("{} {unit}", s.trim_end_matches('0').trim_end_matches('.'))
+}
+
 /// One line describing the model of a run or sweep.
 fn describe(c: &Config) -> String {
     let traffic = match (&c.arrivals.shape, &c.arrivals.split) {
@@ -247,16 +286,25 @@ fn describe(c: &Config) -> String {
             },
             _,
         ) => format!(
-            "on/off bursts of {burst} packets at {:.0} pps, {:.1} ms idle, per queue",
-            peak_pps,
+            "on/off bursts of {burst} packets at {}, {:.1} ms idle, per queue",
+            pps(*peak_pps),
             idle_ns / 1e6
         ),
-        (s, Split::Zipf { flows, exponent }) => format!(
-            "{:.0} pps, {flows} flows Zipf({exponent}), {s:?} per queue",
-            c.arrivals.rate_pps
+        (Shape::Modulated { duty, on_ns }, Split::Zipf { flows, exponent }) => format!(
+            "{}, {flows} flows Zipf({exponent}) ON {:.0}% of the time ({:.0} ms mean)",
+            pps(c.arrivals.rate_pps),
+            duty * 100.0,
+            on_ns / 1e6
         ),
-        (s, Split::PerQueue(r)) => format!("{s:?} at {r:?} pps"),
-        (s, Split::Even) => format!("{s:?}, {:.0} pps split evenly", c.arrivals.rate_pps),
+        (s, Split::Zipf { flows, exponent }) => format!(
+            "{}, {flows} flows Zipf({exponent}), {s:?} per queue",
+            pps(c.arrivals.rate_pps)
+        ),
+        (s, Split::PerQueue(r)) => format!(
+            "{s:?} at {}",
+            r.iter().map(|&x| pps(x)).collect::<Vec<_>>().join(", ")
+        ),
+        (s, Split::Even) => format!("{s:?}, {} split evenly", pps(c.arrivals.rate_pps)),
     };
     let cost = match c.cost_ns.as_slice() {
         [one] => format!("{one} ns/packet"),
@@ -270,7 +318,7 @@ fn describe(c: &Config) -> String {
 
 /// Runs `poolcap sim`.
 pub fn run(args: SimArgs) -> anyhow::Result<()> {
-    match args.command {
+    match args.command.map(|c| *c) {
         Some(SimCommand::Sweep(s)) => run_sweep(s),
         None => run_one(&args.model),
     }
@@ -328,7 +376,7 @@ fn run_sweep(s: SweepArgs) -> anyhow::Result<()> {
             )
         }
         SweepKind::Threshold => {
-            let counts = s.queue_counts.clone().unwrap_or_else(|| vec![4, 6, 16]);
+            let counts = s.queue_counts.clone().unwrap_or_else(|| vec![4, 5, 6]);
             (
                 "sweep-threshold",
                 sweep::threshold_jobs(&base, &s.thresholds, &counts, s.seeds),
@@ -346,17 +394,25 @@ fn run_sweep(s: SweepArgs) -> anyhow::Result<()> {
             .check()
             .map_err(|e| anyhow::anyhow!("simulator accounting broken: {e}"))?;
     }
-    let subtitle = describe(&base);
+    let subtitle = match s.seeds {
+        0 | 1 => describe(&base),
+        n => format!(
+            "{}; mean of seeds {}-{}",
+            describe(&base).trim_end_matches(&format!("; seed {}", base.seed)),
+            base.seed,
+            base.seed + n - 1
+        ),
+    };
     let mut chart = Chart::new(title, x_label, "drop rate (%)");
     chart.subtitle = Some(&subtitle);
     chart.log_x = log_x;
     chart.log_y = s.log_y;
-    let written = sweep::write(&s.out, name, &chart, &jobs, &rows).map_err(anyhow::Error::msg)?;
     println!(
         "poolcap sim sweep {}: {subtitle}",
         name.trim_start_matches("sweep-")
     );
     print!("{}", summary(&jobs, &rows));
+    let written = sweep::write(&s.out, name, &chart, &jobs, &rows).map_err(anyhow::Error::msg)?;
     println!(
         "{} runs in {wall:.1} s on {threads} threads; wrote {} and {}",
         rows.len(),
@@ -403,4 +459,60 @@ fn summary(jobs: &[Job], rows: &[Row]) -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct T {
+        #[command(flatten)]
+        sim: SimArgs,
+    }
+
+    fn parse(line: &str) -> Result<SimArgs, clap::Error> {
+        T::try_parse_from(std::iter::once("sim").chain(line.split_whitespace())).map(|t| t.sim)
+    }
+
+    #[test]
+    fn the_documented_command_lines_parse_into_configs() {
+        let a = parse(
+            "--queues 4 --policy buddy:60 --arrivals zipf --flows 1000 --zipf 1.1 --rate 2M \
+             --cost-ns 3000 --pool 256,64 --seconds 1 --seed 1",
+        )
+        .unwrap();
+        let c = a.model.config().unwrap();
+        assert_eq!((c.queues, c.cells, c.chunks), (4, 256, 64));
+        assert_eq!(c.policy, PolicySpec::Buddy { threshold: 60.0 });
+        assert_eq!(c.arrivals.rate_pps, 2e6);
+        assert!(matches!(c.arrivals.shape, Shape::Modulated { duty, .. } if duty == 0.25));
+        let p = parse("--arrivals poisson --queue-rates 450k,150k --queues 2").unwrap();
+        let c = p.model.config().unwrap();
+        assert_eq!(c.arrivals.shape, Shape::Poisson);
+        assert_eq!(c.arrivals.split, Split::PerQueue(vec![450e3, 150e3]));
+        assert_eq!(
+            Config::default(),
+            parse("").unwrap().model.config().unwrap()
+        );
+    }
+
+    #[test]
+    fn sweeps_parse_and_bad_input_is_refused() {
+        let s = parse("sweep threshold --thresholds 60,90 --out /tmp/x").unwrap();
+        match s.command.map(|c| *c) {
+            Some(SimCommand::Sweep(w)) => {
+                assert_eq!(w.what, SweepKind::Threshold);
+                assert_eq!(w.thresholds, [60.0, 90.0]);
+                assert_eq!(w.policies.len(), 4);
+            }
+            None => panic!("no sweep"),
+        }
+        assert!(parse("--queues 4 sweep queues").is_err());
+        assert!(parse("--rate 1Gbit").is_err());
+        assert!(parse("--pool 256").is_err());
+        assert!(parse("--queues 65").unwrap().model.config().is_err());
+        assert!(parse("--queue-rates 1k").unwrap().model.config().is_err());
+    }
 }

@@ -4,8 +4,13 @@
 //! only on (seed, queue), not on the order in which the engine interleaves events, so a run
 //! is reproducible and changing the policy never changes the traffic it is compared on.
 //! Zipf-skewed traffic is modelled at flow level (F flows, Zipf shares, each flow hashed to
-//! a queue) and each queue then sees a Poisson stream at the sum of its flows' rates: the
-//! superposition of many independent flows.
+//! a queue): a queue sees the superposition of its flows, a Poisson stream at the sum of
+//! their rates, or, with bursty flows ([`Shape::Modulated`]), a Poisson stream whose rate
+//! follows which of its flows are ON (a Markov-modulated Poisson process). An elephant flow
+//! then makes its queue both hot on average and bursty, as in real traces.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -26,9 +31,29 @@ pub fn queue_of_flow(seed: u64, flow: usize, queues: usize) -> usize {
     (mix(seed ^ mix(flow as u64)) % queues.max(1) as u64) as usize
 }
 
+/// Average rate of every flow on each queue, packets/s: the Zipf flows each queue was dealt
+/// (in flow order), or one flow per queue for the other splits. Empty for a silent queue.
+pub fn queue_flows(a: &Arrivals, queues: usize, seed: u64) -> Vec<Vec<f64>> {
+    let n = queues.max(1);
+    let one_each = |r: &[f64]| r.iter().map(|&x| vec![x]).collect();
+    match &a.split {
+        Split::Even => one_each(&vec![a.rate_pps / n as f64; n]),
+        Split::PerQueue(r) => one_each(r),
+        Split::Zipf { flows, exponent } => {
+            let mut per = vec![Vec::new(); n];
+            for (i, w) in flow_weights(*flows, Skew::Zipf(*exponent))
+                .into_iter()
+                .enumerate()
+            {
+                per[queue_of_flow(seed, i, n)].push(w * a.rate_pps);
+            }
+            per
+        }
+    }
+}
+
 /// Average rate of each queue, packets/s.
 pub fn queue_rates(a: &Arrivals, queues: usize, seed: u64) -> Vec<f64> {
-    let n = queues.max(1);
     if let Shape::OnOff {
         burst,
         peak_pps,
@@ -36,22 +61,12 @@ pub fn queue_rates(a: &Arrivals, queues: usize, seed: u64) -> Vec<f64> {
     } = a.shape
     {
         let cycle_s = burst as f64 / peak_pps + idle_ns * 1e-9;
-        return vec![burst as f64 / cycle_s; n];
+        return vec![burst as f64 / cycle_s; queues.max(1)];
     }
-    match &a.split {
-        Split::Even => vec![a.rate_pps / n as f64; n],
-        Split::PerQueue(r) => r.clone(),
-        Split::Zipf { flows, exponent } => {
-            let mut rates = vec![0.0; n];
-            for (i, w) in flow_weights(*flows, Skew::Zipf(*exponent))
-                .into_iter()
-                .enumerate()
-            {
-                rates[queue_of_flow(seed, i, n)] += w * a.rate_pps;
-            }
-            rates
-        }
-    }
+    queue_flows(a, queues, seed)
+        .iter()
+        .map(|f| f.iter().sum())
+        .collect()
 }
 
 /// One queue's arrival process.
@@ -78,14 +93,129 @@ enum Kind {
         idle: f64,
         left: u64,
     },
+    Modulated(Box<Modulated>),
+}
+
+/// Flows that switch between ON (Poisson at `peak`) and OFF, with exponential periods.
+#[derive(Debug, Clone)]
+struct Modulated {
+    peak: Vec<f64>,
+    on: Vec<bool>,
+    /// Next state change of each flow, as a min-heap of (time, flow).
+    toggles: BinaryHeap<Reverse<(Ns, usize)>>,
+    /// Sum of the peaks of the flows that are ON, packets/s.
+    rate: f64,
+    on_mean: f64,
+    off_mean: f64,
+    changes: u64,
+}
+
+/// A time that orders totally, for the toggle heap.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Ns(f64);
+impl Eq for Ns {}
+impl PartialOrd for Ns {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Ns {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&o.0)
+    }
+}
+
+/// An exponential variate with the given mean.
+fn exp(rng: &mut SmallRng, mean: f64) -> f64 {
+    let u: f64 = rng.random();
+    -(1.0 - u).ln() * mean
+}
+
+impl Modulated {
+    fn new(flows: &[f64], duty: f64, on_ns: f64, rng: &mut SmallRng) -> Self {
+        let peak: Vec<f64> = flows.iter().map(|r| r / duty).collect();
+        let on_mean = on_ns;
+        let off_mean = on_ns * (1.0 - duty) / duty;
+        let mut on = Vec::with_capacity(peak.len());
+        let mut toggles = BinaryHeap::with_capacity(peak.len());
+        let mut rate = 0.0;
+        for (i, &p) in peak.iter().enumerate() {
+            // Start in the stationary state: ON with probability `duty`, and (memoryless)
+            // a fresh exponential period from there.
+            let is_on = duty >= 1.0 || rng.random::<f64>() < duty;
+            on.push(is_on);
+            if is_on {
+                rate += p;
+            }
+            if duty < 1.0 {
+                let mean = if is_on { on_mean } else { off_mean };
+                toggles.push(Reverse((Ns(exp(rng, mean)), i)));
+            }
+        }
+        Self {
+            peak,
+            on,
+            toggles,
+            rate,
+            on_mean,
+            off_mean,
+            changes: 0,
+        }
+    }
+
+    /// The first arrival after `from` (ns), applying the state changes on the way.
+    fn next_after(&mut self, from: f64, rng: &mut SmallRng) -> f64 {
+        let mut t = from;
+        loop {
+            let change = self
+                .toggles
+                .peek()
+                .map_or(f64::INFINITY, |Reverse((n, _))| n.0);
+            let arrival = if self.rate > 0.0 {
+                t + exp(rng, 1e9 / self.rate)
+            } else {
+                f64::INFINITY
+            };
+            // Exponential gaps are memoryless: past a state change, draw again from there.
+            if arrival <= change {
+                return arrival;
+            }
+            let Some(Reverse((Ns(at), i))) = self.toggles.pop() else {
+                return f64::INFINITY;
+            };
+            t = at;
+            self.on[i] = !self.on[i];
+            let mean = if self.on[i] {
+                self.rate += self.peak[i];
+                self.on_mean
+            } else {
+                self.rate -= self.peak[i];
+                self.off_mean
+            };
+            self.toggles.push(Reverse((Ns(at + exp(rng, mean)), i)));
+            self.changes += 1;
+            if self.changes.is_multiple_of(4096) || self.rate < 0.0 {
+                // Keep the running sum from drifting.
+                self.rate = self
+                    .peak
+                    .iter()
+                    .zip(&self.on)
+                    .filter(|(_, &o)| o)
+                    .map(|(p, _)| p)
+                    .sum();
+            }
+        }
+    }
 }
 
 impl Generator {
-    /// The generator of a queue with average rate `rate_pps` and timing `shape`; the stream
-    /// is a function of `seed` and `queue` only.
-    pub fn new(shape: &Shape, rate_pps: f64, seed: u64, queue: usize) -> Self {
+    /// The generator of a queue whose flows have average rates `flows` (packets/s), with
+    /// timing `shape`; the stream is a function of `seed` and `queue` only.
+    pub fn new(shape: &Shape, flows: &[f64], seed: u64, queue: usize) -> Self {
         let mut rng = SmallRng::seed_from_u64(mix(seed ^ mix(0x5eed_0000 + queue as u64)));
         let u: f64 = rng.random();
+        let flows: Vec<f64> = flows.iter().copied().filter(|r| *r > 0.0).collect();
+        let rate_pps: f64 = flows.iter().sum();
         let (kind, next) = match *shape {
             Shape::OnOff {
                 burst,
@@ -97,32 +227,32 @@ impl Generator {
                 // Start somewhere in a cycle: inside a burst or in the silence after it.
                 let phase = u * cycle;
                 let into_burst = (phase / gap).floor() as u64;
-                if into_burst < burst {
-                    let kind = Kind::OnOff {
-                        gap,
-                        burst,
-                        idle: idle_ns,
-                        left: burst - into_burst,
-                    };
-                    (kind, (into_burst as f64 + 1.0) * gap - phase)
+                let (left, next) = if into_burst < burst {
+                    (burst - into_burst, (into_burst as f64 + 1.0) * gap - phase)
                 } else {
-                    let kind = Kind::OnOff {
-                        gap,
-                        burst,
-                        idle: idle_ns,
-                        left: burst,
-                    };
-                    (kind, cycle - phase)
-                }
+                    (burst, cycle - phase)
+                };
+                let kind = Kind::OnOff {
+                    gap,
+                    burst,
+                    idle: idle_ns,
+                    left,
+                };
+                (kind, next)
             }
-            _ if !(rate_pps > 0.0) => (Kind::Silent, f64::INFINITY),
+            _ if rate_pps.is_nan() || rate_pps <= 0.0 => (Kind::Silent, f64::INFINITY),
             Shape::Constant => {
                 let gap = 1e9 / rate_pps;
                 (Kind::Constant { gap }, u * gap)
             }
             Shape::Poisson => {
                 let mean_gap = 1e9 / rate_pps;
-                (Kind::Poisson { mean_gap }, -(1.0 - u).ln() * mean_gap)
+                (Kind::Poisson { mean_gap }, exp(&mut rng, mean_gap))
+            }
+            Shape::Modulated { duty, on_ns } => {
+                let mut m = Modulated::new(&flows, duty, on_ns, &mut rng);
+                let next = m.next_after(0.0, &mut rng);
+                (Kind::Modulated(Box::new(m)), next)
             }
         };
         Self { rng, kind, next }
@@ -139,10 +269,7 @@ impl Generator {
         self.next = match &mut self.kind {
             Kind::Silent => f64::INFINITY,
             Kind::Constant { gap } => t + *gap,
-            Kind::Poisson { mean_gap } => {
-                let u: f64 = self.rng.random();
-                t - (1.0 - u).ln() * *mean_gap
-            }
+            Kind::Poisson { mean_gap } => t + exp(&mut self.rng, *mean_gap),
             Kind::OnOff {
                 gap,
                 burst,
@@ -157,6 +284,7 @@ impl Generator {
                     t + *gap
                 }
             }
+            Kind::Modulated(m) => m.next_after(t, &mut self.rng),
         };
         t
     }
@@ -178,7 +306,7 @@ mod tests {
     #[test]
     fn rates_come_out_as_configured() {
         for shape in [Shape::Constant, Shape::Poisson] {
-            let mut g = Generator::new(&shape, 100_000.0, 7, 0);
+            let mut g = Generator::new(&shape, &[100_000.0], 7, 0);
             let n = count_until(&mut g, 1e9);
             assert!((n as f64 - 1e5).abs() < 1500.0, "{shape:?}: {n}");
         }
@@ -187,7 +315,7 @@ mod tests {
             peak_pps: 1e6,
             idle_ns: 9e6,
         };
-        let mut g = Generator::new(&onoff, 0.0, 7, 3);
+        let mut g = Generator::new(&onoff, &[], 7, 3);
         // 1000 packets every 10 ms: 100 bursts in a second, give or take the phase.
         let n = count_until(&mut g, 1e9);
         assert!((99_000..=101_000).contains(&n), "{n}");
@@ -220,11 +348,48 @@ mod tests {
     #[test]
     fn streams_are_reproducible_per_seed_and_queue() {
         let take = |seed, q| {
-            let mut g = Generator::new(&Shape::Poisson, 1e6, seed, q);
+            let mut g = Generator::new(&Shape::Poisson, &[1e6], seed, q);
             (0..50).map(|_| g.advance()).collect::<Vec<_>>()
         };
         assert_eq!(take(1, 0), take(1, 0));
         assert_ne!(take(1, 0), take(1, 1));
         assert_ne!(take(1, 0), take(2, 0));
+    }
+
+    #[test]
+    fn bursty_flows_keep_their_average_but_swing() {
+        // Counts per 5 ms window: Poisson has variance = mean; ON/OFF flows far more.
+        let windows = |shape: &Shape| {
+            let flows = [40_000.0, 30_000.0, 20_000.0, 10_000.0];
+            let mut g = Generator::new(shape, &flows, 11, 0);
+            let mut counts = vec![0u64; 400];
+            while g.peek() < 2e9 {
+                counts[(g.advance() / 5e6) as usize] += 1;
+            }
+            let mean = counts.iter().sum::<u64>() as f64 / counts.len() as f64;
+            let var = counts
+                .iter()
+                .map(|&c| (c as f64 - mean).powi(2))
+                .sum::<f64>()
+                / counts.len() as f64;
+            (mean, var)
+        };
+        let (m, v) = windows(&Shape::Poisson);
+        assert!((m - 500.0).abs() < 10.0 && v < 2.0 * m, "poisson {m} {v}");
+        let bursty = Shape::Modulated {
+            duty: 0.25,
+            on_ns: 20e6,
+        };
+        let (m, v) = windows(&bursty);
+        assert!((m - 500.0).abs() < 75.0, "bursty mean {m}");
+        assert!(v > 20.0 * m, "bursty variance {v} vs mean {m}");
+        let (m1, v1) = windows(&Shape::Modulated {
+            duty: 1.0,
+            on_ns: 20e6,
+        });
+        assert!(
+            (m1 - 500.0).abs() < 10.0 && v1 < 2.0 * m1,
+            "duty 1 is Poisson"
+        );
     }
 }

@@ -37,16 +37,16 @@ pub fn mg1k_blocking(rho: f64, k: usize, a: impl Fn(usize) -> f64) -> f64 {
     let a: Vec<f64> = (0..k).map(a).collect();
     // Transition matrix of the embedded chain, states 0..k-1.
     let mut p = vec![vec![0.0; k]; k];
-    for i in 0..k {
+    for (i, row) in p.iter_mut().enumerate() {
         // From i (>= 1) the next departure leaves i - 1 + arrivals; from 0 the next
         // customer arrives to an empty system, so it leaves just the arrivals.
         let base = i.saturating_sub(1);
         let mut sum = 0.0;
         for j in base..k - 1 {
-            p[i][j] = a[j - base];
-            sum += p[i][j];
+            row[j] = a[j - base];
+            sum += row[j];
         }
-        p[i][k - 1] = (1.0 - sum).max(0.0);
+        row[k - 1] = (1.0 - sum).max(0.0);
     }
     // Solve pi (P - I) = 0 with the last equation replaced by sum pi = 1:
     // rows of the system are the columns of P - I.
@@ -78,12 +78,13 @@ fn solve(mut m: Vec<Vec<f64>>) -> Vec<f64> {
         if d == 0.0 {
             continue;
         }
-        for r in 0..n {
+        let pivot = m[col].clone();
+        for (r, row) in m.iter_mut().enumerate() {
             if r != col {
-                let f = m[r][col] / d;
+                let f = row[col] / d;
                 if f != 0.0 {
-                    for c in col..=n {
-                        m[r][c] -= f * m[col][c];
+                    for (x, p) in row.iter_mut().zip(&pivot).skip(col) {
+                        *x -= f * p;
                     }
                 }
             }

@@ -26,7 +26,7 @@
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 
-use super::arrivals::{queue_rates, Generator};
+use super::arrivals::{queue_flows, queue_rates, Generator};
 use super::model::Config;
 use super::report::{QueueReport, Report};
 use crate::capture::policy::{group_of, Policy};
@@ -119,11 +119,12 @@ impl Engine {
     pub fn new(cfg: &Config) -> Self {
         let n = cfg.queues;
         let rates = queue_rates(&cfg.arrivals, n, cfg.seed);
+        let flows = queue_flows(&cfg.arrivals, n, cfg.seed);
         let groups = cfg.group_list();
         let end_ns = cfg.seconds * 1e9;
         let queues: Vec<Queue> = (0..n)
             .map(|q| Queue {
-                gen: Generator::new(&cfg.arrivals.shape, rates[q], cfg.seed, q),
+                gen: Generator::new(&cfg.arrivals.shape, &flows[q], cfg.seed, q),
                 policy: cfg.policy.build(&group_of(&groups, q)),
                 cost_ns: cfg.cost_of(q),
                 kernel: 0,
@@ -455,7 +456,7 @@ mod tests {
         let mut i = 0u64;
         while e.step() {
             i += 1;
-            if i % every == 0 {
+            if i.is_multiple_of(every) {
                 e.audit().unwrap();
             }
         }

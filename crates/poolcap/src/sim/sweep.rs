@@ -34,6 +34,9 @@ pub struct Job {
     pub x: f64,
     /// Buddy threshold, for the CSV.
     pub threshold: Option<f64>,
+    /// For a reference run (x = NaN): the series whose legend shows its drop rate, instead
+    /// of a line of its own on the chart.
+    pub annotates: Option<String>,
     /// The run.
     pub cfg: Config,
 }
@@ -64,6 +67,7 @@ pub fn queues_jobs(
                         PolicySpec::Buddy { threshold } => Some(*threshold),
                         _ => None,
                     },
+                    annotates: None,
                     cfg: Config {
                         queues: n,
                         policy: p.clone(),
@@ -79,7 +83,7 @@ pub fn queues_jobs(
 }
 
 /// Loss vs T: buddy:T for every threshold at every queue count, and basic at each queue
-/// count as the reference line (drawn flat across the thresholds).
+/// count as the reference (a flat line in the table, a note in the chart's legend).
 pub fn threshold_jobs(base: &Config, thresholds: &[f64], counts: &[usize], seeds: u64) -> Vec<Job> {
     let mut jobs = Vec::new();
     for &n in counts {
@@ -90,6 +94,7 @@ pub fn threshold_jobs(base: &Config, thresholds: &[f64], counts: &[usize], seeds
                     series: format!("buddy:T, {n} queues"),
                     x: t,
                     threshold: Some(t),
+                    annotates: None,
                     cfg: Config {
                         queues: n,
                         policy: PolicySpec::Buddy { threshold: t },
@@ -104,6 +109,7 @@ pub fn threshold_jobs(base: &Config, thresholds: &[f64], counts: &[usize], seeds
                 series: format!("basic, {n} queues"),
                 x: f64::NAN,
                 threshold: None,
+                annotates: Some(format!("buddy:T, {n} queues")),
                 cfg: Config {
                     queues: n,
                     policy: PolicySpec::Basic,
@@ -200,6 +206,38 @@ pub fn series(jobs: &[Job], rows: &[Row]) -> Vec<Series> {
         .collect()
 }
 
+/// What the chart draws: [`series`] without the reference runs, whose mean drop rate goes
+/// into the legend of the series they annotate instead ("..., basic 10.5%").
+pub fn chart_series(jobs: &[Job], rows: &[Row]) -> Vec<Series> {
+    let all = series(jobs, rows);
+    let mut notes: Vec<(String, String)> = Vec::new();
+    for j in jobs {
+        if let Some(target) = &j.annotates {
+            let Some(s) = all.iter().find(|s| s.name == j.series) else {
+                continue;
+            };
+            let y = s.points.first().map_or(0.0, |p| p.1);
+            let what = j.series.split(',').next().unwrap_or("reference");
+            if !notes.iter().any(|(t, _)| t == target) {
+                notes.push((target.clone(), format!("{what} {y:.2}%")));
+            }
+        }
+    }
+    all.into_iter()
+        .filter(|s| {
+            !jobs
+                .iter()
+                .any(|j| j.series == s.name && j.annotates.is_some())
+        })
+        .map(|mut s| {
+            if let Some((_, note)) = notes.iter().find(|(t, _)| *t == s.name) {
+                s.name = format!("{} (vs {note})", s.name);
+            }
+            s
+        })
+        .collect()
+}
+
 /// Files a sweep wrote.
 #[derive(Debug, Clone)]
 pub struct Written {
@@ -222,8 +260,8 @@ pub fn write(
     write_csv(&csv, rows).map_err(|e| format!("{}: {e}", csv.display()))?;
     let png = dir.join(format!("{name}.png"));
     chart
-        .draw(&png, &series(jobs, rows))
-        .map_err(|e| e.to_string())?;
+        .draw(&png, &chart_series(jobs, rows))
+        .map_err(|e| format!("wrote {}, but not the chart: {e}", csv.display()))?;
     Ok(Written { csv, png })
 }
 
@@ -277,5 +315,12 @@ mod tests {
         assert_eq!(s[1].name, "basic, 2 queues");
         assert_eq!(s[1].points.len(), 2);
         assert_eq!(s[1].points[0].1, s[1].points[1].1);
+        let c = chart_series(&jobs, &rows);
+        assert_eq!(c.len(), 1, "the reference is folded into the legend");
+        assert!(
+            c[0].name.starts_with("buddy:T, 2 queues (vs basic "),
+            "{}",
+            c[0].name
+        );
     }
 }
