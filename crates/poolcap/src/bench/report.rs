@@ -165,6 +165,13 @@ pub const METRICS: &[Metric] = &[
         show: n0,
     },
     Metric {
+        key: "p5_gap_ns",
+        title: "5th pct gap ns",
+        better: Better::Lower,
+        get: |r| Some(r.spacing?.p5_gap_ns),
+        show: n0,
+    },
+    Metric {
         key: "batch",
         title: "gen batch",
         better: Better::Lower,

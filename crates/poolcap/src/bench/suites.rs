@@ -191,10 +191,16 @@ fn burst_points(quick: bool, c: &Calibration) -> Vec<Point> {
         let lens: &[u64] = if quick { &[rm] } else { &[rm / 2, rm, 2 * rm] };
         for &b in lens {
             let bursts = if quick { 3 } else { 5 };
-            let poolcap = CaptureSpec {
+            let poolcap = |ring| CaptureSpec {
                 pool: Some((m, r)),
                 load: c.load,
-                ..spec(Tool::Poolcap, BURST_RING_KIB, false)
+                ..spec(Tool::Poolcap, ring, false)
+            };
+            // The same pool with poolcap's default kernel ring, to tell what the pool absorbs
+            // from what a larger ring absorbs.
+            let default_ring = Subject {
+                name: format!("poolcap -B {BUFFER_KIB}"),
+                ..Subject::capture(poolcap(BUFFER_KIB))
             };
             // tcpdump gets the pool's memory as its ring: R*M cells of 2048 bytes.
             let tcpdump = spec(Tool::Tcpdump, rm * 2048 / 1024, false);
@@ -205,7 +211,11 @@ fn burst_points(quick: bool, c: &Calibration) -> Vec<Point> {
                     idle: Some(Duration::from_secs_f64(1.5 * b as f64 / c.analysis_pps)),
                     ..top(64, bursts * b)
                 },
-                subjects: vec![Subject::capture(poolcap), Subject::capture(tcpdump)],
+                subjects: vec![
+                    Subject::capture(poolcap(BURST_RING_KIB)),
+                    Subject::capture(tcpdump),
+                    default_ring,
+                ],
                 spacing: false,
             });
         }
@@ -232,6 +242,10 @@ fn run_points(
                 }
                 eprint!("[{}/{n}] {} · {} · run {run}/{runs}: ", i + 1, p.id, s.name);
                 let r = b.run_once(suite, p, s, run);
+                if b.stop.load(Ordering::Relaxed) {
+                    eprintln!("interrupted");
+                    return Ok(());
+                }
                 eprintln!("{}", progress(&r));
                 log.append(&r)?;
                 records.push(r);
@@ -489,6 +503,7 @@ fn summary_text(
                 "rate_error",
                 "wire_rate_error",
                 "max_back_to_back",
+                "p5_gap_ns",
                 "batch",
                 "loss",
             ],
@@ -510,6 +525,12 @@ fn summary_text(
             capture_targets(rows),
         ),
         Suite::Burst => {
+            notes.push(format!(
+                "poolcap gets the same memory as tcpdump: its pool (R*M cells of 2048 bytes) \
+                 and the smallest kernel ring ({BURST_RING_KIB} KiB); `poolcap -B {BUFFER_KIB}` \
+                 is the same pool with poolcap's default ring. Its capture thread and worker \
+                 share CPU {TOOL_CPU}. Sender pps includes the idle gaps."
+            ));
             notes.push(
                 "tcpdump does no per-packet analysis: it only copies frames to /dev/null, \
                  while poolcap runs the x-loop load on every packet on the same core as its \

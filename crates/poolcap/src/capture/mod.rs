@@ -63,6 +63,8 @@ pub struct CaptureConfig {
     pub workers: usize,
     /// x-loop iterations per packet.
     pub load: u32,
+    /// Run the load in the capture thread on the kernel ring (no pool, no workers).
+    pub in_place: bool,
     /// Capture threads' wait strategy.
     pub wait: WaitStrategy,
     /// Bytes kept per packet.
@@ -322,9 +324,13 @@ impl Engine {
         let progress: Vec<Arc<Mutex<Progress>>> = (0..q)
             .map(|_| Arc::new(Mutex::new(Progress::default())))
             .collect();
-        // With no analysis load and no file, nothing downstream reads packets: count them in
-        // place and run no workers.
-        let count_only = cfg.load == 0 && output.is_none();
+        // With no analysis load and no file nothing downstream reads packets: count them in
+        // place. `--inplace` runs the load there too. Either way no worker runs.
+        let in_place = match (cfg.in_place, cfg.load, output.is_none()) {
+            (true, load, _) => Some(load),
+            (false, 0, true) => Some(0),
+            _ => None,
+        };
         let captures = sockets
             .into_iter()
             .enumerate()
@@ -341,7 +347,7 @@ impl Engine {
                     wait: cfg.wait,
                     seal_after: cfg.seal_after,
                     snaplen: cfg.snaplen as usize,
-                    count_only,
+                    in_place,
                     stop: Arc::clone(&stop),
                 };
                 let cpus = cfg.cpus.clone();
@@ -400,7 +406,11 @@ impl Engine {
             }
             None => (Next::Recycle, None),
         };
-        let w = if count_only { 0 } else { cfg.workers.max(1) };
+        let w = if in_place.is_some() {
+            0
+        } else {
+            cfg.workers.max(1)
+        };
         let workers = (0..w)
             .map(|i| {
                 let wk = Worker {

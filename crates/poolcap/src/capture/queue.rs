@@ -68,8 +68,8 @@ pub struct CaptureThread {
     pub seal_after: Duration,
     /// Bytes kept per packet.
     pub snaplen: usize,
-    /// Count packets in place instead of filling chunks (see `Filler::count_only`).
-    pub count_only: bool,
+    /// Process packets in the kernel ring instead of filling chunks (see `Filler::in_place`).
+    pub in_place: Option<u32>,
     /// Set to stop.
     pub stop: Arc<AtomicBool>,
 }
@@ -131,7 +131,7 @@ impl CaptureThread {
     /// partial block to become visible), seals the open chunk and reads the final statistics.
     pub fn run(mut self) -> Result<(), SysError> {
         let delay = self.source.visibility_delay();
-        let mut filler = Filler::new(self.snaplen, self.pool.size().chunks, self.count_only);
+        let mut filler = Filler::new(self.snaplen, self.pool.size().chunks, self.in_place);
         let mut seq = 0u64;
         let mut stopping: Option<Instant> = None;
         let mut last_stats = Instant::now();

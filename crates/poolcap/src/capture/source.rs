@@ -17,6 +17,7 @@ use poolcap_sys::xsk::{RxFrame, Xsk, XskStats};
 use poolcap_sys::SysError;
 
 use super::pool::{Chunk, Pool};
+use super::worker::x_loop;
 
 /// Wall-clock nanoseconds since the epoch (the kernel's timestamp clock).
 pub fn now_ns() -> u64 {
@@ -51,21 +52,23 @@ pub struct Filler {
     pub tally: Tally,
     /// Bytes kept per packet.
     pub snaplen: usize,
-    /// Nothing downstream looks at packets (no analysis load, no file): count them where
-    /// they lie in the kernel's ring instead of copying them (the papers' /dev/null case).
-    pub count_only: bool,
+    /// Process packets where they lie in the kernel's ring instead of copying them into
+    /// chunks: `Some(0)` when nothing downstream looks at them (no load, no file: the papers'
+    /// /dev/null case), `Some(x)` to run the x-loop in place (`--inplace`, the plain fanout
+    /// reader that Suricata and Zeek use, whose ring is the only buffer).
+    pub in_place: Option<u32>,
 }
 
 impl Filler {
     /// An empty filler.
-    pub fn new(snaplen: usize, chunks: usize, count_only: bool) -> Self {
+    pub fn new(snaplen: usize, chunks: usize, in_place: Option<u32>) -> Self {
         Self {
             open: None,
             open_since: Instant::now(),
             full: Vec::with_capacity(chunks),
             tally: Tally::default(),
             snaplen,
-            count_only,
+            in_place,
         }
     }
 
@@ -86,7 +89,12 @@ impl Filler {
     /// Copies a packet (the concatenation of `parts`) into a chunk.
     #[inline]
     fn push_copy(&mut self, pool: &Pool, ts: u64, parts: [&[u8]; 3], wire: u32) {
-        if self.count_only {
+        if let Some(load) = self.in_place {
+            if load > 0 {
+                for p in parts.iter().filter(|p| !p.is_empty()) {
+                    x_loop(p, load);
+                }
+            }
             self.tally.captured += 1;
             self.tally.bytes += u64::from(wire);
             return;
@@ -113,7 +121,7 @@ impl Filler {
     #[inline]
     fn push_frame(&mut self, pool: &Pool, ts: u64, frame: RxFrame) -> Option<RxFrame> {
         let wire = frame.len() as u64;
-        if self.count_only {
+        if self.in_place == Some(0) {
             self.tally.captured += 1;
             self.tally.bytes += wire;
             return Some(frame);

@@ -82,6 +82,11 @@ pub struct CaptureArgs {
     /// Synthetic analysis load: x-loop iterations per packet.
     #[arg(long, default_value_t = 0)]
     load: u32,
+    /// Process packets where they lie in the kernel ring, in the capture thread, with no
+    /// pool and no workers: the plain AF_PACKET fanout reader (as Suricata and Zeek use it),
+    /// kept as a baseline. Not with -w.
+    #[arg(long, conflicts_with = "write")]
+    inplace: bool,
     /// How capture threads wait for the kernel: poll, busy or adaptive.
     #[arg(long, default_value = "poll", value_parser = parse_wait)]
     wait: WaitStrategy,
@@ -195,6 +200,11 @@ fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
     if a.snaplen == 0 {
         return Err(usage("-s: the snaplen must be at least 1"));
     }
+    if a.inplace && a.backend != BackendKind::AfPacket {
+        return Err(usage(
+            "--inplace is the plain AF_PACKET reader: use it with --backend af_packet",
+        ));
+    }
     if a.count == Some(0) {
         return Err(usage("-c: the packet count must be at least 1"));
     }
@@ -230,6 +240,7 @@ fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
         },
         workers: a.workers.unwrap_or(queues),
         load: a.load,
+        in_place: a.inplace,
         wait: a.wait,
         snaplen: a.snaplen,
         ring: RingGeometry {

@@ -114,8 +114,45 @@ fn congestion_pauses_and_accounts_exactly() {
     );
 }
 
+/// The plain in-place reader (the baseline peer) accounts for every packet too, and its
+/// only buffer is the kernel ring: under overload the kernel drops, the pool never does.
+fn inplace_reader_accounts_exactly() {
+    let lab = lab(2);
+    let dir = tempdir();
+    let json = dir.path().join("stats.json");
+    let cap = capture(
+        &lab,
+        &[
+            "--queues",
+            "2",
+            "--inplace",
+            "--load",
+            "20000",
+            "-B",
+            "256",
+            "--stats-json",
+            json.to_str().unwrap(),
+        ],
+    );
+    let sent = gen(&lab, &["--count", "50000", "--flows", "8"]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (code, err) = cap.stop("INT");
+    assert_eq!(code, Some(0), "capture failed: {err}");
+    let s = stats(&json);
+    assert_eq!(accounted(&s), sent["frames"].as_u64().unwrap(), "{s}");
+    assert_eq!(s["dropped_pool"].as_u64(), Some(0), "{s}");
+    assert!(
+        s["dropped_kernel"].as_u64().unwrap() > 0,
+        "a 256 KiB ring under this load must overflow: {s}"
+    );
+}
+
 pub fn trials() -> Vec<Trial> {
     vec![
+        trial(
+            "inplace_reader_accounts_exactly",
+            inplace_reader_accounts_exactly,
+        ),
         trial(
             "buddy_offloads_and_accounts_exactly",
             buddy_offloads_and_accounts_exactly,
