@@ -104,14 +104,19 @@ pub fn open(cfg: BackendConfig, s: &Setup<'_>) -> Result<Opened, CaptureError> {
 }
 
 fn open_af_packet(s: &Setup<'_>, why: &str) -> Result<Opened, CaptureError> {
+    // Without an expression a filter only helps to cut packets to a short snaplen in the
+    // kernel; otherwise it is per-packet work for nothing.
     let program = match s.filter {
-        Some(expr) => filter::compile(expr, s.iface, s.snaplen)?,
-        None => filter::accept_all(s.snaplen),
+        Some(expr) => Some(filter::compile(expr, s.iface, s.snaplen)?),
+        None if (s.snaplen as usize) < netdev::mtu(s.iface).unwrap_or(1500) + 18 => {
+            Some(filter::accept_all(s.snaplen))
+        }
+        None => None,
     };
-    let group = (std::process::id() & 0xffff) as u16;
+    let fanout = (s.queues > 1).then(|| ((std::process::id() & 0xffff) as u16, s.fanout));
     let sources = (0..s.queues)
         .map(|_| {
-            PacketSource::open(s.ifindex, s.ring, &program, (group, s.fanout)).map(Source::Packet)
+            PacketSource::open(s.ifindex, s.ring, program.as_deref(), fanout).map(Source::Packet)
         })
         .collect::<Result<Vec<_>, _>>()?;
     let pools = (0..s.queues)

@@ -331,6 +331,15 @@ impl Engine {
             (false, 0, true) => Some(0),
             _ => None,
         };
+        // Without an analysis load a worker would only pass chunks on: capture threads hand
+        // them straight to the file writer.
+        let total_chunks = q * cfg.pool.chunks.max(1);
+        let writer_input = output
+            .as_ref()
+            .map(|_| Arc::new(ArrayQueue::new(total_chunks)));
+        let direct = writer_input
+            .clone()
+            .filter(|_| cfg.load == 0 && in_place.is_none());
         let captures = sockets
             .into_iter()
             .enumerate()
@@ -348,6 +357,7 @@ impl Engine {
                     seal_after: cfg.seal_after,
                     snaplen: cfg.snaplen as usize,
                     in_place,
+                    direct: direct.clone(),
                     stop: Arc::clone(&stop),
                 };
                 let cpus = cfg.cpus.clone();
@@ -366,10 +376,8 @@ impl Engine {
             })?;
         let captures_done = Arc::new(AtomicBool::new(false));
         let workers_done = Arc::new(AtomicBool::new(false));
-        let total_chunks = q * cfg.pool.chunks.max(1);
-        let (next, writer) = match output {
-            Some(out) => {
-                let input = Arc::new(ArrayQueue::new(total_chunks));
+        let (next, writer) = match (output, writer_input) {
+            (Some(out), Some(input)) => {
                 let fw = FileWriter {
                     out,
                     input: Arc::clone(&input),
@@ -404,9 +412,9 @@ impl Engine {
                     })?;
                 (Next::Write(input), Some(h))
             }
-            None => (Next::Recycle, None),
+            _ => (Next::Recycle, None),
         };
-        let w = if in_place.is_some() {
+        let w = if in_place.is_some() || direct.is_some() {
             0
         } else {
             cfg.workers.max(1)

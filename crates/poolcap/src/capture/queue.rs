@@ -70,6 +70,8 @@ pub struct CaptureThread {
     pub snaplen: usize,
     /// Process packets in the kernel ring instead of filling chunks (see `Filler::in_place`).
     pub in_place: Option<u32>,
+    /// Hand sealed chunks straight to the file writer (no analysis, so no worker).
+    pub direct: Option<Arc<crossbeam_queue::ArrayQueue<Chunk>>>,
     /// Set to stop.
     pub stop: Arc<AtomicBool>,
 }
@@ -90,17 +92,22 @@ impl CaptureThread {
         chunk.seq = *seq;
         *seq += 1;
         let last = chunk.packets().last().map_or(0, |(m, _)| m.ts_ns);
-        self.backlogs(backlogs);
-        let target = self
-            .policy
-            .route(self.queue, backlogs, self.pool.size().chunks);
-        if target != self.queue {
-            let n = chunk.len() as u64;
-            QueueCounters::add(&self.counters.offloaded_out, n);
-            QueueCounters::add(&self.all_counters[target].offloaded_in, n);
+        // Cannot fail: the writer queue holds every chunk of every pool, and a capture queue
+        // every chunk of its buddy group.
+        if let Some(writer) = &self.direct {
+            let _ = writer.push(chunk);
+        } else {
+            self.backlogs(backlogs);
+            let target = self
+                .policy
+                .route(self.queue, backlogs, self.pool.size().chunks);
+            if target != self.queue {
+                let n = chunk.len() as u64;
+                QueueCounters::add(&self.counters.offloaded_out, n);
+                QueueCounters::add(&self.all_counters[target].offloaded_in, n);
+            }
+            let _ = self.pools[target].captured.push(chunk);
         }
-        // Cannot fail: a capture queue holds every chunk of its buddy group.
-        let _ = self.pools[target].captured.push(chunk);
         QueueCounters::add(&self.counters.chunks, 1);
         let in_use = self.pool.in_use() as u64;
         self.counters.pool_peak.fetch_max(in_use, Ordering::Relaxed);

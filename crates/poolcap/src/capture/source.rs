@@ -169,20 +169,26 @@ pub struct PacketSource {
 }
 
 impl PacketSource {
-    /// Opens a socket, attaches `filter` and a ring before binding (so no unfiltered packet
-    /// slips in), binds to `ifindex` and joins the fanout group.
+    /// Opens a socket, attaches `filter` (if any) and a ring before binding (so no
+    /// unfiltered packet slips in), binds to `ifindex` and joins the fanout group (if any).
+    /// Both are per-packet work the kernel does on the receiving path, which on veth runs
+    /// on the sender's CPU: a single queue needs no fanout, and no filter means none runs.
     pub fn open(
         ifindex: u32,
         geometry: RingGeometry,
-        filter: &[BpfInsn],
-        fanout: (u16, FanoutMode),
+        filter: Option<&[BpfInsn]>,
+        fanout: Option<(u16, FanoutMode)>,
     ) -> Result<Self, SysError> {
         let sock = PacketSocket::open()?;
         sock.set_tpacket_v3()?;
-        sock.attach_filter(filter)?;
+        if let Some(f) = filter {
+            sock.attach_filter(f)?;
+        }
         let ring = RxRing::new(&sock, geometry)?;
         sock.bind(ifindex)?;
-        sock.join_fanout(fanout.0, fanout.1)?;
+        if let Some((group, mode)) = fanout {
+            sock.join_fanout(group, mode)?;
+        }
         Ok(Self { sock, ring })
     }
 
