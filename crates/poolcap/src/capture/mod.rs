@@ -17,6 +17,7 @@
 pub mod account;
 pub mod backend;
 pub mod compress;
+pub mod doorbell;
 pub mod filter;
 pub mod policy;
 pub mod pool;
@@ -42,6 +43,7 @@ use serde::{Deserialize, Serialize};
 
 use self::account::{QueueCounters, QueueStats};
 use self::backend::{BackendConfig, Setup};
+use self::doorbell::Doorbell;
 use self::policy::{group_of, PolicySpec};
 use self::pool::{Pool, PoolSize};
 use self::queue::{CaptureThread, Progress, WaitStrategy};
@@ -210,6 +212,8 @@ pub struct Engine {
     writer: Option<JoinHandle<WriterOutcome>>,
     captures_done: Arc<AtomicBool>,
     workers_done: Arc<AtomicBool>,
+    worker_bells: Vec<Arc<Doorbell>>,
+    writer_bell: Arc<Doorbell>,
     stop: Arc<AtomicBool>,
     if_before: Option<u64>,
     count: Option<u64>,
@@ -340,6 +344,24 @@ impl Engine {
         let direct = writer_input
             .clone()
             .filter(|_| cfg.load == 0 && in_place.is_none());
+        let w = if in_place.is_some() || direct.is_some() {
+            0
+        } else {
+            cfg.workers.max(1)
+        };
+        // One bell per worker, listed under each queue it serves, and one for the writer.
+        let worker_bells: Vec<Arc<Doorbell>> = (0..w).map(|_| Arc::default()).collect();
+        let queue_bells: Arc<Vec<Vec<Arc<Doorbell>>>> = Arc::new(
+            (0..q)
+                .map(|queue| {
+                    (0..w)
+                        .filter(|&i| served_queues(i, w, q).contains(&queue))
+                        .map(|i| Arc::clone(&worker_bells[i]))
+                        .collect()
+                })
+                .collect(),
+        );
+        let writer_bell: Arc<Doorbell> = Arc::default();
         let captures = sockets
             .into_iter()
             .enumerate()
@@ -358,6 +380,8 @@ impl Engine {
                     snaplen: cfg.snaplen as usize,
                     in_place,
                     direct: direct.clone(),
+                    queue_bells: Arc::clone(&queue_bells),
+                    writer_bell: Arc::clone(&writer_bell),
                     stop: Arc::clone(&stop),
                 };
                 let cpus = cfg.cpus.clone();
@@ -386,6 +410,7 @@ impl Engine {
                     workers_done: Arc::clone(&workers_done),
                     limit: cfg.count,
                     stop: Arc::clone(&stop),
+                    bell: Arc::clone(&writer_bell),
                 };
                 let stats_counters = Arc::clone(&counters);
                 let h = std::thread::Builder::new()
@@ -414,11 +439,6 @@ impl Engine {
             }
             _ => (Next::Recycle, None),
         };
-        let w = if in_place.is_some() || direct.is_some() {
-            0
-        } else {
-            cfg.workers.max(1)
-        };
         let workers = (0..w)
             .map(|i| {
                 let wk = Worker {
@@ -427,6 +447,8 @@ impl Engine {
                     load: cfg.load,
                     next: next.clone(),
                     captures_done: Arc::clone(&captures_done),
+                    bell: Arc::clone(&worker_bells[i]),
+                    writer_bell: Arc::clone(&writer_bell),
                 };
                 let cpus = cfg.cpus.clone();
                 std::thread::Builder::new()
@@ -453,6 +475,8 @@ impl Engine {
             writer,
             captures_done,
             workers_done,
+            worker_bells,
+            writer_bell,
             stop,
             if_before,
             count: cfg.count,
@@ -559,10 +583,12 @@ impl Engine {
             }
         }
         self.captures_done.store(true, Ordering::Release);
+        self.worker_bells.iter().for_each(|b| b.ring());
         for h in self.workers {
             let _ = h.join();
         }
         self.workers_done.store(true, Ordering::Release);
+        self.writer_bell.ring();
         let outcome = self.writer.map(|h| h.join());
         let seconds = self.started.elapsed().as_secs_f64();
         let queues: Vec<QueueStats> = self

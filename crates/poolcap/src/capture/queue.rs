@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use poolcap_sys::SysError;
 
 use super::account::QueueCounters;
+use super::doorbell::Doorbell;
 use super::policy::Policy;
 use super::pool::{Chunk, Pool};
 use super::source::{now_ns, Filler, Source};
@@ -72,6 +73,10 @@ pub struct CaptureThread {
     pub in_place: Option<u32>,
     /// Hand sealed chunks straight to the file writer (no analysis, so no worker).
     pub direct: Option<Arc<crossbeam_queue::ArrayQueue<Chunk>>>,
+    /// The bells of the workers serving each capture queue.
+    pub queue_bells: Arc<Vec<Vec<Arc<Doorbell>>>>,
+    /// The file writer's bell.
+    pub writer_bell: Arc<Doorbell>,
     /// Set to stop.
     pub stop: Arc<AtomicBool>,
 }
@@ -96,6 +101,7 @@ impl CaptureThread {
         // every chunk of its buddy group.
         if let Some(writer) = &self.direct {
             let _ = writer.push(chunk);
+            self.writer_bell.ring();
         } else {
             self.backlogs(backlogs);
             let target = self
@@ -107,6 +113,9 @@ impl CaptureThread {
                 QueueCounters::add(&self.all_counters[target].offloaded_in, n);
             }
             let _ = self.pools[target].captured.push(chunk);
+            for b in &self.queue_bells[target] {
+                b.ring();
+            }
         }
         QueueCounters::add(&self.counters.chunks, 1);
         let in_use = self.pool.in_use() as u64;

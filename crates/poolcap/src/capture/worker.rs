@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
 
+use super::doorbell::Doorbell;
 use super::pool::{Chunk, Pool};
 
 /// The x-loop: `x` iterations of a multiply-add over the packet's bytes.
@@ -65,12 +66,16 @@ pub struct Worker {
     pub next: Next,
     /// Set when every capture thread has finished.
     pub captures_done: Arc<AtomicBool>,
+    /// Rung when a chunk arrives in a served queue.
+    pub bell: Arc<Doorbell>,
+    /// The file writer's bell.
+    pub writer_bell: Arc<Doorbell>,
 }
 
 impl Worker {
     /// Processes chunks until the capture threads are done and the served queues are empty.
     pub fn run(self) {
-        let mut idle = Duration::from_micros(20);
+        self.bell.answer_from_this_thread();
         loop {
             let mut worked = false;
             for &q in &self.queues {
@@ -80,7 +85,6 @@ impl Worker {
                 }
             }
             if worked {
-                idle = Duration::from_micros(20);
                 continue;
             }
             if self.captures_done.load(Ordering::Acquire)
@@ -91,8 +95,8 @@ impl Worker {
             {
                 return;
             }
-            std::thread::sleep(idle);
-            idle = (idle * 2).min(Duration::from_millis(2));
+            // Rung on every new chunk; the timeout only bounds a missed ring.
+            self.bell.wait(Duration::from_millis(20));
         }
     }
 
@@ -107,6 +111,7 @@ impl Worker {
             // Cannot fail: the writer queue has room for every chunk of every pool.
             Next::Write(q) => {
                 let _ = q.push(chunk);
+                self.writer_bell.ring();
             }
         }
     }

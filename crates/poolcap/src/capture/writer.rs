@@ -18,6 +18,7 @@ use std::time::Duration;
 use crossbeam_queue::ArrayQueue;
 use poolcap_format::{CaptureWriter, IfStats, Output, WriteError};
 
+use super::doorbell::Doorbell;
 use super::pool::{Chunk, Pool};
 use super::queue::Progress;
 
@@ -66,6 +67,8 @@ pub struct FileWriter {
     pub limit: Option<u64>,
     /// Set to stop the capture (on error or when the limit is reached).
     pub stop: Arc<AtomicBool>,
+    /// Rung when a chunk arrives.
+    pub bell: Arc<Doorbell>,
 }
 
 impl std::fmt::Debug for FileWriter {
@@ -87,7 +90,7 @@ impl FileWriter {
         let mut handled = 0u64;
         let mut accepted = 0u64;
         let mut error: Option<WriteError> = None;
-        let mut idle = Duration::from_micros(100);
+        self.bell.answer_from_this_thread();
         loop {
             while let Some(c) = self.input.pop() {
                 let q = &mut queues[c.home];
@@ -147,13 +150,9 @@ impl FileWriter {
             {
                 break;
             }
-            if progressed {
-                idle = Duration::from_micros(100);
-            } else {
-                // Back off while idle: a chunk waits in the writer queue at most a few
-                // milliseconds, which the pools absorb, and an idle writer costs no CPU.
-                std::thread::sleep(idle);
-                idle = (idle * 2).min(Duration::from_millis(4));
+            if !progressed {
+                // Rung on every new chunk; the timeout lets an idle queue's watermark move on.
+                self.bell.wait(Duration::from_millis(5));
             }
         }
         // After a failure the file holds fewer packets than were accepted into its buffer.
@@ -257,6 +256,7 @@ mod tests {
             workers_done: Arc::new(AtomicBool::new(true)),
             limit: None,
             stop: Arc::new(AtomicBool::new(false)),
+            bell: Arc::default(),
         };
         let outcome = w.run(|| IfStats {
             received: 7,
@@ -309,6 +309,7 @@ mod tests {
             workers_done: Arc::new(AtomicBool::new(false)),
             limit: None,
             stop: Arc::new(AtomicBool::new(false)),
+            bell: Arc::default(),
         };
         let mut qs = vec![QueueState::default(), QueueState::default()];
         assert_eq!(
