@@ -7,8 +7,8 @@
 //! interleaved (so drift on a shared machine hits all of them alike), and the raw numbers are
 //! kept. It follows the manager / agents / formatters split of Zabala et al.'s rig:
 //!
-//! - [`suites`]: the manager — one lab per suite, the points, the interleaved runs, the
-//!   targets each summary checks;
+//! - [`manager`] and [`suites`]: the manager — one lab per suite, the interleaved runs, Ctrl-C;
+//!   each suite's points and the targets its summary checks;
 //! - [`point`] and [`child`]: the agents — one measured run (start the tool in the probe
 //!   namespace on CPU 1, wait for its ready line, send from CPU 0, drain, read its CPU time,
 //!   SIGINT, collect), with every child killed if anything goes wrong;
@@ -21,10 +21,12 @@
 //! `rps_cpus` to move it to the tool's CPU) are in `shared/design.md`.
 
 pub mod child;
+pub mod manager;
 pub mod peer;
 pub mod point;
 pub mod report;
 pub mod stats;
 pub mod suites;
 
-pub use suites::{run, Options, Suite};
+pub use manager::{run, Options};
+pub use suites::Suite;

@@ -454,6 +454,12 @@ impl Generator {
     }
 }
 
+/// Output lines that say nothing about a failure: netsniff-ng and trafgen cannot tune the root
+/// namespace's socket memory from inside a lab namespace.
+pub fn is_noise(line: &str) -> bool {
+    line.trim().is_empty() || line.contains("Cannot set system socket memory")
+}
+
 /// The first program of `programs` that is not on the PATH.
 pub fn missing(programs: &[&str]) -> Option<String> {
     let path = std::env::var_os("PATH").unwrap_or_default();

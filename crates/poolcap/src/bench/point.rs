@@ -196,7 +196,8 @@ fn busy_share(window: Duration) -> Option<f64> {
 
 fn check_exit(name: &str, f: &Finished) -> anyhow::Result<()> {
     if !f.status.success() {
-        let tail: Vec<&str> = f.text.lines().rev().take(4).collect();
+        let tail: Vec<&str> = f.text.lines().filter(|l| !peer::is_noise(l)).collect();
+        let tail = &tail[tail.len().saturating_sub(4)..];
         bail!("{name} failed ({}): {}", f.status, tail.join(" | "));
     }
     Ok(())

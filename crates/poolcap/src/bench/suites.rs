@@ -1,20 +1,15 @@
 //! The suites: which points each one measures, how many frames, and which targets of the
-//! issue its summary checks. The manager loop that runs them (interleaving subjects so drift
-//! hits all of them alike) is [`run`].
+//! issue its summary checks. [`super::manager`] runs them.
 
-use std::fmt::Write as _;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
-use poolcap_lab::{netns_command, Lab};
+use poolcap_lab::Lab;
 use serde::Serialize;
 
+use super::manager::Options;
 use super::peer::{CaptureSpec, Generator, Tool, Traffic};
-use super::point::{Bench, Point, Record, Subject, GEN_CPU, TOOL_CPU};
-use super::report::{self, Machine, Row, SummaryText, Versus};
+use super::point::{Point, Subject, GEN_CPU, TOOL_CPU};
+use super::report::{Machine, Row, SummaryText, Versus};
 use super::stats::Spread;
 
 /// A suite of points.
@@ -40,26 +35,9 @@ impl Suite {
     }
 }
 
-/// What to run.
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// The suite.
-    pub suite: Suite,
-    /// Fewer points and frames: minutes on 2 cores.
-    pub quick: bool,
-    /// Runs per point and subject.
-    pub runs: usize,
-    /// Set the probe's rps_cpus to the tool's CPU.
-    pub rps: bool,
-    /// Output directory.
-    pub out: PathBuf,
-    /// The command line, for the summary.
-    pub command: String,
-}
-
 /// A run starts once at most this share of all CPUs is busy (waiting up to a minute): on a
 /// shared 2-core machine, someone else's test run halves the sender's rate.
-const QUIET_BELOW: f64 = 0.15;
+pub const QUIET_BELOW: f64 = 0.15;
 /// Kernel buffer every capture tool gets in the capture suite (poolcap's default).
 const BUFFER_KIB: u64 = 4096;
 /// R*M of the burst suite.
@@ -89,7 +67,8 @@ fn spec(tool: Tool, buffer_kib: u64, write: bool) -> CaptureSpec {
     }
 }
 
-fn gen_points(quick: bool) -> Vec<Point> {
+/// The gen suite: generators alone at top speed, then paced runs captured for spacing.
+pub fn gen_points(quick: bool) -> Vec<Point> {
     let mut v = vec![Point {
         id: "64B top speed".into(),
         traffic: top(64, if quick { 500_000 } else { 2_000_000 }),
@@ -121,7 +100,8 @@ fn gen_points(quick: bool) -> Vec<Point> {
     v
 }
 
-fn capture_points(quick: bool) -> Vec<Point> {
+/// The capture suite: every tool at every size, speed and output.
+pub fn capture_points(quick: bool) -> Vec<Point> {
     let rates: &[Option<u64>] = if quick {
         &[None]
     } else {
@@ -158,15 +138,43 @@ fn capture_points(quick: bool) -> Vec<Point> {
 }
 
 /// The burst suite's load, calibrated on this machine.
-struct Calibration {
-    ns_per_iteration: f64,
-    top_pps: f64,
-    load: u32,
-    analysis_pps: f64,
+#[derive(Debug, Clone, Copy)]
+pub struct Calibration {
+    /// x-loop cost per iteration over a 64-byte packet.
+    pub ns_per_iteration: f64,
+    /// Offered top speed of 64-byte frames.
+    pub top_pps: f64,
+    /// x-loop iterations per packet.
+    pub load: u32,
+    /// Packets per second one core analyses at that load.
+    pub analysis_pps: f64,
+}
+
+impl Calibration {
+    /// Picks the load with which one core analyses half of `top_pps`.
+    pub fn new(top_pps: f64, ns_per_iteration: f64) -> Calibration {
+        let load = (2e9 / (top_pps * ns_per_iteration)).round().max(1.0) as u32;
+        Calibration {
+            ns_per_iteration,
+            top_pps,
+            load,
+            analysis_pps: 1e9 / (f64::from(load) * ns_per_iteration),
+        }
+    }
+}
+
+/// What the burst suite's calibration sends: poolcap gen alone at top speed.
+pub fn calibration_point() -> Point {
+    Point {
+        id: "calibration: 64B top speed".into(),
+        traffic: top(64, 500_000),
+        subjects: vec![Subject::sender(Generator::Poolcap)],
+        spacing: false,
+    }
 }
 
 /// Nanoseconds per x-loop iteration over a 64-byte packet, measured on the tool's CPU.
-fn ns_per_iteration() -> anyhow::Result<f64> {
+pub fn ns_per_iteration() -> anyhow::Result<f64> {
     let t = std::thread::spawn(|| {
         core_affinity::set_for_current(core_affinity::CoreId { id: TOOL_CPU });
         let data = [0u8; 64];
@@ -183,7 +191,8 @@ fn ns_per_iteration() -> anyhow::Result<f64> {
         .map_err(|_| anyhow::anyhow!("calibration thread panicked"))
 }
 
-fn burst_points(quick: bool, c: &Calibration) -> Vec<Point> {
+/// The burst suite: bursts of R*M/2, R*M and 2 R*M frames for each (M,R).
+pub fn burst_points(quick: bool, c: &Calibration) -> Vec<Point> {
     let mut v = Vec::new();
     for m in [64usize, 128, 256] {
         let r = BURST_CELLS / m;
@@ -223,224 +232,8 @@ fn burst_points(quick: bool, c: &Calibration) -> Vec<Point> {
     v
 }
 
-/// Runs the interleaved runs of `points`: for each point, run 1 of every subject, then run 2
-/// of every subject, and so on.
-fn run_points(
-    b: &Bench,
-    suite: &str,
-    points: &[Point],
-    runs: usize,
-    log: &mut report::RawLog,
-    records: &mut Vec<Record>,
-) -> anyhow::Result<()> {
-    let n = points.len();
-    for (i, p) in points.iter().enumerate() {
-        for run in 1..=runs {
-            for s in &p.subjects {
-                if b.stop.load(Ordering::Relaxed) {
-                    return Ok(());
-                }
-                eprint!("[{}/{n}] {} · {} · run {run}/{runs}: ", i + 1, p.id, s.name);
-                let r = b.run_once(suite, p, s, run);
-                if b.stop.load(Ordering::Relaxed) {
-                    eprintln!("interrupted");
-                    return Ok(());
-                }
-                eprintln!("{}", progress(&r));
-                log.append(&r)?;
-                records.push(r);
-            }
-        }
-    }
-    Ok(())
-}
-
-fn progress(r: &Record) -> String {
-    if let Some(e) = &r.error {
-        return format!("FAILED: {e}");
-    }
-    let mut s = String::new();
-    if let Some(sent) = &r.sent {
-        let _ = write!(s, "sent {} at {:.0} kpps", sent.frames, sent.pps / 1e3);
-    }
-    if let Some(c) = r.captured() {
-        let _ = write!(s, ", captured {c}");
-    }
-    if let Some(l) = r.loss {
-        let _ = write!(s, ", loss {:.3}%", l * 100.0);
-    }
-    if let Some(cpu) = r.cpu_s {
-        let _ = write!(s, ", tool CPU {cpu:.2} s");
-    }
-    if let Some(sp) = r.spacing {
-        let _ = write!(s, ", longest back-to-back {}", sp.max_back_to_back);
-    }
-    let _ = write!(s, " ({:.1} s)", r.wall_s);
-    s
-}
-
-fn set_rps(lab: &Lab) -> anyhow::Result<()> {
-    let mask = format!("{:x}", 1u64 << TOOL_CPU);
-    let script = format!(
-        "for f in /sys/class/net/{}/queues/rx-*/rps_cpus; do echo {mask} > $f; done",
-        lab.probe.iface
-    );
-    let st = netns_command(&lab.probe.netns, "sh")
-        .args(["-c", &script])
-        .status()
-        .context("cannot run sh")?;
-    if !st.success() {
-        bail!("cannot set rps_cpus of {} ({st})", lab.probe.iface);
-    }
-    Ok(())
-}
-
-/// UTC date and time as `YYYYMMDD-HHMMSS`.
-pub fn timestamp(unix_secs: u64) -> String {
-    let (days, secs) = (unix_secs / 86_400, unix_secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
-}
-
-/// Runs a suite and writes its results to `opts.out`.
-pub fn run(opts: &Options, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
-    let machine = Machine::read();
-    if machine.nproc < 2 {
-        bail!("the bench pins the generator and the tool to CPUs 0 and 1: it needs 2 CPUs");
-    }
-    poolcap_sys::privilege::check_lab()?;
-    std::fs::create_dir_all(&opts.out)
-        .with_context(|| format!("cannot create {}", opts.out.display()))?;
-    let scratch = PathBuf::from(format!("/var/tmp/poolcap-bench/{}", std::process::id()));
-    std::fs::create_dir_all(&scratch)
-        .with_context(|| format!("cannot create {}", scratch.display()))?;
-    let result = run_in(opts, &machine, &scratch, stop);
-    let _ = std::fs::remove_dir_all(&scratch);
-    result
-}
-
-fn run_in(
-    opts: &Options,
-    machine: &Machine,
-    scratch: &std::path::Path,
-    stop: Arc<AtomicBool>,
-) -> anyhow::Result<()> {
-    let suite = opts.suite.name();
-    let lab = Lab::unique(1, 2)?;
-    if opts.rps {
-        set_rps(&lab)?;
-    }
-    let b = Bench {
-        lab: &lab,
-        exe: std::env::current_exe().context("cannot find the poolcap executable")?,
-        scratch: scratch.to_owned(),
-        stop: Arc::clone(&stop),
-        rps: opts.rps,
-        settle: Duration::from_millis(300),
-        drain: Duration::from_millis(1200),
-        quiet_below: QUIET_BELOW,
-        quiet_wait: Duration::from_secs(60),
-    };
-    eprintln!(
-        "poolcap bench {suite}: lab {} ({} / {}), rps {}, {} runs per point, results in {}",
-        lab.name,
-        lab.sender.netns,
-        lab.probe.netns,
-        if opts.rps { "on" } else { "off" },
-        opts.runs,
-        opts.out.display()
-    );
-    let mut log = report::RawLog::create(&opts.out.join("raw.jsonl"))?;
-    let mut records = Vec::new();
-    let mut notes = Vec::new();
-    let mut points = match opts.suite {
-        Suite::Gen => gen_points(opts.quick),
-        Suite::Capture => capture_points(opts.quick),
-        Suite::Burst => {
-            let c = calibrate(&b, opts, &mut log, &mut records)?;
-            notes.push(format!(
-                "calibration: x-loop {:.3} ns per iteration on CPU {TOOL_CPU}; offered top speed \
-                 of 64 B frames {:.0} pps (median); load X = {} iterations per packet, so one \
-                 core analyses about {:.0} pps (half the offered rate); idle after a burst of B \
-                 = 1.5 B / {:.0} pps",
-                c.ns_per_iteration, c.top_pps, c.load, c.analysis_pps, c.analysis_pps
-            ));
-            burst_points(opts.quick, &c)
-        }
-    };
-    for p in &mut points {
-        p.subjects.retain(|s| match s.missing() {
-            None => true,
-            Some(prog) => {
-                let note = format!("{} skipped at {}: `{prog}` is not installed", s.name, p.id);
-                eprintln!("note: {note}");
-                notes.push(note);
-                false
-            }
-        });
-    }
-    run_points(&b, suite, &points, opts.runs, &mut log, &mut records)?;
-    let interrupted = stop.load(Ordering::Relaxed);
-    let rows = report::aggregate(&records);
-    report::write_csv(&opts.out.join("results.csv"), suite, &rows)?;
-    let text = summary_text(opts, machine, &lab, notes, &rows, interrupted);
-    report::write_summary(&opts.out.join("summary.md"), &text, &rows)?;
-    drop(lab);
-    eprintln!("results: {}", opts.out.join("summary.md").display());
-    if interrupted {
-        bail!("interrupted; partial results in {}", opts.out.display());
-    }
-    Ok(())
-}
-
-/// Measures the offered top speed (`runs` runs of poolcap gen, logged as point
-/// `calibration`) and the x-loop cost, and picks the load.
-fn calibrate(
-    b: &Bench,
-    opts: &Options,
-    log: &mut report::RawLog,
-    records: &mut Vec<Record>,
-) -> anyhow::Result<Calibration> {
-    let p = Point {
-        id: "calibration: 64B top speed".into(),
-        traffic: top(64, 500_000),
-        subjects: vec![Subject::sender(Generator::Poolcap)],
-        spacing: false,
-    };
-    let before = records.len();
-    run_points(b, opts.suite.name(), &[p], opts.runs, log, records)?;
-    let top_pps = Spread::of(
-        records[before..]
-            .iter()
-            .filter_map(|r| Some(r.sent.as_ref()?.pps)),
-    )
-    .context("calibration: the generator never finished")?
-    .median;
-    let ns = ns_per_iteration()?;
-    let load = (2e9 / (top_pps * ns)).round().max(1.0) as u32;
-    Ok(Calibration {
-        ns_per_iteration: ns,
-        top_pps,
-        load,
-        analysis_pps: 1e9 / (f64::from(load) * ns),
-    })
-}
-
-fn summary_text(
+/// Settings, notes, columns and target checks of a suite's summary.
+pub fn summary_text(
     opts: &Options,
     machine: &Machine,
     lab: &Lab,
@@ -475,6 +268,13 @@ fn summary_text(
          1.2 s after the sender finished; CPU s/Mpkt = that per million captured packets"
             .to_owned(),
     ];
+    if opts.suite == Suite::Gen && opts.rps {
+        notes.push(
+            "with rps the kernel timestamps frames on the tool's CPU when it drains its backlog, \
+             so the spacing columns show the receiver's batching, not the generator's"
+                .into(),
+        );
+    }
     if opts.suite == Suite::Capture {
         settings.push(format!(
             "every tool gets a {BUFFER_KIB} KiB kernel buffer (-B / -S); files are pcap \
@@ -715,25 +515,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn timestamps_are_utc_civil_dates() {
-        assert_eq!(timestamp(0), "19700101-000000");
-        assert_eq!(timestamp(951_782_400 + 3_723), "20000229-010203");
-        assert_eq!(timestamp(1_767_225_599), "20251231-235959");
-    }
-
-    #[test]
     fn quick_suites_are_smaller_and_bursts_fill_the_pool() {
         assert!(capture_points(true).len() < capture_points(false).len());
         assert_eq!(capture_points(true).len(), 4);
         assert!(capture_points(false)
             .iter()
             .all(|p| p.subjects.len() == 4 && p.subjects[0].is_poolcap()));
-        let c = Calibration {
-            ns_per_iteration: 1.0,
-            top_pps: 500e3,
-            load: 4000,
-            analysis_pps: 250e3,
-        };
+        let c = Calibration::new(500e3, 1.0);
+        assert_eq!(c.load, 4000);
+        assert!((c.analysis_pps - 250e3).abs() < 1e-6);
         let quick = burst_points(true, &c);
         assert_eq!(quick.len(), 3);
         for p in &quick {

@@ -69,7 +69,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         PathBuf::from("bench/results").join(format!(
             "{}-{}",
             args.suite.name(),
-            bench::suites::timestamp(now)
+            bench::manager::timestamp(now)
         ))
     });
     let stop = Arc::new(AtomicBool::new(false));
