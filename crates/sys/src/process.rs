@@ -85,3 +85,12 @@ pub fn default_sigpipe() {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
+
+/// Sets the nice value of the calling thread (Linux schedules threads separately). Raising
+/// it needs no privilege; returns false if the kernel refused.
+pub fn set_thread_nice(nice: i32) -> bool {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    // SAFETY: setpriority takes plain integers; `tid` names this thread.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) == 0 }
+}

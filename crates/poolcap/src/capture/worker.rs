@@ -34,6 +34,9 @@ pub fn x_loop(data: &[u8], x: u32) -> u64 {
     black_box(h)
 }
 
+/// Nice value of worker threads (capture threads keep 0).
+pub const WORKER_NICE: i32 = 10;
+
 /// Which queues worker `w` of `workers` serves, for `queues` queues: queue q goes to worker
 /// q mod W; with more workers than queues, worker w serves queue w mod Q.
 pub fn served_queues(w: usize, workers: usize, queues: usize) -> Vec<usize> {
@@ -75,6 +78,10 @@ pub struct Worker {
 impl Worker {
     /// Processes chunks until the capture threads are done and the served queues are empty.
     pub fn run(self) {
+        // When a worker shares a core with a capture thread, the capture thread must win:
+        // it only empties the kernel ring into the pool, and if it waits the ring
+        // overflows, while a waiting worker only lets the pool fill, which is what it is for.
+        poolcap_sys::process::set_thread_nice(WORKER_NICE);
         self.bell.answer_from_this_thread();
         loop {
             let mut worked = false;

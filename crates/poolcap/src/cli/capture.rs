@@ -25,7 +25,12 @@ use poolcap_sys::xsk::ZeroCopy;
 pub const DEFAULT_CELLS: usize = 256;
 /// Default chunks per queue (R): with 2 KB cells, 256 x 64 x 2048 = 32 MiB per queue.
 pub const DEFAULT_CHUNKS: usize = 64;
-const BLOCK_SIZE: u32 = 256 << 10;
+/// Kernel ring blocks: at least 16 per ring, so the kernel always has blocks to fill while
+/// the capture thread copies one out, and at most 256 KiB each.
+fn block_size(buffer: u64) -> u32 {
+    let b = (buffer / 16).clamp(16 << 10, 256 << 10);
+    (b / 4096 * 4096) as u32
+}
 
 /// Arguments of `poolcap capture`.
 #[derive(Debug, Args)]
@@ -214,7 +219,8 @@ fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
     if a.queues == Some(0) || a.queues.is_some_and(|q| q > 64) {
         return Err(usage("--queues must be between 1 and 64"));
     }
-    let blocks = (a.buffer / u64::from(BLOCK_SIZE)).max(2);
+    let block = block_size(a.buffer);
+    let blocks = (a.buffer / u64::from(block)).max(2);
     if blocks > 1 << 16 {
         return Err(usage("-B: kernel ring too large"));
     }
@@ -244,7 +250,7 @@ fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
         wait: a.wait,
         snaplen: a.snaplen,
         ring: RingGeometry {
-            block_size: BLOCK_SIZE,
+            block_size: block,
             block_nr: blocks as u32,
             retire_timeout_ms: 4,
         },

@@ -176,8 +176,9 @@ pub fn run(mut cfg: GenConfig, stop: &AtomicBool) -> Result<GenReport, GenError>
 
     let (mut sent, mut bytes, mut refused) = (0u64, 0u64, 0u64);
     let start = Instant::now();
-    let mut late_ns = 0u64; // how far the schedule was moved back after falling behind
+    let mut late_ns = 0u64; // how far the schedule was moved back after a long stall
     let mut last_send = start;
+    let mut last_batch_ns = 0u64;
     let mut interrupted = false;
     loop {
         if stop.load(Ordering::Relaxed) {
@@ -193,17 +194,20 @@ pub fn run(mut cfg: GenConfig, stop: &AtomicBool) -> Result<GenReport, GenError>
                 break;
             }
         }
-        // Wait for the next frame's due time; if far behind (preempted), move the schedule
-        // instead of catching up in one long burst, so no burst exceeds one batch.
-        let due = cfg.timing.due_ns(sent) + late_ns;
+        // Wait for the next frame's due time. A sender that fell behind (preempted) catches
+        // up at up to twice the rate: batches stay at least half a batch period apart, so no
+        // burst exceeds one batch and the average rate is kept. Only a stall of more than
+        // 20 ms is given up (the schedule moves), so it never turns into a long fast run.
         if cfg.timing.is_paced() {
+            let due = cfg.timing.due_ns(sent) + late_ns;
+            let period = cfg.timing.due_ns(sent + batch as u64) - cfg.timing.due_ns(sent);
             let now_ns = start.elapsed().as_nanos() as u64;
-            let slack = (cfg.timing.due_ns(sent + batch as u64) - cfg.timing.due_ns(sent)).max(1);
-            if now_ns > due + slack {
+            if now_ns > due + 20_000_000 {
                 late_ns += now_ns - due;
-            } else {
-                wait_until(start + Duration::from_nanos(due), stop);
             }
+            let due = cfg.timing.due_ns(sent) + late_ns;
+            let at = due.max(last_batch_ns + period / 2);
+            wait_until(start + Duration::from_nanos(at), stop);
         }
         let n = (batch as u64).min(left).min(cfg.timing.run_limit(sent)) as usize;
         for i in 0..n {
@@ -245,6 +249,7 @@ pub fn run(mut cfg: GenConfig, stop: &AtomicBool) -> Result<GenReport, GenError>
         }
         sent += n as u64;
         last_send = Instant::now();
+        last_batch_ns = (last_send - start).as_nanos() as u64;
     }
     let seconds = (last_send - start).as_secs_f64();
     let link_dropped = netdev::counter(&cfg.iface, "tx_dropped")
