@@ -193,11 +193,6 @@ impl Chunk {
         }
     }
 
-    /// Timestamp of the first packet.
-    pub fn first_ts(&self) -> Option<u64> {
-        self.meta.first().map(|m| m.ts_ns)
-    }
-
     /// Iterates over (meta, bytes).
     pub fn packets(&self) -> impl Iterator<Item = (PacketMeta, &[u8])> + '_ {
         (0..self.meta.len()).map(|i| (self.meta[i], self.data(i)))
@@ -377,7 +372,6 @@ mod tests {
                 (20, 3, 3, b"xyz".to_vec())
             ]
         );
-        assert_eq!(c.first_ts(), Some(10));
         c.clear_copies();
         assert!(c.is_empty());
     }

@@ -38,10 +38,9 @@ pub enum WaitStrategy {
 pub struct Progress {
     /// Chunks sealed into the capture queue.
     pub sealed: u64,
-    /// No packet with a smaller timestamp will come from this queue after the sealed ones.
+    /// No packet with a smaller timestamp will come from this queue after the sealed ones
+    /// (`u64::MAX` once the thread has finished).
     pub watermark_ns: u64,
-    /// The thread has finished: nothing more will come.
-    pub done: bool,
 }
 
 /// Everything a capture thread needs.
@@ -223,7 +222,6 @@ impl CaptureThread {
         }
         let stats = self.read_kernel_stats();
         self.publish(|p| {
-            p.done = true;
             p.watermark_ns = u64::MAX;
         });
         result.and(stats)

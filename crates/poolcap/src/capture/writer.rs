@@ -239,7 +239,6 @@ mod tests {
                 Arc::new(Mutex::new(Progress {
                     sealed: 2,
                     watermark_ns: u64::MAX,
-                    done: true,
                 }))
             })
             .collect();
@@ -288,12 +287,10 @@ mod tests {
             Arc::new(Mutex::new(Progress {
                 sealed: 1,
                 watermark_ns: 100,
-                done: false,
             })),
             Arc::new(Mutex::new(Progress {
                 sealed: 0,
                 watermark_ns: 35,
-                done: false,
             })),
         ];
         let out = CaptureWriter::new(
