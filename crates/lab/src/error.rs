@@ -7,7 +7,7 @@ use poolcap_sys::privilege::MissingPrivilege;
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
     /// The process lacks a capability labs need.
-    #[error("{0}")]
+    #[error(transparent)]
     Privilege(#[from] MissingPrivilege),
     /// The lab name is empty, too long or has characters other than `[A-Za-z0-9_-]`.
     #[error("invalid lab name {0:?}: use 1 to 20 characters from A-Z, a-z, 0-9, '_' and '-'")]
