@@ -178,6 +178,7 @@ pub fn run(mut cfg: GenConfig, stop: &AtomicBool) -> Result<GenReport, GenError>
     let start = Instant::now();
     let mut late_ns = 0u64; // how far the schedule was moved back after a long stall
     let mut last_send = start;
+    // When the previous batch started going out.
     let mut last_batch_ns = 0u64;
     let mut interrupted = false;
     loop {
@@ -209,6 +210,7 @@ pub fn run(mut cfg: GenConfig, stop: &AtomicBool) -> Result<GenReport, GenError>
             let at = due.max(last_batch_ns + period / 2);
             wait_until(start + Duration::from_nanos(at), stop);
         }
+        last_batch_ns = start.elapsed().as_nanos() as u64;
         let n = (batch as u64).min(left).min(cfg.timing.run_limit(sent)) as usize;
         for i in 0..n {
             let len = cfg.frames.frame(sent + i as u64, tx.slot_mut(i));
@@ -249,7 +251,6 @@ pub fn run(mut cfg: GenConfig, stop: &AtomicBool) -> Result<GenReport, GenError>
         }
         sent += n as u64;
         last_send = Instant::now();
-        last_batch_ns = (last_send - start).as_nanos() as u64;
     }
     let seconds = (last_send - start).as_secs_f64();
     let link_dropped = netdev::counter(&cfg.iface, "tx_dropped")
