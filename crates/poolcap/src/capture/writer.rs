@@ -90,8 +90,6 @@ impl FileWriter {
         let mut handled = 0u64;
         let mut accepted = 0u64;
         let mut error: Option<WriteError> = None;
-        // Like a worker, the writer yields to capture threads on a shared core.
-        poolcap_sys::process::set_thread_nice(super::worker::WORKER_NICE);
         self.bell.answer_from_this_thread();
         loop {
             while let Some(c) = self.input.pop() {
