@@ -20,10 +20,11 @@ use anyhow::{bail, Context};
 /// Clock ticks per second of `/proc/PID/stat` (USER_HZ, 100 on Linux).
 pub const TICKS_PER_SECOND: f64 = 100.0;
 
-/// A started child process.
+/// A started child process (and, for a tool writing into a pipe, the program reading it).
 pub struct Running {
     name: String,
     child: Option<Child>,
+    downstream: Option<Child>,
     pid: u32,
     text: Arc<Mutex<String>>,
     lines: Receiver<String>,
@@ -80,10 +81,67 @@ impl Running {
             name: name.to_owned(),
             pid: child.id(),
             child: Some(child),
+            downstream: None,
             text,
             lines,
             readers,
         })
+    }
+
+    /// Starts `first` with its standard output piped into `second`, whose standard output goes
+    /// to `out` (`tcpdump -w - | zstd > out`). Both processes' stderr are collected; the PID
+    /// is `first`'s; CPU time is the sum of both.
+    pub fn spawn_pipe(
+        mut first: Command,
+        mut second: Command,
+        out: std::fs::File,
+        name: &str,
+    ) -> anyhow::Result<Running> {
+        let mut child = first
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("cannot start {name}"))?;
+        let pipe = child.stdout.take().context("no stdout pipe")?;
+        let down = second
+            .stdin(Stdio::from(pipe))
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::piped())
+            .spawn();
+        let mut down = match down {
+            Ok(d) => d,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e).with_context(|| format!("cannot start the pipe of {name}"));
+            }
+        };
+        let text = Arc::new(Mutex::new(String::new()));
+        let (tx, lines) = mpsc::channel();
+        let mut readers = Vec::new();
+        if let Some(err) = child.stderr.take() {
+            readers.push(reader(err, Arc::clone(&text), tx.clone()));
+        }
+        if let Some(err) = down.stderr.take() {
+            readers.push(reader(err, Arc::clone(&text), tx));
+        }
+        Ok(Running {
+            name: name.to_owned(),
+            pid: child.id(),
+            child: Some(child),
+            downstream: Some(down),
+            text,
+            lines,
+            readers,
+        })
+    }
+
+    /// The PIDs of every process of this run (the tool, then its pipe reader).
+    pub fn pids(&self) -> Vec<u32> {
+        let mut v = vec![self.pid];
+        v.extend(self.downstream.as_ref().map(Child::id));
+        v
     }
 
     /// The child's PID (the tool's, see the module docs).
@@ -134,8 +192,30 @@ impl Running {
     /// The child's CPU time so far (utime + stime of `/proc/PID/stat`, all threads), in
     /// clock ticks.
     pub fn cpu_ticks(&self) -> Option<u64> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).ok()?;
-        cpu_ticks_of_stat(&stat)
+        self.pids()
+            .into_iter()
+            .map(|pid| {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                cpu_ticks_of_stat(&stat)
+            })
+            .sum()
+    }
+
+    /// Voluntary and involuntary context switches so far, summed over every thread
+    /// (`/proc/PID/task/*/status`) of every process of this run.
+    pub fn switches(&self) -> Option<(u64, u64)> {
+        let mut total = (0, 0);
+        for pid in self.pids() {
+            let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+            for t in tasks.flatten() {
+                if let Ok(s) = std::fs::read_to_string(t.path().join("status")) {
+                    let (v, n) = switches_of_status(&s);
+                    total.0 += v;
+                    total.1 += n;
+                }
+            }
+        }
+        Some(total)
     }
 
     /// Asks the child to stop (SIGINT) and waits up to `timeout` for it to exit.
@@ -168,6 +248,23 @@ impl Running {
             std::thread::sleep(Duration::from_millis(10));
         };
         self.child = None;
+        if let Some(mut d) = self.downstream.take() {
+            // The pipe reader ends when the tool closes the pipe.
+            loop {
+                if d.try_wait()?.is_some() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    let _ = d.kill();
+                    let _ = d.wait();
+                    bail!(
+                        "the pipe of {} did not finish within {timeout:?}",
+                        self.name
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         for r in self.readers.drain(..) {
             let _ = r.join();
         }
@@ -184,11 +281,29 @@ impl Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
+        for mut c in [self.child.take(), self.downstream.take()]
+            .into_iter()
+            .flatten()
+        {
             let _ = c.kill();
             let _ = c.wait();
         }
     }
+}
+
+/// `voluntary_ctxt_switches` and `nonvoluntary_ctxt_switches` of a `/proc/.../status` file.
+pub fn switches_of_status(status: &str) -> (u64, u64) {
+    let field = |k: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(k))
+            .and_then(|r| r.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    (
+        field("voluntary_ctxt_switches:"),
+        field("nonvoluntary_ctxt_switches:"),
+    )
 }
 
 /// utime + stime (fields 14 and 15) of a `/proc/PID/stat` line. The command name (field 2)
@@ -225,6 +340,39 @@ mod tests {
         let f = r.interrupt(Duration::from_secs(5)).unwrap();
         assert!(!f.status.success());
         assert!(f.text.contains("starting") && f.text.contains("ready"));
+    }
+
+    #[test]
+    fn reads_context_switches() {
+        let s = "Name:\tx\nvoluntary_ctxt_switches:\t57\nnonvoluntary_ctxt_switches:\t3\n";
+        assert_eq!(switches_of_status(s), (57, 3));
+        assert_eq!(switches_of_status("Name: y\n"), (0, 0));
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo ready; exec sleep 5"]);
+        let mut r = Running::spawn(cmd, "sh").unwrap();
+        r.wait_ready("ready", Duration::from_secs(5), &AtomicBool::new(false))
+            .unwrap();
+        assert!(r.switches().is_some());
+    }
+
+    #[test]
+    fn pipes_one_program_into_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out");
+        let mut first = Command::new("sh");
+        first.args(["-c", "echo ready >&2; echo hello; sleep 0.2; echo world"]);
+        let mut second = Command::new("tr");
+        second.args(["a-z", "A-Z"]);
+        let out = std::fs::File::create(&path).unwrap();
+        let mut r = Running::spawn_pipe(first, second, out, "pipe").unwrap();
+        assert_eq!(r.pids().len(), 2);
+        r.wait_ready("ready", Duration::from_secs(5), &AtomicBool::new(false))
+            .unwrap();
+        let f = r
+            .wait(Duration::from_secs(5), &AtomicBool::new(false))
+            .unwrap();
+        assert!(f.status.success());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "HELLO\nWORLD\n");
     }
 
     #[test]

@@ -1,28 +1,35 @@
-//! The manager: builds the suite's lab, runs its points with the subjects interleaved, checks
-//! for Ctrl-C between runs, and hands the records to the formatters.
+//! The manager: builds the suite's lab, calibrates, runs its points with the subjects
+//! interleaved, checks for Ctrl-C between runs, and hands the records to the formatters.
+//! [`render`] rebuilds a result directory's CSV, summary and figures from `meta.json` and
+//! `raw.jsonl` alone; [`report`] does that for the latest run of every suite and writes
+//! BENCHMARKS.md; [`run_all`] runs every suite and then [`report`].
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
 use poolcap_lab::{netns_command, Lab};
 
-use super::point::{Bench, Point, Record, TOOL_CPU};
-use super::report::{self, Machine};
+use super::doc;
+use super::figure::Figure;
+use super::meta::{self, Meta};
+use super::peer::{self, Generator, Traffic};
+use super::point::{Bench, Point, Record, Subject, TOOL_CPU};
+use super::report::{self, Machine, Row};
 use super::stats::Spread;
-use super::suites::{self, Calibration, Suite};
+use super::suites::{self, Calibration, CalibrationKind, Scale, Suite, Text};
 
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct Options {
     /// The suite.
     pub suite: Suite,
-    /// Fewer points and frames: minutes on 2 cores.
-    pub quick: bool,
+    /// How many points and frames.
+    pub scale: Scale,
     /// Runs per point and subject.
     pub runs: usize,
     /// Set the probe's rps_cpus to the tool's CPU.
@@ -82,6 +89,9 @@ fn progress(r: &Record) -> String {
     if let Some(cpu) = r.cpu_s {
         let _ = write!(s, ", tool CPU {cpu:.2} s");
     }
+    if let Some(n) = r.syscalls {
+        let _ = write!(s, ", {n} syscalls");
+    }
     if let Some(sp) = r.spacing {
         let _ = write!(s, ", longest back-to-back {}", sp.max_back_to_back);
     }
@@ -126,8 +136,20 @@ pub fn timestamp(unix_secs: u64) -> String {
     )
 }
 
-/// Runs a suite and writes its results to `opts.out`.
-pub fn run(opts: &Options, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
+/// Seconds since the Unix epoch.
+pub fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The default output directory of a suite started now: `RESULTS/SUITE-YYYYMMDD-HHMMSS`.
+pub fn default_out(results: &Path, suite: Suite) -> PathBuf {
+    results.join(format!("{}-{}", suite.name(), timestamp(now())))
+}
+
+/// Runs a suite, writes its results to `opts.out` and returns the rendered summary.
+pub fn run(opts: &Options, stop: Arc<AtomicBool>) -> anyhow::Result<Rendered> {
     let machine = Machine::read();
     if machine.nproc < 2 {
         bail!("the bench pins the generator and the tool to CPUs 0 and 1: it needs 2 CPUs");
@@ -144,23 +166,35 @@ pub fn run(opts: &Options, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
     std::env::current_exe()
         .and_then(|me| std::fs::copy(me, &exe))
         .context("cannot copy the poolcap executable")?;
-    let result = run_in(opts, &machine, &scratch, &exe, stop);
+    let result = run_in(opts, machine, &scratch, &exe, stop);
     let _ = std::fs::remove_dir_all(&scratch);
     result
 }
 
+/// Peer programs whose version goes into `meta.json`.
+const VERSIONED: [(&str, &str); 6] = [
+    ("tcpdump", "--version"),
+    ("dumpcap", "--version"),
+    ("netsniff-ng", "--version"),
+    ("trafgen", "--version"),
+    ("zstd", "--version"),
+    ("perf", "--version"),
+];
+
 fn run_in(
     opts: &Options,
-    machine: &Machine,
+    machine: Machine,
     scratch: &Path,
     exe: &Path,
     stop: Arc<AtomicBool>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Rendered> {
     let suite = opts.suite.name();
-    let lab = Lab::unique(1, 2)?;
+    let lab = Lab::unique(opts.suite.queues(), 2)?;
     if opts.rps {
         set_rps(&lab)?;
     }
+    let smoke = opts.scale == Scale::Smoke;
+    let perf = peer::missing(&["perf"]).is_none();
     let b = Bench {
         lab: &lab,
         exe: exe.to_owned(),
@@ -168,37 +202,50 @@ fn run_in(
         stop: Arc::clone(&stop),
         rps: opts.rps,
         settle: Duration::from_millis(300),
-        drain: Duration::from_millis(1200),
+        drain: Duration::from_millis(if smoke { 500 } else { 1200 }),
         quiet_below: suites::QUIET_BELOW,
-        quiet_wait: Duration::from_secs(60),
+        quiet_wait: Duration::from_secs(if smoke { 0 } else { 60 }),
+        perf,
     };
     eprintln!(
-        "poolcap bench {suite}: lab {} ({} / {}), rps {}, {} runs per point, results in {}",
+        "poolcap bench {suite} ({}): lab {} ({} / {}, {} queue(s)), rps {}, {} runs per point, \
+         results in {}",
+        opts.scale.name(),
         lab.name,
         lab.sender.netns,
         lab.probe.netns,
+        lab.queues,
         if opts.rps { "on" } else { "off" },
         opts.runs,
         opts.out.display()
     );
+    let mut meta = Meta {
+        suite: opts.suite,
+        scale: opts.scale,
+        runs: opts.runs,
+        rps: opts.rps,
+        command: opts.command.clone(),
+        machine,
+        versions: meta::versions(&VERSIONED),
+        sender_iface: lab.sender.iface.clone(),
+        probe_iface: lab.probe.iface.clone(),
+        queues: lab.queues,
+        calibration: Calibration {
+            ns_per_iteration: f64::NAN,
+            top_pps: None,
+        },
+        notes: Vec::new(),
+        started: now(),
+        finished: None,
+        interrupted: false,
+        perf,
+    };
     let mut log = report::RawLog::create(&opts.out.join("raw.jsonl"))?;
     let mut records = Vec::new();
-    let mut notes = Vec::new();
-    let mut points = match opts.suite {
-        Suite::Gen => suites::gen_points(opts.quick),
-        Suite::Capture => suites::capture_points(opts.quick),
-        Suite::Burst => {
-            let c = calibrate(&b, opts, &mut log, &mut records)?;
-            notes.push(format!(
-                "calibration: x-loop {:.3} ns per iteration on CPU {TOOL_CPU}; offered top speed \
-                 of 64 B frames {:.0} pps (median); load X = {} iterations per packet, so one \
-                 core analyses about {:.0} pps (half the offered rate); idle after a burst of B \
-                 = 1.5 B / {:.0} pps",
-                c.ns_per_iteration, c.top_pps, c.load, c.analysis_pps, c.analysis_pps
-            ));
-            suites::burst_points(opts.quick, &c)
-        }
-    };
+    meta.calibration = calibrate(&b, opts, &mut log, &mut records)?;
+    let plan = suites::plan(opts.suite, opts.scale, &meta.calibration);
+    let mut points = plan.points;
+    meta.notes = plan.notes;
     let mut skipped = BTreeSet::new();
     for p in &mut points {
         p.subjects.retain(|s| match s.missing() {
@@ -209,43 +256,253 @@ fn run_in(
             }
         });
     }
+    if !perf && points.iter().any(|p| p.syscalls) {
+        skipped.insert("syscalls not counted: `perf` is not installed".to_owned());
+    }
     for note in skipped {
         eprintln!("note: {note}");
-        notes.push(note);
+        meta.notes.push(note);
     }
+    meta.write(&opts.out)?;
     run_points(&b, suite, &points, opts.runs, &mut log, &mut records)?;
-    let interrupted = stop.load(Ordering::Relaxed);
-    let rows = report::aggregate(&records);
-    report::write_csv(&opts.out.join("results.csv"), suite, &rows)?;
-    let text = suites::summary_text(opts, machine, &lab, notes, &rows, interrupted);
-    report::write_summary(&opts.out.join("summary.md"), &text, &rows)?;
+    meta.interrupted = stop.load(Ordering::Relaxed);
+    meta.finished = Some(now());
+    meta.write(&opts.out)?;
     drop(lab);
-    eprintln!("results: {}", opts.out.join("summary.md").display());
-    if interrupted {
+    let r = render(&opts.out)?;
+    eprintln!(
+        "results: {} ({:.1} min)",
+        opts.out.join("summary.md").display(),
+        meta.minutes().unwrap_or(0.0)
+    );
+    if meta.interrupted {
         bail!("interrupted; partial results in {}", opts.out.display());
     }
-    Ok(())
+    Ok(r)
 }
 
-/// Measures the offered top speed (`runs` runs of poolcap gen, logged as point
-/// `calibration`) and the x-loop cost, and picks the load.
+/// What a suite needs before its points: the x-loop cost and, for some, the generator's top
+/// speed (`runs` runs of poolcap gen alone, logged as point `calibration`; assumed in smoke
+/// runs).
 fn calibrate(
     b: &Bench,
     opts: &Options,
     log: &mut report::RawLog,
     records: &mut Vec<Record>,
 ) -> anyhow::Result<Calibration> {
-    let p = suites::calibration_point();
-    let before = records.len();
-    run_points(b, opts.suite.name(), &[p], opts.runs, log, records)?;
-    let top_pps = Spread::of(
-        records[before..]
-            .iter()
-            .filter_map(|r| Some(r.sent.as_ref()?.pps)),
-    )
-    .context("calibration: the generator never finished")?
-    .median;
-    Ok(Calibration::new(top_pps, suites::ns_per_iteration()?))
+    let ns_per_iteration = suites::ns_per_iteration()?;
+    let top_pps = match opts.suite.calibration() {
+        CalibrationKind::Iterations => None,
+        CalibrationKind::TopSpeed { .. } if opts.scale == Scale::Smoke => None,
+        CalibrationKind::TopSpeed { flows } => {
+            let p = Point::new(
+                "calibration: 64B top speed",
+                Traffic {
+                    flows,
+                    ..Traffic::top(64, 500_000)
+                },
+                vec![Subject::sender(Generator::Poolcap)],
+            );
+            let before = records.len();
+            run_points(b, opts.suite.name(), &[p], opts.runs, log, records)?;
+            let top = Spread::of(
+                records[before..]
+                    .iter()
+                    .filter_map(|r| Some(r.sent.as_ref()?.pps)),
+            )
+            .context("calibration: the generator never finished")?;
+            Some(top.median)
+        }
+    };
+    Ok(Calibration {
+        ns_per_iteration,
+        top_pps,
+    })
+}
+
+/// A result directory turned into tables, figures and text.
+pub struct Rendered {
+    /// The directory.
+    pub dir: PathBuf,
+    /// Its description.
+    pub meta: Meta,
+    /// Aggregated rows.
+    pub rows: Vec<Row>,
+    /// The suite's text.
+    pub text: Text,
+    /// Figures, with the reason when one could not be drawn.
+    pub figures: Vec<(Figure, Result<(), String>)>,
+}
+
+/// Rebuilds `results.csv`, the figures and `summary.md` of a result directory from its
+/// `meta.json` and `raw.jsonl`.
+pub fn render(dir: &Path) -> anyhow::Result<Rendered> {
+    let meta = Meta::read(dir)?;
+    let records = report::read_raw(&dir.join("raw.jsonl"))?;
+    let rows = report::aggregate(&records);
+    report::write_csv(&dir.join("results.csv"), meta.suite.name(), &rows)?;
+    let text = suites::text(&meta, &rows);
+    let figures = suites::figures(&meta, &rows)
+        .into_iter()
+        .filter(Figure::has_points)
+        .map(|f| {
+            let drawn = f.draw(dir);
+            (f, drawn)
+        })
+        .collect();
+    let r = Rendered {
+        dir: dir.to_owned(),
+        meta,
+        rows,
+        text,
+        figures,
+    };
+    let path = dir.join("summary.md");
+    std::fs::write(&path, doc::summary(&r))
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(r)
+}
+
+/// The latest result directory of `suite` under `results` (by the timestamp in its name)
+/// that has a `meta.json`.
+pub fn latest(results: &Path, suite: Suite) -> Option<PathBuf> {
+    let prefix = format!("{}-", suite.name());
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(results)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.strip_prefix(&prefix).is_some_and(is_timestamp))
+                && p.join("meta.json").is_file()
+                && p.join("raw.jsonl").is_file()
+        })
+        .collect();
+    dirs.sort();
+    dirs.pop()
+}
+
+fn is_timestamp(s: &str) -> bool {
+    s.len() == 15
+        && s.bytes().enumerate().all(|(i, c)| {
+            if i == 8 {
+                c == b'-'
+            } else {
+                c.is_ascii_digit()
+            }
+        })
+}
+
+/// Where `report` writes: BENCHMARKS.md and its figures.
+#[derive(Debug, Clone)]
+pub struct ReportPaths {
+    /// Result directories (`bench/results`).
+    pub results: PathBuf,
+    /// The markdown file (`BENCHMARKS.md`).
+    pub markdown: PathBuf,
+    /// The figure folder it links to (`docs/bench`), relative to the markdown file's folder.
+    pub figures: PathBuf,
+    /// The command that regenerates everything.
+    pub command: String,
+}
+
+/// Rebuilds every suite's latest result directory and writes BENCHMARKS.md with the figures
+/// copied next to it.
+pub fn report(paths: &ReportPaths) -> anyhow::Result<()> {
+    let mut rendered = Vec::new();
+    let mut missing = Vec::new();
+    for s in Suite::ALL {
+        match latest(&paths.results, s) {
+            Some(dir) => match render(&dir) {
+                Ok(r) => rendered.push(r),
+                Err(e) => missing.push(format!(
+                    "{}: {} could not be read: {e:#}",
+                    s.name(),
+                    dir.display()
+                )),
+            },
+            None => missing.push(format!("{}: no result directory yet", s.name())),
+        }
+    }
+    let root = paths
+        .markdown
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let fig_dir = root.join(&paths.figures);
+    std::fs::create_dir_all(&fig_dir)
+        .with_context(|| format!("cannot create {}", fig_dir.display()))?;
+    // The folder holds only this report's figures: clear the old ones first.
+    for e in std::fs::read_dir(&fig_dir)?.flatten() {
+        if e.path().extension().is_some_and(|x| x == "png") {
+            std::fs::remove_file(e.path())?;
+        }
+    }
+    for r in &rendered {
+        for (f, drawn) in &r.figures {
+            if drawn.is_ok() {
+                std::fs::copy(r.dir.join(&f.file), fig_dir.join(&f.file))
+                    .with_context(|| format!("cannot copy {}", f.file))?;
+            }
+        }
+    }
+    let text = doc::benchmarks(&rendered, &missing, paths);
+    std::fs::write(&paths.markdown, text)
+        .with_context(|| format!("cannot write {}", paths.markdown.display()))?;
+    eprintln!(
+        "wrote {} ({} suites, figures in {})",
+        paths.markdown.display(),
+        rendered.len(),
+        fig_dir.display()
+    );
+    for m in missing {
+        eprintln!("note: {m}");
+    }
+    Ok(())
+}
+
+/// Runs every suite (sizes with rps on, see [`suites::sizes`]), each into its own directory
+/// under `paths.results`, then [`report`]. A suite that fails is reported and the next runs.
+pub fn run_all(
+    template: &Options,
+    paths: &ReportPaths,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<()> {
+    let started = now();
+    let mut failed = Vec::new();
+    for s in Suite::ALL {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let opts = Options {
+            suite: s,
+            rps: template.rps || s == Suite::Sizes,
+            out: default_out(&paths.results, s),
+            ..template.clone()
+        };
+        if let Err(e) = run(&opts, Arc::clone(&stop)) {
+            eprintln!("poolcap bench {}: {e:#}", s.name());
+            failed.push(s.name());
+        }
+    }
+    report(paths)?;
+    eprintln!(
+        "bench all: {:.1} min{}",
+        (now() - started) as f64 / 60.0,
+        if failed.is_empty() {
+            String::new()
+        } else {
+            format!("; failed: {}", failed.join(", "))
+        }
+    );
+    if stop.load(Ordering::Relaxed) {
+        bail!("interrupted");
+    }
+    if !failed.is_empty() {
+        bail!("suites failed: {}", failed.join(", "));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -257,5 +514,28 @@ mod tests {
         assert_eq!(timestamp(0), "19700101-000000");
         assert_eq!(timestamp(951_782_400 + 3_723), "20000229-010203");
         assert_eq!(timestamp(1_767_225_599), "20251231-235959");
+    }
+
+    #[test]
+    fn finds_the_latest_complete_directory() {
+        let d = tempfile::tempdir().unwrap();
+        for (name, complete) in [
+            ("rates-20260101-000000", true),
+            ("rates-20260102-000000", true),
+            ("rates-20260103-000000", false),
+            ("rates-x", true),
+            ("imbalance-20260105-000000", true),
+        ] {
+            let p = d.path().join(name);
+            std::fs::create_dir_all(&p).unwrap();
+            if complete {
+                std::fs::write(p.join("meta.json"), "{}").unwrap();
+                std::fs::write(p.join("raw.jsonl"), "").unwrap();
+            }
+        }
+        let l = latest(d.path(), Suite::Rates).unwrap();
+        assert!(l.ends_with("rates-20260102-000000"), "{l:?}");
+        assert!(latest(d.path(), Suite::Wait).is_none());
+        assert!(is_timestamp("20260101-000000") && !is_timestamp("2026010-1000000"));
     }
 }

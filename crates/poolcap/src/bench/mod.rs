@@ -7,21 +7,26 @@
 //! interleaved (so drift on a shared machine hits all of them alike), and the raw numbers are
 //! kept. It follows the manager / agents / formatters split of Zabala et al.'s rig:
 //!
-//! - [`manager`] and [`suites`]: the manager — one lab per suite, the interleaved runs, Ctrl-C;
-//!   each suite's points and the targets its summary checks;
+//! - [`manager`] and [`suites`]: the manager — one lab per suite, calibration, the interleaved
+//!   runs, Ctrl-C; each suite's points, figures and the targets its summary checks;
 //! - [`point`] and [`child`]: the agents — one measured run (start the tool in the probe
-//!   namespace on CPU 1, wait for its ready line, send from CPU 0, drain, read its CPU time,
-//!   SIGINT, collect), with every child killed if anything goes wrong;
+//!   namespace, wait for its ready line, send from CPU 0, drain, read its CPU time, context
+//!   switches and syscalls, SIGINT, collect), with every child killed if anything goes wrong;
 //! - [`peer`]: how to start each tool and read its final counts (recorded outputs are its
 //!   unit tests);
-//! - [`stats`] and [`report`]: the formatters — min / median / max over runs, `raw.jsonl`,
-//!   `results.csv`, `summary.md`.
+//! - [`stats`], [`report`], [`figure`] and [`doc`]: the formatters — min / median / max over
+//!   runs, `raw.jsonl`, `results.csv`, PNG figures, `summary.md` and BENCHMARKS.md. A result
+//!   directory's `meta.json` ([`meta`]) and `raw.jsonl` are enough to rebuild everything else
+//!   (`poolcap bench report`).
 //!
 //! Facts about the lab that shape the method (veth, kernel receive work on the sender's CPU,
 //! `rps_cpus` to move it to the tool's CPU) are in `shared/design.md`.
 
 pub mod child;
+pub mod doc;
+pub mod figure;
 pub mod manager;
+pub mod meta;
 pub mod peer;
 pub mod point;
 pub mod report;
@@ -29,4 +34,4 @@ pub mod stats;
 pub mod suites;
 
 pub use manager::{run, Options};
-pub use suites::Suite;
+pub use suites::{Scale, Suite};

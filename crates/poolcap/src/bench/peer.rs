@@ -6,7 +6,9 @@
 //! samples):
 //! - tcpdump: `tcpdump: listening on ...` on stderr when ready; at exit `N packets captured`,
 //!   `N packets received by filter`, `N packets dropped by kernel`. `-Z root` keeps it from
-//!   dropping privileges and chowning its output (even `/dev/null`).
+//!   dropping privileges and chowning its output (even `/dev/null`). With `-w -` it writes the
+//!   pcap stream to a pipe, which is how it gets a compressor: `tcpdump -w - | zstd -L`
+//!   (tcpdump itself cannot compress).
 //! - netsniff-ng: `Running! Hang up with ^C!` on stdout, which it buffers when stdout is a
 //!   pipe, hence `stdbuf -oL`. At exit, lines starting with `\r`: `N  packets incoming (U unread
 //!   on exit)` (N = frames it read from the ring), `N  packets passed filter`, `N  packets
@@ -16,10 +18,14 @@
 //! - dumpcap: `Capturing on 'IF'` on stderr, printed a few milliseconds *before* its socket is
 //!   open, so every tool gets a settle time after its ready line. At exit `Packets captured: N`
 //!   and `Packets received/dropped on interface 'IF': R/D (...)`. Its -B is in MiB.
-//! - poolcap capture: `listening on ...` on stderr; final accounting from `--stats-json`.
+//! - poolcap capture: `listening on ...` on stderr; final accounting from `--stats-json`
+//!   (per queue: captured, drops, `syscalls`, `offloaded_out`/`offloaded_in`, `paused_ms`).
+//!   `--inplace` makes it the plain AF_PACKET fanout reader (the load runs on the kernel ring
+//!   in the capture thread, no pool): the Suricata/Zeek-style baseline, measured as a peer.
 //! - poolcap gen: one JSON object on stdout with `--json`.
 //! - trafgen: sends a config file's frames; at exit `N packets outgoing` and
 //!   `S sec, U usec on CPUk (N packets)` per sending CPU on stdout.
+//! - perf stat `-x,`: one CSV line per event on stderr at exit, `VALUE,UNIT,EVENT,...`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -27,15 +33,15 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::frame::{FlowAddr, FrameTemplate};
 
 /// A capture tool under test.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Tool {
-    /// `poolcap capture`.
+    /// `poolcap capture` (also as `--inplace`, the plain fanout reader).
     Poolcap,
     /// tcpdump (libpcap).
     Tcpdump,
@@ -45,8 +51,9 @@ pub enum Tool {
     Dumpcap,
 }
 
-/// How to run a capture tool at one point.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// How to run a capture tool at one point. Fields after `load` are optional settings, most of
+/// them poolcap's; a peer takes those it has an option for (`snaplen`, `compress` for tcpdump).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CaptureSpec {
     /// The tool.
     pub tool: Tool,
@@ -60,10 +67,113 @@ pub struct CaptureSpec {
     pub pool: Option<(usize, usize)>,
     /// poolcap only: x-loop iterations per packet.
     pub load: u32,
+    /// poolcap only: when not writing, write the pcap stream to /dev/null as the peers do
+    /// (instead of counting in place).
+    #[serde(default)]
+    pub dev_null: bool,
+    /// Snap length (`-s`).
+    #[serde(default)]
+    pub snaplen: Option<u32>,
+    /// Compression of the written file: `zstd:L` or `gzip:L` (poolcap's `--compress`; tcpdump
+    /// writes to a pipe into the `zstd` or `gzip` program).
+    #[serde(default)]
+    pub compress: Option<String>,
+    /// poolcap only: `--queues`.
+    #[serde(default)]
+    pub queues: Option<u16>,
+    /// poolcap only: `--workers`.
+    #[serde(default)]
+    pub workers: Option<usize>,
+    /// poolcap only: `--offload` (basic, buddy:T, congestion:H,L).
+    #[serde(default)]
+    pub offload: Option<String>,
+    /// poolcap only: `--wait` (poll, busy, adaptive).
+    #[serde(default)]
+    pub wait: Option<String>,
+    /// poolcap only: `--backend` (af_packet, af_xdp).
+    #[serde(default)]
+    pub backend: Option<String>,
+    /// poolcap only: `--inplace`, the plain AF_PACKET fanout reader.
+    #[serde(default)]
+    pub inplace: bool,
+    /// poolcap only: `--cpus` (capture threads, then workers, round robin).
+    #[serde(default)]
+    pub cpus: Option<String>,
+    /// CPUs the whole process may run on (`taskset -c`); default the tool CPU.
+    #[serde(default)]
+    pub taskset: Option<String>,
+}
+
+impl CaptureSpec {
+    /// `tool` with a `buffer_kib` kernel buffer, counting only, every option at its default.
+    pub fn new(tool: Tool, buffer_kib: u64) -> CaptureSpec {
+        CaptureSpec {
+            tool,
+            buffer_kib,
+            write: false,
+            pcap_ns: false,
+            pool: None,
+            load: 0,
+            dev_null: false,
+            snaplen: None,
+            compress: None,
+            queues: None,
+            workers: None,
+            offload: None,
+            wait: None,
+            backend: None,
+            inplace: false,
+            cpus: None,
+            taskset: None,
+        }
+    }
+
+    /// Programs this setting needs besides the tool's own.
+    pub fn programs(&self) -> Vec<&'static str> {
+        let mut v = self.tool.programs().to_vec();
+        if self.tool != Tool::Poolcap {
+            if let Some(c) = &self.compress {
+                v.push(if c.starts_with("gzip") {
+                    "gzip"
+                } else {
+                    "zstd"
+                });
+            }
+        }
+        v
+    }
+}
+
+/// `zstd:L` / `gzip:L` as (program, level).
+pub fn compressor(spec: &str) -> anyhow::Result<(&'static str, i32)> {
+    let (kind, level) = spec.split_once(':').unwrap_or((spec, ""));
+    let (prog, default) = match kind {
+        "zstd" => ("zstd", 3),
+        "gzip" => ("gzip", 6),
+        _ => bail!("unknown compression `{spec}`"),
+    };
+    let level = if level.is_empty() {
+        default
+    } else {
+        level
+            .parse()
+            .with_context(|| format!("bad level in `{spec}`"))?
+    };
+    Ok((prog, level))
+}
+
+/// How to start a capture tool: its command line and, for a tool that writes to a pipe, the
+/// program reading that pipe (whose standard output becomes the file).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Launch {
+    /// The tool's command line, program first.
+    pub argv: Vec<String>,
+    /// The program its standard output is piped into.
+    pub pipe: Option<Vec<String>>,
 }
 
 /// Final counts of a capture tool, as the tool itself reports them.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Counts {
     /// Packets the tool read (handed to its own processing or file).
     pub captured: u64,
@@ -71,7 +181,8 @@ pub struct Counts {
     pub dropped: u64,
     /// Packets the kernel says reached the socket, when the tool reports it.
     pub received: Option<u64>,
-    /// Tool-specific extras (poolcap: `dropped_kernel`, `dropped_pool`, `pool_peak_chunks`...).
+    /// Tool-specific extras (poolcap: `dropped_kernel`, `dropped_pool`, `pool_peak_chunks`,
+    /// `syscalls`, `offloaded_out`, `hot_queue_share`...).
     pub extra: BTreeMap<String, f64>,
 }
 
@@ -124,6 +235,21 @@ impl Tool {
         stats: &Path,
         exe: &Path,
     ) -> Vec<String> {
+        self.launch(spec, iface, cpu, out, stats, exe)
+            .map(|l| l.argv)
+            .unwrap_or_default()
+    }
+
+    /// How to start the tool (see [`Tool::argv`]); fails on a compression it cannot do.
+    pub fn launch(
+        self,
+        spec: &CaptureSpec,
+        iface: &str,
+        cpu: usize,
+        out: &Path,
+        stats: &Path,
+        exe: &Path,
+    ) -> anyhow::Result<Launch> {
         let kib = spec.buffer_kib.to_string();
         let out = out.to_string_lossy().into_owned();
         let sink = if spec.write {
@@ -131,7 +257,9 @@ impl Tool {
         } else {
             "/dev/null".into()
         };
+        let snaplen = spec.snaplen.map(|s| s.to_string());
         let mut v: Vec<String> = Vec::new();
+        let mut pipe = None;
         let mut push = |xs: &[&str]| v.extend(xs.iter().map(|x| (*x).to_owned()));
         match self {
             Tool::Poolcap => {
@@ -144,21 +272,62 @@ impl Tool {
                     "-B",
                     &kib,
                 ]);
-                if spec.write {
+                if spec.write || spec.dev_null {
                     let format = if spec.pcap_ns { "pcap-ns" } else { "pcap" };
-                    push(&["--format", format, "-w", &out]);
+                    push(&["--format", format, "-w", &sink]);
+                }
+                if let (Some(c), true) = (&spec.compress, spec.write) {
+                    push(&["--compress", c]);
+                }
+                if let Some(s) = &snaplen {
+                    push(&["-s", s]);
                 }
                 if let Some((m, r)) = spec.pool {
                     push(&["--pool", &format!("{m},{r}")]);
                 }
+                if let Some(q) = spec.queues {
+                    push(&["--queues", &q.to_string()]);
+                }
+                if let Some(w) = spec.workers {
+                    push(&["--workers", &w.to_string()]);
+                }
                 if spec.load > 0 {
                     push(&["--load", &spec.load.to_string()]);
                 }
+                if spec.inplace {
+                    push(&["--inplace"]);
+                }
+                for (flag, value) in [
+                    ("--offload", &spec.offload),
+                    ("--wait", &spec.wait),
+                    ("--backend", &spec.backend),
+                    ("--cpus", &spec.cpus),
+                ] {
+                    if let Some(x) = value {
+                        push(&[flag, x]);
+                    }
+                }
                 push(&["--stats-json", &stats.to_string_lossy()]);
             }
-            Tool::Tcpdump => push(&[
-                "tcpdump", "-i", iface, "-n", "-Z", "root", "-B", &kib, "-w", &sink,
-            ]),
+            Tool::Tcpdump => {
+                push(&["tcpdump", "-i", iface, "-n", "-Z", "root", "-B", &kib]);
+                if let Some(s) = &snaplen {
+                    push(&["-s", s]);
+                }
+                match (&spec.compress, spec.write) {
+                    (Some(c), true) => {
+                        push(&["-w", "-"]);
+                        let (prog, level) = compressor(c)?;
+                        pipe = Some(vec![
+                            prog.to_owned(),
+                            format!("-{level}"),
+                            "-q".into(),
+                            "-c".into(),
+                        ]);
+                    }
+                    _ => push(&["-w", &sink]),
+                }
+            }
             Tool::NetsniffNg => {
                 push(&["stdbuf", "-oL", "netsniff-ng", "-i", iface, "-s", "-A"]);
                 push(&[
@@ -172,10 +341,17 @@ impl Tool {
             }
             Tool::Dumpcap => {
                 let mib = spec.buffer_kib.div_ceil(1024).max(1).to_string();
-                push(&["dumpcap", "-i", iface, "-q", "-P", "-B", &mib, "-w", &sink]);
+                push(&["dumpcap", "-i", iface, "-q", "-P", "-B", &mib]);
+                if let Some(s) = &snaplen {
+                    push(&["-s", s]);
+                }
+                push(&["-w", &sink]);
             }
         }
-        v
+        if self != Tool::Poolcap && self != Tool::Tcpdump && spec.compress.is_some() {
+            bail!("{} cannot compress its output here", self.name());
+        }
+        Ok(Launch { argv: v, pipe })
     }
 
     /// Reads the final counts from everything the tool printed (stdout and stderr) and, for
@@ -219,7 +395,8 @@ impl Tool {
 }
 
 /// poolcap's `--stats-json`, read as plain JSON so that fields added to the report never
-/// break the bench.
+/// break the bench. Per-queue counters are summed into the extras; `hot_queue_share` is the
+/// busiest queue's share of all packets the queues accounted for (captured or dropped).
 fn parse_poolcap_stats(text: &str) -> anyhow::Result<Counts> {
     let v: serde_json::Value = serde_json::from_str(text).context("poolcap stats JSON")?;
     let num = |k: &str| {
@@ -228,23 +405,49 @@ fn parse_poolcap_stats(text: &str) -> anyhow::Result<Counts> {
             .ok_or_else(|| anyhow!("poolcap stats without `{k}`"))
     };
     let (kernel, pool) = (num("dropped_kernel")?, num("dropped_pool")?);
-    let peak = v
-        .get("queues")
-        .and_then(serde_json::Value::as_array)
-        .map(|qs| {
-            qs.iter()
-                .filter_map(|q| q.get("pool_peak_chunks")?.as_u64())
-                .max()
-                .unwrap_or(0)
-        });
     let mut extra = BTreeMap::from([
         ("dropped_kernel".to_owned(), kernel as f64),
         ("dropped_pool".to_owned(), pool as f64),
         ("filtered".to_owned(), num("filtered")? as f64),
     ]);
-    extra.extend(peak.map(|p| ("pool_peak_chunks".to_owned(), p as f64)));
-    if let Some(s) = v.get("syscalls_per_packet").and_then(|x| x.as_f64()) {
-        extra.insert("syscalls_per_packet".to_owned(), s);
+    for k in ["written", "not_written"] {
+        if let Some(x) = v.get(k).and_then(serde_json::Value::as_u64) {
+            extra.insert(k.to_owned(), x as f64);
+        }
+    }
+    for k in ["syscalls_per_packet", "cpu_user", "cpu_system"] {
+        if let Some(x) = v.get(k).and_then(serde_json::Value::as_f64) {
+            extra.insert(k.to_owned(), x);
+        }
+    }
+    let queues = v
+        .get("queues")
+        .and_then(serde_json::Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let q = |q: &serde_json::Value, k: &str| q.get(k).and_then(serde_json::Value::as_u64);
+    if !queues.is_empty() {
+        let peak = queues.iter().filter_map(|x| q(x, "pool_peak_chunks")).max();
+        extra.extend(peak.map(|p| ("pool_peak_chunks".to_owned(), p as f64)));
+        for k in ["syscalls", "offloaded_out", "offloaded_in", "paused_ms"] {
+            let sum: u64 = queues.iter().filter_map(|x| q(x, k)).sum();
+            extra.insert(k.to_owned(), sum as f64);
+        }
+        let per: Vec<u64> = queues
+            .iter()
+            .map(|x| {
+                ["captured", "dropped_kernel", "dropped_pool"]
+                    .iter()
+                    .filter_map(|k| q(x, k))
+                    .sum()
+            })
+            .collect();
+        let all: u64 = per.iter().sum();
+        if all > 0 {
+            let hot = per.iter().copied().max().unwrap_or(0);
+            extra.insert("hot_queue_share".to_owned(), hot as f64 / all as f64);
+        }
+        extra.insert("queues".to_owned(), queues.len() as f64);
     }
     Ok(Counts {
         captured: num("captured")?,
@@ -254,8 +457,20 @@ fn parse_poolcap_stats(text: &str) -> anyhow::Result<Counts> {
     })
 }
 
+/// `perf stat -x,` output: event name → count (events perf could not count are left out).
+pub fn parse_perf_stat(text: &str) -> BTreeMap<String, u64> {
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.trim().split(',').collect();
+            let value = f.first()?.trim().parse::<u64>().ok()?;
+            let event = f.get(2)?.trim();
+            (!event.is_empty()).then(|| (event.to_owned(), value))
+        })
+        .collect()
+}
+
 /// A traffic generator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Generator {
     /// `poolcap gen`.
@@ -265,7 +480,7 @@ pub enum Generator {
 }
 
 /// What to send.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Traffic {
     /// Frame size in bytes without FCS.
     pub size: usize,
@@ -276,8 +491,22 @@ pub struct Traffic {
     /// Bursts of this many frames at top speed...
     pub burst: Option<u64>,
     /// ... each followed by this much silence.
-    #[serde(serialize_with = "ser_ms")]
+    #[serde(serialize_with = "ser_ms", deserialize_with = "de_ms")]
     pub idle: Option<Duration>,
+    /// Distinct UDP flows (`--flows`); several flows spread over receive queues.
+    #[serde(default = "one")]
+    pub flows: usize,
+    /// Share of the heaviest flow (`--skew`).
+    #[serde(default)]
+    pub skew: Option<f64>,
+    /// Frames per send call (`--batch`); paced runs with a batch of rate/1000 frames leave the
+    /// generator asleep between batches instead of spinning.
+    #[serde(default)]
+    pub batch: Option<usize>,
+}
+
+fn one() -> usize {
+    1
 }
 
 fn ser_ms<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
@@ -287,7 +516,26 @@ fn ser_ms<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::
     }
 }
 
+fn de_ms<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let ms: Option<f64> = Option::deserialize(d)?;
+    Ok(ms.map(|ms| Duration::from_secs_f64(ms.max(0.0) / 1e3)))
+}
+
 impl Traffic {
+    /// `count` frames of `size` bytes at top speed, one flow.
+    pub fn top(size: usize, count: u64) -> Traffic {
+        Traffic {
+            size,
+            count,
+            rate: None,
+            burst: None,
+            idle: None,
+            flows: 1,
+            skew: None,
+            batch: None,
+        }
+    }
+
     /// A generous upper bound on how long sending takes (assuming at least 50k pps).
     pub fn timeout(&self) -> Duration {
         let pps = self.rate.unwrap_or(50_000).min(50_000) as f64;
@@ -297,10 +545,35 @@ impl Traffic {
         };
         Duration::from_secs_f64(10.0 + 3.0 * (self.count as f64 / pps + idle))
     }
+
+    /// Short description: `64 B, 100k pps, 16 flows (skew 0.8)`.
+    pub fn describe(&self) -> String {
+        let mut s = format!("{} B", self.size);
+        match self.rate {
+            Some(r) => {
+                let _ = write!(s, ", {}k pps", r / 1000);
+            }
+            None => s.push_str(", top speed"),
+        }
+        if let (Some(b), Some(i)) = (self.burst, self.idle) {
+            let _ = write!(
+                s,
+                ", bursts of {b} every {:.1} ms idle",
+                i.as_secs_f64() * 1e3
+            );
+        }
+        if self.flows > 1 {
+            let _ = write!(s, ", {} flows", self.flows);
+            if let Some(k) = self.skew {
+                let _ = write!(s, " (skew {k})");
+            }
+        }
+        s
+    }
 }
 
 /// What a generator reports about a run.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Sent {
     /// Frames that left.
     pub frames: u64,
@@ -393,10 +666,19 @@ impl Generator {
                         &format!("{}us", i.as_micros()),
                     ]);
                 }
+                if t.flows > 1 {
+                    push(&["--flows", &t.flows.to_string()]);
+                }
+                if let Some(k) = t.skew {
+                    push(&["--skew", &k.to_string()]);
+                }
+                if let Some(b) = t.batch {
+                    push(&["--batch", &b.to_string()]);
+                }
             }
             Generator::Trafgen => {
-                if t.burst.is_some() {
-                    bail!("trafgen cannot send bursts with idle gaps");
+                if t.burst.is_some() || t.flows > 1 || t.batch.is_some() {
+                    bail!("trafgen here sends one flow, without bursts or batch settings");
                 }
                 // One sending process; the caller pins it with taskset.
                 push(&["trafgen", "-o", iface, "-P", "1", "-n", &count]);
@@ -603,14 +885,7 @@ Running! Hang up with ^C!
 
     #[test]
     fn command_lines_carry_the_shared_settings() {
-        let spec = CaptureSpec {
-            tool: Tool::Dumpcap,
-            buffer_kib: 4096,
-            write: false,
-            pcap_ns: false,
-            pool: None,
-            load: 0,
-        };
+        let spec = CaptureSpec::new(Tool::Dumpcap, 4096);
         let p = Path::new;
         let line = |t: Tool| {
             let s = CaptureSpec {
@@ -636,5 +911,147 @@ Running! Hang up with ^C!
             line(Tool::Poolcap),
             "/bin/poolcap capture -i prb0 -q -B 4096 --stats-json /s.json"
         );
+    }
+
+    #[test]
+    fn poolcap_options_and_compression_pipes() {
+        let p = Path::new;
+        let spec = CaptureSpec {
+            queues: Some(2),
+            workers: Some(2),
+            load: 1000,
+            offload: Some("buddy:60".into()),
+            cpus: Some("1,0,1,0".into()),
+            pool: Some((64, 16)),
+            snaplen: Some(96),
+            dev_null: true,
+            ..CaptureSpec::new(Tool::Poolcap, 512)
+        };
+        let l = Tool::Poolcap
+            .launch(&spec, "prb0", 1, p("/x"), p("/s.json"), p("/pc"))
+            .unwrap();
+        assert_eq!(
+            l.argv.join(" "),
+            "/pc capture -i prb0 -q -B 512 --format pcap -w /dev/null -s 96 --pool 64,16 \
+             --queues 2 --workers 2 --load 1000 --offload buddy:60 --cpus 1,0,1,0 \
+             --stats-json /s.json"
+        );
+        assert!(l.pipe.is_none());
+        let inplace = CaptureSpec {
+            inplace: true,
+            load: 25000,
+            ..CaptureSpec::new(Tool::Poolcap, 4096)
+        };
+        let a = Tool::Poolcap.argv(&inplace, "prb0", 1, p("/x"), p("/s"), p("/pc"));
+        assert!(a.join(" ").contains("--load 25000 --inplace"), "{a:?}");
+
+        let zstd = CaptureSpec {
+            write: true,
+            compress: Some("zstd:19".into()),
+            ..CaptureSpec::new(Tool::Tcpdump, 4096)
+        };
+        let l = Tool::Tcpdump
+            .launch(&zstd, "prb0", 1, p("/x.pcap"), p("/s"), p("/pc"))
+            .unwrap();
+        assert_eq!(l.argv.join(" "), "tcpdump -i prb0 -n -Z root -B 4096 -w -");
+        assert_eq!(l.pipe.unwrap().join(" "), "zstd -19 -q -c");
+        assert_eq!(zstd.programs(), ["tcpdump", "zstd"]);
+        let gz = CaptureSpec {
+            compress: Some("gzip".into()),
+            ..zstd.clone()
+        };
+        let l = Tool::Tcpdump
+            .launch(&gz, "prb0", 1, p("/x"), p("/s"), p("/pc"))
+            .unwrap();
+        assert_eq!(l.pipe.unwrap().join(" "), "gzip -6 -q -c");
+        let pc = CaptureSpec {
+            tool: Tool::Poolcap,
+            ..zstd.clone()
+        };
+        let a = Tool::Poolcap.argv(&pc, "prb0", 1, p("/x.pcap"), p("/s"), p("/pc"));
+        assert!(
+            a.join(" ").contains("-w /x.pcap --compress zstd:19"),
+            "{a:?}"
+        );
+        let dc = CaptureSpec {
+            tool: Tool::Dumpcap,
+            ..zstd
+        };
+        assert!(Tool::Dumpcap
+            .launch(&dc, "prb0", 1, p("/x"), p("/s"), p("/pc"))
+            .is_err());
+        assert_eq!(compressor("zstd:1").unwrap(), ("zstd", 1));
+        assert!(compressor("lz4:1").is_err());
+        assert!(compressor("gzip:x").is_err());
+    }
+
+    #[test]
+    fn parses_per_queue_poolcap_counters() {
+        let text = r#"{"captured": 900, "dropped_kernel": 0, "dropped_pool": 100, "filtered": 0,
+            "written": 0, "syscalls_per_packet": 0.5,
+            "queues": [
+              {"queue": 0, "captured": 700, "dropped_kernel": 0, "dropped_pool": 100,
+               "syscalls": 10, "pool_peak_chunks": 64, "offloaded_out": 300,
+               "offloaded_in": 0, "paused_ms": 5},
+              {"queue": 1, "captured": 200, "dropped_kernel": 0, "dropped_pool": 0,
+               "syscalls": 20, "pool_peak_chunks": 3, "offloaded_out": 0,
+               "offloaded_in": 300, "paused_ms": 0}]}"#;
+        let c = parse_poolcap_stats(text).unwrap();
+        assert_eq!((c.captured, c.dropped), (900, 100));
+        let x = |k: &str| c.extra.get(k).copied();
+        assert_eq!(x("offloaded_out"), Some(300.0));
+        assert_eq!(x("offloaded_in"), Some(300.0));
+        assert_eq!(x("syscalls"), Some(30.0));
+        assert_eq!(x("paused_ms"), Some(5.0));
+        assert_eq!(x("pool_peak_chunks"), Some(64.0));
+        assert_eq!(x("hot_queue_share"), Some(0.8));
+        assert_eq!(x("queues"), Some(2.0));
+    }
+
+    #[test]
+    fn parses_perf_stat_csv() {
+        // perf stat -x, -e raw_syscalls:sys_enter,context-switches -p PID (recorded).
+        let text = "19536,,raw_syscalls:sys_enter,252894026,100.00,,
+214,,context-switches,252890000,100.00,,
+<not counted>,,cycles,0,100.00,,
+";
+        let m = parse_perf_stat(text);
+        assert_eq!(m.get("raw_syscalls:sys_enter"), Some(&19536));
+        assert_eq!(m.get("context-switches"), Some(&214));
+        assert_eq!(m.len(), 2);
+    }
+
+    #[test]
+    fn traffic_round_trips_through_json() {
+        let t = Traffic {
+            rate: Some(100_000),
+            burst: Some(10),
+            idle: Some(Duration::from_micros(1500)),
+            flows: 16,
+            skew: Some(0.8),
+            batch: Some(100),
+            ..Traffic::top(64, 1000)
+        };
+        let back: Traffic = serde_json::from_str(&serde_json::to_string(&t).unwrap()).unwrap();
+        assert_eq!(back, t);
+        let old: Traffic =
+            serde_json::from_str(r#"{"size":64,"count":5,"rate":null,"burst":null,"idle":null}"#)
+                .unwrap();
+        assert_eq!(old, Traffic::top(64, 5));
+        assert_eq!(
+            t.describe(),
+            "64 B, 100k pps, bursts of 10 every 1.5 ms idle, 16 flows (skew 0.8)"
+        );
+        let a = Generator::Poolcap
+            .argv(&t, "snd0", 0, Path::new("/c"), Path::new("/pc"))
+            .unwrap()
+            .join(" ");
+        assert!(
+            a.ends_with("--burst 10 --idle 1500us --flows 16 --skew 0.8 --batch 100"),
+            "{a}"
+        );
+        assert!(Generator::Trafgen
+            .argv(&t, "snd0", 0, Path::new("/c"), Path::new("/pc"))
+            .is_err());
     }
 }

@@ -14,8 +14,14 @@
 //!   charged per packet. On veth the kernel's receive work, including the copy into capture
 //!   rings, runs on the *sender's* CPU (see `shared/design.md`): it shows up as a lower sender
 //!   rate, not here — unless `--rps` moves it to the tool's CPU.
+//! - Syscalls (points that ask for them): `perf stat -e raw_syscalls:sys_enter -p PIDS`,
+//!   attached after the ready line and stopped at the end of the drain. perf counts in the
+//!   kernel (a tracepoint counter, no ptrace), so unlike `strace -c` it does not slow a tool
+//!   that makes one syscall per packet, and the loss measured in the same run stays valid.
+//!   Context switches (voluntary and involuntary, all threads, `/proc/PID/task/*/status`)
+//!   are read for every run over the same window.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -23,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use poolcap_lab::{netns_command, Lab};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::child::{Finished, Running, TICKS_PER_SECOND};
 use super::peer::{self, CaptureSpec, Counts, Generator, Sent, Tool, Traffic};
@@ -43,6 +49,11 @@ pub struct Subject {
     pub generator: Generator,
     /// Who captures (none: the generator alone is measured).
     pub capture: Option<CaptureSpec>,
+    /// A poolcap run that stands for a peer (`--inplace`, the plain fanout reader).
+    pub baseline: bool,
+    /// poolcap subjects are compared with the peers of the same group (or of group ""):
+    /// e.g. the same x-loop load.
+    pub group: String,
 }
 
 impl Subject {
@@ -52,6 +63,8 @@ impl Subject {
             name: generator.name().to_owned(),
             generator,
             capture: None,
+            baseline: false,
+            group: String::new(),
         }
     }
 
@@ -61,11 +74,40 @@ impl Subject {
             name: spec.tool.name().to_owned(),
             generator: Generator::Poolcap,
             capture: Some(spec),
+            baseline: false,
+            group: String::new(),
         }
     }
 
-    /// Whether this subject is poolcap's own (the one compared with the peers).
+    /// A capture tool under another name.
+    pub fn named(name: impl Into<String>, spec: CaptureSpec) -> Subject {
+        Subject {
+            name: name.into(),
+            ..Subject::capture(spec)
+        }
+    }
+
+    /// poolcap in a peer's role (the plain fanout reader).
+    pub fn baseline(name: impl Into<String>, spec: CaptureSpec) -> Subject {
+        Subject {
+            baseline: true,
+            ..Subject::named(name, spec)
+        }
+    }
+
+    /// The same subject in comparison group `group`.
+    pub fn in_group(self, group: impl Into<String>) -> Subject {
+        Subject {
+            group: group.into(),
+            ..self
+        }
+    }
+
+    /// Whether this subject is poolcap's (the one compared with the peers).
     pub fn is_poolcap(&self) -> bool {
+        if self.baseline {
+            return false;
+        }
         match &self.capture {
             Some(c) => c.tool == Tool::Poolcap,
             None => self.generator == Generator::Poolcap,
@@ -75,7 +117,7 @@ impl Subject {
     /// The first program this subject needs that is not installed.
     pub fn missing(&self) -> Option<String> {
         let mut programs = self.generator.programs().to_vec();
-        programs.extend(self.capture.iter().flat_map(|c| c.tool.programs()));
+        programs.extend(self.capture.iter().flat_map(CaptureSpec::programs));
         peer::missing(&programs)
     }
 }
@@ -91,6 +133,21 @@ pub struct Point {
     pub subjects: Vec<Subject>,
     /// Compute frame spacing from the written file's timestamps.
     pub spacing: bool,
+    /// Count the tool's syscalls with perf.
+    pub syscalls: bool,
+}
+
+impl Point {
+    /// A point with `subjects` measured on `traffic`.
+    pub fn new(id: impl Into<String>, traffic: Traffic, subjects: Vec<Subject>) -> Point {
+        Point {
+            id: id.into(),
+            traffic,
+            subjects,
+            spacing: false,
+            syscalls: false,
+        }
+    }
 }
 
 /// Everything runs share.
@@ -113,10 +170,12 @@ pub struct Bench<'a> {
     pub quiet_below: f64,
     /// Longest wait for a quiet machine.
     pub quiet_wait: Duration,
+    /// Whether `perf` is there to count syscalls.
+    pub perf: bool,
 }
 
 /// One run of one subject at one point: a line of `raw.jsonl`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Record {
     /// Suite name.
     pub suite: String,
@@ -126,6 +185,9 @@ pub struct Record {
     pub subject: String,
     /// Whether the subject is poolcap's.
     pub poolcap: bool,
+    /// Comparison group of the subject.
+    #[serde(default)]
+    pub group: String,
     /// Run number, from 1.
     pub run: usize,
     /// rps_cpus of the probe set to the tool's CPU.
@@ -150,6 +212,16 @@ pub struct Record {
     pub cpu_total_s: Option<f64>,
     /// Frame timing from the file.
     pub spacing: Option<Spacing>,
+    /// Syscalls of the tool (all threads, all processes of a pipe) between ready and drained,
+    /// counted by perf.
+    #[serde(default)]
+    pub syscalls: Option<u64>,
+    /// Voluntary context switches over the same window.
+    #[serde(default)]
+    pub voluntary_switches: Option<u64>,
+    /// Involuntary context switches over the same window.
+    #[serde(default)]
+    pub involuntary_switches: Option<u64>,
     /// Wall seconds of the whole run.
     pub wall_s: f64,
     /// Share of all CPUs busy just before the run (others' work on a shared machine).
@@ -165,11 +237,32 @@ impl Record {
     }
 }
 
-/// `ip netns exec NS taskset -c CPU PROGRAM ARGS...`.
-fn pinned(netns: &str, cpu: usize, argv: &[String]) -> Command {
+/// `ip netns exec NS taskset -c CPUS PROGRAM ARGS...`.
+fn pinned(netns: &str, cpus: &str, argv: &[String]) -> Command {
     let mut cmd = netns_command(netns, "taskset");
-    cmd.arg("-c").arg(cpu.to_string()).args(argv);
+    cmd.arg("-c").arg(cpus).args(argv);
     cmd
+}
+
+/// Reads a capture file, decompressing it first when it was written with `compress`
+/// (`zstd:L` or `gzip:L`).
+pub fn read_capture(
+    path: &Path,
+    compress: Option<&str>,
+) -> anyhow::Result<poolcap_format::CaptureFile> {
+    let Some(c) = compress else {
+        return Ok(poolcap_format::read_file(path)?);
+    };
+    let f = std::fs::File::open(path)?;
+    let bytes = match peer::compressor(c)?.0 {
+        "gzip" => {
+            let mut v = Vec::new();
+            std::io::Read::read_to_end(&mut flate2::read::MultiGzDecoder::new(f), &mut v)?;
+            v
+        }
+        _ => zstd::stream::decode_all(f)?,
+    };
+    Ok(poolcap_format::read_bytes(&bytes)?)
 }
 
 /// Busy and total jiffies of all CPUs (`/proc/stat`; idle and iowait count as not busy).
@@ -228,6 +321,7 @@ impl Bench<'_> {
             point: point.id.clone(),
             subject: subject.name.clone(),
             poolcap: subject.is_poolcap(),
+            group: subject.group.clone(),
             run,
             rps: self.rps,
             traffic: point.traffic.clone(),
@@ -240,6 +334,9 @@ impl Bench<'_> {
             cpu_s: None,
             cpu_total_s: None,
             spacing: None,
+            syscalls: None,
+            voluntary_switches: None,
+            involuntary_switches: None,
             wall_s: 0.0,
             busy_before,
             error: None,
@@ -257,7 +354,7 @@ impl Bench<'_> {
         &self,
         point: &Point,
         subject: &Subject,
-        file: &std::path::Path,
+        file: &Path,
         rec: &mut Record,
     ) -> anyhow::Result<()> {
         let stats = self.scratch.join("poolcap-stats.json");
@@ -266,17 +363,32 @@ impl Bench<'_> {
         let probe = &self.lab.probe;
         let tool = match &subject.capture {
             Some(c) => {
-                let argv = c
+                let launch = c
                     .tool
-                    .argv(c, &probe.iface, TOOL_CPU, file, &stats, &self.exe);
-                let mut r = Running::spawn(pinned(&probe.netns, TOOL_CPU, &argv), c.tool.name())?;
+                    .launch(c, &probe.iface, TOOL_CPU, file, &stats, &self.exe)?;
+                let cpus = c.taskset.clone().unwrap_or_else(|| TOOL_CPU.to_string());
+                let first = pinned(&probe.netns, &cpus, &launch.argv);
+                let mut r = match &launch.pipe {
+                    None => Running::spawn(first, c.tool.name())?,
+                    Some(pipe) => {
+                        let out = std::fs::File::create(file)
+                            .with_context(|| format!("cannot create {}", file.display()))?;
+                        let second = pinned(&probe.netns, &cpus, pipe);
+                        Running::spawn_pipe(first, second, out, c.tool.name())?
+                    }
+                };
                 r.wait_ready(c.tool.ready_marker(), Duration::from_secs(30), &self.stop)?;
                 std::thread::sleep(self.settle);
                 Some((c, r))
             }
             None => None,
         };
+        let perf = match (&tool, point.syscalls && self.perf) {
+            (Some((_, r)), true) => Some(self.start_perf(&r.pids())?),
+            _ => None,
+        };
         let cpu_before = tool.as_ref().and_then(|(_, r)| r.cpu_ticks());
+        let sw_before = tool.as_ref().and_then(|(_, r)| r.switches());
 
         let gen = subject.generator;
         let cfg = self
@@ -290,7 +402,10 @@ impl Bench<'_> {
         }
         let sender = &self.lab.sender;
         let argv = gen.argv(&point.traffic, &sender.iface, GEN_CPU, &cfg, &self.exe)?;
-        let running = Running::spawn(pinned(&sender.netns, GEN_CPU, &argv), gen.name())?;
+        let running = Running::spawn(
+            pinned(&sender.netns, &GEN_CPU.to_string(), &argv),
+            gen.name(),
+        )?;
         let done = running.wait(point.traffic.timeout(), &self.stop)?;
         if self.stop.load(Ordering::Relaxed) {
             bail!("interrupted");
@@ -305,15 +420,28 @@ impl Bench<'_> {
         };
         std::thread::sleep(self.drain);
         let cpu_after = tool.cpu_ticks();
+        let sw_after = tool.switches();
+        if let Some(p) = perf {
+            let f = p.interrupt(Duration::from_secs(10))?;
+            let counts = peer::parse_perf_stat(&f.text);
+            rec.syscalls = counts.get("raw_syscalls:sys_enter").copied();
+            if rec.syscalls.is_none() {
+                bail!("perf counted no syscalls: {}", f.text.trim());
+            }
+        }
         let fin = tool.interrupt(Duration::from_secs(60))?;
         check_exit(spec.tool.name(), &fin)?;
         rec.cpu_total_s = cpu_after.map(|t| t as f64 / TICKS_PER_SECOND);
         if let (Some(a), Some(b)) = (cpu_before, cpu_after) {
             rec.cpu_s = Some(b.saturating_sub(a) as f64 / TICKS_PER_SECOND);
         }
+        if let (Some(a), Some(b)) = (sw_before, sw_after) {
+            rec.voluntary_switches = Some(b.0.saturating_sub(a.0));
+            rec.involuntary_switches = Some(b.1.saturating_sub(a.1));
+        }
         rec.counts = Some(spec.tool.parse(&fin.text, &stats)?);
         if spec.write {
-            let f = poolcap_format::read_file(file)
+            let f = read_capture(file, spec.compress.as_deref())
                 .with_context(|| format!("cannot read {}'s file", spec.tool.name()))?;
             rec.in_file = Some(f.packets.len() as u64);
             if let (true, Some(rate)) = (point.spacing, point.traffic.rate) {
@@ -325,5 +453,17 @@ impl Bench<'_> {
             rec.loss = Some((offered as f64 - c as f64) / offered as f64);
         }
         Ok(())
+    }
+
+    /// Starts `perf stat` counting the syscalls of `pids` (on the generator's CPU, where it
+    /// only sleeps) and gives it time to attach.
+    fn start_perf(&self, pids: &[u32]) -> anyhow::Result<Running> {
+        let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+        let mut cmd = Command::new("taskset");
+        cmd.args(["-c", &GEN_CPU.to_string(), "perf", "stat", "-x,"])
+            .args(["-e", "raw_syscalls:sys_enter", "-p", &list.join(",")]);
+        let r = Running::spawn(cmd, "perf stat")?;
+        std::thread::sleep(Duration::from_millis(200));
+        Ok(r)
     }
 }

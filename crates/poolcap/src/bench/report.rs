@@ -1,7 +1,8 @@
 //! The formatters: `raw.jsonl` (one object per run, written as runs finish so an interrupted
-//! bench keeps what it measured), `results.csv` (one row per point and subject, min / median /
-//! max of every metric) and `summary.md` (the tables a reader wants, with poolcap as a ratio
-//! to the best peer at each point and the suite's targets checked).
+//! bench keeps what it measured, and read back by `poolcap bench report`), `results.csv` (one
+//! row per point and subject, min / median / max of every metric) and the markdown tables of
+//! `summary.md` and `BENCHMARKS.md` (see [`super::doc`]): results, poolcap as a ratio to the
+//! best peer at each point, and the suite's targets.
 
 use std::fmt::Write as _;
 use std::fs::File;
@@ -9,6 +10,7 @@ use std::io::Write as _;
 use std::path::Path;
 
 use anyhow::Context;
+use serde::{Deserialize, Serialize};
 
 use super::peer::{CaptureSpec, Traffic};
 use super::point::Record;
@@ -30,6 +32,22 @@ impl RawLog {
         self.0.flush()?;
         Ok(())
     }
+}
+
+/// Reads `raw.jsonl` back (a torn last line, from a run killed mid-write, is skipped).
+pub fn read_raw(path: &Path) -> anyhow::Result<Vec<Record>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let mut v = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        match serde_json::from_str(l) {
+            Ok(r) => v.push(r),
+            Err(_) if i + 1 == lines.len() => {}
+            Err(e) => anyhow::bail!("{}:{}: {e}", path.display(), i + 1),
+        }
+    }
+    Ok(v)
 }
 
 /// Which way a metric is better.
@@ -73,6 +91,57 @@ fn f2(x: f64) -> String {
 }
 fn f3(x: f64) -> String {
     format!("{x:.3}")
+}
+fn f4(x: f64) -> String {
+    match x {
+        0.0 => "0".to_owned(),
+        x if x.abs() < 0.001 => format!("{x:.1e}"),
+        x => format!("{x:.4}"),
+    }
+}
+
+fn extra(r: &Record, k: &str) -> Option<f64> {
+    r.counts.as_ref()?.extra.get(k).copied()
+}
+
+/// Share of the offered packets, with `n` packets.
+fn of_offered(r: &Record, n: f64) -> Option<f64> {
+    let offered = r.sent.as_ref()?.frames;
+    (offered > 0).then(|| n / offered as f64)
+}
+
+/// Per captured packet.
+fn per_captured(r: &Record, n: f64) -> Option<f64> {
+    let c = r.counts.as_ref()?.captured;
+    (c > 0).then(|| n / c as f64)
+}
+
+/// Packets taken from the kernel per second of sending: captured plus those the pool had no
+/// room for (they were read, then dropped), scaled to the sender's rate.
+fn capture_pps(r: &Record) -> Option<f64> {
+    let c = r.counts.as_ref()?;
+    let taken = c.captured as f64 + extra(r, "dropped_pool").unwrap_or(0.0);
+    Some(of_offered(r, taken)? * r.sent.as_ref()?.pps)
+}
+
+/// Packets that went through the analysis (captured, which for poolcap means through the
+/// x-loop), per second of sending.
+fn analysis_pps(r: &Record) -> Option<f64> {
+    Some(of_offered(r, r.captured()? as f64)? * r.sent.as_ref()?.pps)
+}
+
+/// Packets the kernel dropped (ring full), as a share of the offered.
+fn kernel_drop(r: &Record) -> Option<f64> {
+    let d = extra(r, "dropped_kernel").unwrap_or(r.counts.as_ref()?.dropped as f64);
+    of_offered(r, d)
+}
+
+/// offered − captured − dropped − filtered, as the tool counts them: 0 when the accounting
+/// equation holds.
+fn unaccounted(r: &Record) -> Option<f64> {
+    let c = r.counts.as_ref()?;
+    let offered = r.sent.as_ref()?.frames as f64;
+    Some(offered - c.captured as f64 - c.dropped as f64 - extra(r, "filtered").unwrap_or(0.0))
 }
 
 /// Relative error of the generator's own rate against the asked rate.
@@ -186,6 +255,83 @@ pub const METRICS: &[Metric] = &[
         show: n0,
     },
     Metric {
+        key: "capture_pps",
+        title: "capture pps",
+        better: Better::Higher,
+        get: capture_pps,
+        show: kilo,
+    },
+    Metric {
+        key: "analysis_pps",
+        title: "analysis pps",
+        better: Better::Higher,
+        get: analysis_pps,
+        show: kilo,
+    },
+    Metric {
+        key: "kernel_drop",
+        title: "kernel drops",
+        better: Better::Lower,
+        get: kernel_drop,
+        show: pct,
+    },
+    Metric {
+        key: "pool_drop",
+        title: "pool drops",
+        better: Better::Lower,
+        get: |r| of_offered(r, extra(r, "dropped_pool")?),
+        show: pct,
+    },
+    Metric {
+        key: "hot_share",
+        title: "hot queue share",
+        better: Better::Lower,
+        get: |r| extra(r, "hot_queue_share"),
+        show: pct,
+    },
+    Metric {
+        key: "away_share",
+        title: "processed away from home",
+        better: Better::Lower,
+        get: |r| per_captured(r, extra(r, "offloaded_out")?),
+        show: pct,
+    },
+    Metric {
+        key: "paused_ms",
+        title: "paused ms",
+        better: Better::Lower,
+        get: |r| extra(r, "paused_ms"),
+        show: n0,
+    },
+    Metric {
+        key: "syscalls_per_pkt",
+        title: "syscalls/pkt (perf)",
+        better: Better::Lower,
+        get: |r| per_captured(r, r.syscalls? as f64),
+        show: f4,
+    },
+    Metric {
+        key: "wait_syscalls_per_pkt",
+        title: "wait syscalls/pkt (own count)",
+        better: Better::Lower,
+        get: |r| per_captured(r, extra(r, "syscalls")?),
+        show: f4,
+    },
+    Metric {
+        key: "switches_per_pkt",
+        title: "ctx switches/pkt",
+        better: Better::Lower,
+        get: |r| per_captured(r, (r.voluntary_switches? + r.involuntary_switches?) as f64),
+        show: f4,
+    },
+    Metric {
+        key: "unaccounted",
+        title: "unaccounted",
+        better: Better::Lower,
+        get: unaccounted,
+        show: n0,
+    },
+    Metric {
         key: "busy_before",
         title: "machine busy before",
         better: Better::Lower,
@@ -211,6 +357,8 @@ pub struct Row {
     pub subject: String,
     /// Whether it is poolcap's.
     pub poolcap: bool,
+    /// Comparison group.
+    pub group: String,
     /// rps setting of the runs.
     pub rps: bool,
     /// The point's traffic.
@@ -258,6 +406,7 @@ pub fn aggregate(records: &[Record]) -> Vec<Row> {
                 point: p.to_owned(),
                 subject: s.to_owned(),
                 poolcap: first.poolcap,
+                group: first.group.clone(),
                 rps: first.rps,
                 traffic: first.traffic.clone(),
                 capture: first.capture.clone(),
@@ -340,6 +489,11 @@ pub fn cell(row: &Row, key: &str) -> String {
     }
 }
 
+/// Text for a markdown table cell (a `|` would end the cell).
+pub fn md_cell(s: &str) -> String {
+    s.replace('|', "\\|")
+}
+
 /// A markdown table of `rows` with the given metric columns.
 pub fn table(rows: &[Row], columns: &[&str]) -> String {
     let mut s = String::from("| point | subject | runs |");
@@ -356,11 +510,11 @@ pub fn table(rows: &[Row], columns: &[&str]) -> String {
             format!("{} ({} failed)", r.ok, r.failed.len())
         };
         let name = if r.poolcap {
-            format!("**{}**", r.subject)
+            format!("**{}**", md_cell(&r.subject))
         } else {
-            r.subject.clone()
+            md_cell(&r.subject)
         };
-        let _ = write!(s, "| {} | {} | {} |", r.point, name, runs);
+        let _ = write!(s, "| {} | {} | {} |", md_cell(&r.point), name, runs);
         for c in columns {
             let _ = write!(s, " {} |", cell(r, c));
         }
@@ -378,14 +532,21 @@ pub struct Versus {
 }
 
 impl Versus {
-    /// Compares poolcap with the peers measured at `point` on metric `key`.
+    /// Compares the first poolcap subject measured at `point` with the peers there, on `key`.
     pub fn at(rows: &[Row], point: &str, key: &str) -> Option<Versus> {
-        let at: Vec<&Row> = rows.iter().filter(|r| r.point == point).collect();
-        let poolcap = at.iter().find(|r| r.poolcap)?.median(key)?;
+        let row = rows.iter().find(|r| r.point == point && r.poolcap)?;
+        Versus::of(rows, row, key)
+    }
+
+    /// Compares poolcap's `row` with the peers at its point in its group (or of group ""),
+    /// on `key`.
+    pub fn of(rows: &[Row], row: &Row, key: &str) -> Option<Versus> {
+        let poolcap = row.median(key)?;
         let lower = metric(key).better == Better::Lower;
-        let best = at
+        let best = rows
             .iter()
-            .filter(|r| !r.poolcap)
+            .filter(|r| r.point == row.point && !r.poolcap)
+            .filter(|r| r.group.is_empty() || r.group == row.group)
             .filter_map(|r| Some((r.subject.clone(), r.median(key)?)))
             .min_by(|a, b| {
                 let o = a.1.total_cmp(&b.1);
@@ -409,46 +570,64 @@ impl Versus {
     }
 }
 
-/// A markdown table: for each point, each metric of poolcap as a ratio to the best peer.
+/// A markdown table: each poolcap subject at each point, each metric as a ratio to the best
+/// peer there (`–` where no peer was measured).
 pub fn ratio_table(rows: &[Row], keys: &[&str]) -> String {
-    let mut points: Vec<&str> = Vec::new();
-    for r in rows {
-        if !points.contains(&r.point.as_str()) {
-            points.push(&r.point);
-        }
-    }
-    let mut s = String::from("| point |");
+    let mut s = String::from("| point | poolcap subject |");
     for k in keys {
         let _ = write!(s, " {} poolcap / best peer |", metric(k).title);
     }
-    s.push_str("\n|---|");
+    s.push_str("\n|---|---|");
     s.push_str(&"---|".repeat(keys.len()));
     s.push('\n');
-    for p in points {
-        let _ = write!(s, "| {p} |");
-        for k in keys {
-            let m = metric(k);
-            match Versus::at(rows, p, k) {
-                Some(v) if v.best.is_some() => {
-                    let (name, b) = v.best.clone().unwrap_or_default();
-                    let _ = write!(
-                        s,
-                        " {} / {} ({name}) = {} |",
-                        (m.show)(v.poolcap),
-                        (m.show)(b),
-                        v.ratio()
-                    );
+    let mut any = false;
+    for row in rows.iter().filter(|r| r.poolcap && r.capture.is_some()) {
+        let cells: Vec<String> = keys
+            .iter()
+            .map(|k| {
+                let m = metric(k);
+                match Versus::of(rows, row, k) {
+                    Some(Versus {
+                        poolcap,
+                        best: Some((name, b)),
+                    }) => {
+                        let v = Versus {
+                            poolcap,
+                            best: Some((name.clone(), b)),
+                        };
+                        format!(
+                            "{} / {} ({}) = {}",
+                            (m.show)(poolcap),
+                            (m.show)(b),
+                            md_cell(&name),
+                            v.ratio()
+                        )
+                    }
+                    _ => "–".to_owned(),
                 }
-                _ => s.push_str(" – |"),
-            }
+            })
+            .collect();
+        if cells.iter().all(|c| c == "–") {
+            continue;
         }
-        s.push('\n');
+        any = true;
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} |",
+            md_cell(&row.point),
+            md_cell(&row.subject),
+            cells.join(" | ")
+        );
     }
-    s
+    if any {
+        s
+    } else {
+        String::new()
+    }
 }
 
 /// The machine a bench ran on.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Machine {
     /// CPUs online.
     pub nproc: usize,
@@ -483,77 +662,6 @@ impl Machine {
     }
 }
 
-/// Everything `summary.md` holds besides the tables.
-pub struct SummaryText {
-    /// Title line.
-    pub title: String,
-    /// The machine.
-    pub machine: Machine,
-    /// The exact command line.
-    pub command: String,
-    /// Settings, one bullet each.
-    pub settings: Vec<String>,
-    /// Notes (skipped peers, calibration, caveats), one bullet each.
-    pub notes: Vec<String>,
-    /// Metric columns of the results table.
-    pub columns: Vec<&'static str>,
-    /// Metrics shown as poolcap / best peer.
-    pub ratios: Vec<&'static str>,
-    /// Target checks, one bullet each.
-    pub targets: Vec<String>,
-}
-
-/// Writes `summary.md`.
-pub fn write_summary(path: &Path, t: &SummaryText, rows: &[Row]) -> anyhow::Result<()> {
-    let mut s = format!("# {}\n\n", t.title);
-    let m = &t.machine;
-    let _ = writeln!(
-        s,
-        "- machine: {} CPUs, {}, kernel {}",
-        m.nproc, m.cpu, m.kernel
-    );
-    let _ = writeln!(s, "- command: `{}`", t.command);
-    for x in &t.settings {
-        let _ = writeln!(s, "- {x}");
-    }
-    if !t.notes.is_empty() {
-        s.push_str("\nNotes:\n\n");
-        for x in &t.notes {
-            let _ = writeln!(s, "- {x}");
-        }
-    }
-    s.push_str("\n## Results (median, with min–max over the runs)\n\n");
-    s.push_str(&table(rows, &t.columns));
-    if rows.iter().any(|r| r.poolcap) && !t.ratios.is_empty() {
-        s.push_str("\n## poolcap against the best peer (medians)\n\n");
-        s.push_str(&ratio_table(rows, &t.ratios));
-    }
-    if !t.targets.is_empty() {
-        s.push_str("\n## Targets\n\n");
-        for x in &t.targets {
-            let _ = writeln!(s, "- {x}");
-        }
-    }
-    let failures: Vec<String> = rows
-        .iter()
-        .filter_map(|r| {
-            Some(format!(
-                "{} / {}: {}",
-                r.point,
-                r.subject,
-                r.failed.first()?
-            ))
-        })
-        .collect();
-    if !failures.is_empty() {
-        s.push_str("\n## Failed runs (first error of each)\n\n");
-        for f in failures {
-            let _ = writeln!(s, "- {f}");
-        }
-    }
-    std::fs::write(path, s).with_context(|| format!("cannot write {}", path.display()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -565,24 +673,12 @@ mod tests {
             point: point.into(),
             subject: subject.into(),
             poolcap,
+            group: String::new(),
             run: 1,
             rps: false,
-            traffic: Traffic {
-                size: 64,
-                count: 1000,
-                rate: None,
-                burst: None,
-                idle: None,
-            },
+            traffic: Traffic::top(64, 1000),
             generator: Generator::Poolcap,
-            capture: Some(CaptureSpec {
-                tool: Tool::Tcpdump,
-                buffer_kib: 4096,
-                write: false,
-                pcap_ns: false,
-                pool: None,
-                load: 0,
-            }),
+            capture: Some(CaptureSpec::new(Tool::Tcpdump, 4096)),
             sent: Some(Sent {
                 frames: 1000,
                 pps,
@@ -591,6 +687,7 @@ mod tests {
             }),
             counts: Some(Counts {
                 captured,
+                dropped: 1000 - captured,
                 ..Counts::default()
             }),
             in_file: None,
@@ -598,6 +695,9 @@ mod tests {
             cpu_s: Some(0.01),
             cpu_total_s: None,
             spacing: None,
+            syscalls: Some(captured / 2),
+            voluntary_switches: Some(10),
+            involuntary_switches: Some(0),
             wall_s: 1.0,
             busy_before: None,
             error: None,
@@ -629,6 +729,7 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("2 (1 failed)"));
+        assert_eq!(md_cell("tcpdump | zstd -1"), "tcpdump \\| zstd -1");
         let dir = tempfile::tempdir().unwrap();
         write_csv(&dir.path().join("r.csv"), "t", &rows).unwrap();
         let csv = std::fs::read_to_string(dir.path().join("r.csv")).unwrap();
@@ -639,5 +740,67 @@ mod tests {
             lines[1].split(',').count(),
             "{csv}"
         );
+    }
+
+    #[test]
+    fn throughput_shares_and_per_packet_metrics() {
+        let mut r = rec("p", "poolcap", true, 600, 100e3);
+        let c = r.counts.as_mut().unwrap();
+        c.dropped = 400;
+        c.extra.insert("dropped_pool".into(), 300.0);
+        c.extra.insert("dropped_kernel".into(), 100.0);
+        c.extra.insert("offloaded_out".into(), 150.0);
+        c.extra.insert("syscalls".into(), 60.0);
+        let get = |k: &str| (metric(k).get)(&r).unwrap();
+        // 600 analysed + 300 read then dropped by the pool, of 1000 offered at 100k pps.
+        assert!((get("capture_pps") - 90e3).abs() < 1e-6);
+        assert!((get("analysis_pps") - 60e3).abs() < 1e-6);
+        assert!((get("kernel_drop") - 0.1).abs() < 1e-12);
+        assert!((get("pool_drop") - 0.3).abs() < 1e-12);
+        assert!((get("away_share") - 0.25).abs() < 1e-12);
+        assert!((get("syscalls_per_pkt") - 0.5).abs() < 1e-12);
+        assert!((get("wait_syscalls_per_pkt") - 0.1).abs() < 1e-12);
+        assert_eq!(get("unaccounted"), 0.0);
+        r.counts.as_mut().unwrap().dropped = 350;
+        assert_eq!((metric("unaccounted").get)(&r), Some(50.0));
+    }
+
+    #[test]
+    fn ratios_compare_within_a_group() {
+        let mut rs = vec![
+            rec("p", "poolcap x=1000", true, 1000, 1.0),
+            rec("p", "poolcap x=25000", true, 500, 1.0),
+            rec("p", "reader x=1000", false, 900, 1.0),
+            rec("p", "reader x=25000", false, 250, 1.0),
+            rec("p", "tcpdump", false, 100, 1.0),
+        ];
+        for (r, g) in rs
+            .iter_mut()
+            .zip(["x=1000", "x=25000", "x=1000", "x=25000", ""])
+        {
+            r.group = g.into();
+        }
+        let rows = aggregate(&rs);
+        let v = Versus::of(&rows, &rows[1], "captured").unwrap();
+        assert_eq!(v.best, Some(("reader x=25000".into(), 250.0)));
+        assert_eq!(v.ratio(), "2.00");
+        let v = Versus::of(&rows, &rows[0], "loss").unwrap();
+        assert_eq!(v.best.unwrap().0, "reader x=1000");
+        let t = ratio_table(&rows, &["captured"]);
+        assert_eq!(t.lines().count(), 4, "{t}");
+        assert!(t.contains("| p | poolcap x=25000 | 500 / 250 (reader x=25000) = 2.00 |"));
+        let raw = tempfile::NamedTempFile::new().unwrap();
+        let mut log = RawLog::create(raw.path()).unwrap();
+        for r in &rs {
+            log.append(r).unwrap();
+        }
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(raw.path())
+            .and_then(|mut f| f.write_all(b"{\"suite\":\"t"))
+            .unwrap();
+        let back = read_raw(raw.path()).unwrap();
+        assert_eq!(back.len(), 5);
+        assert_eq!(back[1].group, "x=25000");
     }
 }

@@ -3,7 +3,7 @@
 //! Every point runs at least three times and is reported as min / median / max: the median is
 //! robust to one disturbed run on a shared machine, and the range shows how much to trust it.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Min, median and max of a metric over the runs of one point.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -42,7 +42,7 @@ impl Spread {
 }
 
 /// How evenly frames arrived, from capture timestamps in nanoseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Spacing {
     /// Frames per second between the first and last frame.
     pub wire_pps: f64,

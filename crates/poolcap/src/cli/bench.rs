@@ -1,46 +1,114 @@
-//! `poolcap bench`: runs a benchmark suite against the peers and writes raw runs, a CSV and a
-//! markdown summary (see [`crate::bench`]).
+//! `poolcap bench`: runs a benchmark suite against the peers and writes raw runs, a CSV,
+//! figures and a markdown summary (see [`crate::bench`]); `all` runs every suite and writes
+//! BENCHMARKS.md, `report` rebuilds BENCHMARKS.md from the latest results.
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use clap::Args;
+use clap::builder::PossibleValue;
+use clap::{Args, ValueEnum};
 
-use crate::bench::{self, Suite};
+use crate::bench::manager::{self, ReportPaths};
+use crate::bench::{self, Scale, Suite};
 use crate::cli::usage;
+
+/// What `poolcap bench` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// One suite.
+    Suite(Suite),
+    /// Every suite, then the report.
+    All,
+    /// BENCHMARKS.md from the latest results, without running anything.
+    Report,
+}
+
+const TARGETS: [Target; 11] = [
+    Target::Suite(Suite::Gen),
+    Target::Suite(Suite::Capture),
+    Target::Suite(Suite::Burst),
+    Target::Suite(Suite::Rates),
+    Target::Suite(Suite::Imbalance),
+    Target::Suite(Suite::Sizes),
+    Target::Suite(Suite::Appload),
+    Target::Suite(Suite::Wait),
+    Target::Suite(Suite::Backends),
+    Target::All,
+    Target::Report,
+];
+
+impl ValueEnum for Target {
+    fn value_variants<'a>() -> &'a [Self] {
+        &TARGETS
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(PossibleValue::new(match self {
+            Target::Suite(s) => s.name(),
+            Target::All => "all",
+            Target::Report => "report",
+        }))
+    }
+}
 
 /// Arguments of `poolcap bench`.
 #[derive(Debug, Args)]
 #[command(after_help = "Suites:
-  gen      poolcap gen vs trafgen at top speed; rate accuracy and spacing at 100k and 300k pps
-  capture  poolcap vs tcpdump, netsniff-ng, dumpcap: 64/1514 B, top speed (and 300k pps),
-           counting and writing a file: loss, CPU per packet, sender rate
-  burst    loss vs burst length for (M,R) = (64,256), (128,128), (256,64) under an x-loop load
+  gen        poolcap gen vs trafgen at top speed; rate accuracy and spacing at 100k and 300k pps
+  capture    poolcap vs tcpdump, netsniff-ng, dumpcap: 64/1514 B, top speed (and 300k pps),
+             counting and writing a file: loss, CPU per packet, sender rate
+  burst      loss vs burst length for (M,R) = (64,256), (128,128), (256,64) under an x-loop load
+  rates      capture and analysis throughput vs offered rate: x = 0/1000/25000, 1 and 2 workers,
+             basic and congestion control, and the plain fanout reader (--inplace)
+  imbalance  skewed flows on 2 queues: basic vs buddy:60..90 vs the fanout reader; congestion
+             control vs basic over offered rates
+  sizes      loss vs frame size 72..1200 B, snaplen 96/128/256, buffers 2..32 MB: poolcap,
+             tcpdump, dumpcap
+  appload    loss vs compression level (zstd, gzip) at 64/256/512 B: poolcap vs tcpdump | zstd
+  wait       syscalls per packet and loss of --wait poll/busy/adaptive and of the peers
+  backends   AF_XDP (copy mode on veth) vs AF_PACKET: CPU per packet, sender rate, loss
+  all        every suite (sizes with --rps), then `report`
+  report     rebuild BENCHMARKS.md and docs/bench/*.png from the latest result of each suite
 
-Needs root and 2 CPUs: the generator runs on CPU 0, the tool under test on CPU 1.
+Needs root and 2 CPUs: the generator runs on CPU 0, the tool under test on CPU 1 (some suites
+put a second worker on CPU 0 and say so). Each suite writes bench/results/SUITE-TIME/
+(raw.jsonl, results.csv, meta.json, summary.md, *.png).
 
 Examples:
-  poolcap bench gen --quick
-  poolcap bench capture --runs 5 --rps --out /tmp/capture-rps")]
+  poolcap bench all --quick          # every suite, a few minutes each, then BENCHMARKS.md
+  poolcap bench imbalance --quick
+  poolcap bench capture --runs 5 --rps --out /tmp/capture-rps
+  poolcap bench report")]
 pub struct BenchArgs {
-    /// The suite to run.
+    /// The suite to run, `all`, or `report`.
     #[arg(value_enum)]
-    suite: Suite,
-    /// Fewer points and frames (a few minutes on 2 cores).
-    #[arg(long)]
+    target: Target,
+    /// Fewer points and frames (a few minutes per suite on 2 cores).
+    #[arg(long, conflicts_with = "smoke")]
     quick: bool,
+    /// One tiny point (for tests: counts add up, files exist; the numbers mean nothing).
+    #[arg(long)]
+    smoke: bool,
     /// Runs per point and tool (interleaved).
     #[arg(long, default_value_t = 3)]
     runs: usize,
-    /// Output directory [default: bench/results/SUITE-YYYYMMDD-HHMMSS, UTC].
+    /// Output directory of a single suite [default: RESULTS/SUITE-YYYYMMDD-HHMMSS, UTC].
     #[arg(long)]
     out: Option<PathBuf>,
     /// Set the probe interface's rps_cpus to the tool's CPU, so the kernel's receive work
     /// competes with the tool as with a NIC whose interrupts go to the capture core.
     #[arg(long)]
     rps: bool,
+    /// Where result directories go and `report` looks for them.
+    #[arg(long, default_value = "bench/results")]
+    results: PathBuf,
+    /// The markdown file `all` and `report` write.
+    #[arg(long, default_value = "BENCHMARKS.md")]
+    markdown: PathBuf,
+    /// The folder for its figures, relative to the markdown file's folder.
+    #[arg(long, default_value = "docs/bench")]
+    figures: PathBuf,
 }
 
 /// The command line as typed, quoted where needed.
@@ -62,27 +130,52 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if args.runs == 0 {
         return Err(usage("--runs must be at least 1"));
     }
-    let out = args.out.unwrap_or_else(|| {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        PathBuf::from("bench/results").join(format!(
-            "{}-{}",
-            args.suite.name(),
-            bench::manager::timestamp(now)
-        ))
-    });
+    if args.out.is_some() && !matches!(args.target, Target::Suite(_)) {
+        return Err(usage("--out is for a single suite; use --results with all"));
+    }
+    let paths = ReportPaths {
+        results: args.results.clone(),
+        markdown: args.markdown.clone(),
+        figures: args.figures.clone(),
+        command: match args.target {
+            Target::All => command_line(),
+            _ => String::new(),
+        },
+    };
+    let root = args
+        .markdown
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map_or(PathBuf::from("."), PathBuf::from);
+    if matches!(args.target, Target::All | Target::Report) && !bench::doc::is_repo_root(&root) {
+        eprintln!(
+            "note: {} is not the repository root; BENCHMARKS.md goes there anyway",
+            root.display()
+        );
+    }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
     }
-    let opts = bench::Options {
-        suite: args.suite,
-        quick: args.quick,
+    let scale = match (args.smoke, args.quick) {
+        (true, _) => Scale::Smoke,
+        (false, true) => Scale::Quick,
+        (false, false) => Scale::Full,
+    };
+    let template = |suite: Suite| bench::Options {
+        suite,
+        scale,
         runs: args.runs,
         rps: args.rps,
-        out,
+        out: args
+            .out
+            .clone()
+            .unwrap_or_else(|| manager::default_out(&args.results, suite)),
         command: command_line(),
     };
-    bench::run(&opts, stop)
+    match args.target {
+        Target::Suite(s) => bench::run(&template(s), stop).map(|_| ()),
+        Target::All => manager::run_all(&template(Suite::Gen), &paths, stop),
+        Target::Report => manager::report(&paths),
+    }
 }

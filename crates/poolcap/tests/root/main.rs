@@ -4,6 +4,7 @@
 //! A custom harness (libtest-mimic) so that, without the privileges, every test is reported
 //! as ignored with the reason instead of passing silently.
 
+mod bench;
 mod capture;
 mod common;
 mod gen;
@@ -17,6 +18,7 @@ fn main() {
     trials.extend(capture::trials());
     trials.extend(offload::trials());
     trials.extend(xdp::trials());
+    trials.extend(bench::trials());
     if let Err(why) = poolcap_sys::privilege::check_lab() {
         eprintln!("skipping {} root tests: {why}", trials.len());
         trials = trials

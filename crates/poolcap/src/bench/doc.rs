@@ -1,0 +1,413 @@
+//! The markdown a run produces: `summary.md` in its result directory, and its section of
+//! BENCHMARKS.md (same tables, figures linked from the committed `docs/bench/` folder, the
+//! common method stated once at the top).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use super::manager::{timestamp, Rendered, ReportPaths};
+use super::meta::Meta;
+use super::point::{GEN_CPU, TOOL_CPU};
+use super::report::{md_cell, ratio_table, table, Row};
+use super::suites::{self, Scale, Suite, QUIET_BELOW};
+
+/// A suite's headline.
+pub fn title(s: Suite) -> &'static str {
+    match s {
+        Suite::Gen => "Generator accuracy",
+        Suite::Capture => "Capture without load: loss, CPU, sender rate",
+        Suite::Burst => "Burst absorption (WireCAP Fig. 10)",
+        Suite::Rates => "Capture vs analysis throughput (Zabala et al., Figs 6-9)",
+        Suite::Imbalance => "Load imbalance and offloading (WireCAP Figs 11-12)",
+        Suite::Sizes => "Frame size, snap length, buffer size (paper 002, sessions 1-4)",
+        Suite::Appload => "Application load: compression level (Braun et al., Figs 10-11)",
+        Suite::Wait => "Wait strategies: syscalls per packet (Braun et al., 4.3)",
+        Suite::Backends => "AF_XDP (copy mode on veth) vs AF_PACKET (issue 5)",
+    }
+}
+
+fn date(unix: u64) -> String {
+    let t = timestamp(unix);
+    format!(
+        "{}-{}-{} {}:{} UTC",
+        &t[..4],
+        &t[4..6],
+        &t[6..8],
+        &t[9..11],
+        &t[11..13]
+    )
+}
+
+/// The busiest start of any run, as a share of all CPUs.
+fn busiest(rows: &[Row]) -> f64 {
+    rows.iter()
+        .filter_map(|r| r.get("busy_before"))
+        .map(|s| s.max)
+        .fold(0.0, f64::max)
+}
+
+/// The settings every suite shares, one bullet each.
+fn common_settings(m: &Meta) -> Vec<String> {
+    vec![
+        format!(
+            "runs: {} per point and subject, interleaved (A B C A B C ...)",
+            m.runs
+        ),
+        suites::pinning(m),
+        format!(
+            "rps_cpus of {}: {}",
+            m.probe_iface,
+            if m.rps {
+                format!("CPU {TOOL_CPU} (kernel receive work competes with the tool)")
+            } else {
+                "off (kernel receive work runs on the sender's CPU)".to_owned()
+            }
+        ),
+        "loss = (offered − captured) / offered; captured = packets in the written file for \
+         writing runs, the tool's own count otherwise"
+            .to_owned(),
+        "tool CPU = utime + stime from /proc/PID/stat (10 ms ticks) between the ready line and \
+         1.2 s after the sender finished; CPU s/Mpkt = that per million captured packets"
+            .to_owned(),
+    ]
+}
+
+fn quiet_note(rows: &[Row]) -> String {
+    format!(
+        "each run waited (up to 60 s) until at most {:.0}% of all CPUs were busy; the busiest \
+         start measured {:.0}% (above the limit means someone else kept the machine busy)",
+        QUIET_BELOW * 100.0,
+        busiest(rows) * 100.0
+    )
+}
+
+/// Notes of a run: the manager's, the suite's, interruption, the quiet machine.
+fn notes(r: &Rendered) -> Vec<String> {
+    let mut v = r.meta.notes.clone();
+    v.extend(r.text.notes.iter().cloned());
+    if r.meta.interrupted {
+        v.push("INTERRUPTED: these are partial results".into());
+    }
+    v.push(quiet_note(&r.rows));
+    let bad: Vec<String> = r
+        .rows
+        .iter()
+        .filter(|row| row.capture.is_some())
+        .filter_map(|row| {
+            let u = row.get("unaccounted")?;
+            (u.min != 0.0 || u.max != 0.0)
+                .then(|| format!("{} / {}: {:.0}–{:.0}", row.point, row.subject, u.min, u.max))
+        })
+        .collect();
+    if !bad.is_empty() {
+        v.push(format!(
+            "accounting gaps (offered − captured − dropped − filtered as the tool reports them, \
+             min–max over runs; libpcap tools may leave a partly filled block unread at exit): {}",
+            bad.join("; ")
+        ));
+    }
+    v
+}
+
+/// The tables, extra sections, targets, figures and failures, with headings at `h`.
+fn body(r: &Rendered, h: &str, img: &str) -> String {
+    let mut s = String::new();
+    for t in &r.text.tables {
+        if t.rows.is_empty() {
+            continue;
+        }
+        let _ = writeln!(
+            s,
+            "{h} {}\n\nMedians over the runs, with the min–max range where they differ.\n",
+            t.title
+        );
+        s.push_str(&table(&t.rows, &t.columns));
+        if !t.ratios.is_empty() {
+            let ratios = ratio_table(&t.rows, &t.ratios);
+            if !ratios.is_empty() {
+                s.push_str("\npoolcap against the best peer at the same point (medians):\n\n");
+                s.push_str(&ratios);
+            }
+        }
+        s.push('\n');
+    }
+    for (title, text) in &r.text.sections {
+        let _ = writeln!(s, "{h} {title}\n\n{text}");
+    }
+    if !r.text.targets.is_empty() {
+        let _ = writeln!(s, "{h} Targets\n");
+        for t in &r.text.targets {
+            let _ = writeln!(s, "- {t}");
+        }
+        s.push('\n');
+    }
+    if !r.figures.is_empty() {
+        let _ = writeln!(s, "{h} Figures\n");
+        for (f, drawn) in &r.figures {
+            match drawn {
+                Ok(()) => {
+                    let _ = writeln!(s, "![{}]({img}{})\n", f.title, f.file);
+                }
+                Err(e) => {
+                    let _ = writeln!(s, "- {} not drawn: {e}\n", f.file);
+                }
+            }
+        }
+    }
+    let failures: Vec<String> = r
+        .rows
+        .iter()
+        .filter_map(|row| {
+            Some(format!(
+                "{} / {}: {} of {} runs failed, first: {}",
+                row.point,
+                row.subject,
+                row.failed.len(),
+                row.failed.len() + row.ok,
+                row.failed.first()?
+            ))
+        })
+        .collect();
+    if !failures.is_empty() {
+        let _ = writeln!(s, "{h} Failed runs\n");
+        for f in failures {
+            let _ = writeln!(s, "- {f}");
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// `summary.md` of a result directory.
+pub fn summary(r: &Rendered) -> String {
+    let m = &r.meta;
+    let mut s = format!("# {}\n\n{}\n\n", m.title(), m.suite.intro());
+    if !r.text.headline.is_empty() {
+        let _ = writeln!(s, "**In short:** {}\n", r.text.headline);
+    }
+    let _ = writeln!(
+        s,
+        "- machine: {} CPUs, {}, kernel {}",
+        m.machine.nproc, m.machine.cpu, m.machine.kernel
+    );
+    let _ = writeln!(s, "- command: `{}`", m.command);
+    let _ = writeln!(
+        s,
+        "- started {}{}",
+        date(m.started),
+        m.minutes()
+            .map(|x| format!(", {x:.1} min"))
+            .unwrap_or_default()
+    );
+    for x in common_settings(m).iter().chain(&r.text.settings) {
+        let _ = writeln!(s, "- {x}");
+    }
+    if !m.versions.is_empty() {
+        let _ = writeln!(s, "- peer versions: {}", m.versions.join("; "));
+    }
+    s.push_str("\nNotes:\n\n");
+    for x in notes(r) {
+        let _ = writeln!(s, "- {x}");
+    }
+    s.push('\n');
+    s.push_str(&body(r, "##", ""));
+    s
+}
+
+/// PASS and FAIL counts in target lines.
+fn verdicts(targets: &[String]) -> (usize, usize) {
+    let count = |w: &str| targets.iter().map(|t| t.matches(w).count()).sum::<usize>();
+    (count("PASS"), count("FAIL"))
+}
+
+/// BENCHMARKS.md.
+pub fn benchmarks(rendered: &[Rendered], missing: &[String], paths: &ReportPaths) -> String {
+    let mut s = String::from("# poolcap benchmarks\n\n");
+    s.push_str(
+        "Generated by `poolcap bench report` from the latest result directory of every suite \
+         (`bench/results/SUITE-YYYYMMDD-HHMMSS/`, not committed: each holds `raw.jsonl`, \
+         `results.csv`, `summary.md` and the figures); do not edit by hand.\n\n",
+    );
+    let _ = writeln!(
+        s,
+        "Regenerate everything (as root, on an otherwise idle machine):\n\n```sh\n\
+         cargo build --release -p poolcap\n{}\n```\n",
+        regenerate_command(rendered, paths)
+    );
+    s.push_str(
+        "or rebuild this file from the existing results without rerunning: `poolcap bench \
+         report`. One suite: `poolcap bench SUITE [--quick] [--runs N] [--rps]`.\n\n",
+    );
+    if let Some(m) = rendered.first().map(|r| &r.meta) {
+        let _ = writeln!(
+            s,
+            "Machine: {} CPUs ({}), kernel {}. Peers: {}.\n",
+            m.machine.nproc,
+            m.machine.cpu,
+            m.machine.kernel,
+            if m.versions.is_empty() {
+                "–".to_owned()
+            } else {
+                m.versions.join("; ")
+            }
+        );
+    }
+    let _ = writeln!(
+        s,
+        "## Method\n\n\
+         - Every suite builds its own lab: two network namespaces joined by a veth pair (1 or 2 \
+           queues), static neighbours, so the only frames on the wire are the generator's and \
+           counts are exact. The generator (`poolcap gen`) runs on CPU {GEN_CPU}, the tool under \
+           test on CPU {TOOL_CPU} unless a suite says otherwise. This is a 2-core VM: whatever a \
+           tool does on CPU {GEN_CPU} competes with the sender.\n\
+         - On veth the kernel's receive work — including copying each frame into a capture \
+           ring — runs on the sender's CPU, so it shows as a lower sender rate, not as the \
+           tool's CPU; `--rps` moves it to the tool's CPU (as a NIC interrupt pinned to the \
+           capture core would). Each suite says which setting it ran in.\n\
+         - Each point runs every subject in turn, several times, interleaved (A B C A B C), so \
+           drift hits all alike; tables give the median and the min–max over the runs. Before \
+           each run the rig waits (up to 60 s) until at most {:.0}% of all CPUs are busy.\n\
+         - loss = (offered − captured) / offered, where captured is what is in the written \
+           file for writing runs and the tool's own count otherwise. Tool CPU = utime + stime \
+           of all its threads between its ready line and 1.2 s after the sender finished.\n\
+         - \"poolcap / best peer\" tables give, at each point, poolcap's median over the best \
+           peer's median on that metric (lower is better for loss and CPU, higher for rates); \
+           `both 0` means neither lost anything, `∞` that only poolcap did. The plain fanout \
+           reader (`poolcap --inplace`) counts as a peer.\n\
+         - Numbers from quick runs are few and short: differences of a few percent in rates \
+           or CPU are within the noise (see the min–max ranges).\n",
+        QUIET_BELOW * 100.0
+    );
+    s.push_str(
+        "## Overview\n\n| suite | reproduces | in short | run | targets | failed runs |\n\
+         |---|---|---|---|---|---|\n",
+    );
+    for r in rendered {
+        let m = &r.meta;
+        let (pass, fail) = verdicts(&r.text.targets);
+        let failed: usize = r.rows.iter().map(|x| x.failed.len()).sum();
+        let runs: usize = r.rows.iter().map(|x| x.failed.len() + x.ok).sum();
+        let _ = writeln!(
+            s,
+            "| [{}](#{}) | {} | {} | {}, {} runs/point, rps {}, {} | {} | {} of {} |",
+            m.suite.name(),
+            anchor(m.suite),
+            title(m.suite),
+            md_cell(&r.text.headline),
+            m.scale.name(),
+            m.runs,
+            if m.rps { "on" } else { "off" },
+            m.minutes().map_or("?".into(), |x| format!("{x:.1} min")),
+            if pass + fail == 0 {
+                "–".to_owned()
+            } else {
+                format!("{pass} pass, {fail} fail")
+            },
+            failed,
+            runs
+        );
+    }
+    for m in missing {
+        let _ = writeln!(s, "\nNot included: {m}");
+    }
+    s.push('\n');
+    let img = format!("{}/", paths.figures.display());
+    for r in rendered {
+        s.push_str(&section(r, &img));
+    }
+    s
+}
+
+/// The `bench all` command that produced these results (the one given, or the one every run
+/// recorded), or the documented default.
+fn regenerate_command(rendered: &[Rendered], paths: &ReportPaths) -> String {
+    if !paths.command.is_empty() {
+        return paths.command.clone();
+    }
+    let mut cmds: Vec<&str> = rendered.iter().map(|r| r.meta.command.as_str()).collect();
+    cmds.dedup();
+    match cmds.as_slice() {
+        [one] if one.contains(" bench all") => (*one).to_owned(),
+        _ => "target/release/poolcap bench all --quick".to_owned(),
+    }
+}
+
+fn anchor(suite: Suite) -> String {
+    let t = format!("{}-{}", suite.name(), title(suite));
+    t.to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            'a'..='z' | '0'..='9' | '-' | '_' => Some(c),
+            ' ' => Some('-'),
+            _ => None,
+        })
+        .collect()
+}
+
+/// One suite's section of BENCHMARKS.md.
+fn section(r: &Rendered, img: &str) -> String {
+    let m = &r.meta;
+    let mut s = format!(
+        "## {}: {}\n\n{}\n\n",
+        m.suite.name(),
+        title(m.suite),
+        m.suite.intro()
+    );
+    if !r.text.headline.is_empty() {
+        let _ = writeln!(s, "**In short:** {}\n", r.text.headline);
+    }
+    let dir = r
+        .dir
+        .file_name()
+        .map(|d| d.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let _ = writeln!(
+        s,
+        "- run: {}, {}{}, {} runs per point and subject, rps {}; `{}`; results in \
+         `bench/results/{dir}/`",
+        date(m.started),
+        m.scale.name(),
+        m.minutes()
+            .map(|x| format!(" ({x:.1} min)"))
+            .unwrap_or_default(),
+        m.runs,
+        if m.rps { "on" } else { "off" },
+        m.command
+    );
+    if m.queues > 1 {
+        let _ = writeln!(s, "- lab: {} queues", m.queues);
+    }
+    for x in r.text.settings.iter().chain(&notes(r)) {
+        let _ = writeln!(s, "- {x}");
+    }
+    s.push('\n');
+    s.push_str(&body(r, "###", img));
+    if m.scale == Scale::Smoke {
+        s.push_str("(smoke run: one tiny point, for tests only)\n\n");
+    }
+    s
+}
+
+/// Whether `path` looks like the repository root (has a Cargo.toml with a workspace).
+pub fn is_repo_root(path: &Path) -> bool {
+    std::fs::read_to_string(path.join("Cargo.toml")).is_ok_and(|t| t.contains("[workspace]"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_verdicts_and_builds_anchors() {
+        let t = vec![
+            "a: 1 of 2 points — x: 1 PASS; y: 2 FAIL".to_owned(),
+            "b: PASS".to_owned(),
+        ];
+        assert_eq!(verdicts(&t), (2, 1));
+        assert_eq!(
+            anchor(Suite::Backends),
+            "backends-af_xdp-copy-mode-on-veth-vs-af_packet-issue-5"
+        );
+        assert_eq!(date(0), "1970-01-01 00:00 UTC");
+    }
+}

@@ -1,0 +1,96 @@
+//! `poolcap bench` end to end: a smoke run of one suite in its own lab, checking that every
+//! packet is accounted for and that the result files exist (never speed), then `bench report`
+//! rebuilding a BENCHMARKS.md from that result directory.
+
+use std::path::Path;
+
+use libtest_mimic::Trial;
+
+use crate::common::{bin, tempdir, trial};
+
+fn read_records(path: &Path) -> Vec<serde_json::Value> {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+fn num(v: &serde_json::Value, path: &[&str]) -> u64 {
+    let mut x = v;
+    for k in path {
+        x = &x[*k];
+    }
+    x.as_u64()
+        .or_else(|| x.as_f64().map(|f| f as u64))
+        .unwrap_or_else(|| panic!("no {path:?} in {v}"))
+}
+
+fn rates_smoke_run_accounts_for_every_packet_and_writes_its_files() {
+    let dir = tempdir();
+    let results = dir.path().join("results");
+    let out = results.join("rates-20260101-000000");
+    let run = std::process::Command::new(bin())
+        .args(["bench", "rates", "--smoke", "--runs", "1", "--out"])
+        .arg(&out)
+        .output()
+        .expect("run poolcap bench");
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "bench failed: {err}");
+    for f in ["raw.jsonl", "results.csv", "summary.md", "meta.json"] {
+        assert!(out.join(f).is_file(), "{f} missing: {err}");
+    }
+    let records = read_records(&out.join("raw.jsonl"));
+    assert_eq!(records.len(), 2, "one run of each subject: {err}");
+    for r in &records {
+        assert!(r["error"].is_null(), "run failed: {r}");
+        let sent = num(r, &["sent", "frames"]);
+        assert_eq!(sent, 20_000, "{r}");
+        let captured = num(r, &["counts", "captured"]);
+        let dropped = num(r, &["counts", "dropped"]);
+        let filtered = num(r, &["counts", "extra", "filtered"]);
+        assert_eq!(
+            sent,
+            captured + dropped + filtered,
+            "sent = captured + drops + filtered: {r}"
+        );
+        assert_eq!(
+            dropped,
+            num(r, &["counts", "extra", "dropped_kernel"])
+                + num(r, &["counts", "extra", "dropped_pool"]),
+            "{r}"
+        );
+    }
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 3, "{csv}");
+    let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(summary.contains("x=1000 reader 1q"), "{summary}");
+
+    let md = dir.path().join("BENCHMARKS.md");
+    let report = std::process::Command::new(bin())
+        .args(["bench", "report", "--results"])
+        .arg(&results)
+        .arg("--markdown")
+        .arg(&md)
+        .output()
+        .expect("run poolcap bench report");
+    assert!(
+        report.status.success(),
+        "report failed: {}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    let text = std::fs::read_to_string(&md).unwrap();
+    assert!(text.contains("## rates:"), "{text}");
+    assert!(
+        text.contains("Not included: gen: no result directory yet"),
+        "{text}"
+    );
+    assert!(dir.path().join("docs/bench").is_dir());
+}
+
+pub fn trials() -> Vec<Trial> {
+    vec![trial(
+        "bench_rates_smoke_run_accounts_for_every_packet_and_writes_its_files",
+        rates_smoke_run_accounts_for_every_packet_and_writes_its_files,
+    )]
+}
