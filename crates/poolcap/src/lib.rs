@@ -7,8 +7,8 @@
 //! - [`units`]: the human units the command line speaks (`300k`, `1Gbit`, `2s`);
 //! - [`cli`]: the `poolcap` command.
 //!
-//! File formats live in `poolcap-format`, kernel access in `poolcap-sys`; this crate has no
-//! `unsafe`.
+//! File formats live in `poolcap-format`; all kernel access, with its raw pointers, lives in
+//! `poolcap-sys`, and this crate forbids `unsafe_code`.
 #![forbid(unsafe_code)]
 
 pub mod bench;
