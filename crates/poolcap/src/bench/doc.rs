@@ -99,6 +99,24 @@ fn notes(r: &Rendered) -> Vec<String> {
                 .then(|| format!("{} / {}: {:.0}–{:.0}", row.point, row.subject, u.min, u.max))
         })
         .collect();
+    let cut: Vec<String> = r
+        .rows
+        .iter()
+        .filter(|row| row.truncated_files > 0)
+        .map(|row| {
+            format!(
+                "{} / {} ({} runs)",
+                row.point, row.subject, row.truncated_files
+            )
+        })
+        .collect();
+    if !cut.is_empty() {
+        v.push(format!(
+            "files that end inside a record (the tool was stopped in the middle of a write; \
+             their whole packets are counted): {}",
+            cut.join("; ")
+        ));
+    }
     if !bad.is_empty() {
         v.push(format!(
             "accounting gaps (offered − captured − dropped − filtered as the tool reports them, \

@@ -204,6 +204,9 @@ pub struct Record {
     pub counts: Option<Counts>,
     /// Packets found in the written file.
     pub in_file: Option<u64>,
+    /// The written file ended inside a record (only its whole packets are counted).
+    #[serde(default)]
+    pub file_truncated: bool,
     /// (offered - captured) / offered, with captured = `in_file` for writing runs.
     pub loss: Option<f64>,
     /// Tool CPU seconds between ready and drained.
@@ -244,25 +247,49 @@ fn pinned(netns: &str, cpus: &str, argv: &[String]) -> Command {
     cmd
 }
 
+/// What a written capture file holds.
+#[derive(Debug, Clone, Default)]
+pub struct FileCount {
+    /// Whole packets in it.
+    pub packets: u64,
+    /// Their timestamps (empty when the file was cut inside a record).
+    pub ts_ns: Vec<u64>,
+    /// Whether the file ends inside a record (a tool stopped in the middle of a write).
+    pub truncated: bool,
+}
+
 /// Reads a capture file, decompressing it first when it was written with `compress`
-/// (`zstd:L` or `gzip:L`).
-pub fn read_capture(
-    path: &Path,
-    compress: Option<&str>,
-) -> anyhow::Result<poolcap_format::CaptureFile> {
-    let Some(c) = compress else {
-        return Ok(poolcap_format::read_file(path)?);
+/// (`zstd:L` or `gzip:L`). A file that ends inside a record counts its whole packets: tcpdump
+/// writing into a pipe that is full when it is stopped leaves half a record behind.
+pub fn read_capture(path: &Path, compress: Option<&str>) -> anyhow::Result<FileCount> {
+    let bytes = std::fs::read(path)?;
+    let bytes = match compress {
+        None => bytes,
+        Some(c) => match peer::compressor(c)?.0 {
+            "gzip" => {
+                let mut v = Vec::new();
+                std::io::Read::read_to_end(
+                    &mut flate2::read::MultiGzDecoder::new(&bytes[..]),
+                    &mut v,
+                )?;
+                v
+            }
+            _ => zstd::stream::decode_all(&bytes[..])?,
+        },
     };
-    let f = std::fs::File::open(path)?;
-    let bytes = match peer::compressor(c)?.0 {
-        "gzip" => {
-            let mut v = Vec::new();
-            std::io::Read::read_to_end(&mut flate2::read::MultiGzDecoder::new(f), &mut v)?;
-            v
-        }
-        _ => zstd::stream::decode_all(f)?,
-    };
-    Ok(poolcap_format::read_bytes(&bytes)?)
+    match poolcap_format::read_bytes(&bytes) {
+        Ok(f) => Ok(FileCount {
+            packets: f.packets.len() as u64,
+            ts_ns: f.packets.iter().map(|p| p.ts_ns).collect(),
+            truncated: false,
+        }),
+        Err(poolcap_format::ReadError::Truncated { packets, .. }) if packets > 0 => Ok(FileCount {
+            packets,
+            ts_ns: Vec::new(),
+            truncated: true,
+        }),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Busy and total jiffies of all CPUs (`/proc/stat`; idle and iowait count as not busy).
@@ -330,6 +357,7 @@ impl Bench<'_> {
             sent: None,
             counts: None,
             in_file: None,
+            file_truncated: false,
             loss: None,
             cpu_s: None,
             cpu_total_s: None,
@@ -443,10 +471,10 @@ impl Bench<'_> {
         if spec.write {
             let f = read_capture(file, spec.compress.as_deref())
                 .with_context(|| format!("cannot read {}'s file", spec.tool.name()))?;
-            rec.in_file = Some(f.packets.len() as u64);
+            rec.in_file = Some(f.packets);
+            rec.file_truncated = f.truncated;
             if let (true, Some(rate)) = (point.spacing, point.traffic.rate) {
-                let ts: Vec<u64> = f.packets.iter().map(|p| p.ts_ns).collect();
-                rec.spacing = spacing(&ts, 1e9 / rate as f64);
+                rec.spacing = spacing(&f.ts_ns, 1e9 / rate as f64);
             }
         }
         if let (Some(c), true) = (rec.captured(), offered > 0) {
@@ -465,5 +493,56 @@ impl Bench<'_> {
         let r = Running::spawn(cmd, "perf stat")?;
         std::thread::sleep(Duration::from_millis(200));
         Ok(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write as _;
+
+    /// A pcap file with `n` 64-byte records.
+    fn pcap(n: usize) -> Vec<u8> {
+        let mut v = Vec::new();
+        for x in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 65_535, 1] {
+            let b = x.to_le_bytes();
+            if x == 0x0004_0002 {
+                v.extend_from_slice(&2u16.to_le_bytes());
+                v.extend_from_slice(&4u16.to_le_bytes());
+            } else {
+                v.extend_from_slice(&b);
+            }
+        }
+        for i in 0..n as u32 {
+            for x in [i, 0, 64, 64] {
+                v.extend_from_slice(&x.to_le_bytes());
+            }
+            v.extend_from_slice(&[0u8; 64]);
+        }
+        v
+    }
+
+    #[test]
+    fn counts_whole_packets_of_cut_and_compressed_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("x.pcap");
+        std::fs::write(&plain, pcap(3)).unwrap();
+        let f = read_capture(&plain, None).unwrap();
+        assert_eq!((f.packets, f.truncated, f.ts_ns.len()), (3, false, 3));
+        let mut cut = pcap(3);
+        cut.truncate(cut.len() - 10);
+        std::fs::write(&plain, &cut).unwrap();
+        let f = read_capture(&plain, None).unwrap();
+        assert_eq!((f.packets, f.truncated), (2, true));
+        let z = dir.path().join("x.pcap.zst");
+        std::fs::write(&z, zstd::stream::encode_all(&pcap(5)[..], 3).unwrap()).unwrap();
+        assert_eq!(read_capture(&z, Some("zstd:19")).unwrap().packets, 5);
+        let g = dir.path().join("x.pcap.gz");
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(6));
+        enc.write_all(&pcap(4)).unwrap();
+        std::fs::write(&g, enc.finish().unwrap()).unwrap();
+        assert_eq!(read_capture(&g, Some("gzip:6")).unwrap().packets, 4);
+        std::fs::write(&plain, b"nonsense").unwrap();
+        assert!(read_capture(&plain, None).is_err());
     }
 }

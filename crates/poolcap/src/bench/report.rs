@@ -369,6 +369,8 @@ pub struct Row {
     pub ok: usize,
     /// Runs that failed, and the first error.
     pub failed: Vec<String>,
+    /// Runs whose written file ended inside a record.
+    pub truncated_files: usize,
     /// Spread of every metric over the finished runs, in [`METRICS`] order.
     pub spreads: Vec<Option<Spread>>,
 }
@@ -412,6 +414,7 @@ pub fn aggregate(records: &[Record]) -> Vec<Row> {
                 capture: first.capture.clone(),
                 ok: ok.len(),
                 failed: runs.iter().filter_map(|r| r.error.clone()).collect(),
+                truncated_files: ok.iter().filter(|r| r.file_truncated).count(),
                 spreads: METRICS
                     .iter()
                     .map(|m| Spread::of(ok.iter().filter_map(|r| (m.get)(r))))
@@ -691,6 +694,7 @@ mod tests {
                 ..Counts::default()
             }),
             in_file: None,
+            file_truncated: false,
             loss: Some((1000 - captured) as f64 / 1000.0),
             cpu_s: Some(0.01),
             cpu_total_s: None,

@@ -28,9 +28,9 @@ congestion control against basic at x = 1000 and 25000 — with congestion contr
 analysis throughput should be equal and analysis throughput not lower than basic's.";
 
 /// Offered rate of the offloading part.
-pub const RATE: u64 = 100_000;
+pub const RATE: u64 = 50_000;
 /// One core analyses this share of [`RATE`] at the calibrated load.
-pub const ONE_CORE_SHARE: f64 = 0.65;
+pub const ONE_CORE_SHARE: f64 = 0.75;
 /// Flows and skew of the traffic.
 pub const FLOWS: usize = 16;
 /// Share of the elephant flow.
