@@ -14,8 +14,8 @@ use libtest_mimic::Trial;
 use serde_json::Value;
 
 use crate::common::{
-    self, capture, check_sequences, gen, lab, poolcap_in, tcpdump_count, tempdir, trial,
-    tshark_count, Background,
+    self, accounted, capture, check_sequences, gen, lab, num, poolcap_in, stats, tcpdump_count,
+    tempdir, trial, tshark_count, Background,
 };
 
 pub fn trials() -> Vec<Trial> {
@@ -66,26 +66,6 @@ const SETTLE: Duration = Duration::from_millis(300);
 
 fn path_str(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
-}
-
-/// Reads a `--stats-json` file.
-fn stats(path: &Path) -> Value {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("stats json {}: {e}", path.display()));
-    serde_json::from_str(&text)
-        .unwrap_or_else(|e| panic!("stats json {}: {e}: {text}", path.display()))
-}
-
-/// An unsigned field of a JSON object (panics naming the field and the object).
-fn num(v: &Value, key: &str) -> u64 {
-    v.get(key)
-        .and_then(Value::as_u64)
-        .unwrap_or_else(|| panic!("no unsigned `{key}` in {v}"))
-}
-
-/// captured + dropped_kernel + dropped_pool + filtered.
-fn accounted(s: &Value) -> u64 {
-    num(s, "captured") + num(s, "dropped_kernel") + num(s, "dropped_pool") + num(s, "filtered")
 }
 
 /// Frames the generator's kernel accepted, minus the ones the link dropped on transmit (which

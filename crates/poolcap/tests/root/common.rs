@@ -214,3 +214,23 @@ pub fn check_sequences(file: &Path, expected: u64) -> (u64, u64, u64, u64) {
 pub fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().expect("tempdir")
 }
+
+/// Reads a `--stats-json` file.
+pub fn stats(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("stats json {}: {e}", path.display()));
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("stats json {}: {e}: {text}", path.display()))
+}
+
+/// An unsigned field of a JSON object (panics naming the field and the object).
+pub fn num(v: &serde_json::Value, key: &str) -> u64 {
+    v.get(key)
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or_else(|| panic!("no unsigned `{key}` in {v}"))
+}
+
+/// captured + dropped_kernel + dropped_pool + filtered of a stats object.
+pub fn accounted(s: &serde_json::Value) -> u64 {
+    num(s, "captured") + num(s, "dropped_kernel") + num(s, "dropped_pool") + num(s, "filtered")
+}

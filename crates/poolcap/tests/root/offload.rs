@@ -3,20 +3,7 @@
 
 use libtest_mimic::Trial;
 
-use crate::common::{capture, gen, lab, tempdir, trial};
-
-fn stats(path: &std::path::Path) -> serde_json::Value {
-    let text =
-        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-    serde_json::from_str(&text).expect("stats json")
-}
-
-fn accounted(s: &serde_json::Value) -> u64 {
-    ["captured", "dropped_kernel", "dropped_pool", "filtered"]
-        .iter()
-        .map(|k| s[k].as_u64().expect(k))
-        .sum()
-}
+use crate::common::{accounted, capture, gen, lab, stats, tempdir, trial};
 
 fn queue_sum(s: &serde_json::Value, key: &str) -> u64 {
     s["queues"]

@@ -5,17 +5,9 @@ use std::process::Command;
 
 use libtest_mimic::Trial;
 
-use crate::common::{bin, capture, check_sequences, gen, lab, netns_command, tempdir, trial, Lab};
-
-fn stats(path: &Path) -> serde_json::Value {
-    let text =
-        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-    serde_json::from_str(&text).expect("stats json")
-}
-
-fn get(s: &serde_json::Value, k: &str) -> u64 {
-    s[k].as_u64().unwrap_or_else(|| panic!("no {k} in {s}"))
-}
+use crate::common::{
+    bin, capture, check_sequences, gen, lab, netns_command, num, stats, tempdir, trial, Lab,
+};
 
 /// Captures with `args` while `traffic` runs; returns the stats JSON.
 fn capture_run(
@@ -71,9 +63,9 @@ fn xdp_exact_counts_on_1_2_4_queues() {
             &["--backend", "af_xdp", "--queues", &qs],
             &[&["--count", "20000", "--flows", "32"]],
         );
-        assert_eq!(get(&s, "captured"), 20000, "{q} queues: {s}");
+        assert_eq!(num(&s, "captured"), 20000, "{q} queues: {s}");
         assert_eq!(
-            get(&s, "dropped_kernel") + get(&s, "dropped_pool") + get(&s, "filtered"),
+            num(&s, "dropped_kernel") + num(&s, "dropped_pool") + num(&s, "filtered"),
             0,
             "{s}"
         );
@@ -86,7 +78,7 @@ fn xdp_exact_counts_on_1_2_4_queues() {
             .as_array()
             .unwrap()
             .iter()
-            .map(|x| get(x, "captured"))
+            .map(|x| num(x, "captured"))
             .collect();
         assert_eq!(per.iter().sum::<u64>(), 20000);
         if q > 1 {
@@ -148,7 +140,7 @@ fn xdp_file_holds_the_same_frames_as_af_packet() {
             &["--backend", backend, "--queues", "2"],
             &[traffic],
         );
-        assert_eq!(get(&s, "captured"), 5000, "{backend}: {s}");
+        assert_eq!(num(&s, "captured"), 5000, "{backend}: {s}");
         files.push(file);
     }
     let (a, b) = (frames_by_tshark(&files[0]), frames_by_tshark(&files[1]));
@@ -194,22 +186,22 @@ fn xdp_filters_agree_with_af_packet() {
             &traffic,
         );
         assert_eq!(
-            get(&s, "captured") + get(&s, "filtered"),
+            num(&s, "captured") + num(&s, "filtered"),
             7000,
             "{backend}: every frame accounted for: {s}"
         );
         assert_eq!(
-            get(&s, "dropped_kernel") + get(&s, "dropped_pool"),
+            num(&s, "dropped_kernel") + num(&s, "dropped_pool"),
             0,
             "{s}"
         );
-        captured.push(get(&s, "captured"));
+        captured.push(num(&s, "captured"));
         if backend == "af_xdp" {
             let per: u64 = s["queues"]
                 .as_array()
                 .unwrap()
                 .iter()
-                .map(|x| get(x, "filtered"))
+                .map(|x| num(x, "filtered"))
                 .sum();
             assert_eq!(
                 per, 4000,
