@@ -126,6 +126,23 @@ impl RxRing {
         unsafe { AtomicU32::from_ptr(self.block_ptr(i).add(BD_BLOCK_STATUS).cast::<u32>()) }
     }
 
+    /// How many packets the next block holds, if the kernel has retired it to user space;
+    /// the block stays in the ring (a capture thread asks before it has room for them).
+    pub fn next_block_packets(&self) -> Option<u32> {
+        let i = self.next;
+        if self.status_word(i).load(Ordering::Acquire) & libc::TP_STATUS_USER == 0 {
+            return None;
+        }
+        // SAFETY: the block is ours after the Acquire load above and the kernel does not
+        // write it until we give it back; the field is a plain u32 inside the block.
+        Some(unsafe {
+            self.block_ptr(i)
+                .add(BD_NUM_PKTS)
+                .cast::<u32>()
+                .read_unaligned()
+        })
+    }
+
     /// Takes the next block if the kernel has retired it to user space.
     pub fn try_next_block(&mut self) -> Option<Block<'_>> {
         let i = self.next;

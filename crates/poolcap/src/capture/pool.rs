@@ -17,10 +17,14 @@
 //! chunk is full when it holds M packets or its bytes run out, whichever comes first. The
 //! memory bound stays n * R * M * cell bytes.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
 use poolcap_sys::xsk::{RxFrame, Umem};
+
+use super::doorbell::Doorbell;
 
 /// Where one packet sits in its chunk, and what the kernel said about it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -238,8 +242,12 @@ pub struct Pool {
     /// gives the frames back to the kernel and frees the chunk.
     returned: ArrayQueue<Chunk>,
     /// Sealed chunks waiting for a worker (the capture queue).
-    pub captured: ArrayQueue<Chunk>,
+    captured: ArrayQueue<Chunk>,
     size: PoolSize,
+    /// The capture thread waiting for room (see [`Pool::wait_for_room`]).
+    room: Doorbell,
+    /// Set while the capture thread waits on `room`, so others ring only then.
+    room_wanted: AtomicBool,
 }
 
 impl Pool {
@@ -281,6 +289,8 @@ impl Pool {
             returned: ArrayQueue::new(n),
             captured: ArrayQueue::new(queue_capacity.max(n)),
             size,
+            room: Doorbell::default(),
+            room_wanted: AtomicBool::new(false),
         }
     }
 
@@ -301,6 +311,56 @@ impl Pool {
             chunk.clear_copies();
             let _ = self.free.push(chunk);
         }
+        self.made_room();
+    }
+
+    /// Puts a sealed chunk into the capture queue. Cannot fail when the queue was sized
+    /// for every chunk that may be routed to it.
+    #[inline]
+    pub fn push_captured(&self, chunk: Chunk) {
+        let _ = self.captured.push(chunk);
+    }
+
+    /// For a worker: takes a chunk from the capture queue, if any.
+    #[inline]
+    pub fn take_captured(&self) -> Option<Chunk> {
+        let c = self.captured.pop();
+        if c.is_some() {
+            self.made_room();
+        }
+        c
+    }
+
+    /// Chunks free for the capture thread to fill.
+    pub fn free_chunks(&self) -> usize {
+        self.free.len()
+    }
+
+    /// For the capture thread (once, before it first waits): it is the one
+    /// [`Pool::wait_for_room`] wakes.
+    pub fn room_answered_by_this_thread(&self) {
+        self.room.answer_from_this_thread();
+    }
+
+    /// For the capture thread: while `still_waiting()` says so, waits (at most `timeout`)
+    /// until a worker takes a chunk from the capture queue or a chunk comes home. This is how
+    /// a paused or full queue resumes as soon as there is room, without polling a clock.
+    /// `still_waiting` is asked after the wish is published, so room made in between is not
+    /// missed.
+    pub fn wait_for_room(&self, timeout: Duration, still_waiting: impl FnOnce() -> bool) {
+        self.room_wanted.store(true, Ordering::SeqCst);
+        if still_waiting() {
+            self.room.wait(timeout);
+        }
+    }
+
+    /// Wakes the capture thread if it waits for room: one atomic swap otherwise.
+    #[inline]
+    fn made_room(&self) {
+        if self.room_wanted.load(Ordering::SeqCst) && self.room_wanted.swap(false, Ordering::SeqCst)
+        {
+            self.room.ring();
+        }
     }
 
     /// For the capture thread: a returned chunk whose frames must go back to the kernel.
@@ -319,6 +379,11 @@ impl Pool {
     /// Chunks waiting in the capture queue.
     pub fn backlog(&self) -> usize {
         self.captured.len()
+    }
+
+    /// True when no chunk waits in the capture queue.
+    pub fn nothing_captured(&self) -> bool {
+        self.captured.is_empty()
     }
 
     /// Chunks not free (waiting, being processed or being written).

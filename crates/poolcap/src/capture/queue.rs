@@ -21,6 +21,10 @@ use super::policy::Policy;
 use super::pool::{Chunk, Pool};
 use super::source::{now_ns, Filler, Source};
 
+/// Longest wait for room while paused or full: bounds how late a stop or the kernel
+/// statistics are seen (room itself wakes the thread at once).
+const ROOM_WAIT: Duration = Duration::from_millis(20);
+
 /// How the capture thread waits when the kernel has nothing for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitStrategy {
@@ -111,7 +115,7 @@ impl CaptureThread {
                 QueueCounters::add(&self.counters.offloaded_out, n);
                 QueueCounters::add(&self.all_counters[target].offloaded_in, n);
             }
-            let _ = self.pools[target].captured.push(chunk);
+            self.pools[target].push_captured(chunk);
             for b in &self.queue_bells[target] {
                 b.ring();
             }
@@ -124,6 +128,28 @@ impl CaptureThread {
             p.sealed = sealed;
             p.watermark_ns = p.watermark_ns.max(last);
         });
+    }
+
+    /// True when the next batch the kernel holds would not fit in the open chunk and the free
+    /// chunks (with a chunk to spare for packets larger than a cell): the capture thread then
+    /// leaves it in the kernel ring, which buffers it until workers make room, instead of
+    /// copying it out only to drop it. A batch larger than the whole pool is taken anyway.
+    /// With this, the kernel ring extends the pool: the pool drops only what neither holds.
+    fn short_of_room(&self, filler: &Filler) -> bool {
+        if filler.in_place.is_some() {
+            return false;
+        }
+        let Some(n) = self.source.next_batch_len() else {
+            return false;
+        };
+        let size = self.pool.size();
+        let open_room = filler
+            .open
+            .as_ref()
+            .map_or(0, |c| size.cells.saturating_sub(c.len()));
+        let room = open_room + self.pool.free_chunks() * size.cells;
+        let need = n + size.cells;
+        need > room && need <= size.cells * size.chunks
     }
 
     fn read_kernel_stats(&mut self) -> Result<(), SysError> {
@@ -153,12 +179,13 @@ impl CaptureThread {
         let mut idle_sleep = Duration::from_micros(50);
         let mut backlogs = Vec::with_capacity(self.pools.len());
         let mut paused_since: Option<Instant> = None;
+        self.pool.room_answered_by_this_thread();
         let result = loop {
             self.source.take_back(&self.pool);
             self.backlogs(&mut backlogs);
             let capacity = self.pool.size().chunks;
-            let pause = self.policy.pause(self.queue, &backlogs, capacity)
-                && !self.stop.load(Ordering::Relaxed);
+            let stopping_now = self.stop.load(Ordering::Relaxed);
+            let pause = self.policy.pause(self.queue, &backlogs, capacity) && !stopping_now;
             match (pause, paused_since) {
                 (true, None) => paused_since = Some(Instant::now()),
                 (false, Some(t)) => {
@@ -167,9 +194,16 @@ impl CaptureThread {
                 }
                 _ => {}
             }
-            if pause {
-                // Leave the packets to the kernel, which counts what it cannot hold.
-                std::thread::sleep(Duration::from_micros(200));
+            if pause || (!stopping_now && self.short_of_room(&filler)) {
+                // Leave the packets to the kernel, which counts what it cannot hold, and wake
+                // when a worker makes room. The open chunk goes on, so that room can come.
+                if let Some(c) = filler.open.take_if(|c| !c.is_empty()) {
+                    self.seal(c, &mut seq, &mut backlogs);
+                }
+                let (free, backlog) = (self.pool.free_chunks(), self.pool.backlog());
+                self.pool.wait_for_room(ROOM_WAIT, || {
+                    self.pool.free_chunks() <= free && self.pool.backlog() >= backlog
+                });
                 QueueCounters::add(&self.counters.syscalls, 1);
             } else if self.source.take_batch(&self.pool, &mut filler) {
                 self.publish_tally(&mut filler);

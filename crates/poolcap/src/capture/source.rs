@@ -305,6 +305,15 @@ impl Source {
         }
     }
 
+    /// How many packets the next batch holds, when the source can tell before taking it
+    /// (AF_PACKET: the next retired block's count). AF_XDP frames are in the pool already.
+    pub fn next_batch_len(&self) -> Option<usize> {
+        match self {
+            Source::Packet(s) => s.ring.next_block_packets().map(|n| n as usize),
+            Source::Xdp(_) => None,
+        }
+    }
+
     /// Gives the frames of chunks that came home back to the kernel (AF_XDP only).
     pub fn take_back(&mut self, pool: &Pool) {
         if let Source::Xdp(s) = self {

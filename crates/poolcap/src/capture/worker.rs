@@ -86,7 +86,7 @@ impl Worker {
         loop {
             let mut worked = false;
             for &q in &self.queues {
-                if let Some(chunk) = self.pools[q].captured.pop() {
+                if let Some(chunk) = self.pools[q].take_captured() {
                     self.process(chunk);
                     worked = true;
                 }
@@ -98,7 +98,7 @@ impl Worker {
                 && self
                     .queues
                     .iter()
-                    .all(|&q| self.pools[q].captured.is_empty())
+                    .all(|&q| self.pools[q].nothing_captured())
             {
                 return;
             }
