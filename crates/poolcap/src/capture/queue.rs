@@ -176,7 +176,7 @@ impl CaptureThread {
         let mut seq = 0u64;
         let mut stopping: Option<Instant> = None;
         let mut last_stats = Instant::now();
-        let mut idle_sleep = Duration::from_micros(50);
+        let mut idle = Idle::new(self.source.coalesce());
         let mut backlogs = Vec::with_capacity(self.pools.len());
         let mut paused_since: Option<Instant> = None;
         self.pool.room_answered_by_this_thread();
@@ -210,7 +210,7 @@ impl CaptureThread {
                 for c in filler.full.drain(..) {
                     self.seal(c, &mut seq, &mut backlogs);
                 }
-                idle_sleep = Duration::from_micros(50);
+                idle.batch_taken();
             } else {
                 if filler.open.as_ref().is_some_and(|c| {
                     !c.is_empty() && filler.open_since.elapsed() >= self.seal_after
@@ -235,7 +235,7 @@ impl CaptureThread {
                 let wait_for = delay
                     .max(Duration::from_millis(1))
                     .min(self.seal_after.max(Duration::from_millis(1)));
-                if let Err(e) = self.wait(wait_for, &mut idle_sleep) {
+                if let Err(e) = self.wait(wait_for, &mut idle) {
                     break Err(e);
                 }
             }
@@ -261,17 +261,22 @@ impl CaptureThread {
         result.and(stats)
     }
 
-    fn wait(&self, timeout: Duration, idle_sleep: &mut Duration) -> Result<(), SysError> {
+    fn wait(&self, timeout: Duration, idle: &mut Idle) -> Result<(), SysError> {
+        let after_batch = std::mem::take(&mut idle.after_batch);
         match self.wait {
+            WaitStrategy::Poll if after_batch && !idle.coalesce.is_zero() => {
+                // Let frames gather instead of waking per frame: the kernel keeps filling
+                // the ring on its own unless it asked for a wakeup.
+                self.kick_if_asked()?;
+                QueueCounters::add(&self.counters.syscalls, 1);
+                std::thread::sleep(idle.coalesce);
+            }
             WaitStrategy::Poll => {
                 QueueCounters::add(&self.counters.syscalls, 1);
                 self.source.poll(timeout)?;
             }
             WaitStrategy::Busy => {
-                if self.source.needs_wakeup() {
-                    QueueCounters::add(&self.counters.syscalls, 1);
-                    self.source.poll(Duration::ZERO)?;
-                }
+                self.kick_if_asked()?;
                 for _ in 0..256 {
                     std::hint::spin_loop();
                 }
@@ -283,13 +288,55 @@ impl CaptureThread {
                 }
                 QueueCounters::add(&self.counters.syscalls, 1);
                 if self.source.needs_wakeup() {
-                    self.source.poll(*idle_sleep)?;
+                    self.source.poll(idle.sleep)?;
                 } else {
-                    std::thread::sleep(*idle_sleep);
+                    std::thread::sleep(idle.sleep);
                 }
-                *idle_sleep = (*idle_sleep * 2).min(timeout);
+                idle.sleep = (idle.sleep * 2).min(timeout.max(idle.first_sleep()));
             }
         }
         Ok(())
+    }
+
+    /// Makes the syscall the kernel asked for (AF_XDP need_wakeup), without waiting.
+    fn kick_if_asked(&self) -> Result<(), SysError> {
+        if self.source.needs_wakeup() {
+            QueueCounters::add(&self.counters.syscalls, 1);
+            self.source.poll(Duration::ZERO)?;
+        }
+        Ok(())
+    }
+}
+
+/// What waiting remembers between waits: adaptive waiting's current sleep, and whether the
+/// last look found packets (a source that does not batch in the kernel then gets time to
+/// gather some: see [`Source::coalesce`]).
+#[derive(Debug)]
+struct Idle {
+    sleep: Duration,
+    after_batch: bool,
+    coalesce: Duration,
+}
+
+impl Idle {
+    fn new(coalesce: Duration) -> Self {
+        let mut idle = Self {
+            sleep: Duration::ZERO,
+            after_batch: false,
+            coalesce,
+        };
+        idle.sleep = idle.first_sleep();
+        idle
+    }
+
+    /// Adaptive waiting's first sleep after packets: short where the kernel batches
+    /// (AF_PACKET blocks), a share of the coalescing time where it does not.
+    fn first_sleep(&self) -> Duration {
+        (self.coalesce / 4).max(Duration::from_micros(50))
+    }
+
+    fn batch_taken(&mut self) {
+        self.after_batch = true;
+        self.sleep = self.first_sleep();
     }
 }
