@@ -3,6 +3,11 @@
 //! papers' real application load (Braun et al.'s packzip): the higher the level, the slower
 //! the writer, the fuller the pools.
 //!
+//! zstd compresses in one background worker of libzstd, as the `zstd` program does by
+//! default: the writer hands it input, which libzstd buffers (a few jobs, tens of MB at high
+//! levels) while the worker compresses, so a slow level does not stall the writer until
+//! those buffers are full. gzip has no such mode and compresses in the writer thread.
+//!
 //! A compressed stream cannot be cut back to a whole record after a write error, so the
 //! whole-record guarantee of uncompressed files does not hold for it; the error says so.
 
@@ -58,7 +63,11 @@ impl<W: Write> Compressed<W> {
     /// Wraps `inner`.
     pub fn new(inner: W, c: Compression) -> io::Result<Self> {
         Ok(match c {
-            Compression::Zstd(l) => Compressed::Zstd(Some(zstd::Encoder::new(inner, l)?)),
+            Compression::Zstd(l) => {
+                let mut e = zstd::Encoder::new(inner, l)?;
+                e.multithread(1)?;
+                Compressed::Zstd(Some(e))
+            }
             Compression::Gzip(l) => {
                 Compressed::Gzip(Some(GzEncoder::new(inner, flate2::Compression::new(l))))
             }
