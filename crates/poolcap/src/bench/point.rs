@@ -457,7 +457,10 @@ impl Bench<'_> {
                 bail!("perf counted no syscalls: {}", f.text.trim());
             }
         }
-        let fin = tool.interrupt(Duration::from_secs(60))?;
+        // A compressor may still hold tens of MB to compress at a slow level (zstd -19
+        // compresses about 2 MB/s here): give it time to finish rather than lose the file.
+        let finish = if spec.compress.is_some() { 300 } else { 60 };
+        let fin = tool.interrupt(Duration::from_secs(finish))?;
         check_exit(spec.tool.name(), &fin)?;
         rec.cpu_total_s = cpu_after.map(|t| t as f64 / TICKS_PER_SECOND);
         if let (Some(a), Some(b)) = (cpu_before, cpu_after) {

@@ -51,6 +51,10 @@ use self::worker::{served_queues, Next, Worker};
 use self::writer::{BoxedOutput, FileWriter, WriterOutcome};
 use crate::netdev;
 
+/// Block retire timeout when packets are only counted (no load, no file): nothing downstream
+/// waits for them, so blocks may fill for longer and wake the capture thread less often.
+const COUNT_ONLY_RETIRE_MS: u32 = 50;
+
 /// A resolved capture.
 pub struct CaptureConfig {
     /// Interface.
@@ -272,6 +276,17 @@ impl Engine {
             }
         }
         let groups: Vec<Vec<usize>> = (0..q).map(|i| group_of(&cfg.buddy_groups, i)).collect();
+        // When packets are only counted nobody waits for them: let blocks fill for longer,
+        // so the kernel wakes the capture thread less often (on veth, on the sender's CPU).
+        let count_only = !cfg.in_place && cfg.load == 0 && cfg.output.is_none();
+        let ring = RingGeometry {
+            retire_timeout_ms: if count_only {
+                cfg.ring.retire_timeout_ms.max(COUNT_ONLY_RETIRE_MS)
+            } else {
+                cfg.ring.retire_timeout_ms
+            },
+            ..cfg.ring
+        };
         let opened = backend::open(
             cfg.backend,
             &Setup {
@@ -280,7 +295,7 @@ impl Engine {
                 queues: q,
                 pool: cfg.pool,
                 queue_capacity: groups.iter().map(|g| g.len() * cfg.pool.chunks).collect(),
-                ring: cfg.ring,
+                ring,
                 fanout: cfg.fanout,
                 filter: cfg.filter.as_deref(),
                 snaplen: cfg.snaplen,
@@ -382,6 +397,7 @@ impl Engine {
                     direct: direct.clone(),
                     queue_bells: Arc::clone(&queue_bells),
                     writer_bell: Arc::clone(&writer_bell),
+                    merged: writer_input.is_some() && q > 1,
                     stop: Arc::clone(&stop),
                 };
                 let cpus = cfg.cpus.clone();

@@ -25,6 +25,9 @@ use super::source::{now_ns, Filler, Source};
 /// statistics are seen (room itself wakes the thread at once).
 const ROOM_WAIT: Duration = Duration::from_millis(20);
 
+/// Longest wait for packets when nothing is pending: bounds how late a stop is seen.
+const IDLE_WAIT: Duration = Duration::from_millis(50);
+
 /// How the capture thread waits when the kernel has nothing for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitStrategy {
@@ -80,6 +83,9 @@ pub struct CaptureThread {
     pub queue_bells: Arc<Vec<Vec<Arc<Doorbell>>>>,
     /// The file writer's bell.
     pub writer_bell: Arc<Doorbell>,
+    /// A file writer merges this queue with others, so it needs the watermark to move on
+    /// while the queue is idle.
+    pub merged: bool,
     /// Set to stop.
     pub stop: Arc<AtomicBool>,
 }
@@ -232,9 +238,16 @@ impl CaptureThread {
                         break Ok(());
                     }
                 }
-                let wait_for = delay
-                    .max(Duration::from_millis(1))
-                    .min(self.seal_after.max(Duration::from_millis(1)));
+                // Wake in time to seal an open chunk, or to move the watermark on for a
+                // writer that merges queues; otherwise only packets (or a stop) matter.
+                let open = filler.open.as_ref().is_some_and(|c| !c.is_empty());
+                let wait_for = if open || self.merged {
+                    delay
+                        .max(Duration::from_millis(1))
+                        .min(self.seal_after.max(Duration::from_millis(1)))
+                } else {
+                    IDLE_WAIT
+                };
                 if let Err(e) = self.wait(wait_for, &mut idle) {
                     break Err(e);
                 }

@@ -19,7 +19,9 @@ basic mode and congestion control (stop taking packets from the kernel at 90% ba
 at 50%), with the plain AF_PACKET fanout reader (`poolcap --inplace`, the load run on the \
 kernel ring) at the same loads as the peer. Read: where analysis throughput flattens (the \
 analysis capacity), and the gap between capture and analysis throughput — packets captured \
-only to be dropped by the pool, CPU spent for nothing, which congestion control closes.";
+only to be dropped by the pool, CPU spent for nothing. Congestion control closes it; so does \
+basic mode, whose capture thread leaves a block in the kernel ring while the pool has no room \
+for it.";
 
 /// Pool of every poolcap subject: small, so that what is still buffered when the sender stops
 /// (and analysed afterwards) is a small share of a run.
@@ -271,8 +273,10 @@ fn headline(rows: &[Row]) -> String {
         .reduce(f64::max)
     {
         s.push_str(&format!(
-            " In basic mode up to {g:.1}× as many packets are taken from the kernel as are \
-             analysed; congestion control closes that gap."
+            " In basic mode up to {g:.2}× as many packets are taken from the kernel as are \
+             analysed: a capture thread leaves a block in the kernel ring while its pool has \
+             no room for it, so basic mode too takes only what it can analyse, and congestion \
+             control only pauses earlier (at its HIGH mark)."
         ));
     }
     s
