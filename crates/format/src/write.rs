@@ -16,7 +16,7 @@ use std::{fmt, time::SystemTime};
 
 use thiserror::Error;
 
-const DEFAULT_BUFFER: usize = 1 << 20;
+const DEFAULT_BUFFER: usize = 64 << 10;
 const NS_PER_SEC: u64 = 1_000_000_000;
 const LINKTYPE_ETHERNET: u16 = 1;
 

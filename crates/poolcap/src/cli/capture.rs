@@ -25,11 +25,11 @@ use poolcap_sys::xsk::ZeroCopy;
 pub const DEFAULT_CELLS: usize = 256;
 /// Default chunks per queue (R): with 2 KB cells, 256 x 64 x 2048 = 32 MiB per queue.
 pub const DEFAULT_CHUNKS: usize = 64;
-/// Kernel ring blocks: at least 8 per ring, so the kernel always has blocks to fill while
-/// the capture thread copies one out, and at most 1 MiB each. Larger blocks mean fewer
-/// retirements and reader wakeups, which on veth are paid on the sender's CPU.
+/// Kernel ring blocks: at least 16 per ring, so the kernel always has blocks to fill while
+/// the capture thread copies one out, and at most 256 KiB each. (Measured: 8 blocks of
+/// 512 KiB lost 8-19% writing 1514-byte frames at top speed where 16 of 256 KiB lost 0-0.5%.)
 fn block_size(buffer: u64) -> u32 {
-    let b = (buffer / 8).clamp(16 << 10, 1 << 20);
+    let b = (buffer / 16).clamp(16 << 10, 256 << 10);
     (b / 4096 * 4096) as u32
 }
 
