@@ -314,8 +314,9 @@ impl<O: Output> CaptureWriter<O> {
         Ok(writer)
     }
 
-    /// Hand records to the output once `bytes` are buffered (default 64 KiB, small enough to stay in the CPU cache for the kernel's copy). A record larger
-    /// than the buffer is written on its own.
+    /// Hand records to the output once `bytes` are buffered (default 64 KiB: small enough
+    /// to stay in the CPU cache for the kernel's copy). A record larger than the buffer is
+    /// written on its own.
     pub fn with_buffer_size(mut self, bytes: usize) -> Self {
         self.buf_limit = bytes;
         if self.buf.is_empty() {
