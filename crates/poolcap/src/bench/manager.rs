@@ -5,7 +5,6 @@
 //! BENCHMARKS.md; [`run_all`] runs every suite and then [`report`].
 
 use std::collections::BTreeSet;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -19,6 +18,7 @@ use super::figure::Figure;
 use super::meta::{self, Meta};
 use super::peer::{self, Generator, Traffic};
 use super::point::{Bench, Point, Record, Subject, TOOL_CPU};
+use super::progress::Progress;
 use super::report::{self, Machine, Row};
 use super::stats::Spread;
 use super::suites::{self, Calibration, CalibrationKind, Scale, Suite, Text};
@@ -51,52 +51,29 @@ fn run_points(
     records: &mut Vec<Record>,
 ) -> anyhow::Result<()> {
     let n = points.len();
+    let total: usize = points.iter().map(|p| p.subjects.len() * runs).sum();
+    let mut progress = Progress::new(total as u64);
     for (i, p) in points.iter().enumerate() {
         for run in 1..=runs {
             for s in &p.subjects {
                 if b.stop.load(Ordering::Relaxed) {
+                    progress.finish();
                     return Ok(());
                 }
-                eprint!("[{}/{n}] {} · {} · run {run}/{runs}: ", i + 1, p.id, s.name);
+                progress.start((i + 1, n), &p.id, &s.name, (run, runs));
                 let r = b.run_once(suite, p, s, run);
                 if b.stop.load(Ordering::Relaxed) {
-                    eprintln!("interrupted");
+                    progress.interrupted();
                     return Ok(());
                 }
-                eprintln!("{}", progress(&r));
+                progress.done(&r);
                 log.append(&r)?;
                 records.push(r);
             }
         }
     }
+    progress.finish();
     Ok(())
-}
-
-fn progress(r: &Record) -> String {
-    if let Some(e) = &r.error {
-        return format!("FAILED: {e}");
-    }
-    let mut s = String::new();
-    if let Some(sent) = &r.sent {
-        let _ = write!(s, "sent {} at {:.0} kpps", sent.frames, sent.pps / 1e3);
-    }
-    if let Some(c) = r.captured() {
-        let _ = write!(s, ", captured {c}");
-    }
-    if let Some(l) = r.loss {
-        let _ = write!(s, ", loss {:.3}%", l * 100.0);
-    }
-    if let Some(cpu) = r.cpu_s {
-        let _ = write!(s, ", tool CPU {cpu:.2} s");
-    }
-    if let Some(n) = r.syscalls {
-        let _ = write!(s, ", {n} syscalls");
-    }
-    if let Some(sp) = r.spacing {
-        let _ = write!(s, ", longest back-to-back {}", sp.max_back_to_back);
-    }
-    let _ = write!(s, " ({:.1} s)", r.wall_s);
-    s
 }
 
 fn set_rps(lab: &Lab) -> anyhow::Result<()> {

@@ -8,7 +8,8 @@
 //! kept. It follows the manager / agents / formatters split of Zabala et al.'s rig:
 //!
 //! - [`manager`] and [`suites`]: the manager — one lab per suite, calibration, the interleaved
-//!   runs, Ctrl-C; each suite's points, figures and the targets its summary checks;
+//!   runs (a line each and, on a terminal, a progress bar: [`progress`]), Ctrl-C; each suite's
+//!   points, figures and the targets its summary checks;
 //! - [`point`] and [`child`]: the agents — one measured run (start the tool in the probe
 //!   namespace, wait for its ready line, send from CPU 0, drain, read its CPU time, context
 //!   switches and syscalls, SIGINT, collect), with every child killed if anything goes wrong;
@@ -29,6 +30,7 @@ pub mod manager;
 pub mod meta;
 pub mod peer;
 pub mod point;
+pub mod progress;
 pub mod report;
 pub mod stats;
 pub mod suites;

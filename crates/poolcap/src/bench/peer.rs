@@ -53,6 +53,8 @@ pub enum Tool {
 
 /// How to run a capture tool at one point. Fields after `load` are optional settings, most of
 /// them poolcap's; a peer takes those it has an option for (`snaplen`, `compress` for tcpdump).
+/// A setting added later is an `Option` or `#[serde(default)]`, so that older `raw.jsonl` files
+/// still read (a missing `Option` reads as `None`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CaptureSpec {
     /// The tool.
@@ -72,35 +74,26 @@ pub struct CaptureSpec {
     #[serde(default)]
     pub dev_null: bool,
     /// Snap length (`-s`).
-    #[serde(default)]
     pub snaplen: Option<u32>,
     /// Compression of the written file: `zstd:L` or `gzip:L` (poolcap's `--compress`; tcpdump
     /// writes to a pipe into the `zstd` or `gzip` program).
-    #[serde(default)]
     pub compress: Option<String>,
     /// poolcap only: `--queues`.
-    #[serde(default)]
     pub queues: Option<u16>,
     /// poolcap only: `--workers`.
-    #[serde(default)]
     pub workers: Option<usize>,
     /// poolcap only: `--offload` (basic, buddy:T, congestion:H,L).
-    #[serde(default)]
     pub offload: Option<String>,
     /// poolcap only: `--wait` (poll, busy, adaptive).
-    #[serde(default)]
     pub wait: Option<String>,
     /// poolcap only: `--backend` (af_packet, af_xdp).
-    #[serde(default)]
     pub backend: Option<String>,
     /// poolcap only: `--inplace`, the plain AF_PACKET fanout reader.
     #[serde(default)]
     pub inplace: bool,
     /// poolcap only: `--cpus` (capture threads, then workers, round robin).
-    #[serde(default)]
     pub cpus: Option<String>,
     /// CPUs the whole process may run on (`taskset -c`); default the tool CPU.
-    #[serde(default)]
     pub taskset: Option<String>,
 }
 
@@ -224,23 +217,9 @@ impl Tool {
         }
     }
 
-    /// The command line (program first) capturing on `iface`, pinned by the caller. `out` is
-    /// the file to write when `spec.write`; `stats` is where poolcap writes its accounting.
-    pub fn argv(
-        self,
-        spec: &CaptureSpec,
-        iface: &str,
-        cpu: usize,
-        out: &Path,
-        stats: &Path,
-        exe: &Path,
-    ) -> Vec<String> {
-        self.launch(spec, iface, cpu, out, stats, exe)
-            .map(|l| l.argv)
-            .unwrap_or_default()
-    }
-
-    /// How to start the tool (see [`Tool::argv`]); fails on a compression it cannot do.
+    /// How to start the tool capturing on `iface` (pinned by the caller to `cpu`); fails on a
+    /// compression it cannot do. `out` is the file to write when `spec.write`; `stats` is where
+    /// poolcap writes its accounting; `exe` is poolcap.
     pub fn launch(
         self,
         spec: &CaptureSpec,
@@ -479,7 +458,8 @@ pub enum Generator {
     Trafgen,
 }
 
-/// What to send.
+/// What to send. A field added later is an `Option` or has a serde default, so that older
+/// `raw.jsonl` files still read.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Traffic {
     /// Frame size in bytes without FCS.
@@ -497,11 +477,9 @@ pub struct Traffic {
     #[serde(default = "one")]
     pub flows: usize,
     /// Share of the heaviest flow (`--skew`).
-    #[serde(default)]
     pub skew: Option<f64>,
     /// Frames per send call (`--batch`); paced runs with a batch of rate/1000 frames leave the
     /// generator asleep between batches instead of spinning.
-    #[serde(default)]
     pub batch: Option<usize>,
 }
 
@@ -883,39 +861,41 @@ Running! Hang up with ^C!
         assert!(crate::frame::parse_tag(&f).is_some());
     }
 
+    /// How `spec` starts in a lab: on prb0, from CPU 1, writing /x.pcap, poolcap being /pc.
+    fn launch(spec: &CaptureSpec) -> anyhow::Result<Launch> {
+        let p = Path::new;
+        spec.tool
+            .launch(spec, "prb0", 1, p("/x.pcap"), p("/s.json"), p("/pc"))
+    }
+
+    /// [`launch`]'s command line.
+    fn line(spec: &CaptureSpec) -> String {
+        launch(spec).unwrap().argv.join(" ")
+    }
+
     #[test]
     fn command_lines_carry_the_shared_settings() {
-        let spec = CaptureSpec::new(Tool::Dumpcap, 4096);
-        let p = Path::new;
-        let line = |t: Tool| {
-            let s = CaptureSpec {
-                tool: t,
-                ..spec.clone()
-            };
-            t.argv(&s, "prb0", 1, p("/x.pcap"), p("/s.json"), p("/bin/poolcap"))
-                .join(" ")
-        };
-        assert_eq!(
-            line(Tool::Dumpcap),
-            "dumpcap -i prb0 -q -P -B 4 -w /dev/null"
-        );
-        assert_eq!(
-            line(Tool::Tcpdump),
-            "tcpdump -i prb0 -n -Z root -B 4096 -w /dev/null"
-        );
-        assert_eq!(
-            line(Tool::NetsniffNg),
-            "stdbuf -oL netsniff-ng -i prb0 -s -A -b 1 -S 4096KiB -o /dev/null"
-        );
-        assert_eq!(
-            line(Tool::Poolcap),
-            "/bin/poolcap capture -i prb0 -q -B 4096 --stats-json /s.json"
-        );
+        for (tool, want) in [
+            (Tool::Dumpcap, "dumpcap -i prb0 -q -P -B 4 -w /dev/null"),
+            (
+                Tool::Tcpdump,
+                "tcpdump -i prb0 -n -Z root -B 4096 -w /dev/null",
+            ),
+            (
+                Tool::NetsniffNg,
+                "stdbuf -oL netsniff-ng -i prb0 -s -A -b 1 -S 4096KiB -o /dev/null",
+            ),
+            (
+                Tool::Poolcap,
+                "/pc capture -i prb0 -q -B 4096 --stats-json /s.json",
+            ),
+        ] {
+            assert_eq!(line(&CaptureSpec::new(tool, 4096)), want);
+        }
     }
 
     #[test]
     fn poolcap_options_and_compression_pipes() {
-        let p = Path::new;
         let spec = CaptureSpec {
             queues: Some(2),
             workers: Some(2),
@@ -927,9 +907,7 @@ Running! Hang up with ^C!
             dev_null: true,
             ..CaptureSpec::new(Tool::Poolcap, 512)
         };
-        let l = Tool::Poolcap
-            .launch(&spec, "prb0", 1, p("/x"), p("/s.json"), p("/pc"))
-            .unwrap();
+        let l = launch(&spec).unwrap();
         assert_eq!(
             l.argv.join(" "),
             "/pc capture -i prb0 -q -B 512 --format pcap -w /dev/null -s 96 --pool 64,16 \
@@ -942,17 +920,15 @@ Running! Hang up with ^C!
             load: 25000,
             ..CaptureSpec::new(Tool::Poolcap, 4096)
         };
-        let a = Tool::Poolcap.argv(&inplace, "prb0", 1, p("/x"), p("/s"), p("/pc"));
-        assert!(a.join(" ").contains("--load 25000 --inplace"), "{a:?}");
+        let a = line(&inplace);
+        assert!(a.contains("--load 25000 --inplace"), "{a}");
 
         let zstd = CaptureSpec {
             write: true,
             compress: Some("zstd:19".into()),
             ..CaptureSpec::new(Tool::Tcpdump, 4096)
         };
-        let l = Tool::Tcpdump
-            .launch(&zstd, "prb0", 1, p("/x.pcap"), p("/s"), p("/pc"))
-            .unwrap();
+        let l = launch(&zstd).unwrap();
         assert_eq!(l.argv.join(" "), "tcpdump -i prb0 -n -Z root -B 4096 -w -");
         assert_eq!(l.pipe.unwrap().join(" "), "zstd -19 -q -c");
         assert_eq!(zstd.programs(), ["tcpdump", "zstd"]);
@@ -960,29 +936,34 @@ Running! Hang up with ^C!
             compress: Some("gzip".into()),
             ..zstd.clone()
         };
-        let l = Tool::Tcpdump
-            .launch(&gz, "prb0", 1, p("/x"), p("/s"), p("/pc"))
-            .unwrap();
-        assert_eq!(l.pipe.unwrap().join(" "), "gzip -6 -q -c");
+        assert_eq!(
+            launch(&gz).unwrap().pipe.unwrap().join(" "),
+            "gzip -6 -q -c"
+        );
         let pc = CaptureSpec {
             tool: Tool::Poolcap,
             ..zstd.clone()
         };
-        let a = Tool::Poolcap.argv(&pc, "prb0", 1, p("/x.pcap"), p("/s"), p("/pc"));
-        assert!(
-            a.join(" ").contains("-w /x.pcap --compress zstd:19"),
-            "{a:?}"
-        );
+        let a = line(&pc);
+        assert!(a.contains("-w /x.pcap --compress zstd:19"), "{a}");
         let dc = CaptureSpec {
             tool: Tool::Dumpcap,
             ..zstd
         };
-        assert!(Tool::Dumpcap
-            .launch(&dc, "prb0", 1, p("/x"), p("/s"), p("/pc"))
-            .is_err());
+        assert!(launch(&dc).is_err());
         assert_eq!(compressor("zstd:1").unwrap(), ("zstd", 1));
         assert!(compressor("lz4:1").is_err());
         assert!(compressor("gzip:x").is_err());
+    }
+
+    #[test]
+    fn older_capture_specs_still_read() {
+        let old: CaptureSpec = serde_json::from_str(
+            r#"{"tool":"tcpdump","buffer_kib":4096,"write":false,"pcap_ns":false,"pool":null,
+                "load":0}"#,
+        )
+        .unwrap();
+        assert_eq!(old, CaptureSpec::new(Tool::Tcpdump, 4096));
     }
 
     #[test]

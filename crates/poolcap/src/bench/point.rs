@@ -174,7 +174,8 @@ pub struct Bench<'a> {
     pub perf: bool,
 }
 
-/// One run of one subject at one point: a line of `raw.jsonl`.
+/// One run of one subject at one point: a line of `raw.jsonl`. A field added later is an
+/// `Option` or `#[serde(default)]`, so that older files still read.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Record {
     /// Suite name.
@@ -217,13 +218,10 @@ pub struct Record {
     pub spacing: Option<Spacing>,
     /// Syscalls of the tool (all threads, all processes of a pipe) between ready and drained,
     /// counted by perf.
-    #[serde(default)]
     pub syscalls: Option<u64>,
     /// Voluntary context switches over the same window.
-    #[serde(default)]
     pub voluntary_switches: Option<u64>,
     /// Involuntary context switches over the same window.
-    #[serde(default)]
     pub involuntary_switches: Option<u64>,
     /// Wall seconds of the whole run.
     pub wall_s: f64,

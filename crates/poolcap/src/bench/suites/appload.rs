@@ -98,9 +98,8 @@ pub fn text(meta: &Meta, rows: &[Row]) -> Text {
              writer about 3.5 MB/s"
                 .into(),
         ],
-        tables: vec![Table::new(
-            "Results",
-            rows.to_vec(),
+        tables: vec![Table::results(
+            rows,
             &[
                 "offered",
                 "sender_pps",

@@ -3,9 +3,8 @@
 //! On veth AF_XDP runs in copy mode only: every figure and table says so.
 
 use std::fmt::Write as _;
-use std::time::Duration;
 
-use super::{k, rows_where, Calibration, Plan, Scale, Table, Text, BUFFER_KIB, TOOL_CPU};
+use super::{burst, k, rows_where, Calibration, Plan, Scale, Table, Text, BUFFER_KIB, TOOL_CPU};
 use crate::bench::figure::{by_subject, median, offered, percent, Figure};
 use crate::bench::meta::Meta;
 use crate::bench::peer::{CaptureSpec, Tool, Traffic};
@@ -120,17 +119,12 @@ pub fn plan(scale: Scale, c: &Calibration) -> Plan {
             loaded(),
         ));
     }
-    const RM: u64 = 16_384;
-    let lens: &[u64] = scale.pick(&[], &[RM], &[RM / 2, RM, 2 * RM]);
-    for &b in lens {
-        let bursts = scale.pick(1, 3, 5);
+    for &b in burst::lengths(scale) {
         v.push(Point::new(
             format!("bursts B={b} load"),
             Traffic {
-                burst: Some(b),
-                idle: Some(Duration::from_secs_f64(1.5 * b as f64 / analysis)),
                 flows: FLOWS,
-                ..Traffic::top(64, bursts * b)
+                ..burst::bursts(scale, b, analysis)
             },
             loaded(),
         ));
@@ -138,17 +132,10 @@ pub fn plan(scale: Scale, c: &Calibration) -> Plan {
     Plan {
         points: v,
         notes: vec![format!(
-            "calibration: x-loop {:.3} ns per iteration on CPU {TOOL_CPU}; offered top speed of \
-             64 B frames over {FLOWS} flows {:.0} pps{}; load X = {load} iterations per packet: \
-             one core analyses about {analysis:.0} pps (half the top speed); bursts of B frames \
-             are followed by 1.5 B / {analysis:.0} s of silence",
-            c.ns_per_iteration,
-            c.top(),
-            if c.top_pps.is_some() {
-                " (median)"
-            } else {
-                " (assumed)"
-            },
+            "{}; load X = {load} iterations per packet: one core analyses about {analysis:.0} pps \
+             (half the top speed); bursts of B frames are followed by 1.5 B / {analysis:.0} s of \
+             silence",
+            c.top_speed_note(&format!(" over {FLOWS} flows")),
         )],
     }
 }
@@ -338,10 +325,7 @@ mod tests {
 
     #[test]
     fn both_backends_at_every_point() {
-        let c = Calibration {
-            ns_per_iteration: 1.4,
-            top_pps: Some(350e3),
-        };
+        let c = super::super::tests::calibration(1.4, Some(350e3));
         let q = plan(Scale::Quick, &c).points;
         assert_eq!(q.len(), 5);
         for p in &q {

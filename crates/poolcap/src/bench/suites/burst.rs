@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{spec, Calibration, Plan, Scale, Table, Text, BUFFER_KIB, TOOL_CPU};
+use super::{spec, Calibration, Plan, Scale, Table, Text, ACCOUNTING, BUFFER_KIB, TOOL_CPU};
 use crate::bench::figure::{by_key, percent, Figure};
 use crate::bench::meta::Meta;
 use crate::bench::peer::{CaptureSpec, Tool, Traffic};
@@ -25,6 +25,25 @@ pub const BURST_CELLS: usize = 16384;
 /// memory is the pool, like tcpdump's is its ring.
 pub const BURST_RING_KIB: u64 = 512;
 
+/// Burst lengths at `scale`: R*M frames, and in full runs also R*M/2 and 2 R*M.
+pub fn lengths(scale: Scale) -> &'static [u64] {
+    const RM: u64 = BURST_CELLS as u64;
+    match scale {
+        Scale::Full => &[RM / 2, RM, 2 * RM],
+        _ => &[RM],
+    }
+}
+
+/// Bursts of `b` 64-byte frames at top speed (1, 3 or 5 of them by `scale`), each followed by
+/// the silence in which one core analysing `analysis_pps` gets through 1.5 bursts.
+pub fn bursts(scale: Scale, b: u64, analysis_pps: f64) -> Traffic {
+    Traffic {
+        burst: Some(b),
+        idle: Some(Duration::from_secs_f64(1.5 * b as f64 / analysis_pps)),
+        ..Traffic::top(64, scale.pick(1, 3, 5) * b)
+    }
+}
+
 /// The points: bursts of R*M/2, R*M and 2 R*M frames for each (M,R).
 pub fn plan(scale: Scale, c: &Calibration) -> Plan {
     let load = c.half_load();
@@ -34,12 +53,7 @@ pub fn plan(scale: Scale, c: &Calibration) -> Plan {
     for &m in ms {
         let r = BURST_CELLS / m;
         let rm = BURST_CELLS as u64;
-        let lens: &[u64] = match scale {
-            Scale::Full => &[rm / 2, rm, 2 * rm],
-            _ => &[rm],
-        };
-        for &b in lens {
-            let bursts = scale.pick(1, 3, 5);
+        for &b in lengths(scale) {
             let poolcap = |ring| CaptureSpec {
                 pool: Some((m, r)),
                 load,
@@ -53,11 +67,7 @@ pub fn plan(scale: Scale, c: &Calibration) -> Plan {
             let tcpdump = spec(Tool::Tcpdump, rm * 2048 / 1024, false);
             v.push(Point::new(
                 format!("M={m} R={r} B={b}"),
-                Traffic {
-                    burst: Some(b),
-                    idle: Some(Duration::from_secs_f64(1.5 * b as f64 / analysis_pps)),
-                    ..Traffic::top(64, bursts * b)
-                },
+                bursts(scale, b, analysis_pps),
                 vec![
                     Subject::capture(poolcap(BURST_RING_KIB)),
                     Subject::capture(tcpdump),
@@ -69,17 +79,10 @@ pub fn plan(scale: Scale, c: &Calibration) -> Plan {
     Plan {
         points: v,
         notes: vec![format!(
-            "calibration: x-loop {:.3} ns per iteration on CPU {TOOL_CPU}; offered top speed of \
-             64 B frames {:.0} pps{}; load X = {load} iterations per packet, so one core \
-             analyses about {analysis_pps:.0} pps (half the offered rate); idle after a burst \
-             of B = 1.5 B / {analysis_pps:.0} pps",
-            c.ns_per_iteration,
-            c.top(),
-            if c.top_pps.is_some() {
-                " (median)"
-            } else {
-                " (assumed)"
-            },
+            "{}; load X = {load} iterations per packet, so one core analyses about \
+             {analysis_pps:.0} pps (half the offered rate); idle after a burst of B = 1.5 B / \
+             {analysis_pps:.0} pps",
+            c.top_speed_note(""),
         )],
     }
 }
@@ -101,18 +104,9 @@ pub fn text(_meta: &Meta, rows: &[Row]) -> Text {
              The comparison is the papers' setting, not a like-for-like one."
                 .into(),
         ],
-        tables: vec![Table::new(
-            "Results",
-            rows.to_vec(),
-            &[
-                "offered",
-                "sender_pps",
-                "captured",
-                "dropped",
-                "loss",
-                "pool_peak_chunks",
-                "cpu_s",
-            ],
+        tables: vec![Table::results(
+            rows,
+            &[&ACCOUNTING[..], &["pool_peak_chunks", "cpu_s"]].concat(),
             &["loss"],
         )],
         targets: targets(rows),
@@ -202,10 +196,7 @@ mod tests {
 
     #[test]
     fn bursts_fill_the_pool() {
-        let c = Calibration {
-            ns_per_iteration: 1.0,
-            top_pps: Some(500e3),
-        };
+        let c = super::super::tests::calibration(1.0, Some(500e3));
         let quick = plan(Scale::Quick, &c).points;
         assert_eq!(quick.len(), 3);
         for p in &quick {

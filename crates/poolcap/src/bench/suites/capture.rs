@@ -1,8 +1,8 @@
 //! `capture`: poolcap against tcpdump, netsniff-ng and dumpcap on one queue, counting and
 //! writing, 64 and 1514 bytes: loss, CPU per packet, sender rate (the capture issue).
 
-use super::BUFFER_KIB;
 use super::{checks_line, loss_targets, points_of, spec, Check, Plan, Scale, Table, Text};
+use super::{ACCOUNTING, BUFFER_KIB};
 use crate::bench::meta::Meta;
 use crate::bench::peer::{Tool, Traffic};
 use crate::bench::point::{Point, Subject};
@@ -60,19 +60,9 @@ pub fn text(_meta: &Meta, rows: &[Row]) -> Text {
             "every tool gets a {BUFFER_KIB} KiB kernel buffer (-B / -S); files are pcap \
              (microseconds) under /var/tmp"
         )],
-        tables: vec![Table::new(
-            "Results",
-            rows.to_vec(),
-            &[
-                "offered",
-                "sender_pps",
-                "captured",
-                "dropped",
-                "loss",
-                "cpu_s",
-                "cpu_s_per_mpkt",
-                "wall_s",
-            ],
+        tables: vec![Table::results(
+            rows,
+            &[&ACCOUNTING[..], &["cpu_s", "cpu_s_per_mpkt", "wall_s"]].concat(),
             &["loss", "cpu_s_per_mpkt", "sender_pps"],
         )],
         targets: targets(rows),

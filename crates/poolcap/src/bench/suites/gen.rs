@@ -63,9 +63,8 @@ pub fn text(meta: &Meta, rows: &[Row]) -> Text {
     }
     Text {
         notes,
-        tables: vec![Table::new(
-            "Results",
-            rows.to_vec(),
+        tables: vec![Table::results(
+            rows,
             &[
                 "offered",
                 "sender_pps",

@@ -4,7 +4,7 @@
 //! with the same load (WireCAP Figs 11-12, issue 4); then congestion control against basic at
 //! x = 1000 and 25000 over offered rates (capture vs analysis throughput, as in `rates`).
 
-use super::rates::{self, sweep, throughput_figures, RING_KIB};
+use super::rates::{self, sweep, throughput_figures, RING_KIB, THROUGHPUT};
 use super::{checks_line, congestion_targets, k, paced_quietly, pct, rows_where, Calibration};
 use super::{Check, Plan, Scale, Table, Text, BOTH_CPUS, BUFFER_KIB, CPUS_SPLIT};
 use super::{CPUS_SPLIT_READER, GEN_CPU, TOOL_CPU};
@@ -120,11 +120,10 @@ pub fn plan(scale: Scale, c: &Calibration) -> Plan {
     Plan {
         points,
         notes: vec![format!(
-            "calibration: x-loop {:.3} ns per iteration on CPU {TOOL_CPU}; load X = {load} \
-             iterations per packet, so one core analyses about {:.0} pps ({:.0}% of the offered \
-             {} pps): the hot queue (≥ {:.0}% of the frames) needs more than one core, both \
-             queues together less than two",
-            c.ns_per_iteration,
+            "{}; load X = {load} iterations per packet, so one core analyses about {:.0} pps \
+             ({:.0}% of the offered {} pps): the hot queue (≥ {:.0}% of the frames) needs more \
+             than one core, both queues together less than two",
+            c.x_loop_note(),
             c.pps_at(load),
             ONE_CORE_SHARE * 100.0,
             k(RATE),
@@ -187,16 +186,7 @@ pub fn text(meta: &Meta, rows: &[Row]) -> Text {
         tables.push(Table::new(
             "Congestion control vs basic (capture and analysis throughput)",
             cong.clone(),
-            &[
-                "sender_pps",
-                "capture_pps",
-                "analysis_pps",
-                "loss",
-                "pool_drop",
-                "kernel_drop",
-                "paused_ms",
-                "cpu_s",
-            ],
+            &THROUGHPUT,
             &[],
         ));
     }
@@ -353,10 +343,7 @@ mod tests {
 
     #[test]
     fn one_worker_cannot_keep_up_but_two_can() {
-        let c = Calibration {
-            ns_per_iteration: 1.4,
-            top_pps: None,
-        };
+        let c = super::super::tests::calibration(1.4, None);
         let p = plan(Scale::Quick, &c).points;
         let a = &p[0];
         let load = a.subjects[0].capture.as_ref().unwrap().load;

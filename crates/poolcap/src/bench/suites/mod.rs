@@ -207,6 +207,29 @@ impl Calibration {
     pub fn half_load(&self) -> u32 {
         self.load_for(self.top() / 2.0)
     }
+
+    /// How a suite's notes begin: `calibration: x-loop 1.400 ns per iteration on CPU 1`.
+    pub fn x_loop_note(&self) -> String {
+        format!(
+            "calibration: x-loop {:.3} ns per iteration on CPU {TOOL_CPU}",
+            self.ns_per_iteration
+        )
+    }
+
+    /// [`Calibration::x_loop_note`] and the top speed, sent over `flows` (`""` or
+    /// `" over 16 flows"`): `...; offered top speed of 64 B frames 350000 pps (median)`.
+    pub fn top_speed_note(&self, flows: &str) -> String {
+        format!(
+            "{}; offered top speed of 64 B frames{flows} {:.0} pps ({})",
+            self.x_loop_note(),
+            self.top(),
+            if self.top_pps.is_some() {
+                "median"
+            } else {
+                "assumed"
+            }
+        )
+    }
 }
 
 /// A run starts once at most this share of all CPUs is busy (waiting up to a minute): on a
@@ -301,7 +324,15 @@ impl Table {
             ratios: ratios.to_vec(),
         }
     }
+
+    /// The table of every row of a suite, titled `Results`.
+    pub fn results(rows: &[Row], columns: &[&'static str], ratios: &[&'static str]) -> Table {
+        Table::new("Results", rows.to_vec(), columns, ratios)
+    }
 }
+
+/// The columns of the accounting equation: frames asked for and sent, and what became of them.
+pub const ACCOUNTING: [&str; 5] = ["offered", "sender_pps", "captured", "dropped", "loss"];
 
 /// What a suite's summary says besides the common settings.
 #[derive(Default)]
@@ -622,17 +653,30 @@ pub fn congestion_targets(rows: &[Row], tolerance: f64) -> Vec<String> {
 mod tests {
     use super::*;
 
+    /// A calibration as the manager would have measured it.
+    pub fn calibration(ns_per_iteration: f64, top_pps: Option<f64>) -> Calibration {
+        Calibration {
+            ns_per_iteration,
+            top_pps,
+        }
+    }
+
     #[test]
     fn calibration_picks_loads() {
-        let c = Calibration {
-            ns_per_iteration: 1.0,
-            top_pps: Some(500e3),
-        };
+        let c = calibration(1.0, Some(500e3));
         assert_eq!(c.half_load(), 4000);
         assert!((c.pps_at(4000) - 250e3).abs() < 1e-6);
         assert_eq!(c.load_for(70e3), 14286);
         let assumed = Calibration { top_pps: None, ..c };
         assert_eq!(assumed.top(), ASSUMED_TOP_PPS);
+        assert_eq!(
+            c.top_speed_note(" over 16 flows"),
+            "calibration: x-loop 1.000 ns per iteration on CPU 1; offered top speed of 64 B \
+             frames over 16 flows 500000 pps (median)"
+        );
+        assert!(assumed
+            .top_speed_note("")
+            .ends_with("frames 500000 pps (assumed)"));
     }
 
     #[test]
@@ -646,10 +690,7 @@ mod tests {
 
     #[test]
     fn every_suite_plans_points_at_every_scale() {
-        let cal = Calibration {
-            ns_per_iteration: 1.4,
-            top_pps: Some(500e3),
-        };
+        let cal = calibration(1.4, Some(500e3));
         for s in Suite::ALL {
             let smoke = plan(s, Scale::Smoke, &cal).points;
             let quick = plan(s, Scale::Quick, &cal).points;

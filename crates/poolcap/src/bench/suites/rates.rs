@@ -32,6 +32,17 @@ pub const RING_KIB: u64 = 512;
 pub const CONGESTION: &str = "congestion:90,50";
 /// Flows of the traffic: even, so two queues share it.
 pub const FLOWS: usize = 16;
+/// The columns of a capture vs analysis throughput table (here and in `imbalance`).
+pub const THROUGHPUT: [&str; 8] = [
+    "sender_pps",
+    "capture_pps",
+    "analysis_pps",
+    "loss",
+    "pool_drop",
+    "kernel_drop",
+    "paused_ms",
+    "cpu_s",
+];
 
 /// poolcap with `load` on `queues` queues (one worker each), in basic mode or with
 /// congestion control. Two queues use both CPUs (see [`CPUS_SPLIT`]).
@@ -200,21 +211,7 @@ pub fn text(meta: &Meta, rows: &[Row]) -> Text {
     ));
     Text {
         settings,
-        tables: vec![Table::new(
-            "Results",
-            rows.to_vec(),
-            &[
-                "sender_pps",
-                "capture_pps",
-                "analysis_pps",
-                "loss",
-                "pool_drop",
-                "kernel_drop",
-                "paused_ms",
-                "cpu_s",
-            ],
-            &["analysis_pps", "loss"],
-        )],
+        tables: vec![Table::results(rows, &THROUGHPUT, &["analysis_pps", "loss"])],
         targets: congestion_targets(rows, 0.02),
         headline: headline(rows),
         ..Text::default()

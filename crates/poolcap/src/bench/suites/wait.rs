@@ -101,9 +101,8 @@ pub fn text(meta: &Meta, rows: &[Row]) -> Text {
             ),
         ],
         notes,
-        tables: vec![Table::new(
-            "Results",
-            rows.to_vec(),
+        tables: vec![Table::results(
+            rows,
             &[
                 "sender_pps",
                 "loss",
@@ -145,23 +144,24 @@ fn headline(rows: &[Row]) -> String {
 pub fn figures(meta: &Meta, rows: &[Row]) -> Vec<Figure> {
     let rps = if meta.rps { "rps on" } else { "rps off" };
     let all = |r: &Row| r.capture.is_some();
-    let mut sys = Figure::new(
+    let per_packet = |file: &str, title: &str, y: &str, key| {
+        Figure::new(file, title, "offered rate (pps, sender's achieved)", y)
+            .with_subtitle(format!("64-byte frames, one queue, counting only; {rps}"))
+            .lines(by_subject(rows, all, offered, median(key)))
+    };
+    let mut sys = per_packet(
         "wait-syscalls.png",
         "Syscalls per captured packet vs offered rate",
-        "offered rate (pps, sender's achieved)",
         "syscalls per packet (perf, log scale)",
-    )
-    .with_subtitle(format!("64-byte frames, one queue, counting only; {rps}"))
-    .lines(by_subject(rows, all, offered, median("syscalls_per_pkt")));
+        "syscalls_per_pkt",
+    );
     sys.log_y = true;
-    let cpu = Figure::new(
+    let cpu = per_packet(
         "wait-cpu.png",
         "Tool CPU per packet vs offered rate",
-        "offered rate (pps, sender's achieved)",
         "tool CPU s per million packets",
-    )
-    .with_subtitle(format!("64-byte frames, one queue, counting only; {rps}"))
-    .lines(by_subject(rows, all, offered, median("cpu_s_per_mpkt")));
+        "cpu_s_per_mpkt",
+    );
     vec![sys, cpu]
 }
 
