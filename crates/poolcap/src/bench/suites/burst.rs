@@ -21,7 +21,7 @@ than a like-for-like comparison. Read: loss per (M,R) and burst length.";
 
 /// R*M of the burst suite.
 pub const BURST_CELLS: usize = 16384;
-/// poolcap's kernel ring in the burst suite: the smallest (2 blocks of 256 KiB), so its
+/// poolcap's kernel ring in the burst suite: small (16 blocks of 32 KiB), so its
 /// memory is the pool, like tcpdump's is its ring.
 pub const BURST_RING_KIB: u64 = 512;
 
