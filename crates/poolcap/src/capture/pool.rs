@@ -17,7 +17,7 @@
 //! chunk is full when it holds M packets or its bytes run out, whichever comes first. The
 //! memory bound stays n * R * M * cell bytes.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -233,6 +233,17 @@ impl PoolSize {
     }
 }
 
+/// What a waiting capture thread needs (see [`Pool::wait_for_room`]). A waiter for a later
+/// variant is also woken by an earlier one's event, not the other way round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Room {
+    /// A chunk back on the free list (a full pool; only `recycle` helps).
+    FreeChunk = 1,
+    /// A chunk taken from the capture queue (a congestion pause, which ends on backlog).
+    Backlog = 2,
+}
+
 /// A receive queue's pool and its work queues.
 #[derive(Debug)]
 pub struct Pool {
@@ -246,8 +257,12 @@ pub struct Pool {
     size: PoolSize,
     /// The capture thread waiting for room (see [`Pool::wait_for_room`]).
     room: Doorbell,
-    /// Set while the capture thread waits on `room`, so others ring only then.
-    room_wanted: AtomicBool,
+    /// What the capture thread waits for on `room` ([`Room`] as u8; 0: nothing), so
+    /// others ring only when it helps.
+    room_wanted: AtomicU8,
+    /// Counts every taken or returned chunk: a capture thread that saw a count before
+    /// deciding to wait does not wait if it has moved since.
+    room_events: AtomicU64,
 }
 
 impl Pool {
@@ -290,7 +305,8 @@ impl Pool {
             captured: ArrayQueue::new(queue_capacity.max(n)),
             size,
             room: Doorbell::default(),
-            room_wanted: AtomicBool::new(false),
+            room_wanted: AtomicU8::new(0),
+            room_events: AtomicU64::new(0),
         }
     }
 
@@ -311,7 +327,7 @@ impl Pool {
             chunk.clear_copies();
             let _ = self.free.push(chunk);
         }
-        self.made_room();
+        self.made_room(Room::FreeChunk);
     }
 
     /// Puts a sealed chunk into the capture queue. Cannot fail when the queue was sized
@@ -326,7 +342,7 @@ impl Pool {
     pub fn take_captured(&self) -> Option<Chunk> {
         let c = self.captured.pop();
         if c.is_some() {
-            self.made_room();
+            self.made_room(Room::Backlog);
         }
         c
     }
@@ -342,23 +358,33 @@ impl Pool {
         self.room.answer_from_this_thread();
     }
 
-    /// For the capture thread: while `still_waiting()` says so, waits (at most `timeout`)
-    /// until a worker takes a chunk from the capture queue or a chunk comes home. This is how
-    /// a paused or full queue resumes as soon as there is room, without polling a clock.
-    /// `still_waiting` is asked after the wish is published, so room made in between is not
-    /// missed.
-    pub fn wait_for_room(&self, timeout: Duration, still_waiting: impl FnOnce() -> bool) {
-        self.room_wanted.store(true, Ordering::SeqCst);
-        if still_waiting() {
-            self.room.wait(timeout);
-        }
+    /// For the capture thread: how many chunks have been taken or returned so far. Read it
+    /// before looking at the pool, and pass it to [`Pool::wait_for_room`].
+    pub fn room_events(&self) -> u64 {
+        self.room_events.load(Ordering::SeqCst)
     }
 
-    /// Wakes the capture thread if it waits for room: one atomic swap otherwise.
+    /// For the capture thread: waits (at most `timeout`) until `what` happens, unless a
+    /// chunk was taken or returned since the caller read `seen` from
+    /// [`Pool::room_events`]. This is how a paused or full queue resumes as soon as there is
+    /// room, without polling a clock. Returns whether it slept.
+    pub fn wait_for_room(&self, what: Room, seen: u64, timeout: Duration) -> bool {
+        self.room_wanted.store(what as u8, Ordering::SeqCst);
+        if self.room_events() != seen {
+            self.room_wanted.store(0, Ordering::SeqCst);
+            return false;
+        }
+        self.room.wait(timeout);
+        true
+    }
+
+    /// Counts the event and wakes the capture thread if it waits for it: two atomic
+    /// operations otherwise.
     #[inline]
-    fn made_room(&self) {
-        if self.room_wanted.load(Ordering::SeqCst) && self.room_wanted.swap(false, Ordering::SeqCst)
-        {
+    fn made_room(&self, what: Room) {
+        self.room_events.fetch_add(1, Ordering::SeqCst);
+        let wanted = self.room_wanted.load(Ordering::SeqCst);
+        if wanted != 0 && what as u8 <= wanted && self.room_wanted.swap(0, Ordering::SeqCst) != 0 {
             self.room.ring();
         }
     }
@@ -462,4 +488,34 @@ mod tests {
         assert_eq!(pool.in_use(), 0);
         assert_eq!(pool.size().bytes(), 4 * 3 * 64);
     }
+
+    #[test]
+    fn a_full_pool_waits_for_room_and_wakes_when_a_chunk_comes_home() {
+        let size = PoolSize {
+            cells: 4,
+            chunks: 1,
+            cell_size: 64,
+        };
+        let pool = Arc::new(Pool::new(0, size, 1));
+        pool.room_answered_by_this_thread();
+        let chunk = pool.take_free().unwrap();
+        // Room made after the capture thread looked: no sleep at all.
+        let seen = pool.room_events();
+        pool.push_captured(chunk);
+        let chunk = pool.take_captured().unwrap();
+        assert!(!pool.wait_for_room(Room::FreeChunk, seen, Duration::from_secs(5)));
+        // Room made while it sleeps: woken long before the timeout.
+        let seen = pool.room_events();
+        let home = Arc::clone(&pool);
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            home.recycle(chunk);
+        });
+        let started = std::time::Instant::now();
+        assert!(pool.wait_for_room(Room::FreeChunk, seen, Duration::from_secs(5)));
+        t.join().unwrap();
+        assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+        assert_eq!(pool.free_chunks(), 1);
+    }
+
 }

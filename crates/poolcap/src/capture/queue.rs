@@ -18,7 +18,7 @@ use poolcap_sys::SysError;
 use super::account::QueueCounters;
 use super::doorbell::Doorbell;
 use super::policy::Policy;
-use super::pool::{Chunk, Pool};
+use super::pool::{Chunk, Pool, Room};
 use super::source::{now_ns, Filler, Source};
 
 /// Longest wait for room while paused or full: bounds how late a stop or the kernel
@@ -188,6 +188,8 @@ impl CaptureThread {
         self.pool.room_answered_by_this_thread();
         let result = loop {
             self.source.take_back(&self.pool);
+            // Before looking at the pool: a chunk moving after this is not missed by a wait.
+            let room_seen = self.pool.room_events();
             self.backlogs(&mut backlogs);
             let capacity = self.pool.size().chunks;
             let stopping_now = self.stop.load(Ordering::Relaxed);
@@ -206,11 +208,14 @@ impl CaptureThread {
                 if let Some(c) = filler.open.take_if(|c| !c.is_empty()) {
                     self.seal(c, &mut seq, &mut backlogs);
                 }
-                let (free, backlog) = (self.pool.free_chunks(), self.pool.backlog());
-                self.pool.wait_for_room(ROOM_WAIT, || {
-                    self.pool.free_chunks() <= free && self.pool.backlog() >= backlog
-                });
-                QueueCounters::add(&self.counters.syscalls, 1);
+                let what = if pause {
+                    Room::Backlog
+                } else {
+                    Room::FreeChunk
+                };
+                if self.pool.wait_for_room(what, room_seen, ROOM_WAIT) {
+                    QueueCounters::add(&self.counters.syscalls, 1);
+                }
             } else if self.source.take_batch(&self.pool, &mut filler) {
                 self.publish_tally(&mut filler);
                 for c in filler.full.drain(..) {
@@ -238,17 +243,20 @@ impl CaptureThread {
                         break Ok(());
                     }
                 }
-                // Wake in time to seal an open chunk, or to move the watermark on for a
-                // writer that merges queues; otherwise only packets (or a stop) matter.
+                // Wake in time to seal an open chunk, to move the watermark on for a writer
+                // that merges queues, or to give frames that come home back to the kernel
+                // (AF_XDP); otherwise only packets (or a stop) matter.
                 let open = filler.open.as_ref().is_some_and(|c| !c.is_empty());
-                let wait_for = if open || self.merged {
-                    delay
-                        .max(Duration::from_millis(1))
-                        .min(self.seal_after.max(Duration::from_millis(1)))
+                let frames_out = self.source.refills_from_pool() && self.pool.in_use() > 0;
+                let soon = delay
+                    .max(Duration::from_millis(1))
+                    .min(self.seal_after.max(Duration::from_millis(1)));
+                let wait_for = if open || self.merged || frames_out {
+                    soon
                 } else {
                     IDLE_WAIT
                 };
-                if let Err(e) = self.wait(wait_for, &mut idle) {
+                if let Err(e) = self.wait(wait_for, soon, &mut idle) {
                     break Err(e);
                 }
             }
@@ -274,7 +282,14 @@ impl CaptureThread {
         result.and(stats)
     }
 
-    fn wait(&self, timeout: Duration, idle: &mut Idle) -> Result<(), SysError> {
+    /// Waits for packets: a blocking wait up to `timeout`; adaptive sleeps grow to
+    /// `longest_sleep` at most (a sleep cannot be cut short by packets, so it stays short).
+    fn wait(
+        &self,
+        timeout: Duration,
+        longest_sleep: Duration,
+        idle: &mut Idle,
+    ) -> Result<(), SysError> {
         let after_batch = std::mem::take(&mut idle.after_batch);
         match self.wait {
             WaitStrategy::Poll if after_batch && !idle.coalesce.is_zero() => {
@@ -305,7 +320,7 @@ impl CaptureThread {
                 } else {
                     std::thread::sleep(idle.sleep);
                 }
-                idle.sleep = (idle.sleep * 2).min(timeout.max(idle.first_sleep()));
+                idle.sleep = (idle.sleep * 2).min(longest_sleep.max(idle.first_sleep()));
             }
         }
         Ok(())

@@ -324,6 +324,12 @@ impl Source {
         }
     }
 
+    /// True when frames of chunks that come home must be given back to the kernel by the
+    /// capture thread (AF_XDP's fill ring) before the kernel can receive into them.
+    pub fn refills_from_pool(&self) -> bool {
+        matches!(self, Source::Xdp(_))
+    }
+
     /// Waits up to `timeout` for packets in the kernel's `poll`.
     pub fn poll(&self, timeout: Duration) -> Result<(), SysError> {
         // A zero timeout only looks (or wakes the kernel); otherwise round up to 1 ms.
