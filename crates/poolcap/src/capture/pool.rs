@@ -514,8 +514,11 @@ mod tests {
         let started = std::time::Instant::now();
         assert!(pool.wait_for_room(Room::FreeChunk, seen, Duration::from_secs(5)));
         t.join().unwrap();
-        assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "{:?}",
+            started.elapsed()
+        );
         assert_eq!(pool.free_chunks(), 1);
     }
-
 }
