@@ -126,43 +126,39 @@ impl RxRing {
         unsafe { AtomicU32::from_ptr(self.block_ptr(i).add(BD_BLOCK_STATUS).cast::<u32>()) }
     }
 
+    /// True when the kernel has retired block `i` to user space. Acquire: the block's
+    /// contents, written before the kernel's status store, are visible after it.
+    fn retired(&self, i: u32) -> bool {
+        self.status_word(i).load(Ordering::Acquire) & libc::TP_STATUS_USER != 0
+    }
+
+    /// A u32 field of block `i`'s header, at byte offset `at` (< the first packet).
+    fn header_u32(&self, i: u32, at: usize) -> u32 {
+        debug_assert!(self.retired(i) && at < BD_BLK_LEN + 4);
+        // SAFETY: callers pass a block that `retired` said is ours, and the kernel does not
+        // write it until we give it back; `at` is one of the header offsets above, inside
+        // the block; read unaligned to be independent of layout.
+        unsafe { self.block_ptr(i).add(at).cast::<u32>().read_unaligned() }
+    }
+
     /// How many packets the next block holds, if the kernel has retired it to user space;
     /// the block stays in the ring (a capture thread asks before it has room for them).
     pub fn next_block_packets(&self) -> Option<u32> {
-        let i = self.next;
-        if self.status_word(i).load(Ordering::Acquire) & libc::TP_STATUS_USER == 0 {
-            return None;
-        }
-        // SAFETY: the block is ours after the Acquire load above and the kernel does not
-        // write it until we give it back; the field is a plain u32 inside the block.
-        Some(unsafe {
-            self.block_ptr(i)
-                .add(BD_NUM_PKTS)
-                .cast::<u32>()
-                .read_unaligned()
-        })
+        self.retired(self.next)
+            .then(|| self.header_u32(self.next, BD_NUM_PKTS))
     }
 
     /// Takes the next block if the kernel has retired it to user space.
     pub fn try_next_block(&mut self) -> Option<Block<'_>> {
         let i = self.next;
-        let status = self.status_word(i).load(Ordering::Acquire);
-        if status & libc::TP_STATUS_USER == 0 {
+        if !self.retired(i) {
             return None;
         }
         let base = self.block_ptr(i);
         let bs = self.geometry.block_size as usize;
-        // SAFETY: the block is ours after the Acquire load above; the header fields are
-        // plain u32s inside the block, read unaligned to be independent of layout.
-        let (num, first, blk_len) = unsafe {
-            (
-                base.add(BD_NUM_PKTS).cast::<u32>().read_unaligned(),
-                base.add(BD_OFFSET_TO_FIRST_PKT)
-                    .cast::<u32>()
-                    .read_unaligned() as usize,
-                base.add(BD_BLK_LEN).cast::<u32>().read_unaligned() as usize,
-            )
-        };
+        let num = self.header_u32(i, BD_NUM_PKTS);
+        let first = self.header_u32(i, BD_OFFSET_TO_FIRST_PKT) as usize;
+        let blk_len = self.header_u32(i, BD_BLK_LEN) as usize;
         let first = first.clamp(BD_BLK_LEN + 4, bs);
         let end = blk_len.clamp(first, bs);
         // SAFETY: [first, end) lies inside block i, which the kernel does not write until we
