@@ -6,11 +6,17 @@
 //! a plain `write()` loop; on failure the record boundaries are found again by walking the record
 //! headers in the buffer, so the hot path does no bookkeeping beyond one `memcpy` per packet.
 //!
+//! A caller that already holds its packets in memory of its own can skip that `memcpy`: it
+//! leaves [`FileFormat::record_head`] bytes before each packet and room for the trailer after
+//! it, has [`CaptureWriter::frame_record`] fill both in place, and hands the records over
+//! with [`CaptureWriter::write_records`] (one vectored `write()` for many records). The same
+//! walk over record headers keeps the whole-record guarantee there.
+//!
 //! Multi-byte fields are written in native byte order, as libpcap does; readers detect the order
 //! from the magic number (pcap) or byte-order magic (pcapng).
 
 use std::fs::File;
-use std::io::{self, Write};
+use std::io::{self, IoSlice, Write};
 use std::str::FromStr;
 use std::{fmt, time::SystemTime};
 
@@ -55,6 +61,30 @@ impl FileFormat {
             FileFormat::Pcap => "pcap",
             FileFormat::PcapNs => "pcap-ns",
             FileFormat::Pcapng => "pcapng",
+        }
+    }
+
+    /// Bytes of a packet record before the packet's captured bytes.
+    pub fn record_head(self) -> usize {
+        match self {
+            FileFormat::Pcap | FileFormat::PcapNs => PCAP_RECORD_HEADER,
+            FileFormat::Pcapng => EPB_FIXED - 4,
+        }
+    }
+
+    /// Bytes of the whole record of a packet with `caplen` captured bytes.
+    pub fn record_len(self, caplen: usize) -> usize {
+        match self {
+            FileFormat::Pcap | FileFormat::PcapNs => PCAP_RECORD_HEADER + caplen,
+            FileFormat::Pcapng => EPB_FIXED + padded_len(caplen),
+        }
+    }
+
+    /// The most bytes a record adds to a packet (header, padding and trailer).
+    pub fn record_overhead(self) -> usize {
+        match self {
+            FileFormat::Pcap | FileFormat::PcapNs => PCAP_RECORD_HEADER,
+            FileFormat::Pcapng => EPB_FIXED + 3,
         }
     }
 }
@@ -336,52 +366,110 @@ impl<O: Output> CaptureWriter<O> {
         orig_len: u32,
     ) -> Result<(), WriteError> {
         self.check_usable()?;
-        let bad_length = || WriteError::BadLength {
-            caplen: data.len(),
-            orig_len,
-            snaplen: self.snaplen,
-        };
-        let caplen = u32::try_from(data.len()).map_err(|_| bad_length())?;
-        if (self.snaplen != 0 && caplen > self.snaplen) || caplen > orig_len {
-            return Err(bad_length());
-        }
-        let record_len = match self.format {
-            FileFormat::Pcap | FileFormat::PcapNs => PCAP_RECORD_HEADER + data.len(),
-            FileFormat::Pcapng => EPB_FIXED + padded_len(data.len()),
-        };
-        let record_len32 = u32::try_from(record_len).map_err(|_| bad_length())?;
-        let pcap_secs = match self.format {
-            FileFormat::Pcapng => 0, // pcapng stores the whole 64-bit count
-            _ => u32::try_from(ts_ns / NS_PER_SEC).map_err(|_| WriteError::Timestamp { ts_ns })?,
-        };
+        let frame = self.record_frame(ts_ns, data.len(), orig_len)?;
+        let record_len = frame.head().len() + data.len() + frame.tail().len();
         if !self.buf.is_empty() && self.buf.len() + record_len > self.buf_limit {
             self.flush_buf()?;
         }
-        let buf = &mut self.buf;
+        self.buf.extend_from_slice(frame.head());
+        self.buf.extend_from_slice(data);
+        self.buf.extend_from_slice(frame.tail());
+        self.packets += 1;
+        Ok(())
+    }
+
+    /// Turns `record` into the record of a packet whose `caplen` captured bytes already sit
+    /// at `record[format.record_head()..]`: fills in the header before them and the padding
+    /// and trailer after them. `record` must be exactly [`FileFormat::record_len`]`(caplen)`
+    /// bytes. Nothing is written: hand the record to [`write_records`](Self::write_records).
+    /// Rejects what [`write_packet`](Self::write_packet) rejects, leaving `record` as it was.
+    pub fn frame_record(
+        &self,
+        record: &mut [u8],
+        ts_ns: u64,
+        caplen: usize,
+        orig_len: u32,
+    ) -> Result<(), WriteError> {
+        self.check_usable()?;
+        let frame = self.record_frame(ts_ns, caplen, orig_len)?;
+        let (head, tail) = (frame.head(), frame.tail());
+        let data_end = head.len() + caplen;
+        if record.len() != data_end + tail.len() {
+            return Err(WriteError::BadLength {
+                caplen,
+                orig_len,
+                snaplen: self.snaplen,
+            });
+        }
+        record[..head.len()].copy_from_slice(head);
+        record[data_end..].copy_from_slice(tail);
+        Ok(())
+    }
+
+    /// Hands over `records`, each slice whole records made by
+    /// [`frame_record`](Self::frame_record), holding `packets` packets in all, after whatever
+    /// [`write_packet`](Self::write_packet) buffered: one vectored `write()` for all of them
+    /// when the output takes it. On failure the output is cut back to whole records, as for
+    /// buffered ones.
+    pub fn write_records(
+        &mut self,
+        records: &[IoSlice<'_>],
+        packets: u64,
+    ) -> Result<(), WriteError> {
+        self.check_usable()?;
+        if !self.buf.is_empty() {
+            self.flush_buf()?;
+        }
+        self.packets += packets;
+        self.hand_over(records)
+    }
+
+    /// Bytes handed to the output at a time (see [`with_buffer_size`](Self::with_buffer_size)).
+    pub fn buffer_size(&self) -> usize {
+        self.buf_limit
+    }
+
+    /// Header and trailer of the record of a packet, or why it cannot be written.
+    fn record_frame(
+        &self,
+        ts_ns: u64,
+        caplen: usize,
+        orig_len: u32,
+    ) -> Result<RecordFrame, WriteError> {
+        let bad_length = || WriteError::BadLength {
+            caplen,
+            orig_len,
+            snaplen: self.snaplen,
+        };
+        let caplen32 = u32::try_from(caplen).map_err(|_| bad_length())?;
+        if (self.snaplen != 0 && caplen32 > self.snaplen) || caplen32 > orig_len {
+            return Err(bad_length());
+        }
+        let record_len = u32::try_from(self.format.record_len(caplen)).map_err(|_| bad_length())?;
+        let mut frame = RecordFrame::default();
         match self.format {
             FileFormat::Pcap | FileFormat::PcapNs => {
+                let secs = u32::try_from(ts_ns / NS_PER_SEC)
+                    .map_err(|_| WriteError::Timestamp { ts_ns })?;
                 let ns = (ts_ns % NS_PER_SEC) as u32; // < 10^9
                 let frac = if self.format == FileFormat::Pcap {
                     ns / 1000
                 } else {
                     ns
                 };
-                put32(buf, &[pcap_secs, frac, caplen, orig_len]);
-                buf.extend_from_slice(data);
+                frame.head_len = put_words(&mut frame.head, &[secs, frac, caplen32, orig_len]);
             }
             FileFormat::Pcapng => {
                 let (high, low) = split_ts(ts_ns);
-                put32(
-                    buf,
-                    &[EPB_TYPE, record_len32, 0, high, low, caplen, orig_len],
+                frame.head_len = put_words(
+                    &mut frame.head,
+                    &[EPB_TYPE, record_len, 0, high, low, caplen32, orig_len],
                 );
-                buf.extend_from_slice(data);
-                buf.resize(buf.len() + padded_len(data.len()) - data.len(), 0);
-                put32(buf, &[record_len32]);
+                let pad = padded_len(caplen) - caplen;
+                frame.tail_len = pad + put_words(&mut frame.tail[pad..], &[record_len]);
             }
         }
-        self.packets += 1;
-        Ok(())
+        Ok(frame)
     }
 
     /// Write what is buffered, plus (pcapng only; pcap has no place for it) an Interface
@@ -425,27 +513,62 @@ impl<O: Output> CaptureWriter<O> {
         self.failed.as_ref().map_or(Ok(()), |f| Err(f.to_error()))
     }
 
-    /// Hand the whole buffer to the output with plain `write()` calls.
+    /// Hand the whole buffer to the output.
     fn flush_buf(&mut self) -> Result<(), WriteError> {
-        let mut done = 0;
-        while done < self.buf.len() {
-            match self.out.write(&self.buf[done..]) {
-                Ok(0) => return Err(self.fail(io::ErrorKind::WriteZero.into(), done)),
-                Ok(n) => done += n,
+        let buf = std::mem::take(&mut self.buf);
+        let handed = self.hand_over(&[IoSlice::new(&buf)]);
+        self.buf = buf;
+        self.buf.clear();
+        handed
+    }
+
+    /// Writes `parts` (whole records; the file header too while nothing was handed over)
+    /// whose packets are already counted, retrying short and interrupted writes.
+    fn hand_over(&mut self, parts: &[IoSlice<'_>]) -> Result<(), WriteError> {
+        // Where the next byte to write is: part `i`, `off` bytes in.
+        let (mut i, mut off, mut done) = (0, 0, 0);
+        loop {
+            while i < parts.len() && off == parts[i].len() {
+                (i, off) = (i + 1, 0);
+            }
+            if i == parts.len() {
+                break;
+            }
+            let wrote = if off == 0 {
+                self.out.write_vectored(&parts[i..])
+            } else {
+                self.out.write(&parts[i][off..])
+            };
+            match wrote {
+                Ok(0) => return Err(self.fail(io::ErrorKind::WriteZero.into(), parts, done)),
+                Ok(mut n) => {
+                    done += n;
+                    while n > 0 {
+                        let step = n.min(parts[i].len() - off);
+                        (off, n) = (off + step, n - step);
+                        if off == parts[i].len() {
+                            (i, off) = (i + 1, 0);
+                        }
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(self.fail(e, done)),
+                Err(e) => return Err(self.fail(e, parts, done)),
             }
         }
-        self.flushed += self.buf.len() as u64;
+        self.flushed += done as u64;
         self.packets_flushed = self.packets;
-        self.buf.clear();
         Ok(())
     }
 
-    /// The output accepted `accepted` bytes of the buffer and then failed: cut it back to the
-    /// last whole record and remember the failure.
-    fn fail(&mut self, source: io::Error, accepted: usize) -> WriteError {
-        let (keep, packets_kept) = self.whole_prefix(accepted);
+    /// The output accepted the first `accepted` bytes of `parts` and then failed: cut it back
+    /// to the last whole record and remember the failure.
+    fn fail(&mut self, source: io::Error, parts: &[IoSlice<'_>], accepted: usize) -> WriteError {
+        let skip = if self.flushed == 0 {
+            self.header_len
+        } else {
+            0
+        };
+        let (keep, packets_kept) = whole_prefix(self.format, parts, skip, accepted);
         let packets = self.packets_flushed + packets_kept;
         let len = self.flushed + keep as u64;
         let truncate = if keep < accepted {
@@ -466,37 +589,73 @@ impl<O: Output> CaptureWriter<O> {
         self.failed = Some(failure);
         error
     }
+}
 
-    /// Length of the longest run of whole records at the start of `buf[..limit]`, and how many of
-    /// them are packets. The buffer holds only records this writer encoded, so their length
-    /// fields can be trusted.
-    fn whole_prefix(&self, limit: usize) -> (usize, u64) {
-        let mut pos = if self.flushed == 0 {
-            self.header_len
-        } else {
-            0
-        };
-        if pos > limit {
-            return (0, 0);
-        }
-        // Where a record's length field sits, and what it leaves out.
-        let (len_at, len_extra) = match self.format {
-            FileFormat::Pcapng => (4, 0),
-            _ => (8, PCAP_RECORD_HEADER),
-        };
-        let mut packets = 0;
-        while let Some(len) = ne32(&self.buf, pos + len_at) {
+/// A packet record's bytes before and after the packet's own (on the stack: this is made
+/// once per packet).
+#[derive(Debug, Default)]
+struct RecordFrame {
+    head: [u8; EPB_FIXED - 4],
+    head_len: usize,
+    /// Padding (zeros) and the trailing length.
+    tail: [u8; 7],
+    tail_len: usize,
+}
+
+impl RecordFrame {
+    fn head(&self) -> &[u8] {
+        &self.head[..self.head_len]
+    }
+
+    fn tail(&self) -> &[u8] {
+        &self.tail[..self.tail_len]
+    }
+}
+
+/// Writes `words` at the start of `out` (which must hold them); returns the bytes written.
+fn put_words(out: &mut [u8], words: &[u32]) -> usize {
+    for (w, at) in words.iter().zip(out.chunks_exact_mut(4)) {
+        at.copy_from_slice(&w.to_ne_bytes());
+    }
+    4 * words.len()
+}
+
+/// Length of the longest run of whole records within the first `limit` bytes of `parts`, and
+/// how many of them are packets. Each part holds whole records, the first after `skip` bytes
+/// of file header. Only records this crate encoded get here, so their length fields can be
+/// trusted.
+fn whole_prefix(
+    format: FileFormat,
+    parts: &[IoSlice<'_>],
+    skip: usize,
+    limit: usize,
+) -> (usize, u64) {
+    if skip > limit {
+        return (0, 0);
+    }
+    // Where a record's length field sits, and what it leaves out.
+    let (len_at, len_extra) = match format {
+        FileFormat::Pcapng => (4, 0),
+        _ => (8, PCAP_RECORD_HEADER),
+    };
+    let (mut base, mut pos, mut packets) = (0, skip, 0);
+    for part in parts {
+        while let Some(len) = ne32(part, pos + len_at) {
             let end = pos + len as usize + len_extra;
-            if len == 0 || end > limit {
-                break;
+            if len == 0 || base + end > limit {
+                return (base + pos, packets);
             }
-            if self.format != FileFormat::Pcapng || ne32(&self.buf, pos) == Some(EPB_TYPE) {
+            if format != FileFormat::Pcapng || ne32(part, pos) == Some(EPB_TYPE) {
                 packets += 1;
             }
             pos = end;
         }
-        (pos, packets)
+        if pos < part.len() {
+            break;
+        }
+        (base, pos) = (base + part.len(), 0);
     }
+    (base + pos, packets)
 }
 
 fn put32(buf: &mut Vec<u8>, words: &[u32]) {
@@ -649,6 +808,22 @@ pub(crate) mod tests {
             self.inner.write_all(&buf[..n]).map(|()| n)
         }
 
+        /// Like writev(2): takes from several slices in one call.
+        fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+            let mut n = 0;
+            for b in bufs {
+                match self.write(b) {
+                    Ok(k) => n += k,
+                    Err(e) if n == 0 => return Err(e),
+                    Err(_) => break,
+                }
+                if self.budget == 0 {
+                    break;
+                }
+            }
+            Ok(n)
+        }
+
         fn flush(&mut self) -> io::Result<()> {
             self.inner.flush()
         }
@@ -663,23 +838,80 @@ pub(crate) mod tests {
         }
     }
 
+    /// How a test hands packets to the writer.
+    #[derive(Debug, Clone, Copy)]
+    enum Feed {
+        /// `write_packet`, with this buffer size.
+        Buffered(usize),
+        /// Records made in place, this many per `write_records` call, two per slice.
+        InPlace(usize),
+    }
+
+    /// `packets` as records made in place by `writer`: one buffer, records back to back,
+    /// and where each record ends.
+    fn records_in_place<O: Output>(
+        writer: &CaptureWriter<O>,
+        packets: &[RecordedPacket],
+    ) -> Result<(Vec<u8>, Vec<usize>), WriteError> {
+        let format = writer.format;
+        let (mut bytes, mut ends) = (Vec::new(), Vec::new());
+        for p in packets {
+            let start = bytes.len();
+            bytes.resize(start + format.record_len(p.data.len()), 0xee);
+            let at = start + format.record_head();
+            bytes[at..at + p.data.len()].copy_from_slice(&p.data);
+            writer.frame_record(&mut bytes[start..], p.ts_ns, p.data.len(), p.orig_len)?;
+            ends.push(bytes.len());
+        }
+        Ok((bytes, ends))
+    }
+
+    /// Feeds one step (a packet, or a group of records) to `writer`.
+    fn feed<O: Output>(
+        writer: &mut CaptureWriter<O>,
+        feed: Feed,
+        packets: &[RecordedPacket],
+    ) -> Result<(), WriteError> {
+        match feed {
+            Feed::Buffered(_) => packets
+                .iter()
+                .try_for_each(|p| writer.write_packet(p.ts_ns, &p.data, p.orig_len)),
+            Feed::InPlace(_) => {
+                let (bytes, ends) = records_in_place(writer, packets)?;
+                let mut slices = Vec::new();
+                let mut start = 0;
+                for pair in ends.chunks(2) {
+                    let end = pair[pair.len() - 1];
+                    slices.push(IoSlice::new(&bytes[start..end]));
+                    start = end;
+                }
+                writer.write_records(&slices, packets.len() as u64)
+            }
+        }
+    }
+
     /// Writes `packets` (then finishes) until the first error; returns it with the writer's
     /// counters at that point (None if `new` itself failed).
     fn write_until_error<O: Output>(
         out: O,
         format: FileFormat,
-        buffer: usize,
+        how: Feed,
         packets: &[RecordedPacket],
     ) -> Option<(WriteError, Option<(u64, u64)>)> {
         let mut writer = match CaptureWriter::new(out, format, SNAPLEN, "eth0") {
-            Ok(w) => w.with_buffer_size(buffer),
+            Ok(w) => w,
             Err(e) => return Some((e, None)),
         };
-        for p in packets {
-            if let Err(e) = writer.write_packet(p.ts_ns, &p.data, p.orig_len) {
-                let again = writer
-                    .write_packet(p.ts_ns, &p.data, p.orig_len)
-                    .unwrap_err();
+        let step = match how {
+            Feed::Buffered(buffer) => {
+                writer = writer.with_buffer_size(buffer);
+                1
+            }
+            Feed::InPlace(group) => group,
+        };
+        for group in packets.chunks(step) {
+            if let Err(e) = feed(&mut writer, how, group) {
+                let again = feed(&mut writer, how, group).unwrap_err();
                 assert_eq!(
                     again.to_string(),
                     e.to_string(),
@@ -692,6 +924,51 @@ pub(crate) mod tests {
             }
         }
         writer.finish(Some(STATS)).err().map(|e| (e, None))
+    }
+
+    #[test]
+    fn records_made_in_place_are_the_bytes_write_packet_makes() {
+        let packets = sample_packets();
+        for format in FORMATS {
+            let expected = encode(format, &packets, None);
+            for group in [1, 2, 5, packets.len()] {
+                let mut writer = CaptureWriter::new(Vec::new(), format, SNAPLEN, "eth0").unwrap();
+                // Buffered and in-place packets mix, and keep their order.
+                let p0 = &packets[0];
+                writer
+                    .write_packet(p0.ts_ns, &p0.data, p0.orig_len)
+                    .unwrap();
+                for g in packets[1..].chunks(group) {
+                    feed(&mut writer, Feed::InPlace(group), g).unwrap();
+                }
+                assert_eq!(writer.packets_written(), packets.len() as u64);
+                assert_eq!(writer.bytes_written(), expected.len() as u64);
+                assert_eq!(
+                    writer.finish(None).unwrap(),
+                    expected,
+                    "{format}, {group} records per call"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn framing_in_place_rejects_what_write_packet_rejects() {
+        let p = &sample_packets()[0];
+        for format in FORMATS {
+            let writer = CaptureWriter::new(Vec::new(), format, SNAPLEN, "eth0").unwrap();
+            let len = format.record_len(p.data.len());
+            assert!(len - p.data.len() <= format.record_overhead());
+            let mut record = vec![7u8; len + 1];
+            let wrong_room = writer.frame_record(&mut record, p.ts_ns, p.data.len(), p.orig_len);
+            assert!(matches!(wrong_room, Err(WriteError::BadLength { .. })));
+            let too_long = writer.frame_record(&mut record[..len], p.ts_ns, p.data.len(), 10);
+            assert!(matches!(too_long, Err(WriteError::BadLength { .. })));
+            assert!(
+                record.iter().all(|&b| b == 7),
+                "a rejected record is left alone"
+            );
+        }
     }
 
     #[test]
@@ -800,16 +1077,17 @@ pub(crate) mod tests {
         }
         impl Output for Trickle {}
         let packets = sample_packets();
-        let mut writer =
-            CaptureWriter::new(Trickle(Vec::new(), 0), FileFormat::Pcapng, SNAPLEN, "eth0")
-                .unwrap();
-        for p in &packets {
-            writer.write_packet(p.ts_ns, &p.data, p.orig_len).unwrap();
+        for how in [Feed::Buffered(DEFAULT_BUFFER), Feed::InPlace(4)] {
+            let mut writer =
+                CaptureWriter::new(Trickle(Vec::new(), 0), FileFormat::Pcapng, SNAPLEN, "eth0")
+                    .unwrap();
+            feed(&mut writer, how, &packets).unwrap();
+            assert_eq!(
+                writer.finish(None).unwrap().0,
+                encode(FileFormat::Pcapng, &packets, None),
+                "{how:?}"
+            );
         }
-        assert_eq!(
-            writer.finish(None).unwrap().0,
-            encode(FileFormat::Pcapng, &packets, None)
-        );
     }
 
     #[test]
@@ -864,7 +1142,14 @@ pub(crate) mod tests {
         for format in FORMATS {
             let ends = boundaries(format, &packets, true);
             let total = ends[ends.len() - 1].0;
-            for buffer in [0, 100, DEFAULT_BUFFER] {
+            let feeds = [
+                Feed::Buffered(0),
+                Feed::Buffered(100),
+                Feed::Buffered(DEFAULT_BUFFER),
+                Feed::InPlace(1),
+                Feed::InPlace(4),
+            ];
+            for how in feeds {
                 for budget in 0..=total {
                     let mut sink = Vec::new();
                     let disk = FullDisk {
@@ -872,10 +1157,9 @@ pub(crate) mod tests {
                         budget,
                         refuse_truncate: false,
                     };
-                    let outcome = write_until_error(disk, format, buffer, &packets);
+                    let outcome = write_until_error(disk, format, how, &packets);
                     let &(kept, whole) = ends.iter().rev().find(|(end, _)| *end <= budget).unwrap();
-                    let context =
-                        format!("{format}, buffer {buffer}, disk full after {budget} bytes");
+                    let context = format!("{format}, {how:?}, disk full after {budget} bytes");
                     assert_eq!(sink.len(), kept, "{context}");
                     if budget == total {
                         assert!(outcome.is_none(), "{context}");
@@ -926,7 +1210,8 @@ pub(crate) mod tests {
             budget: 24 + 16 + 60 + 5,
             refuse_truncate: true,
         };
-        let (err, _) = write_until_error(disk, FileFormat::Pcap, 0, &packets).unwrap();
+        let (err, _) =
+            write_until_error(disk, FileFormat::Pcap, Feed::Buffered(0), &packets).unwrap();
         assert!(matches!(err, WriteError::Torn { packets: 1, .. }), "{err}");
         assert!(err.to_string().contains("partial record"), "{err}");
         assert!(matches!(
@@ -949,7 +1234,8 @@ pub(crate) mod tests {
             budget,
             refuse_truncate: false,
         };
-        let (err, _) = write_until_error(disk, FileFormat::Pcapng, 100, &packets).unwrap();
+        let (err, _) =
+            write_until_error(disk, FileFormat::Pcapng, Feed::Buffered(100), &packets).unwrap();
         assert!(matches!(err, WriteError::Io { packets: 3, .. }), "{err}");
         assert_eq!(read_file(&path).unwrap().packets, packets[..3]);
     }

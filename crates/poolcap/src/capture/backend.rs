@@ -11,6 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use poolcap_format::FileFormat;
 use poolcap_sys::socket::FanoutMode;
 use poolcap_sys::xdp::{AttachMode, XdpRedirect};
 use poolcap_sys::xsk::{Xsk, XskConfig, ZeroCopy};
@@ -65,6 +66,9 @@ pub struct Setup<'a> {
     pub filter: Option<&'a str>,
     /// Bytes kept per packet.
     pub snaplen: u32,
+    /// The file format packets are written in, if they are: chunks of copies keep room for
+    /// its records.
+    pub records: Option<FileFormat>,
 }
 
 /// The opened kernel side.
@@ -120,7 +124,10 @@ fn open_af_packet(s: &Setup<'_>, why: &str) -> Result<Opened, CaptureError> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     let pools = (0..s.queues)
-        .map(|i| Arc::new(Pool::new(i, s.pool, s.queue_capacity[i])))
+        .map(|i| {
+            let size = s.pool.for_records(s.records);
+            Arc::new(Pool::new(i, size, s.queue_capacity[i], s.records))
+        })
         .collect();
     Ok(Opened {
         sources,

@@ -266,7 +266,8 @@ impl Engine {
     pub fn start(cfg: CaptureConfig, stop: Arc<AtomicBool>) -> Result<Self, CaptureError> {
         let idx = ifindex(&cfg.iface).map_err(|_| CaptureError::NoInterface(cfg.iface.clone()))?;
         let q = cfg.queues.max(1);
-        let need = q as u64 * (cfg.pool.bytes() + cfg.ring.bytes() as u64);
+        let records = cfg.output.as_ref().map(|(_, format)| *format);
+        let need = q as u64 * (cfg.pool.for_records(records).bytes() + cfg.ring.bytes() as u64);
         if let Some(avail) = mem_available() {
             if need > avail {
                 return Err(CaptureError::Memory {
@@ -299,6 +300,7 @@ impl Engine {
                 fanout: cfg.fanout,
                 filter: cfg.filter.as_deref(),
                 snaplen: cfg.snaplen,
+                records,
             },
         )?;
         let pools: Arc<Vec<Arc<Pool>>> = Arc::new(opened.pools);

@@ -16,12 +16,21 @@
 //! cells' worth of bytes), so a chunk of small packets does not waste 2 KB per packet; a
 //! chunk is full when it holds M packets or its bytes run out, whichever comes first. The
 //! memory bound stays n * R * M * cell bytes.
+//!
+//! Improvement for writing files: when the capture goes to a file, a chunk of copies leaves
+//! room before and after each packet for its pcap/pcapng record header and trailer. The file
+//! writer fills them in and hands the chunk's bytes to the kernel as they are (one vectored
+//! write per run of records), instead of copying every packet a second time into a write
+//! buffer, as netsniff-ng writes straight from its ring. A cell then holds a packet and its
+//! record framing.
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
+use poolcap_format::FileFormat;
 use poolcap_sys::xsk::{RxFrame, Umem};
 
 use super::doorbell::Doorbell;
@@ -42,8 +51,13 @@ pub struct PacketMeta {
 /// Where a chunk keeps its packets' bytes.
 #[derive(Debug)]
 enum Storage {
-    /// Copies, packed back to back in the chunk's own buffer.
-    Copied { buf: Box<[u8]>, used: usize },
+    /// Copies, packed back to back in the chunk's own buffer, each inside room for its
+    /// record in `records` format if there is one.
+    Copied {
+        buf: Box<[u8]>,
+        used: usize,
+        records: Option<FileFormat>,
+    },
     /// Received frames of a UMEM, read in place.
     Frames {
         umem: Arc<Umem>,
@@ -65,14 +79,23 @@ pub struct Chunk {
 
 impl Chunk {
     /// A chunk of `cells` cells of `cell_size` bytes, its memory touched so no page fault
-    /// happens on the capture path.
-    pub fn new(home: usize, cells: usize, cell_size: usize) -> Self {
+    /// happens on the capture path. With `records`, each packet is stored inside room for
+    /// its record in that format (see [`Chunk::record`]).
+    pub fn new(home: usize, cells: usize, cell_size: usize, records: Option<FileFormat>) -> Self {
         let mut buf = vec![0u8; cells * cell_size].into_boxed_slice();
         // calloc'd pages are mapped lazily; write them now, not during a burst.
         for page in buf.chunks_mut(4096) {
             page[0] = 1;
         }
-        Self::with(home, cells, Storage::Copied { buf, used: 0 })
+        Self::with(
+            home,
+            cells,
+            Storage::Copied {
+                buf,
+                used: 0,
+                records,
+            },
+        )
     }
 
     /// A chunk that holds up to `cells` frames of `umem`.
@@ -101,24 +124,30 @@ impl Chunk {
     /// `caplen` of them are stored). Returns false, storing nothing, when the chunk is full.
     #[inline]
     pub fn push(&mut self, ts_ns: u64, parts: [&[u8]; 3], caplen: usize, wire_len: u32) -> bool {
-        let Storage::Copied { buf, used } = &mut self.storage else {
+        let Storage::Copied { buf, used, records } = &mut self.storage else {
             return false;
         };
-        if self.meta.len() == self.cells || *used + caplen > buf.len() {
+        let caplen = caplen.min(parts.iter().map(|p| p.len()).sum());
+        let (head, room) = match records {
+            Some(f) => (f.record_head(), f.record_len(caplen)),
+            None => (0, caplen),
+        };
+        if self.meta.len() == self.cells || *used + room > buf.len() {
             return false;
         }
-        let start = *used;
-        let mut left = caplen;
+        let start = *used + head;
+        let (mut at, mut left) = (start, caplen);
         for p in parts {
             let n = p.len().min(left);
-            buf[*used..*used + n].copy_from_slice(&p[..n]);
-            *used += n;
+            buf[at..at + n].copy_from_slice(&p[..n]);
+            at += n;
             left -= n;
         }
+        *used += room;
         self.meta.push(PacketMeta {
             ts_ns,
             offset: start as u32,
-            caplen: (*used - start) as u32,
+            caplen: caplen as u32,
             wire_len,
         });
         true
@@ -178,7 +207,9 @@ impl Chunk {
     /// The largest packet a chunk can take.
     pub fn capacity_bytes(&self) -> usize {
         match &self.storage {
-            Storage::Copied { buf, .. } => buf.len(),
+            Storage::Copied { buf, records, .. } => {
+                buf.len() - records.map_or(0, |f| f.record_overhead().min(buf.len()))
+            }
             Storage::Frames { umem, .. } => umem.frame_size() as usize,
         }
     }
@@ -194,6 +225,37 @@ impl Chunk {
         match &self.storage {
             Storage::Copied { buf, .. } => &buf[m.offset as usize..(m.offset + m.caplen) as usize],
             Storage::Frames { umem, frames } => &umem.data(&frames[i])[..m.caplen as usize],
+        }
+    }
+
+    /// Where packet `i`'s record goes in the chunk's bytes, when the chunk keeps room for
+    /// records: the packet's bytes sit [`FileFormat::record_head`] bytes in. Consecutive
+    /// packets' records are adjacent.
+    pub fn record(&self, i: usize) -> Option<Range<usize>> {
+        let Storage::Copied {
+            records: Some(f), ..
+        } = &self.storage
+        else {
+            return None;
+        };
+        let m = self.meta[i];
+        let start = m.offset as usize - f.record_head();
+        Some(start..start + f.record_len(m.caplen as usize))
+    }
+
+    /// Bytes `range` (of records, see [`Chunk::record`]) of a chunk of copies.
+    pub fn records(&self, range: Range<usize>) -> &[u8] {
+        match &self.storage {
+            Storage::Copied { buf, .. } => buf.get(range).unwrap_or_default(),
+            Storage::Frames { .. } => &[],
+        }
+    }
+
+    /// Bytes `range` of a chunk of copies, to frame a record in place.
+    pub fn records_mut(&mut self, range: Range<usize>) -> &mut [u8] {
+        match &mut self.storage {
+            Storage::Copied { buf, .. } => buf.get_mut(range).unwrap_or_default(),
+            Storage::Frames { .. } => &mut [],
         }
     }
 
@@ -227,6 +289,15 @@ pub struct PoolSize {
 }
 
 impl PoolSize {
+    /// The same pool with cells grown to hold, besides a packet, its record framing in
+    /// `records` format.
+    pub fn for_records(self, records: Option<FileFormat>) -> Self {
+        Self {
+            cell_size: self.cell_size + records.map_or(0, FileFormat::record_overhead),
+            ..self
+        }
+    }
+
     /// Bytes one queue's pool takes.
     pub fn bytes(&self) -> u64 {
         self.cells as u64 * self.chunks as u64 * self.cell_size as u64
@@ -268,11 +339,17 @@ pub struct Pool {
 impl Pool {
     /// A pool of R chunks of copies for queue `home`, with a capture queue that can hold
     /// `queue_capacity` chunks (R, or the chunks of the whole buddy group when buddies may
-    /// offload into it).
-    pub fn new(home: usize, size: PoolSize, queue_capacity: usize) -> Self {
+    /// offload into it). With `records`, chunks keep room for file records (see the module
+    /// docs; `size.cell_size` must include it).
+    pub fn new(
+        home: usize,
+        size: PoolSize,
+        queue_capacity: usize,
+        records: Option<FileFormat>,
+    ) -> Self {
         let chunks = size.chunks.max(1);
         Self::from_chunks(
-            (0..chunks).map(|_| Chunk::new(home, size.cells.max(1), size.cell_size)),
+            (0..chunks).map(|_| Chunk::new(home, size.cells.max(1), size.cell_size, records)),
             size,
             queue_capacity,
         )
@@ -429,7 +506,7 @@ mod tests {
 
     #[test]
     fn chunk_is_full_by_cells_or_by_bytes() {
-        let mut c = Chunk::new(0, 4, 100);
+        let mut c = Chunk::new(0, 4, 100, None);
         for i in 0..4 {
             assert!(c.push(i, [&[1u8; 60], &[], &[]], 60, 60));
         }
@@ -437,7 +514,7 @@ mod tests {
             !c.push(9, [&[1u8; 10], &[], &[]], 10, 10),
             "M packets make a full chunk"
         );
-        let mut c = Chunk::new(0, 4, 100);
+        let mut c = Chunk::new(0, 4, 100, None);
         assert!(c.push(0, [&[1u8; 300], &[], &[]], 300, 300));
         assert!(
             !c.push(1, [&[1u8; 200], &[], &[]], 200, 200),
@@ -449,7 +526,7 @@ mod tests {
 
     #[test]
     fn packets_keep_their_bytes_lengths_and_times() {
-        let mut c = Chunk::new(3, 8, 2048);
+        let mut c = Chunk::new(3, 8, 2048, None);
         c.push(10, [b"ab", b"cd", b"efgh"], 6, 1500);
         c.push(20, [b"xyz", &[], &[]], 3, 3);
         let p: Vec<_> = c
@@ -468,6 +545,34 @@ mod tests {
     }
 
     #[test]
+    fn chunks_for_records_keep_adjacent_room_around_each_packet() {
+        let f = FileFormat::Pcapng;
+        let size = PoolSize {
+            cells: 2,
+            chunks: 1,
+            cell_size: 64,
+        }
+        .for_records(Some(f));
+        let mut c = Chunk::new(0, size.cells, size.cell_size, Some(f));
+        assert_eq!(c.capacity_bytes(), 2 * 64 + f.record_overhead());
+        assert!(c.push(1, [&[7u8; 40], &[8u8; 21], &[]], 64, 61));
+        assert!(c.push(2, [&[9u8; 64], &[], &[]], 64, 64));
+        assert_eq!(c.record(0), Some(0..f.record_len(61)));
+        assert_eq!(
+            c.record(1),
+            Some(f.record_len(61)..f.record_len(61) + f.record_len(64)),
+            "records are adjacent"
+        );
+        assert_eq!(&c.records(c.record(0).unwrap())[f.record_head()..][..61], {
+            let mut d = vec![7u8; 40];
+            d.extend([8u8; 21]);
+            d
+        });
+        assert_eq!(c.data(1), [9u8; 64]);
+        assert_eq!(Chunk::new(0, 2, 64, None).record(0), None);
+    }
+
+    #[test]
     fn pool_hands_out_exactly_r_chunks_and_takes_them_back() {
         let pool = Pool::new(
             1,
@@ -477,6 +582,7 @@ mod tests {
                 cell_size: 64,
             },
             3,
+            None,
         );
         let taken: Vec<Chunk> = std::iter::from_fn(|| pool.take_free()).collect();
         assert_eq!(taken.len(), 3);
@@ -496,7 +602,7 @@ mod tests {
             chunks: 1,
             cell_size: 64,
         };
-        let pool = Arc::new(Pool::new(0, size, 1));
+        let pool = Arc::new(Pool::new(0, size, 1, None));
         pool.room_answered_by_this_thread();
         let chunk = pool.take_free().unwrap();
         // Room made after the capture thread looked: no sleep at all.

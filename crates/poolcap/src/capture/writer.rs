@@ -7,10 +7,18 @@
 //! nothing earlier to come: all chunks it sealed have reached the writer, and its published
 //! watermark is at least t (see `queue::Progress`). At the end everything left is merged.
 //!
+//! Packets are not copied again to be written: chunks of copies keep room around each packet
+//! for its record (see `pool`), the writer frames the records in place and hands runs of
+//! them to the kernel with one vectored write per batch of about the format writer's buffer
+//! size. A chunk goes home once the batch holding its last record is written. Chunks without
+//! that room (AF_XDP frames) go through the format writer's buffer instead.
+//!
 //! A write error (disk full, EIO) stops the capture: the file keeps every whole packet written
 //! before the error, and the writer keeps recycling chunks so the engine drains cleanly.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::io::IoSlice;
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,18 +33,71 @@ use super::queue::Progress;
 /// The output of a capture: a file or standard output.
 pub type BoxedOutput = Box<dyn Output + Send>;
 
+/// Most runs of records handed to the kernel in one vectored write (IOV_MAX on Linux).
+const MAX_SPANS: usize = 1024;
+
 #[derive(Debug, Default)]
 struct QueueState {
     next_seq: u64,
     waiting: BTreeMap<u64, Chunk>,
+    /// Chunks in sequence. The first `head` ones are done with but wait for the batch
+    /// holding their records to be written.
     ready: VecDeque<Chunk>,
-    /// Index of the next packet to write in `ready.front()`.
+    head: usize,
+    /// Index of the next packet to write in `ready[head]`.
     pos: usize,
 }
 
 impl QueueState {
     fn head_ts(&self) -> Option<u64> {
-        self.ready.front().map(|c| c.meta(self.pos).ts_ns)
+        self.ready.get(self.head).map(|c| c.meta(self.pos).ts_ns)
+    }
+
+    fn has_ready(&self) -> bool {
+        self.head < self.ready.len()
+    }
+}
+
+/// Records framed in place and not yet written: runs of adjacent records in chunks the
+/// queues still hold.
+#[derive(Debug, Default)]
+struct Batch {
+    spans: Vec<Span>,
+    bytes: usize,
+    packets: u64,
+}
+
+/// Records `bytes` of chunk `ready[chunk]` of queue `queue`.
+#[derive(Debug)]
+struct Span {
+    queue: usize,
+    chunk: usize,
+    bytes: Range<usize>,
+}
+
+impl Batch {
+    fn add(&mut self, queue: usize, chunk: usize, bytes: Range<usize>) {
+        self.bytes += bytes.len();
+        self.packets += 1;
+        match self.spans.last_mut() {
+            Some(s) if s.queue == queue && s.chunk == chunk && s.bytes.end == bytes.start => {
+                s.bytes.end = bytes.end;
+            }
+            _ => self.spans.push(Span {
+                queue,
+                chunk,
+                bytes,
+            }),
+        }
+    }
+
+    fn is_full(&self, bytes: usize) -> bool {
+        self.bytes >= bytes || self.spans.len() == MAX_SPANS
+    }
+
+    fn clear(&mut self) {
+        self.spans.clear();
+        (self.bytes, self.packets) = (0, 0);
     }
 }
 
@@ -86,6 +147,7 @@ impl FileWriter {
         let mut queues: Vec<QueueState> = (0..self.pools.len())
             .map(|_| QueueState::default())
             .collect();
+        let mut batch = Batch::default();
         // Packets the writer took from chunks, and packets the format writer accepted.
         let mut handled = 0u64;
         let mut accepted = 0u64;
@@ -111,37 +173,31 @@ impl FileWriter {
             let mut progressed = false;
             while let Some(qi) = earliest(&queues, bound) {
                 progressed = true;
-                let q = &mut queues[qi];
-                let Some(chunk) = q.ready.front() else { break };
-                let m = chunk.meta(q.pos);
                 handled += 1;
                 if error.is_none() && self.limit.is_none_or(|l| accepted < l) {
-                    match self
-                        .out
-                        .write_packet(m.ts_ns, chunk.data(q.pos), m.wire_len)
-                    {
-                        Ok(()) => accepted += 1,
-                        Err(e) if e.is_fatal() => {
-                            error = Some(e);
-                            self.stop.store(true, Ordering::Relaxed);
-                        }
+                    match self.put(&mut queues, qi, &mut batch) {
+                        Ok(true) => accepted += 1,
                         // A packet the format cannot hold is counted as not written.
-                        Err(_) => {}
+                        Ok(false) => {}
+                        Err(e) => error = Some(e),
                     }
-                    if self.limit == Some(accepted) {
+                    if error.is_some() || self.limit == Some(accepted) {
                         self.stop.store(true, Ordering::Relaxed);
                     }
                 }
+                let q = &mut queues[qi];
                 q.pos += 1;
-                if q.pos == chunk.len() {
+                if q.pos == q.ready[q.head].len() {
                     q.pos = 0;
-                    if let Some(c) = q.ready.pop_front() {
-                        self.pools[c.home].recycle(c);
-                    }
-                    if q.ready.is_empty() && !last_round {
+                    q.head += 1;
+                    if !q.has_ready() && !last_round {
                         break; // this queue's bound must be looked at again
                     }
                 }
+            }
+            if let Err(e) = self.write_batch(&mut queues, &mut batch) {
+                self.stop.store(true, Ordering::Relaxed);
+                error.get_or_insert(e);
             }
             if last_round
                 && queues
@@ -155,7 +211,7 @@ impl FileWriter {
                 self.bell.wait(Duration::from_millis(5));
             }
         }
-        // After a failure the file holds fewer packets than were accepted into its buffer.
+        // After a failure the file holds fewer packets than were accepted.
         let written = match error {
             Some(_) => self.out.packets_written(),
             None => match self.out.finish(Some(stats())) {
@@ -174,12 +230,78 @@ impl FileWriter {
         }
     }
 
+    /// Puts the next packet of queue `qi` into the file: its record framed in place and
+    /// added to `batch` (written once full), or, from a chunk without room for records,
+    /// copied into the format writer's buffer (after the batch is written, to keep the
+    /// order). Returns whether the format took the packet; an error is fatal.
+    fn put(
+        &mut self,
+        queues: &mut [QueueState],
+        qi: usize,
+        batch: &mut Batch,
+    ) -> Result<bool, WriteError> {
+        let q = &queues[qi];
+        let framed_in_place = q.ready[q.head].record(q.pos);
+        if framed_in_place.is_none() && !batch.spans.is_empty() {
+            self.write_batch(queues, batch)?;
+        }
+        let q = &mut queues[qi];
+        let (k, i) = (q.head, q.pos);
+        let chunk = &mut q.ready[k];
+        let m = chunk.meta(i);
+        let put = match framed_in_place {
+            Some(bytes) => {
+                let record = chunk.records_mut(bytes.clone());
+                let framed = self
+                    .out
+                    .frame_record(record, m.ts_ns, m.caplen as usize, m.wire_len);
+                framed.map(|()| batch.add(qi, k, bytes))
+            }
+            None => self.out.write_packet(m.ts_ns, chunk.data(i), m.wire_len),
+        };
+        match put {
+            Ok(()) if batch.is_full(self.out.buffer_size()) => {
+                self.write_batch(queues, batch).map(|()| true)
+            }
+            Ok(()) => Ok(true),
+            Err(e) if e.is_fatal() => Err(e),
+            Err(_) => Ok(false),
+        }
+    }
+
+    /// Writes the batch, then sends home every chunk that is done with (also when the
+    /// write fails).
+    fn write_batch(
+        &mut self,
+        queues: &mut [QueueState],
+        batch: &mut Batch,
+    ) -> Result<(), WriteError> {
+        let written = if batch.spans.is_empty() {
+            Ok(())
+        } else {
+            let slices: Vec<IoSlice<'_>> = batch
+                .spans
+                .iter()
+                .map(|s| IoSlice::new(queues[s.queue].ready[s.chunk].records(s.bytes.clone())))
+                .collect();
+            self.out.write_records(&slices, batch.packets)
+        };
+        batch.clear();
+        for q in queues.iter_mut() {
+            for c in q.ready.drain(..q.head) {
+                self.pools[c.home].recycle(c);
+            }
+            q.head = 0;
+        }
+        written
+    }
+
     /// The latest timestamp that can be written now: the smallest watermark among queues
     /// with nothing ready, or 0 if such a queue still has a chunk on its way.
     fn bound(&self, queues: &[QueueState]) -> u64 {
         let mut bound = u64::MAX;
         for (i, q) in queues.iter().enumerate() {
-            if !q.ready.is_empty() {
+            if q.has_ready() {
                 continue;
             }
             let p = self.progress[i].lock().map(|p| *p).unwrap_or_default();
@@ -206,6 +328,7 @@ fn earliest(queues: &[QueueState], bound: u64) -> Option<usize> {
 mod tests {
     use super::*;
     use crate::capture::pool::PoolSize;
+    use poolcap_format::FileFormat;
 
     fn chunk(pool: &Pool, seq: u64, ts: &[u64]) -> Chunk {
         let mut c = pool.take_free().expect("free chunk");
@@ -216,16 +339,39 @@ mod tests {
         c
     }
 
-    #[test]
-    fn merges_queues_in_timestamp_order_whatever_order_chunks_arrive_in() {
+    /// A file the test can read after the writer is done with it.
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Shared {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl poolcap_format::Output for Shared {}
+
+    /// Two queues' chunks, arriving out of sequence, written with `records` room (or
+    /// without) and `-c limit`: the timestamps in the file, and what the writer reported.
+    fn write_two_queues(
+        format: FileFormat,
+        records: Option<FileFormat>,
+        limit: Option<u64>,
+    ) -> (Vec<u64>, WriterOutcome) {
         let size = PoolSize {
             cells: 4,
             chunks: 4,
             cell_size: 64,
-        };
+        }
+        .for_records(records);
         let pools = Arc::new(vec![
-            Arc::new(Pool::new(0, size, 4)),
-            Arc::new(Pool::new(1, size, 4)),
+            Arc::new(Pool::new(0, size, 4, records)),
+            Arc::new(Pool::new(1, size, 4, records)),
         ]);
         let input = Arc::new(ArrayQueue::new(8));
         // Queue 0's chunk 1 arrives before its chunk 0.
@@ -240,20 +386,17 @@ mod tests {
                 }))
             })
             .collect();
-        let out = CaptureWriter::new(
-            Box::new(Vec::new()) as BoxedOutput,
-            poolcap_format::FileFormat::PcapNs,
-            64,
-            "t0",
-        )
-        .unwrap();
+        let file = Shared::default();
+        let out = CaptureWriter::new(Box::new(file.clone()) as BoxedOutput, format, 64, "t0")
+            .unwrap()
+            .with_buffer_size(20); // a batch of one or two records
         let w = FileWriter {
             out,
             input,
             pools: Arc::clone(&pools),
             progress,
             workers_done: Arc::new(AtomicBool::new(true)),
-            limit: None,
+            limit,
             stop: Arc::new(AtomicBool::new(false)),
             bell: Arc::default(),
         };
@@ -261,13 +404,45 @@ mod tests {
             received: 7,
             dropped: 0,
         });
-        assert_eq!(outcome.written, 7);
-        assert!(outcome.error.is_none());
         assert_eq!(
             pools[0].in_use() + pools[1].in_use(),
             0,
             "every chunk went home"
         );
+        let bytes = file.0.lock().unwrap().clone();
+        let read = poolcap_format::read_bytes(&bytes).unwrap();
+        for p in &read.packets {
+            assert_eq!(
+                p.data,
+                p.ts_ns.to_be_bytes(),
+                "each packet carries its time"
+            );
+        }
+        (read.packets.iter().map(|p| p.ts_ns).collect(), outcome)
+    }
+
+    #[test]
+    fn merges_queues_in_timestamp_order_whatever_order_chunks_arrive_in() {
+        for format in [FileFormat::PcapNs, FileFormat::Pcapng] {
+            for records in [None, Some(format)] {
+                let (times, outcome) = write_two_queues(format, records, None);
+                assert_eq!(
+                    times,
+                    [10, 20, 30, 40, 50, 60, 70],
+                    "{format}, room {records:?}"
+                );
+                assert_eq!((outcome.written, outcome.not_written), (7, 0));
+                assert!(outcome.error.is_none());
+            }
+        }
+    }
+
+    #[test]
+    fn a_packet_limit_writes_the_earliest_packets_and_counts_the_rest() {
+        let format = FileFormat::Pcapng;
+        let (times, outcome) = write_two_queues(format, Some(format), Some(3));
+        assert_eq!(times, [10, 20, 30]);
+        assert_eq!((outcome.written, outcome.not_written), (3, 4));
     }
 
     #[test]
@@ -278,8 +453,8 @@ mod tests {
             cell_size: 64,
         };
         let pools = Arc::new(vec![
-            Arc::new(Pool::new(0, size, 4)),
-            Arc::new(Pool::new(1, size, 4)),
+            Arc::new(Pool::new(0, size, 4, None)),
+            Arc::new(Pool::new(1, size, 4, None)),
         ]);
         let progress = vec![
             Arc::new(Mutex::new(Progress {
@@ -293,7 +468,7 @@ mod tests {
         ];
         let out = CaptureWriter::new(
             Box::new(Vec::new()) as BoxedOutput,
-            poolcap_format::FileFormat::Pcap,
+            FileFormat::Pcap,
             64,
             "t0",
         )
