@@ -424,11 +424,6 @@ impl<O: Output> CaptureWriter<O> {
         self.hand_over(records)
     }
 
-    /// Bytes handed to the output at a time (see [`with_buffer_size`](Self::with_buffer_size)).
-    pub fn buffer_size(&self) -> usize {
-        self.buf_limit
-    }
-
     /// Header and trailer of the record of a packet, or why it cannot be written.
     fn record_frame(
         &self,

@@ -51,9 +51,13 @@ use self::worker::{served_queues, Next, Worker};
 use self::writer::{BoxedOutput, FileWriter, WriterOutcome};
 use crate::netdev;
 
-/// Block retire timeout when packets are only counted (no load, no file): nothing downstream
-/// waits for them, so blocks may fill for longer and wake the capture thread less often.
-const COUNT_ONLY_RETIRE_MS: u32 = 50;
+/// Block retire timeout when no analysis waits for packets (they are only counted, or only
+/// written to a file from one queue): blocks may fill for longer and wake the capture thread
+/// and the writer less often. tcpdump -w lets libpcap wait up to a second.
+const NO_ANALYSIS_RETIRE_MS: u32 = 50;
+
+/// How often the supervising thread looks at the stop flag and the counters.
+const SUPERVISOR_TICK: Duration = Duration::from_millis(50);
 
 /// A resolved capture.
 pub struct CaptureConfig {
@@ -277,16 +281,22 @@ impl Engine {
             }
         }
         let groups: Vec<Vec<usize>> = (0..q).map(|i| group_of(&cfg.buddy_groups, i)).collect();
-        // When packets are only counted nobody waits for them: let blocks fill for longer,
-        // so the kernel wakes the capture thread less often (on veth, on the sender's CPU).
-        let count_only = !cfg.in_place && cfg.load == 0 && cfg.output.is_none();
-        let ring = RingGeometry {
-            retire_timeout_ms: if count_only {
-                cfg.ring.retire_timeout_ms.max(COUNT_ONLY_RETIRE_MS)
-            } else {
-                cfg.ring.retire_timeout_ms
-            },
-            ..cfg.ring
+        // When no analysis waits for packets, let blocks fill for longer, so the kernel wakes
+        // the capture thread less often (on veth, on the sender's CPU), and hand a chunk on
+        // as soon as the ring is empty rather than wake again to seal it. Not when a writer
+        // merges queues: an idle queue's watermark lags by twice the retire timeout.
+        let no_analysis = !cfg.in_place && cfg.load == 0 && (cfg.output.is_none() || q == 1);
+        let (ring, seal_after) = if no_analysis {
+            let retire = cfg.ring.retire_timeout_ms.max(NO_ANALYSIS_RETIRE_MS);
+            (
+                RingGeometry {
+                    retire_timeout_ms: retire,
+                    ..cfg.ring
+                },
+                Duration::ZERO,
+            )
+        } else {
+            (cfg.ring, cfg.seal_after)
         };
         let opened = backend::open(
             cfg.backend,
@@ -393,7 +403,7 @@ impl Engine {
                     policy: cfg.policy.build(&groups[i]),
                     progress: Arc::clone(&progress[i]),
                     wait: cfg.wait,
-                    seal_after: cfg.seal_after,
+                    seal_after,
                     snaplen: cfg.snaplen as usize,
                     in_place,
                     direct: direct.clone(),
@@ -429,6 +439,7 @@ impl Engine {
                     limit: cfg.count,
                     stop: Arc::clone(&stop),
                     bell: Arc::clone(&writer_bell),
+                    batch_bytes: writer::BATCH_BYTES,
                 };
                 let stats_counters = Arc::clone(&counters);
                 let h = std::thread::Builder::new()
@@ -552,7 +563,9 @@ impl Engine {
         let mut last_status = Instant::now();
         let mut prev = QueueStats::default();
         while !self.stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(20));
+            // Bounds how late a stop, the duration or the count is seen; the capture path
+            // does not depend on it.
+            std::thread::sleep(SUPERVISOR_TICK);
             if self.duration.is_some_and(|d| self.started.elapsed() >= d) {
                 break;
             }
