@@ -654,9 +654,9 @@ fn whole_prefix(
 }
 
 fn put32(buf: &mut Vec<u8>, words: &[u32]) {
-    words
-        .iter()
-        .for_each(|w| buf.extend_from_slice(&w.to_ne_bytes()));
+    let at = buf.len();
+    buf.resize(at + 4 * words.len(), 0);
+    put_words(&mut buf[at..], words);
 }
 
 fn put16(buf: &mut Vec<u8>, halves: &[u16]) {

@@ -243,18 +243,19 @@ impl Chunk {
         Some(start..start + f.record_len(m.caplen as usize))
     }
 
-    /// Bytes `range` (of records, see [`Chunk::record`]) of a chunk of copies.
+    /// Bytes `range` of records (ranges from [`Chunk::record`], which only chunks of copies
+    /// give; a chunk of frames has none).
     pub fn records(&self, range: Range<usize>) -> &[u8] {
         match &self.storage {
-            Storage::Copied { buf, .. } => buf.get(range).unwrap_or_default(),
+            Storage::Copied { buf, .. } => &buf[range],
             Storage::Frames { .. } => &[],
         }
     }
 
-    /// Bytes `range` of a chunk of copies, to frame a record in place.
+    /// Bytes `range` of records, to frame a record in place (see [`Chunk::records`]).
     pub fn records_mut(&mut self, range: Range<usize>) -> &mut [u8] {
         match &mut self.storage {
-            Storage::Copied { buf, .. } => buf.get_mut(range).unwrap_or_default(),
+            Storage::Copied { buf, .. } => &mut buf[range],
             Storage::Frames { .. } => &mut [],
         }
     }

@@ -25,6 +25,10 @@ use super::source::{now_ns, Filler, Source};
 /// statistics are seen (room itself wakes the thread at once).
 const ROOM_WAIT: Duration = Duration::from_millis(20);
 
+/// Longest wait when something is pending (an open chunk to seal, a watermark to move on,
+/// frames to give back), and the longest adaptive sleep.
+const PENDING_WAIT: Duration = Duration::from_millis(2);
+
 /// Longest wait for packets when nothing is pending: bounds how late a stop is seen.
 const IDLE_WAIT: Duration = Duration::from_millis(50);
 
@@ -239,7 +243,9 @@ impl CaptureThread {
                 }
                 if self.stop.load(Ordering::Relaxed) {
                     let since = *stopping.get_or_insert_with(Instant::now);
-                    if since.elapsed() > 2 * delay + Duration::from_millis(10) {
+                    // The kernel retires a block up to one timer tick late.
+                    let margin = Duration::from_millis(10).max(delay / 4);
+                    if since.elapsed() > 2 * delay + margin {
                         break Ok(());
                     }
                 }
@@ -250,7 +256,7 @@ impl CaptureThread {
                 let frames_out = self.source.refills_from_pool() && self.pool.in_use() > 0;
                 let soon = delay
                     .max(Duration::from_millis(1))
-                    .min(self.seal_after.max(Duration::from_millis(1)));
+                    .min(self.seal_after.max(PENDING_WAIT));
                 let wait_for = if open || self.merged || frames_out {
                     soon
                 } else {

@@ -198,7 +198,11 @@ impl FileWriter {
                 if q.pos == q.ready[q.head].len() {
                     q.pos = 0;
                     q.head += 1;
-                    if !q.has_ready() && !last_round {
+                    if batch.spans.is_empty() {
+                        // Nothing points into it (a chunk of frames): home at once.
+                        self.send_home(&mut queues);
+                    }
+                    if !queues[qi].has_ready() && !last_round {
                         break; // this queue's bound must be looked at again
                     }
                 }
@@ -300,13 +304,18 @@ impl FileWriter {
             self.out.write_records(&slices, batch.packets)
         };
         batch.clear();
+        self.send_home(queues);
+        written
+    }
+
+    /// Sends home the chunks that are done with (no batch may point into them).
+    fn send_home(&self, queues: &mut [QueueState]) {
         for q in queues.iter_mut() {
             for c in q.ready.drain(..q.head) {
                 self.pools[c.home].recycle(c);
             }
             q.head = 0;
         }
-        written
     }
 
     /// The latest timestamp that can be written now: the smallest watermark among queues
