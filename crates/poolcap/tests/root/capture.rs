@@ -639,7 +639,7 @@ fn compressed_capture_reads_back() {
                 .read_to_end(&mut plain)
                 .expect("unzstd");
         } else {
-            flate2::read::GzDecoder::new(&raw[..])
+            flate2::read::MultiGzDecoder::new(&raw[..])
                 .read_to_end(&mut plain)
                 .expect("gunzip");
         }
