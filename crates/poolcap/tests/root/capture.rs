@@ -6,7 +6,7 @@
 //! The capture is always stopped after the generator has returned (and a short settle), since
 //! after SIGINT the engine only drains for about 20 ms.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::common::{
     self, accounted, capture, check_sequences, gen, lab, num, poolcap_in, stats, tcpdump_count,
-    tempdir, trial, tshark_count, Background,
+    tempdir, trial, tshark_count, Background, SmallFs,
 };
 
 pub fn trials() -> Vec<Trial> {
@@ -159,38 +159,6 @@ fn assert_time_ordered(file: &Path) {
             i + 1,
             w[0].ts_ns
         );
-    }
-}
-
-/// A small tmpfs mounted on a scratch directory, so a capture file runs out of space
-/// (ENOSPC) after `size` bytes; unmounted on drop.
-struct SmallFs {
-    dir: tempfile::TempDir,
-}
-
-impl SmallFs {
-    fn mount(size: &str) -> SmallFs {
-        let dir = tempdir();
-        let st = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "poolcap-test"])
-            .arg(dir.path())
-            .status()
-            .expect("mount");
-        assert!(st.success(), "mount tmpfs on {}", dir.path().display());
-        SmallFs { dir }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount")
-            .arg("-l")
-            .arg(self.dir.path())
-            .status();
     }
 }
 
