@@ -276,6 +276,8 @@ impl Savefiles {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
 
     #[test]
     fn fsync_policies_parse() {
@@ -287,6 +289,60 @@ mod tests {
         );
         for bad in ["always", "interval", "interval:0", "interval:x", "rotate:1"] {
             assert!(bad.parse::<Fsync>().is_err(), "{bad}");
+        }
+    }
+
+    /// An output that counts its syncs.
+    struct Counted(Arc<AtomicUsize>);
+
+    impl std::io::Write for Counted {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            Ok(b.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl poolcap_format::Output for Counted {
+        fn sync(&mut self) -> std::io::Result<()> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn fsync_policies_sync_when_they_say() {
+        let every = Duration::from_millis(5);
+        // Syncs after: a tick once due (the header is new), a tick once due with nothing
+        // new, a write and a tick once due, the close.
+        for (fsync, want) in [
+            (Fsync::Never, [0, 0, 0, 0]),
+            (Fsync::Rotate, [0, 0, 0, 1]),
+            (Fsync::Interval(every), [1, 1, 2, 3]),
+        ] {
+            let syncs = Arc::new(AtomicUsize::new(0));
+            let spec = FileSpec {
+                fsync,
+                ..spec(None)
+            };
+            let out = spec.start(Box::new(Counted(Arc::clone(&syncs)))).unwrap();
+            let mut set = Savefiles::new(spec, out, None, None);
+            let mut got = Vec::new();
+            std::thread::sleep(every);
+            set.tick().unwrap();
+            got.push(syncs.load(Ordering::Relaxed));
+            std::thread::sleep(every);
+            set.tick().unwrap();
+            got.push(syncs.load(Ordering::Relaxed));
+            set.writer().unwrap().write_packet(1, &[1; 60], 60).unwrap();
+            std::thread::sleep(every);
+            set.tick().unwrap();
+            got.push(syncs.load(Ordering::Relaxed));
+            set.close(IfStats::default()).unwrap();
+            got.push(syncs.load(Ordering::Relaxed));
+            assert_eq!(got, want, "{fsync:?}");
         }
     }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use libtest_mimic::Trial;
 
 use crate::common::{
-    accounted, capture, gen, lab, num, stats, tcpdump_count, tempdir, trial, SmallFs,
+    accounted, capture, gen, lab, num, poolcap_in, stats, tcpdump_count, tempdir, trial, SmallFs,
 };
 
 pub fn trials() -> Vec<Trial> {
@@ -34,6 +34,7 @@ pub fn trials() -> Vec<Trial> {
             "compressed_full_disk_reports_what_decompresses",
             compressed_full_disk_reports_what_decompresses,
         ),
+        t("file_flags_reject_bad_input", file_flags_reject_bad_input),
     ]
 }
 
@@ -467,4 +468,45 @@ fn compressed_full_disk_reports_what_decompresses() {
             assert_eq!(missing, 0, "{how}");
         }
     }
+}
+
+fn file_flags_reject_bad_input() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let file = dir.path().join("never.pcapng");
+    let f = s(&file);
+    let cases: &[(&[&str], &str)] = &[
+        (&["-C", "1"], "-w FILE"),
+        (&["-C", "1", "-w", "-"], "-w FILE"),
+        (&["-C", "0", "-w", f], "-C"),
+        (&["-G", "x", "-w", f], "-G"),
+        (&["-W", "3", "-w", f], "-W"),
+        (&["-z", "gzip", "-w", f], "-z"),
+        (
+            &["-C", "1", "-z", "/nonexistent/zz", "-w", f],
+            "/nonexistent/zz",
+        ),
+        (&["--fsync", "sometimes", "-w", f], "--fsync"),
+        (&["--fsync", "rotate"], "--fsync"),
+    ];
+    let mut problems = Vec::new();
+    for (args, mention) in cases {
+        let mut all = vec!["capture", "-i", "prb0", "--duration", "1s"];
+        all.extend_from_slice(args);
+        let out = poolcap_in(&lab.probe.netns, &all);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        let one_line = lines.len() == 1 && lines[0].starts_with("poolcap:");
+        if out.status.code() != Some(2) || !one_line || !stderr.contains(mention) {
+            problems.push(format!(
+                "{args:?}: exit {:?}, want 2 and one line mentioning `{mention}`: {stderr}",
+                out.status.code()
+            ));
+        }
+        if file.exists() {
+            problems.push(format!("{args:?} created {f}"));
+            let _ = std::fs::remove_file(&file);
+        }
+    }
+    assert!(problems.is_empty(), "\n{}", problems.join("\n"));
 }
