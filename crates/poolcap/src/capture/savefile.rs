@@ -12,6 +12,14 @@
 //! `--fsync`: `never` leaves write-back to the kernel (a crash of the machine, not of
 //! poolcap, may lose the last seconds); `rotate` syncs each file as it is closed;
 //! `interval:MS` also syncs the current file every MS milliseconds.
+//!
+//! If poolcap itself dies (`kill -9`), every file ends with the last write batch the kernel
+//! took whole: batches are whole records (compressed: whole frames), handed over with one
+//! `writev` each. One case is outside poolcap's hands: a fatal signal that arrives while
+//! the kernel is copying a batch into the page cache stops the copy between two pages
+//! (`generic_perform_write` checks `fatal_signal_pending`), which leaves part of a batch.
+//! The writer spends a small share of its time in that copy, so this is rare, but a
+//! reader must still be ready for a short last record after a `kill -9`.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
