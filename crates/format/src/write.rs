@@ -122,10 +122,33 @@ pub struct IfStats {
 
 /// Where the bytes go. Files can be cut back to a whole-record boundary after a failed write;
 /// streams cannot.
+///
+/// The writer hands records over in batches of whole records and ends each batch with
+/// [`end_batch`](Output::end_batch). An output that can only be cut back at batch ends (a
+/// compressed stream, whose frames end there) says so with
+/// [`partial_batch_kept`](Output::partial_batch_kept).
 pub trait Output: Write {
     /// Cut the output back to its first `len` bytes (counted from the first byte this writer
     /// wrote). The default does nothing, which is all a stream can do.
     fn truncate_to(&mut self, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// Ends a batch of whole records: after a later failure the output can be cut back to
+    /// here. A compressor ends its frame and writes it out. The default does nothing.
+    fn end_batch(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// Of the first `accepted` bytes of a batch the output took before it failed, how many
+    /// it can keep: all (the default; a file can be cut anywhere), or 0 when only whole
+    /// batches survive.
+    fn partial_batch_kept(&self, accepted: usize) -> usize {
+        accepted
+    }
+
+    /// Makes what was handed over durable (`fdatasync` for a file). The default does nothing.
+    fn sync(&mut self) -> io::Result<()> {
         Ok(())
     }
 
@@ -140,6 +163,10 @@ pub trait Output: Write {
 impl Output for File {
     fn truncate_to(&mut self, len: u64) -> io::Result<()> {
         self.set_len(len)
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.sync_data()
     }
 }
 
@@ -157,6 +184,18 @@ impl<T: Output + ?Sized> Output for &mut T {
         (**self).truncate_to(len)
     }
 
+    fn end_batch(&mut self) -> io::Result<()> {
+        (**self).end_batch()
+    }
+
+    fn partial_batch_kept(&self, accepted: usize) -> usize {
+        (**self).partial_batch_kept(accepted)
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        (**self).sync()
+    }
+
     fn close(&mut self) -> io::Result<()> {
         (**self).close()
     }
@@ -165,6 +204,18 @@ impl<T: Output + ?Sized> Output for &mut T {
 impl<T: Output + ?Sized> Output for Box<T> {
     fn truncate_to(&mut self, len: u64) -> io::Result<()> {
         (**self).truncate_to(len)
+    }
+
+    fn end_batch(&mut self) -> io::Result<()> {
+        (**self).end_batch()
+    }
+
+    fn partial_batch_kept(&self, accepted: usize) -> usize {
+        (**self).partial_batch_kept(accepted)
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        (**self).sync()
     }
 
     fn close(&mut self) -> io::Result<()> {
@@ -492,6 +543,24 @@ impl<O: Output> CaptureWriter<O> {
         }
     }
 
+    /// Hands what is buffered to the output and makes everything durable
+    /// ([`Output::sync`]). A failure is fatal, like a failed write; the output keeps what
+    /// it holds.
+    pub fn sync(&mut self) -> Result<(), WriteError> {
+        self.check_usable()?;
+        self.flush_buf()?;
+        self.out.sync().map_err(|source| {
+            let failure = Failure {
+                source,
+                truncate: None,
+                packets: self.packets,
+            };
+            let error = failure.to_error();
+            self.failed = Some(failure);
+            error
+        })
+    }
+
     /// Packets accepted so far (buffered ones included). After an I/O error: the whole packets
     /// left in the output.
     pub fn packets_written(&self) -> u64 {
@@ -550,6 +619,9 @@ impl<O: Output> CaptureWriter<O> {
                 Err(e) => return Err(self.fail(e, parts, done)),
             }
         }
+        if let Err(e) = self.out.end_batch() {
+            return Err(self.fail(e, parts, done));
+        }
         self.flushed += done as u64;
         self.packets_flushed = self.packets;
         Ok(())
@@ -563,7 +635,8 @@ impl<O: Output> CaptureWriter<O> {
         } else {
             0
         };
-        let (keep, packets_kept) = whole_prefix(self.format, parts, skip, accepted);
+        let kept = self.out.partial_batch_kept(accepted);
+        let (keep, packets_kept) = whole_prefix(self.format, parts, skip, kept);
         let packets = self.packets_flushed + packets_kept;
         let len = self.flushed + keep as u64;
         let truncate = if keep < accepted {

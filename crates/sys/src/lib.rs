@@ -16,6 +16,7 @@ pub mod process;
 pub mod rx_ring;
 pub mod socket;
 pub mod sockopt;
+pub mod time;
 pub mod xdp;
 pub mod xsk;
 

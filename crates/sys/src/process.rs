@@ -94,3 +94,10 @@ pub fn set_thread_nice(nice: i32) -> bool {
     // SAFETY: setpriority takes plain integers; `tid` names this thread.
     unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) == 0 }
 }
+
+/// Sets the nice value of process `pid` (a child this process started). Returns false if
+/// the kernel refused.
+pub fn set_process_nice(pid: u32, nice: i32) -> bool {
+    // SAFETY: setpriority takes plain integers; a stale pid only makes it fail.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, pid as libc::id_t, nice) == 0 }
+}

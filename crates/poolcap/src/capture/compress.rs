@@ -3,15 +3,17 @@
 //! papers' real application load (Braun et al.'s packzip): the higher the level, the slower
 //! the writer, the fuller the pools.
 //!
-//! zstd compresses in one background worker of libzstd, as the `zstd` program does by
-//! default: the writer hands it input, which libzstd buffers (a few jobs, tens of MB at high
-//! levels) while the worker compresses, so a slow level does not stall the writer until
-//! those buffers are full. gzip has no such mode and compresses in the writer thread.
-//!
-//! A compressed stream cannot be cut back to a whole record after a write error, so the
-//! whole-record guarantee of uncompressed files does not hold for it; the error says so.
+//! Why one compressed frame per write batch: a compressed stream cut anywhere (a full disk,
+//! a crash) decompresses to a partial record, and nobody can say how many packets it holds.
+//! So each batch of whole records the writer hands over becomes one complete zstd frame or
+//! gzip member, written out at the batch's end ([`Output::end_batch`]). Concatenated frames
+//! and members are one valid stream for `zstd -d`, `gzip -d` and the libraries. After a
+//! failed write the file is cut back to the end of its last whole frame, which decompresses
+//! to exactly the packets the writer reports. The price: each batch (256 KiB) is compressed
+//! on its own, in the writer thread (a libzstd background worker would only make the writer
+//! wait at every frame end).
 
-use std::io::{self, Write};
+use std::io::{self, IoSlice, Write};
 
 use flate2::write::GzEncoder;
 use poolcap_format::Output;
@@ -51,120 +53,232 @@ impl std::str::FromStr for Compression {
     }
 }
 
-/// An output that compresses into another.
-pub enum Compressed<W: Write> {
-    /// zstd stream.
-    Zstd(Option<zstd::Encoder<'static, W>>),
-    /// gzip stream.
-    Gzip(Option<GzEncoder<W>>),
+/// How a batch becomes a frame.
+enum Codec {
+    /// A zstd context, reused for every frame.
+    Zstd(zstd::bulk::Compressor<'static>),
+    Gzip(flate2::Compression),
 }
 
-impl<W: Write> Compressed<W> {
+/// An output that compresses into another, one frame per batch (see the module docs).
+pub struct Compressed<W: Output> {
+    inner: W,
+    codec: Codec,
+    /// The current batch, uncompressed.
+    plain: Vec<u8>,
+    /// The current batch's frame.
+    frame: Vec<u8>,
+    /// Bytes of `inner` that end the last frame written whole.
+    committed: u64,
+}
+
+impl<W: Output> Compressed<W> {
     /// Wraps `inner`.
     pub fn new(inner: W, c: Compression) -> io::Result<Self> {
-        Ok(match c {
-            Compression::Zstd(l) => {
-                let mut e = zstd::Encoder::new(inner, l)?;
-                e.multithread(1)?;
-                Compressed::Zstd(Some(e))
-            }
-            Compression::Gzip(l) => {
-                Compressed::Gzip(Some(GzEncoder::new(inner, flate2::Compression::new(l))))
-            }
+        let codec = match c {
+            Compression::Zstd(l) => Codec::Zstd(zstd::bulk::Compressor::new(l)?),
+            Compression::Gzip(l) => Codec::Gzip(flate2::Compression::new(l)),
+        };
+        Ok(Compressed {
+            inner,
+            codec,
+            plain: Vec::new(),
+            frame: Vec::new(),
+            committed: 0,
         })
     }
 
-    fn writer(&mut self) -> io::Result<&mut dyn Write> {
-        let closed = || io::Error::other("compressed output already closed");
-        Ok(match self {
-            Compressed::Zstd(e) => e.as_mut().ok_or_else(closed)?,
-            Compressed::Gzip(e) => e.as_mut().ok_or_else(closed)?,
-        })
+    /// The output the frames went to.
+    pub fn into_inner(self) -> W {
+        self.inner
+    }
+
+    fn compress_batch(&mut self) -> io::Result<()> {
+        self.frame.clear();
+        match &mut self.codec {
+            Codec::Zstd(z) => {
+                self.frame
+                    .reserve(zstd::zstd_safe::compress_bound(self.plain.len()));
+                z.compress_to_buffer(&self.plain, &mut self.frame)?;
+            }
+            Codec::Gzip(level) => {
+                let mut e = GzEncoder::new(std::mem::take(&mut self.frame), *level);
+                e.write_all(&self.plain)?;
+                self.frame = e.finish()?;
+            }
+        }
+        Ok(())
     }
 }
 
-impl<W: Write> Write for Compressed<W> {
+/// Takes bytes into the current batch; nothing reaches `inner` before the batch ends.
+impl<W: Output> Write for Compressed<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.writer()?.write(buf)
+        self.plain.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        let n = bufs.iter().map(|b| b.len()).sum();
+        self.plain.reserve(n);
+        bufs.iter().for_each(|b| self.plain.extend_from_slice(b));
+        Ok(n)
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.writer()?.flush()
+        Ok(())
     }
 }
 
-impl<W: Write> Output for Compressed<W> {
+impl<W: Output> Output for Compressed<W> {
+    /// Cuts `inner` back to the end of its last whole frame, whatever `len` says: that is
+    /// the only place a compressed stream can end (the writer asks for the last batch end,
+    /// see [`partial_batch_kept`](Output::partial_batch_kept)).
+    fn truncate_to(&mut self, _len: u64) -> io::Result<()> {
+        self.plain.clear();
+        self.inner.truncate_to(self.committed)
+    }
+
+    fn end_batch(&mut self) -> io::Result<()> {
+        if self.plain.is_empty() {
+            return Ok(());
+        }
+        self.compress_batch()?;
+        self.inner.write_all(&self.frame)?;
+        self.inner.end_batch()?;
+        self.committed += self.frame.len() as u64;
+        self.plain.clear();
+        Ok(())
+    }
+
+    fn partial_batch_kept(&self, _accepted: usize) -> usize {
+        0
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.inner.sync()
+    }
+
     fn close(&mut self) -> io::Result<()> {
-        let mut inner = match self {
-            Compressed::Zstd(e) => match e.take() {
-                Some(e) => e.finish()?,
-                None => return Ok(()),
-            },
-            Compressed::Gzip(e) => match e.take() {
-                Some(e) => e.finish()?,
-                None => return Ok(()),
-            },
-        };
-        inner.flush()
+        self.end_batch()?;
+        self.inner.close()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use poolcap_format::{CaptureWriter, FileFormat};
+    use poolcap_format::{CaptureWriter, FileFormat, WriteError};
+    use std::cell::RefCell;
     use std::io::Read;
+    use std::rc::Rc;
 
-    fn compressed_bytes(c: Compression) -> Vec<u8> {
-        // Capture the inner Vec through a shared buffer, since close() consumes the encoder.
-        let shared = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
-        struct Sink(std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
-        impl Write for Sink {
-            fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-                self.0.borrow_mut().extend_from_slice(b);
-                Ok(b.len())
+    /// A disk that takes `budget` bytes, then fails with ENOSPC; the test keeps a handle on
+    /// its bytes.
+    struct SmallDisk {
+        bytes: Rc<RefCell<Vec<u8>>>,
+        budget: usize,
+    }
+
+    impl Write for SmallDisk {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            let mut bytes = self.bytes.borrow_mut();
+            if bytes.len() >= self.budget {
+                return Err(io::Error::from_raw_os_error(28));
             }
-            fn flush(&mut self) -> io::Result<()> {
-                Ok(())
+            let n = b.len().min(self.budget - bytes.len());
+            bytes.extend_from_slice(&b[..n]);
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Output for SmallDisk {
+        fn truncate_to(&mut self, len: u64) -> io::Result<()> {
+            self.bytes.borrow_mut().truncate(len as usize);
+            Ok(())
+        }
+    }
+
+    fn decompress(c: Compression, z: &[u8]) -> Vec<u8> {
+        let mut plain = Vec::new();
+        match c {
+            Compression::Zstd(_) => zstd::Decoder::new(z)
+                .unwrap()
+                .read_to_end(&mut plain)
+                .unwrap(),
+            Compression::Gzip(_) => flate2::read::MultiGzDecoder::new(z)
+                .read_to_end(&mut plain)
+                .unwrap(),
+        };
+        plain
+    }
+
+    /// Writes 1000 packets of 100 bytes in batches of 64 KiB to a disk of `budget` bytes:
+    /// the compressed bytes left and the error, if the disk filled up.
+    fn write_compressed(c: Compression, budget: usize) -> (Vec<u8>, Option<WriteError>) {
+        let bytes = Rc::new(RefCell::new(Vec::new()));
+        let disk = SmallDisk {
+            bytes: Rc::clone(&bytes),
+            budget,
+        };
+        let out = Compressed::new(disk, c).unwrap();
+        let result = CaptureWriter::new(out, FileFormat::Pcapng, 256, "t0").and_then(|mut w| {
+            for i in 0..1000u64 {
+                // Payload that compresses, but not to nothing.
+                let data: Vec<u8> = (0..100).map(|b| ((i * 7 + b) % 13) as u8).collect();
+                w.write_packet(i * 1000, &data, 100)?;
             }
-        }
-        let out = Compressed::new(Sink(shared.clone()), c).unwrap();
-        let mut w = CaptureWriter::new(out, FileFormat::Pcapng, 256, "t0").unwrap();
-        for i in 0..1000u64 {
-            w.write_packet(i * 1000, &[i as u8; 100], 100).unwrap();
-        }
-        w.finish(None).unwrap();
-        let bytes = shared.borrow().clone();
-        bytes
+            w.finish(None)
+        });
+        let kept = bytes.borrow().clone();
+        (kept, result.err())
     }
 
     #[test]
     fn compressed_files_decompress_to_a_readable_capture() {
         for c in [Compression::Zstd(3), Compression::Gzip(6)] {
-            let z = compressed_bytes(c);
-            let mut plain = Vec::new();
-            match c {
-                Compression::Zstd(_) => {
-                    zstd::Decoder::new(&z[..])
-                        .unwrap()
-                        .read_to_end(&mut plain)
-                        .unwrap();
-                }
-                Compression::Gzip(_) => {
-                    flate2::read::GzDecoder::new(&z[..])
-                        .read_to_end(&mut plain)
-                        .unwrap();
-                }
-            }
+            let (z, err) = write_compressed(c, usize::MAX);
+            assert!(err.is_none(), "{c:?}: {err:?}");
+            let plain = decompress(c, &z);
             assert!(
-                z.len() < plain.len() / 5,
+                z.len() < plain.len() / 3,
                 "{c:?}: {} of {}",
                 z.len(),
                 plain.len()
             );
             let f = poolcap_format::read_bytes(&plain).unwrap();
             assert_eq!(f.packets.len(), 1000);
-            assert_eq!(f.packets[999].data, vec![231u8; 100]);
+            assert_eq!(f.packets[999].ts_ns, 999_000);
+        }
+    }
+
+    #[test]
+    fn a_full_disk_keeps_whole_frames_that_decompress_to_the_reported_packets() {
+        for c in [Compression::Zstd(3), Compression::Gzip(6)] {
+            let (full, _) = write_compressed(c, usize::MAX);
+            let mut kept_counts = Vec::new();
+            for budget in (0..full.len()).step_by(97) {
+                let (z, err) = write_compressed(c, budget);
+                let err = err.unwrap_or_else(|| panic!("{c:?}: no error at {budget} bytes"));
+                let held = err.packets_kept().expect("an I/O error");
+                assert!(z.len() <= budget, "{c:?}");
+                if z.is_empty() {
+                    assert_eq!(held, 0, "{c:?} at {budget}: {err}");
+                    continue;
+                }
+                let f = poolcap_format::read_bytes(&decompress(c, &z))
+                    .unwrap_or_else(|e| panic!("{c:?} at {budget} bytes: {e}"));
+                assert_eq!(f.packets.len() as u64, held, "{c:?} at {budget}: {err}");
+                kept_counts.push(held);
+            }
+            assert!(
+                kept_counts.iter().any(|&n| n > 0 && n < 1000),
+                "{c:?}: some budget should cut between frames: {kept_counts:?}"
+            );
         }
     }
 

@@ -22,6 +22,8 @@ pub mod filter;
 pub mod policy;
 pub mod pool;
 pub mod queue;
+pub mod rotate;
+pub mod savefile;
 pub mod source;
 pub mod worker;
 pub mod writer;
@@ -29,12 +31,12 @@ pub mod writer;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
-use poolcap_format::{CaptureWriter, FileFormat, IfStats};
+use poolcap_format::{FileFormat, IfStats, WriteError};
 use poolcap_sys::process::{cpu_time, CpuTime, Who};
 use poolcap_sys::rx_ring::RingGeometry;
 use poolcap_sys::socket::{ifindex, FanoutMode};
@@ -87,6 +89,8 @@ pub struct CaptureConfig {
     pub output: Option<(Output, FileFormat)>,
     /// Compress the output.
     pub compress: Option<compress::Compression>,
+    /// Rotation, `-z` and `--fsync` of output files.
+    pub files: savefile::FileOptions,
     /// Stop after this many packets.
     pub count: Option<u64>,
     /// Stop after this long.
@@ -191,8 +195,12 @@ pub struct CaptureReport {
     pub written: u64,
     /// Packets captured but not written (after a write error or past `-c`).
     pub not_written: u64,
-    /// The write error that ended the capture.
+    /// The first write error, naming the file (already printed on stderr when it happened).
     pub write_error: Option<String>,
+    /// `-G` with `-W`: the last file was closed and the capture stopped.
+    pub file_limit_reached: bool,
+    /// `-z` commands that failed.
+    pub post_rotate_failed: usize,
     /// The kernel error that ended a capture thread.
     pub capture_error: Option<String>,
     /// Wall seconds of capture.
@@ -218,6 +226,8 @@ pub struct Engine {
     captures: Vec<JoinHandle<Result<(), SysError>>>,
     workers: Vec<JoinHandle<()>>,
     writer: Option<JoinHandle<WriterOutcome>>,
+    /// The writer's first error, printed by the supervisor as soon as it is set.
+    write_failed: Arc<OnceLock<String>>,
     captures_done: Arc<AtomicBool>,
     workers_done: Arc<AtomicBool>,
     worker_bells: Vec<Arc<Doorbell>>,
@@ -324,29 +334,45 @@ impl Engine {
         // bad argument never truncates an existing file; write its header before capturing.
         let output = match cfg.output {
             Some((target, format)) => {
-                let wrap = |w: BoxedOutput| -> Result<BoxedOutput, CaptureError> {
-                    match cfg.compress {
-                        None => Ok(w),
-                        Some(c) => compress::Compressed::new(w, c)
-                            .map(|z| Box::new(z) as BoxedOutput)
-                            .map_err(|source| CaptureError::Open {
-                                path: "compressor".into(),
-                                source,
-                            }),
+                let spec = savefile::FileSpec {
+                    format,
+                    snaplen: cfg.snaplen,
+                    iface: cfg.iface.clone(),
+                    compress: cfg.compress,
+                    fsync: cfg.files.fsync,
+                    post_rotate: cfg.files.post_rotate.clone(),
+                };
+                let header = |e| CaptureError::Header(e);
+                Some(match target {
+                    Output::Stdout => {
+                        let w = spec.start(Box::new(std::io::stdout())).map_err(header)?;
+                        savefile::Savefiles::new(spec, w, None, None)
                     }
-                };
-                let sink: BoxedOutput = match target {
-                    Output::Stdout => wrap(Box::new(std::io::stdout()))?,
-                    Output::File(path) => match std::fs::File::create(&path) {
-                        Ok(f) => wrap(Box::new(f))?,
-                        Err(source) => return Err(CaptureError::Open { path, source }),
-                    },
-                    Output::Sink(s) => wrap(s)?,
-                };
-                Some(
-                    CaptureWriter::new(sink, format, cfg.snaplen, &cfg.iface)
-                        .map_err(CaptureError::Header)?,
-                )
+                    Output::Sink(s) => {
+                        let w = spec.start(s).map_err(header)?;
+                        savefile::Savefiles::new(spec, w, None, None)
+                    }
+                    Output::File(path) => {
+                        let rotation = cfg.files.rotate.rotates().then(|| {
+                            let now = std::time::SystemTime::now()
+                                .duration_since(std::time::UNIX_EPOCH)
+                                .map_or(0, |d| d.as_secs() as i64);
+                            rotate::Rotation::new(&path.to_string_lossy(), cfg.files.rotate, now)
+                        });
+                        let first = rotation.as_ref().map_or(path, |r| r.first_name());
+                        let w = match spec.open(&first) {
+                            Ok(w) => w,
+                            Err(WriteError::Io { source, .. }) => {
+                                return Err(CaptureError::Open {
+                                    path: first,
+                                    source,
+                                })
+                            }
+                            Err(e) => return Err(header(e)),
+                        };
+                        savefile::Savefiles::new(spec, w, Some(first), rotation)
+                    }
+                })
             }
             None => None,
         };
@@ -426,6 +452,7 @@ impl Engine {
                 what: "capture thread".into(),
                 source: e,
             })?;
+        let write_failed: Arc<OnceLock<String>> = Arc::default();
         let captures_done = Arc::new(AtomicBool::new(false));
         let workers_done = Arc::new(AtomicBool::new(false));
         let (next, writer) = match (output, writer_input) {
@@ -440,6 +467,7 @@ impl Engine {
                     stop: Arc::clone(&stop),
                     bell: Arc::clone(&writer_bell),
                     batch_bytes: writer::BATCH_BYTES,
+                    failed: Arc::clone(&write_failed),
                 };
                 let stats_counters = Arc::clone(&counters);
                 let h = std::thread::Builder::new()
@@ -502,6 +530,7 @@ impl Engine {
             captures,
             workers,
             writer,
+            write_failed,
             captures_done,
             workers_done,
             worker_bells,
@@ -562,7 +591,13 @@ impl Engine {
     pub fn run(self) -> CaptureReport {
         let mut last_status = Instant::now();
         let mut prev = QueueStats::default();
+        let mut error_printed = false;
         while !self.stop.load(Ordering::Relaxed) {
+            // A write error ends the writing, not the capture: say so at once, once.
+            if let (false, Some(e)) = (error_printed, self.write_failed.get()) {
+                eprintln!("poolcap: {e}; capture goes on, packets are counted as not written");
+                error_printed = true;
+            }
             // Bounds how late a stop, the duration or the count is seen; the capture path
             // does not depend on it.
             std::thread::sleep(SUPERVISOR_TICK);
@@ -635,10 +670,17 @@ impl Engine {
             }
             _ => 0,
         };
-        let (written, not_written, write_error) = match outcome {
-            Some(Ok(o)) => (o.written, o.not_written, o.error.map(|e| e.to_string())),
+        let (written, not_written, write_error) = match &outcome {
+            Some(Ok(o)) => (o.written, o.not_written, o.error.clone()),
             Some(Err(_)) => (0, t.captured, Some("writer thread panicked".to_string())),
             None => (0, 0, None),
+        };
+        if let (false, Some(e)) = (error_printed, &write_error) {
+            eprintln!("poolcap: {e}");
+        }
+        let (file_limit_reached, post_rotate_failed) = match &outcome {
+            Some(Ok(o)) => (o.file_limit_reached, o.post_rotate_failed),
+            _ => (false, 0),
         };
         let cpu = cpu_time(Who::SelfProcess);
         CaptureReport {
@@ -653,6 +695,8 @@ impl Engine {
             written,
             not_written,
             write_error,
+            file_limit_reached,
+            post_rotate_failed,
             capture_error: failure.map(|e| e.to_string()),
             seconds,
             cpu_user: cpu.user - self.cpu_start.user,

@@ -13,22 +13,31 @@
 //! once the batch holding its last record is written. Chunks without
 //! that room (AF_XDP frames) go through the format writer's buffer instead.
 //!
-//! A write error (disk full, EIO) stops the capture: the file keeps every whole packet written
-//! before the error, and the writer keeps recycling chunks so the engine drains cleanly.
+//! The writer writes to a file set ([`Savefiles`]): before each packet it asks whether the
+//! packet starts a new file (`-C`, `-G`); if so it writes the batch so far to the current
+//! file, closes it and opens the next, so a rotation falls between two whole records and
+//! no packet is lost or written twice.
+//!
+//! A write error (disk full, EIO) ends the writing, not the capture: the file keeps every
+//! whole packet written before the error, the message (naming the file) is published at
+//! once for the supervisor to print, and the writer goes on taking chunks, counting their
+//! packets as not written and sending the chunks home, until the capture is stopped.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::IoSlice;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
-use poolcap_format::{CaptureWriter, IfStats, Output, WriteError};
+use poolcap_format::{IfStats, Output, WriteError};
 
 use super::doorbell::Doorbell;
 use super::pool::{Chunk, Pool};
 use super::queue::Progress;
+use super::rotate::Next;
+use super::savefile::Savefiles;
 
 /// The output of a capture: a file or standard output.
 pub type BoxedOutput = Box<dyn Output + Send>;
@@ -110,18 +119,31 @@ impl Batch {
 /// What the writer did.
 #[derive(Debug)]
 pub struct WriterOutcome {
-    /// Packets written to the file.
+    /// Packets written to the files.
     pub written: u64,
-    /// Packets captured but not written (after an error or past `-c`).
+    /// Packets captured but not written (after an error, past `-c` or past `-W` files).
     pub not_written: u64,
-    /// The write error that stopped the capture, if any.
-    pub error: Option<WriteError>,
+    /// The first write error, naming the file, if any.
+    pub error: Option<String>,
+    /// `-G` with `-W`: the last file was closed and the capture stopped.
+    pub file_limit_reached: bool,
+    /// `-z` commands that failed.
+    pub post_rotate_failed: usize,
+}
+
+/// What became of one packet.
+enum Put {
+    Written,
+    /// The format cannot hold it (counted as not written).
+    Rejected,
+    /// `-W` files are done: nothing more is written.
+    FilesDone,
 }
 
 /// The writer thread's setup.
 pub struct FileWriter {
-    /// The format writer.
-    pub out: CaptureWriter<BoxedOutput>,
+    /// The file set, its first file open.
+    pub out: Savefiles,
     /// Processed chunks from the workers.
     pub input: Arc<ArrayQueue<Chunk>>,
     /// Pools, to send chunks home.
@@ -138,6 +160,8 @@ pub struct FileWriter {
     pub bell: Arc<Doorbell>,
     /// Bytes of records per write ([`BATCH_BYTES`]).
     pub batch_bytes: usize,
+    /// Set, once, to the first write error's message as soon as it happens.
+    pub failed: Arc<OnceLock<String>>,
 }
 
 impl std::fmt::Debug for FileWriter {
@@ -150,16 +174,17 @@ impl std::fmt::Debug for FileWriter {
 
 impl FileWriter {
     /// Merges and writes until the workers are done and every chunk is written; `stats`
-    /// gives the interface statistics recorded at close (pcapng).
-    pub fn run(mut self, stats: impl FnOnce() -> IfStats) -> WriterOutcome {
+    /// gives the interface counters so far, for each file's statistics block (pcapng).
+    pub fn run(mut self, stats: impl Fn() -> IfStats) -> WriterOutcome {
         let mut queues: Vec<QueueState> = (0..self.pools.len())
             .map(|_| QueueState::default())
             .collect();
         let mut batch = Batch::default();
-        // Packets the writer took from chunks, and packets the format writer accepted.
+        // Packets the writer took from chunks, and packets the files accepted.
         let mut handled = 0u64;
         let mut accepted = 0u64;
-        let mut error: Option<WriteError> = None;
+        let mut error: Option<String> = None;
+        let mut files_done = false;
         self.bell.answer_from_this_thread();
         loop {
             while let Some(c) = self.input.pop() {
@@ -182,14 +207,17 @@ impl FileWriter {
             while let Some(qi) = earliest(&queues, bound) {
                 progressed = true;
                 handled += 1;
-                if error.is_none() && self.limit.is_none_or(|l| accepted < l) {
-                    match self.put(&mut queues, qi, &mut batch) {
-                        Ok(true) => accepted += 1,
-                        // A packet the format cannot hold is counted as not written.
-                        Ok(false) => {}
-                        Err(e) => error = Some(e),
+                if error.is_none() && !files_done && self.limit.is_none_or(|l| accepted < l) {
+                    match self.put(&mut queues, qi, &mut batch, &stats) {
+                        Ok(Put::Written) => accepted += 1,
+                        Ok(Put::Rejected) => {}
+                        Ok(Put::FilesDone) => {
+                            files_done = true;
+                            self.stop.store(true, Ordering::Relaxed);
+                        }
+                        Err(e) => error = Some(self.failure(&e)),
                     }
-                    if error.is_some() || self.limit == Some(accepted) {
+                    if self.limit == Some(accepted) {
                         self.stop.store(true, Ordering::Relaxed);
                     }
                 }
@@ -208,8 +236,7 @@ impl FileWriter {
                 }
             }
             if let Err(e) = self.write_batch(&mut queues, &mut batch) {
-                self.stop.store(true, Ordering::Relaxed);
-                error.get_or_insert(e);
+                error.get_or_insert_with(|| self.failure(&e));
             }
             if last_round
                 && queues
@@ -219,6 +246,11 @@ impl FileWriter {
                 break;
             }
             if !progressed {
+                if error.is_none() {
+                    if let Err(e) = self.out.tick() {
+                        error = Some(self.failure(&e));
+                    }
+                }
                 // Rung on every new chunk; the timeout lets an idle queue's watermark move on
                 // when queues are merged, and otherwise only bounds how late the end is seen.
                 self.bell.wait(if queues.len() > 1 {
@@ -228,35 +260,58 @@ impl FileWriter {
                 });
             }
         }
-        // After a failure the file holds fewer packets than were accepted.
-        let written = match error {
-            Some(_) => self.out.packets_written(),
-            None => match self.out.finish(Some(stats())) {
-                Ok(_) => accepted,
-                Err(e) => {
-                    let kept = e.packets_kept().unwrap_or(0);
-                    error = Some(e);
-                    kept
-                }
-            },
-        };
+        if error.is_none() && !files_done {
+            if let Err(e) = self.out.close(stats()) {
+                error = Some(self.failure(&e));
+            }
+        }
+        let post_rotate_failed = self.out.wait_post_rotate();
+        let written = self.out.packets_written();
         WriterOutcome {
             written,
             not_written: handled - written,
             error,
+            file_limit_reached: files_done,
+            post_rotate_failed,
         }
     }
 
-    /// Puts the next packet of queue `qi` into the file: its record framed in place and
-    /// added to `batch` (written once full), or, from a chunk without room for records,
-    /// copied into the format writer's buffer (after the batch is written, to keep the
-    /// order). Returns whether the format took the packet; an error is fatal.
+    /// The message of a write error, naming the file; published for the supervisor.
+    fn failure(&self, e: &WriteError) -> String {
+        let message = format!("write error on {}: {e}", self.out.name());
+        let _ = self.failed.set(message.clone());
+        message
+    }
+
+    /// Puts the next packet of queue `qi` into the current file, after starting the next
+    /// file if it belongs there: its record framed in place and added to `batch` (written
+    /// once full), or, from a chunk without room for records, copied into the format
+    /// writer's buffer (after the batch is written, to keep the order). An error is fatal.
     fn put(
         &mut self,
         queues: &mut [QueueState],
         qi: usize,
         batch: &mut Batch,
-    ) -> Result<bool, WriteError> {
+        stats: &dyn Fn() -> IfStats,
+    ) -> Result<Put, WriteError> {
+        let q = &queues[qi];
+        let ts_ns = q.ready[q.head].meta(q.pos).ts_ns;
+        match self
+            .out
+            .before_packet(ts_ns, self.out.bytes() + batch.bytes as u64)
+        {
+            Next::Same => {}
+            Next::Rotate(path) => {
+                self.write_batch(queues, batch)?;
+                self.out.close(stats())?;
+                self.out.open(path)?;
+            }
+            Next::LimitReached => {
+                self.write_batch(queues, batch)?;
+                self.out.close(stats())?;
+                return Ok(Put::FilesDone);
+            }
+        }
         let q = &queues[qi];
         let framed_in_place = q.ready[q.head].record(q.pos);
         if framed_in_place.is_none() && !batch.spans.is_empty() {
@@ -266,23 +321,22 @@ impl FileWriter {
         let (k, i) = (q.head, q.pos);
         let chunk = &mut q.ready[k];
         let m = chunk.meta(i);
+        let out = self.out.writer()?;
         let put = match framed_in_place {
             Some(bytes) => {
                 let record = chunk.records_mut(bytes.clone());
-                let framed = self
-                    .out
-                    .frame_record(record, m.ts_ns, m.caplen as usize, m.wire_len);
+                let framed = out.frame_record(record, m.ts_ns, m.caplen as usize, m.wire_len);
                 framed.map(|()| batch.add(qi, k, bytes))
             }
-            None => self.out.write_packet(m.ts_ns, chunk.data(i), m.wire_len),
+            None => out.write_packet(m.ts_ns, chunk.data(i), m.wire_len),
         };
         match put {
             Ok(()) if batch.is_full(self.batch_bytes) => {
-                self.write_batch(queues, batch).map(|()| true)
+                self.write_batch(queues, batch).map(|()| Put::Written)
             }
-            Ok(()) => Ok(true),
+            Ok(()) => Ok(Put::Written),
             Err(e) if e.is_fatal() => Err(e),
-            Err(_) => Ok(false),
+            Err(_) => Ok(Put::Rejected),
         }
     }
 
@@ -301,7 +355,10 @@ impl FileWriter {
                 .iter()
                 .map(|s| IoSlice::new(queues[s.queue].ready[s.chunk].records(s.bytes.clone())))
                 .collect();
-            self.out.write_records(&slices, batch.packets)
+            self.out
+                .writer()
+                .and_then(|w| w.write_records(&slices, batch.packets))
+                .and_then(|()| self.out.tick())
         };
         batch.clear();
         self.send_home(queues);
@@ -350,6 +407,8 @@ fn earliest(queues: &[QueueState], bound: u64) -> Option<usize> {
 mod tests {
     use super::*;
     use crate::capture::pool::PoolSize;
+    use crate::capture::rotate::{RotateSpec, Rotation};
+    use crate::capture::savefile::{FileSpec, Fsync};
     use poolcap_format::FileFormat;
 
     fn chunk(pool: &Pool, seq: u64, ts: &[u64]) -> Chunk {
@@ -384,6 +443,7 @@ mod tests {
         format: FileFormat,
         records: Option<FileFormat>,
         limit: Option<u64>,
+        rotation: Option<TestRotation>,
     ) -> (Vec<u64>, WriterOutcome) {
         let size = PoolSize {
             cells: 4,
@@ -409,8 +469,24 @@ mod tests {
             })
             .collect();
         let file = Shared::default();
-        let out =
-            CaptureWriter::new(Box::new(file.clone()) as BoxedOutput, format, 64, "t0").unwrap();
+        let spec = file_spec(format);
+        let out = match &rotation {
+            None => Savefiles::new(
+                spec.clone(),
+                spec.start(Box::new(file.clone())).unwrap(),
+                None,
+                None,
+            ),
+            Some(r) => {
+                let first = r.first_name();
+                Savefiles::new(
+                    spec.clone(),
+                    spec.open(&first).unwrap(),
+                    Some(first),
+                    Some(r.rotation.clone()),
+                )
+            }
+        };
         let w = FileWriter {
             out,
             input,
@@ -421,6 +497,7 @@ mod tests {
             stop: Arc::new(AtomicBool::new(false)),
             bell: Arc::default(),
             batch_bytes: 40, // one or two records
+            failed: Arc::default(),
         };
         let outcome = w.run(|| IfStats {
             received: 7,
@@ -431,23 +508,45 @@ mod tests {
             0,
             "every chunk went home"
         );
-        let bytes = file.0.lock().unwrap().clone();
-        let read = poolcap_format::read_bytes(&bytes).unwrap();
-        for p in &read.packets {
-            assert_eq!(
-                p.data,
-                p.ts_ns.to_be_bytes(),
-                "each packet carries its time"
-            );
+        let files = match rotation {
+            None => vec![file.0.lock().unwrap().clone()],
+            Some(r) => r
+                .files_made()
+                .iter()
+                .map(|p| std::fs::read(p).unwrap())
+                .collect(),
+        };
+        let mut times = Vec::new();
+        for bytes in files {
+            let read = poolcap_format::read_bytes(&bytes).unwrap();
+            for p in &read.packets {
+                assert_eq!(
+                    p.data,
+                    p.ts_ns.to_be_bytes(),
+                    "each packet carries its time"
+                );
+                times.push(p.ts_ns);
+            }
         }
-        (read.packets.iter().map(|p| p.ts_ns).collect(), outcome)
+        (times, outcome)
+    }
+
+    fn file_spec(format: FileFormat) -> FileSpec {
+        FileSpec {
+            format,
+            snaplen: 64,
+            iface: "t0".into(),
+            compress: None,
+            fsync: Fsync::Never,
+            post_rotate: None,
+        }
     }
 
     #[test]
     fn merges_queues_in_timestamp_order_whatever_order_chunks_arrive_in() {
         for format in [FileFormat::PcapNs, FileFormat::Pcapng] {
             for records in [None, Some(format)] {
-                let (times, outcome) = write_two_queues(format, records, None);
+                let (times, outcome) = write_two_queues(format, records, None, None);
                 assert_eq!(
                     times,
                     [10, 20, 30, 40, 50, 60, 70],
@@ -462,9 +561,57 @@ mod tests {
     #[test]
     fn a_packet_limit_writes_the_earliest_packets_and_counts_the_rest() {
         let format = FileFormat::Pcapng;
-        let (times, outcome) = write_two_queues(format, Some(format), Some(3));
+        let (times, outcome) = write_two_queues(format, Some(format), Some(3), None);
         assert_eq!(times, [10, 20, 30]);
         assert_eq!((outcome.written, outcome.not_written), (3, 4));
+    }
+
+    /// A size rotation in a scratch directory.
+    struct TestRotation {
+        dir: tempfile::TempDir,
+        rotation: Rotation,
+    }
+
+    impl TestRotation {
+        fn new(spec: RotateSpec) -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let template = dir.path().join("r").display().to_string();
+            TestRotation {
+                rotation: Rotation::new(&template, spec, 0),
+                dir,
+            }
+        }
+
+        fn first_name(&self) -> std::path::PathBuf {
+            self.rotation.first_name()
+        }
+
+        /// The files in the directory, oldest first (r, r1, r2, ...).
+        fn files_made(&self) -> Vec<std::path::PathBuf> {
+            let mut files: Vec<_> = std::fs::read_dir(self.dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .collect();
+            files.sort_by_key(|p| (p.as_os_str().len(), p.clone()));
+            files
+        }
+    }
+
+    #[test]
+    fn size_rotation_puts_every_packet_in_exactly_one_whole_file() {
+        for format in [FileFormat::PcapNs, FileFormat::Pcapng] {
+            for records in [None, Some(format)] {
+                // Header 24 or 68 bytes, records 24 or 40: a new file every two packets.
+                let r = TestRotation::new(RotateSpec {
+                    size: Some(70),
+                    seconds: None,
+                    files: None,
+                });
+                let (times, outcome) = write_two_queues(format, records, None, Some(r));
+                assert_eq!(times, [10, 20, 30, 40, 50, 60, 70], "{format} {records:?}");
+                assert_eq!((outcome.written, outcome.not_written), (7, 0));
+            }
+        }
     }
 
     #[test]
@@ -488,13 +635,13 @@ mod tests {
                 watermark_ns: 35,
             })),
         ];
-        let out = CaptureWriter::new(
-            Box::new(Vec::new()) as BoxedOutput,
-            FileFormat::Pcap,
-            64,
-            "t0",
-        )
-        .unwrap();
+        let spec = file_spec(FileFormat::Pcap);
+        let out = Savefiles::new(
+            spec.clone(),
+            spec.start(Box::new(Vec::new())).unwrap(),
+            None,
+            None,
+        );
         let w = FileWriter {
             out,
             input: Arc::new(ArrayQueue::new(4)),
@@ -505,6 +652,7 @@ mod tests {
             stop: Arc::new(AtomicBool::new(false)),
             bell: Arc::default(),
             batch_bytes: 40, // one or two records
+            failed: Arc::default(),
         };
         let mut qs = vec![QueueState::default(), QueueState::default()];
         assert_eq!(

@@ -16,6 +16,8 @@ use crate::capture::backend::{BackendConfig, BackendKind};
 use crate::capture::policy::{parse_buddy_groups, PolicySpec};
 use crate::capture::pool::PoolSize;
 use crate::capture::queue::WaitStrategy;
+use crate::capture::rotate::RotateSpec;
+use crate::capture::savefile::{FileOptions, Fsync};
 use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Output};
 use crate::cli::usage;
 use crate::{netdev, units};
@@ -112,6 +114,27 @@ pub struct CaptureArgs {
     /// (default 6). The level is also a real per-packet application load.
     #[arg(long, requires = "write")]
     compress: Option<crate::capture::compress::Compression>,
+    // Output files: rotation, post-rotate command and durability (tcpdump's -C -G -W -z).
+    /// Before writing a packet, start a new file if the current one is larger than SIZE
+    /// millions of bytes (1,000,000 bytes, as tcpdump). Files after the first are named
+    /// FILE1, FILE2, ...
+    #[arg(short = 'C', value_name = "SIZE", value_parser = parse_positive::<u64>)]
+    rotate_size: Option<u64>,
+    /// Start a new file every SECONDS (on the first packet after); FILE is expanded by
+    /// strftime(3), e.g. -w 'cap-%Y%m%d-%H%M%S.pcapng'.
+    #[arg(short = 'G', value_name = "SECONDS", value_parser = parse_positive::<u64>)]
+    rotate_seconds: Option<u64>,
+    /// With -C: a ring of COUNT files FILE0.. (the oldest is overwritten); with -G alone:
+    /// stop after COUNT files.
+    #[arg(short = 'W', value_name = "COUNT", value_parser = parse_positive::<u32>)]
+    rotate_files: Option<u32>,
+    /// Run `COMMAND FILE` on each closed file (not through a shell), e.g. -z gzip.
+    #[arg(short = 'z', value_name = "COMMAND")]
+    post_rotate: Option<std::ffi::OsString>,
+    /// Make files durable: never (the kernel writes back), rotate (fsync each file as it
+    /// is closed) or interval:MS (also every MS milliseconds).
+    #[arg(long, default_value = "never")]
+    fsync: Fsync,
     /// Capture backend: af_packet (TPACKET_V3 fanout, works everywhere, leaves the host
     /// stack alone), af_xdp (the UMEM is the pool; takes the frames away from the host stack;
     /// needs native XDP) or auto (af_xdp where it works, af_packet otherwise).
@@ -129,6 +152,63 @@ pub struct CaptureArgs {
     /// Filter expression (tcpdump syntax), after the options.
     #[arg(trailing_var_arg = true)]
     filter: Vec<String>,
+}
+
+fn parse_positive<T: std::str::FromStr + Default + PartialOrd>(s: &str) -> Result<T, String> {
+    match s.parse::<T>() {
+        Ok(n) if n > T::default() => Ok(n),
+        _ => Err(format!("`{s}` is not a whole number of at least 1")),
+    }
+}
+
+/// Whether `cmd` names a program that can be run: a path, or a name found in PATH.
+fn runnable(cmd: &std::ffi::OsStr) -> bool {
+    let is_file = |p: &std::path::Path| p.is_file();
+    if std::path::Path::new(cmd).components().count() > 1 {
+        return is_file(std::path::Path::new(cmd));
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|d| is_file(&d.join(cmd))))
+}
+
+/// The output files' options, checked against -w.
+fn file_options(a: &CaptureArgs) -> anyhow::Result<FileOptions> {
+    let rotate = RotateSpec {
+        size: a.rotate_size.map(|m| m.saturating_mul(1_000_000)),
+        seconds: a.rotate_seconds,
+        files: a.rotate_files,
+    };
+    let to_file = a.write.as_ref().is_some_and(|w| w.as_os_str() != "-");
+    if rotate.rotates() && !to_file {
+        return Err(usage("-C and -G rotate files: give -w FILE (not -)"));
+    }
+    if !rotate.rotates() && (a.rotate_files.is_some() || a.post_rotate.is_some()) {
+        return Err(usage("-W and -z work with -C or -G"));
+    }
+    if let Some(cmd) = &a.post_rotate {
+        if !runnable(cmd) {
+            return Err(usage(format!(
+                "-z: no program `{}` to run",
+                cmd.to_string_lossy()
+            )));
+        }
+    }
+    if let (Some(_), Some(w)) = (a.rotate_seconds, &a.write) {
+        if poolcap_sys::time::strftime_local(&w.to_string_lossy(), 0).is_none() {
+            return Err(usage(format!(
+                "-G: strftime cannot expand the file name `{}`",
+                w.display()
+            )));
+        }
+    }
+    if a.fsync != Fsync::Never && !to_file {
+        return Err(usage("--fsync needs -w FILE (not -)"));
+    }
+    Ok(FileOptions {
+        rotate,
+        post_rotate: a.post_rotate.clone(),
+        fsync: a.fsync,
+    })
 }
 
 fn parse_format(s: &str) -> Result<FileFormat, String> {
@@ -258,6 +338,7 @@ fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
         filter,
         output: None,
         compress: a.compress,
+        files: file_options(a)?,
         count: a.count,
         duration: a.duration,
         cpus: a.cpus.clone(),
@@ -343,17 +424,27 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     );
     eprintln!("{}", engine.backend_report());
     let report = engine.run();
+    if report.file_limit_reached {
+        // tcpdump's words, and as with tcpdump the capture ends successfully.
+        eprintln!(
+            "Maximum file limit reached: {}",
+            args.rotate_files.unwrap_or(0)
+        );
+    }
     print_report(&report);
     if let Some(path) = &args.stats_json {
         std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    if let Some(e) = &report.write_error {
-        let file = args
-            .write
-            .as_ref()
-            .map_or_else(String::new, |p| format!(" on {}", p.display()));
-        anyhow::bail!("write error{file}: {e}");
+    if report.write_error.is_some() {
+        // The engine printed the error (naming the file) when it happened.
+        return Err(anyhow::Error::new(crate::cli::Reported));
+    }
+    if report.post_rotate_failed > 0 {
+        anyhow::bail!(
+            "-z: the command failed on {} file(s)",
+            report.post_rotate_failed
+        );
     }
     if let Some(e) = &report.capture_error {
         anyhow::bail!("{e}");

@@ -1,5 +1,6 @@
-//! `poolcap check`: reads a capture file and checks the generator frames in it for loss,
-//! duplicates and reordering.
+//! `poolcap check`: reads capture files and checks the generator frames in them for loss,
+//! duplicates and reordering. Several files are checked as one capture, in the order given
+//! (the files of a rotation: `poolcap check cap.pcapng cap.pcapng1 cap.pcapng2`).
 
 use std::path::PathBuf;
 
@@ -11,8 +12,9 @@ use crate::seqcheck::SeqChecker;
 /// Arguments of `poolcap check`.
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// A pcap or pcapng file.
-    file: PathBuf,
+    /// pcap or pcapng files, checked as one capture in this order.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
     /// Frames each generator sent; with it, any missing or duplicated frame fails the check.
     #[arg(long, value_parser = crate::units::parse_count)]
     expect: Option<u64>,
@@ -23,17 +25,22 @@ pub struct CheckArgs {
 
 /// Runs `poolcap check`.
 pub fn run(args: CheckArgs) -> anyhow::Result<()> {
-    let file = poolcap_format::read_file(&args.file)
-        .with_context(|| format!("cannot check {}", args.file.display()))?;
     let mut checker = SeqChecker::new();
-    for p in &file.packets {
-        checker.observe(&p.data);
+    let mut packets = 0;
+    for path in &args.files {
+        let file = poolcap_format::read_file(path)
+            .with_context(|| format!("cannot check {}", path.display()))?;
+        packets += file.packets.len();
+        for p in &file.packets {
+            checker.observe(&p.data);
+        }
     }
+    let names: Vec<String> = args.files.iter().map(|p| p.display().to_string()).collect();
     let reports = checker.reports(args.expect);
     if args.json {
         let v = serde_json::json!({
-            "file": args.file,
-            "packets": file.packets.len(),
+            "files": args.files,
+            "packets": packets,
             "untagged": checker.untagged(),
             "generators": reports,
         });
@@ -41,8 +48,8 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
     } else {
         println!(
             "{}: {} packets, {} without a generator tag",
-            args.file.display(),
-            file.packets.len(),
+            names.join(" "),
+            packets,
             checker.untagged()
         );
         for r in &reports {

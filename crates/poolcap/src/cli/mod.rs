@@ -51,6 +51,18 @@ impl fmt::Display for UsageError {
 
 impl std::error::Error for UsageError {}
 
+/// A failure already reported on stderr when it happened: exit code 1, nothing more printed.
+#[derive(Debug)]
+pub struct Reported;
+
+impl fmt::Display for Reported {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("failure reported above")
+    }
+}
+
+impl std::error::Error for Reported {}
+
 /// Shorthand: an `anyhow::Error` that maps to exit code 2.
 pub fn usage(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(UsageError(msg.into()))
@@ -91,6 +103,7 @@ pub fn main() -> i32 {
     };
     match result {
         Ok(()) => 0,
+        Err(e) if e.downcast_ref::<Reported>().is_some() => 1,
         Err(e) => {
             eprintln!("poolcap: {e:#}");
             if e.downcast_ref::<UsageError>().is_some() {

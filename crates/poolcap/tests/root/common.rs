@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -233,4 +233,36 @@ pub fn num(v: &serde_json::Value, key: &str) -> u64 {
 /// captured + dropped_kernel + dropped_pool + filtered of a stats object.
 pub fn accounted(s: &serde_json::Value) -> u64 {
     num(s, "captured") + num(s, "dropped_kernel") + num(s, "dropped_pool") + num(s, "filtered")
+}
+
+/// A small tmpfs mounted on a scratch directory, so a capture file runs out of space
+/// (ENOSPC) after `size` bytes; unmounted on drop.
+pub struct SmallFs {
+    dir: tempfile::TempDir,
+}
+
+impl SmallFs {
+    pub fn mount(size: &str) -> SmallFs {
+        let dir = tempdir();
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "poolcap-test"])
+            .arg(dir.path())
+            .status()
+            .expect("mount");
+        assert!(st.success(), "mount tmpfs on {}", dir.path().display());
+        SmallFs { dir }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
 }

@@ -7,6 +7,7 @@
 mod bench;
 mod capture;
 mod common;
+mod disk;
 mod gen;
 mod offload;
 mod xdp;
@@ -16,6 +17,7 @@ fn main() {
     let mut trials = Vec::new();
     trials.extend(gen::trials());
     trials.extend(capture::trials());
+    trials.extend(disk::trials());
     trials.extend(offload::trials());
     trials.extend(xdp::trials());
     trials.extend(bench::trials());

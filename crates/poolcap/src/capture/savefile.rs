@@ -1,0 +1,417 @@
+//! The file set a capture writes: the current capture file, and what happens when one is
+//! closed (at a rotation or at the end).
+//!
+//! Each file stands alone: its own header (pcapng: section header and interface block) and,
+//! in pcapng, an interface statistics block with the interface counters' change while it
+//! was the current file, so the blocks of a whole set add up to the capture's totals.
+//! Closing a file makes it durable as `--fsync` asks, then runs the `-z` command on it as
+//! tcpdump does (`COMMAND FILE`, no shell, at the lowest priority, in parallel with the
+//! capture); the writer waits for those commands at the end, so that when poolcap exits
+//! every file is processed (tcpdump runs `-z` only at rotations, not on the last file).
+//!
+//! `--fsync`: `never` leaves write-back to the kernel (a crash of the machine, not of
+//! poolcap, may lose the last seconds); `rotate` syncs each file as it is closed;
+//! `interval:MS` also syncs the current file every MS milliseconds.
+//!
+//! If poolcap itself dies (`kill -9`), every file ends with the last write batch the kernel
+//! took whole: batches are whole records (compressed: whole frames), handed over with one
+//! `writev` each. One case is outside poolcap's hands: a fatal signal that arrives while
+//! the kernel is copying a batch into the page cache stops the copy between two pages
+//! (`generic_perform_write` checks `fatal_signal_pending`), which leaves part of a batch.
+//! The writer spends a small share of its time in that copy, so this is rare, but a
+//! reader must still be ready for a short last record after a `kill -9`.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use poolcap_format::{CaptureWriter, FileFormat, IfStats, WriteError};
+
+use super::compress::{Compressed, Compression};
+use super::rotate::{Next, Rotation};
+use super::writer::BoxedOutput;
+
+/// When capture files are made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fsync {
+    /// Never: the kernel writes back when it likes.
+    #[default]
+    Never,
+    /// When a file is closed (rotation or end).
+    Rotate,
+    /// Also every so often while a file is written.
+    Interval(Duration),
+}
+
+impl std::str::FromStr for Fsync {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.split_once(':') {
+            None if s == "never" => Ok(Fsync::Never),
+            None if s == "rotate" => Ok(Fsync::Rotate),
+            Some(("interval", ms)) => match ms.parse::<u64>() {
+                Ok(ms) if ms > 0 => Ok(Fsync::Interval(Duration::from_millis(ms))),
+                _ => Err(format!(
+                    "`{ms}`: the interval is a number of milliseconds >= 1"
+                )),
+            },
+            _ => Err(format!("`{s}`: use never, rotate or interval:MS")),
+        }
+    }
+}
+
+/// What the user asked of the output files besides their format.
+#[derive(Debug, Clone, Default)]
+pub struct FileOptions {
+    /// `-C`, `-G`, `-W`.
+    pub rotate: super::rotate::RotateSpec,
+    /// `-z`.
+    pub post_rotate: Option<OsString>,
+    /// `--fsync`.
+    pub fsync: Fsync,
+}
+
+/// How new files of the set are made.
+#[derive(Debug, Clone)]
+pub struct FileSpec {
+    /// File format.
+    pub format: FileFormat,
+    /// Snaplen in the header.
+    pub snaplen: u32,
+    /// Interface name (pcapng).
+    pub iface: String,
+    /// Compression of each file.
+    pub compress: Option<Compression>,
+    /// When to sync.
+    pub fsync: Fsync,
+    /// `-z`: run `COMMAND FILE` on each closed file.
+    pub post_rotate: Option<OsString>,
+}
+
+impl FileSpec {
+    /// Creates (truncates) `path` and writes its header.
+    pub fn open(&self, path: &Path) -> Result<CaptureWriter<BoxedOutput>, WriteError> {
+        let io = |source| WriteError::Io { source, packets: 0 };
+        let file: BoxedOutput = Box::new(std::fs::File::create(path).map_err(io)?);
+        self.start(file)
+    }
+
+    /// Wraps `out` as asked (compression) and writes the header.
+    pub fn start(&self, out: BoxedOutput) -> Result<CaptureWriter<BoxedOutput>, WriteError> {
+        let out = match self.compress {
+            None => out,
+            Some(c) => Box::new(
+                Compressed::new(out, c).map_err(|source| WriteError::Io { source, packets: 0 })?,
+            ),
+        };
+        CaptureWriter::new(out, self.format, self.snaplen, &self.iface)
+    }
+}
+
+/// The current file and the set's rotation; see the module docs.
+pub struct Savefiles {
+    spec: FileSpec,
+    writer: Option<CaptureWriter<BoxedOutput>>,
+    /// The current file's name (None: a stream or a test sink).
+    path: Option<PathBuf>,
+    rotation: Option<Rotation>,
+    /// `-z` commands still running.
+    post: Vec<Child>,
+    synced: Instant,
+    /// The current file's bytes at the last sync.
+    synced_bytes: u64,
+    /// The counters when the current file was opened.
+    base: IfStats,
+    /// Packets in the files closed so far.
+    closed_packets: u64,
+}
+
+impl std::fmt::Debug for Savefiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Savefiles")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl Savefiles {
+    /// A set whose first file is open: `writer` writes to `path` (None for a stream).
+    pub fn new(
+        spec: FileSpec,
+        writer: CaptureWriter<BoxedOutput>,
+        path: Option<PathBuf>,
+        rotation: Option<Rotation>,
+    ) -> Self {
+        Savefiles {
+            spec,
+            writer: Some(writer),
+            path,
+            rotation,
+            post: Vec::new(),
+            synced: Instant::now(),
+            synced_bytes: 0,
+            base: IfStats::default(),
+            closed_packets: 0,
+        }
+    }
+
+    /// The current file, as error messages name it.
+    pub fn name(&self) -> String {
+        self.path
+            .as_ref()
+            .map_or_else(|| "standard output".into(), |p| p.display().to_string())
+    }
+
+    /// The current file's writer (an error if opening it failed).
+    pub fn writer(&mut self) -> Result<&mut CaptureWriter<BoxedOutput>, WriteError> {
+        self.writer.as_mut().ok_or_else(|| WriteError::Io {
+            source: std::io::Error::other("no capture file is open"),
+            packets: 0,
+        })
+    }
+
+    /// Bytes in the current file so far.
+    pub fn bytes(&self) -> u64 {
+        self.writer.as_ref().map_or(0, CaptureWriter::bytes_written)
+    }
+
+    /// Whether a packet with timestamp `ts_ns` goes to a new file, when the current one
+    /// holds `bytes` (written and pending).
+    pub fn before_packet(&mut self, ts_ns: u64, bytes: u64) -> Next {
+        self.rotation
+            .as_mut()
+            .map_or(Next::Same, |r| r.before_packet(ts_ns, bytes))
+    }
+
+    /// Packets in the set's files: closed ones, and the current one's whole packets.
+    pub fn packets_written(&self) -> u64 {
+        self.closed_packets
+            + self
+                .writer
+                .as_ref()
+                .map_or(0, CaptureWriter::packets_written)
+    }
+
+    /// Syncs the current file if `--fsync interval` is due and it grew since the last sync
+    /// (called after each write batch and when idle).
+    pub fn tick(&mut self) -> Result<(), WriteError> {
+        if let Fsync::Interval(every) = self.spec.fsync {
+            let bytes = self.bytes();
+            if bytes > self.synced_bytes && self.synced.elapsed() >= every {
+                self.writer()?.sync()?;
+                (self.synced, self.synced_bytes) = (Instant::now(), bytes);
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes the current file: statistics block with the counters' change since it was
+    /// opened (`totals` are the counters now), sync, `-z`. After a failure the file keeps
+    /// the whole packets the error reports.
+    pub fn close(&mut self, totals: IfStats) -> Result<(), WriteError> {
+        let Some(writer) = self.writer.take() else {
+            return Ok(());
+        };
+        let stats = IfStats {
+            received: totals.received.saturating_sub(self.base.received),
+            dropped: totals.dropped.saturating_sub(self.base.dropped),
+        };
+        self.base = totals;
+        let packets = writer.packets_written();
+        let closed = writer.finish(Some(stats)).and_then(|mut out| {
+            if self.spec.fsync != Fsync::Never {
+                out.sync()
+                    .map_err(|source| WriteError::Io { source, packets })?;
+            }
+            Ok(())
+        });
+        if let Err(e) = closed {
+            self.closed_packets += e.packets_kept().unwrap_or(0);
+            return Err(e);
+        }
+        self.closed_packets += packets;
+        match (&self.spec.post_rotate, &self.path) {
+            (Some(cmd), Some(path)) => self.post_rotate(cmd.clone(), path.clone(), packets),
+            _ => Ok(()),
+        }
+    }
+
+    /// Opens `path` as the current file (after [`close`](Self::close)).
+    pub fn open(&mut self, path: PathBuf) -> Result<(), WriteError> {
+        let writer = self.spec.open(&path);
+        self.path = Some(path); // errors name the file that failed to open
+        self.writer = Some(writer?);
+        (self.synced, self.synced_bytes) = (Instant::now(), 0);
+        Ok(())
+    }
+
+    /// Starts `cmd file` at the lowest priority, as tcpdump's `-z` does.
+    fn post_rotate(
+        &mut self,
+        cmd: OsString,
+        file: PathBuf,
+        packets: u64,
+    ) -> Result<(), WriteError> {
+        self.post.retain_mut(|c| matches!(c.try_wait(), Ok(None)));
+        let child = Command::new(&cmd)
+            .arg(&file)
+            .stdin(Stdio::null())
+            .spawn()
+            .map_err(|e| WriteError::Io {
+                source: std::io::Error::new(
+                    e.kind(),
+                    format!("-z {}: {e}", Path::new(&cmd).display()),
+                ),
+                packets,
+            })?;
+        poolcap_sys::process::set_process_nice(child.id(), 19);
+        self.post.push(child);
+        Ok(())
+    }
+
+    /// Waits for the `-z` commands; returns how many failed.
+    pub fn wait_post_rotate(&mut self) -> usize {
+        self.post
+            .drain(..)
+            .map(|mut c| c.wait().is_ok_and(|s| s.success()))
+            .filter(|ok| !ok)
+            .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    #[test]
+    fn fsync_policies_parse() {
+        assert_eq!("never".parse(), Ok(Fsync::Never));
+        assert_eq!("rotate".parse(), Ok(Fsync::Rotate));
+        assert_eq!(
+            "interval:250".parse(),
+            Ok(Fsync::Interval(Duration::from_millis(250)))
+        );
+        for bad in ["always", "interval", "interval:0", "interval:x", "rotate:1"] {
+            assert!(bad.parse::<Fsync>().is_err(), "{bad}");
+        }
+    }
+
+    /// An output that counts its syncs.
+    struct Counted(Arc<AtomicUsize>);
+
+    impl std::io::Write for Counted {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            Ok(b.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl poolcap_format::Output for Counted {
+        fn sync(&mut self) -> std::io::Result<()> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn fsync_policies_sync_when_they_say() {
+        let every = Duration::from_millis(5);
+        // Syncs after: a tick once due (the header is new), a tick once due with nothing
+        // new, a write and a tick once due, the close.
+        for (fsync, want) in [
+            (Fsync::Never, [0, 0, 0, 0]),
+            (Fsync::Rotate, [0, 0, 0, 1]),
+            (Fsync::Interval(every), [1, 1, 2, 3]),
+        ] {
+            let syncs = Arc::new(AtomicUsize::new(0));
+            let spec = FileSpec {
+                fsync,
+                ..spec(None)
+            };
+            let out = spec.start(Box::new(Counted(Arc::clone(&syncs)))).unwrap();
+            let mut set = Savefiles::new(spec, out, None, None);
+            let mut got = Vec::new();
+            std::thread::sleep(every);
+            set.tick().unwrap();
+            got.push(syncs.load(Ordering::Relaxed));
+            std::thread::sleep(every);
+            set.tick().unwrap();
+            got.push(syncs.load(Ordering::Relaxed));
+            set.writer().unwrap().write_packet(1, &[1; 60], 60).unwrap();
+            std::thread::sleep(every);
+            set.tick().unwrap();
+            got.push(syncs.load(Ordering::Relaxed));
+            set.close(IfStats::default()).unwrap();
+            got.push(syncs.load(Ordering::Relaxed));
+            assert_eq!(got, want, "{fsync:?}");
+        }
+    }
+
+    fn spec(post: Option<&str>) -> FileSpec {
+        FileSpec {
+            format: FileFormat::Pcapng,
+            snaplen: 256,
+            iface: "t0".into(),
+            compress: None,
+            fsync: Fsync::Rotate,
+            post_rotate: post.map(OsString::from),
+        }
+    }
+
+    #[test]
+    fn each_closed_file_stands_alone_with_its_own_counts_and_runs_the_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        // `gzip FILE` replaces each closed file by FILE.gz, as with tcpdump -z gzip.
+        let spec = spec(Some("gzip"));
+        let mut set = Savefiles::new(spec.clone(), spec.open(&a).unwrap(), Some(a.clone()), None);
+        set.writer().unwrap().write_packet(1, &[1; 60], 60).unwrap();
+        let totals = IfStats {
+            received: 5,
+            dropped: 1,
+        };
+        set.close(totals).unwrap();
+        set.open(b.clone()).unwrap();
+        assert_eq!(set.packets_written(), 1);
+        set.writer().unwrap().write_packet(2, &[2; 60], 60).unwrap();
+        set.writer().unwrap().write_packet(3, &[3; 60], 60).unwrap();
+        let totals = IfStats {
+            received: 12,
+            dropped: 1,
+        };
+        set.close(totals).unwrap();
+        assert_eq!(set.packets_written(), 3);
+        assert_eq!(set.wait_post_rotate(), 0);
+        for (path, packets, received) in [(a, 1, 5), (b, 2, 7)] {
+            let gz = PathBuf::from(format!("{}.gz", path.display()));
+            let mut plain = Vec::new();
+            std::io::Read::read_to_end(
+                &mut flate2::read::GzDecoder::new(std::fs::File::open(&gz).unwrap()),
+                &mut plain,
+            )
+            .unwrap();
+            let f = poolcap_format::read_bytes(&plain).unwrap();
+            assert_eq!(f.packets.len(), packets, "{}", gz.display());
+            let stats = f.if_stats.unwrap();
+            assert_eq!(stats.received, received, "{}", gz.display());
+            assert!(!path.exists(), "gzip replaced {}", path.display());
+        }
+    }
+
+    #[test]
+    fn a_missing_post_rotate_command_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a");
+        let spec = spec(Some("/nonexistent/compressor"));
+        let mut set = Savefiles::new(spec.clone(), spec.open(&a).unwrap(), Some(a), None);
+        let err = set.close(IfStats::default()).unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/compressor"), "{err}");
+    }
+}

@@ -1,0 +1,512 @@
+//! The write path in a lab: rotation (`-C -G -W -z`), files after `kill -9`, and compressed
+//! files on a full disk. The generator numbers its frames, so the union of a capture's files
+//! shows any frame lost or written twice across rotations; independent readers (tcpdump,
+//! capinfos, zstd/gzip decoders) check that every file stands alone.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use libtest_mimic::Trial;
+
+use crate::common::{
+    accounted, capture, gen, lab, num, poolcap_in, stats, tcpdump_count, tempdir, trial, SmallFs,
+};
+
+pub fn trials() -> Vec<Trial> {
+    let t = |name: &'static str, f: fn()| trial(&format!("disk::{name}"), f);
+    vec![
+        t(
+            "size_rotation_loses_and_repeats_nothing",
+            size_rotation_loses_and_repeats_nothing,
+        ),
+        t(
+            "size_ring_keeps_the_last_files",
+            size_ring_keeps_the_last_files,
+        ),
+        t(
+            "time_rotation_names_files_runs_z_and_stops_after_w",
+            time_rotation_names_files_runs_z_and_stops_after_w,
+        ),
+        t("kill_9_leaves_whole_records", kill_9_leaves_whole_records),
+        t(
+            "compressed_full_disk_reports_what_decompresses",
+            compressed_full_disk_reports_what_decompresses,
+        ),
+        t("file_flags_reject_bad_input", file_flags_reject_bad_input),
+    ]
+}
+
+/// Time for the last frames the generator handed to the kernel to reach the capture ring.
+const SETTLE: Duration = Duration::from_millis(300);
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// Files of `dir` whose names start with `prefix`, sorted as tcpdump numbers them (by
+/// length, then name: r, r1, r2, ..., r10).
+fn files(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("read dir")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(prefix))
+        })
+        .collect();
+    v.sort_by_key(|p| (p.as_os_str().len(), p.clone()));
+    v
+}
+
+/// Generator frames of a set of capture files read as one: (frames, unique, missing below
+/// the highest, duplicates, lowest and highest sequence number).
+fn union(packets: &[Vec<u8>]) -> (u64, u64, u64, u64, Option<u64>) {
+    let mut c = poolcap::seqcheck::SeqChecker::new();
+    packets.iter().for_each(|p| c.observe(p));
+    let r = c.reports(None);
+    assert_eq!(r.len(), 1, "one generator: {r:?}");
+    let r = &r[0];
+    (r.frames, r.unique, r.missing, r.duplicates, r.max_seq)
+}
+
+fn read(file: &Path) -> poolcap_format::CaptureFile {
+    poolcap_format::read_file(file).unwrap_or_else(|e| panic!("read {}: {e}", file.display()))
+}
+
+/// `capinfos -c` packet count of a file (an independent reader of pcapng).
+fn capinfos_count(file: &Path) -> u64 {
+    let out = Command::new("capinfos")
+        .args(["-c", "-M"])
+        .arg(file)
+        .output()
+        .expect("capinfos");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "capinfos {}: {text}{}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text.lines()
+        .find_map(|l| l.strip_prefix("Number of packets:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("capinfos output: {text}"))
+}
+
+/// `tcpdump -r` reads the whole file without complaint (no truncated record).
+fn tcpdump_reads_whole(file: &Path) -> u64 {
+    let out = Command::new("tcpdump")
+        .arg("-nr")
+        .arg(file)
+        .output()
+        .expect("tcpdump -r");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && !err.contains("truncated"),
+        "tcpdump -r {}: {err}",
+        file.display()
+    );
+    out.stdout.iter().filter(|&&b| b == b'\n').count() as u64
+}
+
+fn size_rotation_loses_and_repeats_nothing() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let base = dir.path().join("r.pcapng");
+    let sj = dir.path().join("r.json");
+    let bg = capture(&lab, &["-C", "1", "-w", s(&base), "--stats-json", s(&sj)]);
+    // About 20 MB: twenty 1 MB files.
+    let g = gen(
+        &lab,
+        &[
+            "--count", "20000", "--size", "1000", "--rate", "40k", "--gen-id", "21",
+        ],
+    );
+    std::thread::sleep(SETTLE);
+    let (code, stderr) = bg.stop("INT");
+    assert_eq!(code, Some(0), "{stderr}");
+    let st = stats(&sj);
+    assert_eq!(
+        accounted(&st),
+        num(&g, "frames") - num(&g, "link_dropped"),
+        "{st}"
+    );
+    // Everything captured went to a file.
+    assert_eq!(num(&st, "not_written"), 0, "{st}");
+    let set = files(dir.path(), "r.pcapng");
+    // tcpdump's names: r.pcapng, then r.pcapng1, r.pcapng2, ... with no gap.
+    let want: Vec<PathBuf> = (0..set.len())
+        .map(|i| match i {
+            0 => base.clone(),
+            i => PathBuf::from(format!("{}{i}", base.display())),
+        })
+        .collect();
+    assert_eq!(set, want);
+    assert!(set.len() >= 15, "{} files for 20 MB at -C 1", set.len());
+    let (mut packets, mut received, mut written) = (Vec::new(), 0, 0);
+    for (i, f) in set.iter().enumerate() {
+        let len = std::fs::metadata(f).expect("stat").len();
+        if i + 1 < set.len() {
+            // Rotated on the first packet after passing 1,000,000 bytes.
+            assert!(
+                (1_000_000..1_000_000 + 1100).contains(&len),
+                "{}: {len} bytes",
+                f.display()
+            );
+        }
+        let file = read(f);
+        let n = file.packets.len() as u64;
+        assert_eq!(tcpdump_reads_whole(f), n, "{}", f.display());
+        assert_eq!(capinfos_count(f), n, "{}", f.display());
+        // Each file stands alone, with its own statistics block.
+        let isb = file
+            .if_stats
+            .unwrap_or_else(|| panic!("{}: no statistics block", f.display()));
+        received += isb.received;
+        written += n;
+        packets.extend(file.packets.into_iter().map(|p| p.data));
+    }
+    assert_eq!(written, num(&st, "written"), "{st}");
+    assert_eq!(
+        received,
+        num(&st, "captured"),
+        "statistics blocks add up: {st}"
+    );
+    // Each captured frame is in exactly one file: none lost or repeated in a rotation.
+    assert_eq!(written, num(&st, "captured"), "{st}");
+    let (frames, unique, missing, dups, _) = union(&packets);
+    assert_eq!((frames, unique, dups), (written, written, 0));
+    let dropped = num(&st, "dropped_kernel") + num(&st, "dropped_pool");
+    if dropped == 0 {
+        assert_eq!(missing, 0, "{st}");
+    }
+    // poolcap check takes the whole set.
+    let mut cmd = Command::new(crate::common::bin());
+    cmd.arg("check").args(&set);
+    if dropped == 0 {
+        cmd.args(["--expect", "20000"]);
+    }
+    let out = cmd.output().expect("poolcap check");
+    assert!(
+        out.status.success(),
+        "poolcap check: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("{written} packets")), "{text}");
+}
+
+fn size_ring_keeps_the_last_files() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let base = dir.path().join("ring");
+    let json = tempdir();
+    let sj = json.path().join("stats.json");
+    let bg = capture(
+        &lab,
+        &[
+            "-C",
+            "1",
+            "-W",
+            "3",
+            "--format",
+            "pcap",
+            "-w",
+            s(&base),
+            "--stats-json",
+            s(&sj),
+        ],
+    );
+    gen(
+        &lab,
+        &[
+            "--count", "8000", "--size", "1000", "--rate", "40k", "--gen-id", "22",
+        ],
+    );
+    std::thread::sleep(SETTLE);
+    let (code, stderr) = bg.stop("INT");
+    assert_eq!(code, Some(0), "{stderr}");
+    let st = stats(&sj);
+    let set = files(dir.path(), "ring");
+    let names: Vec<String> = set
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    // -W 3: one digit, files 0..2, the oldest overwritten (8 MB went through the ring).
+    assert_eq!(names, ["ring0", "ring1", "ring2"]);
+    let mut packets = Vec::new();
+    let mut kept = Vec::new();
+    for f in &set {
+        let file = read(f);
+        tcpdump_reads_whole(f);
+        kept.push((f.clone(), file.packets.len()));
+        packets.extend(file.packets.into_iter().map(|p| p.data));
+    }
+    let (frames, unique, missing, dups, max) = union(&packets);
+    assert_eq!(dups, 0, "{kept:?}");
+    assert_eq!(frames, unique);
+    assert!(
+        frames < num(&st, "written"),
+        "the ring kept only the last files: {kept:?} {st}"
+    );
+    if num(&st, "dropped_kernel") + num(&st, "dropped_pool") == 0 {
+        // The kept files are the last frames, without a gap: missing counts only the
+        // frames below the oldest kept one.
+        assert_eq!(max, Some(7999), "{st}");
+        assert_eq!(missing, 8000 - frames, "{kept:?}");
+    }
+}
+
+fn time_rotation_names_files_runs_z_and_stops_after_w() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let pattern = dir.path().join("t-%s.pcapng");
+    let sj = dir.path().join("t.json");
+    let bg = capture(
+        &lab,
+        &[
+            "-G",
+            "1",
+            "-W",
+            "3",
+            "-z",
+            "gzip",
+            "-w",
+            s(&pattern),
+            "--stats-json",
+            s(&sj),
+        ],
+    );
+    // Longer than three periods: the capture ends by itself after the third file.
+    let g = gen(
+        &lab,
+        &["--rate", "2k", "--duration", "5s", "--gen-id", "23"],
+    );
+    let mut bg = bg;
+    for _ in 0..50 {
+        if bg.child.try_wait().expect("try_wait").is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if bg.child.try_wait().expect("try_wait").is_none() {
+        let (_, stderr) = bg.stop("INT");
+        panic!("the capture did not stop after -W 3 files:\n{stderr}");
+    }
+    let (code, stderr) = bg.wait();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("Maximum file limit reached: 3"), "{stderr}");
+    let st = stats(&sj);
+    assert!(
+        num(&st, "written") > 0 && num(&st, "written") < num(&g, "frames"),
+        "{st}"
+    );
+    assert_eq!(
+        num(&st, "written") + num(&st, "not_written"),
+        num(&st, "captured"),
+        "{st}"
+    );
+    // gzip replaced each closed file, the last one included.
+    let set = files(dir.path(), "t-");
+    assert_eq!(set.len(), 3, "{set:?}");
+    let mut starts = Vec::new();
+    let mut packets = Vec::new();
+    for f in &set {
+        let name = f.file_name().unwrap().to_string_lossy().into_owned();
+        let secs: u64 = name
+            .strip_prefix("t-")
+            .and_then(|n| n.strip_suffix(".pcapng.gz"))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("strftime name: {name}"));
+        let mut plain = Vec::new();
+        flate2::read::MultiGzDecoder::new(std::fs::File::open(f).expect("open"))
+            .read_to_end(&mut plain)
+            .unwrap_or_else(|e| panic!("gunzip {name}: {e}"));
+        let file = poolcap_format::read_bytes(&plain).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(file.if_stats.is_some(), "{name}: no statistics block");
+        for p in &file.packets {
+            assert!(
+                p.ts_ns / 1_000_000_000 >= secs,
+                "{name}: packet before its period"
+            );
+        }
+        starts.push(secs);
+        packets.extend(file.packets.into_iter().map(|p| p.data));
+    }
+    starts.sort_unstable();
+    assert!(starts.windows(2).all(|w| w[1] > w[0]), "{starts:?}");
+    let (frames, unique, missing, dups, _) = union(&packets);
+    assert_eq!((frames, dups), (num(&st, "written"), 0), "{st}");
+    assert_eq!(frames, unique);
+    if num(&st, "dropped_kernel") + num(&st, "dropped_pool") == 0 {
+        assert_eq!(missing, 0, "frames lost between files");
+    }
+}
+
+fn kill_9_leaves_whole_records() {
+    for compress in [None, Some("zstd")] {
+        let lab = lab(1);
+        let dir = tempdir();
+        let base = dir.path().join("k.pcapng");
+        let mut args = vec!["-C", "1", "-w", s(&base)];
+        if let Some(c) = compress {
+            args.extend(["--compress", c]);
+        }
+        let bg = capture(&lab, &args);
+        std::thread::scope(|sc| {
+            let sender = sc.spawn(|| {
+                gen(
+                    &lab,
+                    &[
+                        "--rate",
+                        "20k",
+                        "--size",
+                        "1000",
+                        "--duration",
+                        "2s",
+                        "--gen-id",
+                        "24",
+                    ],
+                )
+            });
+            std::thread::sleep(Duration::from_millis(1200));
+            let (code, _) = bg.stop("KILL");
+            assert_eq!(code, None, "killed by a signal");
+            sender.join().expect("generator");
+        });
+        let set = files(dir.path(), "k.pcapng");
+        assert!(set.len() >= 2, "{compress:?}: {set:?}");
+        let mut packets = Vec::new();
+        for f in &set {
+            let plain = match compress {
+                None => std::fs::read(f).expect("read"),
+                Some(_) => {
+                    let mut plain = Vec::new();
+                    zstd::Decoder::new(std::fs::File::open(f).expect("open"))
+                        .expect("zstd")
+                        .read_to_end(&mut plain)
+                        .unwrap_or_else(|e| panic!("unzstd {}: {e}", f.display()));
+                    plain
+                }
+            };
+            // No partial record at the end of any file, the last one included.
+            let file = poolcap_format::read_bytes(&plain)
+                .unwrap_or_else(|e| panic!("{compress:?} {}: {e}", f.display()));
+            if compress.is_none() {
+                assert_eq!(tcpdump_reads_whole(f), file.packets.len() as u64);
+            }
+            packets.extend(file.packets.into_iter().map(|p| p.data));
+        }
+        let (frames, unique, _, dups, _) = union(&packets);
+        assert!(frames > 0 && frames == unique && dups == 0, "{compress:?}");
+    }
+}
+
+fn compressed_full_disk_reports_what_decompresses() {
+    for how in ["zstd:1", "gzip:1"] {
+        let lab = lab(1);
+        let fs = SmallFs::mount("128k");
+        let file = fs.path("c.pcapng.z");
+        let json = tempdir();
+        let sj = json.path().join("c.json");
+        let bg = capture(
+            &lab,
+            &["--compress", how, "-w", s(&file), "--stats-json", s(&sj)],
+        );
+        gen(
+            &lab,
+            &[
+                "--count", "30000", "--size", "1200", "--rate", "50k", "--gen-id", "25",
+            ],
+        );
+        std::thread::sleep(SETTLE);
+        let (code, stderr) = bg.stop("INT");
+        assert_eq!(code, Some(1), "{how}: {stderr}");
+        let errors: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with("poolcap:"))
+            .collect();
+        assert_eq!(errors.len(), 1, "{how}: {stderr}");
+        assert!(
+            errors[0].contains(s(&file)) && errors[0].contains("No space left on device"),
+            "{how}: {}",
+            errors[0]
+        );
+        let st = stats(&sj);
+        let written = num(&st, "written");
+        assert!(written > 0 && num(&st, "not_written") > 0, "{how}: {st}");
+        assert_eq!(
+            written + num(&st, "not_written"),
+            num(&st, "captured"),
+            "{st}"
+        );
+        let raw = std::fs::read(&file).expect("compressed file");
+        let mut plain = Vec::new();
+        if how.starts_with("zstd") {
+            zstd::Decoder::new(&raw[..])
+                .expect("zstd")
+                .read_to_end(&mut plain)
+                .unwrap_or_else(|e| panic!("{how}: the file does not decompress: {e}"));
+        } else {
+            flate2::read::MultiGzDecoder::new(&raw[..])
+                .read_to_end(&mut plain)
+                .unwrap_or_else(|e| panic!("{how}: the file does not decompress: {e}"));
+        }
+        // Whole records only, exactly as many as reported.
+        let f = poolcap_format::read_bytes(&plain).unwrap_or_else(|e| panic!("{how}: {e}"));
+        assert_eq!(f.packets.len() as u64, written, "{how}: {st}");
+        let plain_path = json.path().join("plain.pcapng");
+        std::fs::write(&plain_path, &plain).expect("write plain");
+        assert_eq!(tcpdump_count(&plain_path, &[]), written, "{how}");
+        let (frames, unique, missing, dups, _) =
+            union(&f.packets.into_iter().map(|p| p.data).collect::<Vec<_>>());
+        assert_eq!((frames, unique, dups), (written, written, 0), "{how}");
+        if num(&st, "dropped_kernel") + num(&st, "dropped_pool") == 0 {
+            assert_eq!(missing, 0, "{how}");
+        }
+    }
+}
+
+fn file_flags_reject_bad_input() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let file = dir.path().join("never.pcapng");
+    let f = s(&file);
+    let cases: &[(&[&str], &str)] = &[
+        (&["-C", "1"], "-w FILE"),
+        (&["-C", "1", "-w", "-"], "-w FILE"),
+        (&["-C", "0", "-w", f], "-C"),
+        (&["-G", "x", "-w", f], "-G"),
+        (&["-W", "3", "-w", f], "-W"),
+        (&["-z", "gzip", "-w", f], "-z"),
+        (
+            &["-C", "1", "-z", "/nonexistent/zz", "-w", f],
+            "/nonexistent/zz",
+        ),
+        (&["--fsync", "sometimes", "-w", f], "--fsync"),
+        (&["--fsync", "rotate"], "--fsync"),
+    ];
+    let mut problems = Vec::new();
+    for (args, mention) in cases {
+        let mut all = vec!["capture", "-i", "prb0", "--duration", "1s"];
+        all.extend_from_slice(args);
+        let out = poolcap_in(&lab.probe.netns, &all);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        let one_line = lines.len() == 1 && lines[0].starts_with("poolcap:");
+        if out.status.code() != Some(2) || !one_line || !stderr.contains(mention) {
+            problems.push(format!(
+                "{args:?}: exit {:?}, want 2 and one line mentioning `{mention}`: {stderr}",
+                out.status.code()
+            ));
+        }
+        if file.exists() {
+            problems.push(format!("{args:?} created {f}"));
+            let _ = std::fs::remove_file(&file);
+        }
+    }
+    assert!(problems.is_empty(), "\n{}", problems.join("\n"));
+}
