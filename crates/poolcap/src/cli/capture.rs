@@ -1,7 +1,8 @@
 //! `poolcap capture`: tcpdump habits (`-i -w -s -c -B -n -q`, filter last) over the pool
 //! engine, with the engine's own knobs as long options.
 
-use std::path::PathBuf;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,13 +12,15 @@ use clap::Args;
 use poolcap_format::FileFormat;
 use poolcap_sys::rx_ring::RingGeometry;
 use poolcap_sys::socket::FanoutMode;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 use crate::capture::backend::{BackendConfig, BackendKind};
 use crate::capture::policy::{parse_buddy_groups, PolicySpec};
 use crate::capture::pool::PoolSize;
 use crate::capture::queue::WaitStrategy;
 use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Output};
-use crate::cli::usage;
+use crate::cli::{privdrop, usage};
+use crate::outfile::{self, Existing};
 use crate::{netdev, units};
 use poolcap_sys::xsk::ZeroCopy;
 
@@ -123,9 +126,13 @@ pub struct CaptureArgs {
     /// Replace an XDP program someone else attached to the interface.
     #[arg(long)]
     force: bool,
-    /// Write the final accounting as one JSON object to FILE.
+    /// Write the final accounting as one JSON object to FILE (opened before capturing).
     #[arg(long)]
     stats_json: Option<PathBuf>,
+    /// Run as USER (and its groups) once everything is open, with no capabilities left.
+    /// Default for root: the `poolcap` user if it exists, else root; `-Z root` stays root.
+    #[arg(short = 'Z', long = "relinquish-privileges", value_name = "USER")]
+    user: Option<String>,
     /// Filter expression (tcpdump syntax), after the options.
     #[arg(trailing_var_arg = true)]
     filter: Vec<String>,
@@ -273,27 +280,32 @@ fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
     })
 }
 
-/// Prints the accounting (to stderr, as tcpdump does, so `-w -` stays clean).
+/// Prints the accounting (to stderr, as tcpdump does, so `-w -` stays clean; a closed stderr
+/// loses only the text, never the statistics file).
 pub fn print_report(r: &CaptureReport) {
-    eprintln!(
+    crate::say!(
         "{} packets captured ({} bytes) in {:.2} s",
-        r.captured, r.bytes, r.seconds
+        r.captured,
+        r.bytes,
+        r.seconds
     );
-    eprintln!(
+    crate::say!(
         "{} packets dropped by kernel ({} ring freezes)",
-        r.dropped_kernel, r.freezes
+        r.dropped_kernel,
+        r.freezes
     );
-    eprintln!("{} packets dropped by pool", r.dropped_pool);
-    eprintln!("{} packets filtered", r.filtered);
+    crate::say!("{} packets dropped by pool", r.dropped_pool);
+    crate::say!("{} packets filtered", r.filtered);
     if r.written > 0 || r.not_written > 0 {
-        eprintln!(
+        crate::say!(
             "{} packets written, {} not written",
-            r.written, r.not_written
+            r.written,
+            r.not_written
         );
     }
     if r.queues.len() > 1 {
         for q in &r.queues {
-            eprintln!(
+            crate::say!(
                 "  queue {}: captured {} dropped kernel {} pool {} filtered {} peak pool {} chunks; offloaded out {} in {}; paused {} ms",
                 q.queue,
                 q.captured,
@@ -307,9 +319,11 @@ pub fn print_report(r: &CaptureReport) {
             );
         }
     }
-    eprintln!(
+    crate::say!(
         "cpu {:.3} s user {:.3} s system; {:.4} wait syscalls per packet",
-        r.cpu_user, r.cpu_system, r.syscalls_per_packet
+        r.cpu_user,
+        r.cpu_system,
+        r.syscalls_per_packet
     );
 }
 
@@ -317,7 +331,21 @@ pub fn print_report(r: &CaptureReport) {
 pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     let _ = args.numeric;
     let mut cfg = config(&args)?;
-    poolcap_sys::privilege::check_raw_sockets("capturing packets")?;
+    match args.backend {
+        BackendKind::AfXdp => poolcap_sys::privilege::check_af_xdp()?,
+        _ => poolcap_sys::privilege::check_raw_sockets("capturing packets")?,
+    }
+    let plan = privdrop::plan(
+        args.user.as_deref(),
+        poolcap_sys::process::effective_uid(),
+        poolcap_sys::privilege::lookup_user,
+    )?;
+    privdrop::check(&plan)?;
+    let mut stats = args
+        .stats_json
+        .as_deref()
+        .map(StatsFile::open)
+        .transpose()?;
     cfg.output = args.write.as_ref().map(|p| {
         let target = if p.as_os_str() == "-" {
             Output::Stdout
@@ -326,27 +354,36 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         };
         (target, args.format)
     });
+    // SIGHUP too: a capture in a closed terminal or an ended ssh session stops as cleanly.
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+    for sig in [SIGINT, SIGTERM, SIGHUP] {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
     }
     let (iface, snaplen, queues, pool) = (cfg.iface.clone(), cfg.snaplen, cfg.queues, cfg.pool);
-    let engine = Engine::start(cfg, stop).map_err(|e| match e {
-        CaptureError::Filter(f) => usage(f.to_string()),
-        e => anyhow::Error::new(e),
-    })?;
-    eprintln!(
+    let started = Engine::start(cfg, stop, || privdrop::apply(&plan));
+    let engine = match started {
+        Ok(e) => e,
+        Err(e) => {
+            if let Some(s) = stats.take() {
+                s.abandon();
+            }
+            return Err(match e {
+                CaptureError::Filter(f) => usage(f.to_string()),
+                e => anyhow::Error::new(e),
+            });
+        }
+    };
+    crate::say!(
         "listening on {iface}, link-type EN10MB (Ethernet), snapshot length {snaplen} bytes, {queues} queue{}, pool {}x{} cells",
         if queues == 1 { "" } else { "s" },
         pool.chunks,
         pool.cells
     );
-    eprintln!("{}", engine.backend_report());
+    crate::say!("{}", engine.backend_report());
     let report = engine.run();
     print_report(&report);
-    if let Some(path) = &args.stats_json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
-            .with_context(|| format!("cannot write {}", path.display()))?;
+    if let Some(s) = stats {
+        s.write(&report)?;
     }
     if let Some(e) = &report.write_error {
         let file = args
@@ -359,4 +396,45 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         anyhow::bail!("{e}");
     }
     Ok(())
+}
+
+/// The `--stats-json` file, opened (not emptied) before the capture starts, so a bad path
+/// fails at once and the file stays writable after privileges are dropped.
+struct StatsFile {
+    path: PathBuf,
+    file: std::fs::File,
+    created: bool,
+}
+
+impl StatsFile {
+    fn open(path: &Path) -> anyhow::Result<Self> {
+        let created = std::fs::symlink_metadata(path).is_err();
+        let file = outfile::create(path, Existing::Keep).map_err(|e| {
+            usage(format!(
+                "--stats-json: cannot write {}: {e}",
+                path.display()
+            ))
+        })?;
+        Ok(Self {
+            path: path.to_owned(),
+            file,
+            created,
+        })
+    }
+
+    /// Replaces the file's contents with the report.
+    fn write(mut self, report: &CaptureReport) -> anyhow::Result<()> {
+        let text = serde_json::to_string_pretty(report)? + "\n";
+        self.file
+            .set_len(0)
+            .and_then(|()| self.file.write_all(text.as_bytes()))
+            .with_context(|| format!("cannot write {}", self.path.display()))
+    }
+
+    /// The capture never started: remove the file if this run created it.
+    fn abandon(self) {
+        if self.created {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }

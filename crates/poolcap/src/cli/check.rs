@@ -1,19 +1,24 @@
-//! `poolcap check`: reads a capture file and checks the generator frames in it for loss,
-//! duplicates and reordering.
+//! `poolcap check`: reads a capture file (plain, or compressed as `capture --compress` writes
+//! it) and checks the generator frames in it for loss, duplicates and reordering. With
+//! `--expect N` the file must hold exactly frames 0..N of every generator, each once: a check
+//! that passes a file holding more than was sent would hide a capture that duplicates.
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
 
+use crate::seqcheck::GenReport;
+
 use crate::seqcheck::SeqChecker;
 
 /// Arguments of `poolcap check`.
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// A pcap or pcapng file.
+    /// A pcap or pcapng file, plain or compressed with zstd or gzip.
     file: PathBuf,
-    /// Frames each generator sent; with it, any missing or duplicated frame fails the check.
+    /// Frames each generator sent; with it, any missing, duplicated or extra frame (a
+    /// sequence number of N or more) fails the check.
     #[arg(long, value_parser = crate::units::parse_count)]
     expect: Option<u64>,
     /// Print the per-generator reports as JSON.
@@ -23,8 +28,7 @@ pub struct CheckArgs {
 
 /// Runs `poolcap check`.
 pub fn run(args: CheckArgs) -> anyhow::Result<()> {
-    let file = poolcap_format::read_file(&args.file)
-        .with_context(|| format!("cannot check {}", args.file.display()))?;
+    let file = crate::capfile::read(&args.file).context("cannot check")?;
     let mut checker = SeqChecker::new();
     for p in &file.packets {
         checker.observe(&p.data);
@@ -47,8 +51,18 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
         );
         for r in &reports {
             println!(
-                "generator {}: {} frames, {} unique, {} missing, {} duplicates, {} reordered",
-                r.gen_id, r.frames, r.unique, r.missing, r.duplicates, r.reordered
+                "generator {}: {} frames, {} unique, {} missing, {} duplicates, {} reordered{}",
+                r.gen_id,
+                r.frames,
+                r.unique,
+                r.missing,
+                r.duplicates,
+                r.reordered,
+                if args.expect.is_some() {
+                    format!(", {} extra", r.extra)
+                } else {
+                    String::new()
+                }
             );
         }
     }
@@ -56,14 +70,66 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
         if reports.is_empty() && n > 0 {
             anyhow::bail!("expected {n} frames per generator, found no generator frames");
         }
-        if let Some(bad) = reports.iter().find(|r| r.missing > 0 || r.duplicates > 0) {
-            anyhow::bail!(
-                "generator {}: {} missing and {} duplicated of {n} expected frames",
-                bad.gen_id,
-                bad.missing,
-                bad.duplicates
-            );
+        if let Some(why) = reports.iter().find_map(|r| verdict(r, n)) {
+            anyhow::bail!("{why}");
         }
     }
     Ok(())
+}
+
+/// Why generator `r` fails `--expect n`, if it does.
+fn verdict(r: &GenReport, n: u64) -> Option<String> {
+    let mut faults = Vec::new();
+    if r.missing > 0 {
+        faults.push(format!("{} missing", r.missing));
+    }
+    if r.duplicates > 0 {
+        faults.push(format!("{} duplicated", r.duplicates));
+    }
+    if r.extra > 0 {
+        faults.push(format!(
+            "{} extra (sequence numbers {n} and above)",
+            r.extra
+        ));
+    }
+    (!faults.is_empty()).then(|| {
+        format!(
+            "generator {}: {} frames where exactly {n} were expected: {}",
+            r.gen_id,
+            r.frames,
+            faults.join(", ")
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(frames: u64, missing: u64, duplicates: u64, extra: u64) -> GenReport {
+        GenReport {
+            gen_id: 1,
+            frames,
+            unique: frames - duplicates,
+            duplicates,
+            reordered: 0,
+            missing,
+            extra,
+            max_seq: None,
+        }
+    }
+
+    #[test]
+    fn exactly_the_expected_frames_pass_and_anything_else_fails() {
+        assert_eq!(verdict(&report(1000, 0, 0, 0), 1000), None);
+        assert_eq!(
+            verdict(&report(10000, 0, 0, 9000), 1000).as_deref(),
+            Some(
+                "generator 1: 10000 frames where exactly 1000 were expected: \
+                 9000 extra (sequence numbers 1000 and above)"
+            )
+        );
+        let both = verdict(&report(1000, 5, 5, 0), 1000).expect("fails");
+        assert!(both.contains("5 missing, 5 duplicated"), "{both}");
+    }
 }
