@@ -16,6 +16,8 @@ pub enum Capability {
     SetGid = 6,
     /// Changing user ids (`-Z`).
     SetUid = 7,
+    /// Locking memory past RLIMIT_MEMLOCK (AF_XDP UMEM).
+    IpcLock = 14,
     /// Interfaces, XDP attachment, veth and namespaces.
     NetAdmin = 12,
     /// AF_PACKET and AF_XDP sockets.
@@ -34,6 +36,7 @@ impl Capability {
             Capability::SetUid => "CAP_SETUID",
             Capability::NetAdmin => "CAP_NET_ADMIN",
             Capability::NetRaw => "CAP_NET_RAW",
+            Capability::IpcLock => "CAP_IPC_LOCK",
             Capability::SysAdmin => "CAP_SYS_ADMIN",
             Capability::Bpf => "CAP_BPF",
         }
@@ -109,20 +112,42 @@ pub fn check_raw_sockets(purpose: &'static str) -> std::result::Result<(), Missi
     require(&[Capability::NetRaw], purpose)
 }
 
-/// Attaching poolcap's XDP program and binding AF_XDP sockets. CAP_BPF may be stood in for by
-/// CAP_SYS_ADMIN, as on kernels before 5.8.
-pub fn check_af_xdp() -> std::result::Result<(), MissingPrivilege> {
-    if Capability::SysAdmin.is_effective() {
-        require(
-            &[Capability::NetRaw, Capability::NetAdmin],
-            "AF_XDP capture",
-        )
-    } else {
-        require(
-            &[Capability::NetRaw, Capability::NetAdmin, Capability::Bpf],
-            "AF_XDP capture",
-        )
+/// Attaching poolcap's XDP program, binding AF_XDP sockets and registering `umem_bytes` of
+/// UMEM. CAP_BPF may be stood in for by CAP_SYS_ADMIN, as on kernels before 5.8. The UMEM is
+/// locked memory: without CAP_IPC_LOCK it must fit under RLIMIT_MEMLOCK.
+pub fn check_af_xdp(umem_bytes: u64) -> std::result::Result<(), MissingPrivilege> {
+    let mut caps = vec![Capability::NetRaw, Capability::NetAdmin];
+    if !Capability::SysAdmin.is_effective() {
+        caps.push(Capability::Bpf);
     }
+    let limit = memlock_limit();
+    if limit.is_some_and(|l| l < umem_bytes) {
+        caps.push(Capability::IpcLock);
+    }
+    require(&caps, "AF_XDP capture").map_err(|mut e| {
+        if let (Some(l), true) = (limit, e.capability.contains("CAP_IPC_LOCK")) {
+            e.capability = format!(
+                "{} (its UMEM of {} MiB is over the memlock limit of {} MiB, see ulimit -l)",
+                e.capability,
+                umem_bytes.div_ceil(1 << 20),
+                l >> 20
+            );
+        }
+        e
+    })
+}
+
+/// RLIMIT_MEMLOCK's soft limit in bytes; None if unlimited.
+pub fn memlock_limit() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `r` is a valid, writable rlimit; getrlimit only writes into it.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } != 0 {
+        return None;
+    }
+    (r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur)
 }
 
 /// An account from the password database.
@@ -299,7 +324,7 @@ mod tests {
     fn every_missing_capability_is_named() {
         let e = std::thread::spawn(|| {
             drop_capabilities().expect("capset");
-            check_af_xdp()
+            check_af_xdp(0)
         })
         .join()
         .expect("thread")

@@ -332,7 +332,11 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     let _ = args.numeric;
     let mut cfg = config(&args)?;
     match args.backend {
-        BackendKind::AfXdp => poolcap_sys::privilege::check_af_xdp()?,
+        BackendKind::AfXdp => {
+            let frames = (cfg.pool.cells * cfg.pool.chunks) as u64;
+            let frame = u64::from(crate::capture::backend::umem_frame_size(cfg.pool.cell_size));
+            poolcap_sys::privilege::check_af_xdp(cfg.queues as u64 * frames * frame)?
+        }
         _ => poolcap_sys::privilege::check_raw_sockets("capturing packets")?,
     }
     let plan = privdrop::plan(
