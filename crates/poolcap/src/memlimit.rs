@@ -3,6 +3,9 @@
 //! `memory.max`, v1 `memory.limit_in_bytes`). A capture sizes its pools against this before it
 //! allocates, so a pool too large for a container is refused with a message instead of the
 //! OOM killer ending the process later.
+//!
+//! The cgroup files must be visible: `ip netns exec` mounts a fresh /sys without the cgroup
+//! hierarchies, so there (as in the lab) only `MemAvailable` counts.
 
 use std::path::{Path, PathBuf};
 

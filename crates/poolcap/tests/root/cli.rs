@@ -328,13 +328,14 @@ fn privileges_dropped_after_opening() {
 /// exactly `caps` (ambient), or, with `caps` starting with `-`, as root without them.
 fn restricted(netns: &str, caps: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new("ip");
-    // A fixed memlock limit, so what AF_XDP needs does not depend on the machine's default.
+    // A fixed memlock limit (lowered: raising it needs CAP_SYS_RESOURCE), so what AF_XDP
+    // needs does not depend on the machine's default.
     cmd.args([
         "netns",
         "exec",
         netns,
         "prlimit",
-        "--memlock=16777216:16777216",
+        "--memlock=4194304:4194304",
     ]);
     cmd.arg("setpriv");
     if caps.starts_with('-') {
@@ -359,7 +360,7 @@ fn needed_capabilities_suffice_or_are_named() {
     std::fs::set_permissions(dir.path(), perms).expect("chmod");
     let ns = lab.probe.netns.clone();
     // (backend caps, extra args) that must capture.
-    let small_pool = ["--pool", "64,16"]; // 1024 frames of 2 KiB: a 2 MiB UMEM
+    let small_pool = ["--pool", "64,16"]; // 1024 frames of 2 KiB: a 2 MiB UMEM, under 4 MiB
     for (what, caps, extra) in [
         ("af_packet", "+net_raw", &[][..]),
         ("af_xdp", "+net_raw,+net_admin,+bpf", &small_pool[..]),
@@ -442,14 +443,15 @@ impl MemCgroup {
         cg
     }
 
-    /// `sh -c 'echo $$ > cgroup.procs; exec ip netns exec NETNS poolcap ARGS'`.
+    /// `sh -c 'echo $$ > cgroup.procs; exec nsenter --net=NETNS poolcap ARGS'`. nsenter,
+    /// not `ip netns exec`, which mounts a fresh /sys and with it hides the cgroup files.
     fn run_in(&self, netns: &str, args: &[&str]) -> Output {
         let procs = self.dir.join("cgroup.procs");
         let mut cmd = Command::new("sh");
         cmd.arg("-c")
-            .arg(r#"echo $$ > "$0" && exec ip netns exec "$@""#)
+            .arg(r#"echo $$ > "$0" && exec nsenter "$@""#)
             .arg(&procs)
-            .arg(netns)
+            .arg(format!("--net=/run/netns/{netns}"))
             .arg(bin())
             .args(args);
         output(cmd)
