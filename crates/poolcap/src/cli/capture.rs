@@ -50,8 +50,15 @@ Examples:
 )]
 pub struct CaptureArgs {
     /// Interface to capture on.
-    #[arg(short = 'i', long = "interface")]
-    iface: String,
+    #[arg(
+        short = 'i',
+        long = "interface",
+        required_unless_present = "list_interfaces"
+    )]
+    iface: Option<String>,
+    /// List the interfaces to capture on (in this network namespace), then exit.
+    #[arg(short = 'D', long)]
+    list_interfaces: bool,
     /// Write packets to FILE (`-` for standard output). Without it packets are only counted.
     #[arg(short = 'w')]
     write: Option<PathBuf>,
@@ -209,7 +216,7 @@ pub fn parse_pool(s: &str) -> Result<(usize, usize), String> {
     Ok((m, r))
 }
 
-fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
+fn config(a: &CaptureArgs, iface: &str) -> anyhow::Result<CaptureConfig> {
     if a.snaplen == 0 {
         return Err(usage("-s: the snaplen must be at least 1"));
     }
@@ -232,9 +239,9 @@ fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
     if blocks > 1 << 16 {
         return Err(usage("-B: kernel ring too large"));
     }
-    let queues = a.queues.unwrap_or_else(|| netdev::rx_queues(&a.iface));
+    let queues = a.queues.unwrap_or_else(|| netdev::rx_queues(iface));
     // A cell holds the largest frame the link carries (plus a VLAN tag), within the snaplen.
-    let frame = (netdev::mtu(&a.iface).unwrap_or(1500) + 14 + 4).div_ceil(64) * 64;
+    let frame = (netdev::mtu(iface).unwrap_or(1500) + 14 + 4).div_ceil(64) * 64;
     let cell_size = frame.max(2048).min(a.snaplen as usize).max(64);
     let filter = (!a.filter.is_empty()).then(|| a.filter.join(" "));
     let buddy_groups = match &a.buddy_groups {
@@ -244,7 +251,7 @@ fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
         None => vec![(0..queues).collect()],
     };
     Ok(CaptureConfig {
-        iface: a.iface.clone(),
+        iface: iface.to_owned(),
         queues,
         fanout: a.fanout,
         pool: PoolSize {
@@ -330,7 +337,12 @@ pub fn print_report(r: &CaptureReport) {
 /// Runs `poolcap capture`.
 pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     let _ = args.numeric;
-    let mut cfg = config(&args)?;
+    let iface = match (&args.iface, args.list_interfaces) {
+        (_, true) => return super::ifaces::print(),
+        (Some(i), false) => i.clone(),
+        (None, false) => return Err(usage("-i: name the interface to capture on")),
+    };
+    let mut cfg = config(&args, &iface)?;
     match args.backend {
         BackendKind::AfXdp => {
             let frames = (cfg.pool.cells * cfg.pool.chunks) as u64;

@@ -10,6 +10,7 @@ pub mod capture;
 pub mod check;
 pub mod demo;
 pub mod gen;
+mod ifaces;
 pub mod lab;
 pub mod privdrop;
 pub mod sim;

@@ -46,6 +46,10 @@ pub fn trials() -> Vec<Trial> {
             lab_down_leaves_running_processes_unless_forced,
         ),
         t("demo_leaves_nothing_behind", demo_leaves_nothing_behind),
+        t(
+            "list_interfaces_and_missing_arguments",
+            list_interfaces_and_missing_arguments,
+        ),
     ]
 }
 
@@ -682,4 +686,26 @@ fn demo_leaves_nothing_behind() {
         let ns = format!("poolcap-{second_lab}-{host}");
         assert!(!netns_exists(&ns), "{ns} left behind after SIGINT");
     }
+}
+
+/// `capture -D` lists the namespace's interfaces as tcpdump -D does; a capture without `-i`
+/// names the missing argument (it used to print only "the following required arguments were
+/// not provided:").
+fn list_interfaces_and_missing_arguments() {
+    let lab = lab(2);
+    let out = poolcap_in(&lab.probe.netns, &["capture", "-D"]);
+    assert!(out.status.success(), "-D: {}", text(&out.stderr));
+    let lines: Vec<String> = text(&out.stdout).lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 2, "lo and prb0 only: {lines:?}");
+    assert!(
+        lines[0].starts_with("1.lo [Up, Running, Loopback]"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1].contains(".prb0 [Up, Running] (2 rx queues)"),
+        "{lines:?}"
+    );
+    let out = poolcap_in(&lab.probe.netns, &["capture", "-w", "/dev/null"]);
+    assert_one_line_error(&out, "--interface", "capture without -i");
+    assert_eq!(out.status.code(), Some(2));
 }
