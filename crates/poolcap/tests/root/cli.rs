@@ -195,6 +195,28 @@ fn output_paths_checked_at_start() {
         "--stats-json in a missing dir",
     );
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    // The OS error is printed once, not once by the message and again as its cause.
+    let out = poolcap_in(
+        &lab.probe.netns,
+        &[
+            "capture",
+            "-i",
+            "prb0",
+            "--duration",
+            "5s",
+            "-w",
+            "/nonexistent-dir/x.pcapng",
+        ],
+    );
+    assert_one_line_error(&out, "/nonexistent-dir/x.pcapng", "-w in a missing dir");
+    assert_eq!(
+        text(&out.stderr)
+            .matches("No such file or directory")
+            .count(),
+        1,
+        "{}",
+        text(&out.stderr)
+    );
 
     let victim = dir.path().join("victim");
     std::fs::write(&victim, b"root-owned data").expect("victim");
