@@ -218,6 +218,28 @@ fn output_paths_checked_at_start() {
         text(&out.stderr)
     );
 
+    // A capture that never starts (bad filter) leaves no empty statistics file behind.
+    let sj = dir.path().join("never.json");
+    let out = poolcap_in(
+        &lab.probe.netns,
+        &[
+            "capture",
+            "-i",
+            "prb0",
+            "--stats-json",
+            path_str(&sj),
+            "udp",
+            "prot",
+            "53",
+        ],
+    );
+    assert_one_line_error(&out, "syntax error", "bad filter with --stats-json");
+    assert!(
+        !sj.exists(),
+        "a capture that never started left {}",
+        sj.display()
+    );
+
     let victim = dir.path().join("victim");
     std::fs::write(&victim, b"root-owned data").expect("victim");
     let link = dir.path().join("link.pcapng");
