@@ -229,15 +229,25 @@ impl Lab {
     /// killed before it could clean up), ending anything left running in them. Returns the
     /// names removed.
     pub fn remove_orphans(prefix: &str) -> Result<Vec<String>, LabError> {
+        poolcap_sys::privilege::check_lab()?;
+        // From the namespace names alone: other labs may come and go meanwhile.
+        let existing = list_netns()?;
+        let orphans: BTreeSet<&str> = existing
+            .iter()
+            .filter_map(|ns| parse_netns(ns))
+            .map(|(lab, _)| lab)
+            .filter(|lab| {
+                lab.strip_prefix(prefix)
+                    .and_then(|pid| pid.parse::<u32>().ok())
+                    .is_some_and(|pid| !poolcap_sys::process::is_alive(pid))
+            })
+            .collect();
         let mut removed = Vec::new();
-        for info in Lab::status()? {
-            let owner = info
-                .name
-                .strip_prefix(prefix)
-                .and_then(|pid| pid.parse::<u32>().ok());
-            if owner.is_some_and(|pid| !poolcap_sys::process::is_alive(pid)) {
-                Lab::down(&info.name, true)?;
-                removed.push(info.name);
+        for lab in orphans {
+            match Lab::down(lab, true) {
+                // Another cleanup got there first.
+                Ok(()) | Err(LabError::NotFound(_)) => removed.push(lab.to_owned()),
+                Err(e) => return Err(e),
             }
         }
         Ok(removed)
