@@ -24,6 +24,21 @@ pub enum LabError {
     /// No namespace of a lab with this name exists.
     #[error("no lab named {0} exists (see `poolcap lab status`)")]
     NotFound(String),
+    /// Processes still run inside the lab's namespaces.
+    #[error(
+        "lab {name} still has processes running inside (PIDs {}); stop them, or remove it \
+         anyway with `poolcap lab down --name {name} --force`, which ends them",
+        pids.iter().map(u32::to_string).collect::<Vec<_>>().join(" ")
+    )]
+    Busy {
+        /// The lab.
+        name: String,
+        /// The processes.
+        pids: Vec<u32>,
+    },
+    /// Processes in the lab survived SIGKILL (e.g. stuck in the kernel).
+    #[error("processes {0:?} in the lab did not end, even after SIGKILL")]
+    Unkillable(Vec<u32>),
     /// A command could not be started at all (e.g. `ip` is not installed).
     #[error("could not run `{command}`: {source}")]
     Spawn {

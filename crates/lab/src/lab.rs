@@ -193,7 +193,11 @@ impl Lab {
     }
 
     /// Removes every namespace of lab `name`; [`LabError::NotFound`] if there is none.
-    pub fn down(name: &str) -> Result<(), LabError> {
+    ///
+    /// Deleting a namespace only removes its name: processes still running inside keep it
+    /// (and its veths) alive, unseen by `status`. So a lab with processes is left alone
+    /// ([`LabError::Busy`]) unless `force`, which ends them first (SIGTERM, then SIGKILL).
+    pub fn down(name: &str, force: bool) -> Result<(), LabError> {
         check_name(name)?;
         poolcap_sys::privilege::check_lab()?;
         let existing = list_netns()?;
@@ -205,10 +209,48 @@ impl Lab {
         if ours.is_empty() {
             return Err(LabError::NotFound(name.to_owned()));
         }
+        let busy = processes_in(&ours)?;
+        if !busy.is_empty() {
+            if !force {
+                return Err(LabError::Busy {
+                    name: name.to_owned(),
+                    pids: busy,
+                });
+            }
+            end_processes(&ours)?;
+        }
         for ns in &ours {
             run(ip(["netns", "del", ns]))?;
         }
         Ok(())
+    }
+
+    /// Removes the labs named `{prefix}{pid}` whose owner process `pid` is gone (a demo
+    /// killed before it could clean up), ending anything left running in them. Returns the
+    /// names removed.
+    pub fn remove_orphans(prefix: &str) -> Result<Vec<String>, LabError> {
+        poolcap_sys::privilege::check_lab()?;
+        // From the namespace names alone: other labs may come and go meanwhile.
+        let existing = list_netns()?;
+        let orphans: BTreeSet<&str> = existing
+            .iter()
+            .filter_map(|ns| parse_netns(ns))
+            .map(|(lab, _)| lab)
+            .filter(|lab| {
+                lab.strip_prefix(prefix)
+                    .and_then(|pid| pid.parse::<u32>().ok())
+                    .is_some_and(|pid| !poolcap_sys::process::is_alive(pid))
+            })
+            .collect();
+        let mut removed = Vec::new();
+        for lab in orphans {
+            match Lab::down(lab, true) {
+                // Another cleanup got there first.
+                Ok(()) | Err(LabError::NotFound(_)) => removed.push(lab.to_owned()),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(removed)
     }
 
     /// The labs that exist, found from `ip netns list`, sorted by name.
@@ -321,6 +363,39 @@ fn build(b: &mut Builder, spec: &LabSpec) -> Result<(), LabError> {
 #[derive(Deserialize)]
 struct NetnsEntry {
     name: String,
+}
+
+/// The processes running in any of `namespaces`, from `ip netns pids`.
+fn processes_in(namespaces: &[String]) -> Result<Vec<u32>, LabError> {
+    let mut pids = Vec::new();
+    for ns in namespaces {
+        let out = run(ip(["netns", "pids", ns]))?;
+        pids.extend(out.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+    }
+    Ok(pids)
+}
+
+/// Ends every process in `namespaces`: SIGTERM, up to 2 s to exit, then SIGKILL.
+fn end_processes(namespaces: &[String]) -> Result<(), LabError> {
+    for sig in [libc::SIGTERM, libc::SIGKILL] {
+        for pid in processes_in(namespaces)? {
+            // Already gone (ESRCH) is what we want.
+            let _ = poolcap_sys::process::send_signal(pid, sig);
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while !processes_in(namespaces)?.is_empty() {
+            if std::time::Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+    let left = processes_in(namespaces)?;
+    if left.is_empty() {
+        Ok(())
+    } else {
+        Err(LabError::Unkillable(left))
+    }
 }
 
 /// Names of all network namespaces, from `ip -j netns list`.

@@ -182,7 +182,7 @@ fn up_twice_is_exists_and_keeps_first() -> Result<(), Failed> {
 
 fn down_missing_is_not_found() -> Result<(), Failed> {
     let name = format!("gone{}", std::process::id());
-    let r = Lab::down(&name);
+    let r = Lab::down(&name, false);
     check(
         matches!(&r, Err(LabError::NotFound(n)) if *n == name),
         || format!("down: {r:?}"),

@@ -12,12 +12,16 @@
 #![forbid(unsafe_code)]
 
 pub mod bench;
+pub mod capfile;
 pub mod capture;
 pub mod cli;
+pub mod console;
 pub mod flows;
 pub mod frame;
 pub mod gen;
+pub mod memlimit;
 pub mod netdev;
+pub mod outfile;
 pub mod plot;
 pub mod seqcheck;
 pub mod sim;

@@ -34,6 +34,9 @@ pub struct GenReport {
     pub reordered: u64,
     /// Sequence numbers below the expected count (or below the highest seen) never seen.
     pub missing: u64,
+    /// Distinct sequence numbers at or past the expected count: frames the generator was not
+    /// expected to send (0 without an expected count).
+    pub extra: u64,
     /// Highest sequence number seen.
     pub max_seq: Option<u64>,
 }
@@ -103,13 +106,15 @@ impl SeqChecker {
                     }
                     c
                 };
+                let kept = below(span);
                 GenReport {
                     gen_id,
                     frames: g.unique + g.duplicates,
                     unique: g.unique,
                     duplicates: g.duplicates,
                     reordered: g.reordered,
-                    missing: span - below(span),
+                    missing: span - kept,
+                    extra: g.unique - kept,
                     max_seq: g.max_seq,
                 }
             })
@@ -170,7 +175,11 @@ mod tests {
         assert_eq!(r.reordered, 2); // 2 after 3, and the duplicate 2
         assert_eq!(r.missing, 4); // 4, 6, 8, 9
         assert_eq!(c.untagged(), 1);
+        assert_eq!(r.extra, 0);
         assert_eq!(c.reports(None)[0].missing, 2); // only 4 and 6 below max 7
+        assert_eq!(c.reports(None)[0].extra, 0);
+        let short = &c.reports(Some(3))[0];
+        assert_eq!((short.missing, short.extra), (0, 3)); // 3, 5 and 7 were not expected
     }
 
     #[test]

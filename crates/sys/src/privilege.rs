@@ -1,14 +1,59 @@
-//! Checks the capabilities packet capture and the lab need, so a missing one is named in one
-//! line before anything is set up.
+//! Privileges: checks that name the capability a step lacks in one line before anything is
+//! set up, and, once a capture has opened every socket, ring, XDP program and file, the drop
+//! to an unprivileged user and to no capabilities at all (what tcpdump's `-Z` does), so a bug
+//! in packet parsing or writing runs with as little power as possible.
 
+use std::ffi::{CStr, CString};
 use std::fmt;
+use std::io;
 
-/// A capability the current process lacks.
+use crate::error::{Result, SysError};
+
+/// Capabilities some part of poolcap needs, by their kernel numbers (linux/capability.h).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capability {
+    /// Changing group ids (`-Z`).
+    SetGid = 6,
+    /// Changing user ids (`-Z`).
+    SetUid = 7,
+    /// Locking memory past RLIMIT_MEMLOCK (AF_XDP UMEM).
+    IpcLock = 14,
+    /// Interfaces, XDP attachment, veth and namespaces.
+    NetAdmin = 12,
+    /// AF_PACKET and AF_XDP sockets.
+    NetRaw = 13,
+    /// Network namespaces; loading BPF on kernels before CAP_BPF.
+    SysAdmin = 21,
+    /// Loading BPF programs and maps (XDP).
+    Bpf = 39,
+}
+
+impl Capability {
+    /// The name as capabilities(7) spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Capability::SetGid => "CAP_SETGID",
+            Capability::SetUid => "CAP_SETUID",
+            Capability::NetAdmin => "CAP_NET_ADMIN",
+            Capability::NetRaw => "CAP_NET_RAW",
+            Capability::IpcLock => "CAP_IPC_LOCK",
+            Capability::SysAdmin => "CAP_SYS_ADMIN",
+            Capability::Bpf => "CAP_BPF",
+        }
+    }
+
+    /// True if the calling thread has this capability in its effective set.
+    pub fn is_effective(self) -> bool {
+        effective_caps() & (1u64 << self as u32) != 0
+    }
+}
+
+/// Capabilities the current process lacks for something it was asked to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MissingPrivilege {
-    /// The capability's name, e.g. `CAP_NET_ADMIN`.
-    pub capability: &'static str,
-    /// What it is needed for.
+    /// The missing capabilities' names, e.g. `CAP_NET_ADMIN and CAP_BPF`.
+    pub capability: String,
+    /// What they are needed for.
     pub purpose: &'static str,
 }
 
@@ -24,13 +69,10 @@ impl fmt::Display for MissingPrivilege {
 
 impl std::error::Error for MissingPrivilege {}
 
-const CAP_NET_ADMIN: u32 = 12;
-const CAP_NET_RAW: u32 = 13;
-const CAP_SYS_ADMIN: u32 = 21;
-
-/// The effective capability set of this process, from `/proc/self/status`.
-fn effective_caps() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+/// The effective capability set of the calling thread (capabilities are per thread), from
+/// `/proc/thread-self/status`.
+pub fn effective_caps() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/status")
         .ok()
         .and_then(|s| {
             s.lines()
@@ -40,34 +82,253 @@ fn effective_caps() -> u64 {
         .unwrap_or(0)
 }
 
-fn has(cap: u32) -> bool {
-    effective_caps() & (1u64 << cap) != 0
+/// Fails naming every capability of `caps` the calling thread lacks.
+pub fn require(
+    caps: &[Capability],
+    purpose: &'static str,
+) -> std::result::Result<(), MissingPrivilege> {
+    let missing: Vec<&str> = caps
+        .iter()
+        .filter(|c| !c.is_effective())
+        .map(|c| c.name())
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(MissingPrivilege {
+        capability: missing.join(" and "),
+        purpose,
+    })
 }
 
 /// Building or removing a lab: network namespaces and veth pairs.
-pub fn check_lab() -> Result<(), MissingPrivilege> {
-    if !has(CAP_SYS_ADMIN) {
-        return Err(MissingPrivilege {
-            capability: "CAP_SYS_ADMIN",
-            purpose: "creating network namespaces",
-        });
+pub fn check_lab() -> std::result::Result<(), MissingPrivilege> {
+    require(&[Capability::SysAdmin], "creating network namespaces")?;
+    require(&[Capability::NetAdmin], "creating veth test hosts")
+}
+
+/// Opening AF_PACKET sockets to capture or send raw frames.
+pub fn check_raw_sockets(purpose: &'static str) -> std::result::Result<(), MissingPrivilege> {
+    require(&[Capability::NetRaw], purpose)
+}
+
+/// Attaching poolcap's XDP program, binding AF_XDP sockets and registering `umem_bytes` of
+/// UMEM. CAP_BPF may be stood in for by CAP_SYS_ADMIN, as on kernels before 5.8. The UMEM is
+/// locked memory: without CAP_IPC_LOCK it must fit under RLIMIT_MEMLOCK.
+pub fn check_af_xdp(umem_bytes: u64) -> std::result::Result<(), MissingPrivilege> {
+    let mut caps = vec![Capability::NetRaw, Capability::NetAdmin];
+    if !Capability::SysAdmin.is_effective() {
+        caps.push(Capability::Bpf);
     }
-    if !has(CAP_NET_ADMIN) {
-        return Err(MissingPrivilege {
-            capability: "CAP_NET_ADMIN",
-            purpose: "creating veth test hosts",
-        });
+    let limit = memlock_limit();
+    if limit.is_some_and(|l| l < umem_bytes) {
+        caps.push(Capability::IpcLock);
+    }
+    require(&caps, "AF_XDP capture").map_err(|mut e| {
+        if let (Some(l), true) = (limit, e.capability.contains("CAP_IPC_LOCK")) {
+            e.capability = format!(
+                "{} (its UMEM of {} MiB is over the memlock limit of {} MiB, see ulimit -l)",
+                e.capability,
+                umem_bytes.div_ceil(1 << 20),
+                l >> 20
+            );
+        }
+        e
+    })
+}
+
+/// RLIMIT_MEMLOCK's soft limit in bytes; None if unlimited.
+pub fn memlock_limit() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `r` is a valid, writable rlimit; getrlimit only writes into it.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } != 0 {
+        return None;
+    }
+    (r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur)
+}
+
+/// An account from the password database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    /// Login name.
+    pub name: String,
+    /// User id.
+    pub uid: u32,
+    /// Primary group id.
+    pub gid: u32,
+}
+
+/// Looks `name` up in the password database (files, LDAP, whatever NSS is configured with).
+pub fn lookup_user(name: &str) -> Result<Option<User>> {
+    let cname = CString::new(name).map_err(|_| SysError {
+        call: "getpwnam_r",
+        what: name.to_owned(),
+        source: io::Error::from(io::ErrorKind::InvalidInput),
+    })?;
+    let mut buf = vec![0u8; 4096];
+    loop {
+        // SAFETY: passwd is plain data; zero is a valid bit pattern for it.
+        let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut result: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: every pointer is valid for the call: `cname` is NUL-terminated, `pw` and
+        // `result` are writable, `buf` is writable for `buf.len()` bytes and outlives the use
+        // of the strings getpwnam_r points into it.
+        let rc = unsafe {
+            libc::getpwnam_r(
+                cname.as_ptr(),
+                &mut pw,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                &mut result,
+            )
+        };
+        if rc == libc::ERANGE && buf.len() < 1 << 20 {
+            buf.resize(buf.len() * 4, 0);
+            continue;
+        }
+        if rc != 0 {
+            return Err(SysError {
+                call: "getpwnam_r",
+                what: name.to_owned(),
+                source: io::Error::from_raw_os_error(rc),
+            });
+        }
+        if result.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: on success pw_name points to a NUL-terminated string inside `buf`, which is
+        // alive here.
+        let login = unsafe { CStr::from_ptr(pw.pw_name) };
+        return Ok(Some(User {
+            name: login.to_string_lossy().into_owned(),
+            uid: pw.pw_uid,
+            gid: pw.pw_gid,
+        }));
+    }
+}
+
+/// Becomes `user`, with its primary and supplementary groups, for good (real, effective and
+/// saved ids). glibc applies the id changes to every thread of the process. Leaving uid 0
+/// clears the permitted and effective capabilities too (no `PR_SET_KEEPCAPS`).
+pub fn switch_user(user: &User) -> Result<()> {
+    let cname = CString::new(user.name.as_str()).map_err(|_| SysError {
+        call: "initgroups",
+        what: user.name.clone(),
+        source: io::Error::from(io::ErrorKind::InvalidInput),
+    })?;
+    // SAFETY: `cname` is a valid NUL-terminated string; initgroups reads the group database
+    // and sets this process's supplementary groups.
+    if unsafe { libc::initgroups(cname.as_ptr(), user.gid) } != 0 {
+        return Err(SysError::last("initgroups", user.name.clone()));
+    }
+    // SAFETY: setresgid takes plain integers.
+    if unsafe { libc::setresgid(user.gid, user.gid, user.gid) } != 0 {
+        return Err(SysError::last("setresgid", user.name.clone()));
+    }
+    // SAFETY: setresuid takes plain integers.
+    if unsafe { libc::setresuid(user.uid, user.uid, user.uid) } != 0 {
+        return Err(SysError::last("setresuid", user.name.clone()));
     }
     Ok(())
 }
 
-/// Opening AF_PACKET sockets to capture or send raw frames.
-pub fn check_raw_sockets(purpose: &'static str) -> Result<(), MissingPrivilege> {
-    if !has(CAP_NET_RAW) {
-        return Err(MissingPrivilege {
-            capability: "CAP_NET_RAW",
-            purpose,
-        });
+/// `struct __user_cap_header_struct` (linux/capability.h).
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+/// `struct __user_cap_data_struct` (linux/capability.h).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// Empties the calling thread's effective, permitted, inheritable and ambient capability
+/// sets. Capabilities are per thread: call it before any other thread is started (threads
+/// inherit the empty sets) or in each thread.
+pub fn drop_capabilities() -> Result<()> {
+    // SAFETY: prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL) takes plain integers and only
+    // changes this thread's ambient set.
+    let rc = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        )
+    };
+    // EINVAL: a kernel before 4.3 has no ambient set, so nothing to clear.
+    if rc != 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
+        return Err(SysError::last("prctl(PR_CAP_AMBIENT_CLEAR_ALL)", ""));
+    }
+    let header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [CapData {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: capset reads a version-3 header and two data structs, which `header` and `data`
+    // are, laid out as the kernel defines them (repr(C)); pid 0 is the calling thread.
+    let rc = unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) };
+    if rc != 0 {
+        return Err(SysError::last("capset", "drop all capabilities"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_is_in_the_password_database_and_nobody_else_is_made_up() {
+        let root = lookup_user("root").expect("getpwnam_r").expect("root");
+        assert_eq!((root.uid, root.gid), (0, 0));
+        assert_eq!(lookup_user("no-such-user-poolcap-x").expect("lookup"), None);
+    }
+
+    #[test]
+    fn dropping_capabilities_empties_the_threads_sets() {
+        // Capabilities are per thread: drop them in a thread of our own, not the harness's.
+        let after = std::thread::spawn(|| {
+            drop_capabilities().expect("capset");
+            (
+                effective_caps(),
+                require(&[Capability::NetRaw], "capturing packets"),
+            )
+        })
+        .join()
+        .expect("thread");
+        assert_eq!(after.0, 0);
+        assert_eq!(
+            after.1.expect_err("no capability is left").to_string(),
+            "capturing packets needs CAP_NET_RAW (run as root or grant it)"
+        );
+    }
+
+    #[test]
+    fn every_missing_capability_is_named() {
+        let e = std::thread::spawn(|| {
+            drop_capabilities().expect("capset");
+            check_af_xdp(0)
+        })
+        .join()
+        .expect("thread")
+        .expect_err("no capability is left");
+        assert_eq!(e.capability, "CAP_NET_RAW and CAP_NET_ADMIN and CAP_BPF");
+    }
 }

@@ -1,9 +1,15 @@
-//! Facts about this process that only a syscall tells: effective user and CPU time.
+//! Facts about this process that only a syscall tells (effective user, CPU time) and the
+//! signals it sends and arranges for its children.
 
 /// True when the process runs with effective user id 0.
 pub fn is_root() -> bool {
+    effective_uid() == 0
+}
+
+/// The effective user id.
+pub fn effective_uid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    unsafe { libc::geteuid() }
 }
 
 /// User and system CPU seconds consumed so far.
@@ -46,14 +52,56 @@ pub fn cpu_time(who: Who) -> CpuTime {
 
 /// Sends SIGINT to process `pid` (one this process started), asking it to stop cleanly.
 pub fn interrupt(pid: u32) -> std::io::Result<()> {
+    send_signal(pid, libc::SIGINT)
+}
+
+/// Sends signal `sig` (e.g. `libc::SIGTERM`) to process `pid`.
+pub fn send_signal(pid: u32, sig: libc::c_int) -> std::io::Result<()> {
     let pid = libc::pid_t::try_from(pid)
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
     // SAFETY: kill() takes plain integers and has no memory effects on this process.
-    let rc = unsafe { libc::kill(pid, libc::SIGINT) };
+    let rc = unsafe { libc::kill(pid, sig) };
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// True if a process `pid` exists (in this PID namespace), whoever owns it.
+pub fn is_alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: kill() with signal 0 only checks that the process exists; no signal is sent.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Makes the child `cmd` starts receive `sig` when this process's spawning thread ends, by
+/// SIGKILL too (PR_SET_PDEATHSIG), so a killed parent leaves no orphan running. A parent that
+/// died before the child set it makes the spawn fail instead of leaving an orphan.
+pub fn kill_child_with_parent(cmd: &mut std::process::Command, sig: libc::c_int) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    let hook = move || -> std::io::Result<()> {
+        // SAFETY: prctl(PR_SET_PDEATHSIG) takes plain integers; it is async-signal-safe, as
+        // code between fork and exec must be.
+        if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong, 0, 0, 0) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: getppid has no preconditions and is async-signal-safe.
+        if unsafe { libc::getppid() } != parent {
+            // ESRCH: the parent is gone. A raw OS error allocates nothing.
+            return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        Ok(())
+    };
+    // SAFETY: between fork and exec the hook only makes async-signal-safe system calls and
+    // never allocates (its errors are raw OS errors), as pre_exec requires.
+    unsafe {
+        cmd.pre_exec(hook);
+    }
 }
 
 fn clock_ns(clock: libc::clockid_t) -> u64 {

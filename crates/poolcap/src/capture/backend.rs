@@ -187,6 +187,15 @@ fn bind_with_retry(ifindex: u32, q: usize, xcfg: XskConfig) -> Result<Xsk, SysEr
     }
 }
 
+/// Bytes of an AF_XDP UMEM frame holding a cell of `cell_size` bytes.
+pub fn umem_frame_size(cell_size: usize) -> u32 {
+    if cell_size > 2048 {
+        4096
+    } else {
+        2048
+    }
+}
+
 fn open_af_xdp(cfg: BackendConfig, s: &Setup<'_>) -> Result<Opened, CaptureError> {
     let have = netdev::rx_queues(s.iface);
     if s.queues > have {
@@ -203,9 +212,8 @@ fn open_af_xdp(cfg: BackendConfig, s: &Setup<'_>) -> Result<Opened, CaptureError
         None => (0..s.queues).map(|_| None).collect(),
     };
     let mut xdp = attach(cfg, s.iface)?;
-    let frame_size: u32 = if s.pool.cell_size > 2048 { 4096 } else { 2048 };
     let xcfg = XskConfig {
-        frame_size,
+        frame_size: umem_frame_size(s.pool.cell_size),
         frame_count: (s.pool.cells * s.pool.chunks) as u32,
         zero_copy: cfg.zero_copy,
     };

@@ -28,7 +28,6 @@ pub mod source;
 pub mod worker;
 pub mod writer;
 
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -249,19 +248,6 @@ impl std::fmt::Debug for Engine {
     }
 }
 
-fn mem_available() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kb: u64 = s
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kb * 1024)
-}
-
 /// Frames the interface has seen in both directions (for the in-kernel filter's count).
 fn if_frames(iface: &str) -> Option<u64> {
     Some(netdev::counter(iface, "rx_packets")? + netdev::counter(iface, "tx_packets")?)
@@ -277,12 +263,18 @@ fn pin(cpus: &Option<Vec<usize>>, i: usize) {
 
 impl Engine {
     /// Sets up rings, pools and threads; returns once every queue is capturing.
-    pub fn start(cfg: CaptureConfig, stop: Arc<AtomicBool>) -> Result<Self, CaptureError> {
+    /// `after_open` runs once every socket, ring, XDP program and the output are open and
+    /// before any thread starts: the moment to give up privileges (`-Z`).
+    pub fn start(
+        cfg: CaptureConfig,
+        stop: Arc<AtomicBool>,
+        after_open: impl FnOnce() -> Result<(), SysError>,
+    ) -> Result<Self, CaptureError> {
         let idx = ifindex(&cfg.iface).map_err(|_| CaptureError::NoInterface(cfg.iface.clone()))?;
         let q = cfg.queues.max(1);
         let records = cfg.output.as_ref().map(|(_, format)| *format);
         let need = q as u64 * (cfg.pool.for_records(records).bytes() + cfg.ring.bytes() as u64);
-        if let Some(avail) = mem_available() {
+        if let Some(avail) = crate::memlimit::available() {
             if need > avail {
                 return Err(CaptureError::Memory {
                     need_mib: need >> 20,
@@ -376,6 +368,7 @@ impl Engine {
             }
             None => None,
         };
+        after_open()?;
         let counters: Arc<Vec<Arc<QueueCounters>>> =
             Arc::new((0..q).map(|_| Arc::new(QueueCounters::default())).collect());
         let progress: Vec<Arc<Mutex<Progress>>> = (0..q)
@@ -618,8 +611,7 @@ impl Engine {
             if let Some(every) = self.status_every {
                 let secs = last_status.elapsed().as_secs_f64();
                 if secs >= every.as_secs_f64() {
-                    eprintln!("{}", self.status_line(&prev, &now, secs));
-                    let _ = std::io::stderr().flush();
+                    crate::say!("{}", self.status_line(&prev, &now, secs));
                     prev = account::total(&now);
                     last_status = Instant::now();
                 }

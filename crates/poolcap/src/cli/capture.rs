@@ -1,7 +1,8 @@
 //! `poolcap capture`: tcpdump habits (`-i -w -s -c -B -n -q`, filter last) over the pool
 //! engine, with the engine's own knobs as long options.
 
-use std::path::PathBuf;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use clap::Args;
 use poolcap_format::FileFormat;
 use poolcap_sys::rx_ring::RingGeometry;
 use poolcap_sys::socket::FanoutMode;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 use crate::capture::backend::{BackendConfig, BackendKind};
 use crate::capture::policy::{parse_buddy_groups, PolicySpec};
@@ -19,7 +21,8 @@ use crate::capture::queue::WaitStrategy;
 use crate::capture::rotate::RotateSpec;
 use crate::capture::savefile::{FileOptions, Fsync};
 use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Output};
-use crate::cli::usage;
+use crate::cli::{privdrop, usage};
+use crate::outfile::{self, Existing};
 use crate::{netdev, units};
 use poolcap_sys::xsk::ZeroCopy;
 
@@ -49,8 +52,15 @@ Examples:
 )]
 pub struct CaptureArgs {
     /// Interface to capture on.
-    #[arg(short = 'i', long = "interface")]
-    iface: String,
+    #[arg(
+        short = 'i',
+        long = "interface",
+        required_unless_present = "list_interfaces"
+    )]
+    iface: Option<String>,
+    /// List the interfaces to capture on (in this network namespace), then exit.
+    #[arg(short = 'D', long)]
+    list_interfaces: bool,
     /// Write packets to FILE (`-` for standard output). Without it packets are only counted.
     #[arg(short = 'w')]
     write: Option<PathBuf>,
@@ -146,9 +156,13 @@ pub struct CaptureArgs {
     /// Replace an XDP program someone else attached to the interface.
     #[arg(long)]
     force: bool,
-    /// Write the final accounting as one JSON object to FILE.
+    /// Write the final accounting as one JSON object to FILE (opened before capturing).
     #[arg(long)]
     stats_json: Option<PathBuf>,
+    /// Run as USER (and its groups) once everything is open, with no capabilities left.
+    /// Default for root: the `poolcap` user if it exists, else root; `-Z root` stays root.
+    #[arg(short = 'Z', long = "relinquish-privileges", value_name = "USER")]
+    user: Option<String>,
     /// Filter expression (tcpdump syntax), after the options.
     #[arg(trailing_var_arg = true)]
     filter: Vec<String>,
@@ -282,7 +296,7 @@ pub fn parse_pool(s: &str) -> Result<(usize, usize), String> {
     Ok((m, r))
 }
 
-fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
+fn config(a: &CaptureArgs, iface: &str) -> anyhow::Result<CaptureConfig> {
     if a.snaplen == 0 {
         return Err(usage("-s: the snaplen must be at least 1"));
     }
@@ -305,9 +319,9 @@ fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
     if blocks > 1 << 16 {
         return Err(usage("-B: kernel ring too large"));
     }
-    let queues = a.queues.unwrap_or_else(|| netdev::rx_queues(&a.iface));
+    let queues = a.queues.unwrap_or_else(|| netdev::rx_queues(iface));
     // A cell holds the largest frame the link carries (plus a VLAN tag), within the snaplen.
-    let frame = (netdev::mtu(&a.iface).unwrap_or(1500) + 14 + 4).div_ceil(64) * 64;
+    let frame = (netdev::mtu(iface).unwrap_or(1500) + 14 + 4).div_ceil(64) * 64;
     let cell_size = frame.max(2048).min(a.snaplen as usize).max(64);
     let filter = (!a.filter.is_empty()).then(|| a.filter.join(" "));
     let buddy_groups = match &a.buddy_groups {
@@ -317,7 +331,7 @@ fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
         None => vec![(0..queues).collect()],
     };
     Ok(CaptureConfig {
-        iface: a.iface.clone(),
+        iface: iface.to_owned(),
         queues,
         fanout: a.fanout,
         pool: PoolSize {
@@ -354,27 +368,32 @@ fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
     })
 }
 
-/// Prints the accounting (to stderr, as tcpdump does, so `-w -` stays clean).
+/// Prints the accounting (to stderr, as tcpdump does, so `-w -` stays clean; a closed stderr
+/// loses only the text, never the statistics file).
 pub fn print_report(r: &CaptureReport) {
-    eprintln!(
+    crate::say!(
         "{} packets captured ({} bytes) in {:.2} s",
-        r.captured, r.bytes, r.seconds
+        r.captured,
+        r.bytes,
+        r.seconds
     );
-    eprintln!(
+    crate::say!(
         "{} packets dropped by kernel ({} ring freezes)",
-        r.dropped_kernel, r.freezes
+        r.dropped_kernel,
+        r.freezes
     );
-    eprintln!("{} packets dropped by pool", r.dropped_pool);
-    eprintln!("{} packets filtered", r.filtered);
+    crate::say!("{} packets dropped by pool", r.dropped_pool);
+    crate::say!("{} packets filtered", r.filtered);
     if r.written > 0 || r.not_written > 0 {
-        eprintln!(
+        crate::say!(
             "{} packets written, {} not written",
-            r.written, r.not_written
+            r.written,
+            r.not_written
         );
     }
     if r.queues.len() > 1 {
         for q in &r.queues {
-            eprintln!(
+            crate::say!(
                 "  queue {}: captured {} dropped kernel {} pool {} filtered {} peak pool {} chunks; offloaded out {} in {}; paused {} ms",
                 q.queue,
                 q.captured,
@@ -388,17 +407,42 @@ pub fn print_report(r: &CaptureReport) {
             );
         }
     }
-    eprintln!(
+    crate::say!(
         "cpu {:.3} s user {:.3} s system; {:.4} wait syscalls per packet",
-        r.cpu_user, r.cpu_system, r.syscalls_per_packet
+        r.cpu_user,
+        r.cpu_system,
+        r.syscalls_per_packet
     );
 }
 
 /// Runs `poolcap capture`.
 pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     let _ = args.numeric;
-    let mut cfg = config(&args)?;
-    poolcap_sys::privilege::check_raw_sockets("capturing packets")?;
+    let iface = match (&args.iface, args.list_interfaces) {
+        (_, true) => return super::ifaces::print(),
+        (Some(i), false) => i.clone(),
+        (None, false) => return Err(usage("-i: name the interface to capture on")),
+    };
+    let mut cfg = config(&args, &iface)?;
+    match args.backend {
+        BackendKind::AfXdp => {
+            let frames = (cfg.pool.cells * cfg.pool.chunks) as u64;
+            let frame = u64::from(crate::capture::backend::umem_frame_size(cfg.pool.cell_size));
+            poolcap_sys::privilege::check_af_xdp(cfg.queues as u64 * frames * frame)?
+        }
+        _ => poolcap_sys::privilege::check_raw_sockets("capturing packets")?,
+    }
+    let plan = privdrop::plan(
+        args.user.as_deref(),
+        poolcap_sys::process::effective_uid(),
+        poolcap_sys::privilege::lookup_user,
+    )?;
+    privdrop::check(&plan)?;
+    let mut stats = args
+        .stats_json
+        .as_deref()
+        .map(StatsFile::open)
+        .transpose()?;
     cfg.output = args.write.as_ref().map(|p| {
         let target = if p.as_os_str() == "-" {
             Output::Stdout
@@ -407,22 +451,32 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         };
         (target, args.format)
     });
+    // SIGHUP too: a capture in a closed terminal or an ended ssh session stops as cleanly.
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+    for sig in [SIGINT, SIGTERM, SIGHUP] {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
     }
     let (iface, snaplen, queues, pool) = (cfg.iface.clone(), cfg.snaplen, cfg.queues, cfg.pool);
-    let engine = Engine::start(cfg, stop).map_err(|e| match e {
-        CaptureError::Filter(f) => usage(f.to_string()),
-        e => anyhow::Error::new(e),
-    })?;
-    eprintln!(
+    let started = Engine::start(cfg, stop, || privdrop::apply(&plan));
+    let engine = match started {
+        Ok(e) => e,
+        Err(e) => {
+            if let Some(s) = stats.take() {
+                s.abandon();
+            }
+            return Err(match e {
+                CaptureError::Filter(f) => usage(f.to_string()),
+                e => anyhow::Error::new(e),
+            });
+        }
+    };
+    crate::say!(
         "listening on {iface}, link-type EN10MB (Ethernet), snapshot length {snaplen} bytes, {queues} queue{}, pool {}x{} cells",
         if queues == 1 { "" } else { "s" },
         pool.chunks,
         pool.cells
     );
-    eprintln!("{}", engine.backend_report());
+    crate::say!("{}", engine.backend_report());
     let report = engine.run();
     if report.file_limit_reached {
         // tcpdump's words, and as with tcpdump the capture ends successfully.
@@ -432,9 +486,8 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         );
     }
     print_report(&report);
-    if let Some(path) = &args.stats_json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
-            .with_context(|| format!("cannot write {}", path.display()))?;
+    if let Some(s) = stats {
+        s.write(&report)?;
     }
     if report.write_error.is_some() {
         // The engine printed the error (naming the file) when it happened.
@@ -450,4 +503,45 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         anyhow::bail!("{e}");
     }
     Ok(())
+}
+
+/// The `--stats-json` file, opened (not emptied) before the capture starts, so a bad path
+/// fails at once and the file stays writable after privileges are dropped.
+struct StatsFile {
+    path: PathBuf,
+    file: std::fs::File,
+    created: bool,
+}
+
+impl StatsFile {
+    fn open(path: &Path) -> anyhow::Result<Self> {
+        let created = std::fs::symlink_metadata(path).is_err();
+        let file = outfile::create(path, Existing::Keep).map_err(|e| {
+            usage(format!(
+                "--stats-json: cannot write {}: {e}",
+                path.display()
+            ))
+        })?;
+        Ok(Self {
+            path: path.to_owned(),
+            file,
+            created,
+        })
+    }
+
+    /// Replaces the file's contents with the report.
+    fn write(mut self, report: &CaptureReport) -> anyhow::Result<()> {
+        let text = serde_json::to_string_pretty(report)? + "\n";
+        self.file
+            .set_len(0)
+            .and_then(|()| self.file.write_all(text.as_bytes()))
+            .with_context(|| format!("cannot write {}", self.path.display()))
+    }
+
+    /// The capture never started: remove the file if this run created it.
+    fn abandon(self) {
+        if self.created {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }

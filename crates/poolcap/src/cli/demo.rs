@@ -2,18 +2,26 @@
 //! starts a capture in the probe, sends steady traffic, bursts and a skewed flow set from the
 //! sender, stops, prints the accounting, reads the file back to check every frame, and tears
 //! the lab down. Everything runs as child processes of this one, each in its namespace.
+//!
+//! Nothing outlives the demo: Ctrl-C, SIGTERM or SIGHUP stop the capture and remove the lab
+//! (exit 128 + signal); every child gets SIGTERM from the kernel if the demo dies, SIGKILL
+//! included (PR_SET_PDEATHSIG); and the lab of a demo that was killed, named after its PID,
+//! is removed by the next demo once that PID is gone.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Args;
-use poolcap_lab::{netns_command, Lab};
+use poolcap_lab::{Lab, LabSpec};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 use crate::capture::CaptureReport;
+use crate::cli::Interrupted;
 use crate::gen::GenReport;
 use crate::seqcheck::SeqChecker;
 
@@ -53,13 +61,64 @@ const PHASES: [Phase; 3] = [
     },
 ];
 
+/// Demo labs are named `demo{PID}` after the demo that built them.
+const LAB_PREFIX: &str = "demo";
+
+/// The signal that asked the demo to stop (0: none yet).
+#[derive(Clone)]
+struct StopFlag(Arc<AtomicUsize>);
+
+impl StopFlag {
+    fn register() -> anyhow::Result<Self> {
+        let flag = Arc::new(AtomicUsize::new(0));
+        for sig in [SIGINT, SIGTERM, SIGHUP] {
+            signal_hook::flag::register_usize(sig, Arc::clone(&flag), sig as usize)?;
+        }
+        Ok(Self(flag))
+    }
+
+    /// Fails with [`Interrupted`] once a signal has arrived.
+    fn check(&self) -> anyhow::Result<()> {
+        match self.0.load(Ordering::Relaxed) {
+            0 => Ok(()),
+            sig => Err(Interrupted(sig as i32).into()),
+        }
+    }
+}
+
+/// `ip netns exec NETNS poolcap`, ended by the kernel if the demo dies.
+fn child_command(netns: &str, exe: &Path) -> Command {
+    let mut cmd = poolcap_lab::netns_command(netns, &exe.to_string_lossy());
+    poolcap_sys::process::kill_child_with_parent(&mut cmd, libc::SIGTERM);
+    cmd
+}
+
+/// The capture process; stopped (SIGINT, then waited for) if dropped while running, so an
+/// early return never leaves it behind in a lab about to be removed.
+struct CaptureChild(Child);
+
+impl Drop for CaptureChild {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = poolcap_sys::process::interrupt(self.0.id());
+            let _ = self.0.wait();
+        }
+    }
+}
+
 fn self_exe() -> anyhow::Result<PathBuf> {
     std::env::current_exe().context("cannot find the poolcap executable")
 }
 
 /// Starts the capture and waits for its `listening on` line.
-fn start_capture(lab: &Lab, exe: &Path, file: &Path, stats: &Path) -> anyhow::Result<Child> {
-    let mut child = netns_command(&lab.probe.netns, &exe.to_string_lossy())
+fn start_capture(
+    lab: &Lab,
+    exe: &Path,
+    file: &Path,
+    stats: &Path,
+    stop: &StopFlag,
+) -> anyhow::Result<CaptureChild> {
+    let mut child = child_command(&lab.probe.netns, exe)
         .args([
             "capture",
             "-q",
@@ -77,6 +136,7 @@ fn start_capture(lab: &Lab, exe: &Path, file: &Path, stats: &Path) -> anyhow::Re
         .spawn()
         .context("cannot start the capture")?;
     let err = child.stderr.take().context("capture stderr")?;
+    let mut child = CaptureChild(child);
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(err).lines().map_while(Result::ok) {
@@ -85,6 +145,7 @@ fn start_capture(lab: &Lab, exe: &Path, file: &Path, stats: &Path) -> anyhow::Re
     });
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
+        stop.check()?;
         match rx.recv_timeout(Duration::from_millis(100)) {
             Ok(line) if line.contains("listening on") => {
                 println!("  capture: {line}");
@@ -94,18 +155,23 @@ fn start_capture(lab: &Lab, exe: &Path, file: &Path, stats: &Path) -> anyhow::Re
             }
             Ok(line) => eprintln!("  capture: {line}"),
             Err(_) => {
-                if let Some(st) = child.try_wait()? {
+                if let Some(st) = child.0.try_wait()? {
                     bail!("the capture exited early ({st})");
                 }
             }
         }
     }
-    let _ = child.kill();
     bail!("the capture did not start within 20 s")
 }
 
-fn send(lab: &Lab, exe: &Path, gen_id: u32, args: &[&str]) -> anyhow::Result<GenReport> {
-    let out = netns_command(&lab.sender.netns, &exe.to_string_lossy())
+fn send(
+    lab: &Lab,
+    exe: &Path,
+    gen_id: u32,
+    args: &[&str],
+    stop: &StopFlag,
+) -> anyhow::Result<GenReport> {
+    let out = child_command(&lab.sender.netns, exe)
         .args([
             "gen",
             "-i",
@@ -117,6 +183,8 @@ fn send(lab: &Lab, exe: &Path, gen_id: u32, args: &[&str]) -> anyhow::Result<Gen
         .args(args)
         .output()
         .context("cannot run the generator")?;
+    // A Ctrl-C reaches the generator too: report the interruption, not its exit status.
+    stop.check()?;
     if !out.status.success() {
         bail!(
             "generator failed: {}",
@@ -135,7 +203,11 @@ fn read_stats(path: &Path) -> anyhow::Result<CaptureReport> {
 /// Runs `poolcap demo`.
 pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let started = Instant::now();
+    let stop = StopFlag::register()?;
     let exe = self_exe()?;
+    for name in Lab::remove_orphans(LAB_PREFIX)? {
+        println!("poolcap demo: removed lab \"{name}\" left behind by a demo that was killed");
+    }
     let dir = args
         .write
         .parent()
@@ -147,15 +219,20 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         "poolcap demo: building a lab (sender and probe namespaces, veth with {} queues)",
         args.queues
     );
-    let lab = Lab::unique(args.queues, 2)?;
+    let lab = Lab::up(&LabSpec {
+        name: format!("{LAB_PREFIX}{}", std::process::id()),
+        queues: args.queues,
+        hosts: 2,
+    })?;
     println!(
         "  sender {} ({}), probe {} ({})",
         lab.sender.netns, lab.sender.iface, lab.probe.netns, lab.probe.iface
     );
-    let mut capture = start_capture(&lab, &exe, &args.write, &stats_path)?;
+    let mut capture = start_capture(&lab, &exe, &args.write, &stats_path, &stop)?;
     let mut sent = Vec::new();
     for (i, phase) in PHASES.iter().enumerate() {
-        let r = send(&lab, &exe, i as u32 + 1, phase.args)?;
+        stop.check()?;
+        let r = send(&lab, &exe, i as u32 + 1, phase.args, &stop)?;
         println!(
             "  sent {:>7} frames: {:<36} {:>8.0} pps",
             r.frames, phase.name, r.pps
@@ -163,8 +240,9 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         sent.push(r);
     }
     std::thread::sleep(Duration::from_millis(100));
-    poolcap_sys::process::interrupt(capture.id()).context("cannot stop the capture")?;
-    let status = capture.wait()?;
+    stop.check()?;
+    poolcap_sys::process::interrupt(capture.0.id()).context("cannot stop the capture")?;
+    let status = capture.0.wait()?;
     let report = read_stats(&stats_path)?;
     let total_sent: u64 = sent.iter().map(|r| r.frames).sum();
     let link_dropped: u64 = sent.iter().map(|r| r.link_dropped).sum();

@@ -31,11 +31,15 @@ enum LabCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Remove a lab: all its namespaces, and with them its veths.
+    /// Remove a lab: all its namespaces, and with them its veths. A lab with processes still
+    /// running inside is left as it is (they would keep it alive, unseen) unless --force.
     Down {
         /// Lab name.
         #[arg(long, default_value = "lab")]
         name: String,
+        /// End the processes running inside first (SIGTERM, then SIGKILL after 2 s).
+        #[arg(long)]
+        force: bool,
     },
     /// List the labs that exist.
     Status {
@@ -66,8 +70,8 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
                 print_up(&info);
             }
         }
-        LabCommand::Down { name } => {
-            Lab::down(&name).map_err(lab_error)?;
+        LabCommand::Down { name, force } => {
+            Lab::down(&name, force).map_err(lab_error)?;
             println!("lab \"{name}\" removed");
         }
         LabCommand::Status { json } => {

@@ -10,7 +10,9 @@ pub mod capture;
 pub mod check;
 pub mod demo;
 pub mod gen;
+mod ifaces;
 pub mod lab;
+pub mod privdrop;
 pub mod sim;
 
 /// poolcap: lossless packet capture on commodity Linux, and the lab to prove it.
@@ -73,12 +75,9 @@ pub fn main() -> i32 {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) if e.use_stderr() => {
-            // One line, as for every other error; `--help` has the rest.
-            let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or_default();
-            eprintln!(
+            crate::say!(
                 "poolcap: {} (see --help)",
-                first.trim_start_matches("error: ")
+                clap_message(&e.render().to_string())
             );
             return 2;
         }
@@ -105,12 +104,89 @@ pub fn main() -> i32 {
         Ok(()) => 0,
         Err(e) if e.downcast_ref::<Reported>().is_some() => 1,
         Err(e) => {
-            eprintln!("poolcap: {e:#}");
-            if e.downcast_ref::<UsageError>().is_some() {
+            crate::say!("poolcap: {}", one_line(&e));
+            if let Some(Interrupted(sig)) = e.downcast_ref::<Interrupted>() {
+                128 + sig
+            } else if e.downcast_ref::<UsageError>().is_some() {
                 2
             } else {
                 1
             }
         }
+    }
+}
+
+/// A command ended early because it was asked to by signal N: exit code 128 + N, as a shell
+/// reports a process the signal ended.
+#[derive(Debug)]
+pub struct Interrupted(pub i32);
+
+impl fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "interrupted by signal {}", self.0)
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+/// An error and its causes on one line, each cause once: many errors already print their
+/// source in their own message (`call: No such device (os error 19)`), and printing the chain
+/// as well would repeat it.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+/// clap's error without the usage and help hints, on one line: its first paragraph, which
+/// names what is wrong (the list of missing arguments included).
+fn clap_message(rendered: &str) -> String {
+    rendered
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" ")
+        .trim_start_matches("error: ")
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_os_error_is_printed_once() {
+        let os = std::io::Error::from_raw_os_error(libc::ENODEV);
+        let e = anyhow::Error::new(poolcap_sys::SysError {
+            call: "bind",
+            what: "prb9".into(),
+            source: os,
+        })
+        .context("cannot capture");
+        assert_eq!(
+            one_line(&e),
+            "cannot capture: bind (prb9): No such device (os error 19)"
+        );
+    }
+
+    #[test]
+    fn a_missing_argument_is_named() {
+        let e = Cli::try_parse_from(["poolcap", "capture"]).expect_err("no -i");
+        let msg = clap_message(&e.render().to_string());
+        assert!(
+            msg.starts_with("the following required arguments were not provided:")
+                && msg.contains("--interface"),
+            "{msg}"
+        );
     }
 }

@@ -6,6 +6,7 @@
 
 mod bench;
 mod capture;
+mod cli;
 mod common;
 mod disk;
 mod gen;
@@ -21,6 +22,7 @@ fn main() {
     trials.extend(offload::trials());
     trials.extend(xdp::trials());
     trials.extend(bench::trials());
+    trials.extend(cli::trials());
     if let Err(why) = poolcap_sys::privilege::check_lab() {
         eprintln!("skipping {} root tests: {why}", trials.len());
         trials = trials
