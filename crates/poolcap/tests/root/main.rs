@@ -9,6 +9,7 @@ mod capture;
 mod common;
 mod gen;
 mod offload;
+mod probe;
 mod xdp;
 
 fn main() {
@@ -18,6 +19,7 @@ fn main() {
     trials.extend(capture::trials());
     trials.extend(offload::trials());
     trials.extend(xdp::trials());
+    trials.extend(probe::trials());
     trials.extend(bench::trials());
     if let Err(why) = poolcap_sys::privilege::check_lab() {
         eprintln!("skipping {} root tests: {why}", trials.len());
