@@ -146,6 +146,9 @@ pub struct RuleRecord {
     /// Alert events, with the alert action.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub alerts: Option<Vec<AlertRecord>>,
+    /// Packets whose alert key found the key table full (not in any alert's count).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alert_untracked: Option<u64>,
     /// Changes that took effect at `period_start`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub changes: Vec<Change>,
@@ -235,6 +238,7 @@ fn rule_record(rule: &Rule, t: &RuleTally, p: &Period) -> RuleRecord {
                     })
                     .collect()
             }),
+        alert_untracked: t.alert.as_ref().map(|(_, counts)| counts.untracked),
         changes: p.changes.clone(),
         last: p.last,
     }
@@ -343,6 +347,7 @@ mod tests {
         assert_eq!(v["alerts"].as_array().unwrap().len(), 1);
         assert_eq!(v["alerts"][0]["value"], "2.2.2.2");
         assert_eq!(v["sizes"]["<=64"], 6);
+        assert_eq!(v["alert_untracked"], 0);
         assert_eq!(v["changes"][0]["what"], "rule u enabled");
         assert_eq!(v["period_start"], "1970-01-01T00:00:01.000000000Z");
         let human = table(&r, &p);

@@ -242,4 +242,16 @@ mod tests {
         assert_eq!(r.sizes.unwrap().0[0..2], [1, 2]);
         assert_eq!(r.alert.as_ref().unwrap().1.above(1).len(), 1);
     }
+
+    #[test]
+    fn alert_keys_are_capped_and_the_rest_counted() {
+        let mut k = KeyCounts::new(2);
+        for i in 0..5u8 {
+            k.observe(IpAddr::from([10, 0, 0, i]));
+        }
+        k.observe(IpAddr::from([10, 0, 0, 0]));
+        assert_eq!(k.above(0).len(), 2);
+        assert_eq!(k.untracked, 3);
+        assert_eq!(k.above(1), vec![(IpAddr::from([10, 0, 0, 0]), 2)]);
+    }
 }
