@@ -66,14 +66,16 @@ pub enum Next {
 pub enum Stage {
     /// The x-loop with this many iterations per packet (0: pass chunks on).
     XLoop(u32),
-    /// The probe's rules.
-    Probe(Analyzer),
+    /// The probe's rules, then the x-loop with this many iterations (an extra synthetic
+    /// analysis cost, as in Zabala et al.'s probe experiments).
+    Probe(Analyzer, u32),
 }
 
 impl Stage {
-    /// The probe's rules when there is a probe, else the x-loop of `load` iterations.
+    /// The probe's rules (plus `load`) when there is a probe, else the x-loop of `load`
+    /// iterations.
     pub fn new(load: u32, probe: Option<&Arc<Hub>>) -> Self {
-        probe.map_or(Self::XLoop(load), |hub| Self::Probe(hub.attach()))
+        probe.map_or(Self::XLoop(load), |hub| Self::Probe(hub.attach(), load))
     }
 
     fn run(&mut self, chunk: &Chunk) {
@@ -84,9 +86,12 @@ impl Stage {
                     x_loop(data, *x);
                 }
             }
-            Self::Probe(a) => {
+            Self::Probe(a, x) => {
                 for (meta, data) in chunk.packets() {
                     a.observe(data, meta.wire_len, meta.ts_ns);
+                    if *x > 0 {
+                        x_loop(data, *x);
+                    }
                 }
                 a.sync();
             }
@@ -95,7 +100,7 @@ impl Stage {
 
     /// Between chunks: a probe worker answers a period switch even when no chunk comes.
     fn idle(&mut self) {
-        if let Self::Probe(a) = self {
+        if let Self::Probe(a, _) = self {
             a.sync();
         }
     }

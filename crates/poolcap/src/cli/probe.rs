@@ -58,6 +58,9 @@ pub struct ProbeArgs {
     /// Worker threads running the rules (default: one per queue).
     #[arg(long)]
     workers: Option<usize>,
+    /// Extra synthetic analysis cost: x-loop iterations per packet after the rules.
+    #[arg(long)]
+    load: Option<u32>,
     /// Pool per queue as M,R.
     #[arg(long)]
     pool: Option<String>,
@@ -95,6 +98,7 @@ fn engine_argv(a: &ProbeArgs, iface: &str) -> Vec<String> {
     opt("--queues", a.queues.map(|q| q.to_string()));
     opt("--workers", a.workers.map(|w| w.to_string()));
     opt("--pool", a.pool.clone());
+    opt("--load", a.load.map(|x| x.to_string()));
     opt("--offload", a.offload.clone());
     opt("--backend", a.backend.clone());
     v
