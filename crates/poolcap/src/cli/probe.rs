@@ -53,25 +53,25 @@ pub struct ProbeArgs {
     #[arg(long, conflicts_with = "read")]
     ctl: Option<PathBuf>,
     /// Receive queues (default: the interface's).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "read")]
     queues: Option<usize>,
     /// Worker threads running the rules (default: one per queue).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "read")]
     workers: Option<usize>,
     /// Extra synthetic analysis cost: x-loop iterations per packet after the rules.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "read")]
     load: Option<u32>,
     /// Pool per queue as M,R.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "read")]
     pool: Option<String>,
     /// Offload policy: basic, buddy:T or congestion:HIGH,LOW (as for capture).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "read")]
     offload: Option<String>,
     /// Capture backend: af_packet, af_xdp or auto.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "read")]
     backend: Option<String>,
     /// Stop after this long (e.g. 30s); otherwise at SIGINT or SIGTERM.
-    #[arg(long, value_parser = units::parse_duration)]
+    #[arg(long, value_parser = units::parse_duration, conflicts_with = "read")]
     duration: Option<Duration>,
     /// No table on stdout (the JSON Lines report still gets every period).
     #[arg(short = 'q')]

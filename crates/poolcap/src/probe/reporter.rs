@@ -60,11 +60,6 @@ impl Reporter {
         self.hub.current().1
     }
 
-    /// When the current period started.
-    pub fn period_start(&self) -> SystemTime {
-        self.start
-    }
-
     /// Ends the current period at `now` (capture counters `accounting`, running totals);
     /// the next period runs `next`, and `change`, if any, is reported as taking effect at
     /// its start. `handover` runs between the switch and the collection (an analyzer on the
