@@ -5,6 +5,7 @@
 //!   `poolcap-lab`) and real interfaces with numbered frames, and [`seqcheck`] that checks
 //!   what arrived;
 //! - [`units`]: the human units the command line speaks (`300k`, `1Gbit`, `2s`);
+//! - [`probe`]: running the probe's rules (crate `poolcap-probe`) beside the engine;
 //! - [`cli`]: the `poolcap` command.
 //!
 //! File formats live in `poolcap-format`; all kernel access, with its raw pointers, lives in
@@ -23,6 +24,7 @@ pub mod memlimit;
 pub mod netdev;
 pub mod outfile;
 pub mod plot;
+pub mod probe;
 pub mod seqcheck;
 pub mod sim;
 pub mod units;

@@ -106,6 +106,8 @@ pub struct CaptureConfig {
     pub buddy_groups: Vec<Vec<usize>>,
     /// Print a status line this often on stderr (None: quiet).
     pub status_every: Option<Duration>,
+    /// Run the probe's rules on the workers instead of the x-loop (`poolcap probe`).
+    pub probe: Option<Arc<poolcap_probe::Hub>>,
 }
 
 impl std::fmt::Debug for CaptureConfig {
@@ -287,7 +289,10 @@ impl Engine {
         // the capture thread less often (on veth, on the sender's CPU), and hand a chunk on
         // as soon as the ring is empty rather than wake again to seal it. Not when a writer
         // merges queues: an idle queue's watermark lags by twice the retire timeout.
-        let no_analysis = !cfg.in_place && cfg.load == 0 && (cfg.output.is_none() || q == 1);
+        let no_analysis = !cfg.in_place
+            && cfg.load == 0
+            && cfg.probe.is_none()
+            && (cfg.output.is_none() || q == 1);
         let (ring, seal_after) = if no_analysis {
             let retire = cfg.ring.retire_timeout_ms.max(NO_ANALYSIS_RETIRE_MS);
             (
@@ -378,7 +383,7 @@ impl Engine {
         // place. `--inplace` runs the load there too. Either way no worker runs.
         let in_place = match (cfg.in_place, cfg.load, output.is_none()) {
             (true, load, _) => Some(load),
-            (false, 0, true) => Some(0),
+            (false, 0, true) if cfg.probe.is_none() => Some(0),
             _ => None,
         };
         // Without an analysis load a worker would only pass chunks on: capture threads hand
@@ -389,7 +394,7 @@ impl Engine {
             .map(|_| Arc::new(ArrayQueue::new(total_chunks)));
         let direct = writer_input
             .clone()
-            .filter(|_| cfg.load == 0 && in_place.is_none());
+            .filter(|_| cfg.load == 0 && cfg.probe.is_none() && in_place.is_none());
         let w = if in_place.is_some() || direct.is_some() {
             0
         } else {
@@ -494,7 +499,7 @@ impl Engine {
                 let wk = Worker {
                     queues: served_queues(i, w, q),
                     pools: Arc::clone(&pools),
-                    load: cfg.load,
+                    stage: worker::Stage::new(cfg.load, cfg.probe.as_ref()),
                     next: next.clone(),
                     captures_done: Arc::clone(&captures_done),
                     bell: Arc::clone(&worker_bells[i]),
@@ -536,6 +541,11 @@ impl Engine {
             started: Instant::now(),
             cpu_start: cpu_time(Who::SelfProcess),
         })
+    }
+
+    /// The running per-queue counters (for reports while the engine runs).
+    pub fn counters(&self) -> Arc<Vec<Arc<QueueCounters>>> {
+        Arc::clone(&self.counters)
     }
 
     /// Which backend runs, and why (for the startup report).

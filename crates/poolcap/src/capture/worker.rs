@@ -1,10 +1,14 @@
 //! Workers: packet-handler threads that run the pipeline over one chunk at a time, then send
 //! the chunk on (to the file writer) or home (to its pool's recycle queue).
 //!
-//! The pipeline today is the papers' synthetic analysis load, the x-loop: X iterations of
-//! arithmetic over the packet's bytes per packet, kept from being optimised away by
-//! `black_box`. Which capture queues a worker serves is decided once at start (B-(M,R): a
-//! chunk is processed by a worker of its own queue).
+//! The pipeline is one [`Stage`]: the papers' synthetic analysis load, the x-loop (X
+//! iterations of arithmetic over the packet's bytes per packet, kept from being optimised
+//! away by `black_box`), or the probe's rules (`poolcap probe`), whose per-worker
+//! [`Analyzer`] counts without locks and hands its tally over at chunk boundaries when the
+//! probe switches periods. Either way the pool, congestion control and buddy offload see the
+//! same thing: a worker that takes a chunk, spends time on it, and passes it on. Which
+//! capture queues a worker serves is decided once at start (B-(M,R): a chunk is processed by
+//! a worker of its own queue).
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
+use poolcap_probe::{Analyzer, Hub};
 
 use super::doorbell::Doorbell;
 use super::pool::{Chunk, Pool};
@@ -56,6 +61,51 @@ pub enum Next {
     Write(Arc<ArrayQueue<Chunk>>),
 }
 
+/// What a worker does with each packet.
+#[derive(Debug)]
+pub enum Stage {
+    /// The x-loop with this many iterations per packet (0: pass chunks on).
+    XLoop(u32),
+    /// The probe's rules, then the x-loop with this many iterations (an extra synthetic
+    /// analysis cost, as in Zabala et al.'s probe experiments).
+    Probe(Analyzer, u32),
+}
+
+impl Stage {
+    /// The probe's rules (plus `load`) when there is a probe, else the x-loop of `load`
+    /// iterations.
+    pub fn new(load: u32, probe: Option<&Arc<Hub>>) -> Self {
+        probe.map_or(Self::XLoop(load), |hub| Self::Probe(hub.attach(), load))
+    }
+
+    fn run(&mut self, chunk: &Chunk) {
+        match self {
+            Self::XLoop(0) => {}
+            Self::XLoop(x) => {
+                for (_, data) in chunk.packets() {
+                    x_loop(data, *x);
+                }
+            }
+            Self::Probe(a, x) => {
+                for (meta, data) in chunk.packets() {
+                    a.observe(data, meta.wire_len, meta.ts_ns);
+                    if *x > 0 {
+                        x_loop(data, *x);
+                    }
+                }
+                a.sync();
+            }
+        }
+    }
+
+    /// Between chunks: a probe worker answers a period switch even when no chunk comes.
+    fn idle(&mut self) {
+        if let Self::Probe(a, _) = self {
+            a.sync();
+        }
+    }
+}
+
 /// One worker thread's setup.
 #[derive(Debug)]
 pub struct Worker {
@@ -63,8 +113,8 @@ pub struct Worker {
     pub queues: Vec<usize>,
     /// All pools (indexed by queue).
     pub pools: Arc<Vec<Arc<Pool>>>,
-    /// x-loop iterations per packet.
-    pub load: u32,
+    /// What runs on each packet.
+    pub stage: Stage,
     /// Where chunks go next.
     pub next: Next,
     /// Set when every capture thread has finished.
@@ -77,7 +127,7 @@ pub struct Worker {
 
 impl Worker {
     /// Processes chunks until the capture threads are done and the served queues are empty.
-    pub fn run(self) {
+    pub fn run(mut self) {
         // When a worker shares a core with a capture thread, the capture thread must win:
         // it only empties the kernel ring into the pool, and if it waits the ring
         // overflows, while a waiting worker only lets the pool fill, which is what it is for.
@@ -85,8 +135,8 @@ impl Worker {
         self.bell.answer_from_this_thread();
         loop {
             let mut worked = false;
-            for &q in &self.queues {
-                if let Some(chunk) = self.pools[q].take_captured() {
+            for i in 0..self.queues.len() {
+                if let Some(chunk) = self.pools[self.queues[i]].take_captured() {
                     self.process(chunk);
                     worked = true;
                 }
@@ -94,6 +144,7 @@ impl Worker {
             if worked {
                 continue;
             }
+            self.stage.idle();
             if self.captures_done.load(Ordering::Acquire)
                 && self
                     .queues
@@ -107,12 +158,8 @@ impl Worker {
         }
     }
 
-    fn process(&self, chunk: Chunk) {
-        if self.load > 0 {
-            for (_, data) in chunk.packets() {
-                x_loop(data, self.load);
-            }
-        }
+    fn process(&mut self, chunk: Chunk) {
+        self.stage.run(&chunk);
         match &self.next {
             Next::Recycle => self.pools[chunk.home].recycle(chunk),
             // Cannot fail: the writer queue has room for every chunk of every pool.

@@ -296,7 +296,7 @@ pub fn parse_pool(s: &str) -> Result<(usize, usize), String> {
     Ok((m, r))
 }
 
-fn config(a: &CaptureArgs, iface: &str) -> anyhow::Result<CaptureConfig> {
+pub(crate) fn config(a: &CaptureArgs, iface: &str) -> anyhow::Result<CaptureConfig> {
     if a.snaplen == 0 {
         return Err(usage("-s: the snaplen must be at least 1"));
     }
@@ -365,6 +365,7 @@ fn config(a: &CaptureArgs, iface: &str) -> anyhow::Result<CaptureConfig> {
         },
         buddy_groups,
         status_every: (!a.quiet).then_some(Duration::from_secs(1)),
+        probe: None,
     })
 }
 

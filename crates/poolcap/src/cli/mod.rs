@@ -8,11 +8,13 @@ use std::fmt;
 pub mod bench;
 pub mod capture;
 pub mod check;
+pub mod ctl;
 pub mod demo;
 pub mod gen;
 mod ifaces;
 pub mod lab;
 pub mod privdrop;
+pub mod probe;
 pub mod sim;
 
 /// poolcap: lossless packet capture on commodity Linux, and the lab to prove it.
@@ -37,6 +39,10 @@ enum Command {
     Check(check::CheckArgs),
     /// Benchmark poolcap against tcpdump, netsniff-ng, dumpcap and trafgen in a lab.
     Bench(bench::BenchArgs),
+    /// Run probe rules (counts, flows, sizes, alerts) on live traffic or a file, per period.
+    Probe(Box<probe::ProbeArgs>),
+    /// Send a command to a running probe's control socket.
+    Ctl(ctl::CtlArgs),
     /// Simulate n receive queues with the engine's policies in virtual time; sweeps to CSV+PNG.
     Sim(sim::SimArgs),
 }
@@ -88,7 +94,7 @@ pub fn main() -> i32 {
     };
     // Capture handles a closed `-w -` pipe as a write error (accounting still printed);
     // every other command ends quietly on a closed stdout, as C tools do.
-    if !matches!(cli.command, Command::Capture(_)) {
+    if !matches!(cli.command, Command::Capture(_) | Command::Probe(_)) {
         poolcap_sys::process::default_sigpipe();
     }
     let result = match cli.command {
@@ -99,6 +105,8 @@ pub fn main() -> i32 {
         Command::Check(a) => check::run(a),
         Command::Sim(a) => sim::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Probe(a) => probe::run(*a),
+        Command::Ctl(a) => ctl::run(a),
     };
     match result {
         Ok(()) => 0,

@@ -11,6 +11,7 @@ mod common;
 mod disk;
 mod gen;
 mod offload;
+mod probe;
 mod xdp;
 
 fn main() {
@@ -21,6 +22,7 @@ fn main() {
     trials.extend(disk::trials());
     trials.extend(offload::trials());
     trials.extend(xdp::trials());
+    trials.extend(probe::trials());
     trials.extend(bench::trials());
     trials.extend(cli::trials());
     if let Err(why) = poolcap_sys::privilege::check_lab() {

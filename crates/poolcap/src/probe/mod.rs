@@ -1,0 +1,16 @@
+//! Running the probe (`poolcap probe`): the engine's workers run the rules
+//! ([`poolcap_probe`]), and this module closes periods, writes the reports and serves the
+//! control socket.
+//!
+//! - [`reporter`]: ends a period (switches the hub's epoch, collects and merges the
+//!   workers' tallies) and writes its JSON Lines records and table;
+//! - [`live`]: the periodic action manager beside a running capture: the period clock, the
+//!   control socket, SIGHUP, and the final report after the engine has drained;
+//! - [`control`]: the control socket itself (mode 0600) and the `poolcap ctl` client;
+//! - [`offline`]: `probe -r FILE`, the same analyzers over a capture file, periods cut by
+//!   the packets' own timestamps.
+
+pub mod control;
+pub mod live;
+pub mod offline;
+pub mod reporter;

@@ -1,0 +1,135 @@
+//! Ends periods and writes their reports. A period ends by switching the hub to the next
+//! configuration, then collecting every worker's tally of the closed epoch; the records of
+//! each rule go to the JSON Lines file (flushed per period, so a reader sees whole
+//! periods) and a table to stdout.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context;
+use poolcap_probe::report::{self, Accounting, Change, Period, RuleRecord};
+use poolcap_probe::{Config, Hub};
+
+/// How long the reporter waits for every worker's tally: a worker answers at its next chunk
+/// boundary or within its idle wait, so this only bounds a stuck worker.
+const COLLECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The reporter's state between periods.
+pub struct Reporter {
+    hub: Arc<Hub>,
+    start: SystemTime,
+    changes: Vec<Change>,
+    accounting_at_start: Accounting,
+    jsonl: Option<(PathBuf, BufWriter<File>)>,
+    table: bool,
+}
+
+impl Reporter {
+    /// A reporter whose first period starts at `start`; records go to `jsonl` (created now)
+    /// and, with `table`, a table to stdout.
+    pub fn new(
+        hub: Arc<Hub>,
+        start: SystemTime,
+        jsonl: Option<&Path>,
+        table: bool,
+    ) -> anyhow::Result<Self> {
+        let jsonl = match jsonl {
+            Some(p) => Some((
+                p.to_owned(),
+                BufWriter::new(
+                    File::create(p).with_context(|| format!("cannot write {}", p.display()))?,
+                ),
+            )),
+            None => None,
+        };
+        Ok(Self {
+            hub,
+            start,
+            changes: Vec::new(),
+            accounting_at_start: Accounting::default(),
+            jsonl,
+            table,
+        })
+    }
+
+    /// The configuration the current period runs.
+    pub fn running(&self) -> Arc<Config> {
+        self.hub.current().1
+    }
+
+    /// Ends the current period at `now` (capture counters `accounting`, running totals);
+    /// the next period runs `next`, and `change`, if any, is reported as taking effect at
+    /// its start. `handover` runs between the switch and the collection (an analyzer on the
+    /// reporter's own thread syncs there). Returns the time the change took effect.
+    pub fn switch(
+        &mut self,
+        now: SystemTime,
+        accounting: Accounting,
+        next: Config,
+        change: Option<String>,
+        handover: &mut dyn FnMut(),
+    ) -> anyhow::Result<String> {
+        let (epoch, ran) = self.hub.switch(next);
+        handover();
+        let tally = self.hub.collect(epoch, &ran, false, COLLECT_TIMEOUT)?;
+        self.emit(&ran, &tally, now, accounting, false)?;
+        let at = report::time(now);
+        if let Some(what) = change {
+            self.changes.push(Change {
+                at: at.clone(),
+                what,
+            });
+        }
+        Ok(at)
+    }
+
+    /// Ends the last period at `now`, once every worker has stopped; returns its records.
+    pub fn finish(
+        mut self,
+        now: SystemTime,
+        accounting: Accounting,
+    ) -> anyhow::Result<Vec<RuleRecord>> {
+        let (epoch, ran) = self.hub.current();
+        let tally = self.hub.collect(epoch, &ran, true, COLLECT_TIMEOUT)?;
+        self.emit(&ran, &tally, now, accounting, true)
+    }
+
+    fn emit(
+        &mut self,
+        config: &Config,
+        tally: &poolcap_probe::tally::Tally,
+        end: SystemTime,
+        accounting: Accounting,
+        last: bool,
+    ) -> anyhow::Result<Vec<RuleRecord>> {
+        let period = Period {
+            start: self.start,
+            end,
+            accounting: accounting.since(&self.accounting_at_start),
+            changes: std::mem::take(&mut self.changes),
+            last,
+        };
+        let records = report::records(config, tally, &period);
+        if let Some((path, out)) = &mut self.jsonl {
+            let mut write = || -> std::io::Result<()> {
+                for r in &records {
+                    serde_json::to_writer(&mut *out, r)?;
+                    out.write_all(b"\n")?;
+                }
+                out.flush()
+            };
+            write().with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        if self.table {
+            let mut stdout = std::io::stdout().lock();
+            let _ = stdout.write_all(report::table(&records, &period).as_bytes());
+            let _ = stdout.flush();
+        }
+        self.start = end;
+        self.accounting_at_start = accounting;
+        Ok(records)
+    }
+}
