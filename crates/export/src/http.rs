@@ -1,0 +1,174 @@
+//! Serves [`Metrics`] as OpenMetrics text on `GET /metrics`, from one thread (tiny_http).
+//!
+//! The listener is bound in [`MetricsServer::start`], so a port in use is an error before
+//! capture starts; dropping the server unblocks and joins its thread.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crate::metrics::Metrics;
+use crate::ExportError;
+
+/// The content type of OpenMetrics text, as prometheus-client writes it.
+const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Parses `--metrics`: `PORT` or `:PORT` (loopback), or `ADDR:PORT` (`[V6]:PORT`, a name).
+pub fn parse_listen(s: &str) -> Result<SocketAddr, ExportError> {
+    let bad = |why: String| ExportError::Address {
+        what: "--metrics",
+        addr: s.to_string(),
+        why,
+    };
+    let port = s.strip_prefix(':').unwrap_or(s);
+    if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) {
+        let port: u16 = port
+            .parse()
+            .map_err(|_| bad("the port must be 0..65535".into()))?;
+        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
+    }
+    s.to_socket_addrs()
+        .map_err(|e| bad(format!("give PORT or ADDR:PORT ({e})")))?
+        .next()
+        .ok_or_else(|| bad("resolves to no address".into()))
+}
+
+/// A running `/metrics` endpoint.
+pub struct MetricsServer {
+    server: Arc<tiny_http::Server>,
+    addr: SocketAddr,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for MetricsServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetricsServer")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl MetricsServer {
+    /// Binds `addr` and serves `metrics` until dropped.
+    pub fn start(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<Self, ExportError> {
+        let server = tiny_http::Server::http(addr).map_err(|e| ExportError::Listen {
+            addr,
+            why: e.to_string(),
+        })?;
+        let addr = server.server_addr().to_ip().unwrap_or(addr);
+        let server = Arc::new(server);
+        let s = Arc::clone(&server);
+        let thread = std::thread::Builder::new()
+            .name("metrics".into())
+            .spawn(move || serve(&s, &metrics))
+            .map_err(|e| ExportError::Listen {
+                addr,
+                why: e.to_string(),
+            })?;
+        Ok(Self {
+            server,
+            addr,
+            thread: Some(thread),
+        })
+    }
+
+    /// The address it listens on (with the port the kernel chose for port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+fn serve(server: &tiny_http::Server, metrics: &Metrics) {
+    // `incoming_requests` ends when the server is unblocked.
+    for req in server.incoming_requests() {
+        let path = req.url().split('?').next().unwrap_or_default();
+        let resp = if path == "/metrics" && *req.method() == tiny_http::Method::Get {
+            let header = tiny_http::Header::from_bytes("Content-Type", CONTENT_TYPE)
+                .expect("a valid static header");
+            tiny_http::Response::from_string(metrics.encode()).with_header(header)
+        } else {
+            tiny_http::Response::from_string("poolcap serves metrics on /metrics\n")
+                .with_status_code(404)
+        };
+        // A scraper that went away is its own problem.
+        let _ = req.respond(resp);
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.server.unblock();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    fn get(addr: SocketAddr, path: &str) -> String {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn listen_addresses_default_to_loopback() {
+        assert_eq!(
+            parse_listen("9100").unwrap(),
+            "127.0.0.1:9100".parse().unwrap()
+        );
+        assert_eq!(
+            parse_listen(":9100").unwrap(),
+            "127.0.0.1:9100".parse().unwrap()
+        );
+        assert_eq!(
+            parse_listen("0.0.0.0:80").unwrap(),
+            "0.0.0.0:80".parse().unwrap()
+        );
+        assert_eq!(
+            parse_listen("[::1]:80").unwrap(),
+            "[::1]:80".parse().unwrap()
+        );
+        for bad in ["", "99999", "host.invalid:80", "1.2.3.4"] {
+            let e = parse_listen(bad).unwrap_err().to_string();
+            assert!(e.starts_with("--metrics"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn serves_metrics_and_refuses_a_port_in_use() {
+        let m = Arc::new(Metrics::new(
+            || {
+                vec![crate::metrics::QueueSample {
+                    captured: 42,
+                    ..Default::default()
+                }]
+            },
+            Vec::new(),
+        ));
+        let server = MetricsServer::start("127.0.0.1:0".parse().unwrap(), Arc::clone(&m)).unwrap();
+        let body = get(server.addr(), "/metrics");
+        assert!(body.contains("application/openmetrics-text"), "{body}");
+        assert!(
+            body.contains("poolcap_packets_captured_total{queue=\"0\"} 42"),
+            "{body}"
+        );
+        assert!(
+            get(server.addr(), "/").starts_with("HTTP/1.0 404")
+                || get(server.addr(), "/").contains(" 404 ")
+        );
+        let e = MetricsServer::start(server.addr(), m)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("cannot listen on") && e.contains(&server.addr().to_string()),
+            "{e}"
+        );
+    }
+}
