@@ -1,7 +1,8 @@
 //! Serves [`Metrics`] as OpenMetrics text on `GET /metrics`, from one thread (tiny_http).
 //!
-//! The listener is bound in [`MetricsServer::start`], so a port in use is an error before
-//! capture starts; dropping the server unblocks and joins its thread.
+//! The listener is bound first ([`Listener::bind`], before the capture starts, so a port in
+//! use is an error at once), and served once the engine's counters exist
+//! ([`MetricsServer::start`]); dropping the server unblocks and joins its thread.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
@@ -48,14 +49,39 @@ impl std::fmt::Debug for MetricsServer {
     }
 }
 
-impl MetricsServer {
-    /// Binds `addr` and serves `metrics` until dropped.
-    pub fn start(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<Self, ExportError> {
+/// A bound `/metrics` listener, not serving yet.
+pub struct Listener {
+    server: tiny_http::Server,
+    addr: SocketAddr,
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener").field("addr", &self.addr).finish()
+    }
+}
+
+impl Listener {
+    /// Binds `addr` (port 0: any free port).
+    pub fn bind(addr: SocketAddr) -> Result<Self, ExportError> {
         let server = tiny_http::Server::http(addr).map_err(|e| ExportError::Listen {
             addr,
             why: e.to_string(),
         })?;
         let addr = server.server_addr().to_ip().unwrap_or(addr);
+        Ok(Self { server, addr })
+    }
+
+    /// The address it listens on (with the port the kernel chose for port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl MetricsServer {
+    /// Serves `metrics` on `listener` until dropped.
+    pub fn start(listener: Listener, metrics: Arc<Metrics>) -> Result<Self, ExportError> {
+        let Listener { server, addr } = listener;
         let server = Arc::new(server);
         let s = Arc::clone(&server);
         let thread = std::thread::Builder::new()
@@ -83,9 +109,11 @@ fn serve(server: &tiny_http::Server, metrics: &Metrics) {
     for req in server.incoming_requests() {
         let path = req.url().split('?').next().unwrap_or_default();
         let resp = if path == "/metrics" && *req.method() == tiny_http::Method::Get {
-            let header = tiny_http::Header::from_bytes("Content-Type", CONTENT_TYPE)
-                .expect("a valid static header");
-            tiny_http::Response::from_string(metrics.encode()).with_header(header)
+            let r = tiny_http::Response::from_string(metrics.encode());
+            match tiny_http::Header::from_bytes("Content-Type", CONTENT_TYPE) {
+                Ok(h) => r.with_header(h),
+                Err(()) => r,
+            }
         } else {
             tiny_http::Response::from_string("poolcap serves metrics on /metrics\n")
                 .with_status_code(404)
@@ -152,20 +180,20 @@ mod tests {
             },
             Vec::new(),
         ));
-        let server = MetricsServer::start("127.0.0.1:0".parse().unwrap(), Arc::clone(&m)).unwrap();
+        let listener = Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let server = MetricsServer::start(listener, m).unwrap();
         let body = get(server.addr(), "/metrics");
         assert!(body.contains("application/openmetrics-text"), "{body}");
         assert!(
             body.contains("poolcap_packets_captured_total{queue=\"0\"} 42"),
             "{body}"
         );
+        let other = get(server.addr(), "/");
         assert!(
-            get(server.addr(), "/").starts_with("HTTP/1.0 404")
-                || get(server.addr(), "/").contains(" 404 ")
+            other.lines().next().unwrap_or_default().contains(" 404"),
+            "{other}"
         );
-        let e = MetricsServer::start(server.addr(), m)
-            .unwrap_err()
-            .to_string();
+        let e = Listener::bind(server.addr()).unwrap_err().to_string();
         assert!(
             e.contains("cannot listen on") && e.contains(&server.addr().to_string()),
             "{e}"

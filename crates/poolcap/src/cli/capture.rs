@@ -126,6 +126,8 @@ pub struct CaptureArgs {
     /// Write the final accounting as one JSON object to FILE.
     #[arg(long)]
     stats_json: Option<PathBuf>,
+    #[command(flatten)]
+    export: crate::cli::export::MetricsArgs,
     /// Filter expression (tcpdump syntax), after the options.
     #[arg(trailing_var_arg = true)]
     filter: Vec<String>,
@@ -319,6 +321,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     let _ = args.numeric;
     let mut cfg = config(&args)?;
     poolcap_sys::privilege::check_raw_sockets("capturing packets")?;
+    let metrics = crate::cli::export::bind_metrics(&args.export)?;
     cfg.output = args.write.as_ref().map(|p| {
         let target = if p.as_os_str() == "-" {
             Output::Stdout
@@ -343,6 +346,9 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         pool.cells
     );
     eprintln!("{}", engine.backend_report());
+    let _metrics = metrics
+        .map(|m| crate::cli::export::serve_metrics(m, &engine, Vec::new()))
+        .transpose()?;
     let report = engine.run();
     print_report(&report);
     if let Some(path) = &args.stats_json {
