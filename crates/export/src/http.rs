@@ -12,7 +12,9 @@ use crate::metrics::Metrics;
 use crate::ExportError;
 
 /// The content type of OpenMetrics text, as prometheus-client writes it.
-const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The content type of the Prometheus text format.
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Parses `--metrics`: `PORT` or `:PORT` (loopback), or `ADDR:PORT` (`[V6]:PORT`, a name).
 pub fn parse_listen(s: &str) -> Result<SocketAddr, ExportError> {
@@ -57,7 +59,9 @@ pub struct Listener {
 
 impl std::fmt::Debug for Listener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Listener").field("addr", &self.addr).finish()
+        f.debug_struct("Listener")
+            .field("addr", &self.addr)
+            .finish()
     }
 }
 
@@ -109,8 +113,18 @@ fn serve(server: &tiny_http::Server, metrics: &Metrics) {
     for req in server.incoming_requests() {
         let path = req.url().split('?').next().unwrap_or_default();
         let resp = if path == "/metrics" && *req.method() == tiny_http::Method::Get {
-            let r = tiny_http::Response::from_string(metrics.encode());
-            match tiny_http::Header::from_bytes("Content-Type", CONTENT_TYPE) {
+            // OpenMetrics for scrapers that ask for it (Prometheus does), the Prometheus
+            // text format for everyone else.
+            let openmetrics = req.headers().iter().any(|h| {
+                h.field.equiv("Accept") && h.value.as_str().contains("application/openmetrics-text")
+            });
+            let (body, kind) = if openmetrics {
+                (metrics.encode(), OPENMETRICS)
+            } else {
+                (metrics.encode_prometheus_text(), PROMETHEUS_TEXT)
+            };
+            let r = tiny_http::Response::from_string(body);
+            match tiny_http::Header::from_bytes("Content-Type", kind) {
                 Ok(h) => r.with_header(h),
                 Err(()) => r,
             }
@@ -137,9 +151,13 @@ mod tests {
     use super::*;
     use std::io::{Read, Write};
 
-    fn get(addr: SocketAddr, path: &str) -> String {
+    fn get(addr: SocketAddr, path: &str, accept: &str) -> String {
         let mut s = std::net::TcpStream::connect(addr).unwrap();
-        write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.0\r\nHost: x\r\nAccept: {accept}\r\n\r\n"
+        )
+        .unwrap();
         let mut out = String::new();
         s.read_to_string(&mut out).unwrap();
         out
@@ -182,13 +200,24 @@ mod tests {
         ));
         let listener = Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let server = MetricsServer::start(listener, m).unwrap();
-        let body = get(server.addr(), "/metrics");
+        let body = get(
+            server.addr(),
+            "/metrics",
+            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+        );
         assert!(body.contains("application/openmetrics-text"), "{body}");
+        assert!(body.ends_with("# EOF\n"), "{body}");
+        let plain = get(server.addr(), "/metrics", "*/*");
+        assert!(plain.contains("text/plain; version=0.0.4"), "{plain}");
+        assert!(
+            plain.contains("# TYPE poolcap_packets_captured_total counter"),
+            "{plain}"
+        );
         assert!(
             body.contains("poolcap_packets_captured_total{queue=\"0\"} 42"),
             "{body}"
         );
-        let other = get(server.addr(), "/");
+        let other = get(server.addr(), "/", "*/*");
         assert!(
             other.lines().next().unwrap_or_default().contains(" 404"),
             "{other}"

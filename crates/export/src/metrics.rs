@@ -315,13 +315,50 @@ impl Metrics {
         self.rules.clone()
     }
 
-    /// The OpenMetrics text of all metrics now.
+    /// The OpenMetrics text of all metrics now (what Prometheus asks for).
     pub fn encode(&self) -> String {
         let mut s = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
         s
     }
+
+    /// The same metrics in the Prometheus text format 0.0.4 (for clients that do not ask
+    /// for OpenMetrics, such as `promtool check metrics` and curl).
+    pub fn encode_prometheus_text(&self) -> String {
+        openmetrics_to_prometheus_text(&self.encode())
+    }
+}
+
+/// OpenMetrics names a counter family without its `_total` suffix in `# HELP` and `# TYPE`
+/// while the samples carry it; the Prometheus text format wants one name throughout, and
+/// has no `# UNIT` or `# EOF`. prometheus-client writes only OpenMetrics
+/// (prometheus/client_rust#51), so the older format is derived from it here.
+fn openmetrics_to_prometheus_text(om: &str) -> String {
+    let mut out = String::with_capacity(om.len());
+    let mut help: Option<&str> = None;
+    for line in om.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            help = Some(rest);
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, "untyped"));
+            let suffix = if kind == "counter" { "_total" } else { "" };
+            if let Some(h) = help.take() {
+                let text = h.split_once(' ').map_or("", |(_, t)| t);
+                out += &format!("# HELP {name}{suffix} {text}\n");
+            }
+            out += &format!("# TYPE {name}{suffix} {kind}\n");
+            continue;
+        }
+        if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        }
+        out += line;
+        out.push('\n');
+    }
+    out
 }
 
 #[cfg(test)]
@@ -405,6 +442,16 @@ mod tests {
         );
         assert!(t.contains("# TYPE poolcap_pool_chunks_in_use gauge"), "{t}");
         assert!(t.ends_with("# EOF\n"), "{t}");
+        let p = m.encode_prometheus_text();
+        assert!(
+            p.contains("# HELP poolcap_packets_captured_total Packets handed to the pipeline.\n# TYPE poolcap_packets_captured_total counter\npoolcap_packets_captured_total{queue=\"0\"} 9\n"),
+            "{p}"
+        );
+        assert!(
+            p.contains("# TYPE poolcap_pool_chunks_in_use gauge\npoolcap_pool_chunks_in_use{queue=\"0\"} 3\n"),
+            "{p}"
+        );
+        assert!(!p.contains("# UNIT") && !p.contains("# EOF"), "{p}");
     }
 
     #[test]
