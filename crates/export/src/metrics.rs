@@ -291,20 +291,21 @@ impl Metrics {
             registry.register_collector(Box::new(ExportCollector(exporters)));
         }
         let rules = RuleCounters::default();
+        // `register` ends the help text with a period itself.
         registry.register(
             "poolcap_probe_rule_packets",
-            "Packets matching a probe rule (added at each period's end).",
+            "Packets matching a probe rule (added at each period's end)",
             rules.packets.clone(),
         );
         registry.register_with_unit(
             "poolcap_probe_rule",
-            "Wire bytes of the packets matching a probe rule (added at each period's end).",
+            "Wire bytes of the packets matching a probe rule (added at each period's end)",
             Unit::Bytes,
             rules.bytes.clone(),
         );
         registry.register(
             "poolcap_probe_rule_alerts",
-            "Alert events of a probe rule.",
+            "Alert events of a probe rule",
             rules.alerts.clone(),
         );
         Self { registry, rules }

@@ -7,6 +7,7 @@
 mod bench;
 mod capture;
 mod common;
+mod export;
 mod gen;
 mod offload;
 mod probe;
@@ -20,6 +21,7 @@ fn main() {
     trials.extend(offload::trials());
     trials.extend(xdp::trials());
     trials.extend(probe::trials());
+    trials.extend(export::trials());
     trials.extend(bench::trials());
     if let Err(why) = poolcap_sys::privilege::check_lab() {
         eprintln!("skipping {} root tests: {why}", trials.len());
