@@ -440,6 +440,33 @@ mod tests {
     }
 
     #[test]
+    fn udp_resends_templates_once_the_refresh_is_due() {
+        let collector = UdpSocket::bind("127.0.0.1:0").unwrap();
+        collector
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut cfg = config(collector.local_addr().unwrap(), Transport::Udp);
+        let flows = [(1, 1, 0, 0, "F")];
+        let mut buf = [0u8; 65536];
+        let mut templates = |cfg: IpfixConfig| -> Vec<bool> {
+            let x = IpfixExporter::start(cfg).unwrap();
+            for _ in 0..3 {
+                x.sender().offer(&[period(&flows)]);
+            }
+            assert_eq!(x.finish(), (3, 0));
+            (0..3)
+                .map(|_| {
+                    let n = collector.recv(&mut buf).unwrap();
+                    decode::message(&buf[..n]).templates
+                })
+                .collect()
+        };
+        assert_eq!(templates(cfg), [true, false, false]);
+        cfg.template_refresh = Duration::ZERO;
+        assert_eq!(templates(cfg), [true, true, true]);
+    }
+
+    #[test]
     fn tcp_streams_messages_and_counts_what_a_vanished_collector_missed() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let x =
