@@ -548,6 +548,11 @@ impl Engine {
         Arc::clone(&self.counters)
     }
 
+    /// The pools, one per queue (for the metrics' occupancy).
+    pub fn pools(&self) -> Arc<Vec<Arc<Pool>>> {
+        Arc::clone(&self.pools)
+    }
+
     /// Which backend runs, and why (for the startup report).
     pub fn backend_report(&self) -> &str {
         &self.report

@@ -163,6 +163,8 @@ pub struct CaptureArgs {
     /// Default for root: the `poolcap` user if it exists, else root; `-Z root` stays root.
     #[arg(short = 'Z', long = "relinquish-privileges", value_name = "USER")]
     user: Option<String>,
+    #[command(flatten)]
+    export: crate::cli::export::MetricsArgs,
     /// Filter expression (tcpdump syntax), after the options.
     #[arg(trailing_var_arg = true)]
     filter: Vec<String>,
@@ -439,6 +441,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         poolcap_sys::privilege::lookup_user,
     )?;
     privdrop::check(&plan)?;
+    let metrics = crate::cli::export::bind_metrics(&args.export)?;
     let mut stats = args
         .stats_json
         .as_deref()
@@ -478,6 +481,9 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         pool.cells
     );
     crate::say!("{}", engine.backend_report());
+    let _metrics = metrics
+        .map(|m| crate::cli::export::serve_metrics(m, &engine, Vec::new()))
+        .transpose()?;
     let report = engine.run();
     if report.file_limit_reached {
         // tcpdump's words, and as with tcpdump the capture ends successfully.

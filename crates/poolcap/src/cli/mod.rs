@@ -10,6 +10,7 @@ pub mod capture;
 pub mod check;
 pub mod ctl;
 pub mod demo;
+pub mod export;
 pub mod gen;
 mod ifaces;
 pub mod lab;

@@ -11,7 +11,7 @@ use poolcap_probe::Hub;
 
 use crate::capture::{CaptureError, Engine, Output};
 use crate::cli::capture::{config as capture_config, print_report, CaptureArgs};
-use crate::cli::usage;
+use crate::cli::{export, usage};
 use crate::probe::control::ControlSocket;
 use crate::probe::live::Manager;
 use crate::probe::reporter::Reporter;
@@ -76,6 +76,10 @@ pub struct ProbeArgs {
     /// No table on stdout (the JSON Lines report still gets every period).
     #[arg(short = 'q')]
     quiet: bool,
+    #[command(flatten)]
+    metrics: export::MetricsArgs,
+    #[command(flatten)]
+    ipfix: export::IpfixArgs,
 }
 
 /// The capture options a probe passes through, parsed by `poolcap capture`'s own parser so
@@ -108,6 +112,9 @@ fn engine_argv(a: &ProbeArgs, iface: &str) -> Vec<String> {
 pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     let config = poolcap_probe::config::load(&args.config).map_err(|e| usage(e.to_string()))?;
     if let Some(file) = &args.read {
+        if args.metrics.is_set() || args.ipfix.is_set() {
+            return Err(usage("--metrics and --ipfix need a live probe (-i)"));
+        }
         probe::offline::run(file, config, args.report.as_deref(), !args.quiet)?;
         return Ok(());
     }
@@ -125,6 +132,8 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     })?;
     let mut cfg = capture_config(&parsed.capture, &iface)?;
     poolcap_sys::privilege::check_raw_sockets("capturing packets")?;
+    let metrics = export::bind_metrics(&args.metrics)?;
+    let ipfix = export::start_ipfix(&args.ipfix)?;
     cfg.output = args
         .write
         .clone()
@@ -145,8 +154,21 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         e => anyhow::Error::new(e),
     })?;
     let engine_done = Arc::new(AtomicBool::new(false));
+    let mut reporter = Reporter::new(hub, SystemTime::now(), args.report.as_deref(), !args.quiet)?;
+    let exporters = ipfix.iter().map(|x| ("ipfix", x.counters())).collect();
+    let metrics = metrics
+        .map(|m| export::serve_metrics(m, &engine, exporters))
+        .transpose()?;
+    if let Some((_, rules)) = &metrics {
+        let rules = rules.clone();
+        reporter.on_period(Box::new(move |records| rules.add_period(records)));
+    }
+    if let Some(x) = &ipfix {
+        let flows = x.sender();
+        reporter.on_period(Box::new(move |records| flows.offer(records)));
+    }
     let manager = Manager {
-        reporter: Reporter::new(hub, SystemTime::now(), args.report.as_deref(), !args.quiet)?,
+        reporter,
         config_path: args.config.clone(),
         counters: engine.counters(),
         socket,
@@ -175,6 +197,9 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         .join()
         .map_err(|_| anyhow::anyhow!("the probe manager panicked"))?;
     print_report(&report);
+    if let Some(x) = ipfix {
+        export::finish_ipfix(x);
+    }
     last?;
     if let Some(e) = &report.write_error {
         anyhow::bail!("write error: {e}");

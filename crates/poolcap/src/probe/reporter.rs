@@ -17,6 +17,10 @@ use poolcap_probe::{Config, Hub};
 /// boundary or within its idle wait, so this only bounds a stuck worker.
 const COLLECT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Called with each period's records once they are written (the exporters); it must not
+/// wait for anything.
+pub type PeriodHook = Box<dyn FnMut(&[RuleRecord]) + Send>;
+
 /// The reporter's state between periods.
 pub struct Reporter {
     hub: Arc<Hub>,
@@ -25,6 +29,7 @@ pub struct Reporter {
     accounting_at_start: Accounting,
     jsonl: Option<(PathBuf, BufWriter<File>)>,
     table: bool,
+    hooks: Vec<PeriodHook>,
 }
 
 impl Reporter {
@@ -52,7 +57,13 @@ impl Reporter {
             accounting_at_start: Accounting::default(),
             jsonl,
             table,
+            hooks: Vec::new(),
         })
+    }
+
+    /// Also hands every period's records to `hook`.
+    pub fn on_period(&mut self, hook: PeriodHook) {
+        self.hooks.push(hook);
     }
 
     /// The configuration the current period runs.
@@ -127,6 +138,9 @@ impl Reporter {
             let mut stdout = std::io::stdout().lock();
             let _ = stdout.write_all(report::table(&records, &period).as_bytes());
             let _ = stdout.flush();
+        }
+        for hook in &mut self.hooks {
+            hook(&records);
         }
         self.start = end;
         self.accounting_at_start = accounting;

@@ -9,6 +9,7 @@ mod capture;
 mod cli;
 mod common;
 mod disk;
+mod export;
 mod gen;
 mod offload;
 mod probe;
@@ -23,6 +24,7 @@ fn main() {
     trials.extend(offload::trials());
     trials.extend(xdp::trials());
     trials.extend(probe::trials());
+    trials.extend(export::trials());
     trials.extend(bench::trials());
     trials.extend(cli::trials());
     if let Err(why) = poolcap_sys::privilege::check_lab() {

@@ -1,0 +1,506 @@
+//! The IPFIX exporting process: a thread that receives each probe period's records through
+//! a bounded channel, keeps the open flow records ([`FlowCache`]), and sends the expired
+//! ones to the collector.
+//!
+//! Nothing here can hold up the capture or the probe: the reporter only offers a period
+//! (`try_send`; a full channel drops it and counts its flows), and a slow or absent
+//! collector only ever blocks this thread, for at most [`WRITE_TIMEOUT`] per message.
+//! Every flow record is counted once, as exported or as dropped (channel full, a record
+//! that does not parse, a send that failed, no TCP connection).
+//!
+//! Transports (RFC 7011 10): UDP sends the templates of an observation domain with its
+//! first records and again every `template_refresh`; TCP sends them once per connection,
+//! and after a broken connection reconnects at most once per [`RECONNECT_EVERY`], in a new
+//! stream (sequence numbers from zero, templates again).
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use poolcap_probe::report::RuleRecord;
+
+use crate::flowcache::{FlowCache, Timeouts};
+use crate::ipfix::{Encoder, Flow, Message, UDP_MAX_MESSAGE};
+use crate::ExportError;
+
+/// Periods the channel holds: at a period of a second, about a minute of a stalled
+/// exporter before periods are dropped.
+const CHANNEL_PERIODS: usize = 64;
+/// Longest a TCP connect or a message write may take.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Least time between TCP reconnection attempts.
+pub const RECONNECT_EVERY: Duration = Duration::from_secs(1);
+
+/// Flow records handed over or lost, read by the metrics at each scrape.
+#[derive(Debug, Default)]
+pub struct ExportCounters {
+    /// Records sent to the collector.
+    pub exported: AtomicU64,
+    /// Records lost on the way.
+    pub dropped: AtomicU64,
+}
+
+impl ExportCounters {
+    fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// (exported, dropped) now.
+    pub fn get(&self) -> (u64, u64) {
+        (
+            self.exported.load(Ordering::Relaxed),
+            self.dropped.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// How records travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// One message per datagram.
+    Udp,
+    /// A stream of messages.
+    Tcp,
+}
+
+/// A resolved `--ipfix`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpfixConfig {
+    /// The collector.
+    pub collector: SocketAddr,
+    /// UDP or TCP.
+    pub transport: Transport,
+    /// When open records are exported.
+    pub timeouts: Timeouts,
+    /// How often UDP re-sends the templates.
+    pub template_refresh: Duration,
+}
+
+/// Parses `--ipfix`: `HOST:PORT` or `udp://HOST:PORT` (UDP), `tcp://HOST:PORT`; the host
+/// must resolve now.
+pub fn parse_collector(s: &str) -> Result<(Transport, SocketAddr), ExportError> {
+    let bad = |why: String| ExportError::Address {
+        what: "--ipfix",
+        addr: s.to_string(),
+        why,
+    };
+    let (transport, rest) = if let Some(r) = s.strip_prefix("tcp://") {
+        (Transport::Tcp, r)
+    } else {
+        (Transport::Udp, s.strip_prefix("udp://").unwrap_or(s))
+    };
+    let addr = rest
+        .to_socket_addrs()
+        .map_err(|e| bad(format!("give [udp://|tcp://]HOST:PORT ({e})")))?
+        .next()
+        .ok_or_else(|| bad("resolves to no address".into()))?;
+    Ok((transport, addr))
+}
+
+/// One period on its way to the exporter thread.
+struct Period {
+    records: Vec<RuleRecord>,
+    end_ms: u64,
+}
+
+/// Offers periods to a running exporter (the reporter's handle; cheap to clone).
+#[derive(Debug, Clone)]
+pub struct FlowSender {
+    tx: SyncSender<Period>,
+    counters: Arc<ExportCounters>,
+}
+
+fn listed_flows(records: &[RuleRecord]) -> u64 {
+    records
+        .iter()
+        .filter_map(|r| r.flows.as_ref())
+        .map(|f| f.list.len() as u64)
+        .sum()
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64
+}
+
+impl FlowSender {
+    /// Hands one period's records over without waiting; a full channel (or a stopped
+    /// exporter) drops them and counts their flows.
+    pub fn offer(&self, records: &[RuleRecord]) {
+        let flows = listed_flows(records);
+        if flows == 0 && !records.iter().any(|r| r.last) {
+            return;
+        }
+        let end_ms = records
+            .first()
+            .and_then(|r| humantime::parse_rfc3339(&r.period_end).ok())
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or_else(now_ms, |d| d.as_millis() as u64);
+        let period = Period {
+            records: records.to_vec(),
+            end_ms,
+        };
+        match self.tx.try_send(period) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                ExportCounters::add(&self.counters.dropped, flows);
+            }
+        }
+    }
+}
+
+/// A running IPFIX exporter.
+#[derive(Debug)]
+pub struct IpfixExporter {
+    sender: FlowSender,
+    thread: JoinHandle<()>,
+}
+
+impl IpfixExporter {
+    /// Resolves nothing (see [`parse_collector`]); opens the socket (TCP: connects, so a
+    /// collector that is not there is an error now) and starts the thread.
+    pub fn start(cfg: IpfixConfig) -> Result<Self, ExportError> {
+        let link = Link::open(&cfg)?;
+        let counters = Arc::new(ExportCounters::default());
+        let (tx, rx) = sync_channel(CHANNEL_PERIODS);
+        let mut worker = Worker {
+            cache: FlowCache::new(cfg.timeouts),
+            link,
+            counters: Arc::clone(&counters),
+        };
+        let thread = std::thread::Builder::new()
+            .name("ipfix".into())
+            .spawn(move || worker.run(&rx))
+            .map_err(|source| ExportError::Connect {
+                addr: cfg.collector,
+                source,
+            })?;
+        Ok(Self {
+            sender: FlowSender { tx, counters },
+            thread,
+        })
+    }
+
+    /// A handle for the reporter.
+    pub fn sender(&self) -> FlowSender {
+        self.sender.clone()
+    }
+
+    /// The delivery counters (for the metrics).
+    pub fn counters(&self) -> Arc<ExportCounters> {
+        Arc::clone(&self.sender.counters)
+    }
+
+    /// Waits until every other [`FlowSender`] is gone, exports every open record (forced
+    /// end) and returns (exported, dropped).
+    pub fn finish(self) -> (u64, u64) {
+        let counters = Arc::clone(&self.sender.counters);
+        drop(self.sender);
+        let _ = self.thread.join();
+        counters.get()
+    }
+}
+
+struct Worker {
+    cache: FlowCache,
+    link: Link,
+    counters: Arc<ExportCounters>,
+}
+
+impl Worker {
+    fn run(&mut self, rx: &Receiver<Period>) {
+        // Ends when every sender is gone.
+        while let Ok(p) = rx.recv() {
+            let bad = self.cache.add_period(&p.records);
+            ExportCounters::add(&self.counters.dropped, bad.len() as u64);
+            let due = if p.records.iter().any(|r| r.last) {
+                self.cache.flush()
+            } else {
+                self.cache.expire(p.end_ms)
+            };
+            self.send(due);
+        }
+        let rest = self.cache.flush();
+        self.send(rest);
+    }
+
+    fn send(&mut self, flows: Vec<(u32, Flow)>) {
+        let mut by_domain: HashMap<u32, Vec<Flow>> = HashMap::new();
+        for (d, f) in flows {
+            by_domain.entry(d).or_default().push(f);
+        }
+        let mut domains: Vec<_> = by_domain.into_iter().collect();
+        domains.sort_by_key(|(d, _)| *d);
+        let secs = (now_ms() / 1000) as u32;
+        for (domain, flows) in domains {
+            let (sent, lost) = self.link.send(domain, secs, &flows);
+            ExportCounters::add(&self.counters.exported, sent);
+            ExportCounters::add(&self.counters.dropped, lost);
+        }
+    }
+}
+
+/// The transport and its stream state.
+enum Link {
+    Udp {
+        socket: UdpSocket,
+        encoder: Encoder,
+        refresh: Duration,
+        templates_at: HashMap<u32, Instant>,
+    },
+    Tcp {
+        addr: SocketAddr,
+        stream: Option<(TcpStream, Encoder, HashSet<u32>)>,
+        retry_at: Instant,
+    },
+}
+
+fn connect(addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let s = TcpStream::connect_timeout(&addr, WRITE_TIMEOUT)?;
+    s.set_write_timeout(Some(WRITE_TIMEOUT))?;
+    s.set_nodelay(true)?;
+    Ok(s)
+}
+
+fn new_stream(s: TcpStream) -> (TcpStream, Encoder, HashSet<u32>) {
+    (s, Encoder::new(UDP_MAX_MESSAGE), HashSet::new())
+}
+
+impl Link {
+    fn open(cfg: &IpfixConfig) -> Result<Self, ExportError> {
+        let addr = cfg.collector;
+        let err = |source| ExportError::Connect { addr, source };
+        match cfg.transport {
+            Transport::Udp => {
+                let local: SocketAddr = if addr.is_ipv4() {
+                    ([0, 0, 0, 0], 0).into()
+                } else {
+                    ([0u16; 8], 0).into()
+                };
+                let socket = UdpSocket::bind(local).map_err(err)?;
+                // Connected, so an ICMP port unreachable fails the next send (counted).
+                socket.connect(addr).map_err(err)?;
+                Ok(Link::Udp {
+                    socket,
+                    encoder: Encoder::new(UDP_MAX_MESSAGE),
+                    refresh: cfg.template_refresh,
+                    templates_at: HashMap::new(),
+                })
+            }
+            Transport::Tcp => Ok(Link::Tcp {
+                addr,
+                stream: Some(new_stream(connect(addr).map_err(err)?)),
+                retry_at: Instant::now(),
+            }),
+        }
+    }
+
+    /// Sends `flows` of `domain`; returns (records sent, records lost).
+    fn send(&mut self, domain: u32, secs: u32, flows: &[Flow]) -> (u64, u64) {
+        let total = flows.len() as u64;
+        match self {
+            Link::Udp {
+                socket,
+                encoder,
+                refresh,
+                templates_at,
+            } => {
+                let due = templates_at
+                    .get(&domain)
+                    .is_none_or(|t| t.elapsed() >= *refresh);
+                if due {
+                    templates_at.insert(domain, Instant::now());
+                }
+                let mut sent = 0;
+                for m in encoder.data(domain, secs, flows, due) {
+                    if socket.send(&m.bytes).is_ok() {
+                        sent += u64::from(m.records);
+                    }
+                }
+                (sent, total - sent)
+            }
+            Link::Tcp {
+                addr,
+                stream,
+                retry_at,
+            } => {
+                if stream.is_none() && Instant::now() >= *retry_at {
+                    *retry_at = Instant::now() + RECONNECT_EVERY;
+                    *stream = connect(*addr).ok().map(new_stream);
+                }
+                let Some((s, encoder, with_templates)) = stream else {
+                    return (0, total);
+                };
+                let first = with_templates.insert(domain);
+                let messages: Vec<Message> = encoder.data(domain, secs, flows, first);
+                let mut sent = 0;
+                for m in &messages {
+                    if s.write_all(&m.bytes).is_err() {
+                        *stream = None;
+                        *retry_at = Instant::now() + RECONNECT_EVERY;
+                        break;
+                    }
+                    sent += u64::from(m.records);
+                }
+                (sent, total - sent)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flowcache::tests::period;
+    use crate::ipfix::decode;
+    use crate::ipfix::EndReason;
+    use std::io::Read;
+    use std::net::TcpListener;
+
+    fn config(collector: SocketAddr, transport: Transport) -> IpfixConfig {
+        IpfixConfig {
+            collector,
+            transport,
+            timeouts: Timeouts::default(),
+            template_refresh: Duration::from_secs(10),
+        }
+    }
+
+    fn last(mut r: RuleRecord) -> RuleRecord {
+        r.last = true;
+        r
+    }
+
+    #[test]
+    fn collector_addresses_are_checked_at_start() {
+        assert_eq!(
+            parse_collector("127.0.0.1:4739").unwrap(),
+            (Transport::Udp, "127.0.0.1:4739".parse().unwrap())
+        );
+        assert_eq!(
+            parse_collector("tcp://[::1]:4739").unwrap().0,
+            Transport::Tcp
+        );
+        for bad in ["nowhere.invalid:4739", "127.0.0.1", "tcp://"] {
+            let e = parse_collector(bad).unwrap_err().to_string();
+            assert!(e.starts_with("--ipfix"), "{bad}: {e}");
+        }
+        // Nothing listens on a port just released: TCP fails at start.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let e = IpfixExporter::start(config(port, Transport::Tcp)).unwrap_err();
+        assert!(e.to_string().contains("cannot reach the collector"), "{e}");
+    }
+
+    #[test]
+    fn udp_delivers_every_flow_with_templates_first() {
+        let collector = UdpSocket::bind("127.0.0.1:0").unwrap();
+        collector
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let x =
+            IpfixExporter::start(config(collector.local_addr().unwrap(), Transport::Udp)).unwrap();
+        let flows: Vec<(u16, u64, u64, u64, &str)> =
+            (0..60).map(|i| (i, 2, 1000, 1500, "")).collect();
+        x.sender().offer(&[period(&flows)]);
+        x.sender().offer(&[last(period(&flows[..10]))]);
+        // The first period's flows are long idle (period end: now), the last period's are
+        // forced out at the end.
+        assert_eq!(x.finish(), (70, 0));
+        let mut got = Vec::new();
+        let mut buf = [0u8; 65536];
+        let mut first = true;
+        while got.len() < 70 {
+            let n = collector.recv(&mut buf).unwrap();
+            let m = decode::message(&buf[..n]);
+            assert_eq!(m.templates, first, "templates with the first message only");
+            first = false;
+            assert_eq!(m.domain, 1);
+            got.extend(m.flows);
+        }
+        assert_eq!(got.iter().map(|f| f.packets).sum::<u64>(), 60 * 2 + 10 * 2);
+        let forced = got
+            .iter()
+            .filter(|f| f.end_reason == EndReason::Forced)
+            .count();
+        let idle = got
+            .iter()
+            .filter(|f| f.end_reason == EndReason::Idle)
+            .count();
+        assert_eq!((idle, forced), (60, 10));
+    }
+
+    #[test]
+    fn udp_resends_templates_once_the_refresh_is_due() {
+        let collector = UdpSocket::bind("127.0.0.1:0").unwrap();
+        collector
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut cfg = config(collector.local_addr().unwrap(), Transport::Udp);
+        let flows = [(1, 1, 0, 0, "F")];
+        let mut buf = [0u8; 65536];
+        let mut templates = |cfg: IpfixConfig| -> Vec<bool> {
+            let x = IpfixExporter::start(cfg).unwrap();
+            for _ in 0..3 {
+                x.sender().offer(&[period(&flows)]);
+            }
+            assert_eq!(x.finish(), (3, 0));
+            (0..3)
+                .map(|_| {
+                    let n = collector.recv(&mut buf).unwrap();
+                    decode::message(&buf[..n]).templates
+                })
+                .collect()
+        };
+        assert_eq!(templates(cfg), [true, false, false]);
+        cfg.template_refresh = Duration::ZERO;
+        assert_eq!(templates(cfg), [true, true, true]);
+    }
+
+    #[test]
+    fn tcp_streams_messages_and_counts_what_a_vanished_collector_missed() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let x =
+            IpfixExporter::start(config(listener.local_addr().unwrap(), Transport::Tcp)).unwrap();
+        let (mut conn, _) = listener.accept().unwrap();
+        let flows: Vec<(u16, u64, u64, u64, &str)> = (0..50).map(|i| (i, 1, 0, 0, "F")).collect();
+        x.sender().offer(&[period(&flows)]);
+        // Read what arrived, then go away: later records cannot be delivered.
+        let mut bytes = Vec::new();
+        let mut buf = [0u8; 65536];
+        conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        while decode::stream_len(&bytes) < 50 {
+            let n = conn.read(&mut buf).unwrap();
+            assert!(n > 0, "the exporter closed the stream");
+            bytes.extend(&buf[..n]);
+        }
+        let msgs = decode::stream(&bytes);
+        assert!(msgs[0].templates && msgs.iter().skip(1).all(|m| !m.templates));
+        assert!(msgs
+            .iter()
+            .flat_map(|m| &m.flows)
+            .all(|f| f.end_reason == EndReason::EndOfFlow));
+        drop(conn);
+        drop(listener);
+        // Writes to a closed connection fail after a reset; keep offering until one does.
+        let sender = x.sender();
+        let start = Instant::now();
+        while x.counters().get().1 == 0 {
+            assert!(start.elapsed() < Duration::from_secs(10), "no drop counted");
+            sender.offer(&[period(&flows)]);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        drop(sender);
+        let (exported, dropped) = x.finish();
+        assert!(exported >= 50 && dropped > 0, "{exported} {dropped}");
+    }
+}

@@ -1,0 +1,140 @@
+//! The exporters' options and their wiring, shared by `capture` and `probe`
+//! ([`poolcap_export`]): `--metrics` serves the engine's live counters to Prometheus,
+//! `--ipfix` sends the probe's flow records to a collector.
+//!
+//! Addresses are checked and the metrics port bound before the engine starts, so a bad
+//! option is one line and a non-zero exit before any capture.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use poolcap_export::exporter::{parse_collector, ExportCounters, IpfixConfig, IpfixExporter};
+use poolcap_export::flowcache::Timeouts;
+use poolcap_export::http::{parse_listen, Listener, MetricsServer};
+use poolcap_export::metrics::{Metrics, QueueSample, RuleCounters};
+
+use crate::capture::Engine;
+use crate::cli::usage;
+use crate::units;
+
+/// `--metrics`, on every command that runs the engine.
+#[derive(Debug, Clone, Args)]
+pub struct MetricsArgs {
+    /// Serve Prometheus metrics on http://[ADDR:]PORT/metrics while running (loopback
+    /// unless ADDR is given): per queue captured, drops by cause, filtered, pool
+    /// occupancy, offloads, paused time, wait syscalls; probe rule counters.
+    #[arg(long, value_name = "[ADDR:]PORT")]
+    metrics: Option<String>,
+}
+
+impl MetricsArgs {
+    /// `--metrics` was given.
+    pub fn is_set(&self) -> bool {
+        self.metrics.is_some()
+    }
+}
+
+/// `--ipfix` and its timeouts (`probe` only: flow records come from the probe's rules).
+#[derive(Debug, Clone, Args)]
+pub struct IpfixArgs {
+    /// Export the flows of rules with the flows action as IPFIX (RFC 7011) to a collector:
+    /// HOST:PORT or udp://HOST:PORT (UDP, templates re-sent every 10 s), tcp://HOST:PORT.
+    #[arg(long, value_name = "[udp://|tcp://]HOST:PORT")]
+    ipfix: Option<String>,
+    /// Export a flow record open this long (the flow continues in a new record).
+    #[arg(long, default_value = "60s", value_parser = units::parse_duration, requires = "ipfix")]
+    ipfix_active: Duration,
+    /// Export a flow without packets for this long.
+    #[arg(long, default_value = "15s", value_parser = units::parse_duration, requires = "ipfix")]
+    ipfix_idle: Duration,
+}
+
+impl IpfixArgs {
+    /// `--ipfix` was given.
+    pub fn is_set(&self) -> bool {
+        self.ipfix.is_some()
+    }
+}
+
+/// How often UDP re-sends the templates.
+const TEMPLATE_REFRESH: Duration = Duration::from_secs(10);
+
+/// A bound but not yet serving `--metrics` endpoint.
+pub struct MetricsPlan(Listener);
+
+/// Checks `--metrics` and binds its port (before the engine starts).
+pub fn bind_metrics(a: &MetricsArgs) -> anyhow::Result<Option<MetricsPlan>> {
+    let Some(addr) = &a.metrics else {
+        return Ok(None);
+    };
+    let addr = parse_listen(addr).map_err(|e| usage(e.to_string()))?;
+    Ok(Some(MetricsPlan(Listener::bind(addr)?)))
+}
+
+/// Serves the engine's counters (and `exporters`' delivery counters) on a bound endpoint;
+/// returns the server (serving until dropped) and the probe's rule counters.
+pub fn serve_metrics(
+    plan: MetricsPlan,
+    engine: &Engine,
+    exporters: Vec<(&'static str, Arc<ExportCounters>)>,
+) -> anyhow::Result<(MetricsServer, RuleCounters)> {
+    let (counters, pools) = (engine.counters(), engine.pools());
+    let read = move || {
+        counters
+            .iter()
+            .zip(pools.iter())
+            .enumerate()
+            .map(|(i, (c, p))| {
+                let s = c.snapshot(i);
+                QueueSample {
+                    queue: i,
+                    captured: s.captured,
+                    bytes: s.bytes,
+                    dropped_kernel: s.dropped_kernel,
+                    dropped_pool: s.dropped_pool,
+                    filtered: s.filtered,
+                    freezes: s.freezes,
+                    wait_syscalls: s.syscalls,
+                    chunks_sealed: s.chunks,
+                    pool_in_use: p.in_use() as u64,
+                    pool_chunks: p.size().chunks as u64,
+                    pool_peak: s.pool_peak_chunks,
+                    offloaded_out: s.offloaded_out,
+                    offloaded_in: s.offloaded_in,
+                    paused_ms: s.paused_ms,
+                }
+            })
+            .collect()
+    };
+    let metrics = Arc::new(Metrics::new(read, exporters));
+    let rules = metrics.rules();
+    let addr = plan.0.addr();
+    let server = MetricsServer::start(plan.0, metrics)?;
+    eprintln!("metrics on http://{addr}/metrics");
+    Ok((server, rules))
+}
+
+/// Checks `--ipfix` and starts the exporter (TCP: connects now).
+pub fn start_ipfix(a: &IpfixArgs) -> anyhow::Result<Option<IpfixExporter>> {
+    let Some(target) = &a.ipfix else {
+        return Ok(None);
+    };
+    let (transport, collector) = parse_collector(target).map_err(|e| usage(e.to_string()))?;
+    let x = IpfixExporter::start(IpfixConfig {
+        collector,
+        transport,
+        timeouts: Timeouts {
+            active: a.ipfix_active,
+            idle: a.ipfix_idle,
+        },
+        template_refresh: TEMPLATE_REFRESH,
+    })?;
+    Ok(Some(x))
+}
+
+/// Ends the exporter after the last period and prints what it delivered.
+pub fn finish_ipfix(x: IpfixExporter) {
+    let (exported, dropped) = x.finish();
+    eprintln!("ipfix: {exported} flow records exported, {dropped} not delivered");
+}

@@ -1,0 +1,457 @@
+//! Export tests (issue 17): the metrics and flow records poolcap exports, read back by the
+//! real systems that consume them. Prometheus (Debian's server) scrapes a running capture
+//! and its stored samples must equal the final accounting; nfcapd (nfdump) collects the
+//! probe's IPFIX records and its flows must add up to the probe's own report and to the
+//! capture's accounting. Every collector runs in the lab's probe namespace, on its loopback.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use libtest_mimic::Trial;
+use serde_json::Value;
+
+use crate::common::{
+    bin, capture, gen, lab, netns_command, num, poolcap_in, stats, tempdir, trial, Background,
+};
+
+pub fn trials() -> Vec<Trial> {
+    let t = |name: &'static str, f: fn()| trial(&format!("export::{name}"), f);
+    vec![
+        t(
+            "prometheus_scrapes_equal_the_final_accounting",
+            prometheus_scrapes_equal_the_final_accounting,
+        ),
+        t(
+            "ipfix_flows_in_nfcapd_equal_the_probe_report",
+            ipfix_flows_in_nfcapd_equal_the_probe_report,
+        ),
+        t(
+            "a_collector_that_goes_away_never_stops_the_capture",
+            a_collector_that_goes_away_never_stops_the_capture,
+        ),
+        t(
+            "bad_export_options_fail_at_start",
+            bad_export_options_fail_at_start,
+        ),
+    ]
+}
+
+/// Time for the last frames the generator sent to be captured and analysed.
+const SETTLE: Duration = Duration::from_millis(400);
+/// Where poolcap serves metrics in the tests (each lab namespace has its own loopback).
+const METRICS: &str = "127.0.0.1:9464";
+/// Where nfcapd listens.
+const COLLECTOR: &str = "127.0.0.1:4739";
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+fn curl(netns: &str, url: &str) -> String {
+    let out = netns_command(netns, "curl")
+        .args(["-sf", url])
+        .output()
+        .expect("run curl");
+    assert!(out.status.success(), "curl {url}: {out:?}");
+    String::from_utf8(out.stdout).expect("utf-8 reply")
+}
+
+/// Asks Prometheus (in `netns`) an instant query; returns its result vector.
+fn query(netns: &str, q: &str) -> Vec<Value> {
+    let out = netns_command(netns, "curl")
+        .args([
+            "-sf",
+            "http://127.0.0.1:9090/api/v1/query",
+            "--data-urlencode",
+        ])
+        .arg(format!("query={q}"))
+        .output()
+        .expect("run curl");
+    let v: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("query {q}: {e}: {out:?}"));
+    assert_eq!(v["status"], "success", "query {q}: {v}");
+    v["data"]["result"].as_array().cloned().unwrap_or_default()
+}
+
+/// The value of the series of `q` whose labels include `labels`.
+fn series(result: &[Value], labels: &[(&str, &str)]) -> u64 {
+    let hit = result
+        .iter()
+        .find(|r| labels.iter().all(|(k, v)| r["metric"][k] == *v))
+        .unwrap_or_else(|| panic!("no series {labels:?} in {result:?}"));
+    hit["value"][1]
+        .as_str()
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("bad value {hit}")) as u64
+}
+
+/// The time of the target's last scrape, from Prometheus's targets API.
+fn last_scrape(netns: &str) -> Option<SystemTime> {
+    let v: Value =
+        serde_json::from_str(&curl(netns, "http://127.0.0.1:9090/api/v1/targets")).ok()?;
+    let t = &v["data"]["activeTargets"][0];
+    if t["health"] != "up" {
+        return None;
+    }
+    humantime::parse_rfc3339(t["lastScrape"].as_str()?).ok()
+}
+
+/// Waits (a bounded readiness wait, not a timing assertion) until Prometheus has scraped
+/// the target after `after`.
+fn wait_for_scrape(netns: &str, after: SystemTime) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while last_scrape(netns).is_none_or(|t| t <= after) {
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus never scraped poolcap after {after:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Prometheus scrapes a two-queue capture every second. After the traffic, the last
+/// scrape's per-queue captured and dropped counters equal the final stats JSON exactly, and
+/// `promtool check metrics` accepts the served text.
+fn prometheus_scrapes_equal_the_final_accounting() {
+    let lab = lab(2);
+    let dir = tempdir();
+    let ns = &lab.probe.netns;
+    let json = dir.path().join("stats.json");
+    let cap = capture(&lab, &["--metrics", METRICS, "--stats-json", s(&json)]);
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: poolcap\n    static_configs:\n      - targets: ['{METRICS}']\n"
+        ),
+    )
+    .expect("write prometheus config");
+    let mut cmd = netns_command(ns, "prometheus");
+    cmd.arg(format!("--config.file={}", s(&config)))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            s(&dir.path().join("data"))
+        ))
+        .arg("--web.listen-address=127.0.0.1:9090")
+        .stdout(Stdio::null());
+    let prometheus = Background::start(cmd, "Server is ready to receive web requests");
+    wait_for_scrape(ns, SystemTime::UNIX_EPOCH);
+
+    let g = gen(
+        &lab,
+        &["--count", "30000", "--rate", "30k", "--flows", "16"],
+    );
+    let sent = num(&g, "frames") - num(&g, "link_dropped");
+    std::thread::sleep(SETTLE);
+    wait_for_scrape(ns, SystemTime::now());
+
+    let served = curl(ns, &format!("http://{METRICS}/metrics"));
+    let lint = netns_command(ns, "promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin
+                .take()
+                .expect("stdin piped")
+                .write_all(served.as_bytes())?;
+            c.wait_with_output()
+        })
+        .expect("run promtool");
+    assert!(
+        lint.status.success(),
+        "promtool check metrics: {}{}\n{served}",
+        String::from_utf8_lossy(&lint.stdout),
+        String::from_utf8_lossy(&lint.stderr)
+    );
+
+    let (code, stderr) = cap.stop("INT");
+    assert_eq!(code, Some(0), "capture: {stderr}");
+    let st = stats(&json);
+    assert_eq!(num(&st, "captured"), sent, "no loss at 30k pps: {st}");
+    // The target is gone now, so its series are stale: read each one's last sample.
+    let last = |metric: &str| query(ns, &format!("last_over_time({metric}[5m])"));
+    let captured = last("poolcap_packets_captured_total");
+    let dropped = last("poolcap_packets_dropped_total");
+    let in_use = last("poolcap_pool_chunks_in_use");
+    for q in st["queues"].as_array().expect("queues") {
+        let i = num(q, "queue").to_string();
+        let queue = ("queue", i.as_str());
+        assert_eq!(series(&captured, &[queue]), num(q, "captured"), "queue {i}");
+        for cause in ["kernel", "pool"] {
+            assert_eq!(
+                series(&dropped, &[queue, ("cause", cause)]),
+                num(q, &format!("dropped_{cause}")),
+                "queue {i} cause {cause}"
+            );
+        }
+        assert!(series(&in_use, &[queue]) <= 64, "occupancy within the pool");
+    }
+    assert!(
+        captured.len() == 2 && num(&st["queues"][0], "captured") > 0,
+        "{captured:?}"
+    );
+    let (code, stderr) = prometheus.stop("TERM");
+    assert_eq!(code, Some(0), "prometheus: {stderr}");
+}
+
+/// Starts `poolcap probe -i prb0 ARGS` in the lab's probe host.
+fn start_probe(lab: &poolcap_lab::Lab, args: &[&str]) -> Background {
+    let mut cmd = netns_command(&lab.probe.netns, bin());
+    cmd.args(["probe", "-i", &lab.probe.iface, "-q"])
+        .args(args)
+        .stdout(Stdio::null());
+    Background::start(cmd, "probing on")
+}
+
+fn start_nfcapd(lab: &poolcap_lab::Lab, dir: &Path) -> Background {
+    std::fs::create_dir_all(dir).expect("mkdir flows");
+    let (host, port) = COLLECTOR.split_once(':').expect("host:port");
+    let mut cmd = netns_command(&lab.probe.netns, "nfcapd");
+    cmd.args(["-w", s(dir), "-p", port, "-b", host])
+        .stdout(Stdio::null());
+    Background::start(cmd, "Bound to")
+}
+
+/// One nfdump flow: (source port, packets, bytes).
+fn nfdump_flows(dir: &Path) -> Vec<(u16, u64, u64)> {
+    let out: Output = Command::new("nfdump")
+        .args(["-q", "-N", "-R", s(dir), "-o", "fmt:%sp,%pkt,%byt"])
+        .output()
+        .expect("run nfdump");
+    assert!(out.status.success(), "nfdump: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let f: Vec<u64> = l
+                .split(',')
+                .map(|x| {
+                    x.trim()
+                        .parse()
+                        .unwrap_or_else(|_| panic!("nfdump line {l}"))
+                })
+                .collect();
+            (f[0] as u16, f[1], f[2])
+        })
+        .collect()
+}
+
+/// The probe's report: (distinct flows listed over all periods, packets, bytes, captured).
+fn probe_report(path: &Path) -> (usize, u64, u64, u64) {
+    let text = std::fs::read_to_string(path).expect("read report");
+    let mut flows = BTreeSet::new();
+    let (mut packets, mut bytes, mut captured) = (0, 0, 0);
+    for line in text.lines() {
+        let r: Value = serde_json::from_str(line).expect("report line");
+        packets += num(&r, "packets");
+        bytes += num(&r, "bytes");
+        captured += num(&r["accounting"], "captured");
+        assert_eq!(num(&r["flows"]["evicted"], "flows"), 0, "{r}");
+        for f in r["flows"]["list"].as_array().expect("flows") {
+            flows.insert((f["src"].to_string(), f["sport"].to_string()));
+        }
+    }
+    (flows.len(), packets, bytes, captured)
+}
+
+/// `ipfix: N flow records exported, M not delivered`, from the probe's stderr.
+fn exported(stderr: &str) -> (u64, u64) {
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("ipfix: "))
+        .unwrap_or_else(|| panic!("no ipfix line: {stderr}"));
+    let n: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    (n[0], n[1])
+}
+
+const FLOWS_CONFIG: &str =
+    "period = \"250ms\"\n[[rule]]\nname = \"all\"\nfilter = \"ip\"\nactions = [\"flows\"]\n";
+
+/// The probe exports its flows over UDP to nfcapd with a 1 s active timeout, so 2 s of
+/// traffic splits every flow into several records. nfdump's records add up to the probe's
+/// report and the capture's accounting, packet for packet and byte for byte; each of the
+/// generator's flows is there, and nfcapd holds every record the probe says it exported.
+fn ipfix_flows_in_nfcapd_equal_the_probe_report() {
+    let lab = lab(2);
+    let dir = tempdir();
+    let config = dir.path().join("probe.toml");
+    std::fs::write(&config, FLOWS_CONFIG).expect("write config");
+    let flows_dir = dir.path().join("flows");
+    let report = dir.path().join("report.jsonl");
+    let nfcapd = start_nfcapd(&lab, &flows_dir);
+    let probe = start_probe(
+        &lab,
+        &[
+            "-c",
+            s(&config),
+            "--report",
+            s(&report),
+            "--ipfix",
+            COLLECTOR,
+            "--ipfix-active",
+            "1s",
+        ],
+    );
+    let g = gen(&lab, &["--count", "20000", "--rate", "10k", "--flows", "8"]);
+    let sent = num(&g, "frames") - num(&g, "link_dropped");
+    std::thread::sleep(SETTLE);
+    let (code, stderr) = probe.stop("INT");
+    assert_eq!(code, Some(0), "probe: {stderr}");
+    let (records, lost) = exported(&stderr);
+    assert_eq!(lost, 0, "{stderr}");
+    let (code, nf_log) = nfcapd.stop("TERM");
+    assert_eq!(code, Some(0), "nfcapd: {nf_log}");
+
+    let (distinct, packets, bytes, captured) = probe_report(&report);
+    assert_eq!(captured, sent, "no loss at 10k pps");
+    assert_eq!(
+        packets, captured,
+        "every captured packet is IP and in the rule"
+    );
+    let got = nfdump_flows(&flows_dir);
+    assert_eq!(
+        got.len() as u64,
+        records,
+        "nfcapd has every record exported"
+    );
+    assert_eq!(got.iter().map(|f| f.1).sum::<u64>(), packets, "{got:?}");
+    assert_eq!(got.iter().map(|f| f.2).sum::<u64>(), bytes, "{got:?}");
+    let ports: BTreeSet<u16> = got.iter().map(|f| f.0).collect();
+    assert_eq!(ports.len(), distinct, "{got:?}");
+    assert_eq!(distinct, 8, "the generator's flows");
+    assert!(
+        got.len() > distinct,
+        "2 s of traffic with a 1 s active timeout: flows split in records: {got:?}"
+    );
+}
+
+/// nfcapd stops halfway through the traffic: the probe keeps capturing every packet, and
+/// the records it could not deliver are counted (in its final line and in its metrics).
+fn a_collector_that_goes_away_never_stops_the_capture() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let config = dir.path().join("probe.toml");
+    std::fs::write(&config, FLOWS_CONFIG).expect("write config");
+    let nfcapd = start_nfcapd(&lab, &dir.path().join("flows"));
+    let report = dir.path().join("report.jsonl");
+    let probe = start_probe(
+        &lab,
+        &[
+            "-c",
+            s(&config),
+            "--report",
+            s(&report),
+            "--ipfix",
+            COLLECTOR,
+            "--ipfix-active",
+            "250ms",
+            "--metrics",
+            METRICS,
+        ],
+    );
+    let g1 = gen(&lab, &["--count", "5000", "--rate", "10k", "--flows", "4"]);
+    std::thread::sleep(SETTLE);
+    let (code, _) = nfcapd.stop("TERM");
+    assert_eq!(code, Some(0));
+    let g2 = gen(&lab, &["--count", "10000", "--rate", "10k", "--flows", "4"]);
+    std::thread::sleep(SETTLE);
+    let metrics = curl(&lab.probe.netns, &format!("http://{METRICS}/metrics"));
+    let (code, stderr) = probe.stop("INT");
+    assert_eq!(code, Some(0), "probe: {stderr}");
+    let sent = [g1, g2]
+        .iter()
+        .map(|g| num(g, "frames") - num(g, "link_dropped"))
+        .sum::<u64>();
+    let (_, packets, _, captured) = probe_report(&report);
+    assert_eq!((captured, packets), (sent, sent), "capture went on");
+    let (records, lost) = exported(&stderr);
+    assert!(records > 0 && lost > 0, "{stderr}");
+    let dropped_metric = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(
+                "poolcap_export_flow_records_total{exporter=\"ipfix\",outcome=\"dropped\"} ",
+            )
+        })
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no dropped counter in\n{metrics}"));
+    assert!(
+        dropped_metric > 0 && dropped_metric <= lost,
+        "{dropped_metric} {lost}"
+    );
+}
+
+/// A metrics port in use, an unresolvable collector, a TCP collector that is not there and
+/// IPFIX without a live probe: one line, non-zero exit, before any capture.
+fn bad_export_options_fail_at_start() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let config = dir.path().join("probe.toml");
+    std::fs::write(&config, FLOWS_CONFIG).expect("write config");
+    let holder = capture(&lab, &["--metrics", METRICS]);
+    let iface = lab.probe.iface.as_str();
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["capture", "-i", iface, "--metrics", METRICS],
+            "cannot listen on 127.0.0.1:9464",
+        ),
+        (
+            &["capture", "-i", iface, "--metrics", "99999"],
+            "--metrics `99999`",
+        ),
+        (
+            &[
+                "probe",
+                "-i",
+                iface,
+                "-c",
+                s(&config),
+                "--ipfix",
+                "collector.invalid:4739",
+            ],
+            "--ipfix `collector.invalid:4739`",
+        ),
+        (
+            &[
+                "probe",
+                "-i",
+                iface,
+                "-c",
+                s(&config),
+                "--ipfix",
+                "tcp://127.0.0.1:4739",
+            ],
+            "cannot reach the collector 127.0.0.1:4739",
+        ),
+        (
+            &[
+                "probe",
+                "-r",
+                s(&config),
+                "-c",
+                s(&config),
+                "--ipfix",
+                COLLECTOR,
+            ],
+            "need a live probe",
+        ),
+    ];
+    for (args, expect) in cases {
+        let out = poolcap_in(&lab.probe.netns, args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: one line: {err}");
+        assert!(err.contains(expect), "{args:?}: `{expect}` not in {err}");
+    }
+    let (code, stderr) = holder.stop("INT");
+    assert_eq!(code, Some(0), "{stderr}");
+}
