@@ -1,0 +1,157 @@
+//! A machine's measured costs per capture stage: what `poolcap calibrate` writes and
+//! `poolcap predict` reads (JSON).
+//!
+//! Every stage cost is linear in the bytes it touches, `ns_per_packet + ns_per_byte x bytes`
+//! ([`Cost`]), fitted from two frame sizes (64 and 1514 bytes): per-packet work (wake-ups,
+//! headers, bookkeeping) and per-byte work (copies, checksums of compression) are what the
+//! papers vary with frame size and snaplength. Costs are CPU time on one core, so a stage's
+//! capacity is `1e9 / cost` packets per second. Stage costs are increments: the pool copy
+//! is what a poolcap capture with analysis costs beyond one that counts in the ring, the
+//! write what writing costs beyond that, a compression level what it costs beyond writing.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// A stage's CPU cost for one packet of `bytes` bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+pub struct Cost {
+    /// Nanoseconds per packet, whatever its size.
+    pub ns_per_packet: f64,
+    /// Nanoseconds per byte the stage touches.
+    pub ns_per_byte: f64,
+}
+
+impl Cost {
+    /// Nanoseconds for one packet of `bytes` bytes (never negative: a fit from noisy
+    /// measurements may extrapolate below zero).
+    pub fn ns(&self, bytes: f64) -> f64 {
+        (self.ns_per_packet + self.ns_per_byte * bytes).max(0.0)
+    }
+
+    /// The line through two measurements `(bytes, ns)`; with equal sizes, a per-packet cost
+    /// only.
+    pub fn fit(a: (f64, f64), b: (f64, f64)) -> Cost {
+        if (b.0 - a.0).abs() < f64::EPSILON {
+            return Cost {
+                ns_per_packet: (a.1 + b.1) / 2.0,
+                ns_per_byte: 0.0,
+            };
+        }
+        let per_byte = (b.1 - a.1) / (b.0 - a.0);
+        Cost {
+            ns_per_packet: a.1 - per_byte * a.0,
+            ns_per_byte: per_byte,
+        }
+    }
+
+    /// `self - other`, stage by stage (an increment over a cheaper configuration).
+    pub fn minus(&self, other: &Cost) -> Cost {
+        Cost {
+            ns_per_packet: self.ns_per_packet - other.ns_per_packet,
+            ns_per_byte: self.ns_per_byte - other.ns_per_byte,
+        }
+    }
+}
+
+/// A peer capture tool's cost per packet, counting (writing to /dev/null) and writing a file.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+pub struct ToolCosts {
+    /// Writing to /dev/null (as the bench's counting runs do).
+    pub null: Cost,
+    /// Writing a pcap file.
+    pub file: Cost,
+}
+
+/// The measured costs of this machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    /// Where the numbers come from: `poolcap calibrate` on which interface, or the built-in
+    /// default.
+    pub source: String,
+    /// 1-minute load average when calibrating (others' work makes costs look higher).
+    pub load_average: Option<f64>,
+    /// The sender alone, ns per frame of `bytes` (its top speed is the line rate a veth
+    /// lab offers).
+    pub sender: Cost,
+    /// Kernel receive work per frame up to the capture ring (`bytes` = captured length).
+    pub kernel: Cost,
+    /// poolcap counting in the kernel ring (no copy).
+    pub poolcap_count: Cost,
+    /// poolcap copying a packet into the pool (increment; `bytes` = captured length).
+    pub pool_copy: Cost,
+    /// poolcap writing a pcap record (increment).
+    pub write: Cost,
+    /// Compression (`zstd:1`, `gzip:6`) of a written record (increment).
+    pub compress: BTreeMap<String, Cost>,
+    /// x-loop cost per iteration, ns.
+    pub x_loop_ns: f64,
+    /// tcpdump's costs.
+    pub tcpdump: ToolCosts,
+    /// dumpcap's costs.
+    pub dumpcap: ToolCosts,
+    /// Bytes of a TPACKET_V3 ring slot besides the captured bytes (header, sockaddr_ll,
+    /// alignment).
+    pub ring_slot_overhead: f64,
+}
+
+/// The built-in profile's numbers: `poolcap calibrate` in a veth lab on the 2-core
+/// Debian 12 VM poolcap is developed on (kernel 6.18), as `built_in` says.
+const BUILT_IN: &str = include_str!("default_profile.json");
+
+impl Profile {
+    /// The profile measured on the development machine, used when none is given.
+    pub fn built_in() -> Profile {
+        serde_json::from_str(BUILT_IN)
+            .unwrap_or_else(|e| unreachable!("default_profile.json is checked by a unit test: {e}"))
+    }
+
+    /// Reads a profile from JSON text.
+    pub fn from_json(text: &str) -> Result<Profile, String> {
+        serde_json::from_str(text).map_err(|e| format!("not a poolcap profile: {e}"))
+    }
+
+    /// The sender's top speed (frames per second) for frames of `bytes` bytes.
+    pub fn top_pps(&self, bytes: f64) -> f64 {
+        let ns = self.sender.ns(bytes);
+        if ns > 0.0 {
+            1e9 / ns
+        } else {
+            f64::INFINITY
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fit_goes_through_both_points() {
+        let c = Cost::fit((64.0, 164.0), (1514.0, 1614.0));
+        assert!((c.ns_per_byte - 1.0).abs() < 1e-9);
+        assert!((c.ns_per_packet - 100.0).abs() < 1e-9);
+        assert!((c.ns(1000.0) - 1100.0).abs() < 1e-9);
+        let flat = Cost::fit((64.0, 10.0), (64.0, 20.0));
+        assert_eq!(flat.ns(1500.0), 15.0);
+        let negative = Cost {
+            ns_per_packet: -50.0,
+            ns_per_byte: 0.01,
+        };
+        assert_eq!(negative.ns(64.0), 0.0);
+        assert_eq!(c.minus(&c), Cost::default());
+    }
+
+    #[test]
+    fn the_built_in_profile_reads_and_round_trips() {
+        let p = Profile::built_in();
+        assert!(p.source.starts_with("built-in"));
+        assert!(p.x_loop_ns > 0.0 && p.top_pps(64.0) > 1e4);
+        assert!(p.compress.contains_key("zstd:3"));
+        let back = Profile::from_json(&serde_json::to_string(&p).unwrap()).unwrap();
+        assert_eq!(back, p);
+        assert!(Profile::from_json("{}")
+            .unwrap_err()
+            .starts_with("not a poolcap profile"));
+    }
+}
