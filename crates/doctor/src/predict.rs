@@ -258,6 +258,20 @@ pub fn predict(p: &Profile, s: &Scenario) -> Result<Prediction, ScenarioError> {
     })
 }
 
+/// What to change when `stage` is the bottleneck.
+pub fn remedy(stage: &str) -> &'static str {
+    match stage {
+        "kernel" => "spread receive work over more queues and CPUs (NIC channels, RPS away from the capture CPU)",
+        "ring read" => "capture with more --queues on more CPUs",
+        "pool copy" | "write" | "capture and write" | "capture to /dev/null" => {
+            "keep fewer bytes per packet (-s 96)"
+        }
+        "x-loop" => "lower --load, or give --workers more CPUs",
+        s if s.starts_with("zstd") || s.starts_with("gzip") => "a faster --compress level (zstd:1)",
+        _ => "a larger buffer (it helps only against bursts)",
+    }
+}
+
 /// The fluid model's inputs, frames and seconds.
 #[derive(Debug, Clone, Copy)]
 struct Fluid {
@@ -465,6 +479,14 @@ mod tests {
             .stages
             .iter()
             .any(|x| x.stage == "write" && close(x.ns, 750.0)));
+    }
+
+    #[test]
+    fn every_bottleneck_has_a_remedy() {
+        assert!(remedy("x-loop").contains("--load"));
+        assert!(remedy("zstd:19").contains("zstd:1"));
+        assert!(remedy("write").contains("-s 96"));
+        assert!(remedy("kernel").contains("queues"));
     }
 
     #[test]

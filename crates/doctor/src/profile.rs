@@ -122,6 +122,111 @@ impl Profile {
     }
 }
 
+/// Measurements from which `poolcap calibrate` builds a profile: for each configuration,
+/// `(captured bytes, ns per packet)` at two or more frame sizes (or snaplengths).
+///
+/// Keys: `sender` (the generator alone, ns per frame sent), `sender+capture` (the generator
+/// while poolcap counts: the difference is the kernel's receive work on veth), `count`,
+/// `copy` (poolcap with a 1-iteration x-loop: the pool copy), `write`, a compression level
+/// (`zstd:3`, measured writing), `tcpdump null`, `tcpdump file`, `dumpcap null`,
+/// `dumpcap file`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Samples(BTreeMap<String, Vec<(f64, f64)>>);
+
+impl Samples {
+    /// Records one measurement (ignores what is not a finite positive number).
+    pub fn add(&mut self, key: &str, bytes: f64, ns: f64) {
+        if bytes.is_finite() && ns.is_finite() && ns > 0.0 {
+            self.0.entry(key.to_owned()).or_default().push((bytes, ns));
+        }
+    }
+
+    /// The cost line through the smallest and the largest size of `key` (each the median of
+    /// its repeats).
+    pub fn fit(&self, key: &str) -> Option<Cost> {
+        let v = self.0.get(key)?;
+        let at = |bytes: f64| {
+            let mut ns: Vec<f64> = v.iter().filter(|s| s.0 == bytes).map(|s| s.1).collect();
+            ns.sort_by(f64::total_cmp);
+            (bytes, ns[ns.len() / 2])
+        };
+        let lo = v.iter().map(|s| s.0).fold(f64::INFINITY, f64::min);
+        let hi = v.iter().map(|s| s.0).fold(f64::NEG_INFINITY, f64::max);
+        Some(Cost::fit(at(lo), at(hi)))
+    }
+
+    /// Keys measured.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.keys().map(String::as_str)
+    }
+}
+
+impl Profile {
+    /// A profile from `samples`, taking from `base` every cost that was not measured (and
+    /// saying so in `source`).
+    pub fn from_samples(samples: &Samples, base: &Profile, source: &str) -> Profile {
+        let mut kept = Vec::new();
+        let mut pick = |name: &str, c: Option<Cost>, fallback: Cost| match c {
+            Some(c) => c,
+            None => {
+                kept.push(name.to_owned());
+                fallback
+            }
+        };
+        let fit = |k: &str| samples.fit(k);
+        let diff = |a: &str, b: &str| Some(fit(a)?.minus(&fit(b)?));
+        let sender = pick("sender", fit("sender"), base.sender);
+        let kernel = pick("kernel", diff("sender+capture", "sender"), base.kernel);
+        let poolcap_count = pick("count", fit("count"), base.poolcap_count);
+        let pool_copy = pick("copy", diff("copy", "count"), base.pool_copy);
+        let write = pick("write", diff("write", "copy"), base.write);
+        let mut compress = BTreeMap::new();
+        for (level, c) in &base.compress {
+            compress.insert(level.clone(), pick(level, diff(level, "write"), *c));
+        }
+        for level in samples.keys().filter(|k| k.contains(':')) {
+            if let Some(c) = diff(level, "write") {
+                compress.insert(level.to_owned(), c);
+            }
+        }
+        let mut tool = |name: &str, b: &ToolCosts| ToolCosts {
+            null: pick(
+                &format!("{name} null"),
+                fit(&format!("{name} null")),
+                b.null,
+            ),
+            file: pick(
+                &format!("{name} file"),
+                fit(&format!("{name} file")),
+                b.file,
+            ),
+        };
+        let tcpdump = tool("tcpdump", &base.tcpdump);
+        let dumpcap = tool("dumpcap", &base.dumpcap);
+        let source = if kept.is_empty() {
+            source.to_owned()
+        } else {
+            format!(
+                "{source}; not measured, from {}: {}",
+                base.source,
+                kept.join(", ")
+            )
+        };
+        Profile {
+            source,
+            sender,
+            kernel,
+            poolcap_count,
+            pool_copy,
+            write,
+            compress,
+            tcpdump,
+            dumpcap,
+            ..base.clone()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,6 +245,37 @@ mod tests {
         };
         assert_eq!(negative.ns(64.0), 0.0);
         assert_eq!(c.minus(&c), Cost::default());
+    }
+
+    #[test]
+    fn stage_costs_are_increments_over_the_cheaper_configuration() {
+        let mut s = Samples::default();
+        for (bytes, base) in [(64.0, 100.0), (1514.0, 100.0 + 1450.0)] {
+            s.add("count", bytes, base);
+            s.add("copy", bytes, base + 50.0);
+            s.add("write", bytes, base + 50.0 + bytes);
+            s.add("zstd:1", bytes, base + 50.0 + 3.0 * bytes);
+            s.add("sender", bytes, 2000.0);
+            s.add("sender+capture", bytes, 2300.0);
+        }
+        s.add("count", 64.0, 1e9); // an outlier repeat: the median ignores it
+        s.add("count", 64.0, 100.0);
+        s.add("tcpdump null", 64.0, f64::NAN); // ignored
+        let base = Profile::built_in();
+        let p = Profile::from_samples(&s, &base, "calibrate test");
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
+        assert!(close(p.poolcap_count.ns(64.0), 100.0));
+        assert!(close(p.pool_copy.ns(1000.0), 50.0));
+        assert!(close(p.write.ns_per_byte, 1.0) && close(p.write.ns_per_packet, 0.0));
+        assert!(close(p.compress["zstd:1"].ns_per_byte, 2.0));
+        assert!(close(p.kernel.ns(64.0), 300.0));
+        assert_eq!(p.tcpdump, base.tcpdump);
+        assert_eq!(p.compress["zstd:3"], base.compress["zstd:3"]);
+        assert!(p
+            .source
+            .starts_with("calibrate test; not measured, from built-in"));
+        assert!(p.source.contains("zstd:3") && p.source.contains("tcpdump null"));
+        assert!(!p.source.contains("zstd:1"));
     }
 
     #[test]

@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bench;
+pub mod calibrate;
 pub mod capture;
 pub mod cli;
 pub mod flows;

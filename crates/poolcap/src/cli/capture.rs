@@ -330,6 +330,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
     }
+    let warning = crate::cli::predict::capture_warning(&cfg);
     let (iface, snaplen, queues, pool) = (cfg.iface.clone(), cfg.snaplen, cfg.queues, cfg.pool);
     let engine = Engine::start(cfg, stop).map_err(|e| match e {
         CaptureError::Filter(f) => usage(f.to_string()),
@@ -342,6 +343,9 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         pool.cells
     );
     eprintln!("{}", engine.backend_report());
+    if let Some(w) = &warning {
+        eprintln!("{w}");
+    }
     let report = engine.run();
     print_report(&report);
     if let Some(path) = &args.stats_json {
