@@ -41,15 +41,23 @@ pub struct CalibrateArgs {
     /// -i: capture time per configuration and snaplength.
     #[arg(long, default_value = "5s", value_parser = units::parse_duration)]
     window: Duration,
-    /// Compression levels to measure (comma-separated).
+    /// Compression levels to measure (comma-separated), or none.
     #[arg(long, value_delimiter = ',', default_value = "zstd:1,zstd:3,gzip:6")]
     levels: Vec<String>,
+    /// Lab: before each run, wait up to this long for the machine to be quiet (at most 15%
+    /// of the CPUs busy).
+    #[arg(long, default_value = "10s", value_parser = units::parse_duration)]
+    quiet_wait: Duration,
     /// Do not measure tcpdump and dumpcap.
     #[arg(long)]
     no_peers: bool,
 }
 
-fn check_levels(levels: &[String]) -> anyhow::Result<()> {
+/// The levels to measure (`none`: no compression).
+fn check_levels(levels: &[String]) -> anyhow::Result<Vec<String>> {
+    if levels == ["none"] {
+        return Ok(Vec::new());
+    }
     for l in levels {
         l.parse::<crate::capture::compress::Compression>()
             .map_err(|e| crate::cli::usage(format!("--levels: {e}")))?;
@@ -59,7 +67,7 @@ fn check_levels(levels: &[String]) -> anyhow::Result<()> {
             )));
         }
     }
-    Ok(())
+    Ok(levels.to_vec())
 }
 
 /// What the kernel ring and poolcap's default pool hold, per the profile.
@@ -94,7 +102,7 @@ fn buffers(p: &Profile) -> Vec<String> {
 
 /// Runs `poolcap calibrate`.
 pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
-    check_levels(&args.levels)?;
+    let levels = check_levels(&args.levels)?;
     if args.runs == 0 || args.frames == 0 {
         return Err(crate::cli::usage("--runs and --frames must be at least 1"));
     }
@@ -110,9 +118,9 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
                 &lab::LabOptions {
                     frames: args.frames,
                     runs: args.runs,
-                    levels: args.levels.clone(),
+                    levels: levels.clone(),
                     peers: !args.no_peers,
-                    quiet_wait: Duration::from_secs(30),
+                    quiet_wait: args.quiet_wait,
                 },
                 Arc::clone(&stop),
             )?;
@@ -128,7 +136,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
                 &live::LiveOptions {
                     iface: iface.clone(),
                     window: args.window,
-                    levels: args.levels.clone(),
+                    levels: levels.clone(),
                     peers: !args.no_peers,
                 },
                 &stop,

@@ -242,13 +242,18 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
 }
 
 /// Minimum-size frames (60 bytes without FCS) per second at the interface's line rate
-/// (`speed` in sysfs, Mbit/s; 24 bytes of FCS, preamble and gap each), or, where the link
-/// has no speed (veth), the profile's sender top speed; with a description.
+/// (`speed` in sysfs, Mbit/s; 24 bytes of FCS, preamble and gap each), or, for a virtual
+/// device (no `device` in sysfs: veth reports a nominal 10000 Mbit/s that no sender
+/// reaches), the profile's sender top speed; with a description.
 fn line_rate(iface: &str, profile: &Profile) -> (f64, String) {
-    let speed = RealSystem
+    let sys = RealSystem;
+    let physical = sys
+        .link_name(&format!("/sys/class/net/{iface}/device"))
+        .is_some();
+    let speed = sys
         .read(&format!("/sys/class/net/{iface}/speed"))
         .and_then(|s| s.parse::<f64>().ok())
-        .filter(|s| *s > 0.0);
+        .filter(|s| *s > 0.0 && physical);
     match speed {
         Some(mbit) => (
             mbit * 1e6 / ((60.0 + 24.0) * 8.0),
@@ -256,7 +261,7 @@ fn line_rate(iface: &str, profile: &Profile) -> (f64, String) {
         ),
         None => (
             profile.top_pps(60.0),
-            "the profile's sender top speed (no link speed)".to_owned(),
+            "the profile's sender top speed (a virtual link)".to_owned(),
         ),
     }
 }
@@ -315,7 +320,7 @@ mod tests {
         assert!(parse_tool("wireshark").is_err());
         assert_eq!(compression_key(Compression::Zstd(-3)), "zstd:-3");
         assert_eq!(compression_key(Compression::Gzip(6)), "gzip:6");
-        assert!((mean_size(&parse_sizes("imix").unwrap().0) - 353.83).abs() < 0.01);
+        assert!((mean_size(&parse_sizes("imix").unwrap().0) - 357.83).abs() < 0.01);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 mod bench;
 mod capture;
 mod common;
+mod doctor;
 mod gen;
 mod offload;
 mod xdp;
@@ -19,6 +20,7 @@ fn main() {
     trials.extend(offload::trials());
     trials.extend(xdp::trials());
     trials.extend(bench::trials());
+    trials.extend(doctor::trials());
     if let Err(why) = poolcap_sys::privilege::check_lab() {
         eprintln!("skipping {} root tests: {why}", trials.len());
         trials = trials
