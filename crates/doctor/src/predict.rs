@@ -65,6 +65,10 @@ pub struct Scenario {
     pub burst: Option<(u64, f64)>,
     /// Frames sent in all (`None`: an endless stream).
     pub count: Option<u64>,
+    /// The kernel's receive work runs on the capture tool's CPU (a NIC whose interrupts or
+    /// RPS land there; in the veth lab, `rps_cpus` set to the tool's CPU): its cost adds to
+    /// the application's instead of being a stage of its own.
+    pub kernel_on_app_cpu: bool,
 }
 
 /// One stage's share of the application's cost per packet.
@@ -200,11 +204,21 @@ pub fn predict(p: &Profile, s: &Scenario) -> Result<Prediction, ScenarioError> {
         .map(|(b, w)| ((p.ring_slot_overhead + b.min(snap)) / 16.0).ceil() * 16.0 * w)
         .sum::<f64>()
         / total_w;
-    let stages = app_stages(p, s, caplen)?;
-    let app_ns: f64 = stages.iter().map(|x| x.ns).sum();
-    let kernel_ns = p.kernel.ns(caplen);
+    let mut stages = app_stages(p, s, caplen)?;
     let cap = |ns: f64| if ns > 0.0 { 1e9 / ns } else { f64::INFINITY };
-    let (ck, ca) = (cap(kernel_ns), cap(app_ns));
+    let ck = if s.kernel_on_app_cpu {
+        stages.insert(
+            0,
+            StageCost {
+                stage: "kernel".to_owned(),
+                ns: p.kernel.ns(caplen),
+            },
+        );
+        f64::INFINITY
+    } else {
+        cap(p.kernel.ns(caplen))
+    };
+    let ca = cap(stages.iter().map(|x| x.ns).sum());
     let pool = if s.tool == Tool::Poolcap && (s.load > 0 || s.write) {
         (s.pool.0 * s.pool.1) as f64
     } else {
@@ -367,6 +381,7 @@ mod tests {
             compress: None,
             burst: None,
             count: None,
+            kernel_on_app_cpu: false,
         }
     }
 
@@ -458,6 +473,19 @@ mod tests {
         let p = predict(&profile(), &short).unwrap();
         let mean = 20_000.0 / (0.02 + 0.001);
         assert!(close(p.app_loss, 1.0 - 200_000.0 / mean), "{p:?}");
+    }
+
+    #[test]
+    fn kernel_work_on_the_capture_cpu_adds_to_the_application() {
+        let s = Scenario {
+            kernel_on_app_cpu: true,
+            ..scenario(Tool::Poolcap, 2e6)
+        };
+        let p = predict(&profile(), &s).unwrap();
+        // 1 µs kernel + 1 µs ring read on one core: 500k pps of 2 Mpps.
+        assert!(close(p.app_capacity_pps, 500_000.0), "{p:?}");
+        assert!(close(p.app_loss, 0.75) && p.kernel_loss == 0.0);
+        assert_eq!(p.stages[0].stage, "kernel");
     }
 
     #[test]

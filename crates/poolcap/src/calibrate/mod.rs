@@ -14,6 +14,8 @@
 //!   size. The kernel's and sender's costs are not measured there and come from the base
 //!   profile (the profile's `source` says so).
 //!
+//! [`validate`] checks the model against bench results: predicted against measured loss.
+//!
 //! The CPU time of a child comes from `/proc/PID/stat` in clock ticks (10 ms), so a
 //! configuration must run long enough for hundreds of ticks to be precise.
 
@@ -23,6 +25,7 @@ use crate::bench::peer::{CaptureSpec, Tool};
 
 pub mod lab;
 pub mod live;
+pub mod validate;
 
 /// A configuration measured: its key in [`Samples`] and how to run it.
 pub struct Stage {

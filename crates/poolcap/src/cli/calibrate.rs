@@ -87,6 +87,7 @@ fn buffers(p: &Profile) -> Vec<String> {
                 compress: None,
                 burst: None,
                 count: None,
+                kernel_on_app_cpu: false,
             };
             let r = predict::predict(p, &s).ok()?;
             Some(format!(

@@ -11,12 +11,14 @@ use poolcap_doctor::predict::{self, Prediction, Scenario, Tool};
 use poolcap_doctor::profile::Profile;
 use poolcap_doctor::system::{RealSystem, System};
 
+use crate::calibrate::validate::{self, Verdict};
 use crate::capture::compress::Compression;
 use crate::capture::CaptureConfig;
 use crate::cli::capture::parse_pool;
 use crate::cli::usage;
 use crate::flows::IMIX;
 use crate::frame::{MAX_FRAME, MIN_FRAME};
+use crate::plot::{Chart, Series};
 use crate::units;
 
 /// Where `poolcap calibrate` saves the profile and `predict` and `capture` look for it,
@@ -112,11 +114,11 @@ pub struct PredictArgs {
     #[arg(long)]
     profile: Option<PathBuf>,
     /// Offered rate (within bursts): 300k (pps) or 1Gbit.
-    #[arg(long, value_parser = units::parse_rate)]
-    rate: units::Rate,
+    #[arg(long, value_parser = units::parse_rate, required_unless_present = "validate")]
+    rate: Option<units::Rate>,
     /// Frame size in bytes without FCS (60..9000), or imix.
-    #[arg(long, value_parser = parse_sizes)]
-    size: Sizes,
+    #[arg(long, value_parser = parse_sizes, required_unless_present = "validate")]
+    size: Option<Sizes>,
     /// Bytes kept of each packet.
     #[arg(short = 's', long, default_value_t = 262_144)]
     snaplen: u32,
@@ -147,9 +149,18 @@ pub struct PredictArgs {
     /// The capture tool: poolcap, tcpdump or dumpcap.
     #[arg(long, default_value = "poolcap", value_parser = parse_tool)]
     tool: Tool,
+    /// The kernel's receive work runs on the capture CPU (IRQs or RPS there; the lab's
+    /// `bench --rps`): it adds to the application's cost.
+    #[arg(long)]
+    kernel_on_cpu: bool,
     /// Print the prediction as one JSON object.
     #[arg(long)]
     json: bool,
+    /// Instead: predict every point of a bench result directory (`poolcap bench sizes`,
+    /// `burst`, `appload`...) and compare with its measured loss; writes predict.csv and
+    /// predict.png there.
+    #[arg(long, conflicts_with_all = ["rate", "size"])]
+    validate: Option<PathBuf>,
 }
 
 fn mean_size(sizes: &[(f64, f64)]) -> f64 {
@@ -212,14 +223,19 @@ fn print_text(p: &Prediction, note: &str) {
 /// Runs `poolcap predict`.
 pub fn run(args: PredictArgs) -> anyhow::Result<()> {
     let (profile, note) = load_profile(args.profile.as_deref())?;
-    let sizes = args.size.0;
+    if let Some(dir) = &args.validate {
+        return validate(dir, &profile, &note);
+    }
+    let (Some(rate), Some(Sizes(sizes))) = (args.rate, args.size) else {
+        return Err(usage("give --rate and --size (or --validate DIR)"));
+    };
     let buffer = args.buffer.unwrap_or(match args.tool {
         Tool::Poolcap => 4 << 20,
         Tool::Tcpdump | Tool::Dumpcap => 2 << 20,
     });
     let s = Scenario {
         tool: args.tool,
-        rate_pps: args.rate.pps(mean_size(&sizes)),
+        rate_pps: rate.pps(mean_size(&sizes)),
         sizes,
         snaplen: args.snaplen,
         buffer_bytes: buffer,
@@ -229,6 +245,7 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         compress: args.compress.map(compression_key),
         burst: args.burst.zip(args.idle.map(|d| d.as_secs_f64())),
         count: args.count,
+        kernel_on_app_cpu: args.kernel_on_cpu,
     };
     let p = predict::predict(&profile, &s).map_err(|e| usage(e.to_string()))?;
     if args.json {
@@ -238,6 +255,85 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
     } else {
         print_text(&p, &note);
     }
+    Ok(())
+}
+
+/// `--validate DIR`: predicted against measured loss for every point of a bench result.
+fn validate(dir: &Path, profile: &Profile, note: &str) -> anyhow::Result<()> {
+    let raw = dir.join("raw.jsonl");
+    if !raw.is_file() {
+        return Err(usage(format!("--validate: no {}", raw.display())));
+    }
+    let records = crate::bench::report::read_raw(&raw)?;
+    let rows = validate::compare(&records, profile);
+    println!("{note}");
+    println!("| point | subject | runs | measured | predicted (kernel + app) | verdict |");
+    println!("|---|---|---|---|---|---|");
+    let mut csv =
+        String::from("suite,point,subject,tool,runs,measured,predicted,kernel,app,verdict\n");
+    for r in &rows {
+        println!(
+            "| {} | {} | {} | {} | {} ({} + {}) | {:?} |",
+            r.point,
+            r.subject,
+            r.runs,
+            pct(r.measured),
+            pct(r.predicted),
+            pct(r.kernel),
+            pct(r.app),
+            r.verdict
+        );
+        csv.push_str(&format!(
+            "{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:?}\n",
+            r.suite,
+            r.point,
+            r.subject,
+            r.tool,
+            r.runs,
+            r.measured,
+            r.predicted,
+            r.kernel,
+            r.app,
+            r.verdict
+        ));
+    }
+    let count = |v: Verdict| rows.iter().filter(|r| r.verdict == v).count();
+    println!(
+        "{} points: {} hits, {} misses, {} not judged (measured loss between 0 and 1%)",
+        rows.len(),
+        count(Verdict::Hit),
+        count(Verdict::Miss),
+        count(Verdict::Unjudged)
+    );
+    std::fs::write(dir.join("predict.csv"), csv)?;
+    let mut series: Vec<Series> = ["poolcap", "tcpdump", "dumpcap"]
+        .iter()
+        .map(|tool| {
+            let mut pts: Vec<(f64, f64)> = rows
+                .iter()
+                .filter(|r| r.tool == *tool)
+                .map(|r| (r.measured * 100.0, r.predicted * 100.0))
+                .collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            Series::new(*tool, pts)
+        })
+        .filter(|s| !s.points.is_empty())
+        .collect();
+    series.push(Series::new(
+        "predicted = measured",
+        vec![(0.0, 0.0), (100.0, 100.0)],
+    ));
+    Chart::new(
+        "Predicted against measured loss",
+        "measured loss (%)",
+        "predicted loss (%)",
+    )
+    .draw(&dir.join("predict.png"), &series)?;
+    eprintln!(
+        "wrote {} and {}",
+        dir.join("predict.csv").display(),
+        dir.join("predict.png").display()
+    );
     Ok(())
 }
 
@@ -284,6 +380,7 @@ pub fn capture_warning(cfg: &CaptureConfig) -> Option<String> {
         compress: cfg.compress.map(compression_key),
         burst: None,
         count: None,
+        kernel_on_app_cpu: false,
     };
     let p = predict::predict(&profile, &s).ok()?;
     // Queues (capture threads) and workers spread the work over the CPUs there are.
