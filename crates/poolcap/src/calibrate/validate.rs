@@ -186,6 +186,43 @@ mod tests {
         assert_eq!(verdict(0.02, 0.0), Verdict::Miss);
     }
 
+    /// A run of a burst point: 3 bursts of 1000 frames with 0.5 s idle after each but the
+    /// last, sent in 1.01 s.
+    fn record(tool: &str, loss: f64) -> Record {
+        serde_json::from_value(serde_json::json!({
+            "suite": "burst", "point": "B=1000", "subject": tool, "poolcap": tool == "poolcap",
+            "run": 1, "rps": false,
+            "traffic": {"size": 64, "count": 3000, "rate": null, "burst": 1000, "idle": 500.0,
+                        "flows": 1, "skew": null, "batch": null},
+            "generator": "poolcap",
+            "capture": {"tool": tool, "buffer_kib": 512, "write": false, "pcap_ns": false,
+                        "pool": [64, 256], "load": 3000, "snaplen": null, "compress": null,
+                        "queues": null, "workers": null, "offload": null, "wait": null,
+                        "backend": null, "cpus": null, "taskset": null},
+            "sent": {"frames": 3000, "pps": 2970.0, "seconds": 1.01, "batch": null},
+            "counts": null, "in_file": null, "loss": loss, "cpu_s": null, "cpu_total_s": null,
+            "spacing": null, "syscalls": null, "voluntary_switches": null,
+            "involuntary_switches": null, "wall_s": 2.0, "busy_before": null, "error": null
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_bench_run_becomes_the_scenario_it_measured() {
+        let r = record("poolcap", 0.0);
+        let pps = offered_pps(&r).unwrap();
+        assert!((pps - 3000.0 / 0.01).abs() < 1e-6, "bursts sent in 10 ms: {pps}");
+        let s = scenario(&r, pps).unwrap();
+        assert_eq!(s.tool, ModelTool::Poolcap);
+        assert_eq!((s.buffer_bytes, s.pool, s.load), (512 * 1024, (64, 256), 3000));
+        assert_eq!(s.burst, Some((1000, 0.5)));
+        assert_eq!((s.count, s.write, s.kernel_on_app_cpu), (Some(3000), false, false));
+        assert!(scenario(&record("netsniff-ng", 0.0), pps).is_none());
+        let rows = compare(&[r, record("poolcap", 0.2)], &Profile::built_in());
+        assert_eq!(rows.len(), 1);
+        assert_eq!((rows[0].runs, rows[0].measured), (2, 0.2));
+    }
+
     #[test]
     fn medians_pick_the_middle_run() {
         assert_eq!(median(vec![0.3, 0.1, 0.2]), Some(0.2));
