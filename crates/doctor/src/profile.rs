@@ -150,9 +150,16 @@ impl Samples {
             ns.sort_by(f64::total_cmp);
             (bytes, ns[ns.len() / 2])
         };
+        let (lo, hi) = self.span(key)?;
+        Some(Cost::fit(at(lo), at(hi)))
+    }
+
+    /// The smallest and largest size measured for `key`.
+    pub fn span(&self, key: &str) -> Option<(f64, f64)> {
+        let v = self.0.get(key)?;
         let lo = v.iter().map(|s| s.0).fold(f64::INFINITY, f64::min);
         let hi = v.iter().map(|s| s.0).fold(f64::NEG_INFINITY, f64::max);
-        Some(Cost::fit(at(lo), at(hi)))
+        Some((lo, hi))
     }
 
     /// Keys measured.
@@ -174,7 +181,14 @@ impl Profile {
             }
         };
         let fit = |k: &str| samples.fit(k);
-        let diff = |a: &str, b: &str| Some(fit(a)?.minus(&fit(b)?));
+        // An increment is measured at each size and never negative: on a busy machine a
+        // configuration with one more stage can come out cheaper than the one without it.
+        let diff = |a: &str, b: &str| {
+            let (ca, cb) = (fit(a)?, fit(b)?);
+            let inc = |x: f64| (x, (ca.ns(x) - cb.ns(x)).max(0.0));
+            let (lo, hi) = samples.span(a)?;
+            Some(Cost::fit(inc(lo), inc(hi)))
+        };
         let sender = pick("sender", fit("sender"), base.sender);
         let kernel = pick("kernel", diff("sender+capture", "sender"), base.kernel);
         let poolcap_count = pick("count", fit("count"), base.poolcap_count);
@@ -261,6 +275,9 @@ mod tests {
         s.add("count", 64.0, 1e9); // an outlier repeat: the median ignores it
         s.add("count", 64.0, 100.0);
         s.add("tcpdump null", 64.0, f64::NAN); // ignored
+                                               // gzip:1 measured cheaper than writing at 1514 B (noise): its increment is 0 there.
+        s.add("gzip:1", 64.0, 100.0 + 50.0 + 64.0 + 36.0);
+        s.add("gzip:1", 1514.0, 100.0 + 50.0);
         let base = Profile::built_in();
         let p = Profile::from_samples(&s, &base, "calibrate test");
         let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
@@ -275,6 +292,8 @@ mod tests {
             .source
             .starts_with("calibrate test; not measured, from built-in"));
         assert!(p.source.contains("zstd:3") && p.source.contains("tcpdump null"));
+        assert!(close(p.compress["gzip:1"].ns(64.0), 36.0));
+        assert!(close(p.compress["gzip:1"].ns(1514.0), 0.0));
         assert!(!p.source.contains("zstd:1"));
     }
 

@@ -211,12 +211,21 @@ mod tests {
     fn a_bench_run_becomes_the_scenario_it_measured() {
         let r = record("poolcap", 0.0);
         let pps = offered_pps(&r).unwrap();
-        assert!((pps - 3000.0 / 0.01).abs() < 1e-6, "bursts sent in 10 ms: {pps}");
+        assert!(
+            (pps - 3000.0 / 0.01).abs() < 1e-6,
+            "bursts sent in 10 ms: {pps}"
+        );
         let s = scenario(&r, pps).unwrap();
         assert_eq!(s.tool, ModelTool::Poolcap);
-        assert_eq!((s.buffer_bytes, s.pool, s.load), (512 * 1024, (64, 256), 3000));
+        assert_eq!(
+            (s.buffer_bytes, s.pool, s.load),
+            (512 * 1024, (64, 256), 3000)
+        );
         assert_eq!(s.burst, Some((1000, 0.5)));
-        assert_eq!((s.count, s.write, s.kernel_on_app_cpu), (Some(3000), false, false));
+        assert_eq!(
+            (s.count, s.write, s.kernel_on_app_cpu),
+            (Some(3000), false, false)
+        );
         assert!(scenario(&record("netsniff-ng", 0.0), pps).is_none());
         let rows = compare(&[r, record("poolcap", 0.2)], &Profile::built_in());
         assert_eq!(rows.len(), 1);
