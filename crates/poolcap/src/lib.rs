@@ -14,6 +14,7 @@
 
 pub mod bench;
 pub mod capfile;
+pub mod calibrate;
 pub mod capture;
 pub mod cli;
 pub mod console;

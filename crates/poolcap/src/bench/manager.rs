@@ -134,18 +134,25 @@ pub fn run(opts: &Options, stop: Arc<AtomicBool>) -> anyhow::Result<Rendered> {
     poolcap_sys::privilege::check_lab()?;
     std::fs::create_dir_all(&opts.out)
         .with_context(|| format!("cannot create {}", opts.out.display()))?;
+    let (scratch, exe) = scratch_with_exe()?;
+    let result = run_in(opts, machine, &scratch, &exe, stop);
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
+
+/// Creates this process's scratch directory (capture files, stats; not tmpfs) with a copy
+/// of this executable in it, and returns both paths. Children run the copy, so a rebuild
+/// during a long bench (others build on this machine too) neither breaks nor changes what is
+/// measured. The caller removes the directory.
+pub fn scratch_with_exe() -> anyhow::Result<(PathBuf, PathBuf)> {
     let scratch = PathBuf::from(format!("/var/tmp/poolcap-bench/{}", std::process::id()));
     std::fs::create_dir_all(&scratch)
         .with_context(|| format!("cannot create {}", scratch.display()))?;
-    // Children run a copy of this executable, so a rebuild during a long bench (others build
-    // on this machine too) neither breaks nor changes what is measured.
     let exe = scratch.join("poolcap");
     std::env::current_exe()
         .and_then(|me| std::fs::copy(me, &exe))
         .context("cannot copy the poolcap executable")?;
-    let result = run_in(opts, machine, &scratch, &exe, stop);
-    let _ = std::fs::remove_dir_all(&scratch);
-    result
+    Ok((scratch, exe))
 }
 
 /// Peer programs whose version goes into `meta.json`.

@@ -460,6 +460,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     for sig in [SIGINT, SIGTERM, SIGHUP] {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
     }
+    let warning = crate::cli::predict::capture_warning(&cfg);
     let (iface, snaplen, queues, pool) = (cfg.iface.clone(), cfg.snaplen, cfg.queues, cfg.pool);
     let started = Engine::start(cfg, stop, || privdrop::apply(&plan));
     let engine = match started {
@@ -484,6 +485,9 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     let _metrics = metrics
         .map(|m| crate::cli::export::serve_metrics(m, &engine, Vec::new()))
         .transpose()?;
+    if let Some(w) = &warning {
+        crate::say!("{w}");
+    }
     let report = engine.run();
     if report.file_limit_reached {
         // tcpdump's words, and as with tcpdump the capture ends successfully.

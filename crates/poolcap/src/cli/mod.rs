@@ -6,16 +6,19 @@ use clap::{Parser, Subcommand};
 use std::fmt;
 
 pub mod bench;
+pub mod calibrate;
 pub mod capture;
 pub mod check;
 pub mod ctl;
 pub mod demo;
 pub mod export;
+pub mod doctor;
 pub mod gen;
 mod ifaces;
 pub mod lab;
 pub mod privdrop;
 pub mod probe;
+pub mod predict;
 pub mod sim;
 
 /// poolcap: lossless packet capture on commodity Linux, and the lab to prove it.
@@ -46,6 +49,12 @@ enum Command {
     Ctl(ctl::CtlArgs),
     /// Simulate n receive queues with the engine's policies in virtual time; sweeps to CSV+PNG.
     Sim(sim::SimArgs),
+    /// Read (never change) the settings that decide capture loss; each finding with its fix.
+    Doctor(doctor::DoctorArgs),
+    /// Predict kernel and application loss of a capture from a calibrated profile.
+    Predict(Box<predict::PredictArgs>),
+    /// Measure this machine's per-stage capture costs (a lab, or -i IF) and save a profile.
+    Calibrate(calibrate::CalibrateArgs),
 }
 
 /// Bad usage or input: exit code 2.
@@ -108,6 +117,9 @@ pub fn main() -> i32 {
         Command::Bench(a) => bench::run(a),
         Command::Probe(a) => probe::run(*a),
         Command::Ctl(a) => ctl::run(a),
+        Command::Doctor(a) => doctor::run(a),
+        Command::Predict(a) => predict::run(*a),
+        Command::Calibrate(a) => calibrate::run(a),
     };
     match result {
         Ok(()) => 0,

@@ -10,6 +10,7 @@ mod cli;
 mod common;
 mod disk;
 mod export;
+mod doctor;
 mod gen;
 mod offload;
 mod probe;
@@ -27,6 +28,7 @@ fn main() {
     trials.extend(export::trials());
     trials.extend(bench::trials());
     trials.extend(cli::trials());
+    trials.extend(doctor::trials());
     if let Err(why) = poolcap_sys::privilege::check_lab() {
         eprintln!("skipping {} root tests: {why}", trials.len());
         trials = trials

@@ -1,0 +1,547 @@
+//! The loss model of `poolcap predict`: two stages in tandem, each with a capacity from the
+//! profile, and the buffers between them absorbing bursts until the backlog exceeds them.
+//!
+//! 1. **Kernel stage** (receive work up to the capture ring): capacity
+//!    `C_k = 1e9 / kernel(caplen)` frames/s. Frames arriving faster are dropped before any
+//!    buffer the capture owns (NIC ring, backlog): *kernel loss*. On veth this work runs on
+//!    the sender's CPU and slows the sender instead, so in a veth lab kernel loss is rare.
+//! 2. **Application stage** (everything the capture tool does per packet, on one core):
+//!    capacity `C_a = 1e9 / app(caplen)`, where `app` sums the tool's stage costs (poolcap:
+//!    ring read, plus the copy into the pool, `load` x-loop iterations, the pcap record and
+//!    compression when it has them; tcpdump/dumpcap: their measured cost writing to
+//!    /dev/null or a file, plus compression in the pipe). Frames the kernel delivered that
+//!    find the buffers full are *application loss*; Linux reports them as "dropped by
+//!    kernel" (ring full), but the application's speed is what caused them.
+//! 3. **Buffers**: the kernel ring holds `B / slot` frames (`slot` = captured bytes plus the
+//!    TPACKET_V3 header, 16-byte aligned); poolcap's pool adds R x M frames when it copies
+//!    (with analysis or a file), since its capture thread leaves blocks in the ring when the
+//!    pool is full, so the two add up.
+//!
+//! Traffic is a fluid: `rate` frames/s, optionally in bursts of `burst` frames followed by
+//! `idle` seconds of silence. Over each burst the backlog grows by `(min(rate, C_k) - C_a)`
+//! per second, whatever exceeds the buffers is lost, and the idle time drains `C_a x idle`.
+//! A finite `count` is run cycle by cycle from an empty buffer; an endless one until the
+//! backlog at the end of a cycle repeats. Loss starts (steady traffic) at
+//! `min(C_k, C_a)` frames/s.
+
+use serde::Serialize;
+
+use crate::profile::{Cost, Profile};
+
+/// The capture tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tool {
+    /// poolcap capture.
+    Poolcap,
+    /// tcpdump (libpcap, one thread, the kernel ring is its buffer).
+    Tcpdump,
+    /// dumpcap (libpcap, one poll per packet).
+    Dumpcap,
+}
+
+/// What is captured, how, and what traffic arrives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    /// The tool.
+    pub tool: Tool,
+    /// Frames per second offered (within a burst, when there are bursts).
+    pub rate_pps: f64,
+    /// Frame sizes (bytes without FCS) and their weights.
+    pub sizes: Vec<(f64, f64)>,
+    /// Bytes kept of each frame.
+    pub snaplen: u32,
+    /// Kernel ring bytes.
+    pub buffer_bytes: u64,
+    /// poolcap's pool (M cells per chunk, R chunks).
+    pub pool: (usize, usize),
+    /// x-loop iterations per packet (poolcap).
+    pub load: u32,
+    /// Write a pcap file.
+    pub write: bool,
+    /// Compression of the file (`zstd:3`).
+    pub compress: Option<String>,
+    /// Bursts of this many frames at `rate_pps`, each followed by `idle_s` of silence.
+    pub burst: Option<(u64, f64)>,
+    /// Frames sent in all (`None`: an endless stream).
+    pub count: Option<u64>,
+    /// The kernel's receive work runs on the capture tool's CPU (a NIC whose interrupts or
+    /// RPS land there; in the veth lab, `rps_cpus` set to the tool's CPU): its cost adds to
+    /// the application's instead of being a stage of its own.
+    pub kernel_on_app_cpu: bool,
+}
+
+/// One stage's share of the application's cost per packet.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StageCost {
+    /// Stage name: `ring read`, `pool copy`, `x-loop`, `write`, `zstd:3`.
+    pub stage: String,
+    /// Nanoseconds per packet.
+    pub ns: f64,
+}
+
+/// What the model predicts; losses are fractions of the offered frames.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Prediction {
+    /// Total loss: `kernel_loss + app_loss`.
+    pub loss: f64,
+    /// Frames the kernel could not deliver into the ring.
+    pub kernel_loss: f64,
+    /// Frames delivered that found the ring (and pool) full.
+    pub app_loss: f64,
+    /// Offered rate, frames/s (within bursts).
+    pub offered_pps: f64,
+    /// Mean captured bytes per frame.
+    pub caplen: f64,
+    /// Kernel stage capacity, frames/s.
+    pub kernel_capacity_pps: f64,
+    /// Application capacity, frames/s.
+    pub app_capacity_pps: f64,
+    /// Steady rate above which loss starts, frames/s.
+    pub loss_starts_pps: f64,
+    /// Frames the ring and pool hold.
+    pub buffer_frames: f64,
+    /// Longest burst at `offered_pps` absorbed without loss (`None`: any burst).
+    pub max_burst: Option<f64>,
+    /// The stage with the largest cost (`kernel` when the kernel is the bottleneck).
+    pub bottleneck: String,
+    /// The application's costs per packet, stage by stage.
+    pub stages: Vec<StageCost>,
+}
+
+/// Why a scenario cannot be predicted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScenarioError(pub String);
+
+impl std::fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ScenarioError {}
+
+fn err<T>(msg: impl Into<String>) -> Result<T, ScenarioError> {
+    Err(ScenarioError(msg.into()))
+}
+
+/// The application's stage costs for `s` at `caplen` captured bytes.
+fn app_stages(p: &Profile, s: &Scenario, caplen: f64) -> Result<Vec<StageCost>, ScenarioError> {
+    let mut v = Vec::new();
+    let mut add = |stage: &str, ns: f64| {
+        v.push(StageCost {
+            stage: stage.to_owned(),
+            ns,
+        });
+    };
+    match s.tool {
+        Tool::Poolcap => {
+            add("ring read", p.poolcap_count.ns(caplen));
+            if s.load > 0 || s.write {
+                add("pool copy", p.pool_copy.ns(caplen));
+            }
+            if s.load > 0 {
+                add("x-loop", f64::from(s.load) * p.x_loop_ns);
+            }
+            if s.write {
+                add("write", p.write.ns(caplen));
+            }
+        }
+        Tool::Tcpdump | Tool::Dumpcap => {
+            if s.load > 0 {
+                return err("--load is poolcap's x-loop: tcpdump and dumpcap have none");
+            }
+            let t = if s.tool == Tool::Tcpdump {
+                &p.tcpdump
+            } else {
+                &p.dumpcap
+            };
+            let (what, c): (&str, &Cost) = if s.write {
+                ("capture and write", &t.file)
+            } else {
+                ("capture to /dev/null", &t.null)
+            };
+            add(what, c.ns(caplen));
+        }
+    }
+    if let Some(level) = &s.compress {
+        if !s.write {
+            return err("compression needs a written file (-w)");
+        }
+        if s.tool == Tool::Dumpcap {
+            return err("dumpcap cannot compress its output here");
+        }
+        let Some(c) = p.compress.get(level) else {
+            let known: Vec<&str> = p.compress.keys().map(String::as_str).collect();
+            return err(format!(
+                "the profile has no cost for `{level}` (it has {})",
+                known.join(", ")
+            ));
+        };
+        add(level, c.ns(caplen));
+    }
+    Ok(v)
+}
+
+/// Predicts kernel and application loss of `s` on the machine `p` describes.
+pub fn predict(p: &Profile, s: &Scenario) -> Result<Prediction, ScenarioError> {
+    if !(s.rate_pps.is_finite() && s.rate_pps > 0.0) {
+        return err("the rate must be positive");
+    }
+    let total_w: f64 = s.sizes.iter().map(|(_, w)| w).sum();
+    if s.sizes.is_empty() || total_w <= 0.0 {
+        return err("no frame sizes");
+    }
+    if s.snaplen == 0 {
+        return err("the snaplen must be at least 1");
+    }
+    let snap = f64::from(s.snaplen);
+    let caplen = s.sizes.iter().map(|(b, w)| b.min(snap) * w).sum::<f64>() / total_w;
+    // TPACKET_V3 slots are 16-byte aligned; the mean of aligned slots over the size mix.
+    let slot = s
+        .sizes
+        .iter()
+        .map(|(b, w)| ((p.ring_slot_overhead + b.min(snap)) / 16.0).ceil() * 16.0 * w)
+        .sum::<f64>()
+        / total_w;
+    let mut stages = app_stages(p, s, caplen)?;
+    let cap = |ns: f64| if ns > 0.0 { 1e9 / ns } else { f64::INFINITY };
+    let ck = if s.kernel_on_app_cpu {
+        stages.insert(
+            0,
+            StageCost {
+                stage: "kernel".to_owned(),
+                ns: p.kernel.ns(caplen),
+            },
+        );
+        f64::INFINITY
+    } else {
+        cap(p.kernel.ns(caplen))
+    };
+    let ca = cap(stages.iter().map(|x| x.ns).sum());
+    let pool = if s.tool == Tool::Poolcap && (s.load > 0 || s.write) {
+        (s.pool.0 * s.pool.1) as f64
+    } else {
+        0.0
+    };
+    let buffer = (s.buffer_bytes as f64 / slot).floor() + pool;
+    let r = s.rate_pps;
+    let delivered = r.min(ck);
+    let (burst, idle) = match s.burst {
+        Some((b, i)) if b > 0 => (b as f64, i.max(0.0)),
+        Some(_) => return err("a burst must have at least one frame"),
+        None => (s.count.map_or(f64::INFINITY, |c| c as f64), 0.0),
+    };
+    let (kernel_loss, app_loss) = if burst.is_infinite() {
+        // An endless steady stream: the buffers' head start is negligible.
+        ((r - delivered) / r, (delivered - ca).max(0.0) / r)
+    } else {
+        fluid(
+            Fluid {
+                rate: r,
+                delivered,
+                app: ca,
+                buffer,
+                burst,
+                idle,
+            },
+            s.count.map(|c| c as f64),
+        )
+    };
+    let max_burst = (delivered > ca).then(|| buffer / (1.0 - ca / delivered) * r / delivered);
+    let mut worst = stages
+        .iter()
+        .max_by(|a, b| a.ns.total_cmp(&b.ns))
+        .map_or_else(String::new, |x| x.stage.clone());
+    if r > ck && ck <= ca {
+        worst = "kernel".to_owned();
+    }
+    Ok(Prediction {
+        loss: kernel_loss + app_loss,
+        kernel_loss,
+        app_loss,
+        offered_pps: r,
+        caplen,
+        kernel_capacity_pps: ck,
+        app_capacity_pps: ca,
+        loss_starts_pps: ck.min(ca),
+        buffer_frames: buffer,
+        max_burst,
+        bottleneck: worst,
+        stages,
+    })
+}
+
+/// What to change when `stage` is the bottleneck.
+pub fn remedy(stage: &str) -> &'static str {
+    match stage {
+        "kernel" => "spread receive work over more queues and CPUs (NIC channels, RPS away from the capture CPU)",
+        "ring read" => "capture with more --queues on more CPUs",
+        "pool copy" | "write" | "capture and write" | "capture to /dev/null" => {
+            "keep fewer bytes per packet (-s 96)"
+        }
+        "x-loop" => "lower --load, or give --workers more CPUs",
+        s if s.starts_with("zstd") || s.starts_with("gzip") => "a faster --compress level (zstd:1)",
+        _ => "a larger buffer (it helps only against bursts)",
+    }
+}
+
+/// The fluid model's inputs, frames and seconds.
+#[derive(Debug, Clone, Copy)]
+struct Fluid {
+    rate: f64,
+    delivered: f64,
+    app: f64,
+    buffer: f64,
+    burst: f64,
+    idle: f64,
+}
+
+/// (kernel loss, application loss) as fractions of the offered frames: `count` frames
+/// (`None`: endless, until the cycle's end backlog repeats) in cycles of a burst and an idle
+/// time, from empty buffers.
+fn fluid(f: Fluid, count: Option<f64>) -> (f64, f64) {
+    let (mut backlog, mut sent, mut k_lost, mut a_lost) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
+    let cycles = count.map_or(1_000_000.0, |c| (c / f.burst).ceil());
+    let mut last_cycle = (0.0, 0.0);
+    let mut i = 0.0;
+    while i < cycles {
+        // The last cycle of a finite count may be a partial burst.
+        let n = count.map_or(f.burst, |c| (c - sent).min(f.burst));
+        let t = n / f.rate;
+        let k = (f.rate - f.delivered) * t;
+        let before = backlog;
+        backlog += (f.delivered - f.app) * t;
+        let a = (backlog - f.buffer).max(0.0);
+        backlog = backlog.clamp(0.0, f.buffer);
+        backlog = (backlog - f.app * f.idle).max(0.0);
+        sent += n;
+        k_lost += k;
+        a_lost += a;
+        last_cycle = (k / n, a / n);
+        i += 1.0;
+        if count.is_none() && (backlog - before).abs() < 1e-9 && i > 1.0 {
+            return last_cycle;
+        }
+    }
+    match count {
+        Some(_) => (k_lost / sent, a_lost / sent),
+        None => last_cycle,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::ToolCosts;
+    use std::collections::BTreeMap;
+
+    fn flat(ns: f64) -> Cost {
+        Cost {
+            ns_per_packet: ns,
+            ns_per_byte: 0.0,
+        }
+    }
+
+    /// Round numbers: kernel 1 µs (1 Mpps), poolcap count 1 µs, copy 1 µs, write 2 µs per
+    /// byte-free packet, x-loop 1 ns, zstd:3 1 µs, tcpdump 4 µs to /dev/null.
+    fn profile() -> Profile {
+        Profile {
+            source: "test".into(),
+            load_average: None,
+            sender: flat(1000.0),
+            kernel: flat(1000.0),
+            poolcap_count: flat(1000.0),
+            pool_copy: flat(1000.0),
+            write: flat(2000.0),
+            compress: BTreeMap::from([("zstd:3".to_owned(), flat(1000.0))]),
+            x_loop_ns: 1.0,
+            tcpdump: ToolCosts {
+                null: flat(4000.0),
+                file: flat(5000.0),
+            },
+            dumpcap: ToolCosts {
+                null: flat(10_000.0),
+                file: flat(10_000.0),
+            },
+            ring_slot_overhead: 48.0,
+        }
+    }
+
+    fn scenario(tool: Tool, rate: f64) -> Scenario {
+        Scenario {
+            tool,
+            rate_pps: rate,
+            sizes: vec![(64.0, 1.0)],
+            snaplen: 262_144,
+            buffer_bytes: 1 << 20,
+            pool: (256, 64),
+            load: 0,
+            write: false,
+            compress: None,
+            burst: None,
+            count: None,
+            kernel_on_app_cpu: false,
+        }
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
+    #[test]
+    fn below_every_capacity_nothing_is_lost() {
+        let p = predict(&profile(), &scenario(Tool::Poolcap, 500_000.0)).unwrap();
+        assert_eq!((p.loss, p.kernel_loss, p.app_loss), (0.0, 0.0, 0.0));
+        assert!(close(p.loss_starts_pps, 1e6));
+        assert_eq!(p.max_burst, None);
+    }
+
+    #[test]
+    fn a_slow_application_loses_the_excess_of_an_endless_stream() {
+        // poolcap writing: 1 + 1 + 2 µs = 250k pps; offered 500k: half is lost.
+        let s = Scenario {
+            write: true,
+            ..scenario(Tool::Poolcap, 500_000.0)
+        };
+        let p = predict(&profile(), &s).unwrap();
+        assert!(close(p.app_capacity_pps, 250_000.0));
+        assert!(close(p.app_loss, 0.5) && p.kernel_loss == 0.0);
+        assert_eq!(p.bottleneck, "write");
+        // tcpdump at 4 µs.
+        let p = predict(&profile(), &scenario(Tool::Tcpdump, 500_000.0)).unwrap();
+        assert!(close(p.app_loss, 0.5));
+    }
+
+    #[test]
+    fn the_kernel_drops_what_exceeds_its_capacity_first() {
+        let p = predict(&profile(), &scenario(Tool::Poolcap, 2e6)).unwrap();
+        assert!(close(p.kernel_loss, 0.5), "{p:?}");
+        assert!(close(p.app_loss, 0.0));
+        assert_eq!(p.bottleneck, "kernel");
+    }
+
+    #[test]
+    fn buffers_absorb_a_finite_run_until_the_backlog_exceeds_them() {
+        // 64 B frames: slot = align16(48 + 64) = 112 B; 1 MiB ring = 9362 frames.
+        let s = Scenario {
+            load: 3000,
+            count: Some(100_000),
+            pool: (100, 10),
+            ..scenario(Tool::Poolcap, 500_000.0)
+        };
+        // app: 1 + 1 + 3 µs = 200k pps; 0.2 s of sending: 60k frames backlog - 10362 held.
+        let p = predict(&profile(), &s).unwrap();
+        assert!(close(p.buffer_frames, 9362.0 + 1000.0));
+        assert!(
+            close(p.app_loss, (60_000.0 - 10_362.0) / 100_000.0),
+            "{p:?}"
+        );
+        // Without a count, the asymptotic share.
+        let p = predict(&profile(), &Scenario { count: None, ..s }).unwrap();
+        assert!(close(p.app_loss, 0.6));
+    }
+
+    #[test]
+    fn bursts_are_lost_only_beyond_what_the_buffers_and_the_idle_time_absorb() {
+        // app 200k pps, bursts at 1 Mpps: backlog grows 0.8 per frame sent.
+        let base = Scenario {
+            load: 3000,
+            pool: (100, 10),
+            burst: Some((10_000, 0.1)),
+            ..scenario(Tool::Poolcap, 1e6)
+        };
+        let p = predict(&profile(), &base).unwrap();
+        assert_eq!(
+            p.loss, 0.0,
+            "8000 backlog < 10362 frames, drained in the idle time"
+        );
+        let mb = p.max_burst.unwrap();
+        assert!(close(mb, 10_362.0 / 0.8), "{mb}");
+        let big = Scenario {
+            burst: Some((20_000, 0.1)),
+            ..base.clone()
+        };
+        let p = predict(&profile(), &big).unwrap();
+        assert!(close(p.app_loss, (16_000.0 - 10_362.0) / 20_000.0), "{p:?}");
+        // Too little idle time to drain: the backlog carries over and the steady share of
+        // loss is what the mean rate exceeds the capacity by.
+        let short = Scenario {
+            burst: Some((20_000, 0.001)),
+            ..base
+        };
+        let p = predict(&profile(), &short).unwrap();
+        let mean = 20_000.0 / (0.02 + 0.001);
+        assert!(close(p.app_loss, 1.0 - 200_000.0 / mean), "{p:?}");
+    }
+
+    #[test]
+    fn kernel_work_on_the_capture_cpu_adds_to_the_application() {
+        let s = Scenario {
+            kernel_on_app_cpu: true,
+            ..scenario(Tool::Poolcap, 2e6)
+        };
+        let p = predict(&profile(), &s).unwrap();
+        // 1 µs kernel + 1 µs ring read on one core: 500k pps of 2 Mpps.
+        assert!(close(p.app_capacity_pps, 500_000.0), "{p:?}");
+        assert!(close(p.app_loss, 0.75) && p.kernel_loss == 0.0);
+        assert_eq!(p.stages[0].stage, "kernel");
+    }
+
+    #[test]
+    fn snaplen_and_imix_set_the_captured_bytes() {
+        let mut p = profile();
+        p.write = Cost {
+            ns_per_packet: 0.0,
+            ns_per_byte: 10.0,
+        };
+        let s = Scenario {
+            write: true,
+            snaplen: 96,
+            sizes: vec![(60.0, 7.0), (590.0, 4.0), (1514.0, 1.0)],
+            ..scenario(Tool::Poolcap, 1000.0)
+        };
+        let r = predict(&p, &s).unwrap();
+        assert!(close(r.caplen, (60.0 * 7.0 + 96.0 * 5.0) / 12.0));
+        assert!(r
+            .stages
+            .iter()
+            .any(|x| x.stage == "write" && close(x.ns, 750.0)));
+    }
+
+    #[test]
+    fn every_bottleneck_has_a_remedy() {
+        assert!(remedy("x-loop").contains("--load"));
+        assert!(remedy("zstd:19").contains("zstd:1"));
+        assert!(remedy("write").contains("-s 96"));
+        assert!(remedy("kernel").contains("queues"));
+    }
+
+    #[test]
+    fn impossible_scenarios_are_refused_with_a_reason() {
+        let p = profile();
+        let bad = |s: Scenario| predict(&p, &s).unwrap_err().0;
+        assert!(bad(scenario(Tool::Poolcap, 0.0)).contains("rate"));
+        assert!(bad(Scenario {
+            load: 5,
+            ..scenario(Tool::Tcpdump, 1.0)
+        })
+        .contains("x-loop"));
+        assert!(bad(Scenario {
+            compress: Some("zstd:3".into()),
+            ..scenario(Tool::Poolcap, 1.0)
+        })
+        .contains("-w"));
+        assert!(bad(Scenario {
+            write: true,
+            compress: Some("zstd:19".into()),
+            ..scenario(Tool::Poolcap, 1.0)
+        })
+        .contains("zstd:3"));
+        assert!(bad(Scenario {
+            sizes: vec![],
+            ..scenario(Tool::Poolcap, 1.0)
+        })
+        .contains("sizes"));
+    }
+}

@@ -1,0 +1,312 @@
+//! A machine's measured costs per capture stage: what `poolcap calibrate` writes and
+//! `poolcap predict` reads (JSON).
+//!
+//! Every stage cost is linear in the bytes it touches, `ns_per_packet + ns_per_byte x bytes`
+//! ([`Cost`]), fitted from two frame sizes (64 and 1514 bytes): per-packet work (wake-ups,
+//! headers, bookkeeping) and per-byte work (copies, checksums of compression) are what the
+//! papers vary with frame size and snaplength. Costs are CPU time on one core, so a stage's
+//! capacity is `1e9 / cost` packets per second. Stage costs are increments: the pool copy
+//! is what a poolcap capture with analysis costs beyond one that counts in the ring, the
+//! write what writing costs beyond that, a compression level what it costs beyond writing.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// A stage's CPU cost for one packet of `bytes` bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+pub struct Cost {
+    /// Nanoseconds per packet, whatever its size.
+    pub ns_per_packet: f64,
+    /// Nanoseconds per byte the stage touches.
+    pub ns_per_byte: f64,
+}
+
+impl Cost {
+    /// Nanoseconds for one packet of `bytes` bytes (never negative: a fit from noisy
+    /// measurements may extrapolate below zero).
+    pub fn ns(&self, bytes: f64) -> f64 {
+        (self.ns_per_packet + self.ns_per_byte * bytes).max(0.0)
+    }
+
+    /// The line through two measurements `(bytes, ns)`; with equal sizes, a per-packet cost
+    /// only.
+    pub fn fit(a: (f64, f64), b: (f64, f64)) -> Cost {
+        if (b.0 - a.0).abs() < f64::EPSILON {
+            return Cost {
+                ns_per_packet: (a.1 + b.1) / 2.0,
+                ns_per_byte: 0.0,
+            };
+        }
+        let per_byte = (b.1 - a.1) / (b.0 - a.0);
+        Cost {
+            ns_per_packet: a.1 - per_byte * a.0,
+            ns_per_byte: per_byte,
+        }
+    }
+
+    /// `self - other`, stage by stage (an increment over a cheaper configuration).
+    pub fn minus(&self, other: &Cost) -> Cost {
+        Cost {
+            ns_per_packet: self.ns_per_packet - other.ns_per_packet,
+            ns_per_byte: self.ns_per_byte - other.ns_per_byte,
+        }
+    }
+}
+
+/// A peer capture tool's cost per packet, counting (writing to /dev/null) and writing a file.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+pub struct ToolCosts {
+    /// Writing to /dev/null (as the bench's counting runs do).
+    pub null: Cost,
+    /// Writing a pcap file.
+    pub file: Cost,
+}
+
+/// The measured costs of this machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    /// Where the numbers come from: `poolcap calibrate` on which interface, or the built-in
+    /// default.
+    pub source: String,
+    /// 1-minute load average when calibrating (others' work makes costs look higher).
+    pub load_average: Option<f64>,
+    /// The sender alone, ns per frame of `bytes` (its top speed is the line rate a veth
+    /// lab offers).
+    pub sender: Cost,
+    /// Kernel receive work per frame up to the capture ring (`bytes` = captured length).
+    pub kernel: Cost,
+    /// poolcap counting in the kernel ring (no copy).
+    pub poolcap_count: Cost,
+    /// poolcap copying a packet into the pool (increment; `bytes` = captured length).
+    pub pool_copy: Cost,
+    /// poolcap writing a pcap record (increment).
+    pub write: Cost,
+    /// Compression (`zstd:1`, `gzip:6`) of a written record (increment).
+    pub compress: BTreeMap<String, Cost>,
+    /// x-loop cost per iteration, ns.
+    pub x_loop_ns: f64,
+    /// tcpdump's costs.
+    pub tcpdump: ToolCosts,
+    /// dumpcap's costs.
+    pub dumpcap: ToolCosts,
+    /// Bytes of a TPACKET_V3 ring slot besides the captured bytes (header, sockaddr_ll,
+    /// alignment).
+    pub ring_slot_overhead: f64,
+}
+
+/// The built-in profile's numbers: `poolcap calibrate` in a veth lab on the 2-core
+/// Debian 12 VM poolcap is developed on (kernel 6.18), as `built_in` says.
+const BUILT_IN: &str = include_str!("default_profile.json");
+
+impl Profile {
+    /// The profile measured on the development machine, used when none is given.
+    pub fn built_in() -> Profile {
+        serde_json::from_str(BUILT_IN)
+            .unwrap_or_else(|e| unreachable!("default_profile.json is checked by a unit test: {e}"))
+    }
+
+    /// Reads a profile from JSON text.
+    pub fn from_json(text: &str) -> Result<Profile, String> {
+        serde_json::from_str(text).map_err(|e| format!("not a poolcap profile: {e}"))
+    }
+
+    /// The sender's top speed (frames per second) for frames of `bytes` bytes.
+    pub fn top_pps(&self, bytes: f64) -> f64 {
+        let ns = self.sender.ns(bytes);
+        if ns > 0.0 {
+            1e9 / ns
+        } else {
+            f64::INFINITY
+        }
+    }
+}
+
+/// Measurements from which `poolcap calibrate` builds a profile: for each configuration,
+/// `(captured bytes, ns per packet)` at two or more frame sizes (or snaplengths).
+///
+/// Keys: `sender` (the generator alone, ns per frame sent), `sender+capture` (the generator
+/// while poolcap counts: the difference is the kernel's receive work on veth), `count`,
+/// `copy` (poolcap with a 1-iteration x-loop: the pool copy), `write`, a compression level
+/// (`zstd:3`, measured writing), `tcpdump null`, `tcpdump file`, `dumpcap null`,
+/// `dumpcap file`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Samples(BTreeMap<String, Vec<(f64, f64)>>);
+
+impl Samples {
+    /// Records one measurement (ignores what is not a finite positive number).
+    pub fn add(&mut self, key: &str, bytes: f64, ns: f64) {
+        if bytes.is_finite() && ns.is_finite() && ns > 0.0 {
+            self.0.entry(key.to_owned()).or_default().push((bytes, ns));
+        }
+    }
+
+    /// The cost line through the smallest and the largest size of `key` (each the median of
+    /// its repeats).
+    pub fn fit(&self, key: &str) -> Option<Cost> {
+        let v = self.0.get(key)?;
+        let at = |bytes: f64| {
+            let mut ns: Vec<f64> = v.iter().filter(|s| s.0 == bytes).map(|s| s.1).collect();
+            ns.sort_by(f64::total_cmp);
+            (bytes, ns[ns.len() / 2])
+        };
+        let (lo, hi) = self.span(key)?;
+        Some(Cost::fit(at(lo), at(hi)))
+    }
+
+    /// The smallest and largest size measured for `key`.
+    pub fn span(&self, key: &str) -> Option<(f64, f64)> {
+        let v = self.0.get(key)?;
+        let lo = v.iter().map(|s| s.0).fold(f64::INFINITY, f64::min);
+        let hi = v.iter().map(|s| s.0).fold(f64::NEG_INFINITY, f64::max);
+        Some((lo, hi))
+    }
+
+    /// Keys measured.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.keys().map(String::as_str)
+    }
+}
+
+impl Profile {
+    /// A profile from `samples`, taking from `base` every cost that was not measured (and
+    /// saying so in `source`).
+    pub fn from_samples(samples: &Samples, base: &Profile, source: &str) -> Profile {
+        let mut kept = Vec::new();
+        let mut pick = |name: &str, c: Option<Cost>, fallback: Cost| match c {
+            Some(c) => c,
+            None => {
+                kept.push(name.to_owned());
+                fallback
+            }
+        };
+        let fit = |k: &str| samples.fit(k);
+        // An increment is measured at each size and never negative: on a busy machine a
+        // configuration with one more stage can come out cheaper than the one without it.
+        let diff = |a: &str, b: &str| {
+            let (ca, cb) = (fit(a)?, fit(b)?);
+            let inc = |x: f64| (x, (ca.ns(x) - cb.ns(x)).max(0.0));
+            let (lo, hi) = samples.span(a)?;
+            Some(Cost::fit(inc(lo), inc(hi)))
+        };
+        let sender = pick("sender", fit("sender"), base.sender);
+        let kernel = pick("kernel", diff("sender+capture", "sender"), base.kernel);
+        let poolcap_count = pick("count", fit("count"), base.poolcap_count);
+        let pool_copy = pick("copy", diff("copy", "count"), base.pool_copy);
+        let write = pick("write", diff("write", "copy"), base.write);
+        let mut compress = BTreeMap::new();
+        for (level, c) in &base.compress {
+            compress.insert(level.clone(), pick(level, diff(level, "write"), *c));
+        }
+        for level in samples.keys().filter(|k| k.contains(':')) {
+            if let Some(c) = diff(level, "write") {
+                compress.insert(level.to_owned(), c);
+            }
+        }
+        let mut tool = |name: &str, b: &ToolCosts| ToolCosts {
+            null: pick(
+                &format!("{name} null"),
+                fit(&format!("{name} null")),
+                b.null,
+            ),
+            file: pick(
+                &format!("{name} file"),
+                fit(&format!("{name} file")),
+                b.file,
+            ),
+        };
+        let tcpdump = tool("tcpdump", &base.tcpdump);
+        let dumpcap = tool("dumpcap", &base.dumpcap);
+        let source = if kept.is_empty() {
+            source.to_owned()
+        } else {
+            format!(
+                "{source}; not measured, from {}: {}",
+                base.source,
+                kept.join(", ")
+            )
+        };
+        Profile {
+            source,
+            sender,
+            kernel,
+            poolcap_count,
+            pool_copy,
+            write,
+            compress,
+            tcpdump,
+            dumpcap,
+            ..base.clone()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fit_goes_through_both_points() {
+        let c = Cost::fit((64.0, 164.0), (1514.0, 1614.0));
+        assert!((c.ns_per_byte - 1.0).abs() < 1e-9);
+        assert!((c.ns_per_packet - 100.0).abs() < 1e-9);
+        assert!((c.ns(1000.0) - 1100.0).abs() < 1e-9);
+        let flat = Cost::fit((64.0, 10.0), (64.0, 20.0));
+        assert_eq!(flat.ns(1500.0), 15.0);
+        let negative = Cost {
+            ns_per_packet: -50.0,
+            ns_per_byte: 0.01,
+        };
+        assert_eq!(negative.ns(64.0), 0.0);
+        assert_eq!(c.minus(&c), Cost::default());
+    }
+
+    #[test]
+    fn stage_costs_are_increments_over_the_cheaper_configuration() {
+        let mut s = Samples::default();
+        for (bytes, base) in [(64.0, 100.0), (1514.0, 100.0 + 1450.0)] {
+            s.add("count", bytes, base);
+            s.add("copy", bytes, base + 50.0);
+            s.add("write", bytes, base + 50.0 + bytes);
+            s.add("zstd:1", bytes, base + 50.0 + 3.0 * bytes);
+            s.add("sender", bytes, 2000.0);
+            s.add("sender+capture", bytes, 2300.0);
+        }
+        s.add("count", 64.0, 1e9); // an outlier repeat: the median ignores it
+        s.add("count", 64.0, 100.0);
+        s.add("tcpdump null", 64.0, f64::NAN); // ignored
+                                               // gzip:1 measured cheaper than writing at 1514 B (noise): its increment is 0 there.
+        s.add("gzip:1", 64.0, 100.0 + 50.0 + 64.0 + 36.0);
+        s.add("gzip:1", 1514.0, 100.0 + 50.0);
+        let base = Profile::built_in();
+        let p = Profile::from_samples(&s, &base, "calibrate test");
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
+        assert!(close(p.poolcap_count.ns(64.0), 100.0));
+        assert!(close(p.pool_copy.ns(1000.0), 50.0));
+        assert!(close(p.write.ns_per_byte, 1.0) && close(p.write.ns_per_packet, 0.0));
+        assert!(close(p.compress["zstd:1"].ns_per_byte, 2.0));
+        assert!(close(p.kernel.ns(64.0), 300.0));
+        assert_eq!(p.tcpdump, base.tcpdump);
+        assert_eq!(p.compress["zstd:3"], base.compress["zstd:3"]);
+        assert!(p
+            .source
+            .starts_with("calibrate test; not measured, from built-in"));
+        assert!(p.source.contains("zstd:3") && p.source.contains("tcpdump null"));
+        assert!(close(p.compress["gzip:1"].ns(64.0), 36.0));
+        assert!(close(p.compress["gzip:1"].ns(1514.0), 0.0));
+        assert!(!p.source.contains("zstd:1"));
+    }
+
+    #[test]
+    fn the_built_in_profile_reads_and_round_trips() {
+        let p = Profile::built_in();
+        assert!(p.source.starts_with("built-in"));
+        assert!(p.x_loop_ns > 0.0 && p.top_pps(64.0) > 1e4);
+        assert!(p.compress.contains_key("zstd:3"));
+        let back = Profile::from_json(&serde_json::to_string(&p).unwrap()).unwrap();
+        assert_eq!(back, p);
+        assert!(Profile::from_json("{}")
+            .unwrap_err()
+            .starts_with("not a poolcap profile"));
+    }
+}

@@ -1,0 +1,116 @@
+//! `poolcap calibrate`: measures what each capture stage costs on this machine, per packet
+//! and per byte, and turns it into a [`Profile`] for `poolcap predict`.
+//!
+//! A stage's cost is the capture tool's CPU time per packet in a configuration that has the
+//! stage, minus that of the configuration without it (counting in the ring → copying into
+//! the pool → writing pcap → compressing), at two frame sizes (or two snaplengths) so that
+//! per-packet and per-byte work separate ([`Samples`]). Two ways to get the packets:
+//! - [`lab`]: a veth lab of the bench rig (`crate::bench`), the generator at top speed,
+//!   every configuration run once per frame size and repeat. Here the kernel's receive work
+//!   runs on the sender's CPU (design.md), so the sender's slowdown while poolcap captures
+//!   measures it;
+//! - [`live`]: a real interface with traffic the user sends; each configuration captures
+//!   for a fixed time, and the interface's own counters give the packets and their mean
+//!   size. The kernel's and sender's costs are not measured there and come from the base
+//!   profile (the profile's `source` says so).
+//!
+//! [`validate`] checks the model against bench results: predicted against measured loss.
+//!
+//! The CPU time of a child comes from `/proc/PID/stat` in clock ticks (10 ms), so a
+//! configuration must run long enough for hundreds of ticks to be precise.
+
+use poolcap_doctor::profile::{Profile, Samples};
+
+use crate::bench::peer::{CaptureSpec, Tool};
+
+pub mod lab;
+pub mod live;
+pub mod validate;
+
+/// A configuration measured: its key in [`Samples`] and how to run it.
+pub struct Stage {
+    /// `count`, `copy`, `write`, `zstd:3`, `tcpdump null`...
+    pub key: String,
+    /// The capture.
+    pub spec: CaptureSpec,
+}
+
+/// The configurations, cheapest first (each poolcap stage adds one thing to the previous):
+/// poolcap counting, copying (a 1-iteration x-loop makes it copy into the pool), writing,
+/// compressing at `levels`; then tcpdump and dumpcap writing to /dev/null and to a file, when
+/// `peers`.
+pub fn stages(levels: &[&str], peers: bool) -> Vec<Stage> {
+    let poolcap = |key: &str, f: &dyn Fn(&mut CaptureSpec)| {
+        let mut spec = CaptureSpec::new(Tool::Poolcap, crate::bench::suites::BUFFER_KIB);
+        f(&mut spec);
+        Stage {
+            key: key.to_owned(),
+            spec,
+        }
+    };
+    let mut v = vec![
+        poolcap("count", &|_| {}),
+        poolcap("copy", &|s| s.load = 1),
+        poolcap("write", &|s| s.write = true),
+    ];
+    for level in levels {
+        v.push(poolcap(level, &|s| {
+            s.write = true;
+            s.compress = Some((*level).to_owned());
+        }));
+    }
+    if peers {
+        for tool in [Tool::Tcpdump, Tool::Dumpcap] {
+            for (what, write) in [("null", false), ("file", true)] {
+                let spec = CaptureSpec {
+                    write,
+                    ..CaptureSpec::new(tool, crate::bench::suites::BUFFER_KIB)
+                };
+                if crate::bench::peer::missing(&spec.programs()).is_none() {
+                    v.push(Stage {
+                        key: format!("{} {what}", tool.name()),
+                        spec,
+                    });
+                }
+            }
+        }
+    }
+    v
+}
+
+/// The profile from `samples` and the x-loop cost, with `source` and the load average.
+pub fn profile(samples: &Samples, x_loop_ns: f64, source: String) -> Profile {
+    let mut p = Profile::from_samples(samples, &Profile::built_in(), &source);
+    if x_loop_ns.is_finite() && x_loop_ns > 0.0 {
+        p.x_loop_ns = x_loop_ns;
+    }
+    p.load_average = load_average();
+    p
+}
+
+/// The 1-minute load average (`/proc/loadavg`).
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_poolcap_stage_adds_one_thing_to_the_previous() {
+        let v = stages(&["zstd:1"], false);
+        let keys: Vec<&str> = v.iter().map(|s| s.key.as_str()).collect();
+        assert_eq!(keys, ["count", "copy", "write", "zstd:1"]);
+        assert_eq!((v[0].spec.load, v[0].spec.write), (0, false));
+        assert_eq!((v[1].spec.load, v[1].spec.write), (1, false));
+        assert_eq!((v[2].spec.load, v[2].spec.write), (0, true));
+        assert_eq!(v[3].spec.compress.as_deref(), Some("zstd:1"));
+        assert!(v.iter().all(|s| s.spec.tool == Tool::Poolcap));
+    }
+}

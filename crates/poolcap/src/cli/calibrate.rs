@@ -1,0 +1,171 @@
+//! `poolcap calibrate`: measures this machine's per-stage capture costs ([`crate::calibrate`])
+//! in a lab of its own (default) or on `-i IF` with traffic the user sends, saves the profile
+//! as JSON and prints it, with what the buffers absorb.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use poolcap_doctor::predict::{self, Scenario, Tool};
+use poolcap_doctor::profile::Profile;
+
+use crate::calibrate::{self, lab, live};
+use crate::cli::predict::default_profile_path;
+use crate::units;
+
+/// Arguments of `poolcap calibrate`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Without -i, builds a veth lab (two namespaces, removed at the end), \
+sends 64 and 1514 B frames at top speed and runs each configuration once per size: about \
+2 minutes. With -i IF, captures the traffic you send to IF for --window per configuration \
+and snaplength (64 and full); the kernel's and sender's costs then come from the built-in \
+profile. Calibrate on a quiet machine: others' work makes every stage look slower."
+)]
+pub struct CalibrateArgs {
+    /// Measure on this interface with traffic you send (default: a lab of its own).
+    #[arg(short = 'i', long = "interface")]
+    iface: Option<String>,
+    /// Where to save the profile (default: $POOLCAP_PROFILE or /var/lib/poolcap/profile.json).
+    #[arg(short = 'o', long)]
+    output: Option<PathBuf>,
+    /// Lab: frames per run.
+    #[arg(long, default_value = "1M", value_parser = units::parse_count)]
+    frames: u64,
+    /// Lab: runs per configuration and size (the median is kept).
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
+    /// -i: capture time per configuration and snaplength.
+    #[arg(long, default_value = "5s", value_parser = units::parse_duration)]
+    window: Duration,
+    /// Compression levels to measure (comma-separated), or none.
+    #[arg(long, value_delimiter = ',', default_value = "zstd:1,zstd:3,gzip:6")]
+    levels: Vec<String>,
+    /// Lab: before each run, wait up to this long for the machine to be quiet (at most 15%
+    /// of the CPUs busy).
+    #[arg(long, default_value = "10s", value_parser = units::parse_duration)]
+    quiet_wait: Duration,
+    /// Do not measure tcpdump and dumpcap.
+    #[arg(long)]
+    no_peers: bool,
+}
+
+/// The levels to measure (`none`: no compression).
+fn check_levels(levels: &[String]) -> anyhow::Result<Vec<String>> {
+    if levels == ["none"] {
+        return Ok(Vec::new());
+    }
+    for l in levels {
+        l.parse::<crate::capture::compress::Compression>()
+            .map_err(|e| crate::cli::usage(format!("--levels: {e}")))?;
+        if !l.contains(':') {
+            return Err(crate::cli::usage(format!(
+                "--levels: give the level too (`{l}:3`)"
+            )));
+        }
+    }
+    Ok(levels.to_vec())
+}
+
+/// What the kernel ring and poolcap's default pool hold, per the profile.
+fn buffers(p: &Profile) -> Vec<String> {
+    [64.0, 1514.0]
+        .iter()
+        .filter_map(|&size| {
+            let s = Scenario {
+                tool: Tool::Poolcap,
+                rate_pps: 1.0,
+                sizes: vec![(size, 1.0)],
+                snaplen: 262_144,
+                buffer_bytes: 4 << 20,
+                pool: (256, 64),
+                load: 0,
+                write: false,
+                compress: None,
+                burst: None,
+                count: None,
+                kernel_on_app_cpu: false,
+            };
+            let r = predict::predict(p, &s).ok()?;
+            Some(format!(
+                "a 4 MiB ring holds {:.0} frames of {size:.0} B",
+                r.buffer_frames
+            ))
+        })
+        .chain(std::iter::once(
+            "poolcap's default pool (256,64) adds 16384 packets when it copies".to_owned(),
+        ))
+        .collect()
+}
+
+/// Runs `poolcap calibrate`.
+pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
+    let levels = check_levels(&args.levels)?;
+    if args.runs == 0 || args.frames == 0 {
+        return Err(crate::cli::usage("--runs and --frames must be at least 1"));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))?;
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let when = crate::bench::manager::timestamp(crate::bench::manager::now());
+    let profile = match &args.iface {
+        None => {
+            let (samples, x_loop) = lab::measure(
+                &lab::LabOptions {
+                    frames: args.frames,
+                    runs: args.runs,
+                    levels: levels.clone(),
+                    peers: !args.no_peers,
+                    quiet_wait: args.quiet_wait,
+                },
+                Arc::clone(&stop),
+            )?;
+            let source = format!(
+                "poolcap calibrate in a veth lab on {} at {when} UTC ({} frames per run)",
+                host.trim(),
+                args.frames
+            );
+            calibrate::profile(&samples, x_loop, source)
+        }
+        Some(iface) => {
+            let (samples, mean) = live::measure(
+                &live::LiveOptions {
+                    iface: iface.clone(),
+                    window: args.window,
+                    levels: levels.clone(),
+                    peers: !args.no_peers,
+                },
+                &stop,
+            )?;
+            let x_loop = crate::bench::suites::ns_per_iteration()?;
+            let source = format!(
+                "poolcap calibrate -i {iface} on {} at {when} UTC (live traffic, mean frame {mean:.0} B)",
+                host.trim()
+            );
+            calibrate::profile(&samples, x_loop, source)
+        }
+    };
+    let path = args.output.unwrap_or_else(default_profile_path);
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let text = serde_json::to_string_pretty(&profile)? + "\n";
+    std::fs::write(&path, &text).with_context(|| format!("cannot write {}", path.display()))?;
+    print!("{text}");
+    for line in buffers(&profile) {
+        eprintln!("calibrate: {line}");
+    }
+    eprintln!(
+        "calibrate: profile saved to {} (load average {})",
+        path.display(),
+        profile
+            .load_average
+            .map_or("?".to_owned(), |l| format!("{l:.2}"))
+    );
+    Ok(())
+}

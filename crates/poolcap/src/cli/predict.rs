@@ -1,0 +1,437 @@
+//! `poolcap predict`: kernel and application loss of a capture, from the stage costs of a
+//! profile (`poolcap calibrate`'s, or the built-in one measured on the development machine)
+//! and the model of [`poolcap_doctor::predict`]. Also the one-line warning `poolcap capture`
+//! prints when its configuration would lose packets at the interface's line rate.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::Args;
+use poolcap_doctor::predict::{self, Prediction, Scenario, Tool};
+use poolcap_doctor::profile::Profile;
+use poolcap_doctor::system::{RealSystem, System};
+
+use crate::calibrate::validate::{self, Verdict};
+use crate::capture::compress::Compression;
+use crate::capture::CaptureConfig;
+use crate::cli::capture::parse_pool;
+use crate::cli::usage;
+use crate::flows::IMIX;
+use crate::frame::{MAX_FRAME, MIN_FRAME};
+use crate::plot::{Chart, Series};
+use crate::units;
+
+/// Where `poolcap calibrate` saves the profile and `predict` and `capture` look for it,
+/// unless `POOLCAP_PROFILE` names another file.
+pub const PROFILE_PATH: &str = "/var/lib/poolcap/profile.json";
+
+/// The profile file in use by default: `$POOLCAP_PROFILE` or [`PROFILE_PATH`].
+pub fn default_profile_path() -> PathBuf {
+    std::env::var_os("POOLCAP_PROFILE").map_or_else(|| PROFILE_PATH.into(), PathBuf::from)
+}
+
+/// The profile at `path`, else the default file if it exists, else the built-in one; with
+/// a note saying which.
+pub fn load_profile(path: Option<&Path>) -> anyhow::Result<(Profile, String)> {
+    let default = default_profile_path();
+    let (file, given) = match path {
+        Some(p) => (p.to_owned(), true),
+        None if default.exists() => (default, false),
+        None => {
+            let p = Profile::built_in();
+            let note = format!(
+                "profile: {} (no --profile given and no {})",
+                p.source,
+                default.display()
+            );
+            return Ok((p, note));
+        }
+    };
+    let text = std::fs::read_to_string(&file)
+        .with_context(|| format!("cannot read profile {}", file.display()))?;
+    let p = Profile::from_json(&text).map_err(|e| {
+        let msg = format!("{}: {e}", file.display());
+        if given {
+            usage(msg)
+        } else {
+            anyhow::anyhow!(msg)
+        }
+    })?;
+    let note = format!("profile: {} ({})", p.source, file.display());
+    Ok((p, note))
+}
+
+/// Frame sizes (bytes) and their weights.
+#[derive(Debug, Clone, PartialEq)]
+struct Sizes(Vec<(f64, f64)>);
+
+/// Frame sizes and weights: `N` (60..9000) or `imix`.
+fn parse_sizes(s: &str) -> Result<Sizes, String> {
+    if s.eq_ignore_ascii_case("imix") {
+        return Ok(Sizes(IMIX.iter().map(|&(b, w)| (b as f64, w)).collect()));
+    }
+    match s.parse::<usize>() {
+        Ok(n) if (MIN_FRAME..=MAX_FRAME).contains(&n) => Ok(Sizes(vec![(n as f64, 1.0)])),
+        _ => Err(format!(
+            "`{s}`: give a frame size in {MIN_FRAME}..{MAX_FRAME} or imix"
+        )),
+    }
+}
+
+fn parse_tool(s: &str) -> Result<Tool, String> {
+    match s {
+        "poolcap" => Ok(Tool::Poolcap),
+        "tcpdump" => Ok(Tool::Tcpdump),
+        "dumpcap" => Ok(Tool::Dumpcap),
+        _ => Err(format!("`{s}`: use poolcap, tcpdump or dumpcap")),
+    }
+}
+
+/// The profile's key for a compression choice (`zstd:3`).
+fn compression_key(c: Compression) -> String {
+    match c {
+        Compression::Zstd(l) => format!("zstd:{l}"),
+        Compression::Gzip(l) => format!("gzip:{l}"),
+    }
+}
+
+/// Arguments of `poolcap predict`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Model: the kernel stage (receive work up to the ring) and the \
+application stage (the tool's work per packet) each have a capacity from the profile's costs; \
+the ring (and poolcap's pool) absorb bursts until the backlog exceeds them. Losses are \
+fractions of the offered frames.
+
+Examples:
+  poolcap predict --rate 300k --size 64 --load 3000
+  poolcap predict --rate 1Gbit --size imix -w --compress zstd:3 --json
+  poolcap predict --tool tcpdump --rate 400k --size 1514 --burst 50k --idle 100ms"
+)]
+pub struct PredictArgs {
+    /// Profile from `poolcap calibrate` (default: $POOLCAP_PROFILE, /var/lib/poolcap/profile.json,
+    /// else the built-in one).
+    #[arg(long)]
+    profile: Option<PathBuf>,
+    /// Offered rate (within bursts): 300k (pps) or 1Gbit.
+    #[arg(long, value_parser = units::parse_rate, required_unless_present = "validate")]
+    rate: Option<units::Rate>,
+    /// Frame size in bytes without FCS (60..9000), or imix.
+    #[arg(long, value_parser = parse_sizes, required_unless_present = "validate")]
+    size: Option<Sizes>,
+    /// Bytes kept of each packet.
+    #[arg(short = 's', long, default_value_t = 262_144)]
+    snaplen: u32,
+    /// Kernel ring bytes (4M); default the tool's (poolcap 4 MiB, tcpdump and dumpcap 2 MiB).
+    #[arg(long, value_parser = units::parse_bytes)]
+    buffer: Option<u64>,
+    /// poolcap's pool as M,R.
+    #[arg(long, default_value = "256,64", value_parser = parse_pool)]
+    pool: (usize, usize),
+    /// x-loop iterations per packet (poolcap).
+    #[arg(long, default_value_t = 0)]
+    load: u32,
+    /// Bursts of this many frames at --rate...
+    #[arg(long, value_parser = units::parse_count, requires = "idle")]
+    burst: Option<u64>,
+    /// ... each followed by this much silence (100ms).
+    #[arg(long, value_parser = units::parse_duration, requires = "burst")]
+    idle: Option<std::time::Duration>,
+    /// Frames sent in all (default: an endless stream).
+    #[arg(long, value_parser = units::parse_count)]
+    count: Option<u64>,
+    /// The capture writes a pcap file.
+    #[arg(short = 'w')]
+    write: bool,
+    /// Compression of the file: zstd[:L] or gzip[:L].
+    #[arg(long, requires = "write")]
+    compress: Option<Compression>,
+    /// The capture tool: poolcap, tcpdump or dumpcap.
+    #[arg(long, default_value = "poolcap", value_parser = parse_tool)]
+    tool: Tool,
+    /// The kernel's receive work runs on the capture CPU (IRQs or RPS there; the lab's
+    /// `bench --rps`): it adds to the application's cost.
+    #[arg(long)]
+    kernel_on_cpu: bool,
+    /// Print the prediction as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Instead: predict every point of a bench result directory (`poolcap bench sizes`,
+    /// `burst`, `appload`...) and compare with its measured loss; writes predict.csv and
+    /// predict.png there.
+    #[arg(long, conflicts_with_all = ["rate", "size"])]
+    validate: Option<PathBuf>,
+}
+
+fn mean_size(sizes: &[(f64, f64)]) -> f64 {
+    let w: f64 = sizes.iter().map(|s| s.1).sum();
+    sizes.iter().map(|(b, x)| b * x).sum::<f64>() / w
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.2}%", x * 100.0)
+}
+
+fn rate(pps: f64) -> String {
+    if pps.is_infinite() {
+        "unbounded".to_owned()
+    } else if pps >= 1e6 {
+        format!("{:.2} Mpps", pps / 1e6)
+    } else {
+        format!("{:.0} kpps", pps / 1e3)
+    }
+}
+
+fn print_text(p: &Prediction, note: &str) {
+    println!("{note}");
+    println!(
+        "offered {} ({:.0} B captured per frame); buffers hold {:.0} frames",
+        rate(p.offered_pps),
+        p.caplen,
+        p.buffer_frames
+    );
+    let stages: Vec<String> = p
+        .stages
+        .iter()
+        .map(|s| format!("{} {:.0} ns", s.stage, s.ns))
+        .collect();
+    println!(
+        "kernel capacity {}; application capacity {} ({})",
+        rate(p.kernel_capacity_pps),
+        rate(p.app_capacity_pps),
+        stages.join(" + ")
+    );
+    println!(
+        "predicted loss {} (kernel {}, application {}); loss starts at {}",
+        pct(p.loss),
+        pct(p.kernel_loss),
+        pct(p.app_loss),
+        rate(p.loss_starts_pps)
+    );
+    if let Some(b) = p.max_burst {
+        println!("longest burst absorbed at this rate: {b:.0} frames");
+    }
+    if p.loss > 0.0 {
+        println!(
+            "bottleneck: {}; to avoid: {}",
+            p.bottleneck,
+            predict::remedy(&p.bottleneck)
+        );
+    }
+}
+
+/// Runs `poolcap predict`.
+pub fn run(args: PredictArgs) -> anyhow::Result<()> {
+    let (profile, note) = load_profile(args.profile.as_deref())?;
+    if let Some(dir) = &args.validate {
+        return validate(dir, &profile, &note);
+    }
+    let (Some(rate), Some(Sizes(sizes))) = (args.rate, args.size) else {
+        return Err(usage("give --rate and --size (or --validate DIR)"));
+    };
+    let buffer = args.buffer.unwrap_or(match args.tool {
+        Tool::Poolcap => 4 << 20,
+        Tool::Tcpdump | Tool::Dumpcap => 2 << 20,
+    });
+    let s = Scenario {
+        tool: args.tool,
+        rate_pps: rate.pps(mean_size(&sizes)),
+        sizes,
+        snaplen: args.snaplen,
+        buffer_bytes: buffer,
+        pool: args.pool,
+        load: args.load,
+        write: args.write,
+        compress: args.compress.map(compression_key),
+        burst: args.burst.zip(args.idle.map(|d| d.as_secs_f64())),
+        count: args.count,
+        kernel_on_app_cpu: args.kernel_on_cpu,
+    };
+    let p = predict::predict(&profile, &s).map_err(|e| usage(e.to_string()))?;
+    if args.json {
+        let mut v = serde_json::to_value(&p)?;
+        v["profile"] = serde_json::Value::String(profile.source.clone());
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print_text(&p, &note);
+    }
+    Ok(())
+}
+
+/// `--validate DIR`: predicted against measured loss for every point of a bench result.
+fn validate(dir: &Path, profile: &Profile, note: &str) -> anyhow::Result<()> {
+    let raw = dir.join("raw.jsonl");
+    if !raw.is_file() {
+        return Err(usage(format!("--validate: no {}", raw.display())));
+    }
+    let records = crate::bench::report::read_raw(&raw)?;
+    let rows = validate::compare(&records, profile);
+    println!("{note}");
+    println!("| point | subject | runs | measured | predicted (kernel + app) | verdict |");
+    println!("|---|---|---|---|---|---|");
+    let mut csv =
+        String::from("suite,point,subject,tool,runs,measured,predicted,kernel,app,verdict\n");
+    for r in &rows {
+        println!(
+            "| {} | {} | {} | {} | {} ({} + {}) | {:?} |",
+            r.point,
+            r.subject,
+            r.runs,
+            pct(r.measured),
+            pct(r.predicted),
+            pct(r.kernel),
+            pct(r.app),
+            r.verdict
+        );
+        csv.push_str(&format!(
+            "{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:?}\n",
+            r.suite,
+            r.point,
+            r.subject,
+            r.tool,
+            r.runs,
+            r.measured,
+            r.predicted,
+            r.kernel,
+            r.app,
+            r.verdict
+        ));
+    }
+    let count = |v: Verdict| rows.iter().filter(|r| r.verdict == v).count();
+    println!(
+        "{} points: {} hits, {} misses, {} not judged (measured loss between 0 and 1%)",
+        rows.len(),
+        count(Verdict::Hit),
+        count(Verdict::Miss),
+        count(Verdict::Unjudged)
+    );
+    std::fs::write(dir.join("predict.csv"), csv)?;
+    let mut series: Vec<Series> = ["poolcap", "tcpdump", "dumpcap"]
+        .iter()
+        .map(|tool| {
+            let mut pts: Vec<(f64, f64)> = rows
+                .iter()
+                .filter(|r| r.tool == *tool)
+                .map(|r| (r.measured * 100.0, r.predicted * 100.0))
+                .collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            Series::new(*tool, pts)
+        })
+        .filter(|s| !s.points.is_empty())
+        .collect();
+    series.push(Series::new(
+        "predicted = measured",
+        vec![(0.0, 0.0), (100.0, 100.0)],
+    ));
+    Chart::new(
+        "Predicted against measured loss",
+        "measured loss (%)",
+        "predicted loss (%)",
+    )
+    .draw(&dir.join("predict.png"), &series)?;
+    eprintln!(
+        "wrote {} and {}",
+        dir.join("predict.csv").display(),
+        dir.join("predict.png").display()
+    );
+    Ok(())
+}
+
+/// Minimum-size frames (60 bytes without FCS) per second at the interface's line rate
+/// (`speed` in sysfs, Mbit/s; 24 bytes of FCS, preamble and gap each), or, for a virtual
+/// device (no `device` in sysfs: veth reports a nominal 10000 Mbit/s that no sender
+/// reaches), the profile's sender top speed; with a description.
+fn line_rate(iface: &str, profile: &Profile) -> (f64, String) {
+    let sys = RealSystem;
+    let physical = sys
+        .link_name(&format!("/sys/class/net/{iface}/device"))
+        .is_some();
+    let speed = sys
+        .read(&format!("/sys/class/net/{iface}/speed"))
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|s| *s > 0.0 && physical);
+    match speed {
+        Some(mbit) => (
+            mbit * 1e6 / ((60.0 + 24.0) * 8.0),
+            format!("{mbit:.0} Mbit/s line rate"),
+        ),
+        None => (
+            profile.top_pps(60.0),
+            "the profile's sender top speed (a virtual link)".to_owned(),
+        ),
+    }
+}
+
+/// The one-line warning `poolcap capture` prints at start when the profile predicts loss
+/// for `cfg` at the interface's line rate of minimum-size frames (`None`: no loss predicted,
+/// or the capture is not one the model describes).
+pub fn capture_warning(cfg: &CaptureConfig) -> Option<String> {
+    let (profile, _) = load_profile(None).ok()?;
+    let (pps, what) = line_rate(&cfg.iface, &profile);
+    let s = Scenario {
+        tool: Tool::Poolcap,
+        rate_pps: pps,
+        sizes: vec![(60.0, 1.0)],
+        snaplen: cfg.snaplen,
+        buffer_bytes: u64::from(cfg.ring.block_size) * u64::from(cfg.ring.block_nr),
+        pool: (cfg.pool.cells, cfg.pool.chunks),
+        load: cfg.load,
+        write: cfg.output.is_some(),
+        compress: cfg.compress.map(compression_key),
+        burst: None,
+        count: None,
+        kernel_on_app_cpu: false,
+    };
+    let p = predict::predict(&profile, &s).ok()?;
+    // Queues (capture threads) and workers spread the work over the CPUs there are.
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let parallel = cfg.queues.max(cfg.workers).clamp(1, cpus);
+    let per_queue = p.loss_starts_pps * parallel as f64;
+    if per_queue >= pps {
+        return None;
+    }
+    let loss = 1.0 - per_queue / pps;
+    Some(format!(
+        "poolcap: warning: at {} ({} of 60 B frames) this capture is predicted to lose {} \
+         (loss starts at {}, bottleneck {}); to avoid: {} (`poolcap predict` for details)",
+        what,
+        rate(pps),
+        pct(loss),
+        rate(per_queue),
+        p.bottleneck,
+        predict::remedy(&p.bottleneck)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_tools_and_compression_keys_parse() {
+        assert_eq!(parse_sizes("64"), Ok(Sizes(vec![(64.0, 1.0)])));
+        assert_eq!(parse_sizes("IMIX").unwrap().0.len(), 3);
+        assert!(parse_sizes("59").unwrap_err().contains("60..9000"));
+        assert!(parse_sizes("big").is_err());
+        assert_eq!(parse_tool("dumpcap"), Ok(Tool::Dumpcap));
+        assert!(parse_tool("wireshark").is_err());
+        assert_eq!(compression_key(Compression::Zstd(-3)), "zstd:-3");
+        assert_eq!(compression_key(Compression::Gzip(6)), "gzip:6");
+        assert!((mean_size(&parse_sizes("imix").unwrap().0) - 357.83).abs() < 0.01);
+    }
+
+    #[test]
+    fn a_missing_or_bad_profile_file_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("p.json");
+        let e = load_profile(Some(&f)).unwrap_err();
+        assert!(format!("{e:#}").contains("p.json"));
+        std::fs::write(&f, "{\"x\": 1}").unwrap();
+        let e = load_profile(Some(&f)).unwrap_err();
+        assert!(e.to_string().contains("not a poolcap profile"), "{e}");
+        std::fs::write(&f, serde_json::to_string(&Profile::built_in()).unwrap()).unwrap();
+        let (p, note) = load_profile(Some(&f)).unwrap();
+        assert_eq!(p, Profile::built_in());
+        assert!(note.ends_with("p.json)"));
+    }
+}
