@@ -13,8 +13,8 @@
 #![forbid(unsafe_code)]
 
 pub mod bench;
-pub mod capfile;
 pub mod calibrate;
+pub mod capfile;
 pub mod capture;
 pub mod cli;
 pub mod console;

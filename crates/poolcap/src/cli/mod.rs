@@ -11,14 +11,14 @@ pub mod capture;
 pub mod check;
 pub mod ctl;
 pub mod demo;
-pub mod export;
 pub mod doctor;
+pub mod export;
 pub mod gen;
 mod ifaces;
 pub mod lab;
+pub mod predict;
 pub mod privdrop;
 pub mod probe;
-pub mod predict;
 pub mod sim;
 
 /// poolcap: lossless packet capture on commodity Linux, and the lab to prove it.
