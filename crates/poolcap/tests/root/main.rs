@@ -9,12 +9,14 @@ mod capture;
 mod common;
 mod gen;
 mod offload;
+mod replay;
 mod xdp;
 
 fn main() {
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = Vec::new();
     trials.extend(gen::trials());
+    trials.extend(replay::trials());
     trials.extend(capture::trials());
     trials.extend(offload::trials());
     trials.extend(xdp::trials());
