@@ -4,8 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use poolcap::gen::replay::{plan, LinkSpec};
-use poolcap::gen::timing::Timing;
+use poolcap::gen::replay::{plan, recorded_timing, LinkSpec};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mtu, bytes)) = data.split_first() else {
@@ -33,12 +32,7 @@ fuzz_target!(|data: &[u8]| {
         let len = p.replay.frame(k, &mut buf);
         assert!((14..=link.mtu + 18).contains(&len), "frame of {len} bytes");
     }
-    let last = *p.offsets_ns.last().unwrap_or(&0);
-    let timing = Timing::Recorded {
-        offsets_ns: p.offsets_ns,
-        cycle_ns: last.saturating_add(last / n.max(2)),
-        speed: 1.0,
-    };
+    let timing = recorded_timing(p.offsets_ns, 1.0);
     let mut prev = 0;
     for k in 0..2 * n {
         let due = timing.due_ns(k);

@@ -98,9 +98,7 @@ impl Umem {
         // SAFETY: `span` lies inside the mapping (packet_span checks it). The frame's token
         // exists, so the kernel got this frame back in the RX ring and will not write it until
         // the token is consumed by `refill`; the borrow of the token outlives the slice.
-        unsafe {
-            std::slice::from_raw_parts(self.map.base().as_ptr().add(span.start), span.len())
-        }
+        unsafe { std::slice::from_raw_parts(self.map.base().as_ptr().add(span.start), span.len()) }
     }
 
     /// The 8 bytes of XDP metadata just before a frame's packet, if the frame has room for
@@ -522,7 +520,10 @@ mod tests {
         assert_eq!(packet_span(256, 60, 2048, umem), Some(256..316));
         assert_eq!(packet_span(2048 + 256, 60, 2048, umem), Some(2304..2364));
         // A length past the frame's end is cut there.
-        assert_eq!(packet_span(3 * 2048 + 2000, 500, 2048, umem), Some(8144..8192));
+        assert_eq!(
+            packet_span(3 * 2048 + 2000, 500, 2048, umem),
+            Some(8144..8192)
+        );
         // Outside the UMEM, or arithmetic that would overflow.
         assert_eq!(packet_span(4 * 2048, 60, 2048, umem), None);
         assert_eq!(packet_span(u64::MAX, 60, 2048, umem), None);

@@ -193,23 +193,11 @@ fn replay_frames(a: &GenArgs, path: &std::path::Path) -> anyhow::Result<(Frames,
             plan.backward_steps
         );
     }
-    let offsets_ns = plan.offsets_ns;
-    let last = *offsets_ns.last().unwrap_or(&0);
-    let n = offsets_ns.len() as u64;
-    let cycle_ns = if n > 1 {
-        last + last / (n - 1)
-    } else {
-        1_000_000
-    };
     let speed = if a.topspeed { f64::INFINITY } else { a.speed };
-    let count = n * a.loops.max(1);
+    let count = plan.offsets_ns.len() as u64 * a.loops.max(1);
     Ok((
         Frames::Replay(plan.replay),
-        Timing::Recorded {
-            offsets_ns,
-            cycle_ns,
-            speed,
-        },
+        replay::recorded_timing(plan.offsets_ns, speed),
         count,
     ))
 }

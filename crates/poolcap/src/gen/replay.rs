@@ -18,6 +18,8 @@
 
 use poolcap_format::CaptureFile;
 
+use super::timing::Timing;
+
 const LINKTYPE_ETHERNET: u32 = 1;
 const LINKTYPE_RAW: u32 = 101;
 const LINKTYPE_IPV4: u32 = 228;
@@ -188,6 +190,22 @@ pub fn plan(file: CaptureFile, link: &LinkSpec) -> Result<Plan, PlanError> {
         backward_steps,
         wrapped: (encap != Encap::Ethernet).then_some(file.linktype),
     })
+}
+
+/// The schedule of a plan's `offsets_ns` at `speed` (infinite: top speed), looped: one pass
+/// lasts the last offset plus one mean gap (1 ms for a single frame).
+pub fn recorded_timing(offsets_ns: Vec<u64>, speed: f64) -> Timing {
+    let last = offsets_ns.last().copied().unwrap_or(0);
+    let cycle_ns = match offsets_ns.len() as u64 {
+        0 | 1 => 1_000_000,
+        // Saturating: pcapng timestamps reach the end of u64 nanoseconds.
+        n => last.saturating_add(last / (n - 1)),
+    };
+    Timing::Recorded {
+        offsets_ns,
+        cycle_ns,
+        speed,
+    }
 }
 
 /// The Ethernet frame for one packet, or why it is skipped.
