@@ -248,7 +248,8 @@ fn raw_ip_goes_out_behind_ethernet() {
             .collect()
     };
     // (link type, packets in the file, packets sent)
-    let cases: [(u32, Vec<&Vec<u8>>, Vec<&Vec<u8>>); 3] = [
+    type Case<'a> = (u32, Vec<&'a Vec<u8>>, Vec<&'a Vec<u8>>);
+    let cases: [Case; 3] = [
         (101, vec![&v4, &v6, &v4b, &v6b], vec![&v4, &v6, &v4b, &v6b]),
         (228, vec![&v4, &v4b], vec![&v4, &v4b]),
         (229, vec![&v6, &v6b], vec![&v6, &v6b]),
