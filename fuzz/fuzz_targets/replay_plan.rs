@@ -26,7 +26,10 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(n, p.offsets_ns.len() as u64);
     let skipped = p.replay.skipped(n);
     assert_eq!(n + skipped.too_big + skipped.malformed, total);
-    assert!(p.offsets_ns.windows(2).all(|w| w[0] <= w[1]), "schedule runs back");
+    assert!(
+        p.offsets_ns.windows(2).all(|w| w[0] <= w[1]),
+        "schedule runs back"
+    );
     let mut buf = vec![0u8; p.replay.max_len()];
     for k in 0..n {
         let len = p.replay.frame(k, &mut buf);

@@ -53,7 +53,11 @@ pub struct GenArgs {
     /// Silence after each burst (e.g. 100ms).
     #[arg(long, value_parser = units::parse_duration, requires = "burst")]
     idle: Option<std::time::Duration>,
-    /// Replay a pcap or pcapng file instead of synthetic frames.
+    /// Replay a pcap or pcapng file instead of synthetic frames. A timestamp earlier than the
+    /// one before is sent with no gap (as tcpreplay does); frames longer than the interface's
+    /// MTU allows are skipped and counted (skipped_too_big); raw IP files (link types 101,
+    /// 228, 229) are sent behind a synthetic Ethernet header (--src-mac, --dst-mac); other
+    /// link types are refused.
     #[arg(long, conflicts_with_all = ["flows", "skew", "zipf", "burst", "rate"])]
     replay: Option<PathBuf>,
     /// Replay speed factor (2 = twice as fast as recorded).
