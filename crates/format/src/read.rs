@@ -167,6 +167,11 @@ fn read_pcap(bytes: &[u8], header: &PcapHeader) -> Result<CaptureFile, ReadError
             .get(..record_len)
             .ok_or_else(|| at.truncated())?;
         let (_, frame) = parse(record).map_err(|_| at.malformed("unparsable packet record"))?;
+        // A sub-second field of a second or more is not a time: it would move the packet up
+        // to 71 minutes (2^32 us) away from its neighbours, and a replay would wait that long.
+        if u64::from(frame.ts_usec) * frac_ns >= NS_PER_SEC {
+            return Err(at.malformed("timestamp fraction is one second or more"));
+        }
         let data = frame
             .data
             .get(..caplen as usize)
@@ -696,6 +701,28 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    #[test]
+    fn pcap_timestamp_fraction_of_a_second_or_more_is_malformed() {
+        for (format, limit) in [
+            (FileFormat::Pcap, 1_000_000u32),
+            (FileFormat::PcapNs, 1_000_000_000),
+        ] {
+            let mut bytes = encode(format, &sample_packets()[..2], None);
+            let second = 24 + 16 + ne32(&bytes, 24 + 8);
+            bytes[second + 4..second + 8].copy_from_slice(&(limit - 1).to_ne_bytes());
+            assert_eq!(read_bytes(&bytes).unwrap().packets.len(), 2, "{format}");
+            for bad in [limit, 2_000_000_000] {
+                bytes[second + 4..second + 8].copy_from_slice(&bad.to_ne_bytes());
+                let err = read_bytes(&bytes).unwrap_err();
+                assert!(
+                    matches!(err, ReadError::Malformed { packets: 1, offset, reason }
+                        if offset == second && reason.contains("one second or more")),
+                    "{format} fraction {bad}: {err}"
+                );
+            }
+        }
     }
 
     #[test]

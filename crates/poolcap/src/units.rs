@@ -94,7 +94,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "h" => v * 3600.0,
         _ => return Err(format!("unknown duration unit in `{s}` (use s, ms, us, m)")),
     };
-    Ok(Duration::from_secs_f64(secs))
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("`{s}` is too long a duration"))
 }
 
 /// Parses a memory size: `4096`, `64K`, `256M`, `1G` (powers of 1024), `MiB`/`MB` accepted.
@@ -126,6 +126,17 @@ mod tests {
         assert!(parse_rate("fast").is_err());
         assert!(parse_rate("0").is_err());
         assert!(parse_rate("3x").is_err());
+    }
+
+    #[test]
+    fn durations_beyond_duration_max_are_errors_not_panics() {
+        // Found by the cli_options fuzz target (crash-002db75f…): 8.9e24 seconds.
+        assert_eq!(
+            parse_duration("88888888888888888888888884"),
+            Err("`88888888888888888888888884` is too long a duration".into())
+        );
+        assert!(parse_duration("99999999999999999999h").is_err());
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
     }
 
     #[test]

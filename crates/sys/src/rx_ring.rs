@@ -155,25 +155,55 @@ impl RxRing {
             return None;
         }
         let base = self.block_ptr(i);
-        let bs = self.geometry.block_size as usize;
-        let num = self.header_u32(i, BD_NUM_PKTS);
-        let first = self.header_u32(i, BD_OFFSET_TO_FIRST_PKT) as usize;
-        let blk_len = self.header_u32(i, BD_BLK_LEN) as usize;
-        let first = first.clamp(BD_BLK_LEN + 4, bs);
-        let end = blk_len.clamp(first, bs);
-        // SAFETY: [first, end) lies inside block i, which the kernel does not write until we
-        // store TP_STATUS_KERNEL in Block::drop; the slice does not cover the status word
-        // (first > BD_BLOCK_STATUS + 4), and it cannot outlive the Block guard.
+        let (first, end) = body_bounds(
+            self.header_u32(i, BD_OFFSET_TO_FIRST_PKT),
+            self.header_u32(i, BD_BLK_LEN),
+            self.geometry.block_size as usize,
+        );
+        // SAFETY: [first, end) lies inside block i (body_bounds keeps it within block_size),
+        // which the kernel does not write until we store TP_STATUS_KERNEL in Block::drop; the
+        // slice does not cover the status word (first > BD_BLOCK_STATUS + 4), and it cannot
+        // outlive the Block guard.
         let body = unsafe { std::slice::from_raw_parts(base.add(first), end - first) };
         self.next = (i + 1) % self.geometry.block_nr;
         Some(Block {
             ring: self,
             index: i,
-            num_pkts: num,
+            num_pkts: self.header_u32(i, BD_NUM_PKTS),
             first,
             body,
             _not_send: PhantomData,
         })
+    }
+}
+
+/// Where a block's packets lie, `[first, end)` in block offsets, from the header's
+/// `offset_to_first_pkt` and `blk_len`, kept inside a block of `block_size` bytes and after
+/// the block header, whatever the header says.
+fn body_bounds(offset_to_first_pkt: u32, blk_len: u32, block_size: usize) -> (usize, usize) {
+    // max then min, not clamp: clamp panics when a (synthetic) block is shorter than a header.
+    let first = (offset_to_first_pkt as usize)
+        .max(BD_BLK_LEN + 4)
+        .min(block_size);
+    let end = (blk_len as usize).max(first).min(block_size);
+    (first, end)
+}
+
+/// The packets of a TPACKET_V3 block held in a byte slice (the whole block, header first),
+/// walked exactly as a ring block is: the same bounds checks, without the ring. For tests and
+/// fuzzing of the walker over blocks the kernel never wrote.
+pub fn block_packets(block: &[u8]) -> Packets<'_> {
+    let field = |at| u32_at(block, at).unwrap_or(0);
+    let (first, end) = body_bounds(
+        field(BD_OFFSET_TO_FIRST_PKT),
+        field(BD_BLK_LEN),
+        block.len(),
+    );
+    Packets {
+        body: &block[first..end],
+        first,
+        at: Some(first),
+        left: field(BD_NUM_PKTS),
     }
 }
 
@@ -291,5 +321,66 @@ impl<'b> Iterator for Packets<'b> {
             abs.checked_add(next)
         };
         Some(pkt)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A block with a header and packets `(offset, next_offset, mac, snaplen, wire_len)`.
+    fn block(len: usize, num: u32, first: u32, blk_len: u32, pkts: &[[u32; 5]]) -> Vec<u8> {
+        let mut b = vec![0u8; len];
+        let mut put = |at: usize, v: u32| {
+            if let Some(w) = b.get_mut(at..at + 4) {
+                w.copy_from_slice(&v.to_ne_bytes());
+            }
+        };
+        put(BD_NUM_PKTS, num);
+        put(BD_OFFSET_TO_FIRST_PKT, first);
+        put(BD_BLK_LEN, blk_len);
+        for &[at, next, mac, snap, wire] in pkts {
+            let at = at as usize;
+            put(at + PH_NEXT_OFFSET, next);
+            put(at + PH_SNAPLEN, snap);
+            put(at + PH_LEN, wire);
+            put(at + PH_MAC, mac); // u16 field, native endian: the low half comes first on LE
+        }
+        b
+    }
+
+    fn walk(b: &[u8]) -> Vec<(usize, u32)> {
+        block_packets(b)
+            .map(|p| (p.data.len(), p.wire_len))
+            .collect()
+    }
+
+    #[test]
+    fn walks_the_packets_of_a_synthetic_block() {
+        let b = block(
+            4096,
+            2,
+            48,
+            400,
+            &[[48, 100, 64, 60, 60], [148, 0, 64, 100, 1514]],
+        );
+        assert_eq!(walk(&b), [(60, 60), (100, 1514)]);
+    }
+
+    #[test]
+    fn malformed_blocks_end_the_walk_inside_the_block() {
+        // More packets claimed than linked.
+        let b = block(4096, 5, 48, 400, &[[48, 0, 64, 60, 60]]);
+        assert_eq!(walk(&b), [(60, 60)]);
+        // A packet running past blk_len.
+        let b = block(4096, 1, 48, 100, &[[48, 0, 64, 60, 60]]);
+        assert_eq!(walk(&b), []);
+        // A next offset pointing outside the block.
+        let b = block(4096, 2, 48, 4096, &[[48, u32::MAX, 64, 60, 60]]);
+        assert_eq!(walk(&b), [(60, 60)]);
+        // Blocks shorter than their header (the ring never has those; slices may).
+        for len in 0..40 {
+            assert_eq!(walk(&block(len, 3, 0, u32::MAX, &[])), [], "{len} bytes");
+        }
     }
 }

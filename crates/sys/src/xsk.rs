@@ -19,6 +19,7 @@
 
 use std::io;
 use std::mem::size_of;
+use std::ops::Range;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -92,17 +93,12 @@ impl Umem {
             frame.umem, self.id,
             "RxFrame used with another socket's UMEM"
         );
-        // In aligned mode the address points past the frame's headroom; the packet ends
-        // inside its frame.
-        let start = frame.addr as usize;
-        let fs = self.frame_size as usize;
-        let frame_end = (start / fs + 1) * fs;
-        let len = (frame.len as usize).min(frame_end - start);
-        assert!(frame_end <= self.map.len(), "frame outside the UMEM");
-        // SAFETY: [start, start+len) lies inside the mapping (checked above). The frame's
-        // token exists, so the kernel got this frame back in the RX ring and will not write it
-        // until the token is consumed by `refill`; the borrow of the token outlives the slice.
-        unsafe { std::slice::from_raw_parts(self.map.base().as_ptr().add(start), len) }
+        let span = packet_span(frame.addr, frame.len, self.frame_size, self.map.len())
+            .expect("RX descriptor outside the UMEM");
+        // SAFETY: `span` lies inside the mapping (packet_span checks it). The frame's token
+        // exists, so the kernel got this frame back in the RX ring and will not write it until
+        // the token is consumed by `refill`; the borrow of the token outlives the slice.
+        unsafe { std::slice::from_raw_parts(self.map.base().as_ptr().add(span.start), span.len()) }
     }
 
     /// The 8 bytes of XDP metadata just before a frame's packet, if the frame has room for
@@ -112,18 +108,14 @@ impl Umem {
             frame.umem, self.id,
             "RxFrame used with another socket's UMEM"
         );
-        let start = frame.addr as usize;
-        let frame_base = start - start % self.frame_size as usize;
-        if start < frame_base + 8 || start > self.map.len() {
-            return None;
-        }
-        // SAFETY: [start-8, start) lies inside the frame (checked above), which the token
-        // proves the kernel has handed back; the read is unaligned-safe.
+        let span = meta_span(frame.addr, self.frame_size, self.map.len())?;
+        // SAFETY: `span` (8 bytes) lies inside the frame (meta_span checks it), which the
+        // token proves the kernel has handed back; the read is unaligned-safe.
         Some(unsafe {
             self.map
                 .base()
                 .as_ptr()
-                .add(start - 8)
+                .add(span.start)
                 .cast::<u64>()
                 .read_unaligned()
         })
@@ -133,6 +125,32 @@ impl Umem {
     pub fn frame_size(&self) -> u32 {
         self.frame_size
     }
+}
+
+/// Where the packet of an RX descriptor (`addr`, `len`) lies in a UMEM of `umem_len` bytes
+/// cut into frames of `frame_size`: from `addr` (in aligned mode it points past the frame's
+/// headroom) for `len` bytes, cut at the end of its frame. None if the frame is not wholly
+/// inside the UMEM. Pure arithmetic on untrusted numbers, so it is tested and fuzzed alone.
+pub fn packet_span(addr: u64, len: u32, frame_size: u32, umem_len: usize) -> Option<Range<usize>> {
+    let start = usize::try_from(addr).ok()?;
+    let fs = usize::try_from(frame_size).ok().filter(|&fs| fs > 0)?;
+    let frame_end = (start / fs).checked_add(1)?.checked_mul(fs)?;
+    if frame_end > umem_len {
+        return None;
+    }
+    Some(start..start + (len as usize).min(frame_end - start))
+}
+
+/// Where the 8 bytes of XDP metadata before the packet at `addr` lie, if its frame has room
+/// for them before the packet and the frame is inside the UMEM.
+pub fn meta_span(addr: u64, frame_size: u32, umem_len: usize) -> Option<Range<usize>> {
+    let start = usize::try_from(addr).ok()?;
+    let fs = usize::try_from(frame_size).ok().filter(|&fs| fs > 0)?;
+    let frame_base = start - start % fs;
+    if start - frame_base < 8 || start > umem_len {
+        return None;
+    }
+    Some(start - 8..start)
 }
 
 /// A received frame, owned by user space until given back with [`Xsk::refill`].
@@ -488,5 +506,38 @@ impl Xsk {
     /// The raw descriptor, for registering in an XSKMAP.
     pub fn raw_fd(&self) -> i32 {
         self.fd.as_raw_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptors_are_checked_against_the_umem() {
+        // 4 frames of 2048 bytes.
+        let umem = 4 * 2048;
+        assert_eq!(packet_span(256, 60, 2048, umem), Some(256..316));
+        assert_eq!(packet_span(2048 + 256, 60, 2048, umem), Some(2304..2364));
+        // A length past the frame's end is cut there.
+        assert_eq!(
+            packet_span(3 * 2048 + 2000, 500, 2048, umem),
+            Some(8144..8192)
+        );
+        // Outside the UMEM, or arithmetic that would overflow.
+        assert_eq!(packet_span(4 * 2048, 60, 2048, umem), None);
+        assert_eq!(packet_span(u64::MAX, 60, 2048, umem), None);
+        assert_eq!(packet_span(u64::MAX, 60, 2, usize::MAX), None);
+        assert_eq!(packet_span(0, 60, 0, umem), None);
+    }
+
+    #[test]
+    fn metadata_needs_room_before_the_packet() {
+        let umem = 4 * 2048;
+        assert_eq!(meta_span(256, 2048, umem), Some(248..256));
+        assert_eq!(meta_span(2048 + 8, 2048, umem), Some(2048..2056));
+        assert_eq!(meta_span(2048 + 7, 2048, umem), None);
+        assert_eq!(meta_span(u64::MAX, 2048, umem), None);
+        assert_eq!(meta_span(256, 0, umem), None);
     }
 }

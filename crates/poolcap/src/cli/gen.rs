@@ -9,7 +9,8 @@ use clap::Args;
 
 use crate::cli::usage;
 use crate::flows::Skew;
-use crate::gen::source::{Endpoints, Replay, SizeSpec, Synthetic};
+use crate::gen::replay::{self, LinkSpec};
+use crate::gen::source::{Endpoints, SizeSpec, Synthetic};
 use crate::gen::timing::Timing;
 use crate::gen::{self, Bypass, Frames, GenConfig, GenReport};
 use crate::{netdev, units};
@@ -52,7 +53,11 @@ pub struct GenArgs {
     /// Silence after each burst (e.g. 100ms).
     #[arg(long, value_parser = units::parse_duration, requires = "burst")]
     idle: Option<std::time::Duration>,
-    /// Replay a pcap or pcapng file instead of synthetic frames.
+    /// Replay a pcap or pcapng file instead of synthetic frames. A timestamp earlier than the
+    /// one before is sent with no gap (as tcpreplay does); frames longer than the interface's
+    /// MTU allows are skipped and counted (skipped_too_big); raw IP files (link types 101,
+    /// 228, 229) are sent behind a synthetic Ethernet header (--src-mac, --dst-mac); other
+    /// link types are refused.
     #[arg(long, conflicts_with_all = ["flows", "skew", "zipf", "burst", "rate"])]
     replay: Option<PathBuf>,
     /// Replay speed factor (2 = twice as fast as recorded).
@@ -159,39 +164,50 @@ fn timing(a: &GenArgs, mean_len: f64) -> anyhow::Result<Timing> {
 
 fn replay_frames(a: &GenArgs, path: &std::path::Path) -> anyhow::Result<(Frames, Timing, u64)> {
     // A missing or malformed file is bad input: exit code 2.
-    let file = poolcap_format::read_file(path)
-        .map_err(|e| usage(format!("cannot replay {}: {e}", path.display())))?;
-    if file.packets.is_empty() {
-        return Err(usage(format!("{} holds no packets", path.display())));
-    }
+    let cannot =
+        |e: &dyn std::fmt::Display| usage(format!("cannot replay {}: {e}", path.display()));
+    let file = poolcap_format::read_file(path).map_err(|e| cannot(&e))?;
     if !(a.speed > 0.0 && a.speed.is_finite()) {
         return Err(usage("--speed must be a positive number"));
     }
-    let t0 = file.packets[0].ts_ns;
-    let offsets_ns: Vec<u64> = file
-        .packets
-        .iter()
-        .map(|p| p.ts_ns.saturating_sub(t0))
-        .collect();
-    let last = *offsets_ns.last().unwrap_or(&0);
-    let n = offsets_ns.len() as u64;
-    let cycle_ns = if n > 1 {
-        last + last / (n - 1)
-    } else {
-        1_000_000
+    // Without the interface nothing is sent anyway (the run fails naming it), so its MTU and
+    // MAC only need to be right when it exists.
+    let link = LinkSpec {
+        mtu: netdev::mtu(&a.iface).unwrap_or(1500),
+        src_mac: a
+            .src_mac
+            .or_else(|| interface_mac(&a.iface).ok())
+            .unwrap_or_default(),
+        dst_mac: a.dst_mac,
     };
+    let plan = replay::plan(file, &link).map_err(|e| cannot(&e))?;
+    let name = path.display();
+    if let Some(linktype) = plan.wrapped {
+        eprintln!(
+            "replay: {name} holds raw IP packets (link type {linktype}); each is sent behind a \
+             synthetic Ethernet header ({} > {}, ethertype of its IP version)",
+            mac_string(link.src_mac),
+            mac_string(link.dst_mac)
+        );
+    }
+    if plan.backward_steps > 0 {
+        eprintln!(
+            "replay: {} timestamps of {name} go back in time; those frames follow the one \
+             before with no gap (as tcpreplay does)",
+            plan.backward_steps
+        );
+    }
     let speed = if a.topspeed { f64::INFINITY } else { a.speed };
-    let count = n * a.loops.max(1);
-    let frames = file.packets.into_iter().map(|p| p.data).collect();
+    let count = plan.offsets_ns.len() as u64 * a.loops.max(1);
     Ok((
-        Frames::Replay(Replay::new(frames)),
-        Timing::Recorded {
-            offsets_ns,
-            cycle_ns,
-            speed,
-        },
+        Frames::Replay(plan.replay),
+        replay::recorded_timing(plan.offsets_ns, speed),
         count,
     ))
+}
+
+fn mac_string(mac: [u8; 6]) -> String {
+    mac.map(|b| format!("{b:02x}")).join(":")
 }
 
 /// Resolves the arguments into a generator run.
@@ -285,6 +301,12 @@ fn print_report(r: &GenReport) {
         "kernel refusals retried: {}; dropped by the link on transmit: {}",
         r.refused, r.link_dropped
     );
+    if r.skipped_too_big + r.skipped_malformed > 0 {
+        println!(
+            "replay frames skipped: {} longer than the link carries, {} malformed",
+            r.skipped_too_big, r.skipped_malformed
+        );
+    }
     if r.interrupted {
         println!("interrupted before the end");
     }

@@ -12,6 +12,7 @@
 //! has several transmit queues and there are several flows, the qdisc path is used instead
 //! and the flow hash spreads flows over queues (see `shared/design.md`).
 
+pub mod replay;
 pub mod source;
 pub mod timing;
 
@@ -22,7 +23,8 @@ use std::time::{Duration, Instant};
 use poolcap_sys::socket::{ifindex, is_transient, PacketSocket, TxBatch};
 use serde::{Deserialize, Serialize};
 
-use self::source::{Replay, Synthetic};
+use self::replay::{Replay, Skipped};
+use self::source::Synthetic;
 use self::timing::Timing;
 use crate::netdev;
 
@@ -59,6 +61,14 @@ impl Frames {
         match self {
             Frames::Synthetic(s) => s.frame(k, out),
             Frames::Replay(r) => r.frame(k, out),
+        }
+    }
+
+    /// Frames of a replayed file passed over once `sent` have been sent.
+    fn skipped(&self, sent: u64) -> Skipped {
+        match self {
+            Frames::Synthetic(_) => Skipped::default(),
+            Frames::Replay(r) => r.skipped(sent),
         }
     }
 }
@@ -115,6 +125,14 @@ pub struct GenReport {
     pub batch: usize,
     /// True when stopped early by a signal.
     pub interrupted: bool,
+    /// Replay: frames of the file skipped because they are longer than the link carries.
+    /// (Defaults to 0 so reports of older builds still read.)
+    #[serde(default)]
+    pub skipped_too_big: u64,
+    /// Replay: frames of the file skipped because they are not a sendable Ethernet frame
+    /// (shorter than its header, or raw IP of neither version).
+    #[serde(default)]
+    pub skipped_malformed: u64,
 }
 
 /// Why a run failed.
@@ -201,7 +219,12 @@ pub fn run(mut cfg: GenConfig, stop: &AtomicBool) -> Result<GenReport, GenError>
         // 20 ms is given up (the schedule moves), so it never turns into a long fast run.
         if cfg.timing.is_paced() {
             let due = cfg.timing.due_ns(sent) + late_ns;
-            let period = cfg.timing.due_ns(sent + batch as u64) - cfg.timing.due_ns(sent);
+            // Saturating: a schedule must not run backwards, but if one did, a wrapped period
+            // would put the next batch centuries away.
+            let period = cfg
+                .timing
+                .due_ns(sent + batch as u64)
+                .saturating_sub(cfg.timing.due_ns(sent));
             let now_ns = start.elapsed().as_nanos() as u64;
             if now_ns > due + 20_000_000 {
                 late_ns += now_ns - due;
@@ -257,6 +280,7 @@ pub fn run(mut cfg: GenConfig, stop: &AtomicBool) -> Result<GenReport, GenError>
         .unwrap_or(0)
         .saturating_sub(dropped_before);
     let rate = |x: f64| if seconds > 0.0 { x / seconds } else { 0.0 };
+    let skipped = cfg.frames.skipped(sent);
     Ok(GenReport {
         iface: cfg.iface,
         gen_id: cfg.gen_id,
@@ -270,5 +294,7 @@ pub fn run(mut cfg: GenConfig, stop: &AtomicBool) -> Result<GenReport, GenError>
         qdisc_bypass: bypass,
         batch,
         interrupted,
+        skipped_too_big: skipped.too_big,
+        skipped_malformed: skipped.malformed,
     })
 }

@@ -1,5 +1,6 @@
-//! What the generator sends: numbered synthetic frames over a flow and size mix, or the frames
-//! of a capture file. Both write frame k into a caller's buffer; neither allocates per frame.
+//! What the generator sends by default: numbered synthetic frames over a flow and size mix,
+//! written into a caller's buffer with no allocation per frame (a capture file's frames are
+//! [`super::replay`]'s).
 
 use std::net::Ipv4Addr;
 
@@ -111,41 +112,5 @@ impl Synthetic {
         let t = &self.templates[f][s];
         t.stamp_into(out, k);
         t.len()
-    }
-}
-
-/// The frames of a capture file, sent as recorded.
-#[derive(Debug)]
-pub struct Replay {
-    frames: Vec<Vec<u8>>,
-}
-
-impl Replay {
-    /// Wraps frames read from a file (at least one).
-    pub fn new(frames: Vec<Vec<u8>>) -> Self {
-        Self { frames }
-    }
-
-    /// Frames per pass.
-    pub fn len(&self) -> usize {
-        self.frames.len()
-    }
-
-    /// True when the file had no frames.
-    pub fn is_empty(&self) -> bool {
-        self.frames.is_empty()
-    }
-
-    /// The largest frame.
-    pub fn max_len(&self) -> usize {
-        self.frames.iter().map(Vec::len).max().unwrap_or(0)
-    }
-
-    /// Writes frame `k` (of the looped sequence) into `out`; returns its length.
-    #[inline]
-    pub fn frame(&self, k: u64, out: &mut [u8]) -> usize {
-        let f = &self.frames[(k % self.frames.len() as u64) as usize];
-        out[..f.len()].copy_from_slice(f);
-        f.len()
     }
 }

@@ -59,14 +59,14 @@ const TCPDUMP_EXACT: [&str; 5] = ["-U", "-s", "1600", "-B", "131072"];
 
 /// tcpdump writing every frame seen on the lab's probe interface to a file in a scratch dir.
 /// Fields drop in order: tcpdump is killed before its directory is removed.
-struct Probe {
+pub(crate) struct Probe {
     tcpdump: Option<Background>,
     file: PathBuf,
     _dir: tempfile::TempDir,
 }
 
 impl Probe {
-    fn start(lab: &Lab) -> Probe {
+    pub(crate) fn start(lab: &Lab) -> Probe {
         let dir = common::tempdir();
         let file = dir.path().join("probe.pcap");
         let path = file.to_str().expect("utf-8 temp path").to_owned();
@@ -83,7 +83,7 @@ impl Probe {
     /// Waits until the file holds at least `expected` frames (tcpdump has written everything
     /// that was sent), lingers a little so that any frame beyond them would show up too, stops
     /// tcpdump with SIGINT and returns the file's frames.
-    fn stop(&mut self, expected: usize) -> Vec<RecordedPacket> {
+    pub(crate) fn stop(&mut self, expected: usize) -> Vec<RecordedPacket> {
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut seen = 0;
         while Instant::now() < deadline {
@@ -123,7 +123,7 @@ fn probe_counters(lab: &Lab) -> poolcap_lab::IfCounters {
         .unwrap_or_else(|e| panic!("counters of {}: {e}", lab.probe.iface))
 }
 
-fn u64_of(report: &serde_json::Value, key: &str) -> u64 {
+pub(crate) fn u64_of(report: &serde_json::Value, key: &str) -> u64 {
     report[key]
         .as_u64()
         .unwrap_or_else(|| panic!("report has no integer `{key}`: {report}"))
@@ -164,7 +164,7 @@ fn udp_src_port(frame: &[u8]) -> u16 {
 /// The error line of a failed command: asserts that it did not panic and that stderr holds one
 /// message line. clap's usage errors are followed by a blank line and its standard hint
 /// "For more information, try '--help'."; those two are not counted (see the report).
-fn error_line(what: &str, out: &Output) -> String {
+pub(crate) fn error_line(what: &str, out: &Output) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         !stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"),
@@ -193,7 +193,7 @@ fn error_line(what: &str, out: &Output) -> String {
 }
 
 /// `poolcap ARGS` in the root namespace (for failures that happen before anything is sent).
-fn poolcap_here(args: &[&str]) -> Output {
+pub(crate) fn poolcap_here(args: &[&str]) -> Output {
     std::process::Command::new(common::bin())
         .args(args)
         .output()
@@ -232,7 +232,7 @@ fn ipv4_checksum(header: &[u8]) -> u16 {
 /// host has (02:70:63:00:ff:ff) so the probe's stack drops them after capture. Most are
 /// IPv4/UDP with correct IP checksums and random payloads; every seventh is an
 /// experimental-ethertype (0x88b5) frame; none carries a generator tag.
-fn replay_frames(n: usize) -> Vec<Vec<u8>> {
+pub(crate) fn replay_frames(n: usize) -> Vec<Vec<u8>> {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     (0..n)
         .map(|i| {
@@ -289,7 +289,7 @@ fn write_capture(path: &Path, format: FileFormat, frames: &[Vec<u8>]) {
 }
 
 /// Asserts that `got` holds exactly the frames of `want`, byte for byte and in order.
-fn assert_same_frames(what: &str, got: &[RecordedPacket], want: &[&[u8]]) {
+pub(crate) fn assert_same_frames(what: &str, got: &[RecordedPacket], want: &[&[u8]]) {
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         assert_eq!(
             g.orig_len as usize,

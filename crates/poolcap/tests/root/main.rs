@@ -14,12 +14,14 @@ mod export;
 mod gen;
 mod offload;
 mod probe;
+mod replay;
 mod xdp;
 
 fn main() {
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = Vec::new();
     trials.extend(gen::trials());
+    trials.extend(replay::trials());
     trials.extend(capture::trials());
     trials.extend(disk::trials());
     trials.extend(offload::trials());
