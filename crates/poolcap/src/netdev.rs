@@ -34,6 +34,12 @@ pub fn mtu(iface: &str) -> Option<usize> {
     read(iface, "mtu")?.parse().ok()
 }
 
+/// Whether the interface is administratively up (IFF_UP), if it exists.
+pub fn is_up(iface: &str) -> Option<bool> {
+    let flags = u32::from_str_radix(read(iface, "flags")?.trim_start_matches("0x"), 16).ok()?;
+    Some(flags & 1 != 0)
+}
+
 /// The MAC address as text (`aa:bb:cc:dd:ee:ff`), if the interface exists.
 pub fn mac(iface: &str) -> Option<String> {
     read(iface, "address")
@@ -53,6 +59,8 @@ mod tests {
         assert_eq!(mtu("lo"), Some(65536));
         assert!(rx_queues("lo") >= 1);
         assert!(counter("lo", "rx_packets").is_some());
+        assert_eq!(is_up("lo"), Some(true));
+        assert_eq!(is_up("no-such-if0"), None);
         assert_eq!(mtu("no-such-if0"), None);
         assert_eq!(mac("no-such-if0"), None);
         assert_eq!(rx_queues("no-such-if0"), 1);

@@ -9,6 +9,7 @@ pub mod bench;
 pub mod capture;
 pub mod check;
 pub mod demo;
+pub mod forward;
 pub mod gen;
 pub mod lab;
 pub mod sim;
@@ -25,6 +26,8 @@ pub struct Cli {
 enum Command {
     /// Capture packets with a ring-buffer pool per receive queue (tcpdump-like options).
     Capture(Box<capture::CaptureArgs>),
+    /// Forward frames from one interface to another through the pool (an inline middlebox).
+    Forward(Box<forward::ForwardArgs>),
     /// Run the self-contained demo: lab, capture, traffic, accounting, file check.
     Demo(demo::DemoArgs),
     /// Build, inspect or remove test hosts (network namespaces joined by veth pairs).
@@ -82,6 +85,7 @@ pub fn main() -> i32 {
     }
     let result = match cli.command {
         Command::Capture(a) => capture::run(*a),
+        Command::Forward(a) => forward::run(*a),
         Command::Demo(a) => demo::run(a),
         Command::Lab(a) => lab::run(a),
         Command::Gen(a) => gen::run(a),
