@@ -291,6 +291,9 @@ pub struct ForwardStats {
     pub filtered: u64,
     /// Captured but neither sent nor dropped: 0 once the engine has drained.
     pub in_flight: u64,
+    /// Frames of this queue's chunks processed by a buddy's workers (they still leave in
+    /// this queue's order).
+    pub offloaded_out: u64,
 }
 
 impl ForwardStats {
@@ -310,6 +313,7 @@ impl ForwardStats {
             in_flight: capture
                 .captured
                 .saturating_sub(forwarded + dropped_by_rule + dropped_tx),
+            offloaded_out: capture.offloaded_out,
         }
     }
 
@@ -325,6 +329,7 @@ impl ForwardStats {
             t.dropped_tx += q.dropped_tx;
             t.filtered += q.filtered;
             t.in_flight += q.in_flight;
+            t.offloaded_out += q.offloaded_out;
             t
         })
     }

@@ -7,6 +7,7 @@
 mod bench;
 mod capture;
 mod common;
+mod forward;
 mod gen;
 mod offload;
 mod xdp;
@@ -19,6 +20,7 @@ fn main() {
     trials.extend(offload::trials());
     trials.extend(xdp::trials());
     trials.extend(bench::trials());
+    trials.extend(forward::trials());
     if let Err(why) = poolcap_sys::privilege::check_lab() {
         eprintln!("skipping {} root tests: {why}", trials.len());
         trials = trials
