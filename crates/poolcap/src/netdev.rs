@@ -40,6 +40,14 @@ pub fn is_up(iface: &str) -> Option<bool> {
     Some(flags & 1 != 0)
 }
 
+/// Whether the interface has a carrier (link up at both ends; false when down), if it
+/// exists.
+pub fn has_carrier(iface: &str) -> Option<bool> {
+    // Reading `carrier` fails with EINVAL while the interface is administratively down.
+    is_up(iface)?;
+    Some(read(iface, "carrier").is_some_and(|c| c == "1"))
+}
+
 /// The MAC address as text (`aa:bb:cc:dd:ee:ff`), if the interface exists.
 pub fn mac(iface: &str) -> Option<String> {
     read(iface, "address")
@@ -61,6 +69,8 @@ mod tests {
         assert!(counter("lo", "rx_packets").is_some());
         assert_eq!(is_up("lo"), Some(true));
         assert_eq!(is_up("no-such-if0"), None);
+        assert_eq!(has_carrier("lo"), Some(true));
+        assert_eq!(has_carrier("no-such-if0"), None);
         assert_eq!(mtu("no-such-if0"), None);
         assert_eq!(mac("no-such-if0"), None);
         assert_eq!(rx_queues("no-such-if0"), 1);

@@ -26,10 +26,9 @@
 //! forwarding resumes by itself when OUT comes back.
 
 use std::collections::BTreeMap;
-use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
 use poolcap_sys::socket::is_transient;
@@ -40,6 +39,7 @@ use super::account::QueueStats;
 use super::doorbell::Doorbell;
 use super::filter::{compile_user, FilterError};
 use super::pool::{Chunk, Pool};
+use crate::netdev;
 
 /// Send buffer of the transmit socket: room for a few chunks of full-size frames, so a
 /// burst leaving the pool does not wait for the interface frame by frame.
@@ -50,12 +50,15 @@ const SNDBUF: usize = 8 << 20;
 const TRANSIENT_RETRIES: u32 = 200;
 const TRANSIENT_PAUSE: Duration = Duration::from_micros(100);
 
+/// How often OUT's state and drop counter are read while frames flow.
+const LINK_CHECK: Duration = Duration::from_millis(10);
+
 /// Live forwarding counters of one receive queue (written by the forwarder thread only).
 #[derive(Debug, Default)]
 pub struct ForwardCounters {
     /// Frames sent out of OUT.
     pub forwarded: AtomicU64,
-    /// Their bytes.
+    /// Bytes handed to OUT.
     pub forwarded_bytes: AtomicU64,
     /// Frames the `--drop` rule removed.
     pub dropped_by_rule: AtomicU64,
@@ -170,7 +173,7 @@ impl Forwarder {
     /// Forwards until the workers are done and every chunk has been sent and sent home.
     pub fn run(mut self) {
         let mut queues: Vec<InOrder> = (0..self.pools.len()).map(|_| InOrder::default()).collect();
-        let mut failing = false;
+        let mut out = OutState::new(&self.setup.out, self.pools.len());
         self.bell.answer_from_this_thread();
         loop {
             // Read before draining: every chunk pushed before the flag was set is then seen.
@@ -182,7 +185,7 @@ impl Forwarder {
             for q in &mut queues {
                 while let Some(c) = q.waiting.remove(&q.next_seq) {
                     q.next_seq += 1;
-                    self.forward(c, &mut failing);
+                    self.forward(c, &mut out);
                     worked = true;
                 }
             }
@@ -198,13 +201,15 @@ impl Forwarder {
         // in order and home.
         for q in &mut queues {
             for (_, c) in std::mem::take(&mut q.waiting) {
-                self.forward(c, &mut failing);
+                self.forward(c, &mut out);
             }
         }
+        out.look(true, &self.counters);
     }
 
-    fn forward(&mut self, chunk: Chunk, failing: &mut bool) {
-        let counters = &self.counters[chunk.home];
+    fn forward(&mut self, chunk: Chunk, out: &mut OutState) {
+        let home = chunk.home;
+        let counters = &self.counters[home];
         let mut frames: Vec<&[u8]> = Vec::with_capacity(chunk.len());
         let (mut by_rule, mut cut_short) = (0u64, 0u64);
         for (meta, data) in chunk.packets() {
@@ -216,16 +221,14 @@ impl Forwarder {
                 frames.push(data);
             }
         }
+        out.look(false, &self.counters);
         let mut sent = 0usize;
         let mut retries = 0u32;
-        while sent < frames.len() {
+        while sent < frames.len() && out.usable {
             match self.setup.sender.send(&frames[sent..]) {
                 Ok(n) if n > 0 => {
                     sent += n;
                     retries = 0;
-                    if std::mem::take(failing) {
-                        eprintln!("poolcap: {} takes frames again", self.setup.out);
-                    }
                 }
                 Ok(_) => retries += 1,
                 Err(e) if is_transient(&e) && retries < TRANSIENT_RETRIES => {
@@ -233,15 +236,21 @@ impl Forwarder {
                     std::thread::sleep(TRANSIENT_PAUSE);
                 }
                 Err(e) => {
-                    self.report_failure(&e, failing);
+                    let why = if is_link_down(&e) {
+                        "is down"
+                    } else {
+                        "refuses frames"
+                    };
+                    out.fail(&format!("{why} ({e})"));
                     break;
                 }
             }
             if retries >= TRANSIENT_RETRIES {
-                self.report_failure(&io::Error::from_raw_os_error(libc::ENOBUFS), failing);
+                out.fail("stays full");
                 break;
             }
         }
+        out.handed[home] += sent as u64;
         let bytes: usize = frames[..sent].iter().map(|f| f.len()).sum();
         let unsent = (frames.len() - sent) as u64;
         drop(frames);
@@ -249,21 +258,85 @@ impl Forwarder {
         ForwardCounters::add(&counters.forwarded_bytes, bytes as u64);
         ForwardCounters::add(&counters.dropped_by_rule, by_rule);
         ForwardCounters::add(&counters.dropped_tx, unsent + cut_short);
-        self.pools[chunk.home].recycle(chunk);
+        self.pools[home].recycle(chunk);
+    }
+}
+
+/// What the forwarder knows about OUT. A send can fail (OUT administratively down), but a
+/// driver can also take frames and drop them (no carrier: a veth whose peer is down, a
+/// cable pulled). So OUT's state and its `tx_dropped` counter are read every
+/// [`LINK_CHECK`] while frames flow: frames are not handed to an OUT without carrier, and
+/// frames the driver dropped since the last look move from `forwarded` to `dropped_tx`
+/// (OUT carries only what the forwarder sends). Each outage is reported once.
+#[derive(Debug)]
+struct OutState {
+    iface: String,
+    /// OUT is up with carrier, as of the last look.
+    usable: bool,
+    /// An outage has been reported and has not ended.
+    failing: bool,
+    last_look: Instant,
+    tx_dropped: Option<u64>,
+    /// Frames handed to OUT per queue since the last look.
+    handed: Vec<u64>,
+}
+
+impl OutState {
+    fn new(iface: &str, queues: usize) -> Self {
+        Self {
+            iface: iface.to_string(),
+            usable: true,
+            failing: false,
+            last_look: Instant::now(),
+            tx_dropped: netdev::counter(iface, "tx_dropped"),
+            handed: vec![0; queues],
+        }
     }
 
     /// Says once per outage that OUT stopped taking frames.
-    fn report_failure(&self, e: &io::Error, failing: &mut bool) {
-        if !std::mem::replace(failing, true) {
-            let why = if is_link_down(e) {
-                "is down"
-            } else {
-                "refuses frames"
-            };
+    fn fail(&mut self, why: &str) {
+        if !std::mem::replace(&mut self.failing, true) {
             eprintln!(
-                "poolcap: {} {why} ({e}); counting its frames as dropped_tx until it takes them again",
-                self.setup.out
+                "poolcap: {} {why}; counting its frames as dropped_tx until it takes them again",
+                self.iface
             );
+        }
+    }
+
+    /// Reads OUT's state and drop counter when due (or now, with `force`).
+    fn look(&mut self, force: bool, counters: &[ForwardCounters]) {
+        if !force && self.last_look.elapsed() < LINK_CHECK {
+            return;
+        }
+        self.last_look = Instant::now();
+        let (up, carrier) = (
+            netdev::is_up(&self.iface) != Some(false),
+            netdev::has_carrier(&self.iface) != Some(false),
+        );
+        self.usable = up && carrier;
+        let mut lost = match (self.tx_dropped, netdev::counter(&self.iface, "tx_dropped")) {
+            (Some(before), Some(now)) => {
+                self.tx_dropped = Some(now);
+                now.saturating_sub(before)
+            }
+            _ => 0,
+        };
+        let handed: u64 = self.handed.iter().sum();
+        if lost > 0 {
+            self.fail("drops the frames it is handed (tx_dropped)");
+        } else if !up {
+            self.fail("is down");
+        } else if !carrier {
+            self.fail("has no carrier");
+        } else if handed > 0 && std::mem::take(&mut self.failing) {
+            eprintln!("poolcap: {} takes frames again", self.iface);
+        }
+        for (c, handed) in counters.iter().zip(&mut self.handed) {
+            let n = lost.min(*handed);
+            c.forwarded.fetch_sub(n, Ordering::Relaxed);
+            ForwardCounters::add(&c.dropped_tx, n);
+            lost -= n;
+            *handed = 0;
         }
     }
 }

@@ -278,28 +278,35 @@ fn drop_rule_removes_exactly_the_matching_frames() {
     );
 }
 
-/// While OUT is down its frames count as `dropped_tx`, said once; forwarding resumes when
-/// it comes back.
+/// While OUT is down (or has no carrier: the sink's end is down) its frames count as
+/// `dropped_tx`, said once per outage; forwarding resumes when it comes back.
 fn out_going_down_counts_dropped_tx_and_resumes() {
     let lab = lab3(1);
     let dir = tempdir();
     let json = dir.path().join("fwd.json");
     let fwd = forward(&lab, &["--stats-json", json.to_str().unwrap()]);
-    let set = |state: &str| {
+    let set = |netns: &str, iface: &str, state: &str| {
         let st = Command::new("ip")
-            .args(["-n", &lab.probe.netns, "link", "set", "prb1", state])
+            .args(["-n", netns, "link", "set", iface, state])
             .status()
             .expect("ip link set");
         assert!(st.success());
     };
+    let (probe, sink_ns) = (lab.probe.netns.as_str(), sink(&lab).netns.as_str());
     let settle = || std::thread::sleep(std::time::Duration::from_millis(400));
     let batch = ["--count", "3000", "--rate", "20k"];
     let mut total = num(&gen(&lab, &batch), "frames");
     settle();
-    set("down");
+    set(probe, "prb1", "down");
     total += num(&gen(&lab, &batch), "frames");
     settle();
-    set("up");
+    set(probe, "prb1", "up");
+    total += num(&gen(&lab, &batch), "frames");
+    settle();
+    set(sink_ns, "snk0", "down");
+    total += num(&gen(&lab, &batch), "frames");
+    settle();
+    set(sink_ns, "snk0", "up");
     total += num(&gen(&lab, &batch), "frames");
     settle();
     let (code, err) = fwd.stop("INT");
@@ -311,10 +318,21 @@ fn out_going_down_counts_dropped_tx_and_resumes() {
         (0, 0),
         "loss at 20k pps (busy machine? rerun): {s}"
     );
-    assert_eq!(num(&s, "dropped_tx"), 3000, "the second batch: {s}");
-    assert_eq!(num(&s, "forwarded"), 6000, "the first and the third: {s}");
+    assert_eq!(
+        num(&s, "dropped_tx"),
+        6000,
+        "the second and fourth batches: {s}"
+    );
+    assert_eq!(num(&s, "forwarded"), 9000, "the others: {s}");
+    let out = if_counters(&sink(&lab).netns, "snk0").expect("snk0 counters");
+    assert_eq!(out.rx_packets, 9000, "the sink got what was forwarded");
     assert_eq!(err.matches("prb1 is down").count(), 1, "said once: {err}");
-    assert_eq!(err.matches("prb1 takes frames again").count(), 1, "{err}");
+    assert_eq!(
+        err.matches("prb1 has no carrier").count(),
+        1,
+        "said once: {err}"
+    );
+    assert_eq!(err.matches("prb1 takes frames again").count(), 2, "{err}");
 }
 
 /// Bad input gets one line and exit code 2 before anything is forwarded.
