@@ -149,6 +149,8 @@ pub struct Tag {
     pub gen_id: u32,
     /// Its sequence number.
     pub seq: u64,
+    /// Its flow: the UDP source port (the generator's flows differ in it).
+    pub flow: u16,
 }
 
 /// Reads the tag of a generator frame (Ethernet, optionally one 802.1Q tag, IPv4, UDP).
@@ -175,6 +177,7 @@ pub fn parse_tag(frame: &[u8]) -> Option<Tag> {
     Some(Tag {
         gen_id: u32::from_be_bytes(payload[4..8].try_into().ok()?),
         seq: u64::from_be_bytes(payload[8..16].try_into().ok()?),
+        flow: u16::from_be_bytes(ip.get(ihl..ihl + 2)?.try_into().ok()?),
     })
 }
 
@@ -245,7 +248,7 @@ mod tests {
                     full_udp_checksum(&f),
                     "udp checksum len {len} seq {seq}"
                 );
-                assert_eq!(parse_tag(&f), Some(Tag { gen_id: 7, seq }));
+                assert_eq!(parse_tag(&f).map(|t| (t.gen_id, t.seq)), Some((7, seq)));
             }
         }
     }
@@ -273,6 +276,6 @@ mod tests {
         let mut vlan = f[..12].to_vec();
         vlan.extend_from_slice(&[0x81, 0x00, 0x00, 0x05]);
         vlan.extend_from_slice(&f[12..]);
-        assert_eq!(parse_tag(&vlan), Some(Tag { gen_id: 1, seq: 5 }));
+        assert_eq!(parse_tag(&vlan).map(|t| (t.gen_id, t.seq)), Some((1, 5)));
     }
 }

@@ -34,6 +34,20 @@ pub fn mtu(iface: &str) -> Option<usize> {
     read(iface, "mtu")?.parse().ok()
 }
 
+/// Whether the interface is administratively up (IFF_UP), if it exists.
+pub fn is_up(iface: &str) -> Option<bool> {
+    let flags = u32::from_str_radix(read(iface, "flags")?.trim_start_matches("0x"), 16).ok()?;
+    Some(flags & 1 != 0)
+}
+
+/// Whether the interface has a carrier (link up at both ends; false when down), if it
+/// exists.
+pub fn has_carrier(iface: &str) -> Option<bool> {
+    // Reading `carrier` fails with EINVAL while the interface is administratively down.
+    is_up(iface)?;
+    Some(read(iface, "carrier").is_some_and(|c| c == "1"))
+}
+
 /// The MAC address as text (`aa:bb:cc:dd:ee:ff`), if the interface exists.
 pub fn mac(iface: &str) -> Option<String> {
     read(iface, "address")
@@ -53,6 +67,10 @@ mod tests {
         assert_eq!(mtu("lo"), Some(65536));
         assert!(rx_queues("lo") >= 1);
         assert!(counter("lo", "rx_packets").is_some());
+        assert_eq!(is_up("lo"), Some(true));
+        assert_eq!(is_up("no-such-if0"), None);
+        assert_eq!(has_carrier("lo"), Some(true));
+        assert_eq!(has_carrier("no-such-if0"), None);
         assert_eq!(mtu("no-such-if0"), None);
         assert_eq!(mac("no-such-if0"), None);
         assert_eq!(rx_queues("no-such-if0"), 1);

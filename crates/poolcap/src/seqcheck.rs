@@ -17,6 +17,9 @@ struct GenState {
     duplicates: u64,
     reordered: u64,
     max_seq: Option<u64>,
+    /// Highest sequence number seen per flow.
+    flow_max: BTreeMap<u16, u64>,
+    reordered_in_flow: u64,
 }
 
 /// What one generator's frames looked like on arrival.
@@ -32,6 +35,10 @@ pub struct GenReport {
     pub duplicates: u64,
     /// Frames that arrived after a frame with a higher sequence number.
     pub reordered: u64,
+    /// Frames that arrived after a frame of the same flow with a higher sequence number:
+    /// what a forwarder must never do (frames of different flows may legitimately pass
+    /// each other on different queues).
+    pub reordered_in_flow: u64,
     /// Sequence numbers below the expected count (or below the highest seen) never seen.
     pub missing: u64,
     /// Distinct sequence numbers at or past the expected count: frames the generator was not
@@ -76,6 +83,12 @@ impl SeqChecker {
             Some(m) if tag.seq < m => g.reordered += 1,
             _ => g.max_seq = Some(tag.seq),
         }
+        let flow_max = g.flow_max.entry(tag.flow).or_insert(tag.seq);
+        if tag.seq < *flow_max {
+            g.reordered_in_flow += 1;
+        } else {
+            *flow_max = tag.seq;
+        }
     }
 
     /// Frames that carried no generator tag.
@@ -113,6 +126,7 @@ impl SeqChecker {
                     unique: g.unique,
                     duplicates: g.duplicates,
                     reordered: g.reordered,
+                    reordered_in_flow: g.reordered_in_flow,
                     missing: span - kept,
                     extra: g.unique - kept,
                     max_seq: g.max_seq,
@@ -129,12 +143,16 @@ mod tests {
     use std::net::Ipv4Addr;
 
     fn frames(gen_id: u32, seqs: &[u64]) -> Vec<Vec<u8>> {
+        flow_frames(gen_id, 1, seqs)
+    }
+
+    fn flow_frames(gen_id: u32, src_port: u16, seqs: &[u64]) -> Vec<Vec<u8>> {
         let a = FlowAddr {
             src_mac: [2, 0, 0, 0, 0, 1],
             dst_mac: [2, 0, 0, 0, 0, 2],
             src_ip: Ipv4Addr::new(10, 0, 0, 1),
             dst_ip: Ipv4Addr::new(10, 0, 0, 2),
-            src_port: 1,
+            src_port,
             dst_port: 2,
         };
         let t = FrameTemplate::new(&a, 64, gen_id);
@@ -180,6 +198,20 @@ mod tests {
         assert_eq!(c.reports(None)[0].extra, 0);
         let short = &c.reports(Some(3))[0];
         assert_eq!((short.missing, short.extra), (0, 3)); // 3, 5 and 7 were not expected
+    }
+
+    #[test]
+    fn reordering_within_a_flow_is_counted_apart_from_across_flows() {
+        let mut c = SeqChecker::new();
+        // Flow 10 has even numbers, flow 11 odd ones; flow 11 lags behind flow 10 (across
+        // flows), and its 5 passes its 3 (within a flow).
+        let order = [(10, 0), (10, 2), (11, 1), (10, 4), (11, 5), (11, 3)];
+        for (port, seq) in order {
+            c.observe(&flow_frames(1, port, &[seq])[0]);
+        }
+        let r = &c.reports(Some(6))[0];
+        assert_eq!(r.reordered, 2); // 1 after 2, 3 after 5
+        assert_eq!(r.reordered_in_flow, 1); // only 3 after 5 of flow 11
     }
 
     #[test]

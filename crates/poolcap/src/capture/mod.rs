@@ -19,6 +19,7 @@ pub mod backend;
 pub mod compress;
 pub mod doorbell;
 pub mod filter;
+pub mod forward;
 pub mod policy;
 pub mod pool;
 pub mod queue;
@@ -214,6 +215,9 @@ pub struct CaptureReport {
     pub syscalls_per_packet: f64,
     /// Per-queue counters.
     pub queues: Vec<QueueStats>,
+    /// Per-queue forwarding accounting (`poolcap forward` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward: Option<Vec<forward::ForwardStats>>,
 }
 
 /// A capture that is set up and running.
@@ -229,6 +233,7 @@ pub struct Engine {
     writer: Option<JoinHandle<WriterOutcome>>,
     /// The writer's first error, printed by the supervisor as soon as it is set.
     write_failed: Arc<OnceLock<String>>,
+    forwarder: Option<(JoinHandle<()>, forward::AllForwardCounters)>,
     captures_done: Arc<AtomicBool>,
     workers_done: Arc<AtomicBool>,
     worker_bells: Vec<Arc<Doorbell>>,
@@ -272,6 +277,34 @@ impl Engine {
         stop: Arc<AtomicBool>,
         after_open: impl FnOnce() -> Result<(), SysError>,
     ) -> Result<Self, CaptureError> {
+        Self::launch(cfg, None, stop, after_open)
+    }
+
+    /// As [`Engine::start`], with a forwarder instead of a file writer as the sink: processed
+    /// chunks leave through `fwd`'s interface (see [`forward`]); `cfg.output` is ignored.
+    pub fn start_forward(
+        cfg: CaptureConfig,
+        fwd: forward::ForwardSetup,
+        stop: Arc<AtomicBool>,
+        after_open: impl FnOnce() -> Result<(), SysError>,
+    ) -> Result<Self, CaptureError> {
+        Self::launch(
+            CaptureConfig {
+                output: None,
+                ..cfg
+            },
+            Some(fwd),
+            stop,
+            after_open,
+        )
+    }
+
+    fn launch(
+        cfg: CaptureConfig,
+        fwd: Option<forward::ForwardSetup>,
+        stop: Arc<AtomicBool>,
+        after_open: impl FnOnce() -> Result<(), SysError>,
+    ) -> Result<Self, CaptureError> {
         let idx = ifindex(&cfg.iface).map_err(|_| CaptureError::NoInterface(cfg.iface.clone()))?;
         let q = cfg.queues.max(1);
         let records = cfg.output.as_ref().map(|(_, format)| *format);
@@ -289,9 +322,11 @@ impl Engine {
         // the capture thread less often (on veth, on the sender's CPU), and hand a chunk on
         // as soon as the ring is empty rather than wake again to seal it. Not when a writer
         // merges queues: an idle queue's watermark lags by twice the retire timeout.
+        // Never when forwarding: the retire timeout would become the forwarding latency.
         let no_analysis = !cfg.in_place
             && cfg.load == 0
             && cfg.probe.is_none()
+            && fwd.is_none()
             && (cfg.output.is_none() || q == 1);
         let (ring, seal_after) = if no_analysis {
             let retire = cfg.ring.retire_timeout_ms.max(NO_ANALYSIS_RETIRE_MS);
@@ -381,7 +416,7 @@ impl Engine {
             .collect();
         // With no analysis load and no file nothing downstream reads packets: count them in
         // place. `--inplace` runs the load there too. Either way no worker runs.
-        let in_place = match (cfg.in_place, cfg.load, output.is_none()) {
+        let in_place = match (cfg.in_place, cfg.load, output.is_none() && fwd.is_none()) {
             (true, load, _) => Some(load),
             (false, 0, true) if cfg.probe.is_none() => Some(0),
             _ => None,
@@ -389,9 +424,8 @@ impl Engine {
         // Without an analysis load a worker would only pass chunks on: capture threads hand
         // them straight to the file writer.
         let total_chunks = q * cfg.pool.chunks.max(1);
-        let writer_input = output
-            .as_ref()
-            .map(|_| Arc::new(ArrayQueue::new(total_chunks)));
+        let writer_input =
+            (output.is_some() || fwd.is_some()).then(|| Arc::new(ArrayQueue::new(total_chunks)));
         let direct = writer_input
             .clone()
             .filter(|_| cfg.load == 0 && cfg.probe.is_none() && in_place.is_none());
@@ -433,7 +467,7 @@ impl Engine {
                     direct: direct.clone(),
                     queue_bells: Arc::clone(&queue_bells),
                     writer_bell: Arc::clone(&writer_bell),
-                    merged: writer_input.is_some() && q > 1,
+                    merged: output.is_some() && q > 1,
                     stop: Arc::clone(&stop),
                 };
                 let cpus = cfg.cpus.clone();
@@ -453,6 +487,30 @@ impl Engine {
         let write_failed: Arc<OnceLock<String>> = Arc::default();
         let captures_done = Arc::new(AtomicBool::new(false));
         let workers_done = Arc::new(AtomicBool::new(false));
+        let forwarder = match (fwd, &writer_input) {
+            (Some(setup), Some(input)) => {
+                let fw_counters: forward::AllForwardCounters =
+                    Arc::new((0..q).map(|_| Default::default()).collect());
+                let fw = forward::Forwarder {
+                    setup,
+                    input: Arc::clone(input),
+                    pools: Arc::clone(&pools),
+                    counters: Arc::clone(&fw_counters),
+                    workers_done: Arc::clone(&workers_done),
+                    bell: Arc::clone(&writer_bell),
+                };
+                let h = std::thread::Builder::new()
+                    .name("forwarder".into())
+                    .spawn(move || fw.run())
+                    .map_err(|e| SysError {
+                        call: "spawn",
+                        what: "forwarder thread".into(),
+                        source: e,
+                    })?;
+                Some((h, fw_counters))
+            }
+            _ => None,
+        };
         let (next, writer) = match (output, writer_input) {
             (Some(out), Some(input)) => {
                 let fw = FileWriter {
@@ -492,6 +550,8 @@ impl Engine {
                     })?;
                 (Next::Write(input), Some(h))
             }
+            // The forwarder takes the file writer's place.
+            (None, Some(input)) => (Next::Write(input), None),
             _ => (Next::Recycle, None),
         };
         let workers = (0..w)
@@ -529,6 +589,7 @@ impl Engine {
             workers,
             writer,
             write_failed,
+            forwarder,
             captures_done,
             workers_done,
             worker_bells,
@@ -581,8 +642,15 @@ impl Engine {
                 )
             })
             .collect();
+        let forwarded = self.forwarder.as_ref().map_or_else(String::new, |(_, c)| {
+            let f = forward::ForwardStats::total(&forward::stats(now, c));
+            format!(
+                " | forwarded {} dropped: rule {} tx {}",
+                f.forwarded, f.dropped_by_rule, f.dropped_tx
+            )
+        });
         format!(
-            "{:.1} kpps {:.1} Mbit/s | captured {} dropped: kernel {} pool {} | offloaded {} paused {} ms | pool {}",
+            "{:.1} kpps {:.1} Mbit/s | captured {} dropped: kernel {} pool {} | offloaded {} paused {} ms | pool {}{forwarded}",
             pps / 1e3,
             mbps,
             t.captured,
@@ -663,6 +731,10 @@ impl Engine {
         self.workers_done.store(true, Ordering::Release);
         self.writer_bell.ring();
         let outcome = self.writer.map(|h| h.join());
+        let forward_counters = self.forwarder.map(|(h, c)| {
+            let _ = h.join();
+            c
+        });
         let seconds = self.started.elapsed().as_secs_f64();
         let queues: Vec<QueueStats> = self
             .counters
@@ -713,6 +785,7 @@ impl Engine {
             } else {
                 0.0
             },
+            forward: forward_counters.map(|c| forward::stats(&queues, &c)),
             queues,
         }
     }

@@ -33,7 +33,7 @@ pub const DEFAULT_CHUNKS: usize = 64;
 /// Kernel ring blocks: at least 16 per ring, so the kernel always has blocks to fill while
 /// the capture thread copies one out, and at most 256 KiB each. (Measured: 8 blocks of
 /// 512 KiB lost 8-19% writing 1514-byte frames at top speed where 16 of 256 KiB lost 0-0.5%.)
-fn block_size(buffer: u64) -> u32 {
+pub fn block_size(buffer: u64) -> u32 {
     let b = (buffer / 16).clamp(16 << 10, 256 << 10);
     (b / 4096 * 4096) as u32
 }
@@ -232,7 +232,7 @@ fn parse_format(s: &str) -> Result<FileFormat, String> {
         .map_err(|_| format!("`{s}`: use pcapng, pcap or pcap-ns"))
 }
 
-fn parse_kib(s: &str) -> Result<u64, String> {
+pub fn parse_kib(s: &str) -> Result<u64, String> {
     if s.chars().all(|c| c.is_ascii_digit()) {
         return s
             .parse::<u64>()
@@ -252,7 +252,7 @@ fn parse_fanout(s: &str) -> Result<FanoutMode, String> {
     }
 }
 
-fn parse_backend(s: &str) -> Result<BackendKind, String> {
+pub fn parse_backend(s: &str) -> Result<BackendKind, String> {
     match s {
         "af_packet" => Ok(BackendKind::AfPacket),
         "af_xdp" => Ok(BackendKind::AfXdp),

@@ -13,6 +13,7 @@ pub mod ctl;
 pub mod demo;
 pub mod doctor;
 pub mod export;
+pub mod forward;
 pub mod gen;
 mod ifaces;
 pub mod lab;
@@ -33,6 +34,8 @@ pub struct Cli {
 enum Command {
     /// Capture packets with a ring-buffer pool per receive queue (tcpdump-like options).
     Capture(Box<capture::CaptureArgs>),
+    /// Forward frames from one interface to another through the pool (an inline middlebox).
+    Forward(Box<forward::ForwardArgs>),
     /// Run the self-contained demo: lab, capture, traffic, accounting, file check.
     Demo(demo::DemoArgs),
     /// Build, inspect or remove test hosts (network namespaces joined by veth pairs).
@@ -109,6 +112,7 @@ pub fn main() -> i32 {
     }
     let result = match cli.command {
         Command::Capture(a) => capture::run(*a),
+        Command::Forward(a) => forward::run(*a),
         Command::Demo(a) => demo::run(a),
         Command::Lab(a) => lab::run(a),
         Command::Gen(a) => gen::run(a),

@@ -11,6 +11,7 @@ mod common;
 mod disk;
 mod doctor;
 mod export;
+mod forward;
 mod gen;
 mod offload;
 mod probe;
@@ -31,6 +32,7 @@ fn main() {
     trials.extend(bench::trials());
     trials.extend(cli::trials());
     trials.extend(doctor::trials());
+    trials.extend(forward::trials());
     if let Err(why) = poolcap_sys::privilege::check_lab() {
         eprintln!("skipping {} root tests: {why}", trials.len());
         trials = trials

@@ -1,0 +1,407 @@
+//! Forwarding tests in a three-host lab: the sender sends numbered frames to the probe's
+//! `prb0`, `poolcap forward` sends them on out of `prb1`, and the sink captures them on
+//! `snk0`. Every frame must arrive exactly once and in its flow's order, and the forwarder's
+//! accounting must add up exactly, whatever the speed.
+
+use std::path::Path;
+use std::process::Command;
+
+use libtest_mimic::Trial;
+
+use crate::common::{
+    bin, gen, if_counters, netns_command, num, poolcap_in, stats, tcpdump_count, tempdir, trial,
+    Background, Lab,
+};
+
+/// A three-host lab with `queues` queues per interface.
+fn lab3(queues: u16) -> Lab {
+    Lab::unique(queues, 3).unwrap_or_else(|e| panic!("lab up: {e}"))
+}
+
+fn sink(lab: &Lab) -> &poolcap_lab::Host {
+    lab.sink.as_ref().expect("three hosts")
+}
+
+/// Starts `poolcap forward -i prb0 -o prb1 -q ARGS` in the probe and waits until it listens.
+fn forward(lab: &Lab, args: &[&str]) -> Background {
+    let mut cmd = netns_command(&lab.probe.netns, bin());
+    cmd.args(["forward", "-i", "prb0", "-o", "prb1", "-q"])
+        .args(args);
+    Background::start(cmd, "listening on")
+}
+
+/// Starts `poolcap capture -i snk0 -q -w FILE --stats-json JSON` in the sink.
+fn sink_capture(lab: &Lab, file: &Path, json: &Path) -> Background {
+    let mut cmd = netns_command(&sink(lab).netns, bin());
+    cmd.args(["capture", "-i", "snk0", "-q", "-w"])
+        .arg(file)
+        .arg("--stats-json")
+        .arg(json);
+    Background::start(cmd, "listening on")
+}
+
+/// The six terms of the forwarding equation.
+fn terms(s: &serde_json::Value) -> u64 {
+    [
+        "forwarded",
+        "dropped_by_rule",
+        "dropped_kernel",
+        "dropped_pool",
+        "dropped_tx",
+        "filtered",
+    ]
+    .iter()
+    .map(|k| num(s, k))
+    .sum()
+}
+
+/// Checks the equation in total and per queue, and that the queues add up to the total.
+fn assert_equation(s: &serde_json::Value, sent: u64) {
+    assert_eq!(num(s, "received"), sent, "received = frames sent: {s}");
+    assert_eq!(terms(s), sent, "received = sum of the six terms: {s}");
+    assert_eq!(num(s, "in_flight"), 0, "{s}");
+    let queues = s["queues"].as_array().expect("queues");
+    for q in queues {
+        assert_eq!(terms(q), num(q, "received"), "queue: {q}");
+    }
+    for key in ["received", "forwarded", "dropped_kernel", "dropped_tx"] {
+        let sum: u64 = queues.iter().map(|q| num(q, key)).sum();
+        assert_eq!(sum, num(s, key), "queues add up to the total {key}: {s}");
+    }
+}
+
+/// The generator frames of a file: (frames, unique, duplicates, reordered within a flow).
+fn sink_frames(file: &Path) -> (u64, u64, u64, u64) {
+    let f =
+        poolcap_format::read_file(file).unwrap_or_else(|e| panic!("read {}: {e}", file.display()));
+    let mut c = poolcap::seqcheck::SeqChecker::new();
+    for p in &f.packets {
+        c.observe(&p.data);
+    }
+    let r = c.reports(None);
+    assert!(r.len() <= 1, "one generator at most: {r:?}");
+    r.first().map_or((0, 0, 0, 0), |r| {
+        (r.frames, r.unique, r.duplicates, r.reordered_in_flow)
+    })
+}
+
+/// Two queues, skewed flows and a load heavy enough that buddy offloading moves chunks to
+/// the other queue's worker: every forwarded frame reaches the sink once, no flow is
+/// reordered, and the accounting is exact.
+fn forwards_every_frame_once_in_flow_order() {
+    let lab = lab3(2);
+    let dir = tempdir();
+    let (file, sink_json, json) = (
+        dir.path().join("sink.pcapng"),
+        dir.path().join("sink.json"),
+        dir.path().join("fwd.json"),
+    );
+    let cap = sink_capture(&lab, &file, &sink_json);
+    let fwd = forward(
+        &lab,
+        &[
+            "--queues",
+            "2",
+            "--load",
+            "20000",
+            "--pool",
+            "32,16",
+            "--offload",
+            "buddy:25",
+            "--stats-json",
+            json.to_str().unwrap(),
+        ],
+    );
+    let sent = gen(
+        &lab,
+        &[
+            "--count", "20000", "--rate", "20k", "--flows", "16", "--skew", "0.8",
+        ],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (code, err) = fwd.stop("INT");
+    assert_eq!(code, Some(0), "forward failed: {err}");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let (code, cap_err) = cap.stop("INT");
+    assert_eq!(code, Some(0), "sink capture failed: {cap_err}");
+    let s = stats(&json);
+    assert_equation(&s, num(&sent, "frames"));
+    let forwarded = num(&s, "forwarded");
+    assert!(forwarded > 0, "nothing forwarded: {s}");
+    assert!(
+        num(&s, "offloaded_out") > 0,
+        "no chunk went to a buddy: {s}"
+    );
+    let sink_stats = stats(&sink_json);
+    let sink_seen = num(&sink_stats, "captured")
+        + num(&sink_stats, "dropped_kernel")
+        + num(&sink_stats, "dropped_pool");
+    assert_eq!(
+        sink_seen, forwarded,
+        "the sink got what was forwarded: {sink_stats}"
+    );
+    let (frames, unique, dups, reordered) = sink_frames(&file);
+    assert_eq!(frames, num(&sink_stats, "captured"));
+    assert_eq!((unique, dups), (frames, 0), "every frame once");
+    assert_eq!(reordered, 0, "no flow reordered");
+}
+
+/// A load the single worker cannot keep up with: the kernel and the pool drop, and every
+/// received frame is still in exactly one term.
+fn accounts_exactly_under_overload() {
+    let lab = lab3(1);
+    let dir = tempdir();
+    let json = dir.path().join("fwd.json");
+    let fwd = forward(
+        &lab,
+        &[
+            "--load",
+            "50000",
+            "--pool",
+            "16,8",
+            "-B",
+            "256",
+            "--stats-json",
+            json.to_str().unwrap(),
+        ],
+    );
+    let sent = gen(&lab, &["--count", "30000"]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (code, err) = fwd.stop("INT");
+    assert_eq!(code, Some(0), "forward failed: {err}");
+    let s = stats(&json);
+    assert_equation(&s, num(&sent, "frames"));
+    assert!(
+        num(&s, "dropped_kernel") + num(&s, "dropped_pool") > 0,
+        "overload dropped nothing: {s}"
+    );
+    assert!(num(&s, "forwarded") > 0, "{s}");
+    let out = if_counters(&lab.probe.netns, "prb1").expect("prb1 counters");
+    assert_eq!(
+        out.tx_packets,
+        num(&s, "forwarded"),
+        "prb1 sent what was forwarded"
+    );
+}
+
+/// `--drop FILTER` removes exactly the frames tcpdump selects with FILTER in a capture of
+/// what was sent, and the sink gets exactly the others.
+fn drop_rule_removes_exactly_the_matching_frames() {
+    let lab = lab3(1);
+    let dir = tempdir();
+    let sent_file = dir.path().join("sent.pcap");
+    let (file, sink_json, json) = (
+        dir.path().join("sink.pcapng"),
+        dir.path().join("sink.json"),
+        dir.path().join("fwd.json"),
+    );
+    // The last byte of the generator's sequence number: drops one frame in four.
+    let rule = "udp[23] & 3 = 0";
+    // tcpdump, not poolcap capture: it sees the sender's outgoing frames.
+    let mut cmd = netns_command(&lab.sender.netns, "tcpdump");
+    // It exits by itself once it has them all (`-c`), so a slow tcpdump loses none at stop.
+    cmd.args([
+        "-i",
+        "snd0",
+        "-n",
+        "--immediate-mode",
+        "-Z",
+        "root",
+        "-c",
+        "8000",
+    ])
+    .args(["-B", "32768"])
+    .arg("-w")
+    .arg(&sent_file);
+    let sent_cap = Background::start(cmd, "listening on");
+    let cap = sink_capture(&lab, &file, &sink_json);
+    let fwd = forward(
+        &lab,
+        &["--drop", rule, "--stats-json", json.to_str().unwrap()],
+    );
+    // Through the qdisc: frames that bypass it are not shown to capture sockets on snd0.
+    let sent = gen(
+        &lab,
+        &[
+            "--count",
+            "8000",
+            "--rate",
+            "20k",
+            "--flows",
+            "4",
+            "--qdisc-bypass",
+            "off",
+        ],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let mut sent_cap = sent_cap;
+    for _ in 0..100 {
+        if sent_cap.child.try_wait().is_ok_and(|s| s.is_some()) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    for (bg, what) in [
+        (fwd, "forward"),
+        (cap, "sink capture"),
+        (sent_cap, "sender capture"),
+    ] {
+        let (code, err) = bg.stop("INT");
+        assert_eq!(code, Some(0), "{what} failed: {err}");
+    }
+    let s = stats(&json);
+    assert_equation(&s, num(&sent, "frames"));
+    assert_eq!(
+        tcpdump_count(&sent_file, &[]),
+        num(&sent, "frames"),
+        "tcpdump saw all sent"
+    );
+    let matching = tcpdump_count(&sent_file, &[rule]);
+    assert!(matching > 0 && matching < num(&sent, "frames"));
+    assert_eq!(num(&s, "dropped_by_rule"), matching, "{s}");
+    assert_eq!(
+        (num(&s, "dropped_kernel"), num(&s, "dropped_pool")),
+        (0, 0),
+        "a loss at 20k pps makes the comparison below inexact (busy machine? rerun): {s}"
+    );
+    let others = tcpdump_count(&sent_file, &["not", "(", rule, ")"]);
+    assert_eq!(num(&s, "forwarded"), others, "{s}");
+    assert_eq!(
+        tcpdump_count(&file, &[rule]),
+        0,
+        "no dropped frame reached the sink"
+    );
+    assert_eq!(
+        tcpdump_count(&file, &[]),
+        others,
+        "the sink got all the others"
+    );
+}
+
+/// While OUT is down (or has no carrier: the sink's end is down) its frames count as
+/// `dropped_tx`, said once per outage; forwarding resumes when it comes back.
+fn out_going_down_counts_dropped_tx_and_resumes() {
+    let lab = lab3(1);
+    let dir = tempdir();
+    let json = dir.path().join("fwd.json");
+    let fwd = forward(&lab, &["--stats-json", json.to_str().unwrap()]);
+    let set = |netns: &str, iface: &str, state: &str| {
+        let st = Command::new("ip")
+            .args(["-n", netns, "link", "set", iface, state])
+            .status()
+            .expect("ip link set");
+        assert!(st.success());
+    };
+    let (probe, sink_ns) = (lab.probe.netns.as_str(), sink(&lab).netns.as_str());
+    let settle = || std::thread::sleep(std::time::Duration::from_millis(400));
+    let batch = ["--count", "3000", "--rate", "20k"];
+    let mut total = num(&gen(&lab, &batch), "frames");
+    settle();
+    set(probe, "prb1", "down");
+    total += num(&gen(&lab, &batch), "frames");
+    settle();
+    set(probe, "prb1", "up");
+    total += num(&gen(&lab, &batch), "frames");
+    settle();
+    set(sink_ns, "snk0", "down");
+    total += num(&gen(&lab, &batch), "frames");
+    settle();
+    set(sink_ns, "snk0", "up");
+    total += num(&gen(&lab, &batch), "frames");
+    settle();
+    let (code, err) = fwd.stop("INT");
+    assert_eq!(code, Some(0), "forward failed: {err}");
+    let s = stats(&json);
+    assert_equation(&s, total);
+    assert_eq!(
+        (num(&s, "dropped_kernel"), num(&s, "dropped_pool")),
+        (0, 0),
+        "loss at 20k pps (busy machine? rerun): {s}"
+    );
+    assert_eq!(
+        num(&s, "dropped_tx"),
+        6000,
+        "the second and fourth batches: {s}"
+    );
+    assert_eq!(num(&s, "forwarded"), 9000, "the others: {s}");
+    let out = if_counters(&sink(&lab).netns, "snk0").expect("snk0 counters");
+    assert_eq!(out.rx_packets, 9000, "the sink got what was forwarded");
+    assert_eq!(err.matches("prb1 is down").count(), 1, "said once: {err}");
+    assert_eq!(
+        err.matches("prb1 has no carrier").count(),
+        1,
+        "said once: {err}"
+    );
+    assert_eq!(err.matches("prb1 takes frames again").count(), 2, "{err}");
+}
+
+/// Bad input gets one line and exit code 2 before anything is forwarded.
+fn bad_input_fails_before_forwarding() {
+    let lab = lab3(1);
+    let ns = &lab.probe.netns;
+    for (name, args) in [
+        ("fwdown", vec!["type", "veth", "peer", "name", "fwdownp"]),
+        (
+            "fwsmall",
+            vec!["mtu", "1000", "type", "veth", "peer", "name", "fwsmallp"],
+        ),
+    ] {
+        let st = Command::new("ip")
+            .args(["-n", ns, "link", "add", name])
+            .args(args)
+            .status()
+            .expect("ip link add");
+        assert!(st.success());
+    }
+    let st = Command::new("ip")
+        .args(["-n", ns, "link", "set", "fwsmall", "up"])
+        .status()
+        .expect("ip link set");
+    assert!(st.success());
+    let cases: [(&[&str], &str); 5] = [
+        (&["-o", "prb0"], "another interface"),
+        (&["-o", "nosuch0"], "no such interface `nosuch0`"),
+        (&["-o", "fwdown"], "`fwdown` is down"),
+        (&["-o", "fwsmall"], "MTU 1000, smaller"),
+        (
+            &["-o", "prb1", "--drop", "udp prot 9"],
+            "--drop: bad filter",
+        ),
+    ];
+    for (args, want) in cases {
+        let mut all = vec!["forward", "-i", "prb0"];
+        all.extend_from_slice(args);
+        let out = poolcap_in(ns, &all);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
+        assert!(err.contains(want), "{args:?}: `{want}` in {err}");
+        assert!(!err.contains("listening"), "{args:?}: {err}");
+    }
+}
+
+/// The forwarding tests.
+pub fn trials() -> Vec<Trial> {
+    vec![
+        trial(
+            "forward_every_frame_once_in_flow_order",
+            forwards_every_frame_once_in_flow_order,
+        ),
+        trial(
+            "forward_accounts_exactly_under_overload",
+            accounts_exactly_under_overload,
+        ),
+        trial(
+            "forward_drop_rule_removes_exactly_the_matching_frames",
+            drop_rule_removes_exactly_the_matching_frames,
+        ),
+        trial(
+            "forward_out_down_counts_dropped_tx_and_resumes",
+            out_going_down_counts_dropped_tx_and_resumes,
+        ),
+        trial(
+            "forward_bad_input_fails_before_forwarding",
+            bad_input_fails_before_forwarding,
+        ),
+    ]
+}
