@@ -39,6 +39,12 @@ pub fn mac(iface: &str) -> Option<String> {
     read(iface, "address")
 }
 
+/// True when the interface is administratively up (IFF_UP in `flags`), if it exists.
+pub fn is_up(iface: &str) -> Option<bool> {
+    let flags = u32::from_str_radix(read(iface, "flags")?.trim_start_matches("0x"), 16).ok()?;
+    Some(flags & 1 != 0)
+}
+
 /// A counter from `statistics/` (e.g. `rx_packets`, `tx_dropped`), if readable.
 pub fn counter(iface: &str, name: &str) -> Option<u64> {
     read(iface, &format!("statistics/{name}"))?.parse().ok()
@@ -51,6 +57,8 @@ mod tests {
     #[test]
     fn loopback_is_described_and_missing_interfaces_are_not() {
         assert_eq!(mtu("lo"), Some(65536));
+        assert_eq!(is_up("lo"), Some(true));
+        assert_eq!(is_up("no-such-if0"), None);
         assert!(rx_queues("lo") >= 1);
         assert!(counter("lo", "rx_packets").is_some());
         assert_eq!(mtu("no-such-if0"), None);

@@ -2,7 +2,7 @@
 //!
 //! It wraps exactly what the kernel offers for packet capture and generation on Linux and
 //! nothing else: AF_PACKET sockets and their socket options ([`socket`]), the TPACKET_V3
-//! receive ring ([`rx_ring`]), shared memory mappings ([`mmap`]) and a handful of process
+//! receive ring ([`rx_ring`]), waiting on capture sockets ([`poll`]), shared memory mappings ([`mmap`]) and a handful of process
 //! facts ([`process`]). Pipeline logic lives in the `poolcap` crate, which forbids `unsafe`.
 //!
 //! Safety contract: every `unsafe` block carries a `// SAFETY:` comment naming the
@@ -11,6 +11,7 @@
 
 pub mod error;
 pub mod mmap;
+pub mod poll;
 pub mod privilege;
 pub mod process;
 pub mod rx_ring;

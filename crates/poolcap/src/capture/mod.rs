@@ -12,13 +12,18 @@
 //! Lifecycle: [`Engine::start`] sets everything up and returns once every queue is ready
 //! (the caller then prints `listening on`); [`Engine::run`] supervises until the stop flag,
 //! the duration or the packet count ends the capture, then drains: capture threads first
-//! (they empty the kernel rings), then workers, then the writer, so nothing captured is lost.
+//! (they empty the kernel rings up to the stop's cut, see [`end`]), then workers, then the
+//! writer, so nothing captured is lost. The supervisor also watches the interface
+//! ([`link`]): a link that goes down is reported and waited for, a deleted one ends the
+//! capture with an error.
 
 pub mod account;
 pub mod backend;
 pub mod compress;
 pub mod doorbell;
+pub mod end;
 pub mod filter;
+pub mod link;
 pub mod policy;
 pub mod pool;
 pub mod queue;
@@ -44,6 +49,8 @@ use serde::{Deserialize, Serialize};
 use self::account::{QueueCounters, QueueStats};
 use self::backend::{BackendConfig, Setup};
 use self::doorbell::Doorbell;
+use self::end::{Budget, Cut};
+use self::link::{LinkEvent, LinkWatch};
 use self::policy::{group_of, PolicySpec};
 use self::pool::{Pool, PoolSize};
 use self::queue::{CaptureThread, Progress, WaitStrategy};
@@ -158,6 +165,9 @@ pub enum CaptureError {
     /// The file header could not be written.
     #[error("cannot write the capture file header: {0}")]
     Header(poolcap_format::WriteError),
+    /// The interface was deleted while capturing.
+    #[error("interface `{0}` disappeared during the capture")]
+    LinkGone(String),
     /// A capture thread failed while running.
     #[error("capture thread of queue {queue} failed: {source}")]
     Thread {
@@ -185,6 +195,9 @@ pub struct CaptureReport {
     pub filtered: u64,
     /// Rejected by the in-kernel filter: frames the interface counted that no socket saw.
     pub filtered_kernel: u64,
+    /// Received by the kernel after the stop's cut or past `-c`, and left there (neither
+    /// captured nor dropped).
+    pub not_taken: u64,
     /// Kernel ring freezes.
     pub freezes: u64,
     /// Packets written to the output file.
@@ -223,8 +236,9 @@ pub struct Engine {
     worker_bells: Vec<Arc<Doorbell>>,
     writer_bell: Arc<Doorbell>,
     stop: Arc<AtomicBool>,
+    budget: Option<Arc<Budget>>,
+    link: LinkWatch,
     if_before: Option<u64>,
-    count: Option<u64>,
     duration: Option<Duration>,
     status_every: Option<Duration>,
     started: Instant,
@@ -389,6 +403,9 @@ impl Engine {
                 .collect(),
         );
         let writer_bell: Arc<Doorbell> = Arc::default();
+        let cut: Arc<Cut> = Arc::default();
+        let budget = cfg.count.map(|n| Arc::new(Budget::new(n)));
+        let link = LinkWatch::new(&cfg.iface, idx);
         let captures = sockets
             .into_iter()
             .enumerate()
@@ -411,6 +428,9 @@ impl Engine {
                     writer_bell: Arc::clone(&writer_bell),
                     merged: writer_input.is_some() && q > 1,
                     stop: Arc::clone(&stop),
+                    cut: Arc::clone(&cut),
+                    budget: budget.clone(),
+                    link_down: Arc::clone(&link.down),
                 };
                 let cpus = cfg.cpus.clone();
                 std::thread::Builder::new()
@@ -507,8 +527,9 @@ impl Engine {
             worker_bells,
             writer_bell,
             stop,
+            budget,
+            link,
             if_before,
-            count: cfg.count,
             duration: cfg.duration,
             status_every: cfg.status_every,
             started: Instant::now(),
@@ -559,9 +580,16 @@ impl Engine {
 
     /// Supervises until stopped, then drains every stage and returns the accounting, also
     /// when a stage failed (the failure is in the report).
-    pub fn run(self) -> CaptureReport {
+    pub fn run(mut self) -> CaptureReport {
         let mut last_status = Instant::now();
         let mut prev = QueueStats::default();
+        let mut failure = None;
+        if self.link.observe(self.link.look()) == Some(LinkEvent::Down) {
+            eprintln!(
+                "warning: {} is down; packets are captured once it is up",
+                self.iface
+            );
+        }
         while !self.stop.load(Ordering::Relaxed) {
             // Bounds how late a stop, the duration or the count is seen; the capture path
             // does not depend on it.
@@ -569,14 +597,22 @@ impl Engine {
             if self.duration.is_some_and(|d| self.started.elapsed() >= d) {
                 break;
             }
-            let now = self.snapshot();
-            if self.writer.is_none()
-                && self
-                    .count
-                    .is_some_and(|c| account::total(&now).captured >= c)
-            {
+            match self.link.observe(self.link.look()) {
+                Some(LinkEvent::Down) => eprintln!(
+                    "{} went down; capture resumes when it is back up",
+                    self.iface
+                ),
+                Some(LinkEvent::Up) => eprintln!("{} is up again; capture resumed", self.iface),
+                Some(LinkEvent::Gone) => {
+                    failure = Some(CaptureError::LinkGone(self.iface.clone()));
+                    break;
+                }
+                None => {}
+            }
+            if self.budget.as_ref().is_some_and(|b| b.is_spent()) {
                 break;
             }
+            let now = self.snapshot();
             if self.captures.iter().any(JoinHandle::is_finished) {
                 break; // a capture thread failed; drain the others
             }
@@ -591,7 +627,6 @@ impl Engine {
             }
         }
         self.stop.store(true, Ordering::Relaxed);
-        let mut failure = None;
         for (i, h) in self.captures.into_iter().enumerate() {
             match h.join() {
                 Ok(Ok(())) => {}
@@ -631,7 +666,7 @@ impl Engine {
         let t = account::total(&queues);
         let filtered_kernel = match (self.if_before, if_frames(&self.iface)) {
             (Some(a), Some(b)) => {
-                (b - a).saturating_sub(t.captured + t.dropped_kernel + t.dropped_pool)
+                (b - a).saturating_sub(t.captured + t.dropped_kernel + t.dropped_pool + t.not_taken)
             }
             _ => 0,
         };
@@ -649,6 +684,7 @@ impl Engine {
             dropped_pool: t.dropped_pool,
             filtered: t.filtered + filtered_kernel,
             filtered_kernel,
+            not_taken: t.not_taken,
             freezes: t.freezes,
             written,
             not_written,

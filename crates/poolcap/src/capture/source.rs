@@ -8,14 +8,20 @@
 //! stores in each frame's metadata (CLOCK_MONOTONIC, converted to wall-clock time). A user-space classic
 //! BPF filter (libpcap's, the same expression as on AF_PACKET) rejects frames before they
 //! enter a chunk; they go straight back to the fill ring and count as `filtered`.
+//!
+//! Both take packets only up to the stop's cut and within a count limit (see `end`); the
+//! packets past either count as `not_taken`.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use poolcap_sys::poll::Readiness;
 use poolcap_sys::rx_ring::{RingGeometry, RxRing, TP_STATUS_VLAN_TPID_VALID, TP_STATUS_VLAN_VALID};
 use poolcap_sys::socket::{BpfInsn, FanoutMode, PacketSocket};
 use poolcap_sys::xsk::{RxFrame, Xsk, XskStats};
 use poolcap_sys::SysError;
 
+use super::end::{Budget, Cut};
 use super::pool::{Chunk, Pool};
 use super::worker::x_loop;
 
@@ -37,6 +43,15 @@ pub struct Tally {
     pub dropped_pool: u64,
     /// Packets rejected by the user-space filter.
     pub filtered: u64,
+    /// Packets taken from the kernel past the stop's cut or the count limit, and let go.
+    pub not_taken: u64,
+}
+
+impl Tally {
+    /// Every packet the batch took from the kernel.
+    pub fn taken(&self) -> u64 {
+        self.captured + self.dropped_pool + self.filtered + self.not_taken
+    }
 }
 
 /// Puts packets into the open chunk, taking free chunks from the pool as they fill up.
@@ -57,11 +72,23 @@ pub struct Filler {
     /// /dev/null case), `Some(x)` to run the x-loop in place (`--inplace`, the plain fanout
     /// reader that Suricata and Zeek use, whose ring is the only buffer).
     pub in_place: Option<u32>,
+    /// The stop's cut, shared by the queues.
+    cut: Arc<Cut>,
+    /// The cut as read after the current batch was taken.
+    cut_ns: u64,
+    /// The count limit, shared by the queues.
+    budget: Option<Arc<Budget>>,
 }
 
 impl Filler {
     /// An empty filler.
-    pub fn new(snaplen: usize, chunks: usize, in_place: Option<u32>) -> Self {
+    pub fn new(
+        snaplen: usize,
+        chunks: usize,
+        in_place: Option<u32>,
+        cut: Arc<Cut>,
+        budget: Option<Arc<Budget>>,
+    ) -> Self {
         Self {
             open: None,
             open_since: Instant::now(),
@@ -69,6 +96,39 @@ impl Filler {
             tally: Tally::default(),
             snaplen,
             in_place,
+            cut,
+            cut_ns: u64::MAX,
+            budget,
+        }
+    }
+
+    /// Called by a source once it has taken a batch from the kernel, before its packets:
+    /// every packet of the batch was received before the cut is read here.
+    #[inline]
+    fn begin_batch(&mut self) {
+        self.cut_ns = self.cut.get();
+    }
+
+    /// True (and counted) when a packet received at `ts` is not to be taken: past the cut.
+    #[inline]
+    fn past_cut(&mut self, ts: u64) -> bool {
+        let past = ts > self.cut_ns;
+        self.tally.not_taken += u64::from(past);
+        past
+    }
+
+    /// Takes a unit of the count limit, if there is one; false (and counted) when spent.
+    #[inline]
+    fn within_budget(&mut self) -> bool {
+        let ok = self.budget.as_ref().is_none_or(|b| b.take());
+        self.tally.not_taken += u64::from(!ok);
+        ok
+    }
+
+    /// Gives back the unit of a packet that the pool had no room for.
+    fn refund(&self) {
+        if let Some(b) = &self.budget {
+            b.refund();
         }
     }
 
@@ -89,6 +149,9 @@ impl Filler {
     /// Copies a packet (the concatenation of `parts`) into a chunk.
     #[inline]
     fn push_copy(&mut self, pool: &Pool, ts: u64, parts: [&[u8]; 3], wire: u32) {
+        if self.past_cut(ts) || !self.within_budget() {
+            return;
+        }
         if let Some(load) = self.in_place {
             if load > 0 {
                 for p in parts.iter().filter(|p| !p.is_empty()) {
@@ -104,6 +167,7 @@ impl Filler {
         loop {
             let Some(chunk) = self.open_chunk(pool) else {
                 self.tally.dropped_pool += 1;
+                self.refund();
                 return;
             };
             let caplen = len.min(snaplen).min(chunk.capacity_bytes());
@@ -120,6 +184,9 @@ impl Filler {
     /// the kernel: counted, or dropped for want of a chunk).
     #[inline]
     fn push_frame(&mut self, pool: &Pool, ts: u64, frame: RxFrame) -> Option<RxFrame> {
+        if !self.within_budget() {
+            return Some(frame);
+        }
         let wire = frame.len() as u64;
         if self.in_place == Some(0) {
             self.tally.captured += 1;
@@ -129,6 +196,7 @@ impl Filler {
         let snaplen = self.snaplen;
         let Some(chunk) = self.open_chunk(pool) else {
             self.tally.dropped_pool += 1;
+            self.refund();
             return Some(frame);
         };
         let pushed = chunk.push_frame(ts, frame, snaplen);
@@ -144,6 +212,7 @@ impl Filler {
             }
             Err(f) => {
                 self.tally.dropped_pool += 1;
+                self.refund();
                 Some(f)
             }
         }
@@ -159,6 +228,8 @@ pub struct KernelDrops {
     pub pool: u64,
     /// Times the ring froze.
     pub freezes: u64,
+    /// Packets the kernel put into the ring, when it counts them (AF_PACKET).
+    pub received: Option<u64>,
 }
 
 /// An AF_PACKET fanout socket with its ring.
@@ -196,6 +267,7 @@ impl PacketSource {
         let Some(block) = self.ring.try_next_block() else {
             return false;
         };
+        filler.begin_batch();
         for pkt in block.packets() {
             let ts = u64::from(pkt.sec) * 1_000_000_000 + u64::from(pkt.nsec);
             // Put back the VLAN tag the kernel stripped, so the file shows the wire.
@@ -260,6 +332,7 @@ impl XdpSource {
         if self.xsk.receive(XDP_BATCH, &mut self.batch) == 0 {
             return false;
         }
+        filler.begin_batch();
         // Kernel receive time from the XDP metadata; the batch time if a frame has none.
         let now = now_ns();
         for frame in self.batch.drain(..) {
@@ -270,6 +343,10 @@ impl XdpSource {
                 .map(|mono| mono.wrapping_add_signed(self.clock_offset))
                 .filter(|&t| t <= now + 1_000_000 && now.saturating_sub(t) < 10_000_000_000)
                 .unwrap_or(now);
+            if filler.past_cut(ts) {
+                self.rejected.push(frame);
+                continue;
+            }
             let keep = match &self.filter {
                 Some(p) => p.filter(self.xsk.umem().data(&frame)),
                 None => true,
@@ -331,7 +408,7 @@ impl Source {
     }
 
     /// Waits up to `timeout` for packets in the kernel's `poll`.
-    pub fn poll(&self, timeout: Duration) -> Result<(), SysError> {
+    pub fn poll(&self, timeout: Duration) -> Result<Readiness, SysError> {
         // A zero timeout only looks (or wakes the kernel); otherwise round up to 1 ms.
         let ms = if timeout.is_zero() {
             0
@@ -339,8 +416,8 @@ impl Source {
             timeout.as_millis().clamp(1, i32::MAX as u128) as i32
         };
         match self {
-            Source::Packet(s) => s.sock.wait_readable(ms).map(|_| ()),
-            Source::Xdp(s) => s.xsk.wait(ms).map(|_| ()),
+            Source::Packet(s) => s.sock.wait_readable(ms),
+            Source::Xdp(s) => s.xsk.wait(ms),
         }
     }
 
@@ -376,6 +453,25 @@ impl Source {
         }
     }
 
+    /// Lets go of the packets the kernel has ready and not yet handed over, when the
+    /// kernel does not count them itself (AF_XDP's RX ring); returns how many. AF_PACKET
+    /// counts what it put into the ring ([`KernelDrops::received`]) instead.
+    pub fn let_go_ready(&mut self) -> u64 {
+        let Source::Xdp(s) = self else {
+            return 0;
+        };
+        let mut n = 0;
+        loop {
+            s.batch.clear();
+            let got = s.xsk.receive(XDP_BATCH, &mut s.batch);
+            if got == 0 {
+                return n;
+            }
+            n += got as u64;
+            s.xsk.refill(s.batch.drain(..));
+        }
+    }
+
     /// Kernel drops since the previous call.
     pub fn kernel_drops(&mut self) -> Result<KernelDrops, SysError> {
         match self {
@@ -385,6 +481,7 @@ impl Source {
                     kernel: st.drops,
                     pool: 0,
                     freezes: st.freezes,
+                    received: Some(st.received),
                 })
             }
             Source::Xdp(s) => {
@@ -396,6 +493,7 @@ impl Source {
                         + d(now.rx_invalid_descs, s.last.rx_invalid_descs),
                     pool: d(now.rx_dropped, s.last.rx_dropped),
                     freezes: 0,
+                    received: None,
                 };
                 s.last = now;
                 Ok(drops)

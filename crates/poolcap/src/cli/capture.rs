@@ -285,6 +285,12 @@ pub fn print_report(r: &CaptureReport) {
     );
     eprintln!("{} packets dropped by pool", r.dropped_pool);
     eprintln!("{} packets filtered", r.filtered);
+    if r.not_taken > 0 {
+        eprintln!(
+            "{} packets not taken (left in the kernel: received after the stop or past -c)",
+            r.not_taken
+        );
+    }
     if r.written > 0 || r.not_written > 0 {
         eprintln!(
             "{} packets written, {} not written",

@@ -8,6 +8,7 @@ mod bench;
 mod capture;
 mod common;
 mod gen;
+mod hardening;
 mod offload;
 mod xdp;
 
@@ -18,6 +19,7 @@ fn main() {
     trials.extend(capture::trials());
     trials.extend(offload::trials());
     trials.extend(xdp::trials());
+    trials.extend(hardening::trials());
     trials.extend(bench::trials());
     if let Err(why) = poolcap_sys::privilege::check_lab() {
         eprintln!("skipping {} root tests: {why}", trials.len());
