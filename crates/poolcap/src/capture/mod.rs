@@ -18,12 +18,16 @@
 //! capture with an error.
 
 pub mod account;
+pub mod af_packet;
+pub mod af_xdp;
 pub mod backend;
 pub mod compress;
 pub mod doorbell;
 pub mod end;
+pub mod file;
 pub mod filter;
 pub mod link;
+pub mod mem;
 pub mod policy;
 pub mod pool;
 pub mod queue;
@@ -47,13 +51,14 @@ use poolcap_sys::SysError;
 use serde::{Deserialize, Serialize};
 
 use self::account::{QueueCounters, QueueStats};
-use self::backend::{BackendConfig, Setup};
+use self::backend::{BackendConfig, Opened, Setup};
 use self::doorbell::Doorbell;
 use self::end::{Budget, Cut};
 use self::link::{LinkEvent, LinkWatch};
 use self::policy::{group_of, PolicySpec};
 use self::pool::{Pool, PoolSize};
 use self::queue::{CaptureThread, Progress, WaitStrategy};
+use self::source::Source;
 use self::worker::{served_queues, Next, Worker};
 use self::writer::{BoxedOutput, FileWriter, WriterOutcome};
 use crate::netdev;
@@ -66,9 +71,27 @@ const NO_ANALYSIS_RETIRE_MS: u32 = 50;
 /// How often the supervising thread looks at the stop flag and the counters.
 const SUPERVISOR_TICK: Duration = Duration::from_millis(50);
 
+/// Where a capture's packets come from.
+pub enum Input {
+    /// The interface `iface`, through the configured backend.
+    Live,
+    /// A pcap/pcapng file (plain, gzip or zstd; `-` for standard input), as fast as the
+    /// pipeline takes it or at `speed` times its recorded pace.
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Pace, as a multiple of the recorded one.
+        speed: Option<f64>,
+    },
+    /// Sources built by the caller (tests: `mem`), one per queue.
+    Sources(Vec<Box<dyn Source>>),
+}
+
 /// A resolved capture.
 pub struct CaptureConfig {
-    /// Interface.
+    /// Where packets come from.
+    pub input: Input,
+    /// Interface (for a file: the name recorded in the output).
     pub iface: String,
     /// Receive queues (fanout sockets).
     pub queues: usize,
@@ -159,6 +182,9 @@ pub enum CaptureError {
         /// Why.
         source: std::io::Error,
     },
+    /// The capture file could not be read.
+    #[error(transparent)]
+    File(#[from] file::FileError),
     /// AF_XDP could not be set up.
     #[error("{0}")]
     Xdp(String),
@@ -237,7 +263,7 @@ pub struct Engine {
     writer_bell: Arc<Doorbell>,
     stop: Arc<AtomicBool>,
     budget: Option<Arc<Budget>>,
-    link: LinkWatch,
+    link: Option<LinkWatch>,
     if_before: Option<u64>,
     duration: Option<Duration>,
     status_every: Option<Duration>,
@@ -281,11 +307,26 @@ fn pin(cpus: &Option<Vec<usize>>, i: usize) {
 
 impl Engine {
     /// Sets up rings, pools and threads; returns once every queue is capturing.
-    pub fn start(cfg: CaptureConfig, stop: Arc<AtomicBool>) -> Result<Self, CaptureError> {
-        let idx = ifindex(&cfg.iface).map_err(|_| CaptureError::NoInterface(cfg.iface.clone()))?;
-        let q = cfg.queues.max(1);
+    pub fn start(mut cfg: CaptureConfig, stop: Arc<AtomicBool>) -> Result<Self, CaptureError> {
+        let input = std::mem::replace(&mut cfg.input, Input::Live);
+        let idx = match input {
+            Input::Live => Some(
+                ifindex(&cfg.iface).map_err(|_| CaptureError::NoInterface(cfg.iface.clone()))?,
+            ),
+            _ => None,
+        };
+        let q = match &input {
+            Input::Live => cfg.queues.max(1),
+            Input::File { .. } => 1,
+            Input::Sources(s) => s.len().max(1),
+        };
         let records = cfg.output.as_ref().map(|(_, format)| *format);
-        let need = q as u64 * (cfg.pool.for_records(records).bytes() + cfg.ring.bytes() as u64);
+        let ring_bytes = if idx.is_some() {
+            cfg.ring.bytes() as u64
+        } else {
+            0
+        };
+        let need = q as u64 * (cfg.pool.for_records(records).bytes() + ring_bytes);
         if let Some(avail) = mem_available() {
             if need > avail {
                 return Err(CaptureError::Memory {
@@ -312,21 +353,41 @@ impl Engine {
         } else {
             (cfg.ring, cfg.seal_after)
         };
-        let opened = backend::open(
-            cfg.backend,
-            &Setup {
-                iface: &cfg.iface,
-                ifindex: idx,
-                queues: q,
-                pool: cfg.pool,
-                queue_capacity: groups.iter().map(|g| g.len() * cfg.pool.chunks).collect(),
-                ring,
-                fanout: cfg.fanout,
-                filter: cfg.filter.as_deref(),
-                snaplen: cfg.snaplen,
-                records,
-            },
-        )?;
+        let capacity: Vec<usize> = groups.iter().map(|g| g.len() * cfg.pool.chunks).collect();
+        let local = |sources: Vec<Box<dyn Source>>, report: String| Opened {
+            pools: backend::copy_pools(cfg.pool, &capacity, records),
+            sources,
+            xdp: None,
+            kernel_filter: false,
+            report,
+        };
+        let opened = match (input, idx) {
+            (Input::File { path, speed }, _) => {
+                let filter = cfg
+                    .filter
+                    .as_deref()
+                    .map(filter::compile_user)
+                    .transpose()?;
+                let src = file::FileSource::open(&path, filter, speed)?;
+                local(vec![Box::new(src)], format!("reading {}", path.display()))
+            }
+            (Input::Sources(s), _) => local(s, "in-memory sources".into()),
+            (Input::Live, idx) => backend::open(
+                cfg.backend,
+                &Setup {
+                    iface: &cfg.iface,
+                    ifindex: idx.unwrap_or(0),
+                    queues: q,
+                    pool: cfg.pool,
+                    queue_capacity: capacity.clone(),
+                    ring,
+                    fanout: cfg.fanout,
+                    filter: cfg.filter.as_deref(),
+                    snaplen: cfg.snaplen,
+                    records,
+                },
+            )?,
+        };
         let pools: Arc<Vec<Arc<Pool>>> = Arc::new(opened.pools);
         let sockets = opened.sources;
         let if_before = if opened.kernel_filter {
@@ -405,7 +466,11 @@ impl Engine {
         let writer_bell: Arc<Doorbell> = Arc::default();
         let cut: Arc<Cut> = Arc::default();
         let budget = cfg.count.map(|n| Arc::new(Budget::new(n)));
-        let link = LinkWatch::new(&cfg.iface, idx);
+        let link = idx.map(|i| LinkWatch::new(&cfg.iface, i));
+        let link_down: Arc<AtomicBool> = link
+            .as_ref()
+            .map(|l| Arc::clone(&l.down))
+            .unwrap_or_default();
         let captures = sockets
             .into_iter()
             .enumerate()
@@ -430,7 +495,7 @@ impl Engine {
                     stop: Arc::clone(&stop),
                     cut: Arc::clone(&cut),
                     budget: budget.clone(),
-                    link_down: Arc::clone(&link.down),
+                    link_down: Arc::clone(&link_down),
                 };
                 let cpus = cfg.cpus.clone();
                 std::thread::Builder::new()
@@ -584,7 +649,9 @@ impl Engine {
         let mut last_status = Instant::now();
         let mut prev = QueueStats::default();
         let mut failure = None;
-        if self.link.observe(self.link.look()) == Some(LinkEvent::Down) {
+        let mut link = self.link.take();
+        let mut look = || link.as_mut().and_then(|l| l.observe(l.look()));
+        if look() == Some(LinkEvent::Down) {
             eprintln!(
                 "warning: {} is down; packets are captured once it is up",
                 self.iface
@@ -597,7 +664,7 @@ impl Engine {
             if self.duration.is_some_and(|d| self.started.elapsed() >= d) {
                 break;
             }
-            match self.link.observe(self.link.look()) {
+            match look() {
                 Some(LinkEvent::Down) => eprintln!(
                     "{} went down; capture resumes when it is back up",
                     self.iface

@@ -74,7 +74,7 @@ pub struct CaptureThread {
     /// Receive queue index.
     pub queue: usize,
     /// Where packets come from.
-    pub source: Source,
+    pub source: Box<dyn Source>,
     /// This queue's pool.
     pub pool: Arc<Pool>,
     /// Every queue's pool (a chunk may be routed to a buddy's capture queue).
@@ -273,6 +273,9 @@ impl CaptureThread {
                     if let Some(c) = filler.open.take() {
                         self.seal(c, &mut seq, &mut backlogs);
                     }
+                }
+                if self.source.exhausted() {
+                    break Ok(()); // a file read to its end
                 }
                 if filler.open.as_ref().is_none_or(Chunk::is_empty) {
                     // Packets not yet seen became visible at most one visibility delay ago

@@ -16,7 +16,7 @@ use crate::capture::backend::{BackendConfig, BackendKind};
 use crate::capture::policy::{parse_buddy_groups, PolicySpec};
 use crate::capture::pool::PoolSize;
 use crate::capture::queue::WaitStrategy;
-use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Output};
+use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Input, Output};
 use crate::cli::usage;
 use crate::{netdev, units};
 use poolcap_sys::xsk::ZeroCopy;
@@ -43,12 +43,20 @@ dropped by the pool (no free chunk) or filtered. Memory: queues x R x M x cell b
 Examples:
   poolcap capture -i eth0 -w out.pcapng udp port 53
   poolcap capture -i eth0 --queues 2 --pool 256,64 --workers 2 --load 1000 --duration 10s
-  poolcap capture -i eth0 -w - | tcpdump -r -"
+  poolcap capture -i eth0 -w - | tcpdump -r -
+  poolcap capture -r in.pcapng.zst -w out.pcapng --load 1000 tcp"
 )]
 pub struct CaptureArgs {
     /// Interface to capture on.
-    #[arg(short = 'i', long = "interface")]
-    iface: String,
+    #[arg(short = 'i', long = "interface", required_unless_present = "read")]
+    iface: Option<String>,
+    /// Read packets from a pcap/pcapng FILE (plain, .gz or .zst; `-` for standard input)
+    /// instead of an interface, through the same pipeline; no privileges needed.
+    #[arg(short = 'r', conflicts_with_all = ["iface", "backend", "queues"])]
+    read: Option<PathBuf>,
+    /// With -r: replay at X times the recorded pace (default: as fast as possible).
+    #[arg(long, requires = "read", value_parser = parse_speed)]
+    speed: Option<f64>,
     /// Write packets to FILE (`-` for standard output). Without it packets are only counted.
     #[arg(short = 'w')]
     write: Option<PathBuf>,
@@ -115,8 +123,8 @@ pub struct CaptureArgs {
     /// Capture backend: af_packet (TPACKET_V3 fanout, works everywhere, leaves the host
     /// stack alone), af_xdp (the UMEM is the pool; takes the frames away from the host stack;
     /// needs native XDP) or auto (af_xdp where it works, af_packet otherwise).
-    #[arg(long, default_value = "af_packet", value_parser = parse_backend)]
-    backend: BackendKind,
+    #[arg(long, value_parser = parse_backend)]
+    backend: Option<BackendKind>,
     /// AF_XDP zero-copy: auto (where the driver supports it), required (fail otherwise), off.
     #[arg(long, default_value = "auto", value_parser = parse_zero_copy)]
     zero_copy: ZeroCopy,
@@ -153,6 +161,13 @@ fn parse_fanout(s: &str) -> Result<FanoutMode, String> {
         "cpu" => Ok(FanoutMode::Cpu),
         "qm" => Ok(FanoutMode::QueueMapping),
         _ => Err(format!("`{s}`: use hash, lb, cpu or qm")),
+    }
+}
+
+fn parse_speed(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(format!("`{s}`: give a speed factor above 0, e.g. 1 or 2.5")),
     }
 }
 
@@ -206,7 +221,8 @@ fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
     if a.snaplen == 0 {
         return Err(usage("-s: the snaplen must be at least 1"));
     }
-    if a.inplace && a.backend != BackendKind::AfPacket {
+    let backend = a.backend.unwrap_or(BackendKind::AfPacket);
+    if a.inplace && backend != BackendKind::AfPacket {
         return Err(usage(
             "--inplace is the plain AF_PACKET reader: use it with --backend af_packet",
         ));
@@ -225,9 +241,24 @@ fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
     if blocks > 1 << 16 {
         return Err(usage("-B: kernel ring too large"));
     }
-    let queues = a.queues.unwrap_or_else(|| netdev::rx_queues(&a.iface));
+    let (input, iface) = match (&a.read, &a.iface) {
+        (Some(path), _) => (
+            Input::File {
+                path: path.clone(),
+                speed: a.speed,
+            },
+            path.file_name()
+                .map_or_else(|| "stdin".to_string(), |n| n.to_string_lossy().into_owned()),
+        ),
+        (None, Some(i)) => (Input::Live, i.clone()),
+        (None, None) => return Err(usage("give -i INTERFACE or -r FILE")),
+    };
+    let queues = match input {
+        Input::Live => a.queues.unwrap_or_else(|| netdev::rx_queues(&iface)),
+        _ => 1,
+    };
     // A cell holds the largest frame the link carries (plus a VLAN tag), within the snaplen.
-    let frame = (netdev::mtu(&a.iface).unwrap_or(1500) + 14 + 4).div_ceil(64) * 64;
+    let frame = (netdev::mtu(&iface).unwrap_or(1500) + 14 + 4).div_ceil(64) * 64;
     let cell_size = frame.max(2048).min(a.snaplen as usize).max(64);
     let filter = (!a.filter.is_empty()).then(|| a.filter.join(" "));
     let buddy_groups = match &a.buddy_groups {
@@ -237,7 +268,8 @@ fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
         None => vec![(0..queues).collect()],
     };
     Ok(CaptureConfig {
-        iface: a.iface.clone(),
+        input,
+        iface,
         queues,
         fanout: a.fanout,
         pool: PoolSize {
@@ -264,7 +296,7 @@ fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
         seal_after: Duration::from_millis(2),
         policy: a.offload.clone(),
         backend: BackendConfig {
-            kind: a.backend,
+            kind: backend,
             zero_copy: a.zero_copy,
             force: a.force,
         },
@@ -323,7 +355,9 @@ pub fn print_report(r: &CaptureReport) {
 pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     let _ = args.numeric;
     let mut cfg = config(&args)?;
-    poolcap_sys::privilege::check_raw_sockets("capturing packets")?;
+    if args.read.is_none() {
+        poolcap_sys::privilege::check_raw_sockets("capturing packets")?;
+    }
     cfg.output = args.write.as_ref().map(|p| {
         let target = if p.as_os_str() == "-" {
             Output::Stdout
@@ -341,8 +375,13 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         CaptureError::Filter(f) => usage(f.to_string()),
         e => anyhow::Error::new(e),
     })?;
+    let verb = if args.read.is_some() {
+        "reading from file"
+    } else {
+        "listening on"
+    };
     eprintln!(
-        "listening on {iface}, link-type EN10MB (Ethernet), snapshot length {snaplen} bytes, {queues} queue{}, pool {}x{} cells",
+        "{verb} {iface}, link-type EN10MB (Ethernet), snapshot length {snaplen} bytes, {queues} queue{}, pool {}x{} cells",
         if queues == 1 { "" } else { "s" },
         pool.chunks,
         pool.cells
