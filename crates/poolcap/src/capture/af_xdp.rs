@@ -2,8 +2,9 @@
 //! go into chunks as they are (no copy) and back to the fill ring when their chunk comes
 //! home; timestamps are the kernel's receive times, which poolcap's XDP program stores in
 //! each frame's metadata (CLOCK_MONOTONIC, converted to wall-clock time). A user-space
-//! classic BPF filter (libpcap's, the same expression as on AF_PACKET) rejects frames before
-//! they enter a chunk; they go straight back to the fill ring and count as `filtered`.
+//! classic BPF filter (the program libpcap compiles for a live capture, as on AF_PACKET,
+//! run by `bpf` with the kernel's view of VLAN tags) rejects frames before they enter a
+//! chunk; they go straight back to the fill ring and count as `filtered`.
 
 use std::time::Duration;
 
@@ -11,13 +12,14 @@ use poolcap_sys::poll::Readiness;
 use poolcap_sys::xsk::{RxFrame, Xsk, XskStats};
 use poolcap_sys::SysError;
 
+use super::bpf::Program;
 use super::pool::Pool;
 use super::source::{now_ns, poll_ms, Filler, KernelDrops, Source};
 
 /// An AF_XDP socket of one receive queue, with an optional user-space filter.
 pub struct XdpSource {
     xsk: Xsk,
-    filter: Option<pcap::BpfProgram>,
+    filter: Option<Program>,
     batch: Vec<RxFrame>,
     rejected: Vec<RxFrame>,
     last: XskStats,
@@ -36,7 +38,7 @@ const XDP_BATCH: usize = 256;
 
 impl XdpSource {
     /// Wraps a bound socket; `filter` is a compiled tcpdump expression, if any.
-    pub fn new(xsk: Xsk, filter: Option<pcap::BpfProgram>) -> Self {
+    pub fn new(xsk: Xsk, filter: Option<Program>) -> Self {
         Self {
             xsk,
             filter,
@@ -70,7 +72,7 @@ impl Source for XdpSource {
                 continue;
             }
             let keep = match &self.filter {
-                Some(p) => p.filter(self.xsk.umem().data(&frame)),
+                Some(p) => p.matches_frame(self.xsk.umem().data(&frame)),
                 None => true,
             };
             if !keep {

@@ -209,12 +209,12 @@ fn open_af_xdp(cfg: BackendConfig, s: &Setup<'_>) -> Result<Opened, CaptureError
         )));
     }
     // Compile the filter first: a bad expression is reported before anything is attached.
-    let filters = match s.filter {
-        Some(expr) => (0..s.queues)
-            .map(|_| filter::compile_user(expr).map(Some))
-            .collect::<Result<Vec<_>, _>>()?,
-        None => (0..s.queues).map(|_| None).collect(),
-    };
+    // Compiled as for a live capture (VLAN tags in metadata), as AF_PACKET's and tcpdump's.
+    let program = s
+        .filter
+        .map(|expr| filter::compile_live_user(expr, s.iface, s.snaplen))
+        .transpose()?;
+    let filters = vec![program; s.queues];
     let mut xdp = attach(cfg, s.iface)?;
     let frame_size: u32 = if s.pool.cell_size > 2048 { 4096 } else { 2048 };
     let xcfg = XskConfig {

@@ -21,6 +21,7 @@ pub mod account;
 pub mod af_packet;
 pub mod af_xdp;
 pub mod backend;
+pub mod bpf;
 pub mod compress;
 pub mod doorbell;
 pub mod end;

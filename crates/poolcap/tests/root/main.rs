@@ -9,6 +9,8 @@ mod capture;
 mod common;
 mod gen;
 mod hardening;
+#[path = "../support/mix.rs"]
+mod mix;
 mod offload;
 mod xdp;
 
