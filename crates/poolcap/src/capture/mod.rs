@@ -72,6 +72,10 @@ const NO_ANALYSIS_RETIRE_MS: u32 = 50;
 /// How often the supervising thread looks at the stop flag and the counters.
 const SUPERVISOR_TICK: Duration = Duration::from_millis(50);
 
+/// The supervisor looks at the interface every this many ticks while it is up (a deleted
+/// interface also makes its sockets report ENETDOWN, which brings the next look forward).
+const LINK_LOOK_TICKS: u32 = 5;
+
 /// Where a capture's packets come from.
 pub enum Input {
     /// The interface `iface`, through the configured backend.
@@ -651,13 +655,21 @@ impl Engine {
         let mut prev = QueueStats::default();
         let mut failure = None;
         let mut link = self.link.take();
-        let mut look = || link.as_mut().and_then(|l| l.observe(l.look()));
-        if look() == Some(LinkEvent::Down) {
+        if link.as_mut().and_then(|l| l.observe(l.look())) == Some(LinkEvent::Down) {
             eprintln!(
                 "warning: {} is down; packets are captured once it is up",
                 self.iface
             );
         }
+        // Every tick while the link is down (or a socket said ENETDOWN), else every
+        // LINK_LOOK_TICKS: a look costs a few syscalls.
+        let mut ticks = 0u32;
+        let mut look = || {
+            let l = link.as_mut()?;
+            ticks += 1;
+            let due = ticks.is_multiple_of(LINK_LOOK_TICKS) || l.down.load(Ordering::Relaxed);
+            due.then(|| l.observe(l.look())).flatten()
+        };
         while !self.stop.load(Ordering::Relaxed) {
             // Bounds how late a stop, the duration or the count is seen; the capture path
             // does not depend on it.

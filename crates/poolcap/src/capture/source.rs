@@ -113,17 +113,24 @@ impl Filler {
     /// True (and counted) when a packet received at `ts` is not to be taken: past the cut.
     #[inline]
     pub(crate) fn past_cut(&mut self, ts: u64) -> bool {
-        let past = ts > self.cut_ns;
-        self.tally.not_taken += u64::from(past);
-        past
+        if ts <= self.cut_ns {
+            return false;
+        }
+        self.tally.not_taken += 1;
+        true
     }
 
     /// Takes a unit of the count limit, if there is one; false (and counted) when spent.
     #[inline]
     fn within_budget(&mut self) -> bool {
-        let ok = self.budget.as_ref().is_none_or(|b| b.take());
-        self.tally.not_taken += u64::from(!ok);
-        ok
+        let Some(b) = &self.budget else {
+            return true;
+        };
+        if b.take() {
+            return true;
+        }
+        self.tally.not_taken += 1;
+        false
     }
 
     /// Gives back the unit of a packet that the pool had no room for.
