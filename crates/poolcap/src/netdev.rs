@@ -65,6 +65,8 @@ mod tests {
     #[test]
     fn loopback_is_described_and_missing_interfaces_are_not() {
         assert_eq!(mtu("lo"), Some(65536));
+        assert_eq!(is_up("lo"), Some(true));
+        assert_eq!(is_up("no-such-if0"), None);
         assert!(rx_queues("lo") >= 1);
         assert!(counter("lo", "rx_packets").is_some());
         assert_eq!(is_up("lo"), Some(true));

@@ -2,8 +2,9 @@
 //!
 //! It wraps exactly what the kernel offers for packet capture and generation on Linux and
 //! nothing else: AF_PACKET sockets and their socket options ([`socket`]), the TPACKET_V3
-//! receive ring ([`rx_ring`]), the forwarder's sender ([`tx`]), shared memory mappings
-//! ([`mmap`]) and a handful of process facts ([`process`]). Pipeline logic lives in the `poolcap` crate, which forbids `unsafe`.
+//! receive ring ([`rx_ring`]), waiting on capture sockets ([`poll`]), the forwarder's sender
+//! ([`tx`]), shared memory mappings ([`mmap`]) and a handful of process facts ([`process`]).
+//! Pipeline logic lives in the `poolcap` crate, which forbids `unsafe`.
 //!
 //! Safety contract: every `unsafe` block carries a `// SAFETY:` comment naming the
 //! invariant it relies on; every type that hands out views of kernel-shared memory ties their
@@ -11,6 +12,7 @@
 
 pub mod error;
 pub mod mmap;
+pub mod poll;
 pub mod privilege;
 pub mod process;
 pub mod rx_ring;

@@ -9,6 +9,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 use crate::error::{Result, SysError};
+use crate::poll::{self, Readiness};
 use crate::sockopt::{self, Plain};
 
 /// `ETH_P_ALL` in network byte order: every protocol.
@@ -237,23 +238,9 @@ impl PacketSocket {
         })
     }
 
-    /// Waits up to `timeout_ms` for the socket to become readable; true if it did.
-    pub fn wait_readable(&self, timeout_ms: i32) -> Result<bool> {
-        let mut pfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: `pfd` is one valid pollfd, and 1 is the array length.
-        let rc = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
-        if rc < 0 {
-            let e = SysError::last("poll", "");
-            if e.source.kind() == io::ErrorKind::Interrupted {
-                return Ok(false);
-            }
-            return Err(e);
-        }
-        Ok(rc > 0 && pfd.revents & libc::POLLIN != 0)
+    /// Waits up to `timeout_ms` for the socket to become readable (see [`crate::poll`]).
+    pub fn wait_readable(&self, timeout_ms: i32) -> Result<Readiness> {
+        poll::wait_readable(self.fd.as_fd(), timeout_ms, "poll(AF_PACKET)")
     }
 }
 

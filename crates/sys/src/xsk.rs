@@ -26,6 +26,7 @@ use std::sync::Arc;
 
 use crate::error::{Result, SysError};
 use crate::mmap::Mmap;
+use crate::poll::{self, Readiness};
 use crate::sockopt::{self, Plain};
 
 /// Whether to bind in zero-copy mode.
@@ -471,24 +472,10 @@ impl Xsk {
         self.fill.index(self.fill.flags).load(Ordering::Relaxed) & libc::XDP_RING_NEED_WAKEUP != 0
     }
 
-    /// Waits up to `timeout_ms` for frames (poll), which also wakes the kernel if it asked.
-    pub fn wait(&self, timeout_ms: i32) -> Result<bool> {
-        let mut pfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, array length 1.
-        let rc = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
-        if rc < 0 {
-            let e = SysError::last("poll(AF_XDP)", "");
-            return if e.source.kind() == io::ErrorKind::Interrupted {
-                Ok(false)
-            } else {
-                Err(e)
-            };
-        }
-        Ok(rc > 0)
+    /// Waits up to `timeout_ms` for frames (poll), which also wakes the kernel if it asked
+    /// (see [`crate::poll`]).
+    pub fn wait(&self, timeout_ms: i32) -> Result<Readiness> {
+        poll::wait_readable(self.fd.as_fd(), timeout_ms, "poll(AF_XDP)")
     }
 
     /// Kernel counters of this socket.

@@ -1,8 +1,11 @@
 //! Accounting: every packet ends in exactly one counter, per receive queue and in total.
 //!
 //! `captured` (handed to the pipeline), `dropped_kernel` (no room in the kernel ring, from
-//! PACKET_STATISTICS), `dropped_pool` (no free chunk), `filtered` (rejected by a filter).
-//! In the lab, `sent = captured + dropped_kernel + dropped_pool + filtered` holds exactly.
+//! PACKET_STATISTICS), `dropped_pool` (no free chunk), `filtered` (rejected by a filter),
+//! `not_taken` (received by the kernel after the stop's cut or past the count limit, and
+//! left there: neither captured nor lost). In the lab,
+//! `sent = captured + dropped_kernel + dropped_pool + filtered + not_taken` holds exactly
+//! for every frame that reached the capture sockets before they closed.
 //!
 //! One term is known only in total: packets the in-kernel filter rejects are never counted
 //! by the socket they were fanned out to, so the engine derives them from the interface's
@@ -32,6 +35,8 @@ pub struct QueueCounters {
     pub dropped_pool: AtomicU64,
     /// Packets rejected by a user-space filter stage.
     pub filtered: AtomicU64,
+    /// Packets received after the stop's cut or past the count limit, not taken.
+    pub not_taken: AtomicU64,
     /// Wait syscalls made by the capture thread (poll, sleep).
     pub syscalls: AtomicU64,
     /// Chunks sealed.
@@ -63,6 +68,7 @@ impl QueueCounters {
             dropped_kernel: g(&self.dropped_kernel),
             dropped_pool: g(&self.dropped_pool),
             filtered: g(&self.filtered),
+            not_taken: g(&self.not_taken),
             freezes: g(&self.freezes),
             syscalls: g(&self.syscalls),
             chunks: g(&self.chunks),
@@ -89,6 +95,8 @@ pub struct QueueStats {
     pub dropped_pool: u64,
     /// Rejected by a filter.
     pub filtered: u64,
+    /// Received after the stop's cut or past the count limit, and left to the kernel.
+    pub not_taken: u64,
     /// Kernel ring freezes.
     pub freezes: u64,
     /// Wait syscalls.
@@ -108,7 +116,7 @@ pub struct QueueStats {
 impl QueueStats {
     /// Every packet this queue accounted for.
     pub fn accounted(&self) -> u64 {
-        self.captured + self.dropped_kernel + self.dropped_pool + self.filtered
+        self.captured + self.dropped_kernel + self.dropped_pool + self.filtered + self.not_taken
     }
 }
 
@@ -120,6 +128,7 @@ pub fn total(queues: &[QueueStats]) -> QueueStats {
         t.dropped_kernel += q.dropped_kernel;
         t.dropped_pool += q.dropped_pool;
         t.filtered += q.filtered;
+        t.not_taken += q.not_taken;
         t.freezes += q.freezes;
         t.syscalls += q.syscalls;
         t.chunks += q.chunks;
@@ -144,16 +153,23 @@ mod tests {
         QueueCounters::add(&b.captured, 5);
         QueueCounters::add(&b.dropped_pool, 3);
         QueueCounters::add(&b.filtered, 1);
+        QueueCounters::add(&b.not_taken, 4);
         let qs = vec![a.snapshot(0), b.snapshot(1)];
         let t = total(&qs);
         assert_eq!(
-            (t.captured, t.dropped_kernel, t.dropped_pool, t.filtered),
-            (15, 2, 3, 1)
+            (
+                t.captured,
+                t.dropped_kernel,
+                t.dropped_pool,
+                t.filtered,
+                t.not_taken
+            ),
+            (15, 2, 3, 1, 4)
         );
         assert_eq!(
             t.accounted(),
             qs.iter().map(QueueStats::accounted).sum::<u64>()
         );
-        assert_eq!(t.accounted(), 21);
+        assert_eq!(t.accounted(), 25);
     }
 }

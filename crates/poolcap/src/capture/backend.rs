@@ -17,9 +17,11 @@ use poolcap_sys::xdp::{AttachMode, XdpRedirect};
 use poolcap_sys::xsk::{Xsk, XskConfig, ZeroCopy};
 use poolcap_sys::SysError;
 
+use super::af_packet::PacketSource;
+use super::af_xdp::XdpSource;
 use super::filter;
 use super::pool::{Pool, PoolSize};
-use super::source::{PacketSource, Source, XdpSource};
+use super::source::Source;
 use super::CaptureError;
 use crate::netdev;
 
@@ -74,7 +76,7 @@ pub struct Setup<'a> {
 /// The opened kernel side.
 pub struct Opened {
     /// One source per queue.
-    pub sources: Vec<Source>,
+    pub sources: Vec<Box<dyn Source>>,
     /// One pool per queue.
     pub pools: Vec<Arc<Pool>>,
     /// The XDP program, attached while this lives.
@@ -120,15 +122,11 @@ fn open_af_packet(s: &Setup<'_>, why: &str) -> Result<Opened, CaptureError> {
     let fanout = (s.queues > 1).then(|| ((std::process::id() & 0xffff) as u16, s.fanout));
     let sources = (0..s.queues)
         .map(|_| {
-            PacketSource::open(s.ifindex, s.ring, program.as_deref(), fanout).map(Source::Packet)
+            PacketSource::open(s.ifindex, s.ring, program.as_deref(), fanout)
+                .map(|p| Box::new(p) as Box<dyn Source>)
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let pools = (0..s.queues)
-        .map(|i| {
-            let size = s.pool.for_records(s.records);
-            Arc::new(Pool::new(i, size, s.queue_capacity[i], s.records))
-        })
-        .collect();
+    let pools = copy_pools(s.pool, &s.queue_capacity, s.records);
     Ok(Opened {
         sources,
         pools,
@@ -136,6 +134,21 @@ fn open_af_packet(s: &Setup<'_>, why: &str) -> Result<Opened, CaptureError> {
         kernel_filter: s.filter.is_some(),
         report: format!("backend {why}"),
     })
+}
+
+/// One pool of copies per queue (`capacity` has one entry per queue), with room for
+/// `records` if packets are written in that format.
+pub fn copy_pools(
+    pool: PoolSize,
+    capacity: &[usize],
+    records: Option<FileFormat>,
+) -> Vec<Arc<Pool>> {
+    let size = pool.for_records(records);
+    capacity
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| Arc::new(Pool::new(i, size, c, records)))
+        .collect()
 }
 
 /// Detaches whatever XDP program is on `iface` (for `--force`).
@@ -205,19 +218,19 @@ fn open_af_xdp(cfg: BackendConfig, s: &Setup<'_>) -> Result<Opened, CaptureError
         )));
     }
     // Compile the filter first: a bad expression is reported before anything is attached.
-    let filters = match s.filter {
-        Some(expr) => (0..s.queues)
-            .map(|_| filter::compile_user(expr).map(Some))
-            .collect::<Result<Vec<_>, _>>()?,
-        None => (0..s.queues).map(|_| None).collect(),
-    };
+    // Compiled as for a live capture (VLAN tags in metadata), as AF_PACKET's and tcpdump's.
+    let program = s
+        .filter
+        .map(|expr| filter::compile_live_user(expr, s.iface, s.snaplen))
+        .transpose()?;
+    let filters = vec![program; s.queues];
     let mut xdp = attach(cfg, s.iface)?;
     let xcfg = XskConfig {
         frame_size: umem_frame_size(s.pool.cell_size),
         frame_count: (s.pool.cells * s.pool.chunks) as u32,
         zero_copy: cfg.zero_copy,
     };
-    let mut sources = Vec::with_capacity(s.queues);
+    let mut sources: Vec<Box<dyn Source>> = Vec::with_capacity(s.queues);
     let mut pools = Vec::with_capacity(s.queues);
     let mut mode = String::new();
     for (q, f) in filters.into_iter().enumerate() {
@@ -247,7 +260,7 @@ fn open_af_xdp(cfg: BackendConfig, s: &Setup<'_>) -> Result<Opened, CaptureError
             s.queue_capacity[q],
             xsk.umem(),
         )));
-        sources.push(Source::Xdp(Box::new(XdpSource::new(xsk, f))));
+        sources.push(Box::new(XdpSource::new(xsk, f)));
     }
     Ok(Opened {
         sources,

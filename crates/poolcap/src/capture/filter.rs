@@ -71,8 +71,8 @@ pub fn compile(expr: &str, iface: &str, snaplen: u32) -> Result<Vec<BpfInsn>, Fi
     Ok(to_insns(&program, snaplen))
 }
 
-/// Compiles `expr` for a user-space filter stage (AF_XDP, where sockets take no classic
-/// BPF): frames reach it with any VLAN tag still in place, as on a dead Ethernet handle.
+/// Compiles `expr` with offline semantics (as `tcpdump -r`: a VLAN tag is in the data), for
+/// the file source.
 pub fn compile_user(expr: &str) -> Result<pcap::BpfProgram, FilterError> {
     let err = |e: pcap::Error| FilterError {
         expr: expr.to_string(),
@@ -82,6 +82,20 @@ pub fn compile_user(expr: &str) -> Result<pcap::BpfProgram, FilterError> {
         .map_err(err)?
         .compile(expr, true)
         .map_err(err)
+}
+
+/// Compiles `expr` for a user-space filter stage that must select what a live capture on
+/// `iface` selects (AF_XDP: frames keep their VLAN tag; see `bpf`).
+pub fn compile_live_user(
+    expr: &str,
+    iface: &str,
+    snaplen: u32,
+) -> Result<super::bpf::Program, FilterError> {
+    let insns = compile(expr, iface, snaplen)?;
+    super::bpf::Program::new(insns).map_err(|message| FilterError {
+        expr: expr.to_string(),
+        message,
+    })
 }
 
 /// A program that accepts every packet, truncated to `snaplen` bytes in the kernel.

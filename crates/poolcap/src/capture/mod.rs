@@ -12,14 +12,24 @@
 //! Lifecycle: [`Engine::start`] sets everything up and returns once every queue is ready
 //! (the caller then prints `listening on`); [`Engine::run`] supervises until the stop flag,
 //! the duration or the packet count ends the capture, then drains: capture threads first
-//! (they empty the kernel rings), then workers, then the writer, so nothing captured is lost.
+//! (they empty the kernel rings up to the stop's cut, see [`end`]), then workers, then the
+//! writer, so nothing captured is lost. The supervisor also watches the interface
+//! ([`link`]): a link that goes down is reported and waited for, a deleted one ends the
+//! capture with an error.
 
 pub mod account;
+pub mod af_packet;
+pub mod af_xdp;
 pub mod backend;
+pub mod bpf;
 pub mod compress;
 pub mod doorbell;
+pub mod end;
+pub mod file;
 pub mod filter;
 pub mod forward;
+pub mod link;
+pub mod mem;
 pub mod policy;
 pub mod pool;
 pub mod queue;
@@ -44,11 +54,14 @@ use poolcap_sys::SysError;
 use serde::{Deserialize, Serialize};
 
 use self::account::{QueueCounters, QueueStats};
-use self::backend::{BackendConfig, Setup};
+use self::backend::{BackendConfig, Opened, Setup};
 use self::doorbell::Doorbell;
+use self::end::{Budget, Cut};
+use self::link::{LinkEvent, LinkWatch};
 use self::policy::{group_of, PolicySpec};
 use self::pool::{Pool, PoolSize};
 use self::queue::{CaptureThread, Progress, WaitStrategy};
+use self::source::Source;
 use self::worker::{served_queues, Next, Worker};
 use self::writer::{BoxedOutput, FileWriter, WriterOutcome};
 use crate::netdev;
@@ -61,9 +74,31 @@ const NO_ANALYSIS_RETIRE_MS: u32 = 50;
 /// How often the supervising thread looks at the stop flag and the counters.
 const SUPERVISOR_TICK: Duration = Duration::from_millis(50);
 
+/// The supervisor looks at the interface every this many ticks while it is up (a deleted
+/// interface also makes its sockets report ENETDOWN, which brings the next look forward).
+const LINK_LOOK_TICKS: u32 = 5;
+
+/// Where a capture's packets come from.
+pub enum Input {
+    /// The interface `iface`, through the configured backend.
+    Live,
+    /// A pcap/pcapng file (plain, gzip or zstd; `-` for standard input), as fast as the
+    /// pipeline takes it or at `speed` times its recorded pace.
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Pace, as a multiple of the recorded one.
+        speed: Option<f64>,
+    },
+    /// Sources built by the caller (tests: `mem`), one per queue.
+    Sources(Vec<Box<dyn Source>>),
+}
+
 /// A resolved capture.
 pub struct CaptureConfig {
-    /// Interface.
+    /// Where packets come from.
+    pub input: Input,
+    /// Interface (for a file: the name recorded in the output).
     pub iface: String,
     /// Receive queues (fanout sockets).
     pub queues: usize,
@@ -158,12 +193,18 @@ pub enum CaptureError {
         /// Why.
         source: std::io::Error,
     },
+    /// The capture file could not be read.
+    #[error(transparent)]
+    File(#[from] file::FileError),
     /// AF_XDP could not be set up.
     #[error("{0}")]
     Xdp(String),
     /// The file header could not be written.
     #[error("cannot write the capture file header: {0}")]
     Header(poolcap_format::WriteError),
+    /// The interface was deleted while capturing.
+    #[error("interface `{0}` disappeared during the capture")]
+    LinkGone(String),
     /// A capture thread failed while running.
     #[error("capture thread of queue {queue} failed: {source}")]
     Thread {
@@ -191,6 +232,9 @@ pub struct CaptureReport {
     pub filtered: u64,
     /// Rejected by the in-kernel filter: frames the interface counted that no socket saw.
     pub filtered_kernel: u64,
+    /// Received by the kernel after the stop's cut or past `-c`, and left there (neither
+    /// captured nor dropped).
+    pub not_taken: u64,
     /// Kernel ring freezes.
     pub freezes: u64,
     /// Packets written to the output file.
@@ -239,8 +283,9 @@ pub struct Engine {
     worker_bells: Vec<Arc<Doorbell>>,
     writer_bell: Arc<Doorbell>,
     stop: Arc<AtomicBool>,
+    budget: Option<Arc<Budget>>,
+    link: Option<LinkWatch>,
     if_before: Option<u64>,
-    count: Option<u64>,
     duration: Option<Duration>,
     status_every: Option<Duration>,
     started: Instant,
@@ -300,15 +345,30 @@ impl Engine {
     }
 
     fn launch(
-        cfg: CaptureConfig,
+        mut cfg: CaptureConfig,
         fwd: Option<forward::ForwardSetup>,
         stop: Arc<AtomicBool>,
         after_open: impl FnOnce() -> Result<(), SysError>,
     ) -> Result<Self, CaptureError> {
-        let idx = ifindex(&cfg.iface).map_err(|_| CaptureError::NoInterface(cfg.iface.clone()))?;
-        let q = cfg.queues.max(1);
+        let input = std::mem::replace(&mut cfg.input, Input::Live);
+        let idx = match input {
+            Input::Live => Some(
+                ifindex(&cfg.iface).map_err(|_| CaptureError::NoInterface(cfg.iface.clone()))?,
+            ),
+            _ => None,
+        };
+        let q = match &input {
+            Input::Live => cfg.queues.max(1),
+            Input::File { .. } => 1,
+            Input::Sources(s) => s.len().max(1),
+        };
         let records = cfg.output.as_ref().map(|(_, format)| *format);
-        let need = q as u64 * (cfg.pool.for_records(records).bytes() + cfg.ring.bytes() as u64);
+        let ring_bytes = if idx.is_some() {
+            cfg.ring.bytes() as u64
+        } else {
+            0
+        };
+        let need = q as u64 * (cfg.pool.for_records(records).bytes() + ring_bytes);
         if let Some(avail) = crate::memlimit::available() {
             if need > avail {
                 return Err(CaptureError::Memory {
@@ -340,21 +400,41 @@ impl Engine {
         } else {
             (cfg.ring, cfg.seal_after)
         };
-        let opened = backend::open(
-            cfg.backend,
-            &Setup {
-                iface: &cfg.iface,
-                ifindex: idx,
-                queues: q,
-                pool: cfg.pool,
-                queue_capacity: groups.iter().map(|g| g.len() * cfg.pool.chunks).collect(),
-                ring,
-                fanout: cfg.fanout,
-                filter: cfg.filter.as_deref(),
-                snaplen: cfg.snaplen,
-                records,
-            },
-        )?;
+        let capacity: Vec<usize> = groups.iter().map(|g| g.len() * cfg.pool.chunks).collect();
+        let local = |sources: Vec<Box<dyn Source>>, report: String| Opened {
+            pools: backend::copy_pools(cfg.pool, &capacity, records),
+            sources,
+            xdp: None,
+            kernel_filter: false,
+            report,
+        };
+        let opened = match (input, idx) {
+            (Input::File { path, speed }, _) => {
+                let filter = cfg
+                    .filter
+                    .as_deref()
+                    .map(filter::compile_user)
+                    .transpose()?;
+                let src = file::FileSource::open(&path, filter, speed)?;
+                local(vec![Box::new(src)], format!("reading {}", path.display()))
+            }
+            (Input::Sources(s), _) => local(s, "in-memory sources".into()),
+            (Input::Live, idx) => backend::open(
+                cfg.backend,
+                &Setup {
+                    iface: &cfg.iface,
+                    ifindex: idx.unwrap_or(0),
+                    queues: q,
+                    pool: cfg.pool,
+                    queue_capacity: capacity.clone(),
+                    ring,
+                    fanout: cfg.fanout,
+                    filter: cfg.filter.as_deref(),
+                    snaplen: cfg.snaplen,
+                    records,
+                },
+            )?,
+        };
         let pools: Arc<Vec<Arc<Pool>>> = Arc::new(opened.pools);
         let sockets = opened.sources;
         let if_before = if opened.kernel_filter {
@@ -447,6 +527,13 @@ impl Engine {
                 .collect(),
         );
         let writer_bell: Arc<Doorbell> = Arc::default();
+        let cut: Arc<Cut> = Arc::default();
+        let budget = cfg.count.map(|n| Arc::new(Budget::new(n)));
+        let link = idx.map(|i| LinkWatch::new(&cfg.iface, i));
+        let link_down: Arc<AtomicBool> = link
+            .as_ref()
+            .map(|l| Arc::clone(&l.down))
+            .unwrap_or_default();
         let captures = sockets
             .into_iter()
             .enumerate()
@@ -469,6 +556,9 @@ impl Engine {
                     writer_bell: Arc::clone(&writer_bell),
                     merged: output.is_some() && q > 1,
                     stop: Arc::clone(&stop),
+                    cut: Arc::clone(&cut),
+                    budget: budget.clone(),
+                    link_down: Arc::clone(&link_down),
                 };
                 let cpus = cfg.cpus.clone();
                 std::thread::Builder::new()
@@ -595,8 +685,9 @@ impl Engine {
             worker_bells,
             writer_bell,
             stop,
+            budget,
+            link,
             if_before,
-            count: cfg.count,
             duration: cfg.duration,
             status_every: cfg.status_every,
             started: Instant::now(),
@@ -664,10 +755,27 @@ impl Engine {
 
     /// Supervises until stopped, then drains every stage and returns the accounting, also
     /// when a stage failed (the failure is in the report).
-    pub fn run(self) -> CaptureReport {
+    pub fn run(mut self) -> CaptureReport {
         let mut last_status = Instant::now();
         let mut prev = QueueStats::default();
         let mut error_printed = false;
+        let mut failure = None;
+        let mut link = self.link.take();
+        if link.as_mut().and_then(|l| l.observe(l.look())) == Some(LinkEvent::Down) {
+            eprintln!(
+                "warning: {} is down; packets are captured once it is up",
+                self.iface
+            );
+        }
+        // Every tick while the link is down (or a socket said ENETDOWN), else every
+        // LINK_LOOK_TICKS: a look costs a few syscalls.
+        let mut ticks = 0u32;
+        let mut look = || {
+            let l = link.as_mut()?;
+            ticks += 1;
+            let due = ticks.is_multiple_of(LINK_LOOK_TICKS) || l.down.load(Ordering::Relaxed);
+            due.then(|| l.observe(l.look())).flatten()
+        };
         while !self.stop.load(Ordering::Relaxed) {
             // A write error ends the writing, not the capture: say so at once, once.
             if let (false, Some(e)) = (error_printed, self.write_failed.get()) {
@@ -680,14 +788,22 @@ impl Engine {
             if self.duration.is_some_and(|d| self.started.elapsed() >= d) {
                 break;
             }
-            let now = self.snapshot();
-            if self.writer.is_none()
-                && self
-                    .count
-                    .is_some_and(|c| account::total(&now).captured >= c)
-            {
+            match look() {
+                Some(LinkEvent::Down) => eprintln!(
+                    "{} went down; capture resumes when it is back up",
+                    self.iface
+                ),
+                Some(LinkEvent::Up) => eprintln!("{} is up again; capture resumed", self.iface),
+                Some(LinkEvent::Gone) => {
+                    failure = Some(CaptureError::LinkGone(self.iface.clone()));
+                    break;
+                }
+                None => {}
+            }
+            if self.budget.as_ref().is_some_and(|b| b.is_spent()) {
                 break;
             }
+            let now = self.snapshot();
             if self.captures.iter().any(JoinHandle::is_finished) {
                 break; // a capture thread failed; drain the others
             }
@@ -701,7 +817,6 @@ impl Engine {
             }
         }
         self.stop.store(true, Ordering::Relaxed);
-        let mut failure = None;
         for (i, h) in self.captures.into_iter().enumerate() {
             match h.join() {
                 Ok(Ok(())) => {}
@@ -745,7 +860,7 @@ impl Engine {
         let t = account::total(&queues);
         let filtered_kernel = match (self.if_before, if_frames(&self.iface)) {
             (Some(a), Some(b)) => {
-                (b - a).saturating_sub(t.captured + t.dropped_kernel + t.dropped_pool)
+                (b - a).saturating_sub(t.captured + t.dropped_kernel + t.dropped_pool + t.not_taken)
             }
             _ => 0,
         };
@@ -770,6 +885,7 @@ impl Engine {
             dropped_pool: t.dropped_pool,
             filtered: t.filtered + filtered_kernel,
             filtered_kernel,
+            not_taken: t.not_taken,
             freezes: t.freezes,
             written,
             not_written,

@@ -8,15 +8,25 @@
 //! publishes its [`Progress`]: how many chunks it has sealed and a timestamp watermark below
 //! which it will produce no more packets, which the file writer needs to merge queues in
 //! timestamp order.
+//!
+//! Stopping: the thread fixes the shared cut (see `end`) when it first sees the stop flag,
+//! then drains its ring of every packet received up to the cut. When the count limit is
+//! spent it stops taking at once. Either way what the kernel received and the thread did
+//! not take is counted as `not_taken` at the end, so the accounting adds up.
+//!
+//! A socket whose interface goes down reports `ENETDOWN` once (see `poolcap_sys::poll`);
+//! while the link is down the thread waits [`LINK_DOWN_WAIT`] at a time.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use poolcap_sys::poll::Readiness;
 use poolcap_sys::SysError;
 
 use super::account::QueueCounters;
 use super::doorbell::Doorbell;
+use super::end::{Budget, Cut};
 use super::policy::Policy;
 use super::pool::{Chunk, Pool, Room};
 use super::source::{now_ns, Filler, Source};
@@ -31,6 +41,10 @@ const PENDING_WAIT: Duration = Duration::from_millis(2);
 
 /// Longest wait for packets when nothing is pending: bounds how late a stop is seen.
 const IDLE_WAIT: Duration = Duration::from_millis(50);
+
+/// Longest wait while the link is down: nothing can arrive, so only a stop (or the link
+/// coming back, which makes packets readable at once) matters; a few wakeups a second.
+pub const LINK_DOWN_WAIT: Duration = Duration::from_millis(250);
 
 /// How the capture thread waits when the kernel has nothing for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +74,7 @@ pub struct CaptureThread {
     /// Receive queue index.
     pub queue: usize,
     /// Where packets come from.
-    pub source: Source,
+    pub source: Box<dyn Source>,
     /// This queue's pool.
     pub pool: Arc<Pool>,
     /// Every queue's pool (a chunk may be routed to a buddy's capture queue).
@@ -92,6 +106,12 @@ pub struct CaptureThread {
     pub merged: bool,
     /// Set to stop.
     pub stop: Arc<AtomicBool>,
+    /// The stop's cut, shared by the queues.
+    pub cut: Arc<Cut>,
+    /// The count limit (`-c`), shared by the queues.
+    pub budget: Option<Arc<Budget>>,
+    /// True while the interface is down (set by the supervisor, and on `ENETDOWN`).
+    pub link_down: Arc<AtomicBool>,
 }
 
 impl CaptureThread {
@@ -162,27 +182,41 @@ impl CaptureThread {
         need > room && need <= size.cells * size.chunks
     }
 
-    fn read_kernel_stats(&mut self) -> Result<(), SysError> {
+    /// Adds the kernel's counters since the last read to the queue's and to `kernel`.
+    fn read_kernel_stats(&mut self, kernel: &mut Kernel) -> Result<(), SysError> {
         let d = self.source.kernel_drops()?;
         QueueCounters::add(&self.counters.dropped_kernel, d.kernel);
         QueueCounters::add(&self.counters.dropped_pool, d.pool);
         QueueCounters::add(&self.counters.freezes, d.freezes);
+        if let Some(r) = d.received {
+            kernel.received += r;
+        }
         Ok(())
     }
 
-    fn publish_tally(&self, filler: &mut Filler) {
+    /// Publishes what the last batch did; adds what it took from the kernel to `kernel`.
+    fn publish_tally(&self, filler: &mut Filler, kernel: &mut Kernel) {
         let t = std::mem::take(&mut filler.tally);
+        kernel.taken += t.taken();
         QueueCounters::add(&self.counters.captured, t.captured);
         QueueCounters::add(&self.counters.bytes, t.bytes);
         QueueCounters::add(&self.counters.dropped_pool, t.dropped_pool);
         QueueCounters::add(&self.counters.filtered, t.filtered);
+        QueueCounters::add(&self.counters.not_taken, t.not_taken);
     }
 
     /// Runs until stopped; then drains what the kernel still holds (waiting for the last
     /// partial block to become visible), seals the open chunk and reads the final statistics.
     pub fn run(mut self) -> Result<(), SysError> {
         let delay = self.source.visibility_delay();
-        let mut filler = Filler::new(self.snaplen, self.pool.size().chunks, self.in_place);
+        let mut filler = Filler::new(
+            self.snaplen,
+            self.pool.size().chunks,
+            self.in_place,
+            Arc::clone(&self.cut),
+            self.budget.clone(),
+        );
+        let mut kernel = Kernel::default();
         let mut seq = 0u64;
         let mut stopping: Option<Instant> = None;
         let mut last_stats = Instant::now();
@@ -197,6 +231,12 @@ impl CaptureThread {
             self.backlogs(&mut backlogs);
             let capacity = self.pool.size().chunks;
             let stopping_now = self.stop.load(Ordering::Relaxed);
+            if stopping_now && stopping.is_none() {
+                self.cut.fix(now_ns);
+            }
+            if self.budget.as_ref().is_some_and(|b| b.is_spent()) {
+                break Ok(()); // the rest stays in the kernel, counted below
+            }
             let pause = self.policy.pause(self.queue, &backlogs, capacity) && !stopping_now;
             match (pause, paused_since) {
                 (true, None) => paused_since = Some(Instant::now()),
@@ -221,7 +261,7 @@ impl CaptureThread {
                     QueueCounters::add(&self.counters.syscalls, 1);
                 }
             } else if self.source.take_batch(&self.pool, &mut filler) {
-                self.publish_tally(&mut filler);
+                self.publish_tally(&mut filler, &mut kernel);
                 for c in filler.full.drain(..) {
                     self.seal(c, &mut seq, &mut backlogs);
                 }
@@ -234,6 +274,9 @@ impl CaptureThread {
                         self.seal(c, &mut seq, &mut backlogs);
                     }
                 }
+                if self.source.exhausted() {
+                    break Ok(()); // a file read to its end
+                }
                 if filler.open.as_ref().is_none_or(Chunk::is_empty) {
                     // Packets not yet seen became visible at most one visibility delay ago
                     // (AF_PACKET: the open block retires after its timeout); allow the same
@@ -241,7 +284,7 @@ impl CaptureThread {
                     let mark = now_ns().saturating_sub(2 * delay.as_nanos() as u64 + 5_000_000);
                     self.publish(|p| p.watermark_ns = p.watermark_ns.max(mark));
                 }
-                if self.stop.load(Ordering::Relaxed) {
+                if stopping_now {
                     let since = *stopping.get_or_insert_with(Instant::now);
                     // The kernel retires a block up to one timer tick late.
                     let margin = Duration::from_millis(10).max(delay / 4);
@@ -268,7 +311,7 @@ impl CaptureThread {
             }
             if last_stats.elapsed() >= Duration::from_millis(100) {
                 last_stats = Instant::now();
-                if let Err(e) = self.read_kernel_stats() {
+                if let Err(e) = self.read_kernel_stats(&mut kernel) {
                     break Err(e);
                 }
             }
@@ -281,7 +324,12 @@ impl CaptureThread {
             Some(c) => self.pool.recycle(c),
             None => {}
         }
-        let stats = self.read_kernel_stats();
+        let left = self.source.let_go_ready();
+        let stats = self.read_kernel_stats(&mut kernel);
+        // What the kernel put into the ring and this thread did not take: past the cut or
+        // the count limit, still in the ring.
+        let residue = kernel.received.saturating_sub(kernel.taken);
+        QueueCounters::add(&self.counters.not_taken, left + residue);
         self.publish(|p| {
             p.watermark_ns = u64::MAX;
         });
@@ -297,23 +345,30 @@ impl CaptureThread {
         idle: &mut Idle,
     ) -> Result<(), SysError> {
         let after_batch = std::mem::take(&mut idle.after_batch);
-        match self.wait {
+        if self.link_down.load(Ordering::Relaxed) {
+            QueueCounters::add(&self.counters.syscalls, 1);
+            self.source.poll(LINK_DOWN_WAIT)?;
+            return Ok(());
+        }
+        let readiness = match self.wait {
             WaitStrategy::Poll if after_batch && !idle.coalesce.is_zero() => {
                 // Let frames gather instead of waking per frame: the kernel keeps filling
                 // the ring on its own unless it asked for a wakeup.
-                self.kick_if_asked()?;
+                let r = self.kick_if_asked()?;
                 QueueCounters::add(&self.counters.syscalls, 1);
                 std::thread::sleep(idle.coalesce);
+                r
             }
             WaitStrategy::Poll => {
                 QueueCounters::add(&self.counters.syscalls, 1);
-                self.source.poll(timeout)?;
+                self.source.poll(timeout)?
             }
             WaitStrategy::Busy => {
-                self.kick_if_asked()?;
+                let r = self.kick_if_asked()?;
                 for _ in 0..256 {
                     std::hint::spin_loop();
                 }
+                r
             }
             WaitStrategy::Adaptive => {
                 let spin_until = Instant::now() + Duration::from_micros(20);
@@ -321,25 +376,38 @@ impl CaptureThread {
                     std::hint::spin_loop();
                 }
                 QueueCounters::add(&self.counters.syscalls, 1);
-                if self.source.needs_wakeup() {
-                    self.source.poll(idle.sleep)?;
+                let r = if self.source.needs_wakeup() {
+                    self.source.poll(idle.sleep)?
                 } else {
                     std::thread::sleep(idle.sleep);
-                }
+                    Readiness::Idle
+                };
                 idle.sleep = (idle.sleep * 2).min(longest_sleep.max(idle.first_sleep()));
+                r
             }
+        };
+        if readiness == Readiness::LinkDown {
+            // The error is cleared; wait long until packets or the supervisor say otherwise.
+            self.link_down.store(true, Ordering::Relaxed);
         }
         Ok(())
     }
 
     /// Makes the syscall the kernel asked for (AF_XDP need_wakeup), without waiting.
-    fn kick_if_asked(&self) -> Result<(), SysError> {
+    fn kick_if_asked(&self) -> Result<Readiness, SysError> {
         if self.source.needs_wakeup() {
             QueueCounters::add(&self.counters.syscalls, 1);
-            self.source.poll(Duration::ZERO)?;
+            return self.source.poll(Duration::ZERO);
         }
-        Ok(())
+        Ok(Readiness::Idle)
     }
+}
+
+/// What the kernel put into the ring and what the thread took from it, over the capture.
+#[derive(Debug, Default)]
+struct Kernel {
+    received: u64,
+    taken: u64,
 }
 
 /// What waiting remembers between waits: adaptive waiting's current sleep, and whether the

@@ -20,7 +20,7 @@ use crate::capture::pool::PoolSize;
 use crate::capture::queue::WaitStrategy;
 use crate::capture::rotate::RotateSpec;
 use crate::capture::savefile::{FileOptions, Fsync};
-use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Output};
+use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Input, Output};
 use crate::cli::{privdrop, usage};
 use crate::outfile::{self, Existing};
 use crate::{netdev, units};
@@ -48,19 +48,27 @@ dropped by the pool (no free chunk) or filtered. Memory: queues x R x M x cell b
 Examples:
   poolcap capture -i eth0 -w out.pcapng udp port 53
   poolcap capture -i eth0 --queues 2 --pool 256,64 --workers 2 --load 1000 --duration 10s
-  poolcap capture -i eth0 -w - | tcpdump -r -"
+  poolcap capture -i eth0 -w - | tcpdump -r -
+  poolcap capture -r in.pcapng.zst -w out.pcapng --load 1000 tcp"
 )]
 pub struct CaptureArgs {
     /// Interface to capture on.
     #[arg(
         short = 'i',
         long = "interface",
-        required_unless_present = "list_interfaces"
+        required_unless_present_any = ["list_interfaces", "read"]
     )]
     iface: Option<String>,
     /// List the interfaces to capture on (in this network namespace), then exit.
     #[arg(short = 'D', long)]
     list_interfaces: bool,
+    /// Read packets from a pcap/pcapng FILE (plain, .gz or .zst; `-` for standard input)
+    /// instead of an interface, through the same pipeline; no privileges needed.
+    #[arg(short = 'r', conflicts_with_all = ["iface", "backend", "queues"])]
+    read: Option<PathBuf>,
+    /// With -r: replay at X times the recorded pace (default: as fast as possible).
+    #[arg(long, requires = "read", value_parser = parse_speed)]
+    speed: Option<f64>,
     /// Write packets to FILE (`-` for standard output). Without it packets are only counted.
     #[arg(short = 'w')]
     write: Option<PathBuf>,
@@ -148,8 +156,8 @@ pub struct CaptureArgs {
     /// Capture backend: af_packet (TPACKET_V3 fanout, works everywhere, leaves the host
     /// stack alone), af_xdp (the UMEM is the pool; takes the frames away from the host stack;
     /// needs native XDP) or auto (af_xdp where it works, af_packet otherwise).
-    #[arg(long, default_value = "af_packet", value_parser = parse_backend)]
-    backend: BackendKind,
+    #[arg(long, value_parser = parse_backend)]
+    backend: Option<BackendKind>,
     /// AF_XDP zero-copy: auto (where the driver supports it), required (fail otherwise), off.
     #[arg(long, default_value = "auto", value_parser = parse_zero_copy)]
     zero_copy: ZeroCopy,
@@ -252,6 +260,13 @@ fn parse_fanout(s: &str) -> Result<FanoutMode, String> {
     }
 }
 
+fn parse_speed(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(format!("`{s}`: give a speed factor above 0, e.g. 1 or 2.5")),
+    }
+}
+
 pub fn parse_backend(s: &str) -> Result<BackendKind, String> {
     match s {
         "af_packet" => Ok(BackendKind::AfPacket),
@@ -298,11 +313,12 @@ pub fn parse_pool(s: &str) -> Result<(usize, usize), String> {
     Ok((m, r))
 }
 
-pub(crate) fn config(a: &CaptureArgs, iface: &str) -> anyhow::Result<CaptureConfig> {
+pub(crate) fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
     if a.snaplen == 0 {
         return Err(usage("-s: the snaplen must be at least 1"));
     }
-    if a.inplace && a.backend != BackendKind::AfPacket {
+    let backend = a.backend.unwrap_or(BackendKind::AfPacket);
+    if a.inplace && backend != BackendKind::AfPacket {
         return Err(usage(
             "--inplace is the plain AF_PACKET reader: use it with --backend af_packet",
         ));
@@ -321,9 +337,24 @@ pub(crate) fn config(a: &CaptureArgs, iface: &str) -> anyhow::Result<CaptureConf
     if blocks > 1 << 16 {
         return Err(usage("-B: kernel ring too large"));
     }
-    let queues = a.queues.unwrap_or_else(|| netdev::rx_queues(iface));
+    let (input, iface) = match (&a.read, &a.iface) {
+        (Some(path), _) => (
+            Input::File {
+                path: path.clone(),
+                speed: a.speed,
+            },
+            path.file_name()
+                .map_or_else(|| "stdin".to_string(), |n| n.to_string_lossy().into_owned()),
+        ),
+        (None, Some(i)) => (Input::Live, i.clone()),
+        (None, None) => return Err(usage("give -i INTERFACE or -r FILE")),
+    };
+    let queues = match input {
+        Input::Live => a.queues.unwrap_or_else(|| netdev::rx_queues(&iface)),
+        _ => 1,
+    };
     // A cell holds the largest frame the link carries (plus a VLAN tag), within the snaplen.
-    let frame = (netdev::mtu(iface).unwrap_or(1500) + 14 + 4).div_ceil(64) * 64;
+    let frame = (netdev::mtu(&iface).unwrap_or(1500) + 14 + 4).div_ceil(64) * 64;
     let cell_size = frame.max(2048).min(a.snaplen as usize).max(64);
     let filter = (!a.filter.is_empty()).then(|| a.filter.join(" "));
     let buddy_groups = match &a.buddy_groups {
@@ -333,7 +364,8 @@ pub(crate) fn config(a: &CaptureArgs, iface: &str) -> anyhow::Result<CaptureConf
         None => vec![(0..queues).collect()],
     };
     Ok(CaptureConfig {
-        iface: iface.to_owned(),
+        input,
+        iface,
         queues,
         fanout: a.fanout,
         pool: PoolSize {
@@ -361,7 +393,7 @@ pub(crate) fn config(a: &CaptureArgs, iface: &str) -> anyhow::Result<CaptureConf
         seal_after: Duration::from_millis(2),
         policy: a.offload.clone(),
         backend: BackendConfig {
-            kind: a.backend,
+            kind: backend,
             zero_copy: a.zero_copy,
             force: a.force,
         },
@@ -387,6 +419,12 @@ pub fn print_report(r: &CaptureReport) {
     );
     crate::say!("{} packets dropped by pool", r.dropped_pool);
     crate::say!("{} packets filtered", r.filtered);
+    if r.not_taken > 0 {
+        crate::say!(
+            "{} packets not taken (left in the kernel: received after the stop or past -c)",
+            r.not_taken
+        );
+    }
     if r.written > 0 || r.not_written > 0 {
         crate::say!(
             "{} packets written, {} not written",
@@ -421,26 +459,29 @@ pub fn print_report(r: &CaptureReport) {
 /// Runs `poolcap capture`.
 pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     let _ = args.numeric;
-    let iface = match (&args.iface, args.list_interfaces) {
-        (_, true) => return super::ifaces::print(),
-        (Some(i), false) => i.clone(),
-        (None, false) => return Err(usage("-i: name the interface to capture on")),
-    };
-    let mut cfg = config(&args, &iface)?;
-    match args.backend {
-        BackendKind::AfXdp => {
-            let frames = (cfg.pool.cells * cfg.pool.chunks) as u64;
-            let frame = u64::from(crate::capture::backend::umem_frame_size(cfg.pool.cell_size));
-            poolcap_sys::privilege::check_af_xdp(cfg.queues as u64 * frames * frame)?
-        }
-        _ => poolcap_sys::privilege::check_raw_sockets("capturing packets")?,
+    if args.list_interfaces {
+        return super::ifaces::print();
     }
-    let plan = privdrop::plan(
-        args.user.as_deref(),
-        poolcap_sys::process::effective_uid(),
-        poolcap_sys::privilege::lookup_user,
-    )?;
-    privdrop::check(&plan)?;
+    let mut cfg = config(&args)?;
+    let plan = if args.read.is_some() {
+        privdrop::Plan::Stay
+    } else {
+        match cfg.backend.kind {
+            BackendKind::AfXdp => {
+                let frames = (cfg.pool.cells * cfg.pool.chunks) as u64;
+                let frame = u64::from(crate::capture::backend::umem_frame_size(cfg.pool.cell_size));
+                poolcap_sys::privilege::check_af_xdp(cfg.queues as u64 * frames * frame)?
+            }
+            _ => poolcap_sys::privilege::check_raw_sockets("capturing packets")?,
+        }
+        let plan = privdrop::plan(
+            args.user.as_deref(),
+            poolcap_sys::process::effective_uid(),
+            poolcap_sys::privilege::lookup_user,
+        )?;
+        privdrop::check(&plan)?;
+        plan
+    };
     let metrics = crate::cli::export::bind_metrics(&args.export)?;
     let mut stats = args
         .stats_json
@@ -475,8 +516,13 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
             });
         }
     };
+    let verb = if args.read.is_some() {
+        "reading from file"
+    } else {
+        "listening on"
+    };
     crate::say!(
-        "listening on {iface}, link-type EN10MB (Ethernet), snapshot length {snaplen} bytes, {queues} queue{}, pool {}x{} cells",
+        "{verb} {iface}, link-type EN10MB (Ethernet), snapshot length {snaplen} bytes, {queues} queue{}, pool {}x{} cells",
         if queues == 1 { "" } else { "s" },
         pool.chunks,
         pool.cells

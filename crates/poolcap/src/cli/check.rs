@@ -123,6 +123,7 @@ mod tests {
             unique: frames - duplicates,
             duplicates,
             reordered: 0,
+            reordered_in_flow: 0,
             missing,
             extra,
             max_seq: None,

@@ -22,7 +22,7 @@ use crate::capture::forward::{DropRule, ForwardSetup, ForwardStats};
 use crate::capture::policy::PolicySpec;
 use crate::capture::pool::PoolSize;
 use crate::capture::queue::WaitStrategy;
-use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine};
+use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Input};
 use crate::cli::capture::{block_size, parse_backend, parse_kib, parse_pool};
 use crate::cli::usage;
 use crate::{netdev, units};
@@ -227,6 +227,7 @@ fn config(a: &ForwardArgs) -> anyhow::Result<CaptureConfig> {
     let frame = (netdev::mtu(&a.input).unwrap_or(1500) + 14 + 4).div_ceil(64) * 64;
     let snaplen = 262_144;
     Ok(CaptureConfig {
+        input: Input::Live,
         iface: a.input.clone(),
         queues,
         fanout: FanoutMode::Hash,

@@ -130,7 +130,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
                 .to_string(),
         )
     })?;
-    let mut cfg = capture_config(&parsed.capture, &iface)?;
+    let mut cfg = capture_config(&parsed.capture)?;
     poolcap_sys::privilege::check_raw_sockets("capturing packets")?;
     let metrics = export::bind_metrics(&args.metrics)?;
     let ipfix = export::start_ipfix(&args.ipfix)?;

@@ -100,6 +100,24 @@ impl Background {
         }
     }
 
+    /// Waits up to `timeout` for a new stderr line containing `needle`; true if one came.
+    pub fn wait_for(&mut self, needle: &str, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match self.stderr_lines.recv_timeout(left) {
+                Ok(line) => {
+                    let hit = line.contains(needle);
+                    self.stderr.push(line);
+                    if hit {
+                        return true;
+                    }
+                }
+                Err(_) => return false,
+            }
+        }
+        false
+    }
+
     /// Sends `signal` (e.g. "INT") to the process by PID and waits for it; returns its exit
     /// code and all of its stderr.
     pub fn stop(self, signal: &str) -> (Option<i32>, String) {

@@ -13,6 +13,9 @@ mod doctor;
 mod export;
 mod forward;
 mod gen;
+mod hardening;
+#[path = "../support/mix.rs"]
+mod mix;
 mod offload;
 mod probe;
 mod replay;
@@ -29,6 +32,7 @@ fn main() {
     trials.extend(xdp::trials());
     trials.extend(probe::trials());
     trials.extend(export::trials());
+    trials.extend(hardening::trials());
     trials.extend(bench::trials());
     trials.extend(cli::trials());
     trials.extend(doctor::trials());

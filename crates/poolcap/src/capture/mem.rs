@@ -1,0 +1,322 @@
+//! The in-memory source, for deterministic tests of the pipeline: a list of packets handed
+//! out in batches, with faults injected on purpose (smoltcp's FaultInjector): packets the
+//! "kernel" drops, packets delivered out of order, batches that do not come (stalls), and a
+//! kernel error after a number of packets. Drops are reported as kernel drops, so the
+//! accounting must still add up exactly.
+
+use std::time::Duration;
+
+use poolcap_format::RecordedPacket;
+use poolcap_sys::poll::Readiness;
+use poolcap_sys::SysError;
+
+use super::pool::Pool;
+use super::source::{Filler, KernelDrops, Source};
+
+/// Faults to inject; `None` injects none.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Faults {
+    /// Every Nth packet is dropped by the "kernel".
+    pub drop_every: Option<usize>,
+    /// Every Nth packet of a batch swaps places with the one after it.
+    pub reorder_every: Option<usize>,
+    /// Every Nth look finds nothing ready.
+    pub stall_every: Option<u64>,
+    /// After this many packets are delivered, waiting fails.
+    pub error_after: Option<u64>,
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct MemSource {
+    packets: Vec<RecordedPacket>,
+    next: usize,
+    batch: usize,
+    faults: Faults,
+    looks: u64,
+    delivered: u64,
+    reported: bool,
+}
+
+impl MemSource {
+    /// A source that hands out `packets` in batches of `batch`, with `faults`.
+    pub fn new(packets: Vec<RecordedPacket>, batch: usize, faults: Faults) -> Self {
+        Self {
+            packets,
+            next: 0,
+            batch: batch.max(1),
+            faults,
+            looks: 0,
+            delivered: 0,
+            reported: false,
+        }
+    }
+
+    fn dropped(&self, i: usize) -> bool {
+        self.faults
+            .drop_every
+            .is_some_and(|n| n > 0 && (i + 1).is_multiple_of(n))
+    }
+
+    fn failed(&self) -> bool {
+        self.faults.error_after.is_some_and(|n| self.delivered >= n)
+    }
+}
+
+impl Source for MemSource {
+    fn take_batch(&mut self, pool: &Pool, filler: &mut Filler) -> bool {
+        self.looks += 1;
+        filler.begin_batch();
+        let stall = self
+            .faults
+            .stall_every
+            .is_some_and(|n| n > 0 && self.looks.is_multiple_of(n));
+        if stall || filler.stopping() || self.exhausted() || self.failed() {
+            return false;
+        }
+        let end = (self.next + self.batch).min(self.packets.len());
+        let mut order: Vec<usize> = (self.next..end).filter(|&i| !self.dropped(i)).collect();
+        if let Some(n) = self.faults.reorder_every.filter(|&n| n > 0) {
+            for k in (n - 1..order.len().saturating_sub(1)).step_by(n) {
+                order.swap(k, k + 1);
+            }
+        }
+        // Past an injected error nothing more is delivered; the rest counts as not taken.
+        let left = self
+            .faults
+            .error_after
+            .map_or(u64::MAX, |n| n - self.delivered);
+        order.truncate(usize::try_from(left).unwrap_or(usize::MAX));
+        self.next = end;
+        for i in order {
+            let p = &self.packets[i];
+            filler.push_copy(pool, p.ts_ns, [&p.data, &[], &[]], p.orig_len);
+            self.delivered += 1;
+        }
+        true
+    }
+
+    fn poll(&self, timeout: Duration) -> Result<Readiness, SysError> {
+        if self.failed() {
+            return Err(SysError {
+                call: "mem source",
+                what: format!("after {} packets", self.delivered),
+                source: std::io::Error::other("injected fault"),
+            });
+        }
+        std::thread::sleep(timeout.min(Duration::from_millis(1)));
+        Ok(Readiness::Idle)
+    }
+
+    /// Packets wait in the source, as in a kernel ring, while the pool has no room.
+    fn next_batch_len(&self) -> Option<usize> {
+        Some((self.packets.len() - self.next).min(self.batch))
+    }
+
+    /// Reported at once: every packet arrived, the dropped ones as kernel drops.
+    fn kernel_drops(&mut self) -> Result<KernelDrops, SysError> {
+        if std::mem::replace(&mut self.reported, true) {
+            return Ok(KernelDrops {
+                received: Some(0),
+                ..KernelDrops::default()
+            });
+        }
+        let drops = (0..self.packets.len()).filter(|&i| self.dropped(i)).count() as u64;
+        Ok(KernelDrops {
+            kernel: drops,
+            received: Some(self.packets.len() as u64 - drops),
+            ..KernelDrops::default()
+        })
+    }
+
+    fn exhausted(&self) -> bool {
+        self.next == self.packets.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use poolcap_format::{FileFormat, RecordedPacket};
+    use poolcap_sys::rx_ring::RingGeometry;
+    use poolcap_sys::socket::FanoutMode;
+    use poolcap_sys::xsk::ZeroCopy;
+
+    use super::{Faults, MemSource};
+    use crate::capture::backend::{BackendConfig, BackendKind};
+    use crate::capture::policy::PolicySpec;
+    use crate::capture::pool::PoolSize;
+    use crate::capture::queue::WaitStrategy;
+    use crate::capture::source::Source;
+    use crate::capture::{CaptureConfig, CaptureReport, Engine, Input, Output};
+
+    /// An output the test reads back once the engine is done.
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Shared {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl poolcap_format::Output for Shared {}
+
+    /// `n` packets of queue `q`: 60 bytes carrying (q, i), 1 µs apart.
+    fn packets(q: u8, n: u32) -> Vec<RecordedPacket> {
+        (0..n)
+            .map(|i| {
+                let mut data = vec![0u8; 60];
+                data[0] = q;
+                data[1..5].copy_from_slice(&i.to_be_bytes());
+                RecordedPacket {
+                    ts_ns: 1_000_000_000 + u64::from(i) * 1000 + u64::from(q),
+                    data,
+                    orig_len: 60,
+                }
+            })
+            .collect()
+    }
+
+    /// Runs the whole pipeline over `sources`; returns the report and the file's packets.
+    fn run(
+        sources: Vec<MemSource>,
+        count: Option<u64>,
+        load: u32,
+    ) -> (CaptureReport, Vec<RecordedPacket>) {
+        let q = sources.len();
+        let out = Shared::default();
+        let cfg = CaptureConfig {
+            input: Input::Sources(
+                sources
+                    .into_iter()
+                    .map(|s| Box::new(s) as Box<dyn Source>)
+                    .collect(),
+            ),
+            iface: "mem".into(),
+            queues: q,
+            fanout: FanoutMode::Hash,
+            pool: PoolSize {
+                cells: 32,
+                chunks: 8,
+                cell_size: 128,
+            },
+            workers: 1,
+            load,
+            in_place: false,
+            wait: WaitStrategy::Poll,
+            snaplen: 262_144,
+            ring: RingGeometry {
+                block_size: 1 << 16,
+                block_nr: 2,
+                retire_timeout_ms: 4,
+            },
+            filter: None,
+            output: Some((Output::Sink(Box::new(out.clone())), FileFormat::Pcapng)),
+            compress: None,
+            files: Default::default(),
+            probe: None,
+            count,
+            duration: Some(Duration::from_secs(20)),
+            cpus: None,
+            seal_after: Duration::from_millis(2),
+            policy: PolicySpec::Basic,
+            backend: BackendConfig {
+                kind: BackendKind::AfPacket,
+                zero_copy: ZeroCopy::Auto,
+                force: false,
+            },
+            buddy_groups: vec![(0..q).collect()],
+            status_every: None,
+        };
+        let engine =
+            Engine::start(cfg, Arc::new(AtomicBool::new(false)), || Ok(())).expect("start");
+        let report = engine.run();
+        let bytes = out.0.lock().unwrap().clone();
+        let file = poolcap_format::read_bytes(&bytes).expect("output reads back");
+        (report, file.packets)
+    }
+
+    #[test]
+    fn injected_drops_reorders_and_stalls_add_up_exactly() {
+        let faults = Faults {
+            drop_every: Some(7),
+            reorder_every: Some(5),
+            stall_every: Some(3),
+            error_after: None,
+        };
+        let sources = (0..2)
+            .map(|q| MemSource::new(packets(q, 1000), 50, faults))
+            .collect();
+        let (r, file) = run(sources, None, 100);
+        let dropped = 2 * (1000 / 7);
+        assert_eq!(r.dropped_kernel, dropped, "{r:?}");
+        assert_eq!(r.captured, 2000 - dropped, "{r:?}");
+        assert_eq!(
+            (r.not_taken, r.dropped_pool, r.filtered),
+            (0, 0, 0),
+            "{r:?}"
+        );
+        assert_eq!(r.written, r.captured);
+        assert_eq!(file.len() as u64, r.captured);
+        let mut seen: Vec<(u8, u32)> = file
+            .iter()
+            .map(|p| {
+                (
+                    p.data[0],
+                    u32::from_be_bytes([p.data[1], p.data[2], p.data[3], p.data[4]]),
+                )
+            })
+            .collect();
+        seen.sort_unstable();
+        let want: Vec<(u8, u32)> = (0..2u8)
+            .flat_map(|q| {
+                (0..1000u32)
+                    .filter(|i| (i + 1) % 7 != 0)
+                    .map(move |i| (q, i))
+            })
+            .collect();
+        assert_eq!(seen, want, "every packet not dropped is in the file once");
+        assert!(r.capture_error.is_none());
+    }
+
+    #[test]
+    fn a_source_error_ends_the_capture_with_the_packets_before_it() {
+        let faults = Faults {
+            error_after: Some(300),
+            ..Faults::default()
+        };
+        let (r, file) = run(vec![MemSource::new(packets(0, 1000), 64, faults)], None, 0);
+        assert!(
+            r.capture_error
+                .as_deref()
+                .is_some_and(|e| e.contains("injected fault")),
+            "{r:?}"
+        );
+        assert_eq!(
+            (r.captured, r.written, r.not_taken),
+            (300, 300, 700),
+            "{r:?}"
+        );
+        assert_eq!(file.len(), 300);
+    }
+
+    #[test]
+    fn a_count_limit_takes_exactly_n_from_several_queues_and_leaves_the_rest() {
+        let sources = (0..2)
+            .map(|q| MemSource::new(packets(q, 1000), 64, Faults::default()))
+            .collect();
+        let (r, file) = run(sources, Some(50), 0);
+        assert_eq!((r.captured, r.written, r.not_written), (50, 50, 0), "{r:?}");
+        assert_eq!(r.not_taken, 1950, "{r:?}");
+        assert_eq!(file.len(), 50);
+    }
+}

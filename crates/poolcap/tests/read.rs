@@ -1,0 +1,215 @@
+//! `poolcap capture -r`: a capture file through the whole pipeline, without privileges.
+//! Each test writes a small pcap by hand (Ethernet, IPv4 UDP and TCP, 802.1Q-tagged frames,
+//! ARP) and checks poolcap's output and accounting against `tcpdump -r` on the same file.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+#[path = "support/mix.rs"]
+mod mix;
+
+use mix::{write_pcap, FRAMES};
+
+fn poolcap(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_poolcap"))
+        .arg("capture")
+        .arg("-q")
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run poolcap");
+    if let Some(bytes) = stdin {
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(bytes)
+            .expect("feed stdin");
+    }
+    child.wait_with_output().expect("poolcap output")
+}
+
+/// Runs `poolcap capture -r ARGS --stats-json`; panics unless it succeeds; returns the JSON.
+fn read_ok(dir: &Path, args: &[&str], stdin: Option<&[u8]>) -> serde_json::Value {
+    let sj = dir.join("s.json");
+    // Options first: the filter expression takes the rest of the line.
+    let mut all = vec!["--stats-json", sj.to_str().expect("utf-8")];
+    all.extend_from_slice(args);
+    let out = poolcap(&all, stdin);
+    assert!(
+        out.status.success(),
+        "poolcap capture {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&std::fs::read_to_string(&sj).expect("stats json")).expect("json")
+}
+
+fn num(v: &serde_json::Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or_else(|| panic!("no `{k}` in {v}"))
+}
+
+/// `tcpdump -r FILE ARGS` output lines.
+fn tcpdump(file: &Path, args: &[&str]) -> Vec<String> {
+    let out = Command::new("tcpdump")
+        .arg("-nr")
+        .arg(file)
+        .args(args)
+        .output()
+        .expect("tcpdump -r");
+    assert!(
+        out.status.success(),
+        "tcpdump -r: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn setup() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("in.pcap");
+    write_pcap(&file);
+    assert_eq!(tcpdump(&file, &[]).len() as u64, u64::from(FRAMES));
+    (dir, file)
+}
+
+#[test]
+fn a_file_goes_through_the_pipeline_unchanged_and_accounted() {
+    let (dir, file) = setup();
+    let out = dir.path().join("out.pcap");
+    for extra in [
+        &[][..],
+        &["--load", "200", "--workers", "2"][..],
+        &["--speed", "8"][..],
+    ] {
+        let mut args = vec!["-r", file.to_str().unwrap(), "-w", out.to_str().unwrap()];
+        args.extend_from_slice(&["--format", "pcap"]);
+        args.extend_from_slice(extra);
+        let s = read_ok(dir.path(), &args, None);
+        assert_eq!(num(&s, "captured"), u64::from(FRAMES), "{extra:?}: {s}");
+        assert_eq!(num(&s, "written"), u64::from(FRAMES), "{extra:?}: {s}");
+        let sum = num(&s, "dropped_kernel")
+            + num(&s, "dropped_pool")
+            + num(&s, "filtered")
+            + num(&s, "not_taken");
+        assert_eq!(sum, 0, "{extra:?}: {s}");
+        // Times, headers and every byte, as tcpdump prints them.
+        assert_eq!(
+            tcpdump(&out, &["-tt", "-xx"]),
+            tcpdump(&file, &["-tt", "-xx"]),
+            "{extra:?}: the output differs from the input"
+        );
+    }
+}
+
+#[test]
+fn filters_select_what_tcpdump_r_selects_vlan_frames_included() {
+    let (dir, file) = setup();
+    for filter in [
+        "tcp",
+        "udp",
+        "not tcp",
+        "port 80",
+        "vlan",
+        "vlan and tcp",
+        "vlan 100",
+        "arp",
+        "udp port 53",
+    ] {
+        let want = tcpdump(&file, &[filter]).len() as u64;
+        let out = dir.path().join("f.pcapng");
+        let s = read_ok(
+            dir.path(),
+            &[
+                "-r",
+                file.to_str().unwrap(),
+                "-w",
+                out.to_str().unwrap(),
+                filter,
+            ],
+            None,
+        );
+        assert_eq!(num(&s, "captured"), want, "`{filter}`: {s}");
+        assert_eq!(
+            num(&s, "filtered"),
+            u64::from(FRAMES) - want,
+            "`{filter}`: {s}"
+        );
+        assert_eq!(
+            tcpdump(&out, &[]).len() as u64,
+            want,
+            "`{filter}`: file read back"
+        );
+    }
+}
+
+#[test]
+fn compressed_files_standard_input_and_a_count_limit() {
+    let (dir, file) = setup();
+    let raw = std::fs::read(&file).expect("pcap");
+    let gz = dir.path().join("in.pcap.gz");
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(&raw).expect("gzip");
+    std::fs::write(&gz, e.finish().expect("gzip")).expect("write gz");
+    let zst = dir.path().join("in.pcap.zst");
+    std::fs::write(&zst, zstd::encode_all(&raw[..], 3).expect("zstd")).expect("write zst");
+    for path in [&gz, &zst] {
+        let s = read_ok(dir.path(), &["-r", path.to_str().unwrap()], None);
+        assert_eq!(
+            num(&s, "captured"),
+            u64::from(FRAMES),
+            "{}: {s}",
+            path.display()
+        );
+    }
+    let s = read_ok(
+        dir.path(),
+        &["-r", "-", "tcp"],
+        Some(&std::fs::read(&zst).unwrap()),
+    );
+    assert_eq!(
+        num(&s, "captured"),
+        tcpdump(&file, &["tcp"]).len() as u64,
+        "stdin: {s}"
+    );
+    let s = read_ok(dir.path(), &["-r", file.to_str().unwrap(), "-c", "7"], None);
+    assert_eq!(
+        (num(&s, "captured"), num(&s, "not_taken")),
+        (7, u64::from(FRAMES) - 7),
+        "-c 7: {s}"
+    );
+}
+
+#[test]
+fn unreadable_files_are_one_line_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let junk = dir.path().join("junk.pcap");
+    std::fs::write(&junk, b"this is not a capture file at all").expect("write");
+    for (args, says) in [
+        (vec!["-r", "/nonexistent/x.pcap"], "cannot read"),
+        (
+            vec!["-r", junk.to_str().unwrap()],
+            "not a pcap or pcapng file",
+        ),
+        (vec!["-r", junk.to_str().unwrap(), "--speed", "0"], "speed"),
+        (
+            vec!["-r", junk.to_str().unwrap(), "-i", "lo"],
+            "cannot be used",
+        ),
+    ] {
+        let out = poolcap(&args, None);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
