@@ -39,6 +39,9 @@ struct Collecting {
     members: usize,
     /// Members whose last tally has arrived, with its epoch.
     finished: Vec<Option<u64>>,
+    /// Tallies of an epoch later than the one being collected (a worker that switched and
+    /// then stopped sends two): kept for the collect of their own epoch.
+    early: Vec<Handover>,
 }
 
 /// Shared between the reporter and the workers' analyzers.
@@ -79,6 +82,7 @@ impl Hub {
                 tx,
                 members: 0,
                 finished: Vec::new(),
+                early: Vec::new(),
             }),
         })
     }
@@ -136,26 +140,35 @@ impl Hub {
             .map(|f| f.is_some_and(|e| e < epoch || (e == epoch && !all_stopped)))
             .collect();
         let deadline = Instant::now() + timeout;
-        while got.iter().any(|g| !g) {
-            let wait = deadline.saturating_duration_since(Instant::now());
-            let h = match c.rx.recv_timeout(wait) {
-                Ok(h) => h,
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
-                    return Err(Late {
-                        epoch,
-                        missing: got.iter().filter(|g| !**g).count(),
-                        members: got.len(),
-                        waited: timeout,
-                    })
-                }
+        let mut queued = std::mem::take(&mut c.early).into_iter();
+        loop {
+            let h = match queued.next() {
+                Some(h) => h,
+                None if got.iter().all(|g| *g) => break,
+                None => match c
+                    .rx
+                    .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                {
+                    Ok(h) => h,
+                    Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
+                        return Err(Late {
+                            epoch,
+                            missing: got.iter().filter(|g| !**g).count(),
+                            members: got.len(),
+                            waited: timeout,
+                        })
+                    }
+                },
             };
             if h.last {
                 c.finished[h.member] = Some(h.epoch);
             }
             if h.epoch == epoch {
-                merged.absorb(h.tally);
                 got[h.member] = !all_stopped || h.last;
-            } else if h.last && h.epoch < epoch {
+                merged.absorb(h.tally);
+            } else if h.epoch > epoch {
+                c.early.push(h);
+            } else if h.last {
                 got[h.member] = true;
             }
         }
