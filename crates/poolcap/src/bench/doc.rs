@@ -23,6 +23,7 @@ pub fn title(s: Suite) -> &'static str {
         Suite::Appload => "Application load: compression level (Braun et al., Figs 10-11)",
         Suite::Wait => "Wait strategies: syscalls per packet (Braun et al., 4.3)",
         Suite::Backends => "AF_XDP (copy mode on veth) vs AF_PACKET (issue 5)",
+        Suite::Disk => "Writing to disk: loss, CPU, MB/s, sustained rate (issue 13)",
     }
 }
 

@@ -26,6 +26,7 @@
 pub mod child;
 pub mod doc;
 pub mod figure;
+pub mod filecount;
 pub mod manager;
 pub mod meta;
 pub mod peer;

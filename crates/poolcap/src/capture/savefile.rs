@@ -94,9 +94,8 @@ impl FileSpec {
     /// Creates (truncates) `path` and writes its header.
     pub fn open(&self, path: &Path) -> Result<CaptureWriter<BoxedOutput>, WriteError> {
         let io = |source| WriteError::Io { source, packets: 0 };
-        let file: BoxedOutput = Box::new(
-            crate::outfile::create(path, crate::outfile::Existing::Truncate).map_err(io)?,
-        );
+        let file: BoxedOutput =
+            Box::new(crate::outfile::create(path, crate::outfile::Existing::Truncate).map_err(io)?);
         self.start(file)
     }
 

@@ -12,6 +12,7 @@ pub mod demo;
 pub mod gen;
 mod ifaces;
 pub mod lab;
+pub mod manual;
 pub mod privdrop;
 pub mod sim;
 
@@ -39,6 +40,10 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Simulate n receive queues with the engine's policies in virtual time; sweeps to CSV+PNG.
     Sim(sim::SimArgs),
+    /// Print a manual page (roff) generated from these commands and options.
+    Man(manual::ManArgs),
+    /// Print a shell completion script (bash, zsh, fish, ...).
+    Completions(manual::CompletionsArgs),
 }
 
 /// Bad usage or input: exit code 2.
@@ -99,6 +104,8 @@ pub fn main() -> i32 {
         Command::Check(a) => check::run(a),
         Command::Sim(a) => sim::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Man(a) => manual::run_man(a),
+        Command::Completions(a) => manual::run_completions(a),
     };
     match result {
         Ok(()) => 0,
