@@ -255,6 +255,7 @@ fn calibrate(
     let ns_per_iteration = suites::ns_per_iteration()?;
     let disk_mb_s = match (opts.suite.calibration(), suites::disk::dd_mib(opts.scale)) {
         (CalibrationKind::Device, Some(mib)) => {
+            suites::disk::check_room(&b.scratch, suites::disk::room_needed(opts.scale))?;
             let mb = suites::disk::device_limit(&b.scratch, mib)?;
             eprintln!("calibration: the disk writes {mb:.0} MB/s with dd oflag=direct");
             Some(mb)

@@ -46,9 +46,11 @@ pub const RING_KIB: u64 = 4096;
 pub const POOL: (usize, usize) = (256, 64);
 /// Cell size of a pool for 1514-byte frames (record framing adds a few bytes per cell).
 const CELL_BYTES: u64 = 2048;
+/// poolcap's pool in bytes.
+const POOL_BYTES: u64 = POOL.0 as u64 * POOL.1 as u64 * CELL_BYTES;
 /// The peers' kernel buffer (KiB): poolcap's ring plus its pool, so each tool has the same
 /// memory between the wire and the disk.
-pub const PEER_KIB: u64 = RING_KIB + (POOL.0 as u64 * POOL.1 as u64 * CELL_BYTES) / 1024;
+pub const PEER_KIB: u64 = RING_KIB + POOL_BYTES / 1024;
 /// Frames of the sustained point: 14M frames of 1514 B (1530 B with the pcap record header)
 /// are 21.4 GB.
 pub const SUSTAINED_FRAMES: u64 = 14_000_000;
@@ -147,7 +149,7 @@ impl Size {
 
 /// A point: `size` at `rate` (top speed if none), written as `out`, rps on or off.
 fn point(size: Size, rate: Option<u64>, out: Output, rps: bool, scale: Scale) -> Point {
-    let speed = rate.map_or("top".to_owned(), |r| super::k(r));
+    let speed = rate.map_or("top".to_owned(), super::k);
     let id = format!(
         "{} {speed} {} rps {}",
         size.label(),
@@ -224,7 +226,7 @@ pub fn plan(scale: Scale, cal: &Calibration) -> Plan {
         RING_KIB / 1024,
         POOL.1,
         POOL.0,
-        POOL.0 as u64 * POOL.1 as u64 * CELL_BYTES >> 20,
+        POOL_BYTES >> 20,
         PEER_KIB / 1024
     )];
     notes.push(match cal.disk_mb_s {
@@ -245,6 +247,42 @@ pub fn dd_mib(scale: Scale) -> Option<u64> {
         Scale::Quick => Some(DD_MIB.1),
         Scale::Full => Some(DD_MIB.0),
     }
+}
+
+/// Bytes a run at `scale` writes at once into the scratch directory at most: the largest
+/// capture file (the sustained point's in a full run) or `dd`'s file.
+pub fn room_needed(scale: Scale) -> u64 {
+    let largest = plan(scale, &Calibration::default())
+        .points
+        .iter()
+        .map(|p| p.traffic.count * (p.traffic.size as u64 + 16))
+        .max()
+        .unwrap_or(0);
+    largest.max(dd_mib(scale).unwrap_or(0) << 20)
+}
+
+/// Fails with a clear message when `dir`'s file system has less than `bytes` free, rather
+/// than filling a shared disk halfway through a run.
+pub fn check_room(dir: &Path, bytes: u64) -> anyhow::Result<()> {
+    let out = Command::new("df")
+        .args(["--output=avail", "-B1"])
+        .arg(dir)
+        .output()
+        .context("cannot run df")?;
+    let free: u64 = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .nth(1)
+        .and_then(|l| l.trim().parse().ok())
+        .with_context(|| format!("df printed no free space for {}", dir.display()))?;
+    if free < bytes {
+        bail!(
+            "{} has {:.1} GB free; this run writes files of up to {:.1} GB there",
+            dir.display(),
+            free as f64 / 1e9,
+            bytes as f64 / 1e9
+        );
+    }
+    Ok(())
 }
 
 /// The device's own write limit in MB/s: `mib` MiB of zeros written with `O_DIRECT` (past
@@ -474,6 +512,11 @@ mod tests {
         let z = q.iter().find(|p| p.id.contains("zstd")).unwrap();
         assert_eq!(z.subjects[1].name, "tcpdump | zstd -1");
         assert_eq!(dd_mib(Scale::Smoke), None);
+        assert!(room_needed(Scale::Full) > 20_000_000_000);
+        assert!(room_needed(Scale::Quick) < 2_000_000_000);
+        assert!(check_room(Path::new("/var/tmp"), 1).is_ok());
+        let e = check_room(Path::new("/var/tmp"), u64::MAX).unwrap_err();
+        assert!(e.to_string().contains("GB free"), "{e}");
     }
 
     #[test]

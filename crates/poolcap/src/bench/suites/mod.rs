@@ -190,7 +190,7 @@ pub enum CalibrationKind {
 pub const ASSUMED_TOP_PPS: f64 = 500_000.0;
 
 /// What the manager measured before the points.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Calibration {
     /// x-loop cost per iteration over a 64-byte packet, on the tool CPU.
     pub ns_per_iteration: f64,
