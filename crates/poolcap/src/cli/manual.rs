@@ -186,7 +186,20 @@ mod tests {
             }
             assert!(script.contains("interface"), "{shell}");
         }
-        let bash = String::from_utf8(completions(Shell::Bash)).expect("utf-8");
-        assert!(bash.contains("complete -F _poolcap"), "{bash}");
+        let bash = completions(Shell::Bash);
+        assert!(
+            String::from_utf8_lossy(&bash).contains("complete -F _poolcap"),
+            "no completion function registered"
+        );
+        // bash itself parses the script (syntax only, nothing runs).
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("poolcap.bash");
+        std::fs::write(&file, &bash).expect("write");
+        let st = std::process::Command::new("bash")
+            .arg("-n")
+            .arg(&file)
+            .status()
+            .expect("bash");
+        assert!(st.success(), "bash -n rejects the completion script");
     }
 }

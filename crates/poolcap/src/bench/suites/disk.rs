@@ -137,8 +137,12 @@ impl Size {
         scale.pick(20_000, quick, full)
     }
 
+    /// At a fixed rate a full run sends for at most 15 s, but never fewer than 1.5M frames.
     fn traffic(self, rate: Option<u64>, scale: Scale) -> Traffic {
-        let count = self.count(scale);
+        let count = match (rate, scale) {
+            (Some(r), Scale::Full) => self.count(scale).min((r * 15).max(1_500_000)),
+            _ => self.count(scale),
+        };
         let t = match self {
             Size::Bytes(b) => Traffic::top(b, count),
             Size::Imix => Traffic::imix(count),
@@ -475,6 +479,10 @@ mod tests {
         for p in f.iter().filter(|p| p.traffic.size >= 1514) {
             assert!(p.traffic.count >= 1_500_000, "{}", p.id);
         }
+        let count = |id: &str| f.iter().find(|p| p.id == id).unwrap().traffic.count;
+        assert_eq!(count("64B top pcap rps off"), 5_000_000);
+        assert_eq!(count("64B 100k pcap rps off"), 1_500_000, "15 s at most");
+        assert_eq!(count("1514B 200k pcap rps on"), 2_000_000);
         let big = f.iter().find(|p| p.id == SUSTAINED).unwrap();
         assert!(big.traffic.count as f64 * 1530.0 > 20e9);
         assert_eq!(big.subjects.len(), 4);
