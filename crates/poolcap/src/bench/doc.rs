@@ -23,6 +23,7 @@ pub fn title(s: Suite) -> &'static str {
         Suite::Appload => "Application load: compression level (Braun et al., Figs 10-11)",
         Suite::Wait => "Wait strategies: syscalls per packet (Braun et al., 4.3)",
         Suite::Backends => "AF_XDP (copy mode on veth) vs AF_PACKET (issue 5)",
+        Suite::Disk => "Writing to disk: loss, CPU, MB/s, sustained rate (issue 13)",
     }
 }
 
@@ -47,7 +48,8 @@ fn busiest(rows: &[Row]) -> f64 {
 }
 
 /// The settings every suite shares, one bullet each.
-fn common_settings(m: &Meta) -> Vec<String> {
+fn common_settings(m: &Meta, rows: &[Row]) -> Vec<String> {
+    let per_point = rows.iter().any(|r| r.rps) && rows.iter().any(|r| !r.rps);
     vec![
         format!(
             "runs: {} per point and subject, interleaved (A B C A B C ...)",
@@ -57,7 +59,9 @@ fn common_settings(m: &Meta) -> Vec<String> {
         format!(
             "rps_cpus of {}: {}",
             m.probe_iface,
-            if m.rps {
+            if per_point {
+                format!("set per point: CPU {TOOL_CPU} at `rps on` points, off at the others")
+            } else if m.rps {
                 format!("CPU {TOOL_CPU} (kernel receive work competes with the tool)")
             } else {
                 "off (kernel receive work runs on the sender's CPU)".to_owned()
@@ -217,7 +221,7 @@ pub fn summary(r: &Rendered) -> String {
             .map(|x| format!(", {x:.1} min"))
             .unwrap_or_default()
     );
-    for x in common_settings(m).iter().chain(&r.text.settings) {
+    for x in common_settings(m, &r.rows).iter().chain(&r.text.settings) {
         let _ = writeln!(s, "- {x}");
     }
     if !m.versions.is_empty() {

@@ -11,13 +11,13 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
-use poolcap_lab::{netns_command, Lab};
+use poolcap_lab::Lab;
 
 use super::doc;
 use super::figure::Figure;
 use super::meta::{self, Meta};
 use super::peer::{self, Generator, Traffic};
-use super::point::{Bench, Point, Record, Subject, TOOL_CPU};
+use super::point::{set_rps, Bench, Point, Record, Subject};
 use super::progress::Progress;
 use super::report::{self, Machine, Row};
 use super::stats::Spread;
@@ -73,22 +73,6 @@ fn run_points(
         }
     }
     progress.finish();
-    Ok(())
-}
-
-fn set_rps(lab: &Lab) -> anyhow::Result<()> {
-    let mask = format!("{:x}", 1u64 << TOOL_CPU);
-    let script = format!(
-        "for f in /sys/class/net/{}/queues/rx-*/rps_cpus; do echo {mask} > $f; done",
-        lab.probe.iface
-    );
-    let st = netns_command(&lab.probe.netns, "sh")
-        .args(["-c", &script])
-        .status()
-        .context("cannot run sh")?;
-    if !st.success() {
-        bail!("cannot set rps_cpus of {} ({st})", lab.probe.iface);
-    }
     Ok(())
 }
 
@@ -175,7 +159,7 @@ fn run_in(
     let suite = opts.suite.name();
     let lab = Lab::unique(opts.suite.queues(), 2)?;
     if opts.rps {
-        set_rps(&lab)?;
+        set_rps(&lab, true)?;
     }
     let smoke = opts.scale == Scale::Smoke;
     let perf = peer::missing(&["perf"]).is_none();
@@ -217,6 +201,7 @@ fn run_in(
         calibration: Calibration {
             ns_per_iteration: f64::NAN,
             top_pps: None,
+            disk_mb_s: None,
         },
         notes: Vec::new(),
         started: now(),
@@ -267,7 +252,7 @@ fn run_in(
 
 /// What a suite needs before its points: the x-loop cost and, for some, the generator's top
 /// speed (`runs` runs of poolcap gen alone, logged as point `calibration`; assumed in smoke
-/// runs).
+/// runs) or the scratch disk's own write limit (not in smoke runs).
 fn calibrate(
     b: &Bench,
     opts: &Options,
@@ -275,8 +260,17 @@ fn calibrate(
     records: &mut Vec<Record>,
 ) -> anyhow::Result<Calibration> {
     let ns_per_iteration = suites::ns_per_iteration()?;
+    let disk_mb_s = match (opts.suite.calibration(), suites::disk::dd_mib(opts.scale)) {
+        (CalibrationKind::Device, Some(mib)) => {
+            suites::disk::check_room(&b.scratch, suites::disk::room_needed(opts.scale))?;
+            let mb = suites::disk::device_limit(&b.scratch, mib)?;
+            eprintln!("calibration: the disk writes {mb:.0} MB/s with dd oflag=direct");
+            Some(mb)
+        }
+        _ => None,
+    };
     let top_pps = match opts.suite.calibration() {
-        CalibrationKind::Iterations => None,
+        CalibrationKind::Iterations | CalibrationKind::Device => None,
         CalibrationKind::TopSpeed { .. } if opts.scale == Scale::Smoke => None,
         CalibrationKind::TopSpeed { flows } => {
             let p = Point::new(
@@ -301,6 +295,7 @@ fn calibrate(
     Ok(Calibration {
         ns_per_iteration,
         top_pps,
+        disk_mb_s,
     })
 }
 

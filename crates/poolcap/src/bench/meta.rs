@@ -115,6 +115,7 @@ mod tests {
             calibration: Calibration {
                 ns_per_iteration: 1.4,
                 top_pps: None,
+                disk_mb_s: None,
             },
             notes: vec![],
             started: 100,

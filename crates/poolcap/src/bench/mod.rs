@@ -13,6 +13,7 @@
 //! - [`point`] and [`child`]: the agents — one measured run (start the tool in the probe
 //!   namespace, wait for its ready line, send from CPU 0, drain, read its CPU time, context
 //!   switches and syscalls, SIGINT, collect), with every child killed if anything goes wrong;
+//!   [`filecount`] counts what a tool really wrote, streaming files of any size;
 //! - [`peer`]: how to start each tool and read its final counts (recorded outputs are its
 //!   unit tests);
 //! - [`stats`], [`report`], [`figure`] and [`doc`]: the formatters — min / median / max over
@@ -26,6 +27,7 @@
 pub mod child;
 pub mod doc;
 pub mod figure;
+pub mod filecount;
 pub mod manager;
 pub mod meta;
 pub mod peer;

@@ -65,6 +65,10 @@ pub struct CaptureSpec {
     pub write: bool,
     /// poolcap only: nanosecond pcap instead of microsecond pcap.
     pub pcap_ns: bool,
+    /// Write pcapng instead of pcap (poolcap's `--format pcapng`, dumpcap without `-P`;
+    /// tcpdump and netsniff-ng write pcap only).
+    #[serde(default)]
+    pub pcapng: bool,
     /// poolcap only: pool as (M, R).
     pub pool: Option<(usize, usize)>,
     /// poolcap only: x-loop iterations per packet.
@@ -105,6 +109,7 @@ impl CaptureSpec {
             buffer_kib,
             write: false,
             pcap_ns: false,
+            pcapng: false,
             pool: None,
             load: 0,
             dev_null: false,
@@ -252,7 +257,11 @@ impl Tool {
                     &kib,
                 ]);
                 if spec.write || spec.dev_null {
-                    let format = if spec.pcap_ns { "pcap-ns" } else { "pcap" };
+                    let format = match (spec.pcapng, spec.pcap_ns) {
+                        (true, _) => "pcapng",
+                        (false, true) => "pcap-ns",
+                        (false, false) => "pcap",
+                    };
                     push(&["--format", format, "-w", &sink]);
                 }
                 if let (Some(c), true) = (&spec.compress, spec.write) {
@@ -320,7 +329,11 @@ impl Tool {
             }
             Tool::Dumpcap => {
                 let mib = spec.buffer_kib.div_ceil(1024).max(1).to_string();
-                push(&["dumpcap", "-i", iface, "-q", "-P", "-B", &mib]);
+                push(&["dumpcap", "-i", iface, "-q"]);
+                if !spec.pcapng {
+                    push(&["-P"]);
+                }
+                push(&["-B", &mib]);
                 if let Some(s) = &snaplen {
                     push(&["-s", s]);
                 }
@@ -329,6 +342,9 @@ impl Tool {
         }
         if self != Tool::Poolcap && self != Tool::Tcpdump && spec.compress.is_some() {
             bail!("{} cannot compress its output here", self.name());
+        }
+        if matches!(self, Tool::Tcpdump | Tool::NetsniffNg) && spec.pcapng {
+            bail!("{} writes pcap only", self.name());
         }
         Ok(Launch { argv: v, pipe })
     }
@@ -481,6 +497,9 @@ pub struct Traffic {
     /// Frames per send call (`--batch`); paced runs with a batch of rate/1000 frames leave the
     /// generator asleep between batches instead of spinning.
     pub batch: Option<usize>,
+    /// Send the simple IMIX (`--size imix`); `size` is then its mean frame size.
+    #[serde(default)]
+    pub imix: bool,
 }
 
 fn one() -> usize {
@@ -511,6 +530,21 @@ impl Traffic {
             flows: 1,
             skew: None,
             batch: None,
+            imix: false,
+        }
+    }
+
+    /// `count` frames of the simple IMIX (7:4:1 of 60, 590 and 1514 bytes) at top speed.
+    pub fn imix(count: u64) -> Traffic {
+        let total: f64 = crate::flows::IMIX.iter().map(|(_, w)| w).sum();
+        let mean: f64 = crate::flows::IMIX
+            .iter()
+            .map(|(s, w)| *s as f64 * w)
+            .sum::<f64>()
+            / total;
+        Traffic {
+            imix: true,
+            ..Traffic::top(mean.round() as usize, count)
         }
     }
 
@@ -526,7 +560,11 @@ impl Traffic {
 
     /// Short description: `64 B, 100k pps, 16 flows (skew 0.8)`.
     pub fn describe(&self) -> String {
-        let mut s = format!("{} B", self.size);
+        let mut s = if self.imix {
+            format!("imix (mean {} B)", self.size)
+        } else {
+            format!("{} B", self.size)
+        };
         match self.rate {
             Some(r) => {
                 let _ = write!(s, ", {}k pps", r / 1000);
@@ -621,7 +659,12 @@ impl Generator {
     ) -> anyhow::Result<Vec<String>> {
         let mut v: Vec<String> = Vec::new();
         let mut push = |xs: &[&str]| v.extend(xs.iter().map(|x| (*x).to_owned()));
-        let (size, count) = (t.size.to_string(), t.count.to_string());
+        let size = if t.imix {
+            "imix".to_owned()
+        } else {
+            t.size.to_string()
+        };
+        let count = t.count.to_string();
         match self {
             Generator::Poolcap => {
                 push(&[&exe.to_string_lossy(), "gen", "-i", iface, "--json"]);
@@ -655,8 +698,10 @@ impl Generator {
                 }
             }
             Generator::Trafgen => {
-                if t.burst.is_some() || t.flows > 1 || t.batch.is_some() {
-                    bail!("trafgen here sends one flow, without bursts or batch settings");
+                if t.burst.is_some() || t.flows > 1 || t.batch.is_some() || t.imix {
+                    bail!(
+                        "trafgen here sends one flow of one size, without bursts or batch settings"
+                    );
                 }
                 // One sending process; the caller pins it with taskset.
                 push(&["trafgen", "-o", iface, "-P", "1", "-n", &count]);

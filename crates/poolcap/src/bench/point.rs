@@ -32,6 +32,7 @@ use poolcap_lab::{netns_command, Lab};
 use serde::{Deserialize, Serialize};
 
 use super::child::{Finished, Running, TICKS_PER_SECOND};
+use super::filecount::count_file;
 use super::peer::{self, CaptureSpec, Counts, Generator, Sent, Tool, Traffic};
 use super::stats::{spacing, Spacing};
 
@@ -135,6 +136,8 @@ pub struct Point {
     pub spacing: bool,
     /// Count the tool's syscalls with perf.
     pub syscalls: bool,
+    /// rps_cpus of the probe for this point (on: the tool's CPU), overriding the suite's.
+    pub rps: Option<bool>,
 }
 
 impl Point {
@@ -146,6 +149,7 @@ impl Point {
             subjects,
             spacing: false,
             syscalls: false,
+            rps: None,
         }
     }
 }
@@ -205,6 +209,9 @@ pub struct Record {
     pub counts: Option<Counts>,
     /// Packets found in the written file.
     pub in_file: Option<u64>,
+    /// Size of the written file (compressed, if it was written compressed).
+    #[serde(default)]
+    pub file_bytes: Option<u64>,
     /// The written file ended inside a record (only its whole packets are counted).
     #[serde(default)]
     pub file_truncated: bool,
@@ -245,49 +252,22 @@ fn pinned(netns: &str, cpus: &str, argv: &[String]) -> Command {
     cmd
 }
 
-/// What a written capture file holds.
-#[derive(Debug, Clone, Default)]
-pub struct FileCount {
-    /// Whole packets in it.
-    pub packets: u64,
-    /// Their timestamps (empty when the file was cut inside a record).
-    pub ts_ns: Vec<u64>,
-    /// Whether the file ends inside a record (a tool stopped in the middle of a write).
-    pub truncated: bool,
-}
-
-/// Reads a capture file, decompressing it first when it was written with `compress`
-/// (`zstd:L` or `gzip:L`). A file that ends inside a record counts its whole packets: tcpdump
-/// writing into a pipe that is full when it is stopped leaves half a record behind.
-pub fn read_capture(path: &Path, compress: Option<&str>) -> anyhow::Result<FileCount> {
-    let bytes = std::fs::read(path)?;
-    let bytes = match compress {
-        None => bytes,
-        Some(c) => match peer::compressor(c)?.0 {
-            "gzip" => {
-                let mut v = Vec::new();
-                std::io::Read::read_to_end(
-                    &mut flate2::read::MultiGzDecoder::new(&bytes[..]),
-                    &mut v,
-                )?;
-                v
-            }
-            _ => zstd::stream::decode_all(&bytes[..])?,
-        },
-    };
-    match poolcap_format::read_bytes(&bytes) {
-        Ok(f) => Ok(FileCount {
-            packets: f.packets.len() as u64,
-            ts_ns: f.packets.iter().map(|p| p.ts_ns).collect(),
-            truncated: false,
-        }),
-        Err(poolcap_format::ReadError::Truncated { packets, .. }) if packets > 0 => Ok(FileCount {
-            packets,
-            ts_ns: Vec::new(),
-            truncated: true,
-        }),
-        Err(e) => Err(e.into()),
+/// Sets the rps_cpus of every receive queue of the lab's probe interface: `on` sends the
+/// kernel's receive work to the tool's CPU, off (mask 0) leaves it on the sender's.
+pub fn set_rps(lab: &Lab, on: bool) -> anyhow::Result<()> {
+    let mask = if on { 1u64 << TOOL_CPU } else { 0 };
+    let script = format!(
+        "for f in /sys/class/net/{}/queues/rx-*/rps_cpus; do echo {mask:x} > $f; done",
+        lab.probe.iface
+    );
+    let st = netns_command(&lab.probe.netns, "sh")
+        .args(["-c", &script])
+        .status()
+        .context("cannot run sh")?;
+    if !st.success() {
+        bail!("cannot set rps_cpus of {} ({st})", lab.probe.iface);
     }
+    Ok(())
 }
 
 /// Busy and total jiffies of all CPUs (`/proc/stat`; idle and iowait count as not busy).
@@ -339,6 +319,8 @@ impl Bench<'_> {
 
     /// Runs `subject` once at `point`; failures are recorded in the result, not returned.
     pub fn run_once(&self, suite: &str, point: &Point, subject: &Subject, run: usize) -> Record {
+        // rps_cpus first: the quiet wait then also covers what changing it stirs up.
+        let rps_set = point.rps.map_or(Ok(()), |on| set_rps(self.lab, on));
         let busy_before = self.wait_quiet();
         let started = Instant::now();
         let mut rec = Record {
@@ -348,13 +330,14 @@ impl Bench<'_> {
             poolcap: subject.is_poolcap(),
             group: subject.group.clone(),
             run,
-            rps: self.rps,
+            rps: point.rps.unwrap_or(self.rps),
             traffic: point.traffic.clone(),
             generator: subject.generator,
             capture: subject.capture.clone(),
             sent: None,
             counts: None,
             in_file: None,
+            file_bytes: None,
             file_truncated: false,
             loss: None,
             cpu_s: None,
@@ -368,7 +351,7 @@ impl Bench<'_> {
             error: None,
         };
         let file = self.scratch.join("capture.pcap");
-        if let Err(e) = self.measure(point, subject, &file, &mut rec) {
+        if let Err(e) = rps_set.and_then(|()| self.measure(point, subject, &file, &mut rec)) {
             rec.error = Some(format!("{e:#}"));
         }
         let _ = std::fs::remove_file(&file);
@@ -470,9 +453,10 @@ impl Bench<'_> {
         }
         rec.counts = Some(spec.tool.parse(&fin.text, &stats)?);
         if spec.write {
-            let f = read_capture(file, spec.compress.as_deref())
+            let f = count_file(file, spec.compress.as_deref(), point.spacing)
                 .with_context(|| format!("cannot read {}'s file", spec.tool.name()))?;
             rec.in_file = Some(f.packets);
+            rec.file_bytes = Some(f.bytes);
             rec.file_truncated = f.truncated;
             if let (true, Some(rate)) = (point.spacing, point.traffic.rate) {
                 rec.spacing = spacing(&f.ts_ns, 1e9 / rate as f64);
@@ -494,56 +478,5 @@ impl Bench<'_> {
         let r = Running::spawn(cmd, "perf stat")?;
         std::thread::sleep(Duration::from_millis(200));
         Ok(r)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::Write as _;
-
-    /// A pcap file with `n` 64-byte records.
-    fn pcap(n: usize) -> Vec<u8> {
-        let mut v = Vec::new();
-        for x in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 65_535, 1] {
-            let b = x.to_le_bytes();
-            if x == 0x0004_0002 {
-                v.extend_from_slice(&2u16.to_le_bytes());
-                v.extend_from_slice(&4u16.to_le_bytes());
-            } else {
-                v.extend_from_slice(&b);
-            }
-        }
-        for i in 0..n as u32 {
-            for x in [i, 0, 64, 64] {
-                v.extend_from_slice(&x.to_le_bytes());
-            }
-            v.extend_from_slice(&[0u8; 64]);
-        }
-        v
-    }
-
-    #[test]
-    fn counts_whole_packets_of_cut_and_compressed_files() {
-        let dir = tempfile::tempdir().unwrap();
-        let plain = dir.path().join("x.pcap");
-        std::fs::write(&plain, pcap(3)).unwrap();
-        let f = read_capture(&plain, None).unwrap();
-        assert_eq!((f.packets, f.truncated, f.ts_ns.len()), (3, false, 3));
-        let mut cut = pcap(3);
-        cut.truncate(cut.len() - 10);
-        std::fs::write(&plain, &cut).unwrap();
-        let f = read_capture(&plain, None).unwrap();
-        assert_eq!((f.packets, f.truncated), (2, true));
-        let z = dir.path().join("x.pcap.zst");
-        std::fs::write(&z, zstd::stream::encode_all(&pcap(5)[..], 3).unwrap()).unwrap();
-        assert_eq!(read_capture(&z, Some("zstd:19")).unwrap().packets, 5);
-        let g = dir.path().join("x.pcap.gz");
-        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(6));
-        enc.write_all(&pcap(4)).unwrap();
-        std::fs::write(&g, enc.finish().unwrap()).unwrap();
-        assert_eq!(read_capture(&g, Some("gzip:6")).unwrap().packets, 4);
-        std::fs::write(&plain, b"nonsense").unwrap();
-        assert!(read_capture(&plain, None).is_err());
     }
 }

@@ -144,6 +144,14 @@ fn unaccounted(r: &Record) -> Option<f64> {
     Some(offered - c.captured as f64 - c.dropped as f64 - extra(r, "filtered").unwrap_or(0.0))
 }
 
+/// Bytes of the written file (compressed, if so) per second of sending, in MB/s: what the
+/// tool kept up with while the traffic lasted.
+fn written_mb_per_s(r: &Record) -> Option<f64> {
+    let seconds = r.sent.as_ref()?.seconds;
+    let bytes = r.file_bytes?;
+    (seconds > 0.0).then(|| bytes as f64 / 1e6 / seconds)
+}
+
 /// Relative error of the generator's own rate against the asked rate.
 fn rate_error(r: &Record) -> Option<f64> {
     Some(r.sent.as_ref()?.pps / r.traffic.rate? as f64 - 1.0)
@@ -211,6 +219,13 @@ pub const METRICS: &[Metric] = &[
         better: Better::Lower,
         get: |r| Some(r.wall_s),
         show: f2,
+    },
+    Metric {
+        key: "mb_per_s",
+        title: "MB/s written",
+        better: Better::Higher,
+        get: written_mb_per_s,
+        show: n0,
     },
     Metric {
         key: "rate_error",
@@ -694,6 +709,7 @@ mod tests {
                 ..Counts::default()
             }),
             in_file: None,
+            file_bytes: None,
             file_truncated: false,
             loss: Some((1000 - captured) as f64 / 1000.0),
             cpu_s: Some(0.01),
@@ -758,6 +774,7 @@ mod tests {
         let get = |k: &str| (metric(k).get)(&r).unwrap();
         // 600 analysed + 300 read then dropped by the pool, of 1000 offered at 100k pps.
         assert!((get("capture_pps") - 90e3).abs() < 1e-6);
+        assert_eq!((metric("mb_per_s").get)(&r), None);
         assert!((get("analysis_pps") - 60e3).abs() < 1e-6);
         assert!((get("kernel_drop") - 0.1).abs() < 1e-12);
         assert!((get("pool_drop") - 0.3).abs() < 1e-12);
@@ -767,6 +784,9 @@ mod tests {
         assert_eq!(get("unaccounted"), 0.0);
         r.counts.as_mut().unwrap().dropped = 350;
         assert_eq!((metric("unaccounted").get)(&r), Some(50.0));
+        // 3 MB written over the run's 1 s of sending.
+        r.file_bytes = Some(3_000_000);
+        assert!(((metric("mb_per_s").get)(&r).unwrap() - 3.0).abs() < 1e-12);
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub enum Target {
     Report,
 }
 
-const TARGETS: [Target; 11] = [
+const TARGETS: [Target; 12] = [
     Target::Suite(Suite::Gen),
     Target::Suite(Suite::Capture),
     Target::Suite(Suite::Burst),
@@ -34,6 +34,7 @@ const TARGETS: [Target; 11] = [
     Target::Suite(Suite::Appload),
     Target::Suite(Suite::Wait),
     Target::Suite(Suite::Backends),
+    Target::Suite(Suite::Disk),
     Target::All,
     Target::Report,
 ];
@@ -68,6 +69,10 @@ impl ValueEnum for Target {
   appload    loss vs compression level (zstd, gzip) at 64/256/512 B: poolcap vs tcpdump | zstd
   wait       syscalls per packet and loss of --wait poll/busy/adaptive and of the peers
   backends   AF_XDP (copy mode on veth) vs AF_PACKET: CPU per packet, sender rate, loss
+  disk       writing files vs tcpdump -w, dumpcap -w, netsniff-ng -o with equal memory:
+             64/512/1514 B/imix, top speed and fixed rates, rps off/on, pcap/pcapng, zstd:1;
+             loss, CPU per packet, MB/s; full runs write >= 3 GB per run and one point > 20 GB
+             against the disk's dd oflag=direct limit (needs about 25 GB free in /var/tmp)
   all        every suite (sizes with --rps), then `report`
   report     rebuild BENCHMARKS.md and docs/bench/*.png from the latest result of each suite
 

@@ -17,6 +17,7 @@ pub mod forward;
 pub mod gen;
 mod ifaces;
 pub mod lab;
+pub mod manual;
 pub mod predict;
 pub mod privdrop;
 pub mod probe;
@@ -58,6 +59,10 @@ enum Command {
     Predict(Box<predict::PredictArgs>),
     /// Measure this machine's per-stage capture costs (a lab, or -i IF) and save a profile.
     Calibrate(calibrate::CalibrateArgs),
+    /// Print a manual page (roff) generated from these commands and options.
+    Man(manual::ManArgs),
+    /// Print a shell completion script (bash, zsh, fish, ...).
+    Completions(manual::CompletionsArgs),
 }
 
 /// Bad usage or input: exit code 2.
@@ -124,6 +129,8 @@ pub fn main() -> i32 {
         Command::Doctor(a) => doctor::run(a),
         Command::Predict(a) => predict::run(*a),
         Command::Calibrate(a) => calibrate::run(a),
+        Command::Man(a) => manual::run_man(a),
+        Command::Completions(a) => manual::run_completions(a),
     };
     match result {
         Ok(()) => 0,

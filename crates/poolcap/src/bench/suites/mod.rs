@@ -13,6 +13,7 @@
 //! | [`appload`] | Braun et al. Figs 10-11: loss vs compression level |
 //! | [`wait`] | Braun et al. 4.3: syscalls per packet of the wait strategies |
 //! | [`backends`] | AF_XDP (copy mode on veth) against AF_PACKET |
+//! | [`disk`] | issue 13: writing to disk against tcpdump, dumpcap, netsniff-ng; sustained rate |
 //!
 //! Every suite has three scales: `Smoke` (one tiny point, for the root test), `Quick` (a few
 //! minutes) and `Full`.
@@ -30,6 +31,7 @@ pub mod appload;
 pub mod backends;
 pub mod burst;
 pub mod capture;
+pub mod disk;
 pub mod gen;
 pub mod imbalance;
 pub mod rates;
@@ -60,6 +62,9 @@ pub enum Suite {
     Wait,
     /// AF_XDP (copy mode on veth) against AF_PACKET: CPU, sender rate, loss.
     Backends,
+    /// Writing to disk against tcpdump, dumpcap and netsniff-ng with equal memory; the
+    /// sustained rate against the device's own limit.
+    Disk,
 }
 
 /// How big a run is.
@@ -96,7 +101,7 @@ impl Scale {
 
 impl Suite {
     /// Every suite, in the order `bench all` runs them.
-    pub const ALL: [Suite; 9] = [
+    pub const ALL: [Suite; 10] = [
         Suite::Gen,
         Suite::Capture,
         Suite::Burst,
@@ -106,6 +111,7 @@ impl Suite {
         Suite::Appload,
         Suite::Wait,
         Suite::Backends,
+        Suite::Disk,
     ];
 
     /// Its name on the command line.
@@ -120,6 +126,7 @@ impl Suite {
             Suite::Appload => "appload",
             Suite::Wait => "wait",
             Suite::Backends => "backends",
+            Suite::Disk => "disk",
         }
     }
 
@@ -143,6 +150,7 @@ impl Suite {
             Suite::Backends => CalibrationKind::TopSpeed {
                 flows: backends::FLOWS,
             },
+            Suite::Disk => CalibrationKind::Device,
             _ => CalibrationKind::Iterations,
         }
     }
@@ -159,6 +167,7 @@ impl Suite {
             Suite::Appload => appload::INTRO,
             Suite::Wait => wait::INTRO,
             Suite::Backends => backends::INTRO,
+            Suite::Disk => disk::INTRO,
         }
     }
 }
@@ -173,18 +182,23 @@ pub enum CalibrationKind {
         /// Flows of the calibration traffic.
         flows: usize,
     },
+    /// The x-loop cost and the disk's own write limit (`dd oflag=direct`).
+    Device,
 }
 
 /// Top speed assumed where none was measured (smoke runs).
 pub const ASSUMED_TOP_PPS: f64 = 500_000.0;
 
 /// What the manager measured before the points.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Calibration {
     /// x-loop cost per iteration over a 64-byte packet, on the tool CPU.
     pub ns_per_iteration: f64,
     /// Offered top speed of 64-byte frames (median), when measured.
     pub top_pps: Option<f64>,
+    /// The scratch disk's own write limit in MB/s (`dd oflag=direct`), when measured.
+    #[serde(default)]
+    pub disk_mb_s: Option<f64>,
 }
 
 impl Calibration {
@@ -294,6 +308,7 @@ pub fn plan(suite: Suite, scale: Scale, cal: &Calibration) -> Plan {
         Suite::Appload => appload::plan(scale),
         Suite::Wait => wait::plan(scale),
         Suite::Backends => backends::plan(scale, cal),
+        Suite::Disk => disk::plan(scale, cal),
     }
 }
 
@@ -433,13 +448,14 @@ pub fn text(meta: &Meta, rows: &[Row]) -> Text {
         Suite::Appload => appload::text(meta, rows),
         Suite::Wait => wait::text(meta, rows),
         Suite::Backends => backends::text(meta, rows),
+        Suite::Disk => disk::text(meta, rows),
     }
 }
 
 /// The figures of a finished run.
 pub fn figures(meta: &Meta, rows: &[Row]) -> Vec<Figure> {
     match meta.suite {
-        Suite::Gen | Suite::Capture => Vec::new(),
+        Suite::Gen | Suite::Capture | Suite::Disk => Vec::new(),
         Suite::Burst => burst::figures(meta, rows),
         Suite::Rates => rates::figures(meta, rows),
         Suite::Imbalance => imbalance::figures(meta, rows),
@@ -658,6 +674,7 @@ mod tests {
         Calibration {
             ns_per_iteration,
             top_pps,
+            disk_mb_s: None,
         }
     }
 

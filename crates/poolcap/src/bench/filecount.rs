@@ -1,0 +1,176 @@
+//! What a tool really wrote: the whole packets in a capture file (pcap or pcapng, plain or
+//! compressed), counted as a stream.
+//!
+//! Why a stream and not `poolcap_format::read_bytes`: the disk suite writes files of several
+//! GB (and one of over 20 GB), which must not be read into memory to be counted. The file
+//! goes through a bounded buffer (pcap-parser's streaming reader), decompressed on the way
+//! when it was written compressed; timestamps are kept only when asked for (frame spacing).
+
+use std::io::Read;
+use std::path::Path;
+
+use anyhow::{bail, Context};
+use pcap_parser::{create_reader, Block, PcapBlockOwned, PcapError};
+
+use super::peer;
+
+/// What a written capture file holds.
+#[derive(Debug, Clone, Default)]
+pub struct FileCount {
+    /// Whole packets in it.
+    pub packets: u64,
+    /// Their timestamps in nanoseconds, when asked for (empty when the file was cut inside a
+    /// record).
+    pub ts_ns: Vec<u64>,
+    /// Whether the file ends inside a record (a tool stopped in the middle of a write).
+    pub truncated: bool,
+    /// Size of the file on disk (compressed, if it was written compressed).
+    pub bytes: u64,
+}
+
+/// Read buffer: larger than any record (snap length at most 256 KiB).
+const BUFFER: usize = 1 << 20;
+
+/// Counts the whole packets of the capture file at `path`, decompressing it first when it
+/// was written with `compress` (`zstd:L` or `gzip:L`). A file that ends inside a record
+/// counts its whole packets: tcpdump writing into a pipe that is full when it is stopped
+/// leaves half a record behind.
+pub fn count_file(
+    path: &Path,
+    compress: Option<&str>,
+    timestamps: bool,
+) -> anyhow::Result<FileCount> {
+    let file = std::fs::File::open(path)?;
+    let bytes = file.metadata()?.len();
+    let reader = std::io::BufReader::with_capacity(BUFFER, file);
+    let mut count = match compress {
+        None => count_stream(reader, timestamps),
+        Some(c) => match peer::compressor(c)?.0 {
+            "gzip" => count_stream(flate2::read::MultiGzDecoder::new(reader), timestamps),
+            _ => count_stream(zstd::stream::Decoder::with_buffer(reader)?, timestamps),
+        },
+    }?;
+    count.bytes = bytes;
+    Ok(count)
+}
+
+/// Nanoseconds from a timestamp of `units` per second.
+fn to_ns(value: u64, units_per_sec: u64) -> u64 {
+    (u128::from(value) * 1_000_000_000 / u128::from(units_per_sec.max(1))) as u64
+}
+
+/// Counts the whole packets of a pcap or pcapng stream.
+fn count_stream(r: impl Read + Send, timestamps: bool) -> anyhow::Result<FileCount> {
+    let mut reader = match create_reader(BUFFER, r) {
+        Ok(r) => r,
+        Err(PcapError::Eof | PcapError::Incomplete(_)) => {
+            return Ok(FileCount {
+                truncated: true,
+                ..FileCount::default()
+            })
+        }
+        Err(e) => bail!("not a pcap or pcapng file: {e}"),
+    };
+    let mut c = FileCount::default();
+    // pcap: units per second of the header; pcapng: of each interface, in order.
+    let mut pcap_units = 1_000_000;
+    let mut if_units: Vec<u64> = Vec::new();
+    loop {
+        match reader.next() {
+            Ok((offset, block)) => {
+                match block {
+                    PcapBlockOwned::LegacyHeader(h) => {
+                        if h.is_nanosecond_precision() {
+                            pcap_units = 1_000_000_000;
+                        }
+                    }
+                    PcapBlockOwned::Legacy(b) => {
+                        c.packets += 1;
+                        if timestamps {
+                            let sub = to_ns(u64::from(b.ts_usec), pcap_units);
+                            c.ts_ns.push(u64::from(b.ts_sec) * 1_000_000_000 + sub);
+                        }
+                    }
+                    PcapBlockOwned::NG(Block::InterfaceDescription(idb)) => {
+                        if_units.push(idb.ts_resolution().unwrap_or(1_000_000));
+                    }
+                    PcapBlockOwned::NG(Block::EnhancedPacket(epb)) => {
+                        c.packets += 1;
+                        if timestamps {
+                            let units = if_units.get(epb.if_id as usize).copied();
+                            let raw = (u64::from(epb.ts_high) << 32) | u64::from(epb.ts_low);
+                            c.ts_ns.push(to_ns(raw, units.unwrap_or(1_000_000)));
+                        }
+                    }
+                    PcapBlockOwned::NG(Block::SimplePacket(_)) => c.packets += 1,
+                    PcapBlockOwned::NG(_) => {}
+                }
+                reader.consume(offset);
+            }
+            Err(PcapError::Eof) => break,
+            Err(PcapError::Incomplete(_)) => {
+                reader.refill().map_err(|e| anyhow::anyhow!("{e}"))?;
+            }
+            Err(PcapError::UnexpectedEof) => {
+                c.truncated = true;
+                c.ts_ns.clear();
+                break;
+            }
+            Err(e) => {
+                return Err(anyhow::anyhow!("{e}"))
+                    .with_context(|| format!("bad record after {} packets", c.packets))
+            }
+        }
+    }
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use poolcap_format::{CaptureWriter, FileFormat};
+    use std::io::Write as _;
+
+    /// A file with `n` 1514-byte records, the i-th stamped at i µs.
+    fn capture(format: FileFormat, n: u64) -> Vec<u8> {
+        let mut w = CaptureWriter::new(Vec::new(), format, 262_144, "t").unwrap();
+        for i in 0..n {
+            w.write_packet(1_000_000_000 + i * 1000, &[7u8; 1514], 1514)
+                .unwrap();
+        }
+        w.finish(None).unwrap()
+    }
+
+    #[test]
+    fn counts_plain_cut_and_compressed_files_as_streams() {
+        let dir = tempfile::tempdir().unwrap();
+        for format in [FileFormat::Pcap, FileFormat::PcapNs, FileFormat::Pcapng] {
+            // More than the read buffer, so the reader refills.
+            let bytes = capture(format, 2000);
+            let plain = dir.path().join("x");
+            std::fs::write(&plain, &bytes).unwrap();
+            let f = count_file(&plain, None, true).unwrap();
+            assert_eq!((f.packets, f.truncated), (2000, false), "{format:?}");
+            assert_eq!(f.bytes, bytes.len() as u64);
+            assert_eq!(f.ts_ns[1] - f.ts_ns[0], 1000, "{format:?}");
+            assert_eq!(f.ts_ns[0], 1_000_000_000, "{format:?}");
+            std::fs::write(&plain, &bytes[..bytes.len() - 10]).unwrap();
+            let f = count_file(&plain, None, false).unwrap();
+            assert_eq!((f.packets, f.truncated), (1999, true), "{format:?}");
+
+            let z = dir.path().join("x.zst");
+            std::fs::write(&z, zstd::stream::encode_all(&bytes[..], 1).unwrap()).unwrap();
+            assert_eq!(count_file(&z, Some("zstd:1"), false).unwrap().packets, 2000);
+            let g = dir.path().join("x.gz");
+            let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            enc.write_all(&bytes).unwrap();
+            std::fs::write(&g, enc.finish().unwrap()).unwrap();
+            assert_eq!(count_file(&g, Some("gzip:1"), false).unwrap().packets, 2000);
+        }
+        let bad = dir.path().join("bad");
+        std::fs::write(&bad, b"nonsense, not a capture file").unwrap();
+        assert!(count_file(&bad, None, false).is_err());
+        std::fs::write(&bad, b"").unwrap();
+        assert!(count_file(&bad, None, false).unwrap().truncated);
+    }
+}
