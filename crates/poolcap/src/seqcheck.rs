@@ -2,13 +2,18 @@
 //! generator and finds missing sequence numbers, duplicates and reordering.
 //!
 //! Memory is one bit per sequence number up to the highest seen, so checking ten million
-//! frames takes about 1.2 MB.
+//! frames takes about 1.2 MB. Frames that carry their send time also give their one-way
+//! latency ([`latency`]).
+
+mod latency;
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::frame::parse_tag;
+use self::latency::Latencies;
+pub use self::latency::LatencyReport;
+use crate::frame::{latency_ns, parse_tag};
 
 #[derive(Debug, Default, Clone)]
 struct GenState {
@@ -20,6 +25,7 @@ struct GenState {
     /// Highest sequence number seen per flow.
     flow_max: BTreeMap<u16, u64>,
     reordered_in_flow: u64,
+    latency: Latencies,
 }
 
 /// What one generator's frames looked like on arrival.
@@ -46,6 +52,10 @@ pub struct GenReport {
     pub extra: u64,
     /// Highest sequence number seen.
     pub max_seq: Option<u64>,
+    /// Capture time minus send time of the frames that carry a send time; absent when none
+    /// does (older generators, frames under 64 bytes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency: Option<LatencyReport>,
 }
 
 /// Accumulates frames; see the module docs.
@@ -61,8 +71,14 @@ impl SeqChecker {
         Self::default()
     }
 
-    /// Looks at one captured frame.
+    /// Looks at one captured frame whose capture time is unknown (no latency).
     pub fn observe(&mut self, frame: &[u8]) {
+        self.observe_at(frame, 0);
+    }
+
+    /// Looks at one captured frame, captured at `ts_ns` (nanoseconds since the epoch; 0 for
+    /// unknown).
+    pub fn observe_at(&mut self, frame: &[u8], ts_ns: u64) {
         let Some(tag) = parse_tag(frame) else {
             self.untagged += 1;
             return;
@@ -88,6 +104,9 @@ impl SeqChecker {
             g.reordered_in_flow += 1;
         } else {
             *flow_max = tag.seq;
+        }
+        if let Some(sent) = tag.sent_ns.filter(|_| ts_ns != 0) {
+            g.latency.push(latency_ns(sent, ts_ns));
         }
     }
 
@@ -130,6 +149,7 @@ impl SeqChecker {
                     missing: span - kept,
                     extra: g.unique - kept,
                     max_seq: g.max_seq,
+                    latency: g.latency.report(),
                 }
             })
             .collect()
@@ -224,5 +244,40 @@ mod tests {
         assert_eq!(r.len(), 2);
         assert_eq!((r[0].gen_id, r[0].unique), (1, 2));
         assert_eq!((r[1].gen_id, r[1].unique), (2, 1));
+    }
+
+    #[test]
+    fn stamped_frames_give_latency_and_unstamped_ones_none() {
+        let a = FlowAddr {
+            src_mac: [2, 0, 0, 0, 0, 1],
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            src_ip: Ipv4Addr::new(10, 0, 0, 1),
+            dst_ip: Ipv4Addr::new(10, 0, 0, 2),
+            src_port: 1,
+            dst_port: 2,
+        };
+        let sent = 1_790_000_000_000_000_000u64;
+        let mut c = SeqChecker::new();
+        let t = FrameTemplate::new(&a, 64, 1);
+        let mut f = vec![0; 64];
+        for seq in 0..100u64 {
+            t.stamp_sent_into(&mut f, seq, sent + seq * 1_000);
+            c.observe_at(&f, sent + seq * 1_000 + 20_000 + seq);
+        }
+        // Generator 2 sends 60-byte frames, which have no room for a send time.
+        let t2 = FrameTemplate::new(&a, 60, 2);
+        let mut f2 = vec![0; 60];
+        t2.stamp_sent_into(&mut f2, 0, sent);
+        c.observe_at(&f2, sent + 5);
+        let r = c.reports(None);
+        let l = r[0].latency.expect("generator 1 has latency");
+        assert_eq!(
+            (l.frames, l.min_ns, l.p50_ns, l.max_ns),
+            (100, 20_000, 20_049, 20_099)
+        );
+        assert_eq!(r[1].latency, None);
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json[0]["latency"]["p99_ns"], 20_098);
+        assert!(json[1].get("latency").is_none());
     }
 }

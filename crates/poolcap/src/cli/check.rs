@@ -3,16 +3,15 @@
 //! files are checked as one capture, in the order given (the files of a rotation:
 //! `poolcap check cap.pcapng cap.pcapng1 cap.pcapng2`). With `--expect N` the files must hold
 //! exactly frames 0..N of every generator, each once: a check that passes a file holding more
-//! than was sent would hide a capture that duplicates.
+//! than was sent would hide a capture that duplicates. Frames that carry their send time give
+//! one-way latency percentiles (capture time minus send time, on the same clock).
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
 
-use crate::seqcheck::GenReport;
-
-use crate::seqcheck::SeqChecker;
+use crate::seqcheck::{GenReport, LatencyReport, SeqChecker};
 
 /// Arguments of `poolcap check`.
 #[derive(Debug, Args)]
@@ -39,7 +38,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
             .with_context(|| format!("cannot check {}", path.display()))?;
         packets += file.packets.len();
         for p in &file.packets {
-            checker.observe(&p.data);
+            checker.observe_at(&p.data, p.ts_ns);
         }
     }
     let names: Vec<String> = args.files.iter().map(|p| p.display().to_string()).collect();
@@ -61,19 +60,24 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
         );
         for r in &reports {
             println!(
-                "generator {}: {} frames, {} unique, {} missing, {} duplicates, {} reordered{}",
+                "generator {}: {} frames, {} unique, {} missing, {} duplicates, {} reordered \
+                 ({} within a flow){}",
                 r.gen_id,
                 r.frames,
                 r.unique,
                 r.missing,
                 r.duplicates,
                 r.reordered,
+                r.reordered_in_flow,
                 if args.expect.is_some() {
                     format!(", {} extra", r.extra)
                 } else {
                     String::new()
                 }
             );
+            if let Some(l) = &r.latency {
+                println!("  {}", latency_line(l));
+            }
         }
     }
     if let Some(n) = args.expect {
@@ -85,6 +89,20 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The latency percentiles of one generator, in microseconds.
+fn latency_line(l: &LatencyReport) -> String {
+    let us = |ns: i64| format!("{:.1}", ns as f64 / 1e3);
+    format!(
+        "latency over {} stamped frames (us): min {}, p50 {}, p99 {}, p99.9 {}, max {}",
+        l.frames,
+        us(l.min_ns),
+        us(l.p50_ns),
+        us(l.p99_ns),
+        us(l.p999_ns),
+        us(l.max_ns)
+    )
 }
 
 /// Why generator `r` fails `--expect n`, if it does.
@@ -127,6 +145,7 @@ mod tests {
             missing,
             extra,
             max_seq: None,
+            latency: None,
         }
     }
 
@@ -142,5 +161,22 @@ mod tests {
         );
         let both = verdict(&report(1000, 5, 5, 0), 1000).expect("fails");
         assert!(both.contains("5 missing, 5 duplicated"), "{both}");
+    }
+
+    #[test]
+    fn latency_line_shows_each_percentile_in_microseconds() {
+        let l = LatencyReport {
+            frames: 1000,
+            min_ns: 8_000,
+            p50_ns: 12_340,
+            p99_ns: 45_000,
+            p999_ns: 120_000,
+            max_ns: 2_500_000,
+        };
+        assert_eq!(
+            latency_line(&l),
+            "latency over 1000 stamped frames (us): min 8.0, p50 12.3, p99 45.0, p99.9 120.0, \
+             max 2500.0"
+        );
     }
 }

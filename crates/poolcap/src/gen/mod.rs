@@ -7,6 +7,11 @@
 //! the kernel accepted; frames the link itself then dropped (the interface's `tx_dropped`)
 //! are reported beside it.
 //!
+//! Send time: synthetic frames of 64 bytes and more carry the CLOCK_REALTIME time at which
+//! their batch was filled (one clock read per batch, just before `sendmmsg`), so a capture in
+//! another network namespace of the same machine, whose timestamps come from the same clock,
+//! gives each frame's one-way latency (`poolcap check`).
+//!
 //! Queue choice: with `PACKET_QDISC_BYPASS` the kernel picks the transmit queue from the
 //! sending CPU, so every flow lands on one receive queue of a veth peer. When the interface
 //! has several transmit queues and there are several flows, the qdisc path is used instead
@@ -57,9 +62,9 @@ impl Frames {
     }
 
     #[inline]
-    fn frame(&mut self, k: u64, out: &mut [u8]) -> usize {
+    fn frame(&mut self, k: u64, out: &mut [u8], sent_ns: u64) -> usize {
         match self {
-            Frames::Synthetic(s) => s.frame(k, out),
+            Frames::Synthetic(s) => s.frame(k, out, sent_ns),
             Frames::Replay(r) => r.frame(k, out),
         }
     }
@@ -172,6 +177,13 @@ fn wait_until(deadline: Instant, stop: &AtomicBool) {
     }
 }
 
+/// Nanoseconds since the Unix epoch on CLOCK_REALTIME, the clock capture timestamps use.
+fn realtime_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
 /// Runs the generator until its count or duration is reached or `stop` is set.
 pub fn run(mut cfg: GenConfig, stop: &AtomicBool) -> Result<GenReport, GenError> {
     let idx = ifindex(&cfg.iface).map_err(|_| GenError::NoInterface(cfg.iface.clone()))?;
@@ -235,8 +247,9 @@ pub fn run(mut cfg: GenConfig, stop: &AtomicBool) -> Result<GenReport, GenError>
         }
         last_batch_ns = start.elapsed().as_nanos() as u64;
         let n = (batch as u64).min(left).min(cfg.timing.run_limit(sent)) as usize;
+        let sent_ns = realtime_ns();
         for i in 0..n {
-            let len = cfg.frames.frame(sent + i as u64, tx.slot_mut(i));
+            let len = cfg.frames.frame(sent + i as u64, tx.slot_mut(i), sent_ns);
             tx.set_len(i, len);
         }
         let mut done = 0usize;

@@ -104,13 +104,14 @@ impl Synthetic {
         }
     }
 
-    /// Writes frame `k` (sequence number `k`) into `out`; returns its length.
+    /// Writes frame `k` (sequence number `k`, send time `sent_ns` where the frame has room)
+    /// into `out`; returns its length.
     #[inline]
-    pub fn frame(&mut self, k: u64, out: &mut [u8]) -> usize {
+    pub fn frame(&mut self, k: u64, out: &mut [u8], sent_ns: u64) -> usize {
         let f = self.flow_schedule.next_index();
         let s = self.size_schedule.next_index();
         let t = &self.templates[f][s];
-        t.stamp_into(out, k);
+        t.stamp_sent_into(out, k, sent_ns);
         t.len()
     }
 }

@@ -383,6 +383,70 @@ fn bad_input_fails_before_forwarding() {
     }
 }
 
+/// Frames stamped with their send time by the sender and captured at the sink, after the
+/// forwarder: `poolcap check` reports one-way latency percentiles for every frame, ordered
+/// and plausible (sender, forwarder and sink share this machine's CLOCK_REALTIME).
+fn check_reports_latency_through_the_forwarder() {
+    let lab = lab3(1);
+    let dir = tempdir();
+    let (file, sink_json) = (dir.path().join("sink.pcapng"), dir.path().join("sink.json"));
+    let cap = sink_capture(&lab, &file, &sink_json);
+    let fwd = forward(&lab, &[]);
+    gen(
+        &lab,
+        &[
+            "--count", "2000", "--rate", "10k", "--size", "64", "--flows", "4",
+        ],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (code, err) = fwd.stop("INT");
+    assert_eq!(code, Some(0), "forward failed: {err}");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let (code, cap_err) = cap.stop("INT");
+    assert_eq!(code, Some(0), "sink capture failed: {cap_err}");
+    let captured = num(&stats(&sink_json), "captured");
+    assert!(captured > 0, "the sink captured nothing");
+
+    let check = |args: &[&str]| {
+        let out = Command::new(bin())
+            .arg("check")
+            .arg(&file)
+            .args(args)
+            .output()
+            .expect("run poolcap check");
+        assert!(out.status.success(), "check failed: {out:?}");
+        String::from_utf8(out.stdout).expect("utf-8")
+    };
+    let v: serde_json::Value = serde_json::from_str(&check(&["--json"])).expect("check json");
+    let g = &v["generators"][0];
+    let l = &g["latency"];
+    assert_eq!(
+        num(l, "frames"),
+        captured,
+        "every 64-byte frame is stamped: {v}"
+    );
+    assert_eq!(num(g, "frames"), captured, "{v}");
+    let keys = ["min_ns", "p50_ns", "p99_ns", "p999_ns", "max_ns"];
+    let ns: Vec<i64> = keys
+        .iter()
+        .map(|k| l[k].as_i64().unwrap_or_else(|| panic!("{k} in {l}")))
+        .collect();
+    assert!(ns[0] > 0, "latency is positive: {l}");
+    assert!(ns.windows(2).all(|w| w[0] <= w[1]), "ordered: {l}");
+    assert!(ns[4] < 1_000_000_000, "below a second: {l}");
+    let text = check(&[]);
+    assert!(text.contains("(0 within a flow)"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "latency over {captured} stamped frames (us): min "
+        )),
+        "{text}"
+    );
+    for p in ["p50 ", "p99 ", "p99.9 ", "max "] {
+        assert!(text.contains(p), "{p} in {text}");
+    }
+}
+
 /// The forwarding tests.
 pub fn trials() -> Vec<Trial> {
     vec![
@@ -405,6 +469,10 @@ pub fn trials() -> Vec<Trial> {
         trial(
             "forward_bad_input_fails_before_forwarding",
             bad_input_fails_before_forwarding,
+        ),
+        trial(
+            "forward_check_reports_latency",
+            check_reports_latency_through_the_forwarder,
         ),
     ]
 }
