@@ -288,6 +288,19 @@ impl std::fmt::Debug for Engine {
     }
 }
 
+/// The interface index of a live capture (None otherwise) and the number of queues.
+fn resolve_input(cfg: &CaptureConfig, input: &Input) -> Result<(Option<u32>, usize), CaptureError> {
+    Ok(match input {
+        Input::Live => {
+            let idx =
+                ifindex(&cfg.iface).map_err(|_| CaptureError::NoInterface(cfg.iface.clone()))?;
+            (Some(idx), cfg.queues.max(1))
+        }
+        Input::File { .. } => (None, 1),
+        Input::Sources(s) => (None, s.len().max(1)),
+    })
+}
+
 /// Frames the interface has seen in both directions (for the in-kernel filter's count).
 fn if_frames(iface: &str) -> Option<u64> {
     Some(netdev::counter(iface, "rx_packets")? + netdev::counter(iface, "tx_packets")?)
@@ -339,17 +352,7 @@ impl Engine {
         after_open: impl FnOnce() -> Result<(), SysError>,
     ) -> Result<Self, CaptureError> {
         let input = std::mem::replace(&mut cfg.input, Input::Live);
-        let idx = match input {
-            Input::Live => Some(
-                ifindex(&cfg.iface).map_err(|_| CaptureError::NoInterface(cfg.iface.clone()))?,
-            ),
-            _ => None,
-        };
-        let q = match &input {
-            Input::Live => cfg.queues.max(1),
-            Input::File { .. } => 1,
-            Input::Sources(s) => s.len().max(1),
-        };
+        let (idx, q) = resolve_input(&cfg, &input)?;
         let records = cfg.output.as_ref().map(|(_, format)| *format);
         check_memory(&cfg, q, records, idx.is_some())?;
         let groups: Vec<Vec<usize>> = (0..q).map(|i| group_of(&cfg.buddy_groups, i)).collect();
@@ -384,21 +387,11 @@ impl Engine {
             plan: &plan,
             pools: &pools,
             q,
+            groups: &groups,
+            seal_after,
+            link_down: &link_down,
         };
-        let spawned = started
-            .captures(
-                &mut threads,
-                opened.sources,
-                &groups,
-                seal_after,
-                output.is_some() && q > 1,
-                &link_down,
-            )
-            .and_then(|()| started.sinks(&mut threads, output, fwd))
-            .and_then(|(next, fwd_counters)| {
-                started.workers(&mut threads, &next)?;
-                Ok(fwd_counters)
-            });
+        let spawned = started.all(&mut threads, opened.sources, output, fwd);
         let forward_counters = match spawned {
             Ok(c) => c,
             Err(e) => {
@@ -490,6 +483,14 @@ impl Engine {
     /// Supervises until stopped, then drains every stage and returns the accounting, also
     /// when a stage failed (the failure is in the report).
     pub fn run(mut self) -> CaptureReport {
+        let (failure, error_printed) = self.supervise();
+        self.finish(failure, error_printed)
+    }
+
+    /// Watches the stop flag, the duration, the count, the link and the threads until one
+    /// ends the capture; returns a failure that ended it and whether a write error was
+    /// already printed.
+    fn supervise(&mut self) -> (Option<CaptureError>, bool) {
         let mut last_status = Instant::now();
         let mut prev = QueueStats::default();
         let mut error_printed = false;
@@ -550,8 +551,13 @@ impl Engine {
                 }
             }
         }
+        (failure, error_printed)
+    }
+
+    /// Stops and joins every thread, then builds the report.
+    fn finish(self, failure: Option<CaptureError>, error_printed: bool) -> CaptureReport {
         let joined = self.threads.stop_and_join();
-        failure = failure.or(joined.failure);
+        let failure = failure.or(joined.failure);
         let outcome = joined.writer;
         let forward_counters = self.forward_counters;
         let seconds = self.started.elapsed().as_secs_f64();

@@ -239,24 +239,40 @@ impl Plan {
     }
 }
 
-/// Spawns the engine's threads from a [`Plan`]; each spawned thread goes into `Threads`.
+/// Spawns the engine's threads from a [`Plan`]; each spawned thread goes into [`Threads`].
 pub(super) struct Started<'a> {
     pub(super) cfg: &'a CaptureConfig,
     pub(super) plan: &'a Plan,
     pub(super) pools: &'a Arc<Vec<Arc<Pool>>>,
     pub(super) q: usize,
+    /// Each queue's buddy group.
+    pub(super) groups: &'a [Vec<usize>],
+    pub(super) seal_after: Duration,
+    pub(super) link_down: &'a Arc<AtomicBool>,
 }
 
 impl Started<'_> {
-    /// One capture thread per source.
-    pub(super) fn captures(
+    /// Every thread, in the order they always started: capture threads, the forwarder or
+    /// the writer, the workers. Returns the forwarder's counters.
+    pub(super) fn all(
         &self,
         threads: &mut Threads,
         sources: Vec<Box<dyn Source>>,
-        groups: &[Vec<usize>],
-        seal_after: Duration,
+        output: Option<savefile::Savefiles>,
+        fwd: Option<forward::ForwardSetup>,
+    ) -> Result<Option<forward::AllForwardCounters>, SysError> {
+        self.captures(threads, sources, output.is_some() && self.q > 1)?;
+        let (next, fwd_counters) = self.sinks(threads, output, fwd)?;
+        self.workers(threads, &next)?;
+        Ok(fwd_counters)
+    }
+
+    /// One capture thread per source; `merged`: a writer merges the queues.
+    fn captures(
+        &self,
+        threads: &mut Threads,
+        sources: Vec<Box<dyn Source>>,
         merged: bool,
-        link_down: &Arc<AtomicBool>,
     ) -> Result<(), SysError> {
         let (cfg, plan) = (self.cfg, self.plan);
         for (i, source) in sources.into_iter().enumerate() {
@@ -267,10 +283,10 @@ impl Started<'_> {
                 pools: Arc::clone(self.pools),
                 counters: Arc::clone(&plan.counters[i]),
                 all_counters: Arc::clone(&plan.counters),
-                policy: cfg.policy.build(&groups[i]),
+                policy: cfg.policy.build(&self.groups[i]),
                 progress: Arc::clone(&plan.progress[i]),
                 wait: cfg.wait,
-                seal_after,
+                seal_after: self.seal_after,
                 snaplen: cfg.snaplen as usize,
                 in_place: plan.in_place,
                 direct: plan.direct.clone(),
@@ -280,7 +296,7 @@ impl Started<'_> {
                 stop: Arc::clone(&threads.stop),
                 cut: Arc::clone(&plan.cut),
                 budget: plan.budget.clone(),
-                link_down: Arc::clone(link_down),
+                link_down: Arc::clone(self.link_down),
             };
             let cpus = cfg.cpus.clone();
             let h = spawn(format!("capture-{i}"), "capture thread", move || {
@@ -294,7 +310,7 @@ impl Started<'_> {
 
     /// The writer or the forwarder, if any; returns where workers pass chunks and the
     /// forwarder's counters.
-    pub(super) fn sinks(
+    fn sinks(
         &self,
         threads: &mut Threads,
         output: Option<savefile::Savefiles>,
@@ -361,7 +377,7 @@ impl Started<'_> {
     }
 
     /// The workers, passing chunks to `next`.
-    pub(super) fn workers(&self, threads: &mut Threads, next: &Next) -> Result<(), SysError> {
+    fn workers(&self, threads: &mut Threads, next: &Next) -> Result<(), SysError> {
         let w = self.plan.worker_bells.len();
         for (i, bell) in self.plan.worker_bells.iter().enumerate() {
             let wk = Worker {
