@@ -16,6 +16,8 @@
 //! after reading them, which the kernel pairs with an acquire load before reusing the
 //! slots. For the fill ring the roles swap: we write addresses, then store `producer` with
 //! `Release`; we load the kernel's `consumer` with `Acquire` before overwriting slots.
+//! The barrier labels (A)–(D) in the comments below are those of the table at the top of
+//! <https://github.com/torvalds/linux/blob/v6.6/net/xdp/xsk_queue.h>.
 
 use std::io;
 use std::mem::size_of;
@@ -398,6 +400,10 @@ impl Xsk {
     pub fn receive(&mut self, max: usize, out: &mut Vec<RxFrame>) -> usize {
         let r = &mut self.rx;
         if r.cached == r.local {
+            // (C): pairs with the kernel's release store of the RX producer (B),
+            // `smp_store_release` in `xskq_prod_submit`/`__xskq_prod_submit`
+            // (https://github.com/torvalds/linux/blob/v6.6/net/xdp/xsk_queue.h): the descriptors
+            // up to it are written before we read them.
             r.cached = r.index(r.producer).load(Ordering::Acquire);
         }
         let n = (r.cached.wrapping_sub(r.local) as usize).min(max);
@@ -422,6 +428,9 @@ impl Xsk {
         }
         if n > 0 {
             r.local = r.local.wrapping_add(n as u32);
+            // (D): our descriptor reads complete before the kernel sees the slots free;
+            // pairs with its load of the RX consumer (A) in `xskq_prod_nb_free`
+            // (https://github.com/torvalds/linux/blob/v6.6/net/xdp/xsk_queue.h).
             r.index(r.consumer).store(r.local, Ordering::Release);
         }
         n
@@ -444,6 +453,11 @@ impl Xsk {
         let size = r.size();
         let mut free = size - r.local.wrapping_sub(r.cached);
         if (free as usize) < self.spare.len() {
+            // (A): pairs with the kernel's release store of the fill consumer (D),
+            // `smp_store_release` in `__xskq_cons_release`
+            // (https://github.com/torvalds/linux/blob/v6.6/net/xdp/xsk_queue.h): it has read the
+            // addresses of the slots we overwrite next. Acquire is stronger than the control
+            // dependency the kernel relies on, as in libxdp's `xsk_prod_nb_free`.
             r.cached = r.index(r.consumer).load(Ordering::Acquire);
             free = size - r.local.wrapping_sub(r.cached);
         }
@@ -463,12 +477,21 @@ impl Xsk {
         }
         if n > 0 {
             r.local = r.local.wrapping_add(n as u32);
+            // (B): the addresses are written before the kernel sees them; pairs with its
+            // `smp_load_acquire` of the fill producer (C) in `__xskq_cons_peek`
+            // (https://github.com/torvalds/linux/blob/v6.6/net/xdp/xsk_queue.h).
             r.index(r.producer).store(r.local, Ordering::Release);
         }
     }
 
     /// True when the kernel asks for a syscall to go on filling the RX ring.
     pub fn needs_wakeup(&self) -> bool {
+        // Relaxed: the kernel sets and clears the flag with plain stores and no barrier
+        // (`xsk_set_rx_need_wakeup`, `xsk_clear_rx_need_wakeup` in
+        // https://github.com/torvalds/linux/blob/v6.6/net/xdp/xsk.c), and it publishes no
+        // data: a stale value costs one needless wake-up syscall, or a wake-up late by at
+        // most the wait's timeout (capture threads always wait with one). libxdp's
+        // `xsk_ring_prod__needs_wakeup` reads it as plainly.
         self.fill.index(self.fill.flags).load(Ordering::Relaxed) & libc::XDP_RING_NEED_WAKEUP != 0
     }
 
