@@ -21,10 +21,11 @@
 
 use std::io;
 use std::mem::size_of;
+use std::mem::ManuallyDrop;
 use std::ops::Range;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::error::{Result, SysError};
 use crate::mmap::Mmap;
@@ -156,12 +157,45 @@ pub fn meta_span(addr: u64, frame_size: u32, umem_len: usize) -> Option<Range<us
     Some(start - 8..start)
 }
 
-/// A received frame, owned by user space until given back with [`Xsk::refill`].
+/// A received frame, owned by user space until given back with [`Xsk::refill`]. A frame
+/// dropped instead (a panic unwinding through a chunk) is not lost to its UMEM: its drop
+/// records it in [`LOST`] and its socket's next refill gives it back.
 #[derive(Debug, PartialEq, Eq)]
 pub struct RxFrame {
     addr: u64,
     len: u32,
     umem: usize,
+}
+
+/// Frames dropped without [`Xsk::refill`], as (UMEM id, address). Only the rare drop path
+/// takes the lock; a refill looks at [`ANY_LOST`] first.
+static LOST: Mutex<Vec<(usize, u64)>> = Mutex::new(Vec::new());
+
+/// True while [`LOST`] may hold frames. Relaxed: only a hint, the lock orders the list;
+/// a refill that misses a fresh `true` reclaims the frame at its next call.
+static ANY_LOST: AtomicBool = AtomicBool::new(false);
+
+impl Drop for RxFrame {
+    fn drop(&mut self) {
+        let mut lost = LOST.lock().unwrap_or_else(|e| e.into_inner());
+        lost.push((self.umem, self.addr));
+        ANY_LOST.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Takes the lost frames of UMEM `umem` out of [`LOST`].
+fn reclaim(umem: usize) -> Vec<u64> {
+    let mut lost = LOST.lock().unwrap_or_else(|e| e.into_inner());
+    let mut mine = Vec::new();
+    lost.retain(|&(id, addr)| {
+        let keep = id != umem;
+        if !keep {
+            mine.push(addr);
+        }
+        keep
+    });
+    ANY_LOST.store(!lost.is_empty(), Ordering::Relaxed);
+    mine
 }
 
 impl RxFrame {
@@ -441,11 +475,22 @@ impl Xsk {
     pub fn refill(&mut self, frames: impl IntoIterator<Item = RxFrame>) {
         for f in frames {
             assert_eq!(f.umem, self.umem.id, "RxFrame given back to another socket");
-            // The fill ring takes frame-aligned addresses.
-            self.spare
-                .push(f.addr - f.addr % u64::from(self.umem.frame_size));
+            // Given back here, so its drop (the lost-frame path) must not run.
+            let f = ManuallyDrop::new(f);
+            self.give_back(f.addr);
+        }
+        if ANY_LOST.load(Ordering::Relaxed) {
+            for addr in reclaim(self.umem.id) {
+                self.give_back(addr);
+            }
         }
         self.flush_spare();
+    }
+
+    fn give_back(&mut self, addr: u64) {
+        // The fill ring takes frame-aligned addresses.
+        self.spare
+            .push(addr - addr % u64::from(self.umem.frame_size));
     }
 
     fn flush_spare(&mut self) {
@@ -519,9 +564,44 @@ impl Xsk {
     }
 }
 
+impl Drop for Xsk {
+    fn drop(&mut self) {
+        // Lost frames of this UMEM have no socket to go back to any more.
+        reclaim(self.umem.id);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dropped_frame_goes_back_to_its_own_umem_only() {
+        let (mine, other) = (
+            NEXT_UMEM_ID.fetch_add(1, Ordering::Relaxed),
+            NEXT_UMEM_ID.fetch_add(1, Ordering::Relaxed),
+        );
+        let frame = |umem, addr| RxFrame {
+            addr,
+            len: 60,
+            umem,
+        };
+        // Dropped as a panic would drop them: unwinding through their owner.
+        let r = std::panic::catch_unwind(|| {
+            let _held = [
+                frame(mine, 2048 + 256),
+                frame(other, 4096),
+                frame(mine, 256),
+            ];
+            panic!("worker failed");
+        });
+        assert!(r.is_err());
+        let mut back = reclaim(mine);
+        back.sort_unstable();
+        assert_eq!(back, vec![256, 2048 + 256]);
+        assert_eq!(reclaim(mine), Vec::<u64>::new(), "each frame once");
+        assert_eq!(reclaim(other), vec![4096]);
+    }
 
     #[test]
     fn descriptors_are_checked_against_the_umem() {
