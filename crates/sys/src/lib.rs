@@ -11,13 +11,13 @@
 //! lifetime to a guard whose `Drop` gives the memory back to the kernel.
 
 pub mod error;
-pub mod mmap;
+pub(crate) mod mmap;
 pub mod poll;
 pub mod privilege;
 pub mod process;
 pub mod rx_ring;
 pub mod socket;
-pub mod sockopt;
+pub(crate) mod sockopt;
 pub mod time;
 pub mod tx;
 pub mod xdp;

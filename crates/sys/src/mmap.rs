@@ -86,11 +86,6 @@ impl Mmap {
     pub fn len(&self) -> usize {
         self.len
     }
-
-    /// True for an empty mapping (never produced by [`Mmap::shared`]).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
 }
 
 impl Drop for Mmap {

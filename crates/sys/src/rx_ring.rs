@@ -129,6 +129,8 @@ impl RxRing {
     /// True when the kernel has retired block `i` to user space. Acquire: the block's
     /// contents, written before the kernel's status store, are visible after it.
     fn retired(&self, i: u32) -> bool {
+        // Pairs with the `smp_wmb()` before `prb_flush_block` stores TP_STATUS_USER in
+        // `prb_close_block` (https://github.com/torvalds/linux/blob/v6.6/net/packet/af_packet.c).
         self.status_word(i).load(Ordering::Acquire) & libc::TP_STATUS_USER != 0
     }
 
@@ -245,7 +247,9 @@ impl<'r> Block<'r> {
 
 impl Drop for Block<'_> {
     fn drop(&mut self) {
-        // Hand the block back; pairs with the kernel's read barrier before it reuses it.
+        // Hand the block back: our reads of it complete before the kernel sees it free.
+        // Pairs with `prb_dispatch_next_block`'s status check and the `smp_rmb()` at the
+        // start of `prb_open_block` (https://github.com/torvalds/linux/blob/v6.6/net/packet/af_packet.c).
         self.ring
             .status_word(self.index)
             .store(libc::TP_STATUS_KERNEL, Ordering::Release);

@@ -16,13 +16,16 @@
 //! after reading them, which the kernel pairs with an acquire load before reusing the
 //! slots. For the fill ring the roles swap: we write addresses, then store `producer` with
 //! `Release`; we load the kernel's `consumer` with `Acquire` before overwriting slots.
+//! The barrier labels (A)–(D) in the comments below are those of the table at the top of
+//! <https://github.com/torvalds/linux/blob/v6.6/net/xdp/xsk_queue.h>.
 
 use std::io;
 use std::mem::size_of;
+use std::mem::ManuallyDrop;
 use std::ops::Range;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::error::{Result, SysError};
 use crate::mmap::Mmap;
@@ -154,12 +157,45 @@ pub fn meta_span(addr: u64, frame_size: u32, umem_len: usize) -> Option<Range<us
     Some(start - 8..start)
 }
 
-/// A received frame, owned by user space until given back with [`Xsk::refill`].
+/// A received frame, owned by user space until given back with [`Xsk::refill`]. A frame
+/// dropped instead (a panic unwinding through a chunk) is not lost to its UMEM: its drop
+/// records it in [`LOST`] and its socket's next refill gives it back.
 #[derive(Debug, PartialEq, Eq)]
 pub struct RxFrame {
     addr: u64,
     len: u32,
     umem: usize,
+}
+
+/// Frames dropped without [`Xsk::refill`], as (UMEM id, address). Only the rare drop path
+/// takes the lock; a refill looks at [`ANY_LOST`] first.
+static LOST: Mutex<Vec<(usize, u64)>> = Mutex::new(Vec::new());
+
+/// True while [`LOST`] may hold frames. Relaxed: only a hint, the lock orders the list;
+/// a refill that misses a fresh `true` reclaims the frame at its next call.
+static ANY_LOST: AtomicBool = AtomicBool::new(false);
+
+impl Drop for RxFrame {
+    fn drop(&mut self) {
+        let mut lost = LOST.lock().unwrap_or_else(|e| e.into_inner());
+        lost.push((self.umem, self.addr));
+        ANY_LOST.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Takes the lost frames of UMEM `umem` out of [`LOST`].
+fn reclaim(umem: usize) -> Vec<u64> {
+    let mut lost = LOST.lock().unwrap_or_else(|e| e.into_inner());
+    let mut mine = Vec::new();
+    lost.retain(|&(id, addr)| {
+        let keep = id != umem;
+        if !keep {
+            mine.push(addr);
+        }
+        keep
+    });
+    ANY_LOST.store(!lost.is_empty(), Ordering::Relaxed);
+    mine
 }
 
 impl RxFrame {
@@ -398,6 +434,10 @@ impl Xsk {
     pub fn receive(&mut self, max: usize, out: &mut Vec<RxFrame>) -> usize {
         let r = &mut self.rx;
         if r.cached == r.local {
+            // (C): pairs with the kernel's release store of the RX producer (B),
+            // `smp_store_release` in `xskq_prod_submit`/`__xskq_prod_submit`
+            // (https://github.com/torvalds/linux/blob/v6.6/net/xdp/xsk_queue.h): the descriptors
+            // up to it are written before we read them.
             r.cached = r.index(r.producer).load(Ordering::Acquire);
         }
         let n = (r.cached.wrapping_sub(r.local) as usize).min(max);
@@ -422,6 +462,9 @@ impl Xsk {
         }
         if n > 0 {
             r.local = r.local.wrapping_add(n as u32);
+            // (D): our descriptor reads complete before the kernel sees the slots free;
+            // pairs with its load of the RX consumer (A) in `xskq_prod_nb_free`
+            // (https://github.com/torvalds/linux/blob/v6.6/net/xdp/xsk_queue.h).
             r.index(r.consumer).store(r.local, Ordering::Release);
         }
         n
@@ -432,11 +475,22 @@ impl Xsk {
     pub fn refill(&mut self, frames: impl IntoIterator<Item = RxFrame>) {
         for f in frames {
             assert_eq!(f.umem, self.umem.id, "RxFrame given back to another socket");
-            // The fill ring takes frame-aligned addresses.
-            self.spare
-                .push(f.addr - f.addr % u64::from(self.umem.frame_size));
+            // Given back here, so its drop (the lost-frame path) must not run.
+            let f = ManuallyDrop::new(f);
+            self.give_back(f.addr);
+        }
+        if ANY_LOST.load(Ordering::Relaxed) {
+            for addr in reclaim(self.umem.id) {
+                self.give_back(addr);
+            }
         }
         self.flush_spare();
+    }
+
+    fn give_back(&mut self, addr: u64) {
+        // The fill ring takes frame-aligned addresses.
+        self.spare
+            .push(addr - addr % u64::from(self.umem.frame_size));
     }
 
     fn flush_spare(&mut self) {
@@ -444,6 +498,11 @@ impl Xsk {
         let size = r.size();
         let mut free = size - r.local.wrapping_sub(r.cached);
         if (free as usize) < self.spare.len() {
+            // (A): pairs with the kernel's release store of the fill consumer (D),
+            // `smp_store_release` in `__xskq_cons_release`
+            // (https://github.com/torvalds/linux/blob/v6.6/net/xdp/xsk_queue.h): it has read the
+            // addresses of the slots we overwrite next. Acquire is stronger than the control
+            // dependency the kernel relies on, as in libxdp's `xsk_prod_nb_free`.
             r.cached = r.index(r.consumer).load(Ordering::Acquire);
             free = size - r.local.wrapping_sub(r.cached);
         }
@@ -463,12 +522,21 @@ impl Xsk {
         }
         if n > 0 {
             r.local = r.local.wrapping_add(n as u32);
+            // (B): the addresses are written before the kernel sees them; pairs with its
+            // `smp_load_acquire` of the fill producer (C) in `__xskq_cons_peek`
+            // (https://github.com/torvalds/linux/blob/v6.6/net/xdp/xsk_queue.h).
             r.index(r.producer).store(r.local, Ordering::Release);
         }
     }
 
     /// True when the kernel asks for a syscall to go on filling the RX ring.
     pub fn needs_wakeup(&self) -> bool {
+        // Relaxed: the kernel sets and clears the flag with plain stores and no barrier
+        // (`xsk_set_rx_need_wakeup`, `xsk_clear_rx_need_wakeup` in
+        // https://github.com/torvalds/linux/blob/v6.6/net/xdp/xsk.c), and it publishes no
+        // data: a stale value costs one needless wake-up syscall, or a wake-up late by at
+        // most the wait's timeout (capture threads always wait with one). libxdp's
+        // `xsk_ring_prod__needs_wakeup` reads it as plainly.
         self.fill.index(self.fill.flags).load(Ordering::Relaxed) & libc::XDP_RING_NEED_WAKEUP != 0
     }
 
@@ -496,9 +564,44 @@ impl Xsk {
     }
 }
 
+impl Drop for Xsk {
+    fn drop(&mut self) {
+        // Lost frames of this UMEM have no socket to go back to any more.
+        reclaim(self.umem.id);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dropped_frame_goes_back_to_its_own_umem_only() {
+        let (mine, other) = (
+            NEXT_UMEM_ID.fetch_add(1, Ordering::Relaxed),
+            NEXT_UMEM_ID.fetch_add(1, Ordering::Relaxed),
+        );
+        let frame = |umem, addr| RxFrame {
+            addr,
+            len: 60,
+            umem,
+        };
+        // Dropped as a panic would drop them: unwinding through their owner.
+        let r = std::panic::catch_unwind(|| {
+            let _held = [
+                frame(mine, 2048 + 256),
+                frame(other, 4096),
+                frame(mine, 256),
+            ];
+            panic!("worker failed");
+        });
+        assert!(r.is_err());
+        let mut back = reclaim(mine);
+        back.sort_unstable();
+        assert_eq!(back, vec![256, 2048 + 256]);
+        assert_eq!(reclaim(mine), Vec::<u64>::new(), "each frame once");
+        assert_eq!(reclaim(other), vec![4096]);
+    }
 
     #[test]
     fn descriptors_are_checked_against_the_umem() {

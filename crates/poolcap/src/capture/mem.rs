@@ -136,7 +136,7 @@ impl Source for MemSource {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::AtomicBool;
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
@@ -151,6 +151,7 @@ mod tests {
     use crate::capture::pool::PoolSize;
     use crate::capture::queue::WaitStrategy;
     use crate::capture::source::Source;
+    use crate::capture::threads::failpoint;
     use crate::capture::{CaptureConfig, CaptureReport, Engine, Input, Output};
 
     /// An output the test reads back once the engine is done.
@@ -192,9 +193,28 @@ mod tests {
         count: Option<u64>,
         load: u32,
     ) -> (CaptureReport, Vec<RecordedPacket>) {
-        let q = sources.len();
         let out = Shared::default();
-        let cfg = CaptureConfig {
+        let engine = Engine::start(
+            config(sources, count, load, &out),
+            Arc::new(AtomicBool::new(false)),
+            || Ok(()),
+        )
+        .expect("start");
+        let report = engine.run();
+        let bytes = out.0.lock().unwrap().clone();
+        let file = poolcap_format::read_bytes(&bytes).expect("output reads back");
+        (report, file.packets)
+    }
+
+    /// A capture of `sources` through `workers` workers (with `load`) into `out`.
+    fn config(
+        sources: Vec<MemSource>,
+        count: Option<u64>,
+        load: u32,
+        out: &Shared,
+    ) -> CaptureConfig {
+        let q = sources.len();
+        CaptureConfig {
             input: Input::Sources(
                 sources
                     .into_iter()
@@ -236,13 +256,48 @@ mod tests {
             },
             buddy_groups: vec![(0..q).collect()],
             status_every: None,
-        };
-        let engine =
-            Engine::start(cfg, Arc::new(AtomicBool::new(false)), || Ok(())).expect("start");
-        let report = engine.run();
-        let bytes = out.0.lock().unwrap().clone();
-        let file = poolcap_format::read_bytes(&bytes).expect("output reads back");
-        (report, file.packets)
+        }
+    }
+
+    #[test]
+    fn a_failed_spawn_stops_and_joins_every_thread_already_started() {
+        // Two capture threads, the writer, one worker: 4 spawns; each in turn fails.
+        for n in 0..4 {
+            let out = Shared::default();
+            let sources = (0..2)
+                .map(|q| MemSource::new(packets(q, 100_000), 64, Faults::default()))
+                .collect();
+            let stop = Arc::new(AtomicBool::new(false));
+            failpoint::fail_at(Some(n));
+            let err = Engine::start(
+                config(sources, None, 10, &out),
+                Arc::clone(&stop),
+                || Ok(()),
+            )
+            .expect_err("the injected spawn failure ends the start");
+            let spawned = failpoint::spawned();
+            failpoint::fail_at(None);
+            assert_eq!(spawned, n + 1, "no spawn after the failed one");
+            assert!(err.to_string().contains("injected spawn failure"), "{err}");
+            assert_eq!(
+                failpoint::running(),
+                0,
+                "spawn {n} failed: threads still run"
+            );
+            assert!(stop.load(Ordering::Relaxed), "the stop flag was raised");
+            // The writer's output (when it started) and every source went with their
+            // threads: only this test holds the output now.
+            assert_eq!(Arc::strong_count(&out.0), 1, "spawn {n}: output still held");
+        }
+        // The same configuration starts and runs when no spawn fails.
+        failpoint::fail_at(None);
+        let sources = (0..2)
+            .map(|q| MemSource::new(packets(q, 100), 64, Faults::default()))
+            .collect();
+        let (r, file) = run(sources, None, 10);
+        assert_eq!(failpoint::spawned(), 4, "{r:?}");
+        assert_eq!((r.captured, file.len()), (200, 200), "{r:?}");
+        assert_eq!(failpoint::running(), 0);
     }
 
     #[test]

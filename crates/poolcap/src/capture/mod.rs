@@ -36,17 +36,17 @@ pub mod queue;
 pub mod rotate;
 pub mod savefile;
 pub mod source;
+mod start;
+mod threads;
 pub mod worker;
 pub mod writer;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::thread::JoinHandle;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use crossbeam_queue::ArrayQueue;
-use poolcap_format::{FileFormat, IfStats, WriteError};
+use poolcap_format::FileFormat;
 use poolcap_sys::process::{cpu_time, CpuTime, Who};
 use poolcap_sys::rx_ring::RingGeometry;
 use poolcap_sys::socket::{ifindex, FanoutMode};
@@ -54,22 +54,17 @@ use poolcap_sys::SysError;
 use serde::{Deserialize, Serialize};
 
 use self::account::{QueueCounters, QueueStats};
-use self::backend::{BackendConfig, Opened, Setup};
-use self::doorbell::Doorbell;
-use self::end::{Budget, Cut};
+use self::backend::BackendConfig;
+use self::end::Budget;
 use self::link::{LinkEvent, LinkWatch};
 use self::policy::{group_of, PolicySpec};
 use self::pool::{Pool, PoolSize};
-use self::queue::{CaptureThread, Progress, WaitStrategy};
+use self::queue::WaitStrategy;
 use self::source::Source;
-use self::worker::{served_queues, Next, Worker};
-use self::writer::{BoxedOutput, FileWriter, WriterOutcome};
+use self::start::{check_memory, open_input, open_output, retire_tuning, Plan, Started};
+use self::threads::Threads;
+use self::writer::BoxedOutput;
 use crate::netdev;
-
-/// Block retire timeout when no analysis waits for packets (they are only counted, or only
-/// written to a file from one queue): blocks may fill for longer and wake the capture thread
-/// and the writer less often. tcpdump -w lets libpcap wait up to a second.
-const NO_ANALYSIS_RETIRE_MS: u32 = 50;
 
 /// How often the supervising thread looks at the stop flag and the counters.
 const SUPERVISOR_TICK: Duration = Duration::from_millis(50);
@@ -272,17 +267,10 @@ pub struct Engine {
     _xdp: Option<poolcap_sys::xdp::XdpRedirect>,
     pools: Arc<Vec<Arc<Pool>>>,
     counters: Arc<Vec<Arc<QueueCounters>>>,
-    captures: Vec<JoinHandle<Result<(), SysError>>>,
-    workers: Vec<JoinHandle<()>>,
-    writer: Option<JoinHandle<WriterOutcome>>,
+    threads: Threads,
     /// The writer's first error, printed by the supervisor as soon as it is set.
     write_failed: Arc<OnceLock<String>>,
-    forwarder: Option<(JoinHandle<()>, forward::AllForwardCounters)>,
-    captures_done: Arc<AtomicBool>,
-    workers_done: Arc<AtomicBool>,
-    worker_bells: Vec<Arc<Doorbell>>,
-    writer_bell: Arc<Doorbell>,
-    stop: Arc<AtomicBool>,
+    forward_counters: Option<forward::AllForwardCounters>,
     budget: Option<Arc<Budget>>,
     link: Option<LinkWatch>,
     if_before: Option<u64>,
@@ -298,6 +286,19 @@ impl std::fmt::Debug for Engine {
             .field("iface", &self.iface)
             .finish()
     }
+}
+
+/// The interface index of a live capture (None otherwise) and the number of queues.
+fn resolve_input(cfg: &CaptureConfig, input: &Input) -> Result<(Option<u32>, usize), CaptureError> {
+    Ok(match input {
+        Input::Live => {
+            let idx =
+                ifindex(&cfg.iface).map_err(|_| CaptureError::NoInterface(cfg.iface.clone()))?;
+            (Some(idx), cfg.queues.max(1))
+        }
+        Input::File { .. } => (None, 1),
+        Input::Sources(s) => (None, s.len().max(1)),
+    })
 }
 
 /// Frames the interface has seen in both directions (for the in-kernel filter's count).
@@ -351,341 +352,64 @@ impl Engine {
         after_open: impl FnOnce() -> Result<(), SysError>,
     ) -> Result<Self, CaptureError> {
         let input = std::mem::replace(&mut cfg.input, Input::Live);
-        let idx = match input {
-            Input::Live => Some(
-                ifindex(&cfg.iface).map_err(|_| CaptureError::NoInterface(cfg.iface.clone()))?,
-            ),
-            _ => None,
-        };
-        let q = match &input {
-            Input::Live => cfg.queues.max(1),
-            Input::File { .. } => 1,
-            Input::Sources(s) => s.len().max(1),
-        };
+        let (idx, q) = resolve_input(&cfg, &input)?;
         let records = cfg.output.as_ref().map(|(_, format)| *format);
-        let ring_bytes = if idx.is_some() {
-            cfg.ring.bytes() as u64
-        } else {
-            0
-        };
-        let need = q as u64 * (cfg.pool.for_records(records).bytes() + ring_bytes);
-        if let Some(avail) = crate::memlimit::available() {
-            if need > avail {
-                return Err(CaptureError::Memory {
-                    need_mib: need >> 20,
-                    avail_mib: avail >> 20,
-                });
-            }
-        }
+        check_memory(&cfg, q, records, idx.is_some())?;
         let groups: Vec<Vec<usize>> = (0..q).map(|i| group_of(&cfg.buddy_groups, i)).collect();
-        // When no analysis waits for packets, let blocks fill for longer, so the kernel wakes
-        // the capture thread less often (on veth, on the sender's CPU), and hand a chunk on
-        // as soon as the ring is empty rather than wake again to seal it. Not when a writer
-        // merges queues: an idle queue's watermark lags by twice the retire timeout.
-        // Never when forwarding: the retire timeout would become the forwarding latency.
-        let no_analysis = !cfg.in_place
-            && cfg.load == 0
-            && cfg.probe.is_none()
-            && fwd.is_none()
-            && (cfg.output.is_none() || q == 1);
-        let (ring, seal_after) = if no_analysis {
-            let retire = cfg.ring.retire_timeout_ms.max(NO_ANALYSIS_RETIRE_MS);
-            (
-                RingGeometry {
-                    retire_timeout_ms: retire,
-                    ..cfg.ring
-                },
-                Duration::ZERO,
-            )
-        } else {
-            (cfg.ring, cfg.seal_after)
-        };
+        let (ring, seal_after) = retire_tuning(&cfg, q, fwd.is_some());
         let capacity: Vec<usize> = groups.iter().map(|g| g.len() * cfg.pool.chunks).collect();
-        let local = |sources: Vec<Box<dyn Source>>, report: String| Opened {
-            pools: backend::copy_pools(cfg.pool, &capacity, records),
-            sources,
-            xdp: None,
-            kernel_filter: false,
-            report,
-        };
-        let opened = match (input, idx) {
-            (Input::File { path, speed }, _) => {
-                let filter = cfg
-                    .filter
-                    .as_deref()
-                    .map(filter::compile_user)
-                    .transpose()?;
-                let src = file::FileSource::open(&path, filter, speed)?;
-                local(vec![Box::new(src)], format!("reading {}", path.display()))
-            }
-            (Input::Sources(s), _) => local(s, "in-memory sources".into()),
-            (Input::Live, idx) => backend::open(
-                cfg.backend,
-                &Setup {
-                    iface: &cfg.iface,
-                    ifindex: idx.unwrap_or(0),
-                    queues: q,
-                    pool: cfg.pool,
-                    queue_capacity: capacity.clone(),
-                    ring,
-                    fanout: cfg.fanout,
-                    filter: cfg.filter.as_deref(),
-                    snaplen: cfg.snaplen,
-                    records,
-                },
-            )?,
-        };
-        let pools: Arc<Vec<Arc<Pool>>> = Arc::new(opened.pools);
-        let sockets = opened.sources;
-        let if_before = if opened.kernel_filter {
-            if_frames(&cfg.iface)
-        } else {
-            None
-        };
+        let opened = open_input(&cfg, input, idx, q, ring, &capacity)?;
+        let if_before = opened
+            .kernel_filter
+            .then(|| if_frames(&cfg.iface))
+            .flatten();
         // Create the file only now that the filter compiled and the sockets are open, so a
         // bad argument never truncates an existing file; write its header before capturing.
-        let output = match cfg.output {
-            Some((target, format)) => {
-                let spec = savefile::FileSpec {
-                    format,
-                    snaplen: cfg.snaplen,
-                    iface: cfg.iface.clone(),
-                    compress: cfg.compress,
-                    fsync: cfg.files.fsync,
-                    post_rotate: cfg.files.post_rotate.clone(),
-                };
-                let header = |e| CaptureError::Header(e);
-                Some(match target {
-                    Output::Stdout => {
-                        let w = spec.start(Box::new(std::io::stdout())).map_err(header)?;
-                        savefile::Savefiles::new(spec, w, None, None)
-                    }
-                    Output::Sink(s) => {
-                        let w = spec.start(s).map_err(header)?;
-                        savefile::Savefiles::new(spec, w, None, None)
-                    }
-                    Output::File(path) => {
-                        let rotation = cfg.files.rotate.rotates().then(|| {
-                            let now = std::time::SystemTime::now()
-                                .duration_since(std::time::UNIX_EPOCH)
-                                .map_or(0, |d| d.as_secs() as i64);
-                            rotate::Rotation::new(&path.to_string_lossy(), cfg.files.rotate, now)
-                        });
-                        let first = rotation.as_ref().map_or(path, |r| r.first_name());
-                        let w = match spec.open(&first) {
-                            Ok(w) => w,
-                            Err(WriteError::Io { source, .. }) => {
-                                return Err(CaptureError::Open {
-                                    path: first,
-                                    source,
-                                })
-                            }
-                            Err(e) => return Err(header(e)),
-                        };
-                        savefile::Savefiles::new(spec, w, Some(first), rotation)
-                    }
-                })
-            }
+        let output = match cfg.output.take() {
+            Some((target, format)) => Some(open_output(&cfg, target, format)?),
             None => None,
         };
         after_open()?;
-        let counters: Arc<Vec<Arc<QueueCounters>>> =
-            Arc::new((0..q).map(|_| Arc::new(QueueCounters::default())).collect());
-        let progress: Vec<Arc<Mutex<Progress>>> = (0..q)
-            .map(|_| Arc::new(Mutex::new(Progress::default())))
-            .collect();
-        // With no analysis load and no file nothing downstream reads packets: count them in
-        // place. `--inplace` runs the load there too. Either way no worker runs.
-        let in_place = match (cfg.in_place, cfg.load, output.is_none() && fwd.is_none()) {
-            (true, load, _) => Some(load),
-            (false, 0, true) if cfg.probe.is_none() => Some(0),
-            _ => None,
-        };
-        // Without an analysis load a worker would only pass chunks on: capture threads hand
-        // them straight to the file writer.
-        let total_chunks = q * cfg.pool.chunks.max(1);
-        let writer_input =
-            (output.is_some() || fwd.is_some()).then(|| Arc::new(ArrayQueue::new(total_chunks)));
-        let direct = writer_input
-            .clone()
-            .filter(|_| cfg.load == 0 && cfg.probe.is_none() && in_place.is_none());
-        let w = if in_place.is_some() || direct.is_some() {
-            0
-        } else {
-            cfg.workers.max(1)
-        };
-        // One bell per worker, listed under each queue it serves, and one for the writer.
-        let worker_bells: Vec<Arc<Doorbell>> = (0..w).map(|_| Arc::default()).collect();
-        let queue_bells: Arc<Vec<Vec<Arc<Doorbell>>>> = Arc::new(
-            (0..q)
-                .map(|queue| {
-                    (0..w)
-                        .filter(|&i| served_queues(i, w, q).contains(&queue))
-                        .map(|i| Arc::clone(&worker_bells[i]))
-                        .collect()
-                })
-                .collect(),
-        );
-        let writer_bell: Arc<Doorbell> = Arc::default();
-        let cut: Arc<Cut> = Arc::default();
-        let budget = cfg.count.map(|n| Arc::new(Budget::new(n)));
+        let pools: Arc<Vec<Arc<Pool>>> = Arc::new(opened.pools);
+        let plan = Plan::new(&cfg, q, output.is_some(), fwd.is_some());
         let link = idx.map(|i| LinkWatch::new(&cfg.iface, i));
         let link_down: Arc<AtomicBool> = link
             .as_ref()
             .map(|l| Arc::clone(&l.down))
             .unwrap_or_default();
-        let captures = sockets
-            .into_iter()
-            .enumerate()
-            .map(|(i, source)| {
-                let t = CaptureThread {
-                    queue: i,
-                    source,
-                    pool: Arc::clone(&pools[i]),
-                    pools: Arc::clone(&pools),
-                    counters: Arc::clone(&counters[i]),
-                    all_counters: Arc::clone(&counters),
-                    policy: cfg.policy.build(&groups[i]),
-                    progress: Arc::clone(&progress[i]),
-                    wait: cfg.wait,
-                    seal_after,
-                    snaplen: cfg.snaplen as usize,
-                    in_place,
-                    direct: direct.clone(),
-                    queue_bells: Arc::clone(&queue_bells),
-                    writer_bell: Arc::clone(&writer_bell),
-                    merged: output.is_some() && q > 1,
-                    stop: Arc::clone(&stop),
-                    cut: Arc::clone(&cut),
-                    budget: budget.clone(),
-                    link_down: Arc::clone(&link_down),
-                };
-                let cpus = cfg.cpus.clone();
-                std::thread::Builder::new()
-                    .name(format!("capture-{i}"))
-                    .spawn(move || {
-                        pin(&cpus, i);
-                        t.run()
-                    })
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| SysError {
-                call: "spawn",
-                what: "capture thread".into(),
-                source: e,
-            })?;
-        let write_failed: Arc<OnceLock<String>> = Arc::default();
-        let captures_done = Arc::new(AtomicBool::new(false));
-        let workers_done = Arc::new(AtomicBool::new(false));
-        let forwarder = match (fwd, &writer_input) {
-            (Some(setup), Some(input)) => {
-                let fw_counters: forward::AllForwardCounters =
-                    Arc::new((0..q).map(|_| Default::default()).collect());
-                let fw = forward::Forwarder {
-                    setup,
-                    input: Arc::clone(input),
-                    pools: Arc::clone(&pools),
-                    counters: Arc::clone(&fw_counters),
-                    workers_done: Arc::clone(&workers_done),
-                    bell: Arc::clone(&writer_bell),
-                };
-                let h = std::thread::Builder::new()
-                    .name("forwarder".into())
-                    .spawn(move || fw.run())
-                    .map_err(|e| SysError {
-                        call: "spawn",
-                        what: "forwarder thread".into(),
-                        source: e,
-                    })?;
-                Some((h, fw_counters))
-            }
-            _ => None,
+        let mut threads = Threads::new(
+            Arc::clone(&stop),
+            plan.worker_bells.clone(),
+            Arc::clone(&plan.writer_bell),
+        );
+        let started = Started {
+            cfg: &cfg,
+            plan: &plan,
+            pools: &pools,
+            q,
+            groups: &groups,
+            seal_after,
+            link_down: &link_down,
         };
-        let (next, writer) = match (output, writer_input) {
-            (Some(out), Some(input)) => {
-                let fw = FileWriter {
-                    out,
-                    input: Arc::clone(&input),
-                    pools: Arc::clone(&pools),
-                    progress: progress.clone(),
-                    workers_done: Arc::clone(&workers_done),
-                    limit: cfg.count,
-                    stop: Arc::clone(&stop),
-                    bell: Arc::clone(&writer_bell),
-                    batch_bytes: writer::BATCH_BYTES,
-                    failed: Arc::clone(&write_failed),
-                };
-                let stats_counters = Arc::clone(&counters);
-                let h = std::thread::Builder::new()
-                    .name("writer".into())
-                    .spawn(move || {
-                        fw.run(move || {
-                            let t = account::total(
-                                &stats_counters
-                                    .iter()
-                                    .enumerate()
-                                    .map(|(i, c)| c.snapshot(i))
-                                    .collect::<Vec<_>>(),
-                            );
-                            IfStats {
-                                received: t.captured,
-                                dropped: t.dropped_kernel + t.dropped_pool,
-                            }
-                        })
-                    })
-                    .map_err(|e| SysError {
-                        call: "spawn",
-                        what: "writer thread".into(),
-                        source: e,
-                    })?;
-                (Next::Write(input), Some(h))
+        let spawned = started.all(&mut threads, opened.sources, output, fwd);
+        let forward_counters = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                // Threads already running would go on capturing: stop and join them.
+                threads.stop_and_join();
+                return Err(e.into());
             }
-            // The forwarder takes the file writer's place.
-            (None, Some(input)) => (Next::Write(input), None),
-            _ => (Next::Recycle, None),
         };
-        let workers = (0..w)
-            .map(|i| {
-                let wk = Worker {
-                    queues: served_queues(i, w, q),
-                    pools: Arc::clone(&pools),
-                    stage: worker::Stage::new(cfg.load, cfg.probe.as_ref()),
-                    next: next.clone(),
-                    captures_done: Arc::clone(&captures_done),
-                    bell: Arc::clone(&worker_bells[i]),
-                    writer_bell: Arc::clone(&writer_bell),
-                };
-                let cpus = cfg.cpus.clone();
-                std::thread::Builder::new()
-                    .name(format!("worker-{i}"))
-                    .spawn(move || {
-                        pin(&cpus, q + i);
-                        wk.run()
-                    })
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| SysError {
-                call: "spawn",
-                what: "worker thread".into(),
-                source: e,
-            })?;
         Ok(Self {
             iface: cfg.iface,
             report: opened.report,
             _xdp: opened.xdp,
             pools,
-            counters,
-            captures,
-            workers,
-            writer,
-            write_failed,
-            forwarder,
-            captures_done,
-            workers_done,
-            worker_bells,
-            writer_bell,
-            stop,
-            budget,
+            counters: plan.counters,
+            threads,
+            write_failed: plan.write_failed,
+            forward_counters,
+            budget: plan.budget,
             link,
             if_before,
             duration: cfg.duration,
@@ -733,13 +457,16 @@ impl Engine {
                 )
             })
             .collect();
-        let forwarded = self.forwarder.as_ref().map_or_else(String::new, |(_, c)| {
-            let f = forward::ForwardStats::total(&forward::stats(now, c));
-            format!(
-                " | forwarded {} dropped: rule {} tx {}",
-                f.forwarded, f.dropped_by_rule, f.dropped_tx
-            )
-        });
+        let forwarded = self
+            .forward_counters
+            .as_ref()
+            .map_or_else(String::new, |c| {
+                let f = forward::ForwardStats::total(&forward::stats(now, c));
+                format!(
+                    " | forwarded {} dropped: rule {} tx {}",
+                    f.forwarded, f.dropped_by_rule, f.dropped_tx
+                )
+            });
         format!(
             "{:.1} kpps {:.1} Mbit/s | captured {} dropped: kernel {} pool {} | offloaded {} paused {} ms | pool {}{forwarded}",
             pps / 1e3,
@@ -756,6 +483,14 @@ impl Engine {
     /// Supervises until stopped, then drains every stage and returns the accounting, also
     /// when a stage failed (the failure is in the report).
     pub fn run(mut self) -> CaptureReport {
+        let (failure, error_printed) = self.supervise();
+        self.finish(failure, error_printed)
+    }
+
+    /// Watches the stop flag, the duration, the count, the link and the threads until one
+    /// ends the capture; returns a failure that ended it and whether a write error was
+    /// already printed.
+    fn supervise(&mut self) -> (Option<CaptureError>, bool) {
         let mut last_status = Instant::now();
         let mut prev = QueueStats::default();
         let mut error_printed = false;
@@ -776,7 +511,7 @@ impl Engine {
             let due = ticks.is_multiple_of(LINK_LOOK_TICKS) || l.down.load(Ordering::Relaxed);
             due.then(|| l.observe(l.look())).flatten()
         };
-        while !self.stop.load(Ordering::Relaxed) {
+        while !self.threads.stop.load(Ordering::Relaxed) {
             // A write error ends the writing, not the capture: say so at once, once.
             if let (false, Some(e)) = (error_printed, self.write_failed.get()) {
                 eprintln!("poolcap: {e}; capture goes on, packets are counted as not written");
@@ -804,7 +539,7 @@ impl Engine {
                 break;
             }
             let now = self.snapshot();
-            if self.captures.iter().any(JoinHandle::is_finished) {
+            if self.threads.a_capture_ended() {
                 break; // a capture thread failed; drain the others
             }
             if let Some(every) = self.status_every {
@@ -816,40 +551,15 @@ impl Engine {
                 }
             }
         }
-        self.stop.store(true, Ordering::Relaxed);
-        for (i, h) in self.captures.into_iter().enumerate() {
-            match h.join() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    failure = failure.or(Some(CaptureError::Thread {
-                        queue: i,
-                        source: e,
-                    }))
-                }
-                Err(_) => {
-                    failure = failure.or(Some(CaptureError::Thread {
-                        queue: i,
-                        source: SysError {
-                            call: "capture thread",
-                            what: "panicked".into(),
-                            source: std::io::Error::other("panic"),
-                        },
-                    }))
-                }
-            }
-        }
-        self.captures_done.store(true, Ordering::Release);
-        self.worker_bells.iter().for_each(|b| b.ring());
-        for h in self.workers {
-            let _ = h.join();
-        }
-        self.workers_done.store(true, Ordering::Release);
-        self.writer_bell.ring();
-        let outcome = self.writer.map(|h| h.join());
-        let forward_counters = self.forwarder.map(|(h, c)| {
-            let _ = h.join();
-            c
-        });
+        (failure, error_printed)
+    }
+
+    /// Stops and joins every thread, then builds the report.
+    fn finish(self, failure: Option<CaptureError>, error_printed: bool) -> CaptureReport {
+        let joined = self.threads.stop_and_join();
+        let failure = failure.or(joined.failure);
+        let outcome = joined.writer;
+        let forward_counters = self.forward_counters;
         let seconds = self.started.elapsed().as_secs_f64();
         let queues: Vec<QueueStats> = self
             .counters

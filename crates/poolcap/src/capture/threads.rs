@@ -1,0 +1,160 @@
+//! The engine's threads and their ordered stop, in one place, so that a capture that ends
+//! normally ([`super::Engine::run`]) and a start-up that fails half way (a spawn refused
+//! after some capture threads already run) stop the same way: capture threads first (they
+//! drain their sources up to the stop's cut), then workers, then the writer and the
+//! forwarder. Nothing is left running and every source and pool is released when
+//! [`Threads::stop_and_join`] returns.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use poolcap_sys::SysError;
+
+use super::doorbell::Doorbell;
+use super::writer::WriterOutcome;
+use super::CaptureError;
+
+/// The running threads and the signals that stop them.
+pub(super) struct Threads {
+    pub(super) captures: Vec<JoinHandle<Result<(), SysError>>>,
+    pub(super) workers: Vec<JoinHandle<()>>,
+    pub(super) writer: Option<JoinHandle<WriterOutcome>>,
+    pub(super) forwarder: Option<JoinHandle<()>>,
+    pub(super) stop: Arc<AtomicBool>,
+    pub(super) captures_done: Arc<AtomicBool>,
+    pub(super) workers_done: Arc<AtomicBool>,
+    pub(super) worker_bells: Vec<Arc<Doorbell>>,
+    pub(super) writer_bell: Arc<Doorbell>,
+}
+
+/// What the stopped threads left: the first capture thread failure and the writer's outcome.
+pub(super) struct Joined {
+    pub(super) failure: Option<CaptureError>,
+    pub(super) writer: Option<std::thread::Result<WriterOutcome>>,
+}
+
+impl Threads {
+    /// No threads yet; `stop` and the bells are those the threads will be given.
+    pub(super) fn new(
+        stop: Arc<AtomicBool>,
+        worker_bells: Vec<Arc<Doorbell>>,
+        writer_bell: Arc<Doorbell>,
+    ) -> Self {
+        Self {
+            captures: Vec::new(),
+            workers: Vec::new(),
+            writer: None,
+            forwarder: None,
+            stop,
+            captures_done: Arc::default(),
+            workers_done: Arc::default(),
+            worker_bells,
+            writer_bell,
+        }
+    }
+
+    /// True once a capture thread has ended (it failed: they run until the stop).
+    pub(super) fn a_capture_ended(&self) -> bool {
+        self.captures.iter().any(JoinHandle::is_finished)
+    }
+
+    /// Stops every thread in pipeline order and joins it.
+    pub(super) fn stop_and_join(self) -> Joined {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut failure = None;
+        for (queue, h) in self.captures.into_iter().enumerate() {
+            let source = match h.join() {
+                Ok(Ok(())) => continue,
+                Ok(Err(e)) => e,
+                Err(_) => SysError {
+                    call: "capture thread",
+                    what: "panicked".into(),
+                    source: std::io::Error::other("panic"),
+                },
+            };
+            failure = failure.or(Some(CaptureError::Thread { queue, source }));
+        }
+        // Release pairs with the workers' Acquire: every chunk the capture threads sealed
+        // is in a queue before a worker sees `captures_done`.
+        self.captures_done.store(true, Ordering::Release);
+        self.worker_bells.iter().for_each(|b| b.ring());
+        for h in self.workers {
+            let _ = h.join();
+        }
+        self.workers_done.store(true, Ordering::Release);
+        self.writer_bell.ring();
+        let writer = self.writer.map(JoinHandle::join);
+        if let Some(h) = self.forwarder {
+            let _ = h.join();
+        }
+        Joined { failure, writer }
+    }
+}
+
+/// Spawns the thread `name` running `f`; `what` names it in the error.
+pub(super) fn spawn<T: Send + 'static>(
+    name: String,
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<JoinHandle<T>, SysError> {
+    let err = |source| SysError {
+        call: "spawn",
+        what: what.into(),
+        source,
+    };
+    #[cfg(test)]
+    let f = {
+        failpoint::check().map_err(err)?;
+        let alive = failpoint::alive();
+        move || {
+            let _alive = alive;
+            f()
+        }
+    };
+    std::thread::Builder::new().name(name).spawn(f).map_err(err)
+}
+
+/// Test hook: makes the Nth spawn of the calling thread fail, and tracks whether the threads
+/// it spawned have ended (each holds a clone of one token while it runs). Per calling
+/// thread, so tests running in parallel do not see each other's spawns.
+#[cfg(test)]
+pub(crate) mod failpoint {
+    use std::cell::{Cell, RefCell};
+    use std::sync::Arc;
+
+    thread_local! {
+        static FAIL_AT: Cell<Option<usize>> = const { Cell::new(None) };
+        static SPAWNED: Cell<usize> = const { Cell::new(0) };
+        static ALIVE: RefCell<Arc<()>> = RefCell::new(Arc::new(()));
+    }
+
+    /// From now on, spawn number `n` (counting from 0) fails; `None`: none fails.
+    pub(in crate::capture) fn fail_at(n: Option<usize>) {
+        FAIL_AT.set(n);
+        SPAWNED.set(0);
+    }
+
+    /// Spawns attempted since [`fail_at`].
+    pub(in crate::capture) fn spawned() -> usize {
+        SPAWNED.get()
+    }
+
+    /// Threads spawned from this thread that are still running.
+    pub(in crate::capture) fn running() -> usize {
+        ALIVE.with_borrow(|a| Arc::strong_count(a) - 1)
+    }
+
+    pub(super) fn check() -> std::io::Result<()> {
+        let n = SPAWNED.get();
+        SPAWNED.set(n + 1);
+        if FAIL_AT.get() == Some(n) {
+            return Err(std::io::Error::other("injected spawn failure"));
+        }
+        Ok(())
+    }
+
+    pub(super) fn alive() -> Arc<()> {
+        ALIVE.with_borrow(Arc::clone)
+    }
+}
