@@ -20,6 +20,7 @@ use super::peer::{self, Generator, Traffic};
 use super::point::{set_rps, Bench, Point, Record, Subject};
 use super::progress::Progress;
 use super::report::{self, Machine, Row};
+use super::sampler;
 use super::stats::Spread;
 use super::suites::{self, Calibration, CalibrationKind, Scale, Suite, Text};
 
@@ -313,13 +314,20 @@ pub struct Rendered {
     pub figures: Vec<(Figure, Result<(), String>)>,
 }
 
-/// Rebuilds `results.csv`, the figures and `summary.md` of a result directory from its
-/// `meta.json` and `raw.jsonl`.
+/// Rebuilds `results.csv`, `samples.csv` (runs that sampled the tool), the figures and
+/// `summary.md` of a result directory from its `meta.json` and `raw.jsonl`.
 pub fn render(dir: &Path) -> anyhow::Result<Rendered> {
     let meta = Meta::read(dir)?;
     let records = report::read_raw(&dir.join("raw.jsonl"))?;
     let rows = report::aggregate(&records);
     report::write_csv(&dir.join("results.csv"), meta.suite.name(), &rows)?;
+    let sampled = records.iter().filter(|r| !r.samples.is_empty());
+    if sampled.clone().next().is_some() {
+        sampler::write_csv(
+            &dir.join("samples.csv"),
+            sampled.map(|r| (r.point.as_str(), r.subject.as_str(), r.run, &r.samples[..])),
+        )?;
+    }
     let text = suites::text(&meta, &rows);
     let figures = suites::figures(&meta, &rows)
         .into_iter()

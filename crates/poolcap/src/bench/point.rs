@@ -34,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use super::child::{Finished, Running, TICKS_PER_SECOND};
 use super::filecount::count_file;
 use super::peer::{self, CaptureSpec, Counts, Generator, Sent, Tool, Traffic};
+use super::sampler::{Sample, Sampler};
 use super::stats::{spacing, Spacing};
 
 /// The CPU the generator is pinned to.
@@ -138,6 +139,8 @@ pub struct Point {
     pub syscalls: bool,
     /// rps_cpus of the probe for this point (on: the tool's CPU), overriding the suite's.
     pub rps: Option<bool>,
+    /// Sample the tool's memory, open files and threads this often while it runs.
+    pub sample_every: Option<Duration>,
 }
 
 impl Point {
@@ -150,6 +153,7 @@ impl Point {
             spacing: false,
             syscalls: false,
             rps: None,
+            sample_every: None,
         }
     }
 }
@@ -234,6 +238,9 @@ pub struct Record {
     pub wall_s: f64,
     /// Share of all CPUs busy just before the run (others' work on a shared machine).
     pub busy_before: Option<f64>,
+    /// The tool's memory, open files and threads over the run (points that sample them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples: Vec<Sample>,
     /// Why the run failed.
     pub error: Option<String>,
 }
@@ -348,6 +355,7 @@ impl Bench<'_> {
             involuntary_switches: None,
             wall_s: 0.0,
             busy_before,
+            samples: Vec::new(),
             error: None,
         };
         let file = self.scratch.join("capture.pcap");
@@ -396,6 +404,10 @@ impl Bench<'_> {
             (Some((_, r)), true) => Some(self.start_perf(&r.pids())?),
             _ => None,
         };
+        let sampler = match (&tool, point.sample_every) {
+            (Some((_, r)), Some(every)) => Some(Sampler::start(r.pid(), every)),
+            _ => None,
+        };
         let cpu_before = tool.as_ref().and_then(|(_, r)| r.cpu_ticks());
         let sw_before = tool.as_ref().and_then(|(_, r)| r.switches());
 
@@ -428,6 +440,7 @@ impl Bench<'_> {
             return Ok(());
         };
         std::thread::sleep(self.drain);
+        rec.samples = sampler.map(Sampler::finish).unwrap_or_default();
         let cpu_after = tool.cpu_ticks();
         let sw_after = tool.switches();
         if let Some(p) = perf {
@@ -452,7 +465,8 @@ impl Bench<'_> {
             rec.involuntary_switches = Some(b.1.saturating_sub(a.1));
         }
         rec.counts = Some(spec.tool.parse(&fin.text, &stats)?);
-        if spec.write {
+        // A rotated set has no one file to count (and -W overwrote its oldest files).
+        if spec.write && spec.rotate.is_none() {
             let f = count_file(file, spec.compress.as_deref(), point.spacing)
                 .with_context(|| format!("cannot read {}'s file", spec.tool.name()))?;
             rec.in_file = Some(f.packets);

@@ -24,7 +24,7 @@ pub enum Target {
     Report,
 }
 
-const TARGETS: [Target; 12] = [
+const TARGETS: [Target; 13] = [
     Target::Suite(Suite::Gen),
     Target::Suite(Suite::Capture),
     Target::Suite(Suite::Burst),
@@ -35,6 +35,7 @@ const TARGETS: [Target; 12] = [
     Target::Suite(Suite::Wait),
     Target::Suite(Suite::Backends),
     Target::Suite(Suite::Disk),
+    Target::Suite(Suite::Soak),
     Target::All,
     Target::Report,
 ];
@@ -73,6 +74,9 @@ impl ValueEnum for Target {
              64/512/1514 B/imix, top speed and fixed rates, rps off/on, pcap/pcapng, zstd:1;
              loss, CPU per packet, MB/s; full runs write >= 3 GB per run and one point > 20 GB
              against the disk's dd oflag=direct limit (needs about 25 GB free in /var/tmp)
+  soak       10 minutes (30 s with --quick) at 80% of the generator's top rate, writing with
+             -C 100 -W 5 under /var/tmp; RSS, open files and threads sampled from /proc into
+             samples.csv; reports growth after warm-up and the accounting equation
   all        every suite (sizes with --rps), then `report`
   report     rebuild BENCHMARKS.md and docs/bench/*.png from the latest result of each suite
 
