@@ -299,6 +299,25 @@ fn busy_share(window: Duration) -> Option<f64> {
     (t1 > t0).then(|| (b1 - b0) as f64 / (t1 - t0) as f64)
 }
 
+/// Removes `file` and the files a rotation wrote beside it (`capture.pcap0`, `capture.pcap1`,
+/// ...), so a soak's rotated set does not stay on disk until the bench ends.
+fn remove_with_rotated(file: &Path) {
+    let _ = std::fs::remove_file(file);
+    let (Some(dir), Some(name)) = (file.parent(), file.file_name().and_then(|n| n.to_str())) else {
+        return;
+    };
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let rotated = e
+            .file_name()
+            .to_str()
+            .and_then(|n| n.strip_prefix(name))
+            .is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|c| c.is_ascii_digit()));
+        if rotated {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 fn check_exit(name: &str, f: &Finished) -> anyhow::Result<()> {
     if !f.status.success() {
         let tail: Vec<&str> = f.text.lines().filter(|l| !peer::is_noise(l)).collect();
@@ -362,7 +381,7 @@ impl Bench<'_> {
         if let Err(e) = rps_set.and_then(|()| self.measure(point, subject, &file, &mut rec)) {
             rec.error = Some(format!("{e:#}"));
         }
-        let _ = std::fs::remove_file(&file);
+        remove_with_rotated(&file);
         rec.wall_s = started.elapsed().as_secs_f64();
         rec
     }
