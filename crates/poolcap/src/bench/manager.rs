@@ -33,6 +33,8 @@ pub struct Options {
     pub scale: Scale,
     /// Runs per point and subject.
     pub runs: usize,
+    /// soak only: minutes of capture instead of the scale's.
+    pub minutes: Option<f64>,
     /// Set the probe's rps_cpus to the tool's CPU.
     pub rps: bool,
     /// Output directory.
@@ -213,7 +215,10 @@ fn run_in(
     let mut log = report::RawLog::create(&opts.out.join("raw.jsonl"))?;
     let mut records = Vec::new();
     meta.calibration = calibrate(&b, opts, &mut log, &mut records)?;
-    let plan = suites::plan(opts.suite, opts.scale, &meta.calibration);
+    let plan = match (opts.suite, opts.minutes) {
+        (Suite::Soak, Some(m)) => suites::soak::plan_for(m * 60.0, &meta.calibration),
+        _ => suites::plan(opts.suite, opts.scale, &meta.calibration),
+    };
     let mut points = plan.points;
     meta.notes = plan.notes;
     let mut skipped = BTreeSet::new();

@@ -29,24 +29,30 @@ pub const ROTATE_MB: u64 = 100;
 /// ... and this many files kept.
 pub const ROTATE_FILES: u32 = 5;
 
-/// Seconds of sending and the sampling period at `scale`.
-fn length(scale: Scale) -> (f64, Duration) {
-    scale.pick(
-        (4.0, Duration::from_millis(500)),
-        (30.0, Duration::from_secs(2)),
-        (600.0, Duration::from_secs(5)),
-    )
+/// The sampling period of a run of `seconds`: about 120 samples, between 0.5 and 5 s apart.
+fn period(seconds: f64) -> Duration {
+    Duration::from_secs_f64((seconds / 120.0).clamp(0.5, 5.0))
 }
 
-/// The one point: poolcap writing a rotated set at 80% of the top rate.
+/// The one point at `scale`: 4 s (smoke), 30 s (quick) or 10 minutes.
 pub fn plan(scale: Scale, cal: &Calibration) -> Plan {
-    let (seconds, every) = length(scale);
-    // A smoke run has no calibration (the assumed top speed may be far above what a busy
-    // shared machine sends): a modest fixed rate keeps it short and honest.
-    let rate = match scale {
-        Scale::Smoke => 50_000,
-        _ => (cal.top() * RATE_SHARE).round() as u64,
-    };
+    match scale {
+        // A smoke run has no calibration (the assumed top speed may be far above what a busy
+        // shared machine sends): a modest fixed rate keeps it short and honest.
+        Scale::Smoke => point(4.0, 50_000, cal),
+        Scale::Quick => plan_for(30.0, cal),
+        Scale::Full => plan_for(600.0, cal),
+    }
+}
+
+/// The one point of a soak of `seconds` at 80% of the calibrated top rate (`--minutes`).
+pub fn plan_for(seconds: f64, cal: &Calibration) -> Plan {
+    point(seconds, (cal.top() * RATE_SHARE).round() as u64, cal)
+}
+
+/// poolcap writing a rotated set at `rate` pps for `seconds`.
+fn point(seconds: f64, rate: u64, cal: &Calibration) -> Plan {
+    let every = period(seconds);
     let mut capture = spec(Tool::Poolcap, BUFFER_KIB, true);
     capture.rotate = Some((ROTATE_MB, ROTATE_FILES));
     let mut point = Point::new(
@@ -157,9 +163,15 @@ mod tests {
         let p = &plan(Scale::Quick, &cal).points[0];
         assert_eq!(p.traffic.rate, Some(400_000));
         assert_eq!(p.traffic.count, 12_000_000);
-        assert_eq!(p.sample_every, Some(Duration::from_secs(2)));
+        assert_eq!(p.sample_every, Some(Duration::from_millis(500)));
         let c = p.subjects[0].capture.as_ref().unwrap();
         assert!(c.write && c.rotate == Some((100, 5)));
-        assert_eq!(plan(Scale::Full, &cal).points[0].traffic.count, 240_000_000);
+        let full = &plan(Scale::Full, &cal).points[0];
+        assert_eq!(full.traffic.count, 240_000_000);
+        assert_eq!(full.sample_every, Some(Duration::from_secs(5)));
+        assert_eq!(
+            plan_for(3600.0, &cal).points[0].traffic.count,
+            1_440_000_000
+        );
     }
 }
