@@ -136,7 +136,11 @@ fn headline(rows: &[Row]) -> String {
         .filter(|(_, g)| *g)
         .map(|(k, _)| *k)
         .collect::<Vec<_>>();
-    let loss = rows.first().and_then(|r| r.median("loss"));
+    // The calibration's rows (generator alone) have no loss: take the capture's.
+    let loss = rows
+        .iter()
+        .find(|r| r.capture.is_some())
+        .and_then(|r| r.median("loss"));
     format!(
         "{}; loss {}, unaccounted {}.",
         if grew.is_empty() {
