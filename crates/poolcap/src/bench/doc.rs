@@ -24,6 +24,9 @@ pub fn title(s: Suite) -> &'static str {
         Suite::Wait => "Wait strategies: syscalls per packet (Braun et al., 4.3)",
         Suite::Backends => "AF_XDP (copy mode on veth) vs AF_PACKET (issue 5)",
         Suite::Disk => "Writing to disk: loss, CPU, MB/s, sustained rate (issue 13)",
+        Suite::Soak => {
+            "Soak: growth of memory, open files, threads over a long rotated capture (issue 12.11)"
+        }
     }
 }
 

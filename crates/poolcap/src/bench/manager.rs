@@ -20,6 +20,7 @@ use super::peer::{self, Generator, Traffic};
 use super::point::{set_rps, Bench, Point, Record, Subject};
 use super::progress::Progress;
 use super::report::{self, Machine, Row};
+use super::sampler;
 use super::stats::Spread;
 use super::suites::{self, Calibration, CalibrationKind, Scale, Suite, Text};
 
@@ -32,6 +33,8 @@ pub struct Options {
     pub scale: Scale,
     /// Runs per point and subject.
     pub runs: usize,
+    /// soak only: minutes of capture instead of the scale's.
+    pub minutes: Option<f64>,
     /// Set the probe's rps_cpus to the tool's CPU.
     pub rps: bool,
     /// Output directory.
@@ -212,7 +215,10 @@ fn run_in(
     let mut log = report::RawLog::create(&opts.out.join("raw.jsonl"))?;
     let mut records = Vec::new();
     meta.calibration = calibrate(&b, opts, &mut log, &mut records)?;
-    let plan = suites::plan(opts.suite, opts.scale, &meta.calibration);
+    let plan = match (opts.suite, opts.minutes) {
+        (Suite::Soak, Some(m)) => suites::soak::plan_for(m * 60.0, &meta.calibration),
+        _ => suites::plan(opts.suite, opts.scale, &meta.calibration),
+    };
     let mut points = plan.points;
     meta.notes = plan.notes;
     let mut skipped = BTreeSet::new();
@@ -313,13 +319,20 @@ pub struct Rendered {
     pub figures: Vec<(Figure, Result<(), String>)>,
 }
 
-/// Rebuilds `results.csv`, the figures and `summary.md` of a result directory from its
-/// `meta.json` and `raw.jsonl`.
+/// Rebuilds `results.csv`, `samples.csv` (runs that sampled the tool), the figures and
+/// `summary.md` of a result directory from its `meta.json` and `raw.jsonl`.
 pub fn render(dir: &Path) -> anyhow::Result<Rendered> {
     let meta = Meta::read(dir)?;
     let records = report::read_raw(&dir.join("raw.jsonl"))?;
     let rows = report::aggregate(&records);
     report::write_csv(&dir.join("results.csv"), meta.suite.name(), &rows)?;
+    let sampled = records.iter().filter(|r| !r.samples.is_empty());
+    if sampled.clone().next().is_some() {
+        sampler::write_csv(
+            &dir.join("samples.csv"),
+            sampled.map(|r| (r.point.as_str(), r.subject.as_str(), r.run, &r.samples[..])),
+        )?;
+    }
     let text = suites::text(&meta, &rows);
     let figures = suites::figures(&meta, &rows)
         .into_iter()

@@ -13,7 +13,8 @@
 //! - [`point`] and [`child`]: the agents — one measured run (start the tool in the probe
 //!   namespace, wait for its ready line, send from CPU 0, drain, read its CPU time, context
 //!   switches and syscalls, SIGINT, collect), with every child killed if anything goes wrong;
-//!   [`filecount`] counts what a tool really wrote, streaming files of any size;
+//!   [`filecount`] counts what a tool really wrote, streaming files of any size; [`sampler`]
+//!   reads a running tool's memory, open files and threads from `/proc` (soak runs);
 //! - [`peer`]: how to start each tool and read its final counts (recorded outputs are its
 //!   unit tests);
 //! - [`stats`], [`report`], [`figure`] and [`doc`]: the formatters — min / median / max over
@@ -34,6 +35,7 @@ pub mod peer;
 pub mod point;
 pub mod progress;
 pub mod report;
+pub mod sampler;
 pub mod stats;
 pub mod suites;
 

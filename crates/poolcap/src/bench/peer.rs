@@ -99,6 +99,9 @@ pub struct CaptureSpec {
     pub cpus: Option<String>,
     /// CPUs the whole process may run on (`taskset -c`); default the tool CPU.
     pub taskset: Option<String>,
+    /// poolcap only, when writing: rotate files as tcpdump's `-C MB -W FILES`.
+    #[serde(default)]
+    pub rotate: Option<(u64, u32)>,
 }
 
 impl CaptureSpec {
@@ -123,6 +126,7 @@ impl CaptureSpec {
             inplace: false,
             cpus: None,
             taskset: None,
+            rotate: None,
         }
     }
 
@@ -267,6 +271,9 @@ impl Tool {
                 if let (Some(c), true) = (&spec.compress, spec.write) {
                     push(&["--compress", c]);
                 }
+                if let (Some((mb, files)), true) = (spec.rotate, spec.write) {
+                    push(&["-C", &mb.to_string(), "-W", &files.to_string()]);
+                }
                 if let Some(s) = &snaplen {
                     push(&["-s", s]);
                 }
@@ -405,7 +412,7 @@ fn parse_poolcap_stats(text: &str) -> anyhow::Result<Counts> {
         ("dropped_pool".to_owned(), pool as f64),
         ("filtered".to_owned(), num("filtered")? as f64),
     ]);
-    for k in ["written", "not_written"] {
+    for k in ["written", "not_written", "not_taken"] {
         if let Some(x) = v.get(k).and_then(serde_json::Value::as_u64) {
             extra.insert(k.to_owned(), x as f64);
         }

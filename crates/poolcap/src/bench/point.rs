@@ -34,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use super::child::{Finished, Running, TICKS_PER_SECOND};
 use super::filecount::count_file;
 use super::peer::{self, CaptureSpec, Counts, Generator, Sent, Tool, Traffic};
+use super::sampler::{Sample, Sampler};
 use super::stats::{spacing, Spacing};
 
 /// The CPU the generator is pinned to.
@@ -138,6 +139,8 @@ pub struct Point {
     pub syscalls: bool,
     /// rps_cpus of the probe for this point (on: the tool's CPU), overriding the suite's.
     pub rps: Option<bool>,
+    /// Sample the tool's memory, open files and threads this often while it runs.
+    pub sample_every: Option<Duration>,
 }
 
 impl Point {
@@ -150,6 +153,7 @@ impl Point {
             spacing: false,
             syscalls: false,
             rps: None,
+            sample_every: None,
         }
     }
 }
@@ -234,6 +238,9 @@ pub struct Record {
     pub wall_s: f64,
     /// Share of all CPUs busy just before the run (others' work on a shared machine).
     pub busy_before: Option<f64>,
+    /// The tool's memory, open files and threads over the run (points that sample them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples: Vec<Sample>,
     /// Why the run failed.
     pub error: Option<String>,
 }
@@ -292,6 +299,25 @@ fn busy_share(window: Duration) -> Option<f64> {
     (t1 > t0).then(|| (b1 - b0) as f64 / (t1 - t0) as f64)
 }
 
+/// Removes `file` and the files a rotation wrote beside it (`capture.pcap0`, `capture.pcap1`,
+/// ...), so a soak's rotated set does not stay on disk until the bench ends.
+fn remove_with_rotated(file: &Path) {
+    let _ = std::fs::remove_file(file);
+    let (Some(dir), Some(name)) = (file.parent(), file.file_name().and_then(|n| n.to_str())) else {
+        return;
+    };
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let rotated = e
+            .file_name()
+            .to_str()
+            .and_then(|n| n.strip_prefix(name))
+            .is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|c| c.is_ascii_digit()));
+        if rotated {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 fn check_exit(name: &str, f: &Finished) -> anyhow::Result<()> {
     if !f.status.success() {
         let tail: Vec<&str> = f.text.lines().filter(|l| !peer::is_noise(l)).collect();
@@ -348,13 +374,14 @@ impl Bench<'_> {
             involuntary_switches: None,
             wall_s: 0.0,
             busy_before,
+            samples: Vec::new(),
             error: None,
         };
         let file = self.scratch.join("capture.pcap");
         if let Err(e) = rps_set.and_then(|()| self.measure(point, subject, &file, &mut rec)) {
             rec.error = Some(format!("{e:#}"));
         }
-        let _ = std::fs::remove_file(&file);
+        remove_with_rotated(&file);
         rec.wall_s = started.elapsed().as_secs_f64();
         rec
     }
@@ -396,6 +423,10 @@ impl Bench<'_> {
             (Some((_, r)), true) => Some(self.start_perf(&r.pids())?),
             _ => None,
         };
+        let sampler = match (&tool, point.sample_every) {
+            (Some((_, r)), Some(every)) => Some(Sampler::start(r.pid(), every)),
+            _ => None,
+        };
         let cpu_before = tool.as_ref().and_then(|(_, r)| r.cpu_ticks());
         let sw_before = tool.as_ref().and_then(|(_, r)| r.switches());
 
@@ -428,6 +459,7 @@ impl Bench<'_> {
             return Ok(());
         };
         std::thread::sleep(self.drain);
+        rec.samples = sampler.map(Sampler::finish).unwrap_or_default();
         let cpu_after = tool.cpu_ticks();
         let sw_after = tool.switches();
         if let Some(p) = perf {
@@ -452,7 +484,8 @@ impl Bench<'_> {
             rec.involuntary_switches = Some(b.1.saturating_sub(a.1));
         }
         rec.counts = Some(spec.tool.parse(&fin.text, &stats)?);
-        if spec.write {
+        // A rotated set has no one file to count (and -W overwrote its oldest files).
+        if spec.write && spec.rotate.is_none() {
             let f = count_file(file, spec.compress.as_deref(), point.spacing)
                 .with_context(|| format!("cannot read {}'s file", spec.tool.name()))?;
             rec.in_file = Some(f.packets);

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::peer::{CaptureSpec, Traffic};
 use super::point::Record;
+use super::sampler::growth;
 use super::stats::Spread;
 
 /// Appends records to `raw.jsonl` as they come.
@@ -136,12 +137,13 @@ fn kernel_drop(r: &Record) -> Option<f64> {
     of_offered(r, d)
 }
 
-/// offered − captured − dropped − filtered, as the tool counts them: 0 when the accounting
-/// equation holds.
+/// offered − captured − dropped − filtered − not_taken, as the tool counts them: 0 when the
+/// accounting equation holds.
 fn unaccounted(r: &Record) -> Option<f64> {
     let c = r.counts.as_ref()?;
     let offered = r.sent.as_ref()?.frames as f64;
-    Some(offered - c.captured as f64 - c.dropped as f64 - extra(r, "filtered").unwrap_or(0.0))
+    let [filtered, not_taken] = ["filtered", "not_taken"].map(|k| extra(r, k).unwrap_or(0.0));
+    Some(offered - c.captured as f64 - c.dropped as f64 - filtered - not_taken)
 }
 
 /// Bytes of the written file (compressed, if so) per second of sending, in MB/s: what the
@@ -347,6 +349,27 @@ pub const METRICS: &[Metric] = &[
         show: n0,
     },
     Metric {
+        key: "rss_growth_kib",
+        title: "RSS growth after warm-up KiB",
+        better: Better::Lower,
+        get: |r| Some(growth(&r.samples)?.rss_kib as f64),
+        show: n0,
+    },
+    Metric {
+        key: "fds_change",
+        title: "open files max − min",
+        better: Better::Lower,
+        get: |r| growth(&r.samples).map(|g| (g.fds.1 - g.fds.0) as f64),
+        show: n0,
+    },
+    Metric {
+        key: "threads_change",
+        title: "threads max − min",
+        better: Better::Lower,
+        get: |r| growth(&r.samples).map(|g| (g.threads.1 - g.threads.0) as f64),
+        show: n0,
+    },
+    Metric {
         key: "busy_before",
         title: "machine busy before",
         better: Better::Lower,
@@ -439,7 +462,8 @@ pub fn aggregate(records: &[Record]) -> Vec<Row> {
         .collect()
 }
 
-fn csv_field(s: &str) -> String {
+/// A CSV field, quoted when it must be.
+pub fn csv_field(s: &str) -> String {
     if s.contains([',', '"', '\n']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
@@ -720,6 +744,7 @@ mod tests {
             involuntary_switches: Some(0),
             wall_s: 1.0,
             busy_before: None,
+            samples: Vec::new(),
             error: None,
         }
     }

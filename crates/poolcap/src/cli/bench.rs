@@ -24,7 +24,7 @@ pub enum Target {
     Report,
 }
 
-const TARGETS: [Target; 12] = [
+const TARGETS: [Target; 13] = [
     Target::Suite(Suite::Gen),
     Target::Suite(Suite::Capture),
     Target::Suite(Suite::Burst),
@@ -35,6 +35,7 @@ const TARGETS: [Target; 12] = [
     Target::Suite(Suite::Wait),
     Target::Suite(Suite::Backends),
     Target::Suite(Suite::Disk),
+    Target::Suite(Suite::Soak),
     Target::All,
     Target::Report,
 ];
@@ -73,6 +74,9 @@ impl ValueEnum for Target {
              64/512/1514 B/imix, top speed and fixed rates, rps off/on, pcap/pcapng, zstd:1;
              loss, CPU per packet, MB/s; full runs write >= 3 GB per run and one point > 20 GB
              against the disk's dd oflag=direct limit (needs about 25 GB free in /var/tmp)
+  soak       10 minutes (30 s with --quick) at 80% of the generator's top rate, writing with
+             -C 100 -W 5 under /var/tmp; RSS, open files and threads sampled from /proc into
+             samples.csv; reports growth after warm-up and the accounting equation
   all        every suite (sizes with --rps), then `report`
   report     rebuild BENCHMARKS.md and docs/bench/*.png from the latest result of each suite
 
@@ -83,6 +87,7 @@ put a second worker on CPU 0 and say so). Each suite writes bench/results/SUITE-
 Examples:
   poolcap bench all --quick          # every suite, a few minutes each, then BENCHMARKS.md
   poolcap bench imbalance --quick
+  poolcap bench soak --minutes 60
   poolcap bench capture --runs 5 --rps --out /tmp/capture-rps
   poolcap bench report")]
 pub struct BenchArgs {
@@ -95,6 +100,9 @@ pub struct BenchArgs {
     /// One tiny point (for tests: counts add up, files exist; the numbers mean nothing).
     #[arg(long)]
     smoke: bool,
+    /// soak only: minutes of capture [default: 10; 0.5 with --quick].
+    #[arg(long, value_parser = parse_minutes)]
+    minutes: Option<f64>,
     /// Runs per point and tool (interleaved).
     #[arg(long, default_value_t = 3)]
     runs: usize,
@@ -116,6 +124,14 @@ pub struct BenchArgs {
     figures: PathBuf,
 }
 
+/// `--minutes`: a positive number.
+fn parse_minutes(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(m) if m > 0.0 && m.is_finite() => Ok(m),
+        _ => Err(format!("`{s}` is not a positive number of minutes")),
+    }
+}
+
 /// The command line as typed, quoted where needed.
 fn command_line() -> String {
     std::env::args()
@@ -134,6 +150,9 @@ fn command_line() -> String {
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if args.runs == 0 {
         return Err(usage("--runs must be at least 1"));
+    }
+    if args.minutes.is_some() && args.target != Target::Suite(Suite::Soak) {
+        return Err(usage("--minutes is for the soak suite only"));
     }
     if args.out.is_some() && !matches!(args.target, Target::Suite(_)) {
         return Err(usage("--out is for a single suite; use --results with all"));
@@ -171,6 +190,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         suite,
         scale,
         runs: args.runs,
+        minutes: args.minutes,
         rps: args.rps,
         out: args
             .out

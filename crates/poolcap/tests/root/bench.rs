@@ -88,9 +88,68 @@ fn rates_smoke_run_accounts_for_every_packet_and_writes_its_files() {
     assert!(dir.path().join("docs/bench").is_dir());
 }
 
+fn soak_smoke_run_samples_the_capture_and_accounts_for_every_packet() {
+    let dir = tempdir();
+    let out = dir.path().join("soak-20260101-000000");
+    let run = std::process::Command::new(bin())
+        .args(["bench", "soak", "--smoke", "--runs", "1", "--out"])
+        .arg(&out)
+        .output()
+        .expect("run poolcap bench");
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "bench failed: {err}");
+    let records = read_records(&out.join("raw.jsonl"));
+    assert_eq!(records.len(), 1, "one run: {err}");
+    let r = &records[0];
+    assert!(r["error"].is_null(), "run failed: {r}");
+    let sent = num(r, &["sent", "frames"]);
+    assert_eq!(sent, 200_000, "{r}");
+    let terms: u64 = [
+        &["counts", "captured"][..],
+        &["counts", "dropped"],
+        &["counts", "extra", "filtered"],
+        &["counts", "extra", "not_taken"],
+    ]
+    .iter()
+    .map(|p| num(r, p))
+    .sum();
+    assert_eq!(
+        sent, terms,
+        "sent = captured + drops + filtered + not_taken: {r}"
+    );
+    assert_eq!(
+        num(r, &["counts", "captured"]),
+        num(r, &["counts", "extra", "written"]),
+        "{r}"
+    );
+    // 4 s sampled every 500 ms: one row per sample, each with the tool's RSS, files, threads.
+    let csv = std::fs::read_to_string(out.join("samples.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert!(rows.len() >= 6, "{csv}");
+    for row in &rows {
+        let [rss, fds, threads] = [4, 5, 6].map(|i| row[i].parse::<u64>().unwrap());
+        assert!(rss > 1000 && fds >= 4 && threads >= 2, "{csv}");
+    }
+    let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(
+        summary.contains("open files constant after warm-up"),
+        "{summary}"
+    );
+}
+
 pub fn trials() -> Vec<Trial> {
-    vec![trial(
-        "bench_rates_smoke_run_accounts_for_every_packet_and_writes_its_files",
-        rates_smoke_run_accounts_for_every_packet_and_writes_its_files,
-    )]
+    vec![
+        trial(
+            "bench_rates_smoke_run_accounts_for_every_packet_and_writes_its_files",
+            rates_smoke_run_accounts_for_every_packet_and_writes_its_files,
+        ),
+        trial(
+            "bench_soak_smoke_run_samples_the_capture_and_accounts_for_every_packet",
+            soak_smoke_run_samples_the_capture_and_accounts_for_every_packet,
+        ),
+    ]
 }

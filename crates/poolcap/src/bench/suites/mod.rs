@@ -14,6 +14,7 @@
 //! | [`wait`] | Braun et al. 4.3: syscalls per packet of the wait strategies |
 //! | [`backends`] | AF_XDP (copy mode on veth) against AF_PACKET |
 //! | [`disk`] | issue 13: writing to disk against tcpdump, dumpcap, netsniff-ng; sustained rate |
+//! | [`soak`] | issue 12.11: a long rotated capture at 80% of top rate; growth of memory, files, threads |
 //!
 //! Every suite has three scales: `Smoke` (one tiny point, for the root test), `Quick` (a few
 //! minutes) and `Full`.
@@ -36,6 +37,7 @@ pub mod gen;
 pub mod imbalance;
 pub mod rates;
 pub mod sizes;
+pub mod soak;
 pub mod wait;
 
 /// A suite of points.
@@ -65,6 +67,9 @@ pub enum Suite {
     /// Writing to disk against tcpdump, dumpcap and netsniff-ng with equal memory; the
     /// sustained rate against the device's own limit.
     Disk,
+    /// A long capture at 80% of the top rate into a rotated file set: growth of memory, open
+    /// files and threads, and the accounting at the end.
+    Soak,
 }
 
 /// How big a run is.
@@ -101,7 +106,7 @@ impl Scale {
 
 impl Suite {
     /// Every suite, in the order `bench all` runs them.
-    pub const ALL: [Suite; 10] = [
+    pub const ALL: [Suite; 11] = [
         Suite::Gen,
         Suite::Capture,
         Suite::Burst,
@@ -112,6 +117,7 @@ impl Suite {
         Suite::Wait,
         Suite::Backends,
         Suite::Disk,
+        Suite::Soak,
     ];
 
     /// Its name on the command line.
@@ -127,6 +133,7 @@ impl Suite {
             Suite::Wait => "wait",
             Suite::Backends => "backends",
             Suite::Disk => "disk",
+            Suite::Soak => "soak",
         }
     }
 
@@ -146,7 +153,7 @@ impl Suite {
     /// What its calibration measures.
     pub fn calibration(self) -> CalibrationKind {
         match self {
-            Suite::Burst => CalibrationKind::TopSpeed { flows: 1 },
+            Suite::Burst | Suite::Soak => CalibrationKind::TopSpeed { flows: 1 },
             Suite::Backends => CalibrationKind::TopSpeed {
                 flows: backends::FLOWS,
             },
@@ -168,6 +175,7 @@ impl Suite {
             Suite::Wait => wait::INTRO,
             Suite::Backends => backends::INTRO,
             Suite::Disk => disk::INTRO,
+            Suite::Soak => soak::INTRO,
         }
     }
 }
@@ -309,6 +317,7 @@ pub fn plan(suite: Suite, scale: Scale, cal: &Calibration) -> Plan {
         Suite::Wait => wait::plan(scale),
         Suite::Backends => backends::plan(scale, cal),
         Suite::Disk => disk::plan(scale, cal),
+        Suite::Soak => soak::plan(scale, cal),
     }
 }
 
@@ -449,13 +458,14 @@ pub fn text(meta: &Meta, rows: &[Row]) -> Text {
         Suite::Wait => wait::text(meta, rows),
         Suite::Backends => backends::text(meta, rows),
         Suite::Disk => disk::text(meta, rows),
+        Suite::Soak => soak::text(meta, rows),
     }
 }
 
 /// The figures of a finished run.
 pub fn figures(meta: &Meta, rows: &[Row]) -> Vec<Figure> {
     match meta.suite {
-        Suite::Gen | Suite::Capture | Suite::Disk => Vec::new(),
+        Suite::Gen | Suite::Capture | Suite::Disk | Suite::Soak => Vec::new(),
         Suite::Burst => burst::figures(meta, rows),
         Suite::Rates => rates::figures(meta, rows),
         Suite::Imbalance => imbalance::figures(meta, rows),
