@@ -255,6 +255,7 @@ pub(crate) mod tests {
             }),
             sizes: None,
             alerts: None,
+            alert_untracked: None,
             changes: Vec::new(),
             last: false,
         }

@@ -473,6 +473,7 @@ mod tests {
             flows: None,
             sizes: None,
             alerts: None,
+            alert_untracked: None,
             changes: Vec::new(),
             last: false,
         };
