@@ -11,6 +11,7 @@ mod common;
 mod disk;
 mod export;
 mod gen;
+mod kafka;
 mod offload;
 mod probe;
 mod xdp;
@@ -25,6 +26,7 @@ fn main() {
     trials.extend(xdp::trials());
     trials.extend(probe::trials());
     trials.extend(export::trials());
+    trials.extend(kafka::trials());
     trials.extend(bench::trials());
     trials.extend(cli::trials());
     if let Err(why) = poolcap_sys::privilege::check_lab() {
