@@ -215,7 +215,10 @@ impl KafkaExporter {
         let producer: ThreadedProducer<Context> = ClientConfig::new()
             .set("bootstrap.servers", &cfg.brokers)
             .set("queue.buffering.max.messages", QUEUE_MESSAGES.to_string())
-            .set("message.timeout.ms", MESSAGE_TIMEOUT.as_millis().to_string())
+            .set(
+                "message.timeout.ms",
+                MESSAGE_TIMEOUT.as_millis().to_string(),
+            )
             .set("linger.ms", "20")
             .set("log_level", "3")
             .create_with_context(Context {
@@ -369,7 +372,11 @@ mod tests {
             parse_brokers("127.0.0.1:9092, localhost:9093").unwrap(),
             "127.0.0.1:9092,localhost:9093"
         );
-        for bad in ["broker.invalid:9092", "127.0.0.1", "127.0.0.1:9092,nope.invalid:1"] {
+        for bad in [
+            "broker.invalid:9092",
+            "127.0.0.1",
+            "127.0.0.1:9092,nope.invalid:1",
+        ] {
             let e = parse_brokers(bad).unwrap_err().to_string();
             assert!(e.starts_with("--kafka `"), "{e}");
         }

@@ -115,7 +115,9 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     let config = poolcap_probe::config::load(&args.config).map_err(|e| usage(e.to_string()))?;
     if let Some(file) = &args.read {
         if args.metrics.is_set() || args.ipfix.is_set() || args.kafka.is_set() {
-            return Err(usage("--metrics, --ipfix and --kafka need a live probe (-i)"));
+            return Err(usage(
+                "--metrics, --ipfix and --kafka need a live probe (-i)",
+            ));
         }
         probe::offline::run(file, config, args.report.as_deref(), !args.quiet)?;
         return Ok(());
