@@ -311,31 +311,39 @@ fn a_broker_that_goes_away_never_stops_the_capture() {
     let mut args = kafka_args(&config, &report);
     args.extend(["--metrics", METRICS]);
     let probe = start_probe(&lab, &args);
-    let g1 = gen(&lab, &["--count", "5000", "--rate", "10k", "--flows", "4"]);
-    std::thread::sleep(SETTLE);
-    broker.kill();
-    let g2 = gen(&lab, &["--count", "10000", "--rate", "10k", "--flows", "4"]);
-    let dropped_metric = || {
+    let counted = |outcome: &str| {
         let out = netns_command(&lab.probe.netns, "curl")
             .args(["-sf", &format!("http://{METRICS}/metrics")])
             .output()
             .expect("run curl");
-        String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
-            l.strip_prefix(
-                "poolcap_export_flow_records_total{exporter=\"kafka\",outcome=\"dropped\"} ",
-            )
-            .and_then(|v| v.parse::<u64>().ok())
-        })
+        let prefix = format!(
+            "poolcap_export_flow_records_total{{exporter=\"kafka\",outcome=\"{outcome}\"}} "
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix).and_then(|v| v.parse::<u64>().ok()))
+            .unwrap_or(0)
     };
-    // Bounded wait for librdkafka to give up on the first undeliverable messages.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let dropped = loop {
-        match dropped_metric() {
-            Some(n) if n > 0 => break n,
-            _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(250)),
-            other => panic!("no kafka records counted as dropped: {other:?}"),
+    // Bounded readiness waits (not timing assertions): the broker acknowledges the first
+    // records (the topic is created on first use), later librdkafka gives up on the first
+    // records it cannot deliver.
+    let wait_for = |outcome: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let n = counted(outcome);
+            if n > 0 {
+                return n;
+            }
+            assert!(Instant::now() < deadline, "no kafka records {outcome}");
+            std::thread::sleep(Duration::from_millis(250));
         }
     };
+    let g1 = gen(&lab, &["--count", "5000", "--rate", "10k", "--flows", "4"]);
+    wait_for("exported");
+    broker.kill();
+    let g2 = gen(&lab, &["--count", "10000", "--rate", "10k", "--flows", "4"]);
+    std::thread::sleep(SETTLE);
+    let dropped = wait_for("dropped");
     let (code, stderr) = probe.stop("INT");
     assert_eq!(code, Some(0), "probe: {stderr}");
     let sent = [g1, g2]
