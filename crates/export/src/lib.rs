@@ -10,13 +10,16 @@
 //!   active and idle timeouts and flow end reasons, pure (time is a parameter);
 //! - [`exporter`]: the IPFIX exporting process: a thread fed through a bounded channel
 //!   (a full channel drops the period and counts its flows), over UDP (templates re-sent
-//!   periodically) or TCP (templates once per connection, reconnects with back-off).
+//!   periodically) or TCP (templates once per connection, reconnects with back-off);
+//! - [`kafka`]: each period's reports, flow records and alerts as JSON messages on a Kafka
+//!   topic (librdkafka), through the same kind of bounded, counted hand-off.
 #![forbid(unsafe_code)]
 
 pub mod exporter;
 pub mod flowcache;
 pub mod http;
 pub mod ipfix;
+pub mod kafka;
 pub mod metrics;
 
 /// Why an exporter could not start.

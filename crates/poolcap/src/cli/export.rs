@@ -1,6 +1,7 @@
 //! The exporters' options and their wiring, shared by `capture` and `probe`
 //! ([`poolcap_export`]): `--metrics` serves the engine's live counters to Prometheus,
-//! `--ipfix` sends the probe's flow records to a collector.
+//! `--ipfix` sends the probe's flow records to a collector, `--kafka` streams the probe's
+//! reports, flow records and alerts to a Kafka topic.
 //!
 //! Addresses are checked and the metrics port bound before the engine starts, so a bad
 //! option is one line and a non-zero exit before any capture.
@@ -12,6 +13,7 @@ use clap::Args;
 use poolcap_export::exporter::{parse_collector, ExportCounters, IpfixConfig, IpfixExporter};
 use poolcap_export::flowcache::Timeouts;
 use poolcap_export::http::{parse_listen, Listener, MetricsServer};
+use poolcap_export::kafka::{parse_brokers, KafkaConfig, KafkaExporter};
 use poolcap_export::metrics::{Metrics, QueueSample, RuleCounters};
 
 use crate::capture::Engine;
@@ -137,4 +139,53 @@ pub fn start_ipfix(a: &IpfixArgs) -> anyhow::Result<Option<IpfixExporter>> {
 pub fn finish_ipfix(x: IpfixExporter) {
     let (exported, dropped) = x.finish();
     eprintln!("ipfix: {exported} flow records exported, {dropped} not delivered");
+}
+
+/// `--kafka` and `--topic` (`probe` only).
+#[derive(Debug, Clone, Args)]
+pub struct KafkaArgs {
+    /// Stream each period's reports, flow records and alerts as JSON to Kafka brokers
+    /// (HOST:PORT[,HOST:PORT...]), keyed by probe, rule and flow.
+    #[arg(long, value_name = "BROKERS", requires = "topic")]
+    kafka: Option<String>,
+    /// The Kafka topic.
+    #[arg(long, requires = "kafka")]
+    topic: Option<String>,
+    /// The probe's name in Kafka keys and messages (default: HOSTNAME:INTERFACE).
+    #[arg(long, requires = "kafka")]
+    probe_name: Option<String>,
+}
+
+impl KafkaArgs {
+    /// `--kafka` was given.
+    pub fn is_set(&self) -> bool {
+        self.kafka.is_some()
+    }
+}
+
+/// Checks `--kafka` and starts the exporter (librdkafka connects in the background).
+pub fn start_kafka(a: &KafkaArgs, iface: &str) -> anyhow::Result<Option<KafkaExporter>> {
+    let (Some(brokers), Some(topic)) = (&a.kafka, &a.topic) else {
+        return Ok(None);
+    };
+    let brokers = parse_brokers(brokers).map_err(|e| usage(e.to_string()))?;
+    let probe = a.probe_name.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        format!("{}:{iface}", host.trim())
+    });
+    Ok(Some(KafkaExporter::start(KafkaConfig {
+        brokers,
+        topic: topic.clone(),
+        probe,
+    })?))
+}
+
+/// Ends the exporter after the last period and prints what it delivered.
+pub fn finish_kafka(x: KafkaExporter) {
+    let c = x.finish();
+    let ((flows, flows_lost), (other, other_lost)) = (c.flows.get(), c.other.get());
+    eprintln!(
+        "kafka: {flows} flow records delivered, {flows_lost} not delivered; \
+         {other} reports and alerts delivered, {other_lost} not delivered"
+    );
 }

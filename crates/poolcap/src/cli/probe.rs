@@ -80,6 +80,8 @@ pub struct ProbeArgs {
     metrics: export::MetricsArgs,
     #[command(flatten)]
     ipfix: export::IpfixArgs,
+    #[command(flatten)]
+    kafka: export::KafkaArgs,
 }
 
 /// The capture options a probe passes through, parsed by `poolcap capture`'s own parser so
@@ -112,8 +114,10 @@ fn engine_argv(a: &ProbeArgs, iface: &str) -> Vec<String> {
 pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     let config = poolcap_probe::config::load(&args.config).map_err(|e| usage(e.to_string()))?;
     if let Some(file) = &args.read {
-        if args.metrics.is_set() || args.ipfix.is_set() {
-            return Err(usage("--metrics and --ipfix need a live probe (-i)"));
+        if args.metrics.is_set() || args.ipfix.is_set() || args.kafka.is_set() {
+            return Err(usage(
+                "--metrics, --ipfix and --kafka need a live probe (-i)",
+            ));
         }
         probe::offline::run(file, config, args.report.as_deref(), !args.quiet)?;
         return Ok(());
@@ -134,6 +138,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     poolcap_sys::privilege::check_raw_sockets("capturing packets")?;
     let metrics = export::bind_metrics(&args.metrics)?;
     let ipfix = export::start_ipfix(&args.ipfix)?;
+    let kafka = export::start_kafka(&args.kafka, &iface)?;
     cfg.output = args
         .write
         .clone()
@@ -155,7 +160,11 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     })?;
     let engine_done = Arc::new(AtomicBool::new(false));
     let mut reporter = Reporter::new(hub, SystemTime::now(), args.report.as_deref(), !args.quiet)?;
-    let exporters = ipfix.iter().map(|x| ("ipfix", x.counters())).collect();
+    let exporters = ipfix
+        .iter()
+        .map(|x| ("ipfix", x.counters()))
+        .chain(kafka.iter().map(|x| ("kafka", x.flow_counters())))
+        .collect();
     let metrics = metrics
         .map(|m| export::serve_metrics(m, &engine, exporters))
         .transpose()?;
@@ -166,6 +175,10 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     if let Some(x) = &ipfix {
         let flows = x.sender();
         reporter.on_period(Box::new(move |records| flows.offer(records)));
+    }
+    if let Some(x) = &kafka {
+        let periods = x.sender();
+        reporter.on_period(Box::new(move |records| periods.offer(records)));
     }
     let manager = Manager {
         reporter,
@@ -199,6 +212,9 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     print_report(&report);
     if let Some(x) = ipfix {
         export::finish_ipfix(x);
+    }
+    if let Some(x) = kafka {
+        export::finish_kafka(x);
     }
     last?;
     if let Some(e) = &report.write_error {

@@ -201,7 +201,7 @@ fn prometheus_scrapes_equal_the_final_accounting() {
 }
 
 /// Starts `poolcap probe -i prb0 ARGS` in the lab's probe host.
-fn start_probe(lab: &poolcap_lab::Lab, args: &[&str]) -> Background {
+pub(crate) fn start_probe(lab: &poolcap_lab::Lab, args: &[&str]) -> Background {
     let mut cmd = netns_command(&lab.probe.netns, bin());
     cmd.args(["probe", "-i", &lab.probe.iface, "-q"])
         .args(args)
@@ -243,7 +243,7 @@ fn nfdump_flows(dir: &Path) -> Vec<(u16, u64, u64)> {
 }
 
 /// The probe's report: (distinct flows listed over all periods, packets, bytes, captured).
-fn probe_report(path: &Path) -> (usize, u64, u64, u64) {
+pub(crate) fn probe_report(path: &Path) -> (usize, u64, u64, u64) {
     let text = std::fs::read_to_string(path).expect("read report");
     let mut flows = BTreeSet::new();
     let (mut packets, mut bytes, mut captured) = (0, 0, 0);

@@ -14,6 +14,7 @@ mod export;
 mod forward;
 mod gen;
 mod hardening;
+mod kafka;
 #[path = "../support/mix.rs"]
 mod mix;
 mod offload;
@@ -33,6 +34,7 @@ fn main() {
     trials.extend(probe::trials());
     trials.extend(export::trials());
     trials.extend(hardening::trials());
+    trials.extend(kafka::trials());
     trials.extend(bench::trials());
     trials.extend(cli::trials());
     trials.extend(doctor::trials());

@@ -1,0 +1,393 @@
+//! Kafka export tests (issue 17.3): a real single-node Apache Kafka broker (KRaft, started by
+//! `scripts/kafka.sh` on the loopback of the lab's probe namespace) receives the probe's
+//! messages, and `kcat` reads them back: they must equal the probe's own JSON Lines report.
+//! A broker killed mid-run must not slow the capture; what it missed is counted.
+//!
+//! The broker's jars come from Maven Central (cached after the first run); if they cannot
+//! be fetched, the broker tests are reported as ignored with the reason.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use libtest_mimic::Trial;
+use serde_json::Value;
+
+use crate::common::{gen, lab, netns_command, num, poolcap_in, tempdir, trial, Lab};
+use crate::export::{probe_report, start_probe};
+
+pub fn trials() -> Vec<Trial> {
+    let t = |name: &'static str, f: fn()| trial(&format!("kafka::{name}"), f);
+    let broker = [
+        t(
+            "kafka_records_equal_the_probe_report",
+            kafka_records_equal_the_probe_report,
+        ),
+        t(
+            "a_broker_that_goes_away_never_stops_the_capture",
+            a_broker_that_goes_away_never_stops_the_capture,
+        ),
+    ];
+    let broker = match fetch() {
+        Ok(()) => broker.into_iter().collect::<Vec<_>>(),
+        Err(why) => {
+            eprintln!("ignoring the Kafka broker tests: {why}");
+            broker
+                .into_iter()
+                .map(|t| t.with_ignored_flag(true))
+                .collect()
+        }
+    };
+    let mut all = broker;
+    all.push(t(
+        "an_unresolvable_broker_fails_at_start",
+        an_unresolvable_broker_fails_at_start,
+    ));
+    all
+}
+
+/// Where the broker listens (the probe namespace's loopback).
+const BROKER: &str = "127.0.0.1:9092";
+const TOPIC: &str = "poolcap";
+/// Partitions of an auto-created topic (`num.partitions` in scripts/kafka.sh).
+const PARTITIONS: u32 = 2;
+const PROBE: &str = "lab-probe";
+/// Time for the last frames to be captured and their period reported.
+const SETTLE: Duration = Duration::from_millis(600);
+const CONFIG: &str =
+    "period = \"250ms\"\n[[rule]]\nname = \"all\"\nfilter = \"ip\"\nactions = [\"flows\"]\n";
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/kafka.sh")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// Fetches the broker's jars (a no-op once cached).
+fn fetch() -> Result<(), String> {
+    let out = Command::new(script())
+        .arg("fetch")
+        .output()
+        .map_err(|e| format!("run scripts/kafka.sh: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+/// A broker in the lab's probe namespace; killed (by PID) on drop.
+struct Broker {
+    child: Child,
+    netns: String,
+    log: PathBuf,
+}
+
+impl Broker {
+    /// Starts the broker and waits until it answers a metadata request (a bounded
+    /// readiness wait, not a timing assertion).
+    fn start(lab: &Lab, dir: &Path) -> Broker {
+        let log = dir.join("broker.log");
+        let file = std::fs::File::create(&log).expect("broker log");
+        let child = netns_command(&lab.probe.netns, s(&script()))
+            .args(["run", s(&dir.join("broker"))])
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().expect("log"))
+            .stderr(file)
+            .spawn()
+            .expect("start the broker");
+        let mut b = Broker {
+            child,
+            netns: lab.probe.netns.clone(),
+            log,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !b.answers() {
+            if let Ok(Some(st)) = b.child.try_wait() {
+                panic!("the broker exited with {st}: {}", b.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the broker never came up: {}",
+                b.log()
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        b
+    }
+
+    fn answers(&self) -> bool {
+        netns_command(&self.netns, "kcat")
+            .args(["-L", "-b", BROKER, "-m", "2"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Every message of the topic: (partition, key, JSON). One kcat per partition: on
+    /// several partitions at once, kcat 1.7 with librdkafka 2.0 does not always stop at the
+    /// end (`-e`).
+    fn consume(&self) -> Vec<(u32, String, Value)> {
+        (0..PARTITIONS)
+            .flat_map(|p| self.consume_partition(p))
+            .collect()
+    }
+
+    fn consume_partition(&self, partition: u32) -> Vec<(u32, String, Value)> {
+        // `timeout`: a kcat that never sees the end fails the test instead of hanging it.
+        let out = netns_command(&self.netns, "timeout")
+            .args([
+                "30",
+                "kcat",
+                "-C",
+                "-b",
+                BROKER,
+                "-t",
+                TOPIC,
+                "-o",
+                "beginning",
+                "-e",
+            ])
+            .args(["-p", &partition.to_string(), "-q", "-f", "%p\t%k\t%s\n"])
+            .output()
+            .expect("run kcat");
+        assert!(out.status.success(), "kcat: {out:?}");
+        String::from_utf8(out.stdout)
+            .expect("utf-8 messages")
+            .lines()
+            .map(|l| {
+                let mut f = l.splitn(3, '\t');
+                let (p, k, v) = (f.next(), f.next(), f.next());
+                let v = v.unwrap_or_else(|| panic!("kcat line {l}"));
+                (
+                    p.and_then(|p| p.parse().ok()).expect("partition"),
+                    k.unwrap_or_default().to_string(),
+                    serde_json::from_str(v).unwrap_or_else(|e| panic!("{e}: {v}")),
+                )
+            })
+            .collect()
+    }
+
+    /// Kills the broker abruptly, as a crash would.
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// `kafka: A flow records delivered, B not delivered; C reports and alerts delivered, D not
+/// delivered`, from the probe's stderr.
+fn delivered(stderr: &str) -> [u64; 4] {
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("kafka: "))
+        .unwrap_or_else(|| panic!("no kafka line: {stderr}"));
+    let n: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|w| w.trim_end_matches(';').parse().ok())
+        .collect();
+    n.try_into().unwrap_or_else(|_| panic!("kafka line {line}"))
+}
+
+fn kafka_args<'a>(config: &'a Path, report: &'a Path) -> Vec<&'a str> {
+    vec![
+        "-c",
+        s(config),
+        "--report",
+        s(report),
+        "--kafka",
+        BROKER,
+        "--topic",
+        TOPIC,
+        "--probe-name",
+        PROBE,
+    ]
+}
+
+/// 2 s of traffic in 8 flows, 250 ms periods: the topic holds one report per rule and
+/// period, equal to the probe's JSON Lines report, and flow records whose packets and bytes
+/// add up to it exactly; keys name probe, rule and flow, and one flow keeps one partition.
+fn kafka_records_equal_the_probe_report() {
+    let lab = lab(2);
+    let dir = tempdir();
+    let broker = Broker::start(&lab, dir.path());
+    let (config, report) = (dir.path().join("probe.toml"), dir.path().join("r.jsonl"));
+    std::fs::write(&config, CONFIG).expect("write config");
+    let probe = start_probe(&lab, &kafka_args(&config, &report));
+    let g = gen(&lab, &["--count", "20000", "--rate", "10k", "--flows", "8"]);
+    let sent = num(&g, "frames") - num(&g, "link_dropped");
+    std::thread::sleep(SETTLE);
+    let (code, stderr) = probe.stop("INT");
+    assert_eq!(code, Some(0), "probe: {stderr}");
+    let [flows, flows_lost, reports, reports_lost] = delivered(&stderr);
+    assert_eq!((flows_lost, reports_lost), (0, 0), "{stderr}");
+
+    let (distinct, packets, bytes, captured) = probe_report(&report);
+    assert_eq!(captured, sent, "no loss at 10k pps");
+    assert_eq!(packets, captured, "every captured packet is IP");
+    let lines: Vec<Value> = std::fs::read_to_string(&report)
+        .expect("read report")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("report line"))
+        .collect();
+    let listed: usize = lines
+        .iter()
+        .map(|r| r["flows"]["list"].as_array().map_or(0, Vec::len))
+        .sum();
+
+    let got = broker.consume();
+    let of = |kind: &str| -> Vec<&(u32, String, Value)> {
+        got.iter().filter(|m| m.2["type"] == kind).collect()
+    };
+    let (flow_msgs, report_msgs) = (of("flow"), of("report"));
+    assert_eq!(flow_msgs.len() as u64, flows, "every delivered flow record");
+    assert_eq!(flow_msgs.len(), listed, "one per listed flow and period");
+    assert_eq!(
+        report_msgs.len() as u64,
+        reports,
+        "reports (no alerts here)"
+    );
+    assert_eq!(report_msgs.len(), lines.len(), "one per report line");
+    assert_eq!(got.len(), flow_msgs.len() + report_msgs.len(), "{got:?}");
+    let sum = |k: &str| flow_msgs.iter().map(|m| num(&m.2, k)).sum::<u64>();
+    assert_eq!((sum("packets"), sum("bytes")), (packets, bytes));
+    for (line, (_, key, msg)) in lines.iter().zip(&report_msgs) {
+        assert_eq!(key, &format!("{PROBE}/all/report"));
+        for k in [
+            "period_start",
+            "period_end",
+            "packets",
+            "bytes",
+            "accounting",
+            "last",
+        ] {
+            assert_eq!(msg[k], line[k], "{k}: {msg} vs {line}");
+        }
+        assert_eq!(msg["flows"]["count"], line["flows"]["count"]);
+    }
+    let mut partition_of = std::collections::BTreeMap::new();
+    for (p, key, msg) in &flow_msgs {
+        let flow = format!(
+            "{PROBE}/all/flow/{}/{}:{}/{}:{}",
+            msg["proto"],
+            msg["src"].as_str().expect("src"),
+            msg["sport"],
+            msg["dst"].as_str().expect("dst"),
+            msg["dport"]
+        );
+        assert_eq!(key, &flow);
+        assert_eq!(*partition_of.entry(flow).or_insert(*p), *p, "one partition");
+    }
+    assert_eq!(partition_of.len(), distinct, "the generator's flows");
+    assert_eq!(distinct, 8);
+}
+
+/// The broker is killed halfway: the probe captures every packet the generator sent, the
+/// messages it can no longer deliver are counted (metrics first, after librdkafka's message
+/// timeout, then the final line), and what was delivered before the kill is counted so.
+fn a_broker_that_goes_away_never_stops_the_capture() {
+    const METRICS: &str = "127.0.0.1:9464";
+    let lab = lab(1);
+    let dir = tempdir();
+    let broker = Broker::start(&lab, dir.path());
+    let (config, report) = (dir.path().join("probe.toml"), dir.path().join("r.jsonl"));
+    std::fs::write(&config, CONFIG).expect("write config");
+    let mut args = kafka_args(&config, &report);
+    args.extend(["--metrics", METRICS]);
+    let probe = start_probe(&lab, &args);
+    let counted = |outcome: &str| {
+        let out = netns_command(&lab.probe.netns, "curl")
+            .args(["-sf", &format!("http://{METRICS}/metrics")])
+            .output()
+            .expect("run curl");
+        let prefix = format!(
+            "poolcap_export_flow_records_total{{exporter=\"kafka\",outcome=\"{outcome}\"}} "
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix).and_then(|v| v.parse::<u64>().ok()))
+            .unwrap_or(0)
+    };
+    // Bounded readiness waits (not timing assertions): the broker acknowledges the first
+    // records (the topic is created on first use), later librdkafka gives up on the first
+    // records it cannot deliver.
+    let wait_for = |outcome: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let n = counted(outcome);
+            if n > 0 {
+                return n;
+            }
+            assert!(Instant::now() < deadline, "no kafka records {outcome}");
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    };
+    let g1 = gen(&lab, &["--count", "5000", "--rate", "10k", "--flows", "4"]);
+    wait_for("exported");
+    broker.kill();
+    let g2 = gen(&lab, &["--count", "10000", "--rate", "10k", "--flows", "4"]);
+    std::thread::sleep(SETTLE);
+    let dropped = wait_for("dropped");
+    let (code, stderr) = probe.stop("INT");
+    assert_eq!(code, Some(0), "probe: {stderr}");
+    let sent = [g1, g2]
+        .iter()
+        .map(|g| num(g, "frames") - num(g, "link_dropped"))
+        .sum::<u64>();
+    let (_, packets, _, captured) = probe_report(&report);
+    assert_eq!((captured, packets), (sent, sent), "capture went on");
+    let [flows, flows_lost, reports, reports_lost] = delivered(&stderr);
+    assert!(
+        flows > 0 && reports > 0,
+        "delivered before the kill: {stderr}"
+    );
+    assert!(flows_lost >= dropped && reports_lost > 0, "{stderr}");
+}
+
+/// A broker address that does not resolve: one line, non-zero exit, before any capture.
+fn an_unresolvable_broker_fails_at_start() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let config = dir.path().join("probe.toml");
+    std::fs::write(&config, CONFIG).expect("write config");
+    let iface = lab.probe.iface.as_str();
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["--kafka", "broker.invalid:9092", "--topic", TOPIC],
+            "--kafka `broker.invalid:9092`",
+        ),
+        (
+            &["--kafka", "127.0.0.1", "--topic", TOPIC],
+            "--kafka `127.0.0.1`",
+        ),
+        (&["--kafka", BROKER], "--topic"),
+    ];
+    for (extra, expect) in cases {
+        let mut args = vec!["probe", "-i", iface, "-c", s(&config)];
+        args.extend_from_slice(extra);
+        let out = poolcap_in(&lab.probe.netns, &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded: {err}");
+        assert!(err.contains(expect), "{args:?}: `{expect}` not in {err}");
+        assert!(!err.contains("probing on"), "{args:?}: no capture: {err}");
+        if !expect.starts_with("--topic") {
+            assert_eq!(err.trim().lines().count(), 1, "{args:?}: one line: {err}");
+        }
+    }
+}
