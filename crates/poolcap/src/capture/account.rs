@@ -17,6 +17,7 @@
 //! consistent values, and the final report is read after the threads have been joined.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -118,6 +119,15 @@ impl QueueStats {
     pub fn accounted(&self) -> u64 {
         self.captured + self.dropped_kernel + self.dropped_pool + self.filtered + self.not_taken
     }
+}
+
+/// Every queue's stats now, in queue order.
+pub fn snapshots(counters: &[Arc<QueueCounters>]) -> Vec<QueueStats> {
+    counters
+        .iter()
+        .enumerate()
+        .map(|(i, c)| c.snapshot(i))
+        .collect()
 }
 
 /// Sums per-queue stats into totals (the `queue` field of the result is meaningless).

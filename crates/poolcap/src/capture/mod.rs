@@ -435,11 +435,7 @@ impl Engine {
     }
 
     fn snapshot(&self) -> Vec<QueueStats> {
-        self.counters
-            .iter()
-            .enumerate()
-            .map(|(i, c)| c.snapshot(i))
-            .collect()
+        account::snapshots(&self.counters)
     }
 
     fn status_line(&self, prev: &QueueStats, now: &[QueueStats], secs: f64) -> String {
@@ -561,12 +557,7 @@ impl Engine {
         let outcome = joined.writer;
         let forward_counters = self.forward_counters;
         let seconds = self.started.elapsed().as_secs_f64();
-        let queues: Vec<QueueStats> = self
-            .counters
-            .iter()
-            .enumerate()
-            .map(|(i, c)| c.snapshot(i))
-            .collect();
+        let queues = account::snapshots(&self.counters);
         let t = account::total(&queues);
         let filtered_kernel = match (self.if_before, if_frames(&self.iface)) {
             (Some(a), Some(b)) => {

@@ -402,13 +402,7 @@ impl Started<'_> {
 
 /// The interface statistics a pcapng file ends with: the engine's totals.
 fn if_stats(counters: &[Arc<QueueCounters>]) -> IfStats {
-    let t = account::total(
-        &counters
-            .iter()
-            .enumerate()
-            .map(|(i, c)| c.snapshot(i))
-            .collect::<Vec<_>>(),
-    );
+    let t = account::total(&account::snapshots(counters));
     IfStats {
         received: t.captured,
         dropped: t.dropped_kernel + t.dropped_pool,

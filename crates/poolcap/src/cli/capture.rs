@@ -313,6 +313,31 @@ pub fn parse_pool(s: &str) -> Result<(usize, usize), String> {
     Ok((m, r))
 }
 
+/// Checks the thread counts a capture or forward asks for and sizes its kernel ring from
+/// `-B` (4 ms block retire): the limits both commands share.
+pub(crate) fn engine_limits(
+    queues: Option<usize>,
+    workers: Option<usize>,
+    buffer: u64,
+) -> anyhow::Result<RingGeometry> {
+    if workers == Some(0) {
+        return Err(usage("--workers must be at least 1"));
+    }
+    if queues == Some(0) || queues.is_some_and(|q| q > 64) {
+        return Err(usage("--queues must be between 1 and 64"));
+    }
+    let block = block_size(buffer);
+    let blocks = (buffer / u64::from(block)).max(2);
+    if blocks > 1 << 16 {
+        return Err(usage("-B: kernel ring too large"));
+    }
+    Ok(RingGeometry {
+        block_size: block,
+        block_nr: blocks as u32,
+        retire_timeout_ms: 4,
+    })
+}
+
 pub(crate) fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
     if a.snaplen == 0 {
         return Err(usage("-s: the snaplen must be at least 1"));
@@ -326,17 +351,7 @@ pub(crate) fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
     if a.count == Some(0) {
         return Err(usage("-c: the packet count must be at least 1"));
     }
-    if a.workers == Some(0) {
-        return Err(usage("--workers must be at least 1"));
-    }
-    if a.queues == Some(0) || a.queues.is_some_and(|q| q > 64) {
-        return Err(usage("--queues must be between 1 and 64"));
-    }
-    let block = block_size(a.buffer);
-    let blocks = (a.buffer / u64::from(block)).max(2);
-    if blocks > 1 << 16 {
-        return Err(usage("-B: kernel ring too large"));
-    }
+    let ring = engine_limits(a.queues, a.workers, a.buffer)?;
     let (input, iface) = match (&a.read, &a.iface) {
         (Some(path), _) => (
             Input::File {
@@ -378,11 +393,7 @@ pub(crate) fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
         in_place: a.inplace,
         wait: a.wait,
         snaplen: a.snaplen,
-        ring: RingGeometry {
-            block_size: block,
-            block_nr: blocks as u32,
-            retire_timeout_ms: 4,
-        },
+        ring,
         filter,
         output: None,
         compress: a.compress,

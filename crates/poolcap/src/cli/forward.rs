@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use poolcap_sys::rx_ring::RingGeometry;
 use poolcap_sys::socket::{ifindex, FanoutMode};
 use poolcap_sys::xsk::ZeroCopy;
 use serde::Serialize;
@@ -23,7 +22,7 @@ use crate::capture::policy::PolicySpec;
 use crate::capture::pool::PoolSize;
 use crate::capture::queue::WaitStrategy;
 use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Input};
-use crate::cli::capture::{block_size, parse_backend, parse_kib, parse_pool};
+use crate::cli::capture::{engine_limits, parse_backend, parse_kib, parse_pool};
 use crate::cli::usage;
 use crate::{netdev, units};
 
@@ -211,17 +210,7 @@ fn config(a: &ForwardArgs) -> anyhow::Result<CaptureConfig> {
     if a.count == Some(0) {
         return Err(usage("-c: the frame count must be at least 1"));
     }
-    if a.workers == Some(0) {
-        return Err(usage("--workers must be at least 1"));
-    }
-    if a.queues == Some(0) || a.queues.is_some_and(|q| q > 64) {
-        return Err(usage("--queues must be between 1 and 64"));
-    }
-    let block = block_size(a.buffer);
-    let blocks = (a.buffer / u64::from(block)).max(2);
-    if blocks > 1 << 16 {
-        return Err(usage("-B: kernel ring too large"));
-    }
+    let ring = engine_limits(a.queues, a.workers, a.buffer)?;
     let queues = a.queues.unwrap_or_else(|| netdev::rx_queues(&a.input));
     // Frames are forwarded whole: a cell holds the largest frame IN carries (and a VLAN tag).
     let frame = (netdev::mtu(&a.input).unwrap_or(1500) + 14 + 4).div_ceil(64) * 64;
@@ -241,11 +230,7 @@ fn config(a: &ForwardArgs) -> anyhow::Result<CaptureConfig> {
         in_place: false,
         wait: WaitStrategy::Poll,
         snaplen,
-        ring: RingGeometry {
-            block_size: block,
-            block_nr: blocks as u32,
-            retire_timeout_ms: 4,
-        },
+        ring,
         filter: (!a.filter.is_empty()).then(|| a.filter.join(" ")),
         output: None,
         compress: None,

@@ -23,13 +23,7 @@ const TICK: Duration = Duration::from_millis(20);
 
 /// The engine's running totals as report accounting.
 pub fn accounting(counters: &[Arc<QueueCounters>]) -> Accounting {
-    let t = account::total(
-        &counters
-            .iter()
-            .enumerate()
-            .map(|(i, c)| c.snapshot(i))
-            .collect::<Vec<_>>(),
-    );
+    let t = account::total(&account::snapshots(counters));
     Accounting {
         captured: t.captured,
         bytes: t.bytes,
