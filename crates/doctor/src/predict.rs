@@ -31,6 +31,7 @@ use crate::profile::{Cost, Profile};
 /// The capture tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Tool {
     /// poolcap capture.
     Poolcap,

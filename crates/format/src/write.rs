@@ -45,6 +45,7 @@ const OPT_ISB_IFDROP: u16 = 5;
 
 /// Which file format to write (and which one a read file turned out to be).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum FileFormat {
     /// Classic pcap with microsecond timestamps (magic `0xa1b2c3d4`): every tool reads it.
     Pcap,

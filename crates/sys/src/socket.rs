@@ -34,14 +34,17 @@ pub fn ifindex(name: &str) -> Result<u32> {
 
 /// PACKET_FANOUT modes (how the kernel spreads packets over the group's sockets).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum FanoutMode {
     /// By flow hash: one flow always lands on one socket.
     Hash,
     /// Round robin over the sockets.
+    #[cfg_attr(feature = "clap", value(name = "lb"))]
     LoadBalance,
     /// By the CPU that received the packet.
     Cpu,
     /// By the packet's recorded receive queue.
+    #[cfg_attr(feature = "clap", value(name = "qm"))]
     QueueMapping,
 }
 

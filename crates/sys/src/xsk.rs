@@ -34,6 +34,7 @@ use crate::sockopt::{self, Plain};
 
 /// Whether to bind in zero-copy mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum ZeroCopy {
     /// Zero-copy where the driver supports it, copy mode otherwise.
     Auto,

@@ -26,11 +26,13 @@ use super::CaptureError;
 use crate::netdev;
 
 /// Which backend to capture with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum BackendKind {
     /// AF_PACKET TPACKET_V3 with fanout.
+    #[value(name = "af_packet")]
     AfPacket,
     /// AF_XDP, one socket per receive queue.
+    #[value(name = "af_xdp")]
     AfXdp,
     /// AF_XDP where it works, AF_PACKET otherwise.
     Auto,

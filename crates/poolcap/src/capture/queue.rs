@@ -47,7 +47,7 @@ const IDLE_WAIT: Duration = Duration::from_millis(50);
 pub const LINK_DOWN_WAIT: Duration = Duration::from_millis(250);
 
 /// How the capture thread waits when the kernel has nothing for it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum WaitStrategy {
     /// Block in `poll()` until a block is retired.
     Poll,

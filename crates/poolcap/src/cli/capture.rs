@@ -73,7 +73,7 @@ pub struct CaptureArgs {
     #[arg(short = 'w')]
     write: Option<PathBuf>,
     /// File format: pcapng (nanosecond), pcap (microsecond) or pcap-ns.
-    #[arg(long, default_value = "pcapng", value_parser = parse_format)]
+    #[arg(long, default_value = "pcapng", value_enum)]
     format: FileFormat,
     /// Bytes to keep of each packet.
     #[arg(short = 's', long = "snaplen", default_value_t = 262_144)]
@@ -97,7 +97,7 @@ pub struct CaptureArgs {
     #[arg(long)]
     queues: Option<usize>,
     /// How the kernel spreads packets over the queues' sockets.
-    #[arg(long, default_value = "hash", value_parser = parse_fanout)]
+    #[arg(long, default_value = "hash", value_enum)]
     fanout: FanoutMode,
     /// Pool per queue as M,R: R chunks of M packet cells.
     #[arg(long, default_value = "256,64", value_parser = parse_pool)]
@@ -114,7 +114,7 @@ pub struct CaptureArgs {
     #[arg(long, conflicts_with = "write")]
     inplace: bool,
     /// How capture threads wait for the kernel: poll, busy or adaptive.
-    #[arg(long, default_value = "poll", value_parser = parse_wait)]
+    #[arg(long, default_value = "poll", value_enum)]
     wait: WaitStrategy,
     /// CPUs to pin capture threads and then workers to, round robin (e.g. 0,1).
     #[arg(long, value_delimiter = ',')]
@@ -156,10 +156,10 @@ pub struct CaptureArgs {
     /// Capture backend: af_packet (TPACKET_V3 fanout, works everywhere, leaves the host
     /// stack alone), af_xdp (the UMEM is the pool; takes the frames away from the host stack;
     /// needs native XDP) or auto (af_xdp where it works, af_packet otherwise).
-    #[arg(long, value_parser = parse_backend)]
+    #[arg(long, value_enum)]
     backend: Option<BackendKind>,
     /// AF_XDP zero-copy: auto (where the driver supports it), required (fail otherwise), off.
-    #[arg(long, default_value = "auto", value_parser = parse_zero_copy)]
+    #[arg(long, default_value = "auto", value_enum)]
     zero_copy: ZeroCopy,
     /// Replace an XDP program someone else attached to the interface.
     #[arg(long)]
@@ -235,11 +235,6 @@ fn file_options(a: &CaptureArgs) -> anyhow::Result<FileOptions> {
     })
 }
 
-fn parse_format(s: &str) -> Result<FileFormat, String> {
-    s.parse()
-        .map_err(|_| format!("`{s}`: use pcapng, pcap or pcap-ns"))
-}
-
 pub fn parse_kib(s: &str) -> Result<u64, String> {
     if s.chars().all(|c| c.is_ascii_digit()) {
         return s
@@ -250,47 +245,10 @@ pub fn parse_kib(s: &str) -> Result<u64, String> {
     units::parse_bytes(s)
 }
 
-fn parse_fanout(s: &str) -> Result<FanoutMode, String> {
-    match s {
-        "hash" => Ok(FanoutMode::Hash),
-        "lb" => Ok(FanoutMode::LoadBalance),
-        "cpu" => Ok(FanoutMode::Cpu),
-        "qm" => Ok(FanoutMode::QueueMapping),
-        _ => Err(format!("`{s}`: use hash, lb, cpu or qm")),
-    }
-}
-
 fn parse_speed(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
         _ => Err(format!("`{s}`: give a speed factor above 0, e.g. 1 or 2.5")),
-    }
-}
-
-pub fn parse_backend(s: &str) -> Result<BackendKind, String> {
-    match s {
-        "af_packet" => Ok(BackendKind::AfPacket),
-        "af_xdp" => Ok(BackendKind::AfXdp),
-        "auto" => Ok(BackendKind::Auto),
-        _ => Err(format!("`{s}`: use af_packet, af_xdp or auto")),
-    }
-}
-
-fn parse_zero_copy(s: &str) -> Result<ZeroCopy, String> {
-    match s {
-        "auto" => Ok(ZeroCopy::Auto),
-        "required" => Ok(ZeroCopy::Required),
-        "off" => Ok(ZeroCopy::Off),
-        _ => Err(format!("`{s}`: use auto, required or off")),
-    }
-}
-
-fn parse_wait(s: &str) -> Result<WaitStrategy, String> {
-    match s {
-        "poll" => Ok(WaitStrategy::Poll),
-        "busy" => Ok(WaitStrategy::Busy),
-        "adaptive" => Ok(WaitStrategy::Adaptive),
-        _ => Err(format!("`{s}`: use poll, busy or adaptive")),
     }
 }
 

@@ -22,7 +22,7 @@ use crate::capture::policy::PolicySpec;
 use crate::capture::pool::PoolSize;
 use crate::capture::queue::WaitStrategy;
 use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Input};
-use crate::cli::capture::{engine_limits, parse_backend, parse_kib, parse_pool};
+use crate::cli::capture::{engine_limits, parse_kib, parse_pool};
 use crate::cli::usage;
 use crate::{netdev, units};
 
@@ -60,7 +60,7 @@ pub struct ForwardArgs {
     #[arg(long, default_value = "basic")]
     offload: PolicySpec,
     /// Capture backend on IN: af_packet, af_xdp or auto.
-    #[arg(long, default_value = "af_packet", value_parser = parse_backend)]
+    #[arg(long, default_value = "af_packet", value_enum)]
     backend: BackendKind,
     /// Drop frames matching this tcpdump expression instead of forwarding them (counted).
     #[arg(long, value_name = "FILTER")]

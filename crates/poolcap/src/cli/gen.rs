@@ -76,7 +76,7 @@ pub struct GenArgs {
     #[arg(long)]
     cpu: Option<usize>,
     /// Bypass the qdisc: auto (unless flows must spread over several tx queues), on, off.
-    #[arg(long, default_value = "auto", value_parser = parse_bypass)]
+    #[arg(long, default_value = "auto", value_enum)]
     qdisc_bypass: Bypass,
     /// Generator id carried in every frame (default: derived from the process id).
     #[arg(long)]
@@ -119,15 +119,6 @@ fn parse_size(s: &str) -> Result<SizeSpec, String> {
         return Err(format!("size {n} is outside 60..9000"));
     }
     Ok(SizeSpec::Fixed(n))
-}
-
-fn parse_bypass(s: &str) -> Result<Bypass, String> {
-    match s {
-        "auto" => Ok(Bypass::Auto),
-        "on" => Ok(Bypass::On),
-        "off" => Ok(Bypass::Off),
-        _ => Err(format!("`{s}`: use auto, on or off")),
-    }
 }
 
 /// Parses `aa:bb:cc:dd:ee:ff`.

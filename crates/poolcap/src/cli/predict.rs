@@ -78,15 +78,6 @@ fn parse_sizes(s: &str) -> Result<Sizes, String> {
     }
 }
 
-fn parse_tool(s: &str) -> Result<Tool, String> {
-    match s {
-        "poolcap" => Ok(Tool::Poolcap),
-        "tcpdump" => Ok(Tool::Tcpdump),
-        "dumpcap" => Ok(Tool::Dumpcap),
-        _ => Err(format!("`{s}`: use poolcap, tcpdump or dumpcap")),
-    }
-}
-
 /// The profile's key for a compression choice (`zstd:3`).
 fn compression_key(c: Compression) -> String {
     match c {
@@ -147,7 +138,7 @@ pub struct PredictArgs {
     #[arg(long, requires = "write")]
     compress: Option<Compression>,
     /// The capture tool: poolcap, tcpdump or dumpcap.
-    #[arg(long, default_value = "poolcap", value_parser = parse_tool)]
+    #[arg(long, default_value = "poolcap", value_enum)]
     tool: Tool,
     /// The kernel's receive work runs on the capture CPU (IRQs or RPS there; the lab's
     /// `bench --rps`): it adds to the application's cost.
@@ -413,8 +404,9 @@ mod tests {
         assert_eq!(parse_sizes("IMIX").unwrap().0.len(), 3);
         assert!(parse_sizes("59").unwrap_err().contains("60..9000"));
         assert!(parse_sizes("big").is_err());
-        assert_eq!(parse_tool("dumpcap"), Ok(Tool::Dumpcap));
-        assert!(parse_tool("wireshark").is_err());
+        use clap::ValueEnum;
+        assert_eq!(Tool::from_str("dumpcap", false), Ok(Tool::Dumpcap));
+        assert!(Tool::from_str("wireshark", false).is_err());
         assert_eq!(compression_key(Compression::Zstd(-3)), "zstd:-3");
         assert_eq!(compression_key(Compression::Gzip(6)), "gzip:6");
         assert!((mean_size(&parse_sizes("imix").unwrap().0) - 357.83).abs() < 0.01);

@@ -34,7 +34,7 @@ use self::timing::Timing;
 use crate::netdev;
 
 /// Whether to bypass the qdisc layer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Bypass {
     /// Bypass unless flows must be spread over several transmit queues.
     Auto,
