@@ -46,5 +46,20 @@ impl std::error::Error for SysError {
     }
 }
 
+/// The chokepoint every wrapper passes right before its system call: where a test's fake
+/// ([`crate::fault`], feature `fault`) makes the call named `call` fail instead of reaching
+/// the kernel. `what` is built only then.
+#[inline]
+pub(crate) fn enter(call: &'static str, what: impl FnOnce() -> String) -> Result<()> {
+    match crate::fault::planned(call) {
+        None => Ok(()),
+        Some(errno) => Err(SysError {
+            call,
+            what: what(),
+            source: io::Error::from_raw_os_error(errno),
+        }),
+    }
+}
+
 /// Shorthand for results of this crate.
 pub type Result<T> = std::result::Result<T, SysError>;

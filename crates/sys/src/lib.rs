@@ -6,11 +6,15 @@
 //! ([`tx`]), shared memory mappings ([`mmap`]) and a handful of process facts ([`process`]).
 //! Pipeline logic lives in the `poolcap` crate, which forbids `unsafe`.
 //!
+//! Every wrapper passes [`error::enter`] right before its system call: one chokepoint where
+//! the unit tests' fake ([`fault`]) can make any named call fail.
+//!
 //! Safety contract: every `unsafe` block carries a `// SAFETY:` comment naming the
 //! invariant it relies on; every type that hands out views of kernel-shared memory ties their
 //! lifetime to a guard whose `Drop` gives the memory back to the kernel.
 
 pub mod error;
+pub mod fault;
 pub(crate) mod mmap;
 pub mod poll;
 pub mod privilege;

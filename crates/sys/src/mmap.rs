@@ -54,6 +54,7 @@ impl Mmap {
             what: format!("offset {offset:#x}"),
             source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
         })?;
+        crate::error::enter(call, || format!("{len} bytes"))?;
         // SAFETY: a fresh mapping at an address the kernel picks cannot alias any Rust
         // object; the arguments are plain integers and, if any, a valid descriptor.
         let p = unsafe {

@@ -30,6 +30,7 @@ pub enum Readiness {
 /// (and so cleared): `ENETDOWN` gives [`Readiness::LinkDown`], any other is returned as the
 /// error of `call`.
 pub fn wait_readable(fd: BorrowedFd<'_>, timeout_ms: i32, call: &'static str) -> Result<Readiness> {
+    crate::error::enter(call, String::new)?;
     let mut pfd = libc::pollfd {
         fd: fd.as_raw_fd(),
         events: libc::POLLIN,

@@ -24,6 +24,7 @@ pub fn ifindex(name: &str) -> Result<u32> {
         what: name.to_string(),
         source: io::Error::from(io::ErrorKind::InvalidInput),
     })?;
+    crate::error::enter("if_nametoindex", || name.to_string())?;
     // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
     let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
     if idx == 0 {
@@ -99,6 +100,7 @@ impl PacketSocket {
     /// Opens a raw packet socket that receives nothing until [`PacketSocket::bind`], so a
     /// filter and a ring can be set up before the first packet arrives.
     pub fn open() -> Result<Self> {
+        crate::error::enter("socket(AF_PACKET, SOCK_RAW)", String::new)?;
         // SAFETY: socket() takes plain integers; the result is checked before use.
         let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
         if fd < 0 {

@@ -43,6 +43,7 @@ pub fn set<T: Plain>(
     val: &T,
     call: &'static str,
 ) -> Result<()> {
+    crate::error::enter(call, String::new)?;
     // SAFETY: `val` points to a live, initialised T (Plain) and its exact size is passed.
     let rc = unsafe {
         libc::setsockopt(
@@ -61,6 +62,7 @@ pub fn set<T: Plain>(
 
 /// `getsockopt(fd, level, opt)` into a fresh T.
 pub fn get<T: Plain>(fd: BorrowedFd<'_>, level: i32, opt: i32, call: &'static str) -> Result<T> {
+    crate::error::enter(call, String::new)?;
     // SAFETY: T is Plain, so all-zero is a valid value.
     let mut v: T = unsafe { std::mem::zeroed() };
     let mut len = size_of::<T>() as libc::socklen_t;
@@ -87,6 +89,7 @@ pub fn bind<T: Plain>(
     call: &'static str,
     what: String,
 ) -> Result<()> {
+    crate::error::enter(call, || what.clone())?;
     // SAFETY: `addr` is a live socket address struct (Plain) and its exact size is passed.
     let rc = unsafe {
         libc::bind(

@@ -100,3 +100,46 @@ impl Source for PacketSource {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use poolcap_sys::fault::inject;
+    use poolcap_sys::socket::ifindex;
+
+    use super::*;
+
+    fn open_fds() -> usize {
+        std::fs::read_dir("/proc/self/fd").unwrap().count()
+    }
+
+    /// A queue whose ring or mapping the kernel refuses fails with the call named, and gives
+    /// back what it had opened (socket, ring) so a capture that cannot start leaks nothing.
+    #[test]
+    fn a_refused_ring_or_mapping_names_the_call_and_leaks_no_descriptor() {
+        if !poolcap_sys::process::is_root() {
+            eprintln!("skipped: AF_PACKET sockets need root (CI runs the suite as root)");
+            return;
+        }
+        let lo = ifindex("lo").unwrap();
+        let geometry = RingGeometry {
+            block_size: 1 << 16,
+            block_nr: 2,
+            retire_timeout_ms: 4,
+        };
+        for call in [
+            "setsockopt(PACKET_RX_RING)",
+            "mmap",
+            "setsockopt(PACKET_FANOUT)",
+        ] {
+            let before = open_fds();
+            let plan = inject(call, libc::ENOMEM, 0, 1);
+            let e = PacketSource::open(lo, geometry, None, Some((0x5a17, FanoutMode::Hash)))
+                .expect_err("the planned failure");
+            drop(plan);
+            assert_eq!((e.call, e.errno()), (call, Some(libc::ENOMEM)), "{e}");
+            assert_eq!(open_fds(), before, "{call}: a descriptor leaked");
+        }
+        // With no fault the same queue opens.
+        PacketSource::open(lo, geometry, None, Some((0x5a17, FanoutMode::Hash))).unwrap();
+    }
+}
