@@ -1,5 +1,6 @@
 //! AF_XDP sockets: a UMEM (the receive queue's pool of frames), its fill ring, and the RX
-//! ring, one socket per receive queue.
+//! ring, one socket per receive queue; and ([`XskTx`]) a transmit socket on another
+//! interface sharing that UMEM, for forwarding frames from where they arrived.
 //!
 //! Ownership of a frame moves between the kernel and user space through the rings: frames
 //! in the fill ring belong to the kernel, which writes a packet into one and hands its
@@ -31,6 +32,9 @@ use crate::error::{Result, SysError};
 use crate::mmap::Mmap;
 use crate::poll::{self, Readiness};
 use crate::sockopt::{self, Plain};
+
+mod tx;
+pub use tx::{UmemShare, XskTx};
 
 /// Whether to bind in zero-copy mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
