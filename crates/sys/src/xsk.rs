@@ -203,6 +203,11 @@ fn reclaim(umem: usize) -> Vec<u64> {
 }
 
 impl RxFrame {
+    /// The packet's address in its UMEM (as the kernel gave it, past the frame's headroom).
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
     /// Length of the packet in the frame.
     pub fn len(&self) -> usize {
         self.len as usize
