@@ -16,6 +16,10 @@
 //! kept in a [`Ledger`] until the last of its frames completes, and only then goes home,
 //! where its capture thread gives the frames back to the fill ring.
 //!
+//! A socket sharing a UMEM inherits its owner's mode: when IN runs zero-copy, OUT's driver
+//! must support AF_XDP zero-copy too, or the bind fails (and says so); on veth both run in
+//! copy mode. OUT needs at least as many transmit queues as IN queues are captured.
+//!
 //! IN queue q sends on OUT queue q, so each queue's frames leave in the order the
 //! forwarder puts them on the ring, which is the home order (`forward`). Accounting is that
 //! of the sendmmsg path: a frame on the TX ring is `forwarded` (OUT's `tx_dropped` moves
@@ -56,7 +60,8 @@ impl XdpTransmit {
         let have = netdev::tx_queues(out);
         if shares.len() > have {
             return Err(CaptureError::Xdp(format!(
-                "{out} has {have} transmit queues; AF_XDP forwarding sends each of the {} IN queues on its own OUT queue",
+                "{out} has {have} transmit queue{}, fewer than the {} IN queues: AF_XDP forwarding sends each IN queue on its own OUT queue",
+                if have == 1 { "" } else { "s" },
                 shares.len()
             )));
         }

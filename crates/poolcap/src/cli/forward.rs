@@ -59,7 +59,8 @@ pub struct ForwardArgs {
     /// leave in their queue's order).
     #[arg(long, default_value = "basic")]
     offload: PolicySpec,
-    /// Capture backend on IN: af_packet, af_xdp or auto.
+    /// Capture backend on IN: af_packet, af_xdp or auto. With AF_XDP, frames also leave
+    /// from the UMEM they arrived in (an AF_XDP socket per queue on OUT shares it).
     #[arg(long, default_value = "af_packet", value_parser = parse_backend)]
     backend: BackendKind,
     /// Drop frames matching this tcpdump expression instead of forwarding them (counted).
