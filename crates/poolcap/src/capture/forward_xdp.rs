@@ -203,7 +203,10 @@ impl QueueTx {
                     break;
                 }
             }
-            if k == 0 && self.reap(pool) == 0 {
+            // Copy mode completes frames during the kick: reaping now sends chunks home
+            // (this one too, once stored) without waiting for the forwarder's next round.
+            let reaped = self.reap(pool);
+            if k == 0 && reaped == 0 {
                 stalls += 1;
                 if stalls >= TRANSIENT_RETRIES {
                     out.fail("stays full");

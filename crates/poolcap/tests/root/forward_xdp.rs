@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use libtest_mimic::Trial;
 
-use crate::common::{bin, gen, if_counters, num, stats, tcpdump_count, tempdir, trial};
+use crate::common::{bin, gen, if_counters, num, poolcap_in, stats, tcpdump_count, tempdir, trial};
 use crate::forward::{assert_equation, forward, lab3, sink, sink_capture, sink_frames};
 
 /// What every AF_XDP forward on veth must report as its transmit path.
@@ -195,6 +195,48 @@ fn out_down_counts_dropped_tx() {
     assert_eq!(err.matches("prb1 is down").count(), 1, "said once: {err}");
 }
 
+/// Each IN queue needs its own OUT queue: an OUT with fewer is refused in one line before
+/// anything is forwarded.
+fn out_with_fewer_queues_is_refused() {
+    let lab = lab3(2);
+    let ns = &lab.probe.netns;
+    for args in [
+        vec![
+            "link", "add", "fwone", "type", "veth", "peer", "name", "fwonep",
+        ],
+        vec!["link", "set", "fwone", "up"],
+        vec!["link", "set", "fwonep", "up"],
+    ] {
+        let st = Command::new("ip")
+            .args(["-n", ns])
+            .args(args)
+            .status()
+            .expect("ip link");
+        assert!(st.success());
+    }
+    let out = poolcap_in(
+        ns,
+        &[
+            "forward",
+            "-i",
+            "prb0",
+            "-o",
+            "fwone",
+            "--backend",
+            "af_xdp",
+            "--queues",
+            "2",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains("fwone has 1 transmit queue, fewer than the 2 IN queues"),
+        "{err}"
+    );
+}
+
 /// The AF_XDP forwarding tests.
 pub fn trials() -> Vec<Trial> {
     vec![
@@ -209,6 +251,10 @@ pub fn trials() -> Vec<Trial> {
         trial(
             "forward_xdp_out_down_counts_dropped_tx",
             out_down_counts_dropped_tx,
+        ),
+        trial(
+            "forward_xdp_out_with_fewer_queues_is_refused",
+            out_with_fewer_queues_is_refused,
         ),
     ]
 }
