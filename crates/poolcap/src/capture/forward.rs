@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 use crossbeam_queue::ArrayQueue;
 use poolcap_sys::socket::is_transient;
 use poolcap_sys::tx::{is_link_down, FrameSender};
+use poolcap_sys::xsk::UmemShare;
 use serde::{Deserialize, Serialize};
 
 use super::account::QueueStats;
@@ -44,7 +45,6 @@ use super::forward_xdp::XdpTransmit;
 use super::pool::{Chunk, Pool};
 use super::CaptureError;
 use crate::netdev;
-use poolcap_sys::xsk::UmemShare;
 
 /// Send buffer of the transmit socket: room for a few chunks of full-size frames, so a
 /// burst leaving the pool does not wait for the interface frame by frame.
