@@ -1,5 +1,6 @@
 //! AF_XDP sockets: a UMEM (the receive queue's pool of frames), its fill ring, and the RX
-//! ring, one socket per receive queue.
+//! ring, one socket per receive queue; and ([`XskTx`]) a transmit socket on another
+//! interface sharing that UMEM, for forwarding frames from where they arrived.
 //!
 //! Ownership of a frame moves between the kernel and user space through the rings: frames
 //! in the fill ring belong to the kernel, which writes a packet into one and hands its
@@ -31,6 +32,9 @@ use crate::error::{Result, SysError};
 use crate::mmap::Mmap;
 use crate::poll::{self, Readiness};
 use crate::sockopt::{self, Plain};
+
+mod tx;
+pub use tx::{UmemShare, XskTx};
 
 /// Whether to bind in zero-copy mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,6 +204,11 @@ fn reclaim(umem: usize) -> Vec<u64> {
 }
 
 impl RxFrame {
+    /// The packet's address in its UMEM (as the kernel gave it, past the frame's headroom).
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
     /// Length of the packet in the frame.
     pub fn len(&self) -> usize {
         self.len as usize
@@ -300,18 +309,24 @@ fn map_ring(
     })
 }
 
+/// A fresh AF_XDP socket (receive or transmit side).
+fn open_socket() -> Result<OwnedFd> {
+    crate::error::enter("socket(AF_XDP)", String::new)?;
+    // SAFETY: socket() takes plain integers; the result is checked.
+    let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(SysError::last("socket(AF_XDP)", ""));
+    }
+    // SAFETY: `raw` is a fresh descriptor nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
 impl Xsk {
     /// Creates a socket with a UMEM of `cfg.frame_count` frames, binds it to queue
     /// `queue_id` of `ifindex`, and gives every frame to the kernel through the fill ring.
     pub fn bind(ifindex: u32, queue_id: u32, cfg: XskConfig) -> Result<Self> {
         let entries = cfg.frame_count.next_power_of_two().max(64);
-        // SAFETY: socket() takes plain integers; the result is checked.
-        let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-        if raw < 0 {
-            return Err(SysError::last("socket(AF_XDP)", ""));
-        }
-        // SAFETY: `raw` is a fresh descriptor nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fd = open_socket()?;
         let umem_len = cfg.frame_size as usize * cfg.frame_count as usize;
         let umem_map = Mmap::anonymous(umem_len)?;
         let mut reg: libc::xdp_umem_reg = sockopt::zeroed();

@@ -14,7 +14,7 @@ use std::time::Duration;
 use poolcap_format::FileFormat;
 use poolcap_sys::socket::FanoutMode;
 use poolcap_sys::xdp::{AttachMode, XdpRedirect};
-use poolcap_sys::xsk::{Xsk, XskConfig, ZeroCopy};
+use poolcap_sys::xsk::{UmemShare, Xsk, XskConfig, ZeroCopy};
 use poolcap_sys::SysError;
 
 use super::af_packet::PacketSource;
@@ -83,6 +83,8 @@ pub struct Opened {
     pub pools: Vec<Arc<Pool>>,
     /// The XDP program, attached while this lives.
     pub xdp: Option<XdpRedirect>,
+    /// Per queue, its AF_XDP socket's UMEM for a forwarder to send from (AF_XDP only).
+    pub shares: Vec<UmemShare>,
     /// True when a filter runs in the kernel (its rejections are counted from interface
     /// counters, not per queue).
     pub kernel_filter: bool,
@@ -133,6 +135,7 @@ fn open_af_packet(s: &Setup<'_>, why: &str) -> Result<Opened, CaptureError> {
         sources,
         pools,
         xdp: None,
+        shares: Vec::new(),
         kernel_filter: s.filter.is_some(),
         report: format!("backend {why}"),
     })
@@ -234,6 +237,7 @@ fn open_af_xdp(cfg: BackendConfig, s: &Setup<'_>) -> Result<Opened, CaptureError
     };
     let mut sources: Vec<Box<dyn Source>> = Vec::with_capacity(s.queues);
     let mut pools = Vec::with_capacity(s.queues);
+    let mut shares = Vec::with_capacity(s.queues);
     let mut mode = String::new();
     for (q, f) in filters.into_iter().enumerate() {
         let xsk = bind_with_retry(s.ifindex, q, xcfg).map_err(|e| match e.errno() {
@@ -262,12 +266,14 @@ fn open_af_xdp(cfg: BackendConfig, s: &Setup<'_>) -> Result<Opened, CaptureError
             s.queue_capacity[q],
             xsk.umem(),
         )));
+        shares.push(xsk.share()?);
         sources.push(Box::new(XdpSource::new(xsk, f)));
     }
     Ok(Opened {
         sources,
         pools,
         xdp: Some(xdp),
+        shares,
         kernel_filter: false,
         report: format!(
             "backend af_xdp (native XDP, {mode}; UMEM of {} frames per queue)",

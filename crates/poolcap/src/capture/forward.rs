@@ -15,7 +15,9 @@
 //! watermark wait) is needed.
 //!
 //! Transmission copies nothing in user space: one `sendmmsg` per chunk whose iovecs point at
-//! the frames where they lie in the chunk ([`poolcap_sys::tx`]). A `--drop` rule (a tcpdump
+//! the frames where they lie in the chunk ([`poolcap_sys::tx`]), or, when IN is captured
+//! with AF_XDP, the frames' UMEM addresses on the TX ring of an AF_XDP socket on OUT that
+//! shares IN's UMEM ([`super::forward_xdp`]; [`Transmit`] picks). A `--drop` rule (a tcpdump
 //! expression run in user space, like the AF_XDP filter stage) removes matching frames inline.
 //!
 //! Accounting: every frame the pipeline captured ends in exactly one of `forwarded`,
@@ -33,12 +35,15 @@ use std::time::{Duration, Instant};
 use crossbeam_queue::ArrayQueue;
 use poolcap_sys::socket::is_transient;
 use poolcap_sys::tx::{is_link_down, FrameSender};
+use poolcap_sys::xsk::UmemShare;
 use serde::{Deserialize, Serialize};
 
 use super::account::QueueStats;
 use super::doorbell::Doorbell;
 use super::filter::{compile_user, FilterError};
+use super::forward_xdp::XdpTransmit;
 use super::pool::{Chunk, Pool};
+use super::CaptureError;
 use crate::netdev;
 
 /// Send buffer of the transmit socket: room for a few chunks of full-size frames, so a
@@ -47,8 +52,8 @@ const SNDBUF: usize = 8 << 20;
 
 /// How often, and how long between tries, a send the kernel has no room for is retried
 /// before its frames count as `dropped_tx` (about 20 ms in all).
-const TRANSIENT_RETRIES: u32 = 200;
-const TRANSIENT_PAUSE: Duration = Duration::from_micros(100);
+pub(super) const TRANSIENT_RETRIES: u32 = 200;
+pub(super) const TRANSIENT_PAUSE: Duration = Duration::from_micros(100);
 
 /// How often OUT's state and drop counter are read while frames flow.
 const LINK_CHECK: Duration = Duration::from_millis(10);
@@ -67,7 +72,7 @@ pub struct ForwardCounters {
 }
 
 impl ForwardCounters {
-    fn add(c: &AtomicU64, n: u64) {
+    pub(super) fn add(c: &AtomicU64, n: u64) {
         c.fetch_add(n, Ordering::Relaxed);
     }
 
@@ -113,14 +118,25 @@ impl DropRule {
     }
 }
 
+/// How frames leave OUT.
+#[derive(Debug)]
+pub enum Transmit {
+    /// An AF_PACKET socket, `sendmmsg` from the chunks (any backend).
+    Sendmmsg(FrameSender),
+    /// AF_XDP sockets sharing IN's UMEMs (IN captured with AF_XDP).
+    SharedUmem(XdpTransmit),
+}
+
 /// What the caller opens before the engine starts: the transmit socket on OUT (so a bad OUT
 /// fails before anything is captured) and the drop rule.
 #[derive(Debug)]
 pub struct ForwardSetup {
     /// OUT's name, for messages.
     pub out: String,
-    /// The transmit socket on OUT.
-    pub sender: FrameSender,
+    /// OUT's interface index.
+    pub ifindex: u32,
+    /// The transmit path.
+    pub transmit: Transmit,
     /// Frames matching this are dropped.
     pub drop: Option<DropRule>,
 }
@@ -134,14 +150,28 @@ impl ForwardSetup {
     ) -> poolcap_sys::error::Result<Self> {
         Ok(Self {
             out: out.to_string(),
-            sender: FrameSender::open(ifindex, SNDBUF)?,
+            ifindex,
+            transmit: Transmit::Sendmmsg(FrameSender::open(ifindex, SNDBUF)?),
             drop,
         })
     }
 
-    /// How frames are transmitted (for the startup report).
-    pub fn path(&self) -> &'static str {
-        "AF_PACKET sendmmsg with iovecs into the pool chunks (no user-space copy; through the qdisc, so a flow keeps its transmit queue)"
+    /// Sends from IN's UMEMs (one share per IN queue) when IN was opened with AF_XDP
+    /// (`shares` is empty otherwise, and sendmmsg stays).
+    pub fn share_umem(&mut self, shares: &[UmemShare]) -> Result<(), CaptureError> {
+        if !shares.is_empty() {
+            self.transmit =
+                Transmit::SharedUmem(XdpTransmit::bind(shares, &self.out, self.ifindex)?);
+        }
+        Ok(())
+    }
+
+    /// How frames are transmitted: `sendmmsg` or `af_xdp shared umem (copy|zero-copy)`.
+    pub fn path(&self) -> String {
+        match &self.transmit {
+            Transmit::Sendmmsg(_) => "sendmmsg".into(),
+            Transmit::SharedUmem(x) => x.path(),
+        }
     }
 }
 
@@ -192,9 +222,18 @@ impl Forwarder {
             if done && self.input.is_empty() {
                 break;
             }
+            let holding = match &mut self.setup.transmit {
+                Transmit::SharedUmem(x) => {
+                    x.tend(&self.pools);
+                    x.holding()
+                }
+                Transmit::Sendmmsg(_) => false,
+            };
             if !worked {
-                // Rung on every chunk; the timeout only bounds a missed ring.
-                self.bell.wait(Duration::from_millis(20));
+                // Rung on every chunk; the timeout only bounds a missed ring, or how long
+                // completed frames wait to go home.
+                self.bell
+                    .wait(Duration::from_millis(if holding { 1 } else { 20 }));
             }
         }
         // Sequences have no gaps, so nothing is left; should a chunk be, it still goes out
@@ -204,28 +243,54 @@ impl Forwarder {
                 self.forward(c, &mut out);
             }
         }
+        if let Transmit::SharedUmem(x) = self.setup.transmit {
+            x.finish(&self.pools, &self.counters);
+        }
         out.look(true, &self.counters);
     }
 
-    fn forward(&mut self, chunk: Chunk, out: &mut OutState) {
-        let home = chunk.home;
-        let counters = &self.counters[home];
-        let mut frames: Vec<&[u8]> = Vec::with_capacity(chunk.len());
+    /// The frames of `chunk` to send, and how many the rule dropped or were cut short.
+    fn select(&self, chunk: &Chunk) -> (Vec<usize>, u64, u64) {
+        let mut keep = Vec::with_capacity(chunk.len());
         let (mut by_rule, mut cut_short) = (0u64, 0u64);
-        for (meta, data) in chunk.packets() {
+        for (i, (meta, data)) in chunk.packets().enumerate() {
             if self.setup.drop.as_ref().is_some_and(|r| r.matches(data)) {
                 by_rule += 1;
             } else if meta.caplen < meta.wire_len {
                 cut_short += 1;
             } else {
-                frames.push(data);
+                keep.push(i);
             }
         }
+        (keep, by_rule, cut_short)
+    }
+
+    fn forward(&mut self, chunk: Chunk, out: &mut OutState) {
+        let home = chunk.home;
+        let (keep, by_rule, cut_short) = self.select(&chunk);
         out.look(false, &self.counters);
+        let counters = &self.counters[home];
+        let sender = match &mut self.setup.transmit {
+            Transmit::Sendmmsg(sender) => sender,
+            Transmit::SharedUmem(x) => {
+                let (sent, bytes) = if out.usable {
+                    x.send(chunk, &keep, out, &self.pools[home])
+                } else {
+                    self.pools[home].recycle(chunk);
+                    (0, 0)
+                };
+                ForwardCounters::add(&counters.forwarded, sent);
+                ForwardCounters::add(&counters.forwarded_bytes, bytes);
+                ForwardCounters::add(&counters.dropped_by_rule, by_rule);
+                ForwardCounters::add(&counters.dropped_tx, keep.len() as u64 - sent + cut_short);
+                return;
+            }
+        };
+        let frames: Vec<&[u8]> = keep.iter().map(|&i| chunk.data(i)).collect();
         let mut sent = 0usize;
         let mut retries = 0u32;
         while sent < frames.len() && out.usable {
-            match self.setup.sender.send(&frames[sent..]) {
+            match sender.send(&frames[sent..]) {
                 Ok(n) if n > 0 => {
                     sent += n;
                     retries = 0;
@@ -269,16 +334,16 @@ impl Forwarder {
 /// frames the driver dropped since the last look move from `forwarded` to `dropped_tx`
 /// (OUT carries only what the forwarder sends). Each outage is reported once.
 #[derive(Debug)]
-struct OutState {
+pub(super) struct OutState {
     iface: String,
     /// OUT is up with carrier, as of the last look.
-    usable: bool,
+    pub(super) usable: bool,
     /// An outage has been reported and has not ended.
     failing: bool,
     last_look: Instant,
     tx_dropped: Option<u64>,
     /// Frames handed to OUT per queue since the last look.
-    handed: Vec<u64>,
+    pub(super) handed: Vec<u64>,
 }
 
 impl OutState {
@@ -294,7 +359,7 @@ impl OutState {
     }
 
     /// Says once per outage that OUT stopped taking frames.
-    fn fail(&mut self, why: &str) {
+    pub(super) fn fail(&mut self, why: &str) {
         if !std::mem::replace(&mut self.failing, true) {
             eprintln!(
                 "poolcap: {} {why}; counting its frames as dropped_tx until it takes them again",

@@ -28,6 +28,7 @@ pub mod end;
 pub mod file;
 pub mod filter;
 pub mod forward;
+pub mod forward_xdp;
 pub mod link;
 pub mod mem;
 pub mod policy;
@@ -271,6 +272,8 @@ pub struct Engine {
     /// The writer's first error, printed by the supervisor as soon as it is set.
     write_failed: Arc<OnceLock<String>>,
     forward_counters: Option<forward::AllForwardCounters>,
+    /// How a forwarder transmits (`poolcap forward` only).
+    tx_path: Option<String>,
     budget: Option<Arc<Budget>>,
     link: Option<LinkWatch>,
     if_before: Option<u64>,
@@ -359,6 +362,14 @@ impl Engine {
         let (ring, seal_after) = retire_tuning(&cfg, q, fwd.is_some());
         let capacity: Vec<usize> = groups.iter().map(|g| g.len() * cfg.pool.chunks).collect();
         let opened = open_input(&cfg, input, idx, q, ring, &capacity)?;
+        let fwd = match fwd {
+            Some(mut f) => {
+                f.share_umem(&opened.shares)?;
+                Some(f)
+            }
+            None => None,
+        };
+        let tx_path = fwd.as_ref().map(|f| f.path());
         let if_before = opened
             .kernel_filter
             .then(|| if_frames(&cfg.iface))
@@ -409,6 +420,7 @@ impl Engine {
             threads,
             write_failed: plan.write_failed,
             forward_counters,
+            tx_path,
             budget: plan.budget,
             link,
             if_before,
@@ -432,6 +444,12 @@ impl Engine {
     /// Which backend runs, and why (for the startup report).
     pub fn backend_report(&self) -> &str {
         &self.report
+    }
+
+    /// How the forwarder transmits (`sendmmsg` or `af_xdp shared umem (copy|zero-copy)`),
+    /// for an engine started with [`Engine::start_forward`].
+    pub fn tx_path(&self) -> Option<&str> {
+        self.tx_path.as_deref()
     }
 
     fn snapshot(&self) -> Vec<QueueStats> {

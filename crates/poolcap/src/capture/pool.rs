@@ -228,6 +228,14 @@ impl Chunk {
         }
     }
 
+    /// The UMEM frame of packet `i`, in a chunk of frames.
+    pub fn frame(&self, i: usize) -> Option<&RxFrame> {
+        match &self.storage {
+            Storage::Frames { frames, .. } => frames.get(i),
+            Storage::Copied { .. } => None,
+        }
+    }
+
     /// Where packet `i`'s record goes in the chunk's bytes, when the chunk keeps room for
     /// records: the packet's bytes sit [`FileFormat::record_head`] bytes in. Consecutive
     /// packets' records are adjacent.

@@ -92,6 +92,7 @@ pub(super) fn open_input(
         pools: backend::copy_pools(cfg.pool, capacity, records),
         sources,
         xdp: None,
+        shares: Vec::new(),
         kernel_filter: false,
         report,
     };

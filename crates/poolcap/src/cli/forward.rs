@@ -59,7 +59,8 @@ pub struct ForwardArgs {
     /// leave in their queue's order).
     #[arg(long, default_value = "basic")]
     offload: PolicySpec,
-    /// Capture backend on IN: af_packet, af_xdp or auto.
+    /// Capture backend on IN: af_packet, af_xdp or auto. With AF_XDP, frames also leave
+    /// from the UMEM they arrived in (an AF_XDP socket per queue on OUT shares it).
     #[arg(long, default_value = "af_packet", value_enum)]
     backend: BackendKind,
     /// Drop frames matching this tcpdump expression instead of forwarding them (counted).
@@ -251,6 +252,17 @@ fn config(a: &ForwardArgs) -> anyhow::Result<CaptureConfig> {
     })
 }
 
+/// The startup line's account of a transmit path.
+fn transmit_detail(path: &str) -> String {
+    if path == "sendmmsg" {
+        "sendmmsg: AF_PACKET with iovecs into the pool chunks (no user-space copy; through the qdisc, so a flow keeps its transmit queue)".into()
+    } else if path.ends_with("(copy)") {
+        format!("{path}: frames leave from the UMEM they arrived in, no user-space copy; copy mode, so the kernel copies each frame once into an skb")
+    } else {
+        format!("{path}: frames leave from the UMEM they arrived in, no copy")
+    }
+}
+
 /// Runs `poolcap forward`.
 pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
     check_interfaces(&args)?;
@@ -265,7 +277,6 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
     let out_index = ifindex(&args.output)
         .map_err(|_| usage(format!("-o: no such interface `{}`", args.output)))?;
     let setup = ForwardSetup::open(&args.output, out_index, drop)?;
-    let tx_path = setup.path();
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
@@ -284,8 +295,9 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
         pool.cells
     );
     eprintln!("{}", engine.backend_report());
-    eprintln!("transmit: {tx_path}");
-    let report = ForwardReport::new(&args, tx_path, engine.run());
+    let tx_path = engine.tx_path().unwrap_or("sendmmsg").to_string();
+    eprintln!("transmit: {}", transmit_detail(&tx_path));
+    let report = ForwardReport::new(&args, &tx_path, engine.run());
     report.print();
     if let Some(path) = &args.stats_json {
         std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")

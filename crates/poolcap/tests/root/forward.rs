@@ -14,16 +14,16 @@ use crate::common::{
 };
 
 /// A three-host lab with `queues` queues per interface.
-fn lab3(queues: u16) -> Lab {
+pub(crate) fn lab3(queues: u16) -> Lab {
     Lab::unique(queues, 3).unwrap_or_else(|e| panic!("lab up: {e}"))
 }
 
-fn sink(lab: &Lab) -> &poolcap_lab::Host {
+pub(crate) fn sink(lab: &Lab) -> &poolcap_lab::Host {
     lab.sink.as_ref().expect("three hosts")
 }
 
 /// Starts `poolcap forward -i prb0 -o prb1 -q ARGS` in the probe and waits until it listens.
-fn forward(lab: &Lab, args: &[&str]) -> Background {
+pub(crate) fn forward(lab: &Lab, args: &[&str]) -> Background {
     let mut cmd = netns_command(&lab.probe.netns, bin());
     cmd.args(["forward", "-i", "prb0", "-o", "prb1", "-q"])
         .args(args);
@@ -31,7 +31,7 @@ fn forward(lab: &Lab, args: &[&str]) -> Background {
 }
 
 /// Starts `poolcap capture -i snk0 -q -w FILE --stats-json JSON` in the sink.
-fn sink_capture(lab: &Lab, file: &Path, json: &Path) -> Background {
+pub(crate) fn sink_capture(lab: &Lab, file: &Path, json: &Path) -> Background {
     let mut cmd = netns_command(&sink(lab).netns, bin());
     cmd.args(["capture", "-i", "snk0", "-q", "-w"])
         .arg(file)
@@ -56,7 +56,7 @@ fn terms(s: &serde_json::Value) -> u64 {
 }
 
 /// Checks the equation in total and per queue, and that the queues add up to the total.
-fn assert_equation(s: &serde_json::Value, sent: u64) {
+pub(crate) fn assert_equation(s: &serde_json::Value, sent: u64) {
     assert_eq!(num(s, "received"), sent, "received = frames sent: {s}");
     assert_eq!(terms(s), sent, "received = sum of the six terms: {s}");
     assert_eq!(num(s, "in_flight"), 0, "{s}");
@@ -71,7 +71,7 @@ fn assert_equation(s: &serde_json::Value, sent: u64) {
 }
 
 /// The generator frames of a file: (frames, unique, duplicates, reordered within a flow).
-fn sink_frames(file: &Path) -> (u64, u64, u64, u64) {
+pub(crate) fn sink_frames(file: &Path) -> (u64, u64, u64, u64) {
     let f =
         poolcap_format::read_file(file).unwrap_or_else(|e| panic!("read {}: {e}", file.display()));
     let mut c = poolcap::seqcheck::SeqChecker::new();

@@ -12,6 +12,7 @@ mod disk;
 mod doctor;
 mod export;
 mod forward;
+mod forward_xdp;
 mod gen;
 mod hardening;
 mod kafka;
@@ -39,6 +40,7 @@ fn main() {
     trials.extend(cli::trials());
     trials.extend(doctor::trials());
     trials.extend(forward::trials());
+    trials.extend(forward_xdp::trials());
     if let Err(why) = poolcap_sys::privilege::check_lab() {
         eprintln!("skipping {} root tests: {why}", trials.len());
         trials = trials
