@@ -3,13 +3,14 @@
 //! It wraps exactly what the kernel offers for packet capture and generation on Linux and
 //! nothing else: AF_PACKET sockets and their socket options ([`socket`]), the TPACKET_V3
 //! receive ring ([`rx_ring`]), waiting on capture sockets ([`poll`]), the forwarder's sender
-//! ([`tx`]), shared memory mappings ([`mmap`]) and a handful of process facts ([`process`]).
+//! ([`tx`]), shared memory mappings ([`mmap`]), generated eBPF programs and maps ([`bpf`]) and a handful of process facts ([`process`]).
 //! Pipeline logic lives in the `poolcap` crate, which forbids `unsafe`.
 //!
 //! Safety contract: every `unsafe` block carries a `// SAFETY:` comment naming the
 //! invariant it relies on; every type that hands out views of kernel-shared memory ties their
 //! lifetime to a guard whose `Drop` gives the memory back to the kernel.
 
+pub mod bpf;
 pub mod error;
 pub(crate) mod mmap;
 pub mod poll;
