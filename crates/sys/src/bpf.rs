@@ -392,8 +392,14 @@ mod tests {
     #[test]
     fn instructions_encode_as_struct_bpf_insn() {
         // `r0 = 0; exit` and `r1 = *(u32 *)(r6 + 20)`, as llvm-objdump shows them.
-        assert_eq!(Insn::new(0xb7, 0, 0, 0, 0).to_bytes(), [0xb7, 0, 0, 0, 0, 0, 0, 0]);
-        assert_eq!(Insn::new(0x95, 0, 0, 0, 0).to_bytes(), [0x95, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            Insn::new(0xb7, 0, 0, 0, 0).to_bytes(),
+            [0xb7, 0, 0, 0, 0, 0, 0, 0]
+        );
+        assert_eq!(
+            Insn::new(0x95, 0, 0, 0, 0).to_bytes(),
+            [0x95, 0, 0, 0, 0, 0, 0, 0]
+        );
         assert_eq!(
             Insn::new(0x61, 1, 6, 20, 0).to_bytes(),
             [0x61, 0x61, 0x14, 0, 0, 0, 0, 0]

@@ -125,8 +125,7 @@ fn engine_argv(a: &ProbeArgs, iface: &str) -> Vec<String> {
 
 /// Runs `poolcap probe`.
 pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
-    let mut config =
-        poolcap_probe::config::load(&args.config).map_err(|e| usage(e.to_string()))?;
+    let mut config = poolcap_probe::config::load(&args.config).map_err(|e| usage(e.to_string()))?;
     if let Some(file) = &args.read {
         if args.metrics.is_set() || args.ipfix.is_set() || args.kafka.is_set() {
             return Err(usage(
@@ -145,9 +144,8 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
             ))
         }
         Some(mode) => {
-            let alone = kernel::all_in_kernel(&config)
-                && args.write.is_none()
-                && !args.metrics.is_set();
+            let alone =
+                kernel::all_in_kernel(&config) && args.write.is_none() && !args.metrics.is_set();
             kernel::place(&mut config, mode, !alone).map_err(usage)?;
             alone
         }
@@ -268,7 +266,11 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
 
 /// `--in-kernel` with every rule in the kernel: no capture socket, no workers; the manager
 /// reads the program's map at each period until SIGINT, SIGTERM or `--duration`.
-fn run_in_kernel(args: ProbeArgs, config: poolcap_probe::Config, iface: &str) -> anyhow::Result<()> {
+fn run_in_kernel(
+    args: ProbeArgs,
+    config: poolcap_probe::Config,
+    iface: &str,
+) -> anyhow::Result<()> {
     let mode = args.in_kernel.unwrap_or(kernel::Mode::On);
     let kernel = KernelRules::start(mode, iface, &config, false)?;
     let ipfix = export::start_ipfix(&args.ipfix)?;
@@ -313,8 +315,7 @@ fn run_in_kernel(args: ProbeArgs, config: poolcap_probe::Config, iface: &str) ->
         })?;
     eprintln!("probing on {iface} in the kernel (tc ingress), no capture socket");
     let deadline = args.duration.map(|d| std::time::Instant::now() + d);
-    while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| std::time::Instant::now() < d)
-    {
+    while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| std::time::Instant::now() < d) {
         std::thread::sleep(Duration::from_millis(20));
     }
     done.store(true, Ordering::Release);

@@ -108,7 +108,9 @@ impl Manager {
     }
 
     fn switch(&mut self, mut next: Config, change: Option<String>) -> anyhow::Result<String> {
-        self.reporter.prepare(&mut next).map_err(anyhow::Error::msg)?;
+        self.reporter
+            .prepare(&mut next)
+            .map_err(anyhow::Error::msg)?;
         let acc = self.accounting()?;
         self.reporter
             .switch(SystemTime::now(), acc, next, change, &mut || {})

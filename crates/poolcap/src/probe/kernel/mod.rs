@@ -21,6 +21,9 @@
 
 pub mod translate;
 
+/// The map value's size in bytes, for [`PerCpuArray::create`].
+pub const VALUE_SIZE: u32 = (VALUE_WORDS * 8) as u32;
+
 use poolcap_probe::report::Accounting;
 use poolcap_probe::tally::{Sizes, Tally};
 use poolcap_probe::Config;
@@ -106,6 +109,11 @@ pub struct Counts {
 }
 
 impl Counts {
+    /// Slot `slot` of `map`, summed over the CPUs.
+    pub fn read(map: &PerCpuArray, slot: u32) -> anyhow::Result<Self> {
+        Ok(Self::sum(&map.lookup(slot)?))
+    }
+
     fn sum(per_cpu: &[u8]) -> Self {
         let mut words = [0u64; VALUE_WORDS];
         for cpu in per_cpu.chunks_exact(VALUE_WORDS * 8) {
@@ -169,7 +177,7 @@ impl KernelRules {
     /// interface `iface`.
     pub fn start(mode: Mode, iface: &str, config: &Config, workers: bool) -> anyhow::Result<Self> {
         let ifindex = poolcap_sys::socket::ifindex(iface)?;
-        let map = PerCpuArray::create("poolcap_probe", (VALUE_WORDS * 8) as u32, SLOTS)?;
+        let map = PerCpuArray::create("poolcap_probe", VALUE_SIZE, SLOTS)?;
         let mut k = Self {
             mode,
             workers,
@@ -242,7 +250,7 @@ impl KernelRules {
     }
 
     fn read(&self, slot: u32) -> anyhow::Result<Counts> {
-        Ok(Counts::sum(&self.map.lookup(slot)?))
+        Counts::read(&self.map, slot)
     }
 
     /// Adds what the kernel counted since the last call to the kernel rules of `tally`
@@ -306,14 +314,20 @@ mod tests {
         let mut c = config("\"flows\"");
         assert!(!all_in_kernel(&c));
         let e = place(&mut c.clone(), Mode::On, true).unwrap_err();
-        assert!(e.contains("rule `b`: action `flows` cannot run in the kernel"), "{e}");
+        assert!(
+            e.contains("rule `b`: action `flows` cannot run in the kernel"),
+            "{e}"
+        );
         assert!(e.contains("--in-kernel=auto"), "{e}");
         place(&mut c, Mode::Auto, true).unwrap();
         assert_eq!((c.rules[0].in_kernel, c.rules[1].in_kernel), (true, false));
 
         let mut c = config("\"alert\"]\nalert = { key = \"dst\", rate = 5 }\n#[");
         let e = place(&mut c, Mode::Auto, false).unwrap_err();
-        assert!(e.contains("rule `b`: action `alert` needs user space"), "{e}");
+        assert!(
+            e.contains("rule `b`: action `alert` needs user space"),
+            "{e}"
+        );
     }
 
     #[test]

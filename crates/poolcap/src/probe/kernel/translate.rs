@@ -531,7 +531,15 @@ mod tests {
             insn(0x06, 0, 0, 1),
             insn(0x06, 0, 0, 0),
         ];
-        let p = program(&[KernelRule { slot: 1, filter: &f }], 3, Vlan::Fixed(None)).unwrap();
+        let p = program(
+            &[KernelRule {
+                slot: 1,
+                filter: &f,
+            }],
+            3,
+            Vlan::Fixed(None),
+        )
+        .unwrap();
         for (at, i) in p.iter().enumerate() {
             let class = i.code & 0x07;
             let is_jump = (class == JMP || class == JMP32) && !matches!(i.code & 0xf0, CALL | EXIT);
@@ -549,10 +557,26 @@ mod tests {
     #[test]
     fn bad_programs_are_refused_not_miscompiled() {
         let out = [insn(0x15, 0, 9, 1), insn(0x06, 0, 0, 0)];
-        let e = program(&[KernelRule { slot: 1, filter: &out }], 3, Vlan::Skb).unwrap_err();
+        let e = program(
+            &[KernelRule {
+                slot: 1,
+                filter: &out,
+            }],
+            3,
+            Vlan::Skb,
+        )
+        .unwrap_err();
         assert!(e.contains("jump out"), "{e}");
         let bad_alu = [insn(0x04 | 0xf0, 0, 0, 0), insn(0x06, 0, 0, 0)];
-        let e = program(&[KernelRule { slot: 1, filter: &bad_alu }], 3, Vlan::Skb).unwrap_err();
+        let e = program(
+            &[KernelRule {
+                slot: 1,
+                filter: &bad_alu,
+            }],
+            3,
+            Vlan::Skb,
+        )
+        .unwrap_err();
         assert!(e.contains("instruction 0"), "{e}");
     }
 }
