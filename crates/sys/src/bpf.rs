@@ -417,7 +417,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<MapCreateAttr>(), 44);
         assert_eq!(std::mem::size_of::<MapElemAttr>(), 32);
         assert_eq!(std::mem::size_of::<ProgLoadAttr>(), 72);
-        assert_eq!(std::mem::size_of::<TestRunAttr>(), 32);
+        assert_eq!(std::mem::size_of::<TestRunAttr>(), 40);
         assert_eq!(std::mem::size_of::<LinkCreateAttr>(), 32);
         assert_eq!(std::mem::size_of::<LinkUpdateAttr>(), 16);
     }
