@@ -318,14 +318,13 @@ impl TcProgram {
         }
     }
 
-    /// Runs the program once on `frame` (an Ethernet frame, no device); returns its return
-    /// value.
-    pub fn test_run(&self, frame: &[u8]) -> Result<u32> {
+    /// Runs the program `repeat` times on `frame` (an Ethernet frame, no device).
+    pub fn test_run(&self, frame: &[u8], repeat: u32) -> Result<TestRun> {
         let mut attr = TestRunAttr {
             prog_fd: self.fd.as_raw_fd() as u32,
             data_size_in: frame.len() as u32,
             data_in: frame.as_ptr() as u64,
-            repeat: 1,
+            repeat,
             ..Default::default()
         };
         bpf(
@@ -334,8 +333,20 @@ impl TcProgram {
             "bpf(BPF_PROG_TEST_RUN)",
             &format!("{} bytes", frame.len()),
         )?;
-        Ok(attr.retval)
+        Ok(TestRun {
+            retval: attr.retval,
+            ns_per_run: attr.duration,
+        })
     }
+}
+
+/// What `BPF_PROG_TEST_RUN` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TestRun {
+    /// The program's return value (of the last run).
+    pub retval: u32,
+    /// The kernel's mean time per run, in ns.
+    pub ns_per_run: u32,
 }
 
 /// A program attached at tc ingress of an interface through a TCX link: detached when the
