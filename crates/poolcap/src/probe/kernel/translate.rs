@@ -7,8 +7,9 @@
 //! `vlan_proto`, `vlan_tci`), exactly as AF_PACKET saw the frame. So every packet load
 //! reads the *stored* frame: bytes 0..12 from the packet, 12..16 from the tag, the rest
 //! from 4 bytes earlier in the packet; the length is the packet's plus 4. Without a tag
-//! every load is direct. Loads go through `bpf_skb_load_bytes`, whose error (outside the
-//! packet) rejects, as a classic load outside the packet does.
+//! every load is direct. Loads read the skb's linear data in place when they fall inside it
+//! and otherwise go through `bpf_skb_load_bytes`, whose error (outside the packet) rejects,
+//! as a classic load outside the packet does.
 //!
 //! Registers: r6 the context, r7 A, r8 X, r9 the tag as `tpid << 16 | tci` (0: none);
 //! M[0..16] and a few scratch words live on the stack. Classic semantics that eBPF lacks
@@ -75,6 +76,8 @@ const SKB_LEN: i16 = 0;
 const SKB_VLAN_PRESENT: i16 = 20;
 const SKB_VLAN_TCI: i16 = 24;
 const SKB_VLAN_PROTO: i16 = 28;
+const SKB_DATA: i16 = 76;
+const SKB_DATA_END: i16 = 80;
 
 // Registers.
 const R0: u8 = 0;
@@ -82,6 +85,7 @@ const R1: u8 = 1;
 const R2: u8 = 2;
 const R3: u8 = 3;
 const R4: u8 = 4;
+const R5: u8 = 5;
 const CTX: u8 = 6;
 const RA: u8 = 7;
 const RX: u8 = 8;
@@ -238,19 +242,37 @@ impl Emitter {
         self.bind(shift);
         self.alu32_k(SUB, R2, 4);
         self.bind(direct);
+        // Within the linear data: read the packet in place; otherwise (or past 64 KiB,
+        // beyond what the verifier lets a packet offset be) through the helper.
+        let helper = self.label();
+        self.jump_k(JMP, JGT, R2, 0xffff, helper);
+        self.ldx(W, R3, CTX, SKB_DATA);
+        self.ldx(W, R4, CTX, SKB_DATA_END);
+        self.alu64_x(ADD, R3, R2);
+        self.alu64_x(MOV, R5, R3);
+        self.alu64_k(ADD, R5, n);
+        self.jump_x(JMP, JGT, R5, R4, helper);
+        self.read_be(dst, n, R3, 0);
+        self.goto(done);
+        self.bind(helper);
         self.load_bytes(n, reject);
+        self.read_be(dst, n, FP, LOAD_BUF);
+        self.bind(done);
+    }
+
+    /// `dst = n bytes at src + off`, big-endian.
+    fn read_be(&mut self, dst: u8, n: i32, src: u8, off: i16) {
         match n {
             4 => {
-                self.ldx(W, dst, FP, LOAD_BUF);
+                self.ldx(W, dst, src, off);
                 self.emit(ALU | END_TO_BE, dst, 0, 0, 32);
             }
             2 => {
-                self.ldx(H, dst, FP, LOAD_BUF);
+                self.ldx(H, dst, src, off);
                 self.emit(ALU | END_TO_BE, dst, 0, 0, 16);
             }
-            _ => self.ldx(B, dst, FP, LOAD_BUF),
+            _ => self.ldx(B, dst, src, off),
         }
-        self.bind(done);
     }
 
     /// `bpf_skb_load_bytes(ctx, r2, fp + LOAD_BUF, n)`, rejecting on error.
