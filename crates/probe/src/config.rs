@@ -111,6 +111,9 @@ pub struct Rule {
     pub sizes: bool,
     /// Rate alert per key.
     pub alert: Option<AlertSpec>,
+    /// Counted by `poolcap probe --in-kernel`'s eBPF program, so the workers skip it; set
+    /// by the probe, never by the file.
+    pub in_kernel: bool,
 }
 
 /// A whole, valid configuration.
@@ -302,6 +305,7 @@ pub fn parse(file: &Path, text: &str) -> Result<Config, ConfigError> {
             }),
             sizes,
             alert: alert_spec,
+            in_kernel: false,
         });
     }
     Ok(Config {

@@ -178,11 +178,16 @@ impl Hub {
 
 fn compile_all(config: &Config) -> Vec<Option<BpfProgram>> {
     // The configuration was checked when it was loaded, so these compile; a rule whose
-    // filter should fail here anyway selects nothing rather than stopping the worker.
+    // filter should fail here anyway selects nothing rather than stopping the worker. Rules
+    // an eBPF program counts in the kernel are left to it.
     config
         .rules
         .iter()
-        .map(|r| r.enabled.then(|| compile_filter(&r.filter).ok()).flatten())
+        .map(|r| {
+            (r.enabled && !r.in_kernel)
+                .then(|| compile_filter(&r.filter).ok())
+                .flatten()
+        })
         .collect()
 }
 

@@ -3,7 +3,9 @@
 //! It wraps exactly what the kernel offers for packet capture and generation on Linux and
 //! nothing else: AF_PACKET sockets and their socket options ([`socket`]), the TPACKET_V3
 //! receive ring ([`rx_ring`]), waiting on capture sockets ([`poll`]), the forwarder's sender
-//! ([`tx`]), AF_XDP sockets for capture and for forwarding from the UMEM ([`xsk`]), shared memory mappings ([`mmap`]) and a handful of process facts ([`process`]).
+//! ([`tx`]), AF_XDP sockets for capture and for forwarding from the UMEM ([`xsk`]), generated
+//! eBPF programs and maps ([`bpf`]), shared memory mappings ([`mmap`]) and a handful of
+//! process facts ([`process`]).
 //! Pipeline logic lives in the `poolcap` crate, which forbids `unsafe`.
 //!
 //! Every wrapper passes [`error::enter`] right before its system call: one chokepoint where
@@ -13,6 +15,7 @@
 //! invariant it relies on; every type that hands out views of kernel-shared memory ties their
 //! lifetime to a guard whose `Drop` gives the memory back to the kernel.
 
+pub mod bpf;
 pub mod error;
 pub mod fault;
 pub(crate) mod mmap;

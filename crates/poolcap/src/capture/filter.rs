@@ -84,6 +84,11 @@ pub fn compile_user(expr: &str) -> Result<pcap::BpfProgram, FilterError> {
         .map_err(err)
 }
 
+/// [`compile_user`]'s program as instructions, for the probe's eBPF translation.
+pub fn compile_offline(expr: &str) -> Result<Vec<BpfInsn>, FilterError> {
+    compile_user(expr).map(|p| to_insns(&p, u32::MAX))
+}
+
 /// Compiles `expr` for a user-space filter stage that must select what a live capture on
 /// `iface` selects (AF_XDP: frames keep their VLAN tag; see `bpf`).
 pub fn compile_live_user(

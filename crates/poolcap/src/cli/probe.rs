@@ -13,6 +13,7 @@ use crate::capture::{CaptureError, Engine, Output};
 use crate::cli::capture::{config as capture_config, print_report, CaptureArgs};
 use crate::cli::{export, usage};
 use crate::probe::control::ControlSocket;
+use crate::probe::kernel::{self, KernelRules};
 use crate::probe::live::Manager;
 use crate::probe::reporter::Reporter;
 use crate::{probe, units};
@@ -73,6 +74,13 @@ pub struct ProbeArgs {
     /// Stop after this long (e.g. 30s); otherwise at SIGINT or SIGTERM.
     #[arg(long, value_parser = units::parse_duration, conflicts_with = "read")]
     duration: Option<Duration>,
+    /// Count rules in an eBPF program at the interface's tc ingress instead of on the
+    /// workers: `--in-kernel` runs every rule there or refuses one it cannot (flows,
+    /// alert); `--in-kernel=auto` runs those in user space. With every rule in the kernel,
+    /// no `-w` and no `--metrics`, no capture socket is opened at all.
+    #[arg(long, value_name = "on|auto", num_args = 0..=1, require_equals = true,
+          default_missing_value = "on", conflicts_with = "read")]
+    in_kernel: Option<kernel::Mode>,
     /// No table on stdout (the JSON Lines report still gets every period).
     #[arg(short = 'q')]
     quiet: bool,
@@ -106,13 +114,18 @@ fn engine_argv(a: &ProbeArgs, iface: &str) -> Vec<String> {
     opt("--pool", a.pool.clone());
     opt("--load", a.load.map(|x| x.to_string()));
     opt("--offload", a.offload.clone());
-    opt("--backend", a.backend.clone());
+    // In-kernel rules count at tc ingress, which AF_XDP's XDP program would bypass.
+    let backend = match (a.backend.as_deref(), a.in_kernel) {
+        (None | Some("auto"), Some(_)) => Some("af_packet".to_string()),
+        (b, _) => b.map(str::to_string),
+    };
+    opt("--backend", backend);
     v
 }
 
 /// Runs `poolcap probe`.
 pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
-    let config = poolcap_probe::config::load(&args.config).map_err(|e| usage(e.to_string()))?;
+    let mut config = poolcap_probe::config::load(&args.config).map_err(|e| usage(e.to_string()))?;
     if let Some(file) = &args.read {
         if args.metrics.is_set() || args.ipfix.is_set() || args.kafka.is_set() {
             return Err(usage(
@@ -123,6 +136,24 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let iface = args.iface.clone().unwrap_or_default();
+    let kernel_only = match args.in_kernel {
+        Some(_) if args.backend.as_deref() == Some("af_xdp") => {
+            return Err(usage(
+                "--in-kernel counts at tc ingress, which the AF_XDP backend's XDP program \
+                 bypasses: use --backend af_packet",
+            ))
+        }
+        Some(mode) => {
+            let alone =
+                kernel::all_in_kernel(&config) && args.write.is_none() && !args.metrics.is_set();
+            kernel::place(&mut config, mode, !alone).map_err(usage)?;
+            alone
+        }
+        None => false,
+    };
+    if kernel_only {
+        return run_in_kernel(args, config, &iface);
+    }
     let parsed = EngineArgv::try_parse_from(engine_argv(&args, &iface)).map_err(|e| {
         usage(
             e.render()
@@ -144,6 +175,10 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         .clone()
         .map(|p| (Output::File(p), poolcap_format::FileFormat::Pcapng));
     cfg.duration = args.duration;
+    let kernel = args
+        .in_kernel
+        .map(|mode| KernelRules::start(mode, &iface, &config, true))
+        .transpose()?;
     let hub = Hub::new(config);
     cfg.probe = Some(Arc::clone(&hub));
     let socket = args.ctl.as_deref().map(ControlSocket::bind).transpose()?;
@@ -160,6 +195,9 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     })?;
     let engine_done = Arc::new(AtomicBool::new(false));
     let mut reporter = Reporter::new(hub, SystemTime::now(), args.report.as_deref(), !args.quiet)?;
+    if let Some(k) = kernel {
+        reporter.set_kernel(k);
+    }
     let exporters = ipfix
         .iter()
         .map(|x| ("ipfix", x.counters()))
@@ -223,5 +261,73 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     if let Some(e) = &report.capture_error {
         anyhow::bail!("{e}");
     }
+    Ok(())
+}
+
+/// `--in-kernel` with every rule in the kernel: no capture socket, no workers; the manager
+/// reads the program's map at each period until SIGINT, SIGTERM or `--duration`.
+fn run_in_kernel(
+    args: ProbeArgs,
+    config: poolcap_probe::Config,
+    iface: &str,
+) -> anyhow::Result<()> {
+    let mode = args.in_kernel.unwrap_or(kernel::Mode::On);
+    let kernel = KernelRules::start(mode, iface, &config, false)?;
+    let ipfix = export::start_ipfix(&args.ipfix)?;
+    let kafka = export::start_kafka(&args.kafka, iface)?;
+    let socket = args.ctl.as_deref().map(ControlSocket::bind).transpose()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))?;
+    }
+    let hangup = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hangup))?;
+    let hub = Hub::new(config);
+    let started = SystemTime::now();
+    let mut reporter = Reporter::new(hub, started, args.report.as_deref(), !args.quiet)?;
+    reporter.set_kernel(kernel);
+    if let Some(x) = &ipfix {
+        let flows = x.sender();
+        reporter.on_period(Box::new(move |records| flows.offer(records)));
+    }
+    if let Some(x) = &kafka {
+        let periods = x.sender();
+        reporter.on_period(Box::new(move |records| periods.offer(records)));
+    }
+    let done = Arc::new(AtomicBool::new(false));
+    let manager = Manager {
+        reporter,
+        config_path: args.config.clone(),
+        counters: Arc::new(Vec::new()),
+        socket,
+        hangup,
+        engine_done: Arc::clone(&done),
+    };
+    let stop_on_failure = Arc::clone(&stop);
+    let manager = std::thread::Builder::new()
+        .name("probe-manager".into())
+        .spawn(move || {
+            let r = manager.run();
+            if r.is_err() {
+                stop_on_failure.store(true, Ordering::Relaxed);
+            }
+            r
+        })?;
+    eprintln!("probing on {iface} in the kernel (tc ingress), no capture socket");
+    let deadline = args.duration.map(|d| std::time::Instant::now() + d);
+    while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| std::time::Instant::now() < d) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    done.store(true, Ordering::Release);
+    let last = manager
+        .join()
+        .map_err(|_| anyhow::anyhow!("the probe manager panicked"))?;
+    if let Some(x) = ipfix {
+        export::finish_ipfix(x);
+    }
+    if let Some(x) = kafka {
+        export::finish_kafka(x);
+    }
+    last?;
     Ok(())
 }

@@ -39,7 +39,8 @@ pub struct Manager {
     pub reporter: Reporter,
     /// The configuration file, for reloads.
     pub config_path: PathBuf,
-    /// The engine's counters.
+    /// The engine's counters; none when no capture runs (every rule in the kernel), and
+    /// the accounting is then the in-kernel program's own total.
     pub counters: Arc<Vec<Arc<QueueCounters>>>,
     /// The control socket, if any.
     pub socket: Option<ControlSocket>,
@@ -95,12 +96,22 @@ impl Manager {
             }
         }
         let now = SystemTime::now();
-        let acc = accounting(&self.counters);
+        let acc = self.accounting()?;
         self.reporter.finish(now, acc)
     }
 
-    fn switch(&mut self, next: Config, change: Option<String>) -> anyhow::Result<String> {
-        let acc = accounting(&self.counters);
+    fn accounting(&self) -> anyhow::Result<Accounting> {
+        match self.reporter.kernel_accounting() {
+            Some(kernel) if self.counters.is_empty() => kernel,
+            _ => Ok(accounting(&self.counters)),
+        }
+    }
+
+    fn switch(&mut self, mut next: Config, change: Option<String>) -> anyhow::Result<String> {
+        self.reporter
+            .prepare(&mut next)
+            .map_err(anyhow::Error::msg)?;
+        let acc = self.accounting()?;
         self.reporter
             .switch(SystemTime::now(), acc, next, change, &mut || {})
     }
@@ -127,6 +138,10 @@ impl Manager {
                 Err(e) => return Ok(format!("error: {e}")),
             },
         };
+        let mut next = next;
+        if let Err(e) = self.reporter.prepare(&mut next) {
+            return Ok(format!("error: {e}"));
+        }
         let at = self.switch(next, Some(what.clone()))?;
         Ok(format!("ok {what}, in effect from {at}"))
     }

@@ -7,10 +7,12 @@
 //! - [`live`]: the periodic action manager beside a running capture: the period clock, the
 //!   control socket, SIGHUP, and the final report after the engine has drained;
 //! - [`control`]: the control socket itself (mode 0600) and the `poolcap ctl` client;
+//! - [`kernel`]: `--in-kernel`, count and size rules as an eBPF program at tc ingress;
 //! - [`offline`]: `probe -r FILE`, the same analyzers over a capture file, periods cut by
 //!   the packets' own timestamps.
 
 pub mod control;
+pub mod kernel;
 pub mod live;
 pub mod offline;
 pub mod reporter;

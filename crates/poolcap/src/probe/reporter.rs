@@ -1,7 +1,9 @@
 //! Ends periods and writes their reports. A period ends by switching the hub to the next
 //! configuration, then collecting every worker's tally of the closed epoch; the records of
 //! each rule go to the JSON Lines file (flushed per period, so a reader sees whole
-//! periods) and a table to stdout.
+//! periods) and a table to stdout. With `--in-kernel`, the rules the eBPF program counts
+//! get its counts for the period added to the merged tally before the records are made, so
+//! the records are the same either way, and each JSON line says where its rule `ran`.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -12,6 +14,9 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context;
 use poolcap_probe::report::{self, Accounting, Change, Period, RuleRecord};
 use poolcap_probe::{Config, Hub};
+use serde::Serialize;
+
+use super::kernel::KernelRules;
 
 /// How long the reporter waits for every worker's tally: a worker answers at its next chunk
 /// boundary or within its idle wait, so this only bounds a stuck worker.
@@ -30,6 +35,15 @@ pub struct Reporter {
     jsonl: Option<(PathBuf, BufWriter<File>)>,
     table: bool,
     hooks: Vec<PeriodHook>,
+    kernel: Option<KernelRules>,
+}
+
+/// A JSON line of an `--in-kernel` probe: the record and where its rule ran.
+#[derive(Serialize)]
+struct PlacedRecord<'a> {
+    #[serde(flatten)]
+    record: &'a RuleRecord,
+    ran: &'static str,
 }
 
 impl Reporter {
@@ -58,7 +72,24 @@ impl Reporter {
             jsonl,
             table,
             hooks: Vec::new(),
+            kernel: None,
         })
+    }
+
+    /// Adds the in-kernel rules' counts to every period from now on.
+    pub fn set_kernel(&mut self, kernel: KernelRules) {
+        self.kernel = Some(kernel);
+    }
+
+    /// Readies `next` to run: with in-kernel rules, places its rules and loads their
+    /// program; an error (a rule the kernel cannot run, a refused program) changes nothing.
+    pub fn prepare(&mut self, next: &mut Config) -> Result<(), String> {
+        self.kernel.as_mut().map_or(Ok(()), |k| k.prepare(next))
+    }
+
+    /// The in-kernel program's own running totals, when there are in-kernel rules.
+    pub fn kernel_accounting(&self) -> Option<anyhow::Result<Accounting>> {
+        self.kernel.as_ref().map(KernelRules::accounting)
     }
 
     /// Also hands every period's records to `hook`.
@@ -84,8 +115,14 @@ impl Reporter {
         handover: &mut dyn FnMut(),
     ) -> anyhow::Result<String> {
         let (epoch, ran) = self.hub.switch(next);
+        if let Some(k) = &mut self.kernel {
+            k.install()?;
+        }
         handover();
-        let tally = self.hub.collect(epoch, &ran, false, COLLECT_TIMEOUT)?;
+        let mut tally = self.hub.collect(epoch, &ran, false, COLLECT_TIMEOUT)?;
+        if let Some(k) = &mut self.kernel {
+            k.add_to(&ran, &mut tally)?;
+        }
         self.emit(&ran, &tally, now, accounting, false)?;
         let at = report::time(now);
         if let Some(what) = change {
@@ -104,7 +141,11 @@ impl Reporter {
         accounting: Accounting,
     ) -> anyhow::Result<Vec<RuleRecord>> {
         let (epoch, ran) = self.hub.current();
-        let tally = self.hub.collect(epoch, &ran, true, COLLECT_TIMEOUT)?;
+        let mut tally = self.hub.collect(epoch, &ran, true, COLLECT_TIMEOUT)?;
+        if let Some(k) = &mut self.kernel {
+            k.detach();
+            k.add_to(&ran, &mut tally)?;
+        }
         self.emit(&ran, &tally, now, accounting, true)
     }
 
@@ -124,10 +165,16 @@ impl Reporter {
             last,
         };
         let records = report::records(config, tally, &period);
+        let placed = self.kernel.is_some();
         if let Some((path, out)) = &mut self.jsonl {
             let mut write = || -> std::io::Result<()> {
-                for r in &records {
-                    serde_json::to_writer(&mut *out, r)?;
+                for (r, rule) in records.iter().zip(&config.rules) {
+                    if placed {
+                        let ran = if rule.in_kernel { "kernel" } else { "user" };
+                        serde_json::to_writer(&mut *out, &PlacedRecord { record: r, ran })?;
+                    } else {
+                        serde_json::to_writer(&mut *out, r)?;
+                    }
                     out.write_all(b"\n")?;
                 }
                 out.flush()

@@ -20,6 +20,7 @@ mod kafka;
 mod mix;
 mod offload;
 mod probe;
+mod probe_kernel;
 mod replay;
 mod xdp;
 
@@ -33,6 +34,7 @@ fn main() {
     trials.extend(offload::trials());
     trials.extend(xdp::trials());
     trials.extend(probe::trials());
+    trials.extend(probe_kernel::trials());
     trials.extend(export::trials());
     trials.extend(hardening::trials());
     trials.extend(kafka::trials());

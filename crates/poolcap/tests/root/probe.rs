@@ -47,24 +47,24 @@ pub fn trials() -> Vec<Trial> {
 /// Time for the last frames the generator sent to be captured and analysed.
 const SETTLE: Duration = Duration::from_millis(400);
 
-fn s(p: &Path) -> &str {
+pub(crate) fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
 
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+pub(crate) fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, text).expect("write file");
     p
 }
 
 /// Starts `poolcap probe -i prb0 ARGS` in the lab's probe host; waits until it runs.
-fn start_probe(lab: &poolcap_lab::Lab, args: &[&str]) -> Background {
+pub(crate) fn start_probe(lab: &poolcap_lab::Lab, args: &[&str]) -> Background {
     let mut cmd = netns_command(&lab.probe.netns, bin());
     cmd.args(["probe", "-i", &lab.probe.iface, "-q"]).args(args);
     Background::start(cmd, "probing on")
 }
 
-fn stop_probe(bg: Background) -> String {
+pub(crate) fn stop_probe(bg: Background) -> String {
     std::thread::sleep(SETTLE);
     let (code, stderr) = bg.stop("INT");
     assert_eq!(code, Some(0), "probe exit code; stderr:\n{stderr}");
@@ -72,7 +72,7 @@ fn stop_probe(bg: Background) -> String {
     stderr
 }
 
-fn records(path: &Path) -> Vec<Value> {
+pub(crate) fn records(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
         .lines()
@@ -85,14 +85,14 @@ fn of_rule<'a>(recs: &'a [Value], rule: &str) -> Vec<&'a Value> {
 }
 
 /// Packets and bytes of `rule`, summed over every period.
-fn totals(recs: &[Value], rule: &str) -> (u64, u64) {
+pub(crate) fn totals(recs: &[Value], rule: &str) -> (u64, u64) {
     of_rule(recs, rule).iter().fold((0, 0), |(p, b), r| {
         (p + num(r, "packets"), b + num(r, "bytes"))
     })
 }
 
 /// Packets and wire bytes `tcpdump -r FILE FILTER` selects (bytes summed by tshark).
-fn tcpdump_selects(file: &Path, filter: &str, dir: &Path) -> (u64, u64) {
+pub(crate) fn tcpdump_selects(file: &Path, filter: &str, dir: &Path) -> (u64, u64) {
     let out = dir.join("selected.pcap");
     let st = Command::new("tcpdump")
         .args(["-r", s(file), "-w", s(&out), filter])
@@ -329,7 +329,7 @@ const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
 
 /// A capture with plain, VLAN-tagged and fragmented IPv4, IPv6 (TCP, and UDP in a VLAN),
 /// TCP conversations in both directions and ARP: what a real trace holds.
-fn real_looking_frames() -> Vec<Vec<u8>> {
+pub(crate) fn real_looking_frames() -> Vec<Vec<u8>> {
     let mut frames = Vec::new();
     let mut put = |b: Built, payload: &[u8]| {
         let mut v = Vec::new();
@@ -502,7 +502,7 @@ fn fragments(id: u16) -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
+pub(crate) fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
     let out = std::fs::File::create(path).expect("create pcap");
     let mut w =
         poolcap_format::CaptureWriter::new(out, poolcap_format::FileFormat::Pcap, 65535, "built")

@@ -1,0 +1,604 @@
+//! Classic BPF rule filters translated into one eBPF tc program that counts, per rule, the
+//! packets, bytes and frame-size buckets of the frames it selects, in a per-CPU array map.
+//!
+//! The user-space probe runs libpcap's offline program (`tcpdump -r` semantics) on the frame
+//! as stored: an outer VLAN tag the kernel stripped is back in the data at byte 12. At tc
+//! ingress the kernel has already stripped it into `__sk_buff` metadata (`vlan_present`,
+//! `vlan_proto`, `vlan_tci`), exactly as AF_PACKET saw the frame. So every packet load
+//! reads the *stored* frame: bytes 0..12 from the packet, 12..16 from the tag, the rest
+//! from 4 bytes earlier in the packet; the length is the packet's plus 4. Without a tag
+//! every load is direct. Loads read the skb's linear data in place when they fall inside it
+//! and otherwise go through `bpf_skb_load_bytes`, whose error (outside the packet) rejects,
+//! as a classic load outside the packet does.
+//!
+//! Registers: r6 the context, r7 A, r8 X, r9 the tag as `tpid << 16 | tci` (0: none);
+//! M[0..16] and a few scratch words live on the stack. Classic semantics that eBPF lacks
+//! are spelt out: division by zero rejects, shifts by 32 or more give 0, comparisons are
+//! unsigned 32-bit (`JMP32`). Each rule's program ends in a jump to its "count" or "next
+//! rule" label; the program counts every packet in slot 0 (the total) and always returns
+//! `TCX_NEXT`, so the packet goes on as if nothing ran.
+
+use poolcap_sys::bpf::Insn;
+use poolcap_sys::socket::BpfInsn;
+
+/// The value of one map slot: packets, bytes, then one counter per frame-size bucket.
+pub const VALUE_WORDS: usize = 2 + SIZE_BUCKETS;
+const SIZE_BUCKETS: usize = poolcap_probe::tally::SIZE_LABELS.len();
+
+// eBPF opcodes (include/uapi/linux/bpf.h, bpf_common.h).
+const LDX: u8 = 0x01;
+const ST: u8 = 0x02;
+const STX: u8 = 0x03;
+const ALU: u8 = 0x04;
+const JMP: u8 = 0x05;
+const JMP32: u8 = 0x06;
+const ALU64: u8 = 0x07;
+const W: u8 = 0x00;
+const H: u8 = 0x08;
+const B: u8 = 0x10;
+const DW: u8 = 0x18;
+const MEM: u8 = 0x60;
+const K: u8 = 0x00;
+const X: u8 = 0x08;
+const ADD: u8 = 0x00;
+const SUB: u8 = 0x10;
+const MUL: u8 = 0x20;
+const DIV: u8 = 0x30;
+const OR: u8 = 0x40;
+const AND: u8 = 0x50;
+const LSH: u8 = 0x60;
+const RSH: u8 = 0x70;
+const NEG: u8 = 0x80;
+const MOD: u8 = 0x90;
+const XOR: u8 = 0xa0;
+const MOV: u8 = 0xb0;
+const END_TO_BE: u8 = 0xd8;
+const JA: u8 = 0x00;
+const JEQ: u8 = 0x10;
+const JGT: u8 = 0x20;
+const JGE: u8 = 0x30;
+const JSET: u8 = 0x40;
+const JNE: u8 = 0x50;
+const JLT: u8 = 0xa0;
+const JLE: u8 = 0xb0;
+const CALL: u8 = 0x80;
+const EXIT: u8 = 0x90;
+/// `BPF_LD | BPF_DW | BPF_IMM`: a 64-bit immediate over two instructions.
+const LD_IMM64: u8 = 0x18;
+const PSEUDO_MAP_FD: u8 = 1;
+const FN_MAP_LOOKUP_ELEM: i32 = 1;
+const FN_SKB_LOAD_BYTES: i32 = 26;
+/// tcx: let the packet continue (`TC_ACT_UNSPEC`).
+const TCX_NEXT: i32 = -1;
+
+// `struct __sk_buff` offsets.
+const SKB_LEN: i16 = 0;
+const SKB_VLAN_PRESENT: i16 = 20;
+const SKB_VLAN_TCI: i16 = 24;
+const SKB_VLAN_PROTO: i16 = 28;
+const SKB_DATA: i16 = 76;
+const SKB_DATA_END: i16 = 80;
+
+// Registers.
+const R0: u8 = 0;
+const R1: u8 = 1;
+const R2: u8 = 2;
+const R3: u8 = 3;
+const R4: u8 = 4;
+const R5: u8 = 5;
+const CTX: u8 = 6;
+const RA: u8 = 7;
+const RX: u8 = 8;
+const TAG: u8 = 9;
+const FP: u8 = 10;
+
+// Stack slots (offsets from the frame pointer).
+fn mem_slot(k: u32) -> i16 {
+    -4 * (k as i16 + 1)
+}
+const LOAD_BUF: i16 = -72;
+const KEY: i16 = -76;
+const WIRE_LEN: i16 = -88;
+const LOAD_OFF: i16 = -96;
+
+/// Where the VLAN tag comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vlan {
+    /// The skb's metadata: the program as attached.
+    Skb,
+    /// A fixed tag (TPID, TCI), or none: for running the program on a buffer with
+    /// `BPF_PROG_TEST_RUN`, which builds an skb without VLAN metadata.
+    Fixed(Option<(u16, u16)>),
+}
+
+/// One rule to count: its map slot and its checked classic program (offline semantics).
+#[derive(Debug, Clone)]
+pub struct KernelRule<'a> {
+    /// Map slot (1..; slot 0 is the total).
+    pub slot: u32,
+    /// The classic BPF program, checked (jumps inside, ends in a return, M index < 16).
+    pub filter: &'a [BpfInsn],
+}
+
+/// A jump whose target is a label, patched at the end.
+struct Fixup {
+    at: usize,
+    label: usize,
+}
+
+struct Emitter {
+    code: Vec<Insn>,
+    labels: Vec<Option<usize>>,
+    fixups: Vec<Fixup>,
+    map_fd: i32,
+}
+
+impl Emitter {
+    fn emit(&mut self, code: u8, dst: u8, src: u8, off: i16, imm: i32) {
+        self.code.push(Insn::new(code, dst, src, off, imm));
+    }
+
+    fn label(&mut self) -> usize {
+        self.labels.push(None);
+        self.labels.len() - 1
+    }
+
+    fn bind(&mut self, label: usize) {
+        self.labels[label] = Some(self.code.len());
+    }
+
+    /// `if dst OP imm goto label` (`class` JMP: 64-bit, JMP32: 32-bit).
+    fn jump_k(&mut self, class: u8, op: u8, dst: u8, imm: i32, label: usize) {
+        self.fixups.push(Fixup {
+            at: self.code.len(),
+            label,
+        });
+        self.emit(class | op | K, dst, 0, 0, imm);
+    }
+
+    fn jump_x(&mut self, class: u8, op: u8, dst: u8, src: u8, label: usize) {
+        self.fixups.push(Fixup {
+            at: self.code.len(),
+            label,
+        });
+        self.emit(class | op | X, dst, src, 0, 0);
+    }
+
+    fn goto(&mut self, label: usize) {
+        self.jump_k(JMP, JA, 0, 0, label);
+    }
+
+    fn alu32_k(&mut self, op: u8, dst: u8, imm: i32) {
+        self.emit(ALU | op | K, dst, 0, 0, imm);
+    }
+
+    fn alu32_x(&mut self, op: u8, dst: u8, src: u8) {
+        self.emit(ALU | op | X, dst, src, 0, 0);
+    }
+
+    fn alu64_k(&mut self, op: u8, dst: u8, imm: i32) {
+        self.emit(ALU64 | op | K, dst, 0, 0, imm);
+    }
+
+    fn alu64_x(&mut self, op: u8, dst: u8, src: u8) {
+        self.emit(ALU64 | op | X, dst, src, 0, 0);
+    }
+
+    fn ldx(&mut self, size: u8, dst: u8, src: u8, off: i16) {
+        self.emit(LDX | MEM | size, dst, src, off, 0);
+    }
+
+    fn stx(&mut self, size: u8, dst: u8, off: i16, src: u8) {
+        self.emit(STX | MEM | size, dst, src, off, 0);
+    }
+
+    fn call(&mut self, helper: i32) {
+        self.emit(JMP | CALL, 0, 0, 0, helper);
+    }
+
+    fn finish(mut self) -> Result<Vec<Insn>, String> {
+        for f in &self.fixups {
+            let target = self.labels[f.label].ok_or("internal: unbound label")?;
+            let off = target as i64 - f.at as i64 - 1;
+            self.code[f.at].off = i16::try_from(off)
+                .map_err(|_| "the rules make a program too long for eBPF jumps".to_string())?;
+        }
+        Ok(self.code)
+    }
+
+    /// `dst = n bytes of the stored frame at offset r2` (big-endian), or go to `reject`.
+    fn load(&mut self, dst: u8, n: i32, reject: usize) {
+        let (direct, shift, done) = (self.label(), self.label(), self.label());
+        self.jump_k(JMP, JEQ, TAG, 0, direct);
+        self.jump_k(JMP32, JGE, R2, 16, shift);
+        self.jump_k(JMP32, JLE, R2, 12 - n, direct);
+        // The load touches the tag: assemble it byte by byte.
+        self.stx(W, FP, LOAD_OFF, R2);
+        self.alu32_k(MOV, dst, 0);
+        for i in 0..n {
+            let (packet, after_tag, got) = (self.label(), self.label(), self.label());
+            self.ldx(W, R2, FP, LOAD_OFF);
+            self.alu32_k(ADD, R2, i);
+            self.jump_k(JMP32, JLT, R2, 12, packet);
+            self.jump_k(JMP32, JGE, R2, 16, after_tag);
+            // Tag byte r2 (12..16) of `tpid << 16 | tci`: shift by 8 * (15 - r2).
+            self.alu32_k(MOV, R1, 15);
+            self.alu32_x(SUB, R1, R2);
+            self.alu32_k(LSH, R1, 3);
+            self.alu32_x(MOV, R3, TAG);
+            self.alu32_x(RSH, R3, R1);
+            self.alu32_k(AND, R3, 0xff);
+            self.goto(got);
+            self.bind(after_tag);
+            self.alu32_k(SUB, R2, 4);
+            self.bind(packet);
+            self.load_bytes(1, reject);
+            self.ldx(B, R3, FP, LOAD_BUF);
+            self.bind(got);
+            self.alu32_k(LSH, dst, 8);
+            self.alu32_x(OR, dst, R3);
+        }
+        self.goto(done);
+        self.bind(shift);
+        self.alu32_k(SUB, R2, 4);
+        self.bind(direct);
+        // Within the linear data: read the packet in place; otherwise (or past 64 KiB,
+        // beyond what the verifier lets a packet offset be) through the helper.
+        let helper = self.label();
+        self.jump_k(JMP, JGT, R2, 0xffff, helper);
+        self.ldx(W, R3, CTX, SKB_DATA);
+        self.ldx(W, R4, CTX, SKB_DATA_END);
+        self.alu64_x(ADD, R3, R2);
+        self.alu64_x(MOV, R5, R3);
+        self.alu64_k(ADD, R5, n);
+        self.jump_x(JMP, JGT, R5, R4, helper);
+        self.read_be(dst, n, R3, 0);
+        self.goto(done);
+        self.bind(helper);
+        self.load_bytes(n, reject);
+        self.read_be(dst, n, FP, LOAD_BUF);
+        self.bind(done);
+    }
+
+    /// `dst = n bytes at src + off`, big-endian.
+    fn read_be(&mut self, dst: u8, n: i32, src: u8, off: i16) {
+        match n {
+            4 => {
+                self.ldx(W, dst, src, off);
+                self.emit(ALU | END_TO_BE, dst, 0, 0, 32);
+            }
+            2 => {
+                self.ldx(H, dst, src, off);
+                self.emit(ALU | END_TO_BE, dst, 0, 0, 16);
+            }
+            _ => self.ldx(B, dst, src, off),
+        }
+    }
+
+    /// `bpf_skb_load_bytes(ctx, r2, fp + LOAD_BUF, n)`, rejecting on error.
+    fn load_bytes(&mut self, n: i32, reject: usize) {
+        self.alu64_x(MOV, R1, CTX);
+        self.alu64_x(MOV, R3, FP);
+        self.alu64_k(ADD, R3, i32::from(LOAD_BUF));
+        self.alu64_k(MOV, R4, n);
+        self.call(FN_SKB_LOAD_BYTES);
+        self.jump_k(JMP, JNE, R0, 0, reject);
+    }
+
+    /// Adds this packet to map slot `slot`: packets, wire bytes and its size bucket.
+    fn count(&mut self, slot: u32, skip: usize) {
+        self.emit(ST | MEM | W, FP, 0, KEY, slot as i32);
+        self.emit(LD_IMM64, R1, PSEUDO_MAP_FD, 0, self.map_fd);
+        self.emit(0, 0, 0, 0, 0);
+        self.alu64_x(MOV, R2, FP);
+        self.alu64_k(ADD, R2, i32::from(KEY));
+        self.call(FN_MAP_LOOKUP_ELEM);
+        self.jump_k(JMP, JEQ, R0, 0, skip);
+        self.add_at(0, None);
+        self.ldx(DW, R2, FP, WIRE_LEN);
+        self.add_at(8, Some(R2));
+        let done = self.label();
+        let bounds = poolcap_probe::tally::SIZE_BOUNDS;
+        let buckets: Vec<usize> = (0..=bounds.len()).map(|_| self.label()).collect();
+        for (i, &b) in bounds.iter().enumerate() {
+            self.jump_k(JMP, JLE, R2, b as i32, buckets[i]);
+        }
+        self.goto(buckets[bounds.len()]);
+        for (i, &l) in buckets.iter().enumerate() {
+            self.bind(l);
+            self.add_at(16 + 8 * i as i16, None);
+            self.goto(done);
+        }
+        self.bind(done);
+    }
+
+    /// `*(u64 *)(r0 + off) += by` (1 when None); the value is this CPU's own.
+    fn add_at(&mut self, off: i16, by: Option<u8>) {
+        self.ldx(DW, R1, R0, off);
+        match by {
+            Some(r) => self.alu64_x(ADD, R1, r),
+            None => self.alu64_k(ADD, R1, 1),
+        }
+        self.stx(DW, R0, off, R1);
+    }
+
+    /// The prologue: context, zeroed scratch memory, the tag, the stored length.
+    fn prologue(&mut self, vlan: Vlan) {
+        self.alu64_x(MOV, CTX, R1);
+        for i in 0..8 {
+            self.emit(ST | MEM | DW, FP, 0, -8 * (i + 1), 0);
+        }
+        match vlan {
+            Vlan::Skb => {
+                // tag = (be16(vlan_proto) << 16 | vlan_tci) * vlan_present (0 or 1).
+                self.ldx(W, TAG, CTX, SKB_VLAN_PROTO);
+                self.emit(ALU | END_TO_BE, TAG, 0, 0, 16);
+                self.alu64_k(LSH, TAG, 16);
+                self.ldx(W, R1, CTX, SKB_VLAN_TCI);
+                self.alu64_k(AND, R1, 0xffff);
+                self.alu64_x(OR, TAG, R1);
+                self.ldx(W, R1, CTX, SKB_VLAN_PRESENT);
+                self.alu64_x(MUL, TAG, R1);
+                self.alu64_k(LSH, R1, 2);
+            }
+            Vlan::Fixed(tag) => {
+                let word = tag.map_or(0, |(tpid, tci)| u32::from(tpid) << 16 | u32::from(tci));
+                self.alu32_k(MOV, TAG, word as i32);
+                self.alu64_k(MOV, R1, if tag.is_some() { 4 } else { 0 });
+            }
+        }
+        self.ldx(W, R2, CTX, SKB_LEN);
+        self.alu64_x(ADD, R2, R1);
+        self.stx(DW, FP, WIRE_LEN, R2);
+    }
+
+    /// One rule: its classic program, then the count.
+    fn rule(&mut self, rule: &KernelRule<'_>) -> Result<(), String> {
+        let last_returns = rule.filter.last().is_some_and(|i| i.code & 0x07 == 0x06);
+        if !last_returns {
+            return Err("a classic program must end with a return".into());
+        }
+        let (matched, next) = (self.label(), self.label());
+        let at: Vec<usize> = (0..rule.filter.len()).map(|_| self.label()).collect();
+        let target = |pc: usize, by: usize| -> Result<usize, String> {
+            at.get(pc + 1 + by)
+                .copied()
+                .ok_or_else(|| format!("jump out of the program at instruction {pc}"))
+        };
+        self.alu32_k(MOV, RA, 0);
+        self.alu32_k(MOV, RX, 0);
+        for (pc, i) in rule.filter.iter().enumerate() {
+            self.bind(at[pc]);
+            let k = i.k as i32;
+            let unsupported = || format!("instruction {pc} (code {:#x})", i.code);
+            let code = i.code as u8;
+            let scratch = matches!(code & 0x07, 0x02 | 0x03)
+                || (matches!(code & 0x07, 0x00 | 0x01) && code & 0xe0 == 0x60);
+            if scratch && i.k >= 16 {
+                return Err(format!("scratch memory index {} at instruction {pc}", i.k));
+            }
+            match code & 0x07 {
+                // LD and LDX.
+                0x00 | 0x01 => {
+                    let dst = if code & 0x07 == 0 { RA } else { RX };
+                    let n = match code & 0x18 {
+                        0x00 => 4,
+                        0x08 => 2,
+                        0x10 => 1,
+                        _ => return Err(unsupported()),
+                    };
+                    match (code & 0x07, code & 0xe0) {
+                        (_, 0x00) => self.alu32_k(MOV, dst, k),
+                        (0, 0x20) => {
+                            self.alu32_k(MOV, R2, k);
+                            self.load(dst, n, next);
+                        }
+                        (0, 0x40) => {
+                            self.alu32_x(MOV, R2, RX);
+                            self.alu32_k(ADD, R2, k);
+                            self.load(dst, n, next);
+                        }
+                        (_, 0x60) => self.ldx(W, dst, FP, mem_slot(i.k)),
+                        (_, 0x80) => {
+                            self.ldx(DW, dst, FP, WIRE_LEN);
+                            self.alu32_x(MOV, dst, dst);
+                        }
+                        // MSH: X = 4 * (P[k] & 0xf).
+                        (1, 0xa0) => {
+                            self.alu32_k(MOV, R2, k);
+                            self.load(RX, 1, next);
+                            self.alu32_k(AND, RX, 0x0f);
+                            self.alu32_k(LSH, RX, 2);
+                        }
+                        _ => return Err(unsupported()),
+                    }
+                }
+                0x02 => self.stx(W, FP, mem_slot(i.k), RA),
+                0x03 => self.stx(W, FP, mem_slot(i.k), RX),
+                0x04 => self.alu(code, k, next).ok_or_else(unsupported)?,
+                0x05 => {
+                    let op = code & 0xf0;
+                    if op == JA {
+                        let t = target(pc, i.k as usize)?;
+                        self.goto(t);
+                        continue;
+                    }
+                    if !matches!(op, JEQ | JGT | JGE | JSET) {
+                        return Err(unsupported());
+                    }
+                    let (t, f) = (target(pc, i.jt.into())?, target(pc, i.jf.into())?);
+                    if code & X != 0 {
+                        self.jump_x(JMP32, op, RA, RX, t);
+                    } else {
+                        self.jump_k(JMP32, op, RA, k, t);
+                    }
+                    if i.jf != 0 {
+                        self.goto(f);
+                    }
+                }
+                0x06 => match code & 0x18 {
+                    0x00 => self.goto(if i.k != 0 { matched } else { next }),
+                    rval => {
+                        let r = if rval == 0x08 { RX } else { RA };
+                        self.jump_k(JMP32, JNE, r, 0, matched);
+                        self.goto(next);
+                    }
+                },
+                0x07 => {
+                    if code & 0xf8 == 0 {
+                        self.alu32_x(MOV, RX, RA);
+                    } else {
+                        self.alu32_x(MOV, RA, RX);
+                    }
+                }
+                _ => return Err(unsupported()),
+            }
+        }
+        self.bind(matched);
+        self.count(rule.slot, next);
+        self.bind(next);
+        Ok(())
+    }
+
+    /// A classic ALU instruction on A; None when the operation is unknown.
+    fn alu(&mut self, code: u8, k: i32, reject: usize) -> Option<()> {
+        let op = code & 0xf0;
+        let by_x = code & X != 0;
+        match op {
+            ADD | SUB | MUL | OR | AND | XOR => {
+                if by_x {
+                    self.alu32_x(op, RA, RX);
+                } else {
+                    self.alu32_k(op, RA, k);
+                }
+            }
+            NEG => self.emit(ALU | NEG, RA, 0, 0, 0),
+            DIV | MOD => {
+                if by_x {
+                    self.jump_k(JMP32, JEQ, RX, 0, reject);
+                    self.alu32_x(op, RA, RX);
+                } else if k == 0 {
+                    self.goto(reject);
+                } else {
+                    self.alu32_k(op, RA, k);
+                }
+            }
+            LSH | RSH => {
+                if by_x {
+                    let (zero, done) = (self.label(), self.label());
+                    self.jump_k(JMP32, JGE, RX, 32, zero);
+                    self.alu32_x(op, RA, RX);
+                    self.goto(done);
+                    self.bind(zero);
+                    self.alu32_k(MOV, RA, 0);
+                    self.bind(done);
+                } else if (k as u32) >= 32 {
+                    self.alu32_k(MOV, RA, 0);
+                } else {
+                    self.alu32_k(op, RA, k);
+                }
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+}
+
+/// The program counting `rules` into the per-CPU array `map_fd` (slot 0: every packet).
+pub fn program(rules: &[KernelRule<'_>], map_fd: i32, vlan: Vlan) -> Result<Vec<Insn>, String> {
+    let mut e = Emitter {
+        code: Vec::new(),
+        labels: Vec::new(),
+        fixups: Vec::new(),
+        map_fd,
+    };
+    e.prologue(vlan);
+    let after_total = e.label();
+    e.count(0, after_total);
+    e.bind(after_total);
+    for r in rules {
+        e.rule(r)?;
+    }
+    e.alu64_k(MOV, R0, TCX_NEXT);
+    e.emit(JMP | EXIT, 0, 0, 0, 0);
+    e.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn insn(code: u16, jt: u8, jf: u8, k: u32) -> BpfInsn {
+        BpfInsn { code, jt, jf, k }
+    }
+
+    #[test]
+    fn a_program_counts_the_total_then_ends_with_tcx_next() {
+        let p = program(&[], 7, Vlan::Skb).unwrap();
+        let n = p.len();
+        assert_eq!(p[n - 1], Insn::new(JMP | EXIT, 0, 0, 0, 0));
+        assert_eq!(p[n - 2], Insn::new(ALU64 | MOV | K, 0, 0, 0, -1));
+        // The map is loaded by fd as a two-slot pseudo instruction.
+        let ld = p.iter().position(|i| i.code == LD_IMM64).unwrap();
+        assert_eq!((p[ld].regs, p[ld].imm), (R1 | PSEUDO_MAP_FD << 4, 7));
+        assert_eq!(p[ld + 1], Insn::new(0, 0, 0, 0, 0));
+    }
+
+    #[test]
+    fn jumps_land_on_their_labels() {
+        // `ldh [12]; jeq #0x800 jt 0 jf 1; ret #1; ret #0`.
+        let f = [
+            insn(0x28, 0, 0, 12),
+            insn(0x15, 0, 1, 0x800),
+            insn(0x06, 0, 0, 1),
+            insn(0x06, 0, 0, 0),
+        ];
+        let p = program(
+            &[KernelRule {
+                slot: 1,
+                filter: &f,
+            }],
+            3,
+            Vlan::Fixed(None),
+        )
+        .unwrap();
+        for (at, i) in p.iter().enumerate() {
+            let class = i.code & 0x07;
+            let is_jump = (class == JMP || class == JMP32) && !matches!(i.code & 0xf0, CALL | EXIT);
+            if is_jump {
+                let to = at as i64 + 1 + i64::from(i.off);
+                assert!(to > 0 && (to as usize) < p.len(), "jump at {at} to {to}");
+            }
+        }
+        // The comparison is 32-bit and unsigned, against the constant.
+        assert!(p
+            .iter()
+            .any(|i| i.code == JMP32 | JEQ | K && i.regs == RA && i.imm == 0x800));
+    }
+
+    #[test]
+    fn bad_programs_are_refused_not_miscompiled() {
+        let out = [insn(0x15, 0, 9, 1), insn(0x06, 0, 0, 0)];
+        let e = program(
+            &[KernelRule {
+                slot: 1,
+                filter: &out,
+            }],
+            3,
+            Vlan::Skb,
+        )
+        .unwrap_err();
+        assert!(e.contains("jump out"), "{e}");
+        let bad_alu = [insn(0x04 | 0xf0, 0, 0, 0), insn(0x06, 0, 0, 0)];
+        let e = program(
+            &[KernelRule {
+                slot: 1,
+                filter: &bad_alu,
+            }],
+            3,
+            Vlan::Skb,
+        )
+        .unwrap_err();
+        assert!(e.contains("instruction 0"), "{e}");
+    }
+}

@@ -1,0 +1,450 @@
+//! eBPF through raw `bpf(2)` calls, for programs poolcap generates itself (the probe's
+//! in-kernel rules): per-CPU array maps, loading an instruction array with the verifier's
+//! log on failure, attaching at tc ingress through a TCX link (kernel 6.6+) that goes away
+//! with its fd, replacing the linked program atomically, and running a program on a given
+//! buffer (`BPF_PROG_TEST_RUN`) so generated code can be checked frame by frame.
+//!
+//! The XDP redirect program for AF_XDP is a clang-built object loaded by aya (`xdp`); these
+//! programs are built from instructions at run time, so they need none of an object's
+//! machinery (BTF, relocations), only the few commands below. Attribute layouts follow
+//! `union bpf_attr` in include/uapi/linux/bpf.h; unused trailing fields are left out, which
+//! the kernel reads as zero.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use crate::error::{Result, SysError};
+
+const BPF_MAP_CREATE: libc::c_long = 0;
+const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
+const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_PROG_TEST_RUN: libc::c_long = 10;
+const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_LINK_UPDATE: libc::c_long = 29;
+const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
+const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
+const BPF_TCX_INGRESS: u32 = 46;
+/// Verifier log kept in an error: its end says why.
+const LOG_TAIL: usize = 3000;
+const LOG_SIZE: usize = 4 << 20;
+
+/// One eBPF instruction, as `struct bpf_insn` (registers packed dst low, src high).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Insn {
+    /// Opcode: class | size/op | mode/source.
+    pub code: u8,
+    /// `dst_reg` in the low nibble, `src_reg` in the high one.
+    pub regs: u8,
+    /// Signed offset (memory access or jump).
+    pub off: i16,
+    /// Signed immediate.
+    pub imm: i32,
+}
+
+impl Insn {
+    /// An instruction from its fields.
+    pub const fn new(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Self {
+        Self {
+            code,
+            regs: (dst & 0x0f) | (src << 4),
+            off,
+            imm,
+        }
+    }
+
+    /// The 8 bytes the kernel reads (little-endian host).
+    pub fn to_bytes(self) -> [u8; 8] {
+        let mut b = [0u8; 8];
+        b[0] = self.code;
+        b[1] = self.regs;
+        b[2..4].copy_from_slice(&self.off.to_le_bytes());
+        b[4..8].copy_from_slice(&self.imm.to_le_bytes());
+        b
+    }
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct MapCreateAttr {
+    map_type: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+    map_flags: u32,
+    inner_map_fd: u32,
+    numa_node: u32,
+    map_name: [u8; 16],
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct MapElemAttr {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct ProgLoadAttr {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+    prog_ifindex: u32,
+    expected_attach_type: u32,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct TestRunAttr {
+    prog_fd: u32,
+    retval: u32,
+    data_size_in: u32,
+    data_size_out: u32,
+    data_in: u64,
+    data_out: u64,
+    repeat: u32,
+    duration: u32,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct LinkCreateAttr {
+    prog_fd: u32,
+    target_ifindex: u32,
+    attach_type: u32,
+    flags: u32,
+    relative_fd: u32,
+    _pad: u32,
+    expected_revision: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct LinkUpdateAttr {
+    link_fd: u32,
+    new_prog_fd: u32,
+    flags: u32,
+    old_prog_fd: u32,
+}
+
+/// Every `bpf(cmd, attr, sizeof attr)` goes through here (and the crate's chokepoint), returning the non-negative result.
+fn bpf<T>(cmd: libc::c_long, attr: &mut T, call: &'static str, what: &str) -> Result<i64> {
+    crate::error::enter(call, || what.to_string())?;
+    // SAFETY: `attr` is a live, writable repr(C) prefix of `union bpf_attr` for `cmd`, and
+    // its size is passed, so the kernel reads and writes only within it; pointers inside it
+    // were set by the callers to buffers that outlive this call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            attr as *mut T as *mut libc::c_void,
+            std::mem::size_of::<T>() as libc::c_uint,
+        )
+    };
+    if rc < 0 {
+        return Err(SysError::last(call, what));
+    }
+    Ok(rc)
+}
+
+fn owned_fd(rc: i64) -> OwnedFd {
+    // SAFETY: the bpf command that returned `rc` created a new file descriptor that nothing
+    // else owns.
+    unsafe { OwnedFd::from_raw_fd(rc as RawFd) }
+}
+
+fn name16(name: &str) -> [u8; 16] {
+    let mut n = [0u8; 16];
+    for (d, s) in n.iter_mut().zip(name.bytes().take(15)) {
+        *d = if s.is_ascii_alphanumeric() || s == b'_' {
+            s
+        } else {
+            b'_'
+        };
+    }
+    n
+}
+
+/// The number of possible CPUs (the slots of a per-CPU value), from
+/// `/sys/devices/system/cpu/possible` (`0-1`, `0-3,6`): the highest index plus one.
+pub fn possible_cpus() -> Result<usize> {
+    let path = "/sys/devices/system/cpu/possible";
+    let text = std::fs::read_to_string(path).map_err(|source| SysError {
+        call: "read",
+        what: path.into(),
+        source,
+    })?;
+    parse_cpu_list(&text).ok_or_else(|| SysError {
+        call: "parse",
+        what: format!("{path}: `{}`", text.trim()),
+        source: io::Error::from(io::ErrorKind::InvalidData),
+    })
+}
+
+fn parse_cpu_list(text: &str) -> Option<usize> {
+    let mut max = None;
+    for part in text.trim().split(',') {
+        let last = part.rsplit('-').next()?.trim().parse::<usize>().ok()?;
+        max = max.max(Some(last));
+    }
+    max.map(|m| m + 1)
+}
+
+/// A `BPF_MAP_TYPE_PERCPU_ARRAY` with `u32` keys: each CPU updates its own copy of a slot
+/// without atomics; a lookup returns every CPU's copy.
+#[derive(Debug)]
+pub struct PerCpuArray {
+    fd: OwnedFd,
+    value_size: usize,
+    entries: u32,
+    cpus: usize,
+}
+
+impl PerCpuArray {
+    /// Creates the map (zeroed) with `entries` slots of `value_size` bytes (a multiple of 8).
+    pub fn create(name: &str, value_size: u32, entries: u32) -> Result<Self> {
+        let mut attr = MapCreateAttr {
+            map_type: BPF_MAP_TYPE_PERCPU_ARRAY,
+            key_size: 4,
+            value_size,
+            max_entries: entries,
+            map_name: name16(name),
+            ..Default::default()
+        };
+        let what = format!("{name}: {entries} x {value_size} bytes per CPU");
+        let fd = owned_fd(bpf(
+            BPF_MAP_CREATE,
+            &mut attr,
+            "bpf(BPF_MAP_CREATE)",
+            &what,
+        )?);
+        Ok(Self {
+            fd,
+            value_size: value_size as usize,
+            entries,
+            cpus: possible_cpus()?,
+        })
+    }
+
+    /// The map's fd, for `BPF_PSEUDO_MAP_FD` loads in a program.
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// Slots in the map.
+    pub fn entries(&self) -> u32 {
+        self.entries
+    }
+
+    /// Every CPU's copy of slot `key`, one `value_size` slice after another.
+    pub fn lookup(&self, key: u32) -> Result<Vec<u8>> {
+        // Per-CPU values are copied out at an 8-byte stride per CPU.
+        let stride = self.value_size.div_ceil(8) * 8;
+        let mut out = vec![0u8; stride * self.cpus];
+        let mut attr = MapElemAttr {
+            map_fd: self.fd.as_raw_fd() as u32,
+            key: &key as *const u32 as u64,
+            value: out.as_mut_ptr() as u64,
+            ..Default::default()
+        };
+        bpf(
+            BPF_MAP_LOOKUP_ELEM,
+            &mut attr,
+            "bpf(BPF_MAP_LOOKUP_ELEM)",
+            &format!("slot {key}"),
+        )?;
+        if stride != self.value_size {
+            out = out
+                .chunks(stride)
+                .flat_map(|c| c[..self.value_size].to_vec())
+                .collect();
+        }
+        Ok(out)
+    }
+}
+
+/// A loaded tc (`BPF_PROG_TYPE_SCHED_CLS`) program.
+#[derive(Debug)]
+pub struct TcProgram {
+    fd: OwnedFd,
+}
+
+impl TcProgram {
+    /// Loads `insns` (GPL: the helpers it may call need no more); a program the verifier
+    /// refuses is loaded again with the log on, and the log's end is in the error.
+    pub fn load(name: &str, insns: &[Insn]) -> Result<Self> {
+        let license = b"GPL\0";
+        let mut attr = ProgLoadAttr {
+            prog_type: BPF_PROG_TYPE_SCHED_CLS,
+            insn_cnt: insns.len() as u32,
+            insns: insns.as_ptr() as u64,
+            license: license.as_ptr() as u64,
+            prog_name: name16(name),
+            expected_attach_type: BPF_TCX_INGRESS,
+            ..Default::default()
+        };
+        let what = format!("{name}, {} instructions", insns.len());
+        match bpf(BPF_PROG_LOAD, &mut attr, "bpf(BPF_PROG_LOAD)", &what) {
+            Ok(fd) => Ok(Self { fd: owned_fd(fd) }),
+            Err(first) => {
+                let mut log = vec![0u8; LOG_SIZE];
+                attr.log_level = 1;
+                attr.log_size = log.len() as u32;
+                attr.log_buf = log.as_mut_ptr() as u64;
+                match bpf(BPF_PROG_LOAD, &mut attr, "bpf(BPF_PROG_LOAD)", &what) {
+                    Ok(fd) => Ok(Self { fd: owned_fd(fd) }),
+                    Err(_) => {
+                        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+                        let text = String::from_utf8_lossy(&log[..end]);
+                        let tail = &text[text.len().saturating_sub(LOG_TAIL)..];
+                        Err(SysError {
+                            call: first.call,
+                            what: format!("{what}; verifier log ends: {}", tail.trim()),
+                            source: first.source,
+                        })
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs the program `repeat` times on `frame` (an Ethernet frame, no device).
+    pub fn test_run(&self, frame: &[u8], repeat: u32) -> Result<TestRun> {
+        let mut attr = TestRunAttr {
+            prog_fd: self.fd.as_raw_fd() as u32,
+            data_size_in: frame.len() as u32,
+            data_in: frame.as_ptr() as u64,
+            repeat,
+            ..Default::default()
+        };
+        bpf(
+            BPF_PROG_TEST_RUN,
+            &mut attr,
+            "bpf(BPF_PROG_TEST_RUN)",
+            &format!("{} bytes", frame.len()),
+        )?;
+        Ok(TestRun {
+            retval: attr.retval,
+            ns_per_run: attr.duration,
+        })
+    }
+}
+
+/// What `BPF_PROG_TEST_RUN` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TestRun {
+    /// The program's return value (of the last run).
+    pub retval: u32,
+    /// The kernel's mean time per run, in ns.
+    pub ns_per_run: u32,
+}
+
+/// A program attached at tc ingress of an interface through a TCX link: detached when the
+/// link is dropped (or the process dies), replaced atomically by [`TcxLink::replace`].
+#[derive(Debug)]
+pub struct TcxLink {
+    fd: OwnedFd,
+    ifindex: u32,
+}
+
+impl TcxLink {
+    /// Attaches `prog` at the ingress of interface `ifindex`, after any TCX programs there.
+    pub fn attach(prog: &TcProgram, ifindex: u32) -> Result<Self> {
+        let mut attr = LinkCreateAttr {
+            prog_fd: prog.fd.as_raw_fd() as u32,
+            target_ifindex: ifindex,
+            attach_type: BPF_TCX_INGRESS,
+            ..Default::default()
+        };
+        let fd = bpf(
+            BPF_LINK_CREATE,
+            &mut attr,
+            "bpf(BPF_LINK_CREATE, BPF_TCX_INGRESS)",
+            &format!("ifindex {ifindex}"),
+        )?;
+        Ok(Self {
+            fd: owned_fd(fd),
+            ifindex,
+        })
+    }
+
+    /// Puts `prog` in the link's place: every packet after the swap runs `prog`, none runs
+    /// both.
+    pub fn replace(&self, prog: &TcProgram) -> Result<()> {
+        let mut attr = LinkUpdateAttr {
+            link_fd: self.fd.as_raw_fd() as u32,
+            new_prog_fd: prog.fd.as_raw_fd() as u32,
+            ..Default::default()
+        };
+        bpf(
+            BPF_LINK_UPDATE,
+            &mut attr,
+            "bpf(BPF_LINK_UPDATE)",
+            &format!("ifindex {}", self.ifindex),
+        )
+        .map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instructions_encode_as_struct_bpf_insn() {
+        // `r0 = 0; exit` and `r1 = *(u32 *)(r6 + 20)`, as llvm-objdump shows them.
+        assert_eq!(
+            Insn::new(0xb7, 0, 0, 0, 0).to_bytes(),
+            [0xb7, 0, 0, 0, 0, 0, 0, 0]
+        );
+        assert_eq!(
+            Insn::new(0x95, 0, 0, 0, 0).to_bytes(),
+            [0x95, 0, 0, 0, 0, 0, 0, 0]
+        );
+        assert_eq!(
+            Insn::new(0x61, 1, 6, 20, 0).to_bytes(),
+            [0x61, 0x61, 0x14, 0, 0, 0, 0, 0]
+        );
+        // `if r2 s> -3 goto -2` packs negative fields as two's complement.
+        assert_eq!(
+            Insn::new(0x65, 2, 0, -2, -3).to_bytes(),
+            [0x65, 0x02, 0xfe, 0xff, 0xfd, 0xff, 0xff, 0xff]
+        );
+        assert_eq!(std::mem::size_of::<Insn>(), 8);
+    }
+
+    #[test]
+    fn attribute_layouts_match_union_bpf_attr() {
+        assert_eq!(std::mem::size_of::<MapCreateAttr>(), 44);
+        assert_eq!(std::mem::size_of::<MapElemAttr>(), 32);
+        assert_eq!(std::mem::size_of::<ProgLoadAttr>(), 72);
+        assert_eq!(std::mem::size_of::<TestRunAttr>(), 40);
+        assert_eq!(std::mem::size_of::<LinkCreateAttr>(), 32);
+        assert_eq!(std::mem::size_of::<LinkUpdateAttr>(), 16);
+    }
+
+    #[test]
+    fn possible_cpu_lists_parse() {
+        assert_eq!(parse_cpu_list("0-1\n"), Some(2));
+        assert_eq!(parse_cpu_list("0"), Some(1));
+        assert_eq!(parse_cpu_list("0-3,6"), Some(7));
+        assert_eq!(parse_cpu_list("x"), None);
+    }
+
+    #[test]
+    fn names_are_cut_and_cleaned_for_the_kernel() {
+        assert_eq!(&name16("poolcap-probe")[..14], b"poolcap_probe\0");
+        assert_eq!(name16("a_very_long_program_name")[15], 0);
+    }
+}
