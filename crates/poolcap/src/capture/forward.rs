@@ -18,6 +18,14 @@
 //! the frames where they lie in the chunk ([`poolcap_sys::tx`]). A `--drop` rule (a tcpdump
 //! expression run in user space, like the AF_XDP filter stage) removes matching frames inline.
 //!
+//! With `-w` the forwarder passes what it sent on to the file writer: each chunk stripped of
+//! the frames that did not leave ([`Chunk::retain`]), renumbered without gaps, with a
+//! per-queue progress of its own for the writer's merge ([`WriteFeed`]). The writer then
+//! sends the chunk home; the file holds exactly what OUT was handed.
+//!
+//! Transmission sits behind [`Transmit`], so another transmit path (AF_XDP TX) plugs in
+//! without touching the forwarder.
+//!
 //! Accounting: every frame the pipeline captured ends in exactly one of `forwarded`,
 //! `dropped_by_rule` or `dropped_tx` (OUT could not take it: down, or its queue stayed
 //! full), so `received = forwarded + dropped_by_rule + dropped_kernel + dropped_pool +
@@ -27,7 +35,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
@@ -39,6 +47,7 @@ use super::account::QueueStats;
 use super::doorbell::Doorbell;
 use super::filter::{compile_user, FilterError};
 use super::pool::{Chunk, Pool};
+use super::queue::Progress;
 use crate::netdev;
 
 /// Send buffer of the transmit socket: room for a few chunks of full-size frames, so a
@@ -113,14 +122,34 @@ impl DropRule {
     }
 }
 
-/// What the caller opens before the engine starts: the transmit socket on OUT (so a bad OUT
+/// How frames leave OUT: the forwarder's only view of the transmit path.
+pub trait Transmit: Send + std::fmt::Debug {
+    /// Hands a prefix of `frames` (in order) to OUT; returns how many it took. `Err` only
+    /// when it took none.
+    fn send(&mut self, frames: &[&[u8]]) -> std::io::Result<usize>;
+
+    /// How frames are transmitted (for the startup report).
+    fn path(&self) -> &'static str;
+}
+
+impl Transmit for FrameSender {
+    fn send(&mut self, frames: &[&[u8]]) -> std::io::Result<usize> {
+        FrameSender::send(self, frames)
+    }
+
+    fn path(&self) -> &'static str {
+        "AF_PACKET sendmmsg with iovecs into the pool chunks (no user-space copy; through the qdisc, so a flow keeps its transmit queue)"
+    }
+}
+
+/// What the caller opens before the engine starts: the transmit path on OUT (so a bad OUT
 /// fails before anything is captured) and the drop rule.
 #[derive(Debug)]
 pub struct ForwardSetup {
     /// OUT's name, for messages.
     pub out: String,
-    /// The transmit socket on OUT.
-    pub sender: FrameSender,
+    /// The transmit path on OUT.
+    pub sender: Box<dyn Transmit>,
     /// Frames matching this are dropped.
     pub drop: Option<DropRule>,
 }
@@ -134,22 +163,96 @@ impl ForwardSetup {
     ) -> poolcap_sys::error::Result<Self> {
         Ok(Self {
             out: out.to_string(),
-            sender: FrameSender::open(ifindex, SNDBUF)?,
+            sender: Box::new(FrameSender::open(ifindex, SNDBUF)?),
             drop,
         })
     }
 
     /// How frames are transmitted (for the startup report).
     pub fn path(&self) -> &'static str {
-        "AF_PACKET sendmmsg with iovecs into the pool chunks (no user-space copy; through the qdisc, so a flow keeps its transmit queue)"
+        self.sender.path()
     }
 }
 
-/// A queue's chunks put back in sealed order.
+/// A queue's chunks put back in sealed order, and what was passed on to the writer.
 #[derive(Debug, Default)]
 struct InOrder {
     next_seq: u64,
     waiting: BTreeMap<u64, Chunk>,
+    /// Chunks passed on to the writer (their new sequence numbers).
+    passed: u64,
+    /// Timestamp of the last frame forwarded or dropped: the queue's frames come in
+    /// timestamp order, so none that follows is earlier.
+    last_ts: u64,
+}
+
+/// Where the forwarder passes what it sent, for the file writer (`-w`).
+#[derive(Debug)]
+pub struct WriteFeed {
+    /// Chunks for the writer, holding only frames that were sent.
+    pub chunks: Arc<ArrayQueue<Chunk>>,
+    /// Rung when a chunk is passed on (the writer answers it).
+    pub bell: Arc<Doorbell>,
+    /// The capture threads' progress, by queue (read).
+    capture: Vec<Arc<Mutex<Progress>>>,
+    /// By queue, the progress of what was passed on: the writer merges by it.
+    pub progress: Vec<Arc<Mutex<Progress>>>,
+    /// Set once the last chunk is passed on.
+    pub done: Arc<AtomicBool>,
+}
+
+impl WriteFeed {
+    /// A feed behind capture threads publishing `capture`; `capacity`: every chunk of every
+    /// pool, so passing on never fails.
+    pub fn new(capture: Vec<Arc<Mutex<Progress>>>, capacity: usize) -> Self {
+        Self {
+            chunks: Arc::new(ArrayQueue::new(capacity)),
+            bell: Arc::default(),
+            progress: (0..capture.len()).map(|_| Arc::default()).collect(),
+            capture,
+            done: Arc::default(),
+        }
+    }
+
+    /// Passes on the sent frames of `chunk` (`sent[i]`); a chunk left empty goes home.
+    fn pass(&self, mut chunk: Chunk, sent: &[bool], q: &mut InOrder, pool: &Pool) {
+        chunk.retain(sent);
+        if chunk.is_empty() {
+            pool.recycle(chunk);
+            return;
+        }
+        chunk.seq = q.passed;
+        q.passed += 1;
+        // Cannot fail: the queue holds every chunk of every pool.
+        let _ = self.chunks.push(chunk);
+        self.bell.ring();
+    }
+
+    /// Publishes queue `i`'s progress: the chunks passed on, and a watermark below which no
+    /// frame will be passed on: the last one handled, or, once every chunk the capture
+    /// thread had sealed is handled, the capture thread's own watermark.
+    fn publish(&self, i: usize, q: &InOrder) {
+        let capture = self.capture[i].lock().map(|p| *p).unwrap_or_default();
+        let mut watermark = q.last_ts;
+        if q.next_seq >= capture.sealed {
+            watermark = watermark.max(capture.watermark_ns);
+        }
+        if let Ok(mut p) = self.progress[i].lock() {
+            p.sealed = q.passed;
+            p.watermark_ns = p.watermark_ns.max(watermark);
+        }
+    }
+
+    /// Nothing more will be passed on.
+    fn finish(&self) {
+        for p in &self.progress {
+            if let Ok(mut p) = p.lock() {
+                p.watermark_ns = u64::MAX;
+            }
+        }
+        self.done.store(true, Ordering::Release);
+        self.bell.ring();
+    }
 }
 
 /// The forwarder thread's setup.
@@ -167,6 +270,8 @@ pub struct Forwarder {
     pub workers_done: Arc<AtomicBool>,
     /// Rung when a chunk arrives.
     pub bell: Arc<Doorbell>,
+    /// With `-w`: where sent frames go on to the file writer.
+    pub write: Option<WriteFeed>,
 }
 
 impl Forwarder {
@@ -182,43 +287,58 @@ impl Forwarder {
                 queues[c.home].waiting.insert(c.seq, c);
             }
             let mut worked = false;
-            for q in &mut queues {
+            for (i, q) in queues.iter_mut().enumerate() {
                 while let Some(c) = q.waiting.remove(&q.next_seq) {
                     q.next_seq += 1;
-                    self.forward(c, &mut out);
+                    self.forward(c, q, &mut out);
                     worked = true;
+                }
+                if let Some(feed) = &self.write {
+                    feed.publish(i, q);
                 }
             }
             if done && self.input.is_empty() {
                 break;
             }
             if !worked {
-                // Rung on every chunk; the timeout only bounds a missed ring.
-                self.bell.wait(Duration::from_millis(20));
+                // Rung on every chunk; the timeout only bounds a missed ring, or, when a
+                // writer merges queues, how late an idle queue's watermark moves on.
+                let merging = self.write.is_some() && queues.len() > 1;
+                self.bell
+                    .wait(Duration::from_millis(if merging { 2 } else { 20 }));
             }
         }
         // Sequences have no gaps, so nothing is left; should a chunk be, it still goes out
         // in order and home.
         for q in &mut queues {
             for (_, c) in std::mem::take(&mut q.waiting) {
-                self.forward(c, &mut out);
+                self.forward(c, q, &mut out);
             }
+        }
+        if let Some(feed) = &self.write {
+            feed.finish();
         }
         out.look(true, &self.counters);
     }
 
-    fn forward(&mut self, chunk: Chunk, out: &mut OutState) {
+    fn forward(&mut self, chunk: Chunk, q: &mut InOrder, out: &mut OutState) {
         let home = chunk.home;
         let counters = &self.counters[home];
         let mut frames: Vec<&[u8]> = Vec::with_capacity(chunk.len());
+        // Which packets of the chunk `frames` holds, for the writer.
+        let mut index: Vec<usize> = Vec::new();
         let (mut by_rule, mut cut_short) = (0u64, 0u64);
-        for (meta, data) in chunk.packets() {
+        for (i, (meta, data)) in chunk.packets().enumerate() {
+            q.last_ts = q.last_ts.max(meta.ts_ns);
             if self.setup.drop.as_ref().is_some_and(|r| r.matches(data)) {
                 by_rule += 1;
             } else if meta.caplen < meta.wire_len {
                 cut_short += 1;
             } else {
                 frames.push(data);
+                if self.write.is_some() {
+                    index.push(i);
+                }
             }
         }
         out.look(false, &self.counters);
@@ -258,7 +378,15 @@ impl Forwarder {
         ForwardCounters::add(&counters.forwarded_bytes, bytes as u64);
         ForwardCounters::add(&counters.dropped_by_rule, by_rule);
         ForwardCounters::add(&counters.dropped_tx, unsent + cut_short);
-        self.pools[home].recycle(chunk);
+        let pool = &self.pools[home];
+        match &self.write {
+            Some(feed) => {
+                let mut kept = vec![false; chunk.len()];
+                index[..sent].iter().for_each(|&i| kept[i] = true);
+                feed.pass(chunk, &kept, q, pool);
+            }
+            None => pool.recycle(chunk),
+        }
     }
 }
 

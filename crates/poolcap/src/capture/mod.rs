@@ -326,23 +326,15 @@ impl Engine {
         Self::launch(cfg, None, stop, after_open)
     }
 
-    /// As [`Engine::start`], with a forwarder instead of a file writer as the sink: processed
-    /// chunks leave through `fwd`'s interface (see [`forward`]); `cfg.output` is ignored.
+    /// As [`Engine::start`], with a forwarder as the sink: processed chunks leave through
+    /// `fwd`'s interface (see [`forward`]); `cfg.output`, if set, gets what was forwarded.
     pub fn start_forward(
         cfg: CaptureConfig,
         fwd: forward::ForwardSetup,
         stop: Arc<AtomicBool>,
         after_open: impl FnOnce() -> Result<(), SysError>,
     ) -> Result<Self, CaptureError> {
-        Self::launch(
-            CaptureConfig {
-                output: None,
-                ..cfg
-            },
-            Some(fwd),
-            stop,
-            after_open,
-        )
+        Self::launch(cfg, Some(fwd), stop, after_open)
     }
 
     fn launch(

@@ -235,7 +235,7 @@ fn file_options(a: &CaptureArgs) -> anyhow::Result<FileOptions> {
     })
 }
 
-fn parse_format(s: &str) -> Result<FileFormat, String> {
+pub(crate) fn parse_format(s: &str) -> Result<FileFormat, String> {
     s.parse()
         .map_err(|_| format!("`{s}`: use pcapng, pcap or pcap-ns"))
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use poolcap_format::FileFormat;
 use poolcap_sys::socket::{ifindex, FanoutMode};
 use poolcap_sys::xsk::ZeroCopy;
 use serde::Serialize;
@@ -21,8 +22,8 @@ use crate::capture::forward::{DropRule, ForwardSetup, ForwardStats};
 use crate::capture::policy::PolicySpec;
 use crate::capture::pool::PoolSize;
 use crate::capture::queue::WaitStrategy;
-use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Input};
-use crate::cli::capture::{engine_limits, parse_backend, parse_kib, parse_pool};
+use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Input, Output};
+use crate::cli::capture::{engine_limits, parse_backend, parse_format, parse_kib, parse_pool};
 use crate::cli::usage;
 use crate::{netdev, units};
 
@@ -34,7 +35,8 @@ use crate::{netdev, units};
 
 Examples:
   poolcap forward -i eth0 -o eth1
-  poolcap forward -i eth0 -o eth1 --queues 2 --load 1000 --offload buddy:60 --drop 'udp port 53'"
+  poolcap forward -i eth0 -o eth1 --queues 2 --load 1000 --offload buddy:60 --drop 'udp port 53'
+  poolcap forward -i eth0 -o eth1 -w passed.pcapng --drop 'udp port 53'"
 )]
 pub struct ForwardArgs {
     /// Interface frames come in on.
@@ -77,6 +79,13 @@ pub struct ForwardArgs {
     /// Quiet: no status line while running.
     #[arg(short = 'q')]
     quiet: bool,
+    /// Also write what was forwarded (after --drop) to FILE (`-` for standard output), as
+    /// `poolcap capture -w` writes.
+    #[arg(short = 'w', value_name = "FILE")]
+    write: Option<PathBuf>,
+    /// File format of -w: pcapng (nanosecond), pcap (microsecond) or pcap-ns.
+    #[arg(long, default_value = "pcapng", value_parser = parse_format, requires = "write")]
+    format: FileFormat,
     /// Write the final accounting as one JSON object to FILE.
     #[arg(long)]
     stats_json: Option<PathBuf>,
@@ -106,6 +115,12 @@ pub struct ForwardReport {
     pub cpu_system: f64,
     /// The kernel error that ended a capture thread.
     pub capture_error: Option<String>,
+    /// With `-w`: frames written to the file (the forwarded ones, unless writing failed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub written: Option<u64>,
+    /// With `-w`: the first write error, naming the file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write_error: Option<String>,
     /// Per receive queue.
     pub queues: Vec<ForwardStats>,
 }
@@ -133,6 +148,8 @@ impl ForwardReport {
             cpu_user: r.cpu_user,
             cpu_system: r.cpu_system,
             capture_error: r.capture_error,
+            written: a.write.is_some().then_some(r.written),
+            write_error: r.write_error,
             queues,
         }
     }
@@ -152,6 +169,9 @@ impl ForwardReport {
         eprintln!("{} frames dropped by pool", t.dropped_pool);
         eprintln!("{} frames dropped at transmit", t.dropped_tx);
         eprintln!("{} frames filtered", t.filtered);
+        if let Some(n) = self.written {
+            eprintln!("{n} frames written");
+        }
         if t.in_flight > 0 {
             eprintln!("{} frames unaccounted for (in flight)", t.in_flight);
         }
@@ -232,7 +252,14 @@ fn config(a: &ForwardArgs) -> anyhow::Result<CaptureConfig> {
         snaplen,
         ring,
         filter: (!a.filter.is_empty()).then(|| a.filter.join(" ")),
-        output: None,
+        output: a.write.as_ref().map(|p| {
+            let target = if p.as_os_str() == "-" {
+                Output::Stdout
+            } else {
+                Output::File(p.clone())
+            };
+            (target, a.format)
+        }),
         compress: None,
         files: Default::default(),
         probe: None,
@@ -291,7 +318,11 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
         std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    if let Some(e) = &report.capture_error {
+    if let Some(e) = report
+        .capture_error
+        .as_ref()
+        .or(report.write_error.as_ref())
+    {
         anyhow::bail!("{e}");
     }
     Ok(())

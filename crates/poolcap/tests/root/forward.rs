@@ -447,6 +447,92 @@ fn check_reports_latency_through_the_forwarder() {
     }
 }
 
+/// The frames of a file as tcpdump prints them (headers and bytes, no time), sorted: two
+/// files hold the same frames when these are equal, whatever order queues were merged in.
+fn tcpdump_frames(file: &Path) -> Vec<String> {
+    let out = Command::new("tcpdump")
+        .args(["-nn", "-t", "-xx", "-r"])
+        .arg(file)
+        .output()
+        .expect("tcpdump -r");
+    assert!(
+        out.status.success(),
+        "tcpdump -r {}: {out:?}",
+        file.display()
+    );
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let mut frames: Vec<String> = Vec::new();
+    for line in text.lines() {
+        match frames.last_mut() {
+            Some(f) if line.starts_with(char::is_whitespace) => f.push_str(line),
+            _ => frames.push(line.to_string()),
+        }
+    }
+    frames.sort();
+    frames
+}
+
+/// `-w FILE` writes what passed: with two queues, workers and a drop rule, the file read
+/// back by tcpdump holds exactly the frames the sink received, and as many as were forwarded.
+fn write_holds_exactly_what_was_forwarded() {
+    let lab = lab3(2);
+    let dir = tempdir();
+    let (file, sink_json, json, passed) = (
+        dir.path().join("sink.pcapng"),
+        dir.path().join("sink.json"),
+        dir.path().join("fwd.json"),
+        dir.path().join("passed.pcap"),
+    );
+    let cap = sink_capture(&lab, &file, &sink_json);
+    let rule = "udp[23] & 3 = 0";
+    let fwd = forward(
+        &lab,
+        &[
+            "--queues",
+            "2",
+            "--load",
+            "100",
+            "--drop",
+            rule,
+            "--format",
+            "pcap",
+            "-w",
+            passed.to_str().unwrap(),
+            "--stats-json",
+            json.to_str().unwrap(),
+        ],
+    );
+    let sent = gen(&lab, &["--count", "6000", "--rate", "20k", "--flows", "8"]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (code, err) = fwd.stop("INT");
+    assert_eq!(code, Some(0), "forward failed: {err}");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let (code, cap_err) = cap.stop("INT");
+    assert_eq!(code, Some(0), "sink capture failed: {cap_err}");
+    let s = stats(&json);
+    assert_equation(&s, num(&sent, "frames"));
+    let forwarded = num(&s, "forwarded");
+    assert!(forwarded > 0 && num(&s, "dropped_by_rule") > 0, "{s}");
+    assert_eq!(num(&s, "written"), forwarded, "{s}");
+    assert_eq!(
+        tcpdump_count(&passed, &[]),
+        forwarded,
+        "the file holds them"
+    );
+    assert_eq!(tcpdump_count(&passed, &[rule]), 0, "no dropped frame in it");
+    let sink_stats = stats(&sink_json);
+    assert_eq!(
+        num(&sink_stats, "captured"),
+        forwarded,
+        "the sink captured all (busy machine? rerun): {sink_stats}"
+    );
+    assert_eq!(
+        tcpdump_frames(&passed),
+        tcpdump_frames(&file),
+        "the file holds exactly the frames the sink received"
+    );
+}
+
 /// The forwarding tests.
 pub fn trials() -> Vec<Trial> {
     vec![
@@ -469,6 +555,10 @@ pub fn trials() -> Vec<Trial> {
         trial(
             "forward_bad_input_fails_before_forwarding",
             bad_input_fails_before_forwarding,
+        ),
+        trial(
+            "forward_write_holds_exactly_what_was_forwarded",
+            write_holds_exactly_what_was_forwarded,
         ),
         trial(
             "forward_check_reports_latency",
