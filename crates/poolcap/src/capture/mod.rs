@@ -274,6 +274,8 @@ pub struct Engine {
     budget: Option<Arc<Budget>>,
     link: Option<LinkWatch>,
     if_before: Option<u64>,
+    /// Capture sockets ignore outgoing frames (forwarding).
+    inbound_only: bool,
     duration: Option<Duration>,
     status_every: Option<Duration>,
     started: Instant,
@@ -301,9 +303,15 @@ fn resolve_input(cfg: &CaptureConfig, input: &Input) -> Result<(Option<u32>, usi
     })
 }
 
-/// Frames the interface has seen in both directions (for the in-kernel filter's count).
-fn if_frames(iface: &str) -> Option<u64> {
-    Some(netdev::counter(iface, "rx_packets")? + netdev::counter(iface, "tx_packets")?)
+/// Frames the interface has seen in both directions, or only received ones when capture
+/// sockets ignore outgoing frames (forwarding), for the in-kernel filter's count.
+fn if_frames(iface: &str, inbound_only: bool) -> Option<u64> {
+    let tx = if inbound_only {
+        0
+    } else {
+        netdev::counter(iface, "tx_packets")?
+    };
+    Some(netdev::counter(iface, "rx_packets")? + tx)
 }
 
 fn pin(cpus: &Option<Vec<usize>>, i: usize) {
@@ -350,10 +358,11 @@ impl Engine {
         let groups: Vec<Vec<usize>> = (0..q).map(|i| group_of(&cfg.buddy_groups, i)).collect();
         let (ring, seal_after) = retire_tuning(&cfg, q, fwd.is_some());
         let capacity: Vec<usize> = groups.iter().map(|g| g.len() * cfg.pool.chunks).collect();
-        let opened = open_input(&cfg, input, idx, q, ring, &capacity)?;
+        let forwarding = fwd.is_some();
+        let opened = open_input(&cfg, input, idx, q, ring, &capacity, forwarding)?;
         let if_before = opened
             .kernel_filter
-            .then(|| if_frames(&cfg.iface))
+            .then(|| if_frames(&cfg.iface, forwarding))
             .flatten();
         // Create the file only now that the filter compiled and the sockets are open, so a
         // bad argument never truncates an existing file; write its header before capturing.
@@ -404,6 +413,7 @@ impl Engine {
             budget: plan.budget,
             link,
             if_before,
+            inbound_only: forwarding,
             duration: cfg.duration,
             status_every: cfg.status_every,
             started: Instant::now(),
@@ -551,7 +561,7 @@ impl Engine {
         let seconds = self.started.elapsed().as_secs_f64();
         let queues = account::snapshots(&self.counters);
         let t = account::total(&queues);
-        let filtered_kernel = match (self.if_before, if_frames(&self.iface)) {
+        let filtered_kernel = match (self.if_before, if_frames(&self.iface, self.inbound_only)) {
             (Some(a), Some(b)) => {
                 (b - a).saturating_sub(t.captured + t.dropped_kernel + t.dropped_pool + t.not_taken)
             }

@@ -97,6 +97,7 @@ pub(super) fn open_input(
     q: usize,
     ring: RingGeometry,
     capacity: &[usize],
+    forwarding: bool,
 ) -> Result<Opened, CaptureError> {
     let records = cfg.output.as_ref().map(|(_, format)| *format);
     let local = |sources: Vec<Box<dyn Source>>, report: String| Opened {
@@ -130,6 +131,7 @@ pub(super) fn open_input(
                 filter: cfg.filter.as_deref(),
                 snaplen: cfg.snaplen,
                 records,
+                inbound_only: forwarding,
             },
         )?,
     })

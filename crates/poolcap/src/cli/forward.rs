@@ -64,6 +64,10 @@ pub struct ForwardArgs {
     /// Capture backend on IN: af_packet, af_xdp or auto.
     #[arg(long, default_value = "af_packet", value_parser = parse_backend)]
     backend: BackendKind,
+    /// A bump in the wire: also forward OUT to IN, each direction with its own pools,
+    /// threads and accounting (two blocks in the report and in --stats-json). Not with -w.
+    #[arg(long, conflicts_with = "write")]
+    bidirectional: bool,
     /// Drop frames matching this tcpdump expression instead of forwarding them (counted).
     #[arg(long, value_name = "FILTER")]
     drop: Option<String>,
@@ -126,7 +130,7 @@ pub struct ForwardReport {
 }
 
 impl ForwardReport {
-    fn new(a: &ForwardArgs, tx_path: &str, r: CaptureReport) -> Self {
+    fn new(a: &ForwardArgs, dir: &Direction, tx_path: &str, r: CaptureReport) -> Self {
         let mut queues = r.forward.unwrap_or_default();
         // The in-kernel filter's rejections are known only in total (see capture::account).
         let kernel_filtered = r.filtered_kernel;
@@ -140,8 +144,8 @@ impl ForwardReport {
             };
         }
         Self {
-            interface_in: a.input.clone(),
-            interface_out: a.output.clone(),
+            interface_in: dir.input.clone(),
+            interface_out: dir.output.clone(),
             tx_path: tx_path.to_string(),
             total,
             seconds: r.seconds,
@@ -197,8 +201,55 @@ impl ForwardReport {
     }
 }
 
-/// The checks on IN and OUT that must pass before anything is forwarded.
+/// One direction of forwarding: frames come in on `input` and leave by `output`.
+#[derive(Debug)]
+struct Direction {
+    input: String,
+    output: String,
+}
+
+impl Direction {
+    /// IN to OUT, and with `--bidirectional` OUT to IN too.
+    fn all(a: &ForwardArgs) -> Vec<Self> {
+        let there = Self {
+            input: a.input.clone(),
+            output: a.output.clone(),
+        };
+        let back = Self {
+            input: a.output.clone(),
+            output: a.input.clone(),
+        };
+        if a.bidirectional {
+            vec![there, back]
+        } else {
+            vec![there]
+        }
+    }
+}
+
+/// The checks on IN and OUT that must pass before anything is forwarded (both ways with
+/// `--bidirectional`: then IN must be up and have OUT's MTU too).
 fn check_interfaces(a: &ForwardArgs) -> anyhow::Result<()> {
+    check_direction(a)?;
+    if a.bidirectional {
+        let in_mtu = netdev::mtu(&a.input);
+        if netdev::is_up(&a.input) == Some(false) {
+            return Err(usage(format!(
+                "-i: `{}` is down, and --bidirectional sends on it (ip link set {} up)",
+                a.input, a.input
+            )));
+        }
+        if in_mtu < netdev::mtu(&a.output) {
+            return Err(usage(format!(
+                "-i: `{}` has a smaller MTU than `{}`: with --bidirectional larger frames could not go back",
+                a.input, a.output
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn check_direction(a: &ForwardArgs) -> anyhow::Result<()> {
     if a.input == a.output {
         return Err(usage(format!(
             "-o: OUT must be another interface than IN (`{}`)",
@@ -226,18 +277,19 @@ fn check_interfaces(a: &ForwardArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn config(a: &ForwardArgs) -> anyhow::Result<CaptureConfig> {
+/// The engine of one direction; `status`: it prints the status line.
+fn config(a: &ForwardArgs, dir: &Direction, status: bool) -> anyhow::Result<CaptureConfig> {
     if a.count == Some(0) {
         return Err(usage("-c: the frame count must be at least 1"));
     }
     let ring = engine_limits(a.queues, a.workers, a.buffer)?;
-    let queues = a.queues.unwrap_or_else(|| netdev::rx_queues(&a.input));
+    let queues = a.queues.unwrap_or_else(|| netdev::rx_queues(&dir.input));
     // Frames are forwarded whole: a cell holds the largest frame IN carries (and a VLAN tag).
-    let frame = (netdev::mtu(&a.input).unwrap_or(1500) + 14 + 4).div_ceil(64) * 64;
+    let frame = (netdev::mtu(&dir.input).unwrap_or(1500) + 14 + 4).div_ceil(64) * 64;
     let snaplen = 262_144;
     Ok(CaptureConfig {
         input: Input::Live,
-        iface: a.input.clone(),
+        iface: dir.input.clone(),
         queues,
         fanout: FanoutMode::Hash,
         pool: PoolSize {
@@ -274,56 +326,106 @@ fn config(a: &ForwardArgs) -> anyhow::Result<CaptureConfig> {
             force: false,
         },
         buddy_groups: vec![(0..queues).collect()],
-        status_every: (!a.quiet).then_some(Duration::from_secs(1)),
+        status_every: (status && !a.quiet).then_some(Duration::from_secs(1)),
     })
 }
 
 /// Runs `poolcap forward`.
 pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
     check_interfaces(&args)?;
-    let cfg = config(&args)?;
-    let drop = args
-        .drop
-        .as_deref()
-        .map(DropRule::compile)
-        .transpose()
-        .map_err(|e| usage(format!("--drop: {e}")))?;
+    let dirs = Direction::all(&args);
+    let configs = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| config(&args, d, i == 0))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let drop_rule = || {
+        args.drop
+            .as_deref()
+            .map(DropRule::compile)
+            .transpose()
+            .map_err(|e| usage(format!("--drop: {e}")))
+    };
+    drop_rule()?;
     poolcap_sys::privilege::check_raw_sockets("forwarding packets")?;
-    let out_index = ifindex(&args.output)
-        .map_err(|_| usage(format!("-o: no such interface `{}`", args.output)))?;
-    let setup = ForwardSetup::open(&args.output, out_index, drop)?;
-    let tx_path = setup.path();
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
     }
-    let (queues, pool) = (cfg.queues, cfg.pool);
-    let engine = Engine::start_forward(cfg, setup, stop, || Ok(())).map_err(|e| match e {
-        CaptureError::Filter(f) => usage(f.to_string()),
-        e => anyhow::Error::new(e),
-    })?;
-    eprintln!(
-        "listening on {}, forwarding to {}, {queues} queue{}, pool {}x{} cells",
-        args.input,
-        args.output,
-        if queues == 1 { "" } else { "s" },
-        pool.chunks,
-        pool.cells
-    );
-    eprintln!("{}", engine.backend_report());
-    eprintln!("transmit: {tx_path}");
-    let report = ForwardReport::new(&args, tx_path, engine.run());
-    report.print();
+    let mut engines: Vec<(Engine, &'static str)> = Vec::new();
+    for (cfg, dir) in configs.into_iter().zip(&dirs) {
+        let started = ForwardSetup::open(&dir.output, out_index(dir)?, drop_rule()?)
+            .map_err(anyhow::Error::new)
+            .and_then(|setup| {
+                let tx_path = setup.path();
+                let engine = Engine::start_forward(cfg, setup, Arc::clone(&stop), || Ok(()))
+                    .map_err(|e| match e {
+                        CaptureError::Filter(f) => usage(f.to_string()),
+                        e => anyhow::Error::new(e),
+                    })?;
+                Ok((engine, tx_path))
+            });
+        match started {
+            Ok(e) => engines.push(e),
+            Err(e) => {
+                // The direction already started must not go on forwarding.
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                engines.into_iter().for_each(|(e, _)| drop(e.run()));
+                return Err(e);
+            }
+        }
+    }
+    let (queues, pool) = (args.queues, args.pool);
+    for (dir, (engine, tx_path)) in dirs.iter().zip(&engines) {
+        eprintln!(
+            "listening on {}, forwarding to {}, {} queue(s), pool {}x{} cells",
+            dir.input,
+            dir.output,
+            queues.unwrap_or_else(|| netdev::rx_queues(&dir.input)),
+            pool.1,
+            pool.0
+        );
+        eprintln!("{}", engine.backend_report());
+        eprintln!("transmit: {tx_path}");
+    }
+    let results: Vec<(CaptureReport, &'static str)> = std::thread::scope(|s| {
+        let running: Vec<_> = engines
+            .into_iter()
+            .map(|(e, path)| s.spawn(move || (e.run(), path)))
+            .collect();
+        running
+            .into_iter()
+            .map(|h| h.join().expect("an engine thread panicked"))
+            .collect()
+    });
+    let reports: Vec<ForwardReport> = results
+        .into_iter()
+        .zip(&dirs)
+        .map(|((r, path), d)| ForwardReport::new(&args, d, path, r))
+        .collect();
+    for r in &reports {
+        if args.bidirectional {
+            eprintln!("{} -> {}:", r.interface_in, r.interface_out);
+        }
+        r.print();
+    }
     if let Some(path) = &args.stats_json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
+        let json = match reports.as_slice() {
+            [one] => serde_json::to_string_pretty(one)?,
+            all => serde_json::to_string_pretty(&serde_json::json!({ "directions": all }))?,
+        };
+        std::fs::write(path, json + "\n")
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    if let Some(e) = report
-        .capture_error
-        .as_ref()
-        .or(report.write_error.as_ref())
-    {
-        anyhow::bail!("{e}");
+    for r in &reports {
+        if let Some(e) = r.capture_error.as_ref().or(r.write_error.as_ref()) {
+            anyhow::bail!("{e}");
+        }
     }
     Ok(())
+}
+
+/// OUT's interface index.
+fn out_index(dir: &Direction) -> anyhow::Result<u32> {
+    ifindex(&dir.output).map_err(|_| usage(format!("-o: no such interface `{}`", dir.output)))
 }

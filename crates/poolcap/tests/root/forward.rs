@@ -533,6 +533,66 @@ fn write_holds_exactly_what_was_forwarded() {
     );
 }
 
+/// `--bidirectional`: generators on both ends send at once; each direction's accounting
+/// adds up to what its generator sent, each end receives exactly what its direction
+/// forwarded, and no frame comes back to the forwarder (it ignores what it sends itself).
+fn bidirectional_forwards_both_ways_with_one_account_each() {
+    let lab = lab3(2);
+    let dir = tempdir();
+    let json = dir.path().join("fwd.json");
+    let fwd = forward(
+        &lab,
+        &[
+            "--bidirectional",
+            "--queues",
+            "2",
+            "--stats-json",
+            json.to_str().unwrap(),
+        ],
+    );
+    let sink_ns = sink(&lab).netns.clone();
+    let back = std::thread::spawn(move || {
+        let out = poolcap_in(
+            &sink_ns,
+            &[
+                "gen", "-i", "snk0", "--json", "--count", "5000", "--rate", "20k", "--flows", "8",
+            ],
+        );
+        assert!(out.status.success(), "gen on the sink: {out:?}");
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("gen json")
+    });
+    let there = gen(&lab, &["--count", "8000", "--rate", "20k", "--flows", "8"]);
+    let back = back.join().expect("gen on the sink");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (code, err) = fwd.stop("INT");
+    assert_eq!(code, Some(0), "forward failed: {err}");
+    assert!(
+        err.contains("prb0 -> prb1:") && err.contains("prb1 -> prb0:"),
+        "{err}"
+    );
+    let s = stats(&json);
+    let dirs = s["directions"].as_array().expect("one block per direction");
+    assert_eq!(dirs.len(), 2, "{s}");
+    let ends = [
+        ("prb0", "prb1", &there, sink(&lab).netns.as_str(), "snk0"),
+        ("prb1", "prb0", &back, lab.sender.netns.as_str(), "snd0"),
+    ];
+    for (d, (inp, out, sent, end_ns, end_if)) in dirs.iter().zip(ends) {
+        assert_eq!(
+            (d["interface_in"].as_str(), d["interface_out"].as_str()),
+            (Some(inp), Some(out))
+        );
+        assert_equation(d, num(sent, "frames"));
+        assert_eq!(num(d, "dropped_tx"), 0, "{d}");
+        let end = if_counters(end_ns, end_if).expect("end counters");
+        assert_eq!(
+            end.rx_packets,
+            num(d, "forwarded"),
+            "{end_if} received what {inp} -> {out} forwarded"
+        );
+    }
+}
+
 /// The forwarding tests.
 pub fn trials() -> Vec<Trial> {
     vec![
@@ -559,6 +619,10 @@ pub fn trials() -> Vec<Trial> {
         trial(
             "forward_write_holds_exactly_what_was_forwarded",
             write_holds_exactly_what_was_forwarded,
+        ),
+        trial(
+            "forward_bidirectional_forwards_both_ways_with_one_account_each",
+            bidirectional_forwards_both_ways_with_one_account_each,
         ),
         trial(
             "forward_check_reports_latency",
