@@ -80,7 +80,8 @@ impl ForwardCounters {
         c.fetch_add(n, Ordering::Relaxed);
     }
 
-    fn snapshot(&self) -> (u64, u64, u64, u64) {
+    /// (forwarded, forwarded_bytes, dropped_by_rule, dropped_tx) now.
+    pub fn snapshot(&self) -> (u64, u64, u64, u64) {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         (
             g(&self.forwarded),

@@ -431,6 +431,11 @@ impl Engine {
         Arc::clone(&self.pools)
     }
 
+    /// The forwarder's live counters, per queue (`poolcap forward` only; for the metrics).
+    pub fn forward_counters(&self) -> Option<forward::AllForwardCounters> {
+        self.forward_counters.clone()
+    }
+
     /// Which backend runs, and why (for the startup report).
     pub fn backend_report(&self) -> &str {
         &self.report

@@ -66,7 +66,7 @@ pub struct ForwardArgs {
     backend: BackendKind,
     /// A bump in the wire: also forward OUT to IN, each direction with its own pools,
     /// threads and accounting (two blocks in the report and in --stats-json). Not with -w.
-    #[arg(long, conflicts_with = "write")]
+    #[arg(long, conflicts_with_all = ["write", "metrics"])]
     bidirectional: bool,
     /// Drop frames matching this tcpdump expression instead of forwarding them (counted).
     #[arg(long, value_name = "FILTER")]
@@ -90,6 +90,8 @@ pub struct ForwardArgs {
     /// File format of -w: pcapng (nanosecond), pcap (microsecond) or pcap-ns.
     #[arg(long, default_value = "pcapng", value_parser = parse_format, requires = "write")]
     format: FileFormat,
+    #[command(flatten)]
+    export: crate::cli::export::MetricsArgs,
     /// Write the final accounting as one JSON object to FILE.
     #[arg(long)]
     stats_json: Option<PathBuf>,
@@ -348,6 +350,7 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
     };
     drop_rule()?;
     poolcap_sys::privilege::check_raw_sockets("forwarding packets")?;
+    let metrics = crate::cli::export::bind_metrics(&args.export)?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
@@ -388,6 +391,13 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
         eprintln!("{}", engine.backend_report());
         eprintln!("transmit: {tx_path}");
     }
+    // Without --bidirectional (they conflict): one engine.
+    let _metrics = match (metrics, engines.first()) {
+        (Some(m), Some((engine, _))) => {
+            Some(crate::cli::export::serve_metrics(m, engine, Vec::new())?)
+        }
+        _ => None,
+    };
     let results: Vec<(CaptureReport, &'static str)> = std::thread::scope(|s| {
         let running: Vec<_> = engines
             .into_iter()

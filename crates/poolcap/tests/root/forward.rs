@@ -593,6 +593,76 @@ fn bidirectional_forwards_both_ways_with_one_account_each() {
     }
 }
 
+/// `--metrics`: scraped with curl once the traffic has passed, the forwarding families
+/// (`poolcap_packets_forwarded_total`, bytes, drops with cause `rule` and `tx`) equal the
+/// final accounting, queue by queue.
+fn metrics_serve_the_forwarding_counters() {
+    let lab = lab3(2);
+    let dir = tempdir();
+    let json = dir.path().join("fwd.json");
+    let addr = "127.0.0.1:9464";
+    let fwd = forward(
+        &lab,
+        &[
+            "--queues",
+            "2",
+            "--drop",
+            "udp[23] & 3 = 0",
+            "--metrics",
+            addr,
+            "--stats-json",
+            json.to_str().unwrap(),
+        ],
+    );
+    gen(&lab, &["--count", "4000", "--rate", "20k", "--flows", "8"]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let out = netns_command(&lab.probe.netns, "curl")
+        .args(["-sf", &format!("http://{addr}/metrics")])
+        .output()
+        .expect("run curl");
+    assert!(out.status.success(), "curl: {out:?}");
+    let served = String::from_utf8(out.stdout).expect("utf-8");
+    let (code, err) = fwd.stop("INT");
+    assert_eq!(code, Some(0), "forward failed: {err}");
+    let s = stats(&json);
+    let value = |series: String| -> u64 {
+        served
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(series.as_str())?
+                    .strip_prefix(' ')?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no {series} in\n{served}"))
+    };
+    assert!(
+        num(&s, "forwarded") > 0 && num(&s, "dropped_by_rule") > 0,
+        "{s}"
+    );
+    for q in s["queues"].as_array().expect("queues") {
+        let i = num(q, "queue");
+        let dropped = |cause: &str| {
+            value(format!(
+                "poolcap_packets_dropped_total{{queue=\"{i}\",cause=\"{cause}\"}}"
+            ))
+        };
+        assert_eq!(
+            value(format!("poolcap_packets_forwarded_total{{queue=\"{i}\"}}")),
+            num(q, "forwarded"),
+            "queue {i}"
+        );
+        assert_eq!(
+            value(format!("poolcap_forwarded_bytes_total{{queue=\"{i}\"}}")),
+            num(q, "forwarded_bytes"),
+            "queue {i}"
+        );
+        assert_eq!(dropped("rule"), num(q, "dropped_by_rule"), "queue {i}");
+        assert_eq!(dropped("tx"), num(q, "dropped_tx"), "queue {i}");
+        assert_eq!(dropped("kernel"), num(q, "dropped_kernel"), "queue {i}");
+    }
+}
+
 /// The forwarding tests.
 pub fn trials() -> Vec<Trial> {
     vec![
@@ -623,6 +693,10 @@ pub fn trials() -> Vec<Trial> {
         trial(
             "forward_bidirectional_forwards_both_ways_with_one_account_each",
             bidirectional_forwards_both_ways_with_one_account_each,
+        ),
+        trial(
+            "forward_metrics_serve_the_forwarding_counters",
+            metrics_serve_the_forwarding_counters,
         ),
         trial(
             "forward_check_reports_latency",
