@@ -581,6 +581,56 @@ mod tests {
     }
 
     #[test]
+    fn the_writer_feed_passes_sent_frames_renumbered_and_publishes_a_safe_watermark() {
+        use super::super::pool::PoolSize;
+        let size = PoolSize {
+            cells: 4,
+            chunks: 3,
+            cell_size: 128,
+        };
+        let pool = Pool::new(0, size, 3, None);
+        let capture = Arc::new(Mutex::new(Progress {
+            sealed: 2,
+            watermark_ns: 100,
+        }));
+        let feed = WriteFeed::new(vec![Arc::clone(&capture)], 3);
+        let mut q = InOrder::default();
+        let chunk = |ts: &[u64]| {
+            let mut c = pool.take_free().expect("a free chunk");
+            for &t in ts {
+                assert!(c.push(t, [&[0u8; 60], &[], &[]], 60, 60));
+            }
+            c
+        };
+        // The first chunk sent nothing: home at once, no sequence number used.
+        q.next_seq = 1;
+        q.last_ts = 20;
+        feed.pass(chunk(&[10, 20]), &[false, false], &mut q, &pool);
+        assert_eq!((pool.free_chunks(), feed.chunks.len()), (3, 0));
+        feed.publish(0, &q);
+        let p = *feed.progress[0].lock().unwrap();
+        // One sealed chunk not yet handled: only the last handled frame bounds the merge.
+        assert_eq!((p.sealed, p.watermark_ns), (0, 20));
+        q.next_seq = 2;
+        q.last_ts = 40;
+        feed.pass(chunk(&[30, 35, 40]), &[true, false, true], &mut q, &pool);
+        feed.publish(0, &q);
+        let p = *feed.progress[0].lock().unwrap();
+        assert_eq!(
+            (p.sealed, p.watermark_ns),
+            (1, 100),
+            "caught up: the capture's own"
+        );
+        let passed = feed.chunks.pop().expect("passed on");
+        assert_eq!(passed.seq, 0, "renumbered without the gap");
+        let ts: Vec<u64> = passed.packets().map(|(m, _)| m.ts_ns).collect();
+        assert_eq!(ts, vec![30, 40]);
+        feed.finish();
+        assert!(feed.done.load(Ordering::Acquire));
+        assert_eq!(feed.progress[0].lock().unwrap().watermark_ns, u64::MAX);
+    }
+
+    #[test]
     fn drop_rules_match_what_tcpdump_would_and_bad_ones_say_why() {
         let rule = DropRule::compile("udp port 9").expect("compiles");
         let mut frame = vec![0u8; 42];

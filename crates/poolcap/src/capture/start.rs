@@ -51,6 +51,15 @@ pub(super) fn check_memory(
 /// milliseconds), since a frame leaves only once its block is retired.
 const FORWARD_RETIRE_MS: u32 = 1;
 
+/// Block size when forwarding: at low rates a block retires after [`FORWARD_RETIRE_MS`]
+/// holding few frames, so the ring buffers about `blocks` milliseconds; small blocks keep
+/// that long (4 MiB: 256 blocks, 256 ms, where 16 blocks of 256 KiB held only 16 ms and
+/// lost frames whenever the capture thread waited that long for a CPU).
+const FORWARD_BLOCK: u32 = 16 << 10;
+
+/// Most blocks of a ring (the `-B` check's limit).
+const MAX_BLOCKS: u64 = 1 << 16;
+
 /// The ring geometry and the seal timeout to use.
 ///
 /// When no analysis waits for packets, let blocks fill for longer, so the kernel wakes the
@@ -59,17 +68,22 @@ const FORWARD_RETIRE_MS: u32 = 1;
 /// idle queue's watermark lags by twice the retire timeout. When forwarding the opposite:
 /// the retire timeout and the seal timeout add to every frame's latency, so blocks retire
 /// after [`FORWARD_RETIRE_MS`] and a chunk goes on as soon as the ring is empty (measured
-/// on the veth lab at 10k pps: p50 from 4.3 ms to about 1 ms). That costs up to a thousand
-/// wakeups a second per queue, which only forwarding pays.
+/// on the veth lab at 10k pps: p50 from 4.3 ms to about 0.8 ms), in blocks of
+/// [`FORWARD_BLOCK`] (the same ring bytes). That costs up to a thousand wakeups a second
+/// per queue, which only forwarding pays.
 pub(super) fn retire_tuning(
     cfg: &CaptureConfig,
     q: usize,
     forwarding: bool,
 ) -> (RingGeometry, Duration) {
     if forwarding {
+        let bytes = cfg.ring.bytes() as u64;
+        let smallest = bytes.div_ceil(MAX_BLOCKS).next_multiple_of(4096);
+        let block_size = u64::from(cfg.ring.block_size.min(FORWARD_BLOCK)).max(smallest);
         let ring = RingGeometry {
+            block_size: block_size as u32,
+            block_nr: (bytes / block_size).max(2) as u32,
             retire_timeout_ms: cfg.ring.retire_timeout_ms.min(FORWARD_RETIRE_MS),
-            ..cfg.ring
         };
         return (ring, Duration::ZERO);
     }
