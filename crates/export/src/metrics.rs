@@ -56,6 +56,21 @@ pub struct QueueSample {
     pub offloaded_in: u64,
     /// Milliseconds paused by congestion control.
     pub paused_ms: u64,
+    /// Forwarding counters (`poolcap forward` only).
+    pub forward: Option<ForwardSample>,
+}
+
+/// One receive queue's forwarding counters at a scrape.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ForwardSample {
+    /// Frames sent out of OUT.
+    pub forwarded: u64,
+    /// Their bytes.
+    pub forwarded_bytes: u64,
+    /// Frames removed by the `--drop` rule.
+    pub dropped_by_rule: u64,
+    /// Frames OUT did not take.
+    pub dropped_tx: u64,
 }
 
 type ReadQueues = Box<dyn Fn() -> Vec<QueueSample> + Send + Sync>;
@@ -129,18 +144,44 @@ impl Collector for EngineCollector {
             counter(|q| q.bytes),
         )?;
         let dropped = qs.iter().flat_map(|q| {
-            [("kernel", q.dropped_kernel), ("pool", q.dropped_pool)].map(|(cause, n)| {
-                let mut l = queue(q);
-                l.push(("cause", cause.to_string()));
-                (l, ConstCounter::new(n))
-            })
+            let engine = [("kernel", q.dropped_kernel), ("pool", q.dropped_pool)];
+            let forward = q
+                .forward
+                .map(|f| [("rule", f.dropped_by_rule), ("tx", f.dropped_tx)]);
+            engine
+                .into_iter()
+                .chain(forward.into_iter().flatten())
+                .map(|(cause, n)| {
+                    let mut l = queue(q);
+                    l.push(("cause", cause.to_string()));
+                    (l, ConstCounter::new(n))
+                })
         });
         family(
             e,
             "poolcap_packets_dropped",
-            "Packets lost, by cause: kernel (ring full) or pool (no free chunk).",
+            "Packets lost, by cause: kernel (ring full) or pool (no free chunk); when forwarding also rule (--drop) or tx (OUT did not take them).",
             None,
             dropped,
+        )?;
+        let forwarded = |f: fn(&ForwardSample) -> u64| {
+            qs.iter()
+                .filter_map(move |q| Some((queue(q), ConstCounter::new(f(q.forward.as_ref()?)))))
+                .collect::<Vec<_>>()
+        };
+        family(
+            e,
+            "poolcap_packets_forwarded",
+            "Frames sent out of the forwarding interface.",
+            None,
+            forwarded(|f| f.forwarded),
+        )?;
+        family(
+            e,
+            "poolcap_forwarded",
+            "Bytes of the forwarded frames.",
+            Some(&Unit::Bytes),
+            forwarded(|f| f.forwarded_bytes),
         )?;
         family(
             e,
@@ -453,6 +494,50 @@ mod tests {
             "{p}"
         );
         assert!(!p.contains("# UNIT") && !p.contains("# EOF"), "{p}");
+    }
+
+    #[test]
+    fn forwarding_counters_are_served_only_when_forwarding() {
+        let m = Metrics::new(
+            || {
+                vec![QueueSample {
+                    queue: 1,
+                    dropped_kernel: 3,
+                    forward: Some(ForwardSample {
+                        forwarded: 7,
+                        forwarded_bytes: 448,
+                        dropped_by_rule: 2,
+                        dropped_tx: 1,
+                    }),
+                    ..QueueSample::default()
+                }]
+            },
+            Vec::new(),
+        );
+        let t = m.encode();
+        let dropped = |cause: &str| {
+            value(
+                &t,
+                &format!("poolcap_packets_dropped_total{{queue=\"1\",cause=\"{cause}\"}}"),
+            )
+        };
+        assert_eq!(
+            value(&t, "poolcap_packets_forwarded_total{queue=\"1\"}"),
+            Some(7.0),
+            "{t}"
+        );
+        assert_eq!(
+            value(&t, "poolcap_forwarded_bytes_total{queue=\"1\"}"),
+            Some(448.0),
+            "{t}"
+        );
+        let causes = ["kernel", "pool", "rule", "tx"].map(dropped);
+        assert_eq!(causes, [Some(3.0), Some(0.0), Some(2.0), Some(1.0)], "{t}");
+        let plain = Metrics::new(|| vec![QueueSample::default()], Vec::new()).encode();
+        assert!(
+            !plain.contains("forwarded") && !plain.contains("cause=\"rule\""),
+            "{plain}"
+        );
     }
 
     #[test]

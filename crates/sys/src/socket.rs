@@ -146,6 +146,19 @@ impl PacketSocket {
         )
     }
 
+    /// Stops delivering frames this host sends on the interface (PACKET_IGNORE_OUTGOING,
+    /// Linux 4.20): a forwarder that also transmits on the interface it captures on must not
+    /// see its own frames again.
+    pub fn set_ignore_outgoing(&self) -> Result<()> {
+        let v: libc::c_int = 1;
+        self.setsockopt(
+            libc::SOL_PACKET,
+            libc::PACKET_IGNORE_OUTGOING,
+            &v,
+            "setsockopt(PACKET_IGNORE_OUTGOING)",
+        )
+    }
+
     /// Sends frames straight to the driver, skipping the qdisc layer.
     pub fn set_qdisc_bypass(&self, on: bool) -> Result<()> {
         let v: libc::c_int = on.into();
@@ -216,8 +229,15 @@ impl PacketSocket {
     }
 
     /// Joins fanout group `group` in `mode`. Every socket of the group must use the same mode.
-    pub fn join_fanout(&self, group: u16, mode: FanoutMode) -> Result<()> {
-        let arg: u32 = u32::from(group) | (mode.raw() << 16);
+    /// `ignore_outgoing`: the group does not get frames this host sends (a fanout group has
+    /// its own hook, so [`PacketSocket::set_ignore_outgoing`] does not reach it).
+    pub fn join_fanout(&self, group: u16, mode: FanoutMode, ignore_outgoing: bool) -> Result<()> {
+        let flags = if ignore_outgoing {
+            libc::PACKET_FANOUT_FLAG_IGNORE_OUTGOING
+        } else {
+            0
+        };
+        let arg: u32 = u32::from(group) | ((mode.raw() | flags) << 16);
         self.setsockopt(
             libc::SOL_PACKET,
             libc::PACKET_FANOUT,

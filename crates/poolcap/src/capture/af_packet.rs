@@ -25,21 +25,26 @@ impl PacketSource {
     /// unfiltered packet slips in), binds to `ifindex` and joins the fanout group (if any).
     /// Both are per-packet work the kernel does on the receiving path, which on veth runs
     /// on the sender's CPU: a single queue needs no fanout, and no filter means none runs.
+    /// `inbound_only`: frames this host sends on the interface are not delivered.
     pub fn open(
         ifindex: u32,
         geometry: RingGeometry,
         filter: Option<&[BpfInsn]>,
         fanout: Option<(u16, FanoutMode)>,
+        inbound_only: bool,
     ) -> Result<Self, SysError> {
         let sock = PacketSocket::open()?;
         sock.set_tpacket_v3()?;
+        if inbound_only {
+            sock.set_ignore_outgoing()?;
+        }
         if let Some(f) = filter {
             sock.attach_filter(f)?;
         }
         let ring = RxRing::new(&sock, geometry)?;
         sock.bind(ifindex)?;
         if let Some((group, mode)) = fanout {
-            sock.join_fanout(group, mode)?;
+            sock.join_fanout(group, mode, inbound_only)?;
         }
         Ok(Self { sock, ring })
     }

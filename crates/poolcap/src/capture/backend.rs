@@ -73,6 +73,9 @@ pub struct Setup<'a> {
     /// The file format packets are written in, if they are: chunks of copies keep room for
     /// its records.
     pub records: Option<FileFormat>,
+    /// Only frames that arrive, not those this host sends (a forwarder's IN, which with
+    /// `--bidirectional` is also an OUT); AF_XDP sees only arriving frames anyway.
+    pub inbound_only: bool,
 }
 
 /// The opened kernel side.
@@ -123,11 +126,20 @@ fn open_af_packet(s: &Setup<'_>, why: &str) -> Result<Opened, CaptureError> {
         }
         None => None,
     };
-    let fanout = (s.queues > 1).then(|| ((std::process::id() & 0xffff) as u16, s.fanout));
+    // A fanout group belongs to one interface: an id per process and interface, so a
+    // bidirectional forwarder's two engines each have theirs.
+    let group = std::process::id().wrapping_add(s.ifindex.wrapping_mul(7919)) & 0xffff;
+    let fanout = (s.queues > 1).then_some((group as u16, s.fanout));
     let sources = (0..s.queues)
         .map(|_| {
-            PacketSource::open(s.ifindex, s.ring, program.as_deref(), fanout)
-                .map(|p| Box::new(p) as Box<dyn Source>)
+            PacketSource::open(
+                s.ifindex,
+                s.ring,
+                program.as_deref(),
+                fanout,
+                s.inbound_only,
+            )
+            .map(|p| Box::new(p) as Box<dyn Source>)
         })
         .collect::<Result<Vec<_>, _>>()?;
     let pools = copy_pools(s.pool, &s.queue_capacity, s.records);

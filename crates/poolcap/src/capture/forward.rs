@@ -20,6 +20,12 @@
 //! shares IN's UMEM ([`super::forward_xdp`]; [`Transmit`] picks). A `--drop` rule (a tcpdump
 //! expression run in user space, like the AF_XDP filter stage) removes matching frames inline.
 //!
+//! With `-w` the forwarder passes what it sent on to the file writer: each chunk stripped of
+//! the frames that did not leave ([`Chunk::retain`]), renumbered without gaps, with a
+//! per-queue progress of its own for the writer's merge ([`WriteFeed`]). The writer then
+//! sends the chunk home; the file holds exactly what OUT was handed. The shared-UMEM path holds
+//! a chunk until OUT's completions, so with `-w` frames leave by `sendmmsg`.
+//!
 //! Accounting: every frame the pipeline captured ends in exactly one of `forwarded`,
 //! `dropped_by_rule` or `dropped_tx` (OUT could not take it: down, or its queue stayed
 //! full), so `received = forwarded + dropped_by_rule + dropped_kernel + dropped_pool +
@@ -29,7 +35,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
@@ -43,6 +49,7 @@ use super::doorbell::Doorbell;
 use super::filter::{compile_user, FilterError};
 use super::forward_xdp::XdpTransmit;
 use super::pool::{Chunk, Pool};
+use super::queue::Progress;
 use super::CaptureError;
 use crate::netdev;
 
@@ -76,7 +83,8 @@ impl ForwardCounters {
         c.fetch_add(n, Ordering::Relaxed);
     }
 
-    fn snapshot(&self) -> (u64, u64, u64, u64) {
+    /// (forwarded, forwarded_bytes, dropped_by_rule, dropped_tx) now.
+    pub fn snapshot(&self) -> (u64, u64, u64, u64) {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         (
             g(&self.forwarded),
@@ -175,11 +183,85 @@ impl ForwardSetup {
     }
 }
 
-/// A queue's chunks put back in sealed order.
+/// A queue's chunks put back in sealed order, and what was passed on to the writer.
 #[derive(Debug, Default)]
 struct InOrder {
     next_seq: u64,
     waiting: BTreeMap<u64, Chunk>,
+    /// Chunks passed on to the writer (their new sequence numbers).
+    passed: u64,
+    /// Timestamp of the last frame forwarded or dropped: the queue's frames come in
+    /// timestamp order, so none that follows is earlier.
+    last_ts: u64,
+}
+
+/// Where the forwarder passes what it sent, for the file writer (`-w`).
+#[derive(Debug)]
+pub struct WriteFeed {
+    /// Chunks for the writer, holding only frames that were sent.
+    pub chunks: Arc<ArrayQueue<Chunk>>,
+    /// Rung when a chunk is passed on (the writer answers it).
+    pub bell: Arc<Doorbell>,
+    /// The capture threads' progress, by queue (read).
+    capture: Vec<Arc<Mutex<Progress>>>,
+    /// By queue, the progress of what was passed on: the writer merges by it.
+    pub progress: Vec<Arc<Mutex<Progress>>>,
+    /// Set once the last chunk is passed on.
+    pub done: Arc<AtomicBool>,
+}
+
+impl WriteFeed {
+    /// A feed behind capture threads publishing `capture`; `capacity`: every chunk of every
+    /// pool, so passing on never fails.
+    pub fn new(capture: Vec<Arc<Mutex<Progress>>>, capacity: usize) -> Self {
+        Self {
+            chunks: Arc::new(ArrayQueue::new(capacity)),
+            bell: Arc::default(),
+            progress: (0..capture.len()).map(|_| Arc::default()).collect(),
+            capture,
+            done: Arc::default(),
+        }
+    }
+
+    /// Passes on the sent frames of `chunk` (`sent[i]`); a chunk left empty goes home.
+    fn pass(&self, mut chunk: Chunk, sent: &[bool], q: &mut InOrder, pool: &Pool) {
+        chunk.retain(sent);
+        if chunk.is_empty() {
+            pool.recycle(chunk);
+            return;
+        }
+        chunk.seq = q.passed;
+        q.passed += 1;
+        // Cannot fail: the queue holds every chunk of every pool.
+        let _ = self.chunks.push(chunk);
+        self.bell.ring();
+    }
+
+    /// Publishes queue `i`'s progress: the chunks passed on, and a watermark below which no
+    /// frame will be passed on: the last one handled, or, once every chunk the capture
+    /// thread had sealed is handled, the capture thread's own watermark.
+    fn publish(&self, i: usize, q: &InOrder) {
+        let capture = self.capture[i].lock().map(|p| *p).unwrap_or_default();
+        let mut watermark = q.last_ts;
+        if q.next_seq >= capture.sealed {
+            watermark = watermark.max(capture.watermark_ns);
+        }
+        if let Ok(mut p) = self.progress[i].lock() {
+            p.sealed = q.passed;
+            p.watermark_ns = p.watermark_ns.max(watermark);
+        }
+    }
+
+    /// Nothing more will be passed on.
+    fn finish(&self) {
+        for p in &self.progress {
+            if let Ok(mut p) = p.lock() {
+                p.watermark_ns = u64::MAX;
+            }
+        }
+        self.done.store(true, Ordering::Release);
+        self.bell.ring();
+    }
 }
 
 /// The forwarder thread's setup.
@@ -197,6 +279,8 @@ pub struct Forwarder {
     pub workers_done: Arc<AtomicBool>,
     /// Rung when a chunk arrives.
     pub bell: Arc<Doorbell>,
+    /// With `-w`: where sent frames go on to the file writer.
+    pub write: Option<WriteFeed>,
 }
 
 impl Forwarder {
@@ -212,11 +296,14 @@ impl Forwarder {
                 queues[c.home].waiting.insert(c.seq, c);
             }
             let mut worked = false;
-            for q in &mut queues {
+            for (i, q) in queues.iter_mut().enumerate() {
                 while let Some(c) = q.waiting.remove(&q.next_seq) {
                     q.next_seq += 1;
-                    self.forward(c, &mut out);
+                    self.forward(c, q, &mut out);
                     worked = true;
+                }
+                if let Some(feed) = &self.write {
+                    feed.publish(i, q);
                 }
             }
             if done && self.input.is_empty() {
@@ -230,30 +317,43 @@ impl Forwarder {
                 Transmit::Sendmmsg(_) => false,
             };
             if !worked {
-                // Rung on every chunk; the timeout only bounds a missed ring, or how long
-                // completed frames wait to go home.
-                self.bell
-                    .wait(Duration::from_millis(if holding { 1 } else { 20 }));
+                // Rung on every chunk; the timeout only bounds a missed ring, how long
+                // completed frames wait to go home, or, when a writer merges queues, how
+                // late an idle queue's watermark moves on.
+                let merging = self.write.is_some() && queues.len() > 1;
+                let wait_ms = if holding {
+                    1
+                } else if merging {
+                    2
+                } else {
+                    20
+                };
+                self.bell.wait(Duration::from_millis(wait_ms));
             }
         }
         // Sequences have no gaps, so nothing is left; should a chunk be, it still goes out
         // in order and home.
         for q in &mut queues {
             for (_, c) in std::mem::take(&mut q.waiting) {
-                self.forward(c, &mut out);
+                self.forward(c, q, &mut out);
             }
         }
         if let Transmit::SharedUmem(x) = self.setup.transmit {
             x.finish(&self.pools, &self.counters);
         }
+        if let Some(feed) = &self.write {
+            feed.finish();
+        }
         out.look(true, &self.counters);
     }
 
     /// The frames of `chunk` to send, and how many the rule dropped or were cut short.
-    fn select(&self, chunk: &Chunk) -> (Vec<usize>, u64, u64) {
+    /// Also moves `q`'s last timestamp on (the writer's watermark).
+    fn select(&self, chunk: &Chunk, q: &mut InOrder) -> (Vec<usize>, u64, u64) {
         let mut keep = Vec::with_capacity(chunk.len());
         let (mut by_rule, mut cut_short) = (0u64, 0u64);
         for (i, (meta, data)) in chunk.packets().enumerate() {
+            q.last_ts = q.last_ts.max(meta.ts_ns);
             if self.setup.drop.as_ref().is_some_and(|r| r.matches(data)) {
                 by_rule += 1;
             } else if meta.caplen < meta.wire_len {
@@ -265,9 +365,9 @@ impl Forwarder {
         (keep, by_rule, cut_short)
     }
 
-    fn forward(&mut self, chunk: Chunk, out: &mut OutState) {
+    fn forward(&mut self, chunk: Chunk, q: &mut InOrder, out: &mut OutState) {
         let home = chunk.home;
-        let (keep, by_rule, cut_short) = self.select(&chunk);
+        let (keep, by_rule, cut_short) = self.select(&chunk, q);
         out.look(false, &self.counters);
         let counters = &self.counters[home];
         let sender = match &mut self.setup.transmit {
@@ -323,7 +423,15 @@ impl Forwarder {
         ForwardCounters::add(&counters.forwarded_bytes, bytes as u64);
         ForwardCounters::add(&counters.dropped_by_rule, by_rule);
         ForwardCounters::add(&counters.dropped_tx, unsent + cut_short);
-        self.pools[home].recycle(chunk);
+        let pool = &self.pools[home];
+        match &self.write {
+            Some(feed) => {
+                let mut kept = vec![false; chunk.len()];
+                keep[..sent].iter().for_each(|&i| kept[i] = true);
+                feed.pass(chunk, &kept, q, pool);
+            }
+            None => pool.recycle(chunk),
+        }
     }
 }
 
@@ -529,5 +637,55 @@ mod tests {
         assert!(!rule.matches(&frame));
         let e = DropRule::compile("udp prot 9").unwrap_err();
         assert!(e.to_string().contains("udp prot 9"), "{e}");
+    }
+
+    #[test]
+    fn the_writer_feed_passes_sent_frames_renumbered_and_publishes_a_safe_watermark() {
+        use super::super::pool::PoolSize;
+        let size = PoolSize {
+            cells: 4,
+            chunks: 3,
+            cell_size: 128,
+        };
+        let pool = Pool::new(0, size, 3, None);
+        let capture = Arc::new(Mutex::new(Progress {
+            sealed: 2,
+            watermark_ns: 100,
+        }));
+        let feed = WriteFeed::new(vec![Arc::clone(&capture)], 3);
+        let mut q = InOrder::default();
+        let chunk = |ts: &[u64]| {
+            let mut c = pool.take_free().expect("a free chunk");
+            for &t in ts {
+                assert!(c.push(t, [&[0u8; 60], &[], &[]], 60, 60));
+            }
+            c
+        };
+        // The first chunk sent nothing: home at once, no sequence number used.
+        q.next_seq = 1;
+        q.last_ts = 20;
+        feed.pass(chunk(&[10, 20]), &[false, false], &mut q, &pool);
+        assert_eq!((pool.free_chunks(), feed.chunks.len()), (3, 0));
+        feed.publish(0, &q);
+        let p = *feed.progress[0].lock().unwrap();
+        // One sealed chunk not yet handled: only the last handled frame bounds the merge.
+        assert_eq!((p.sealed, p.watermark_ns), (0, 20));
+        q.next_seq = 2;
+        q.last_ts = 40;
+        feed.pass(chunk(&[30, 35, 40]), &[true, false, true], &mut q, &pool);
+        feed.publish(0, &q);
+        let p = *feed.progress[0].lock().unwrap();
+        assert_eq!(
+            (p.sealed, p.watermark_ns),
+            (1, 100),
+            "caught up: the capture's own"
+        );
+        let passed = feed.chunks.pop().expect("passed on");
+        assert_eq!(passed.seq, 0, "renumbered without the gap");
+        let ts: Vec<u64> = passed.packets().map(|(m, _)| m.ts_ns).collect();
+        assert_eq!(ts, vec![30, 40]);
+        feed.finish();
+        assert!(feed.done.load(Ordering::Acquire));
+        assert_eq!(feed.progress[0].lock().unwrap().watermark_ns, u64::MAX);
     }
 }

@@ -277,6 +277,8 @@ pub struct Engine {
     budget: Option<Arc<Budget>>,
     link: Option<LinkWatch>,
     if_before: Option<u64>,
+    /// Capture sockets ignore outgoing frames (forwarding).
+    inbound_only: bool,
     duration: Option<Duration>,
     status_every: Option<Duration>,
     started: Instant,
@@ -304,9 +306,15 @@ fn resolve_input(cfg: &CaptureConfig, input: &Input) -> Result<(Option<u32>, usi
     })
 }
 
-/// Frames the interface has seen in both directions (for the in-kernel filter's count).
-fn if_frames(iface: &str) -> Option<u64> {
-    Some(netdev::counter(iface, "rx_packets")? + netdev::counter(iface, "tx_packets")?)
+/// Frames the interface has seen in both directions, or only received ones when capture
+/// sockets ignore outgoing frames (forwarding), for the in-kernel filter's count.
+fn if_frames(iface: &str, inbound_only: bool) -> Option<u64> {
+    let tx = if inbound_only {
+        0
+    } else {
+        netdev::counter(iface, "tx_packets")?
+    };
+    Some(netdev::counter(iface, "rx_packets")? + tx)
 }
 
 fn pin(cpus: &Option<Vec<usize>>, i: usize) {
@@ -329,23 +337,15 @@ impl Engine {
         Self::launch(cfg, None, stop, after_open)
     }
 
-    /// As [`Engine::start`], with a forwarder instead of a file writer as the sink: processed
-    /// chunks leave through `fwd`'s interface (see [`forward`]); `cfg.output` is ignored.
+    /// As [`Engine::start`], with a forwarder as the sink: processed chunks leave through
+    /// `fwd`'s interface (see [`forward`]); `cfg.output`, if set, gets what was forwarded.
     pub fn start_forward(
         cfg: CaptureConfig,
         fwd: forward::ForwardSetup,
         stop: Arc<AtomicBool>,
         after_open: impl FnOnce() -> Result<(), SysError>,
     ) -> Result<Self, CaptureError> {
-        Self::launch(
-            CaptureConfig {
-                output: None,
-                ..cfg
-            },
-            Some(fwd),
-            stop,
-            after_open,
-        )
+        Self::launch(cfg, Some(fwd), stop, after_open)
     }
 
     fn launch(
@@ -361,18 +361,21 @@ impl Engine {
         let groups: Vec<Vec<usize>> = (0..q).map(|i| group_of(&cfg.buddy_groups, i)).collect();
         let (ring, seal_after) = retire_tuning(&cfg, q, fwd.is_some());
         let capacity: Vec<usize> = groups.iter().map(|g| g.len() * cfg.pool.chunks).collect();
-        let opened = open_input(&cfg, input, idx, q, ring, &capacity)?;
+        let forwarding = fwd.is_some();
+        let opened = open_input(&cfg, input, idx, q, ring, &capacity, forwarding)?;
         let fwd = match fwd {
-            Some(mut f) => {
+            // With -w the writer takes each chunk once its frames are sent; the shared-UMEM
+            // path holds chunks until OUT's completions, so -w keeps sendmmsg.
+            Some(mut f) if cfg.output.is_none() => {
                 f.share_umem(&opened.shares)?;
                 Some(f)
             }
-            None => None,
+            f => f,
         };
         let tx_path = fwd.as_ref().map(|f| f.path());
         let if_before = opened
             .kernel_filter
-            .then(|| if_frames(&cfg.iface))
+            .then(|| if_frames(&cfg.iface, forwarding))
             .flatten();
         // Create the file only now that the filter compiled and the sockets are open, so a
         // bad argument never truncates an existing file; write its header before capturing.
@@ -424,6 +427,7 @@ impl Engine {
             budget: plan.budget,
             link,
             if_before,
+            inbound_only: forwarding,
             duration: cfg.duration,
             status_every: cfg.status_every,
             started: Instant::now(),
@@ -439,6 +443,11 @@ impl Engine {
     /// The pools, one per queue (for the metrics' occupancy).
     pub fn pools(&self) -> Arc<Vec<Arc<Pool>>> {
         Arc::clone(&self.pools)
+    }
+
+    /// The forwarder's live counters, per queue (`poolcap forward` only; for the metrics).
+    pub fn forward_counters(&self) -> Option<forward::AllForwardCounters> {
+        self.forward_counters.clone()
     }
 
     /// Which backend runs, and why (for the startup report).
@@ -577,7 +586,7 @@ impl Engine {
         let seconds = self.started.elapsed().as_secs_f64();
         let queues = account::snapshots(&self.counters);
         let t = account::total(&queues);
-        let filtered_kernel = match (self.if_before, if_frames(&self.iface)) {
+        let filtered_kernel = match (self.if_before, if_frames(&self.iface, self.inbound_only)) {
             (Some(a), Some(b)) => {
                 (b - a).saturating_sub(t.captured + t.dropped_kernel + t.dropped_pool + t.not_taken)
             }

@@ -273,6 +273,18 @@ impl Chunk {
         (0..self.meta.len()).map(|i| (self.meta[i], self.data(i)))
     }
 
+    /// Keeps packet `i` only where `keep[i]` is true, in order (a packet past `keep` goes):
+    /// what a sink passes on after removing some packets. A frame let go returns to its
+    /// socket's fill ring when dropped; the bytes of a removed copy stay unused until reuse.
+    pub fn retain(&mut self, keep: &[bool]) {
+        let mut k = keep.iter();
+        self.meta.retain(|_| k.next().copied().unwrap_or(false));
+        if let Storage::Frames { frames, .. } = &mut self.storage {
+            let mut k = keep.iter();
+            frames.retain(|_| k.next().copied().unwrap_or(false));
+        }
+    }
+
     /// Empties a chunk of copies for reuse (frames must be taken out with `take_frames`).
     fn clear_copies(&mut self) {
         if let Storage::Copied { used, .. } = &mut self.storage {
@@ -579,6 +591,21 @@ mod tests {
         });
         assert_eq!(c.data(1), [9u8; 64]);
         assert_eq!(Chunk::new(0, 2, 64, None).record(0), None);
+    }
+
+    #[test]
+    fn retain_keeps_the_marked_packets_in_order_with_their_records() {
+        let mut c = Chunk::new(0, 4, 256, Some(FileFormat::Pcap));
+        for (ts, byte) in [(1u64, 1u8), (2, 2), (3, 3)] {
+            assert!(c.push(ts, [&[byte; 60], &[], &[]], 60, 60));
+        }
+        c.retain(&[true, false, true]);
+        let kept: Vec<(u64, u8)> = c.packets().map(|(m, d)| (m.ts_ns, d[0])).collect();
+        assert_eq!(kept, vec![(1, 1), (3, 3)]);
+        let r = c.record(1).expect("room for records");
+        assert_eq!(r.len(), FileFormat::Pcap.record_len(60));
+        c.retain(&[]);
+        assert!(c.is_empty());
     }
 
     #[test]

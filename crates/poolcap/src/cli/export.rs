@@ -14,7 +14,7 @@ use poolcap_export::exporter::{parse_collector, ExportCounters, IpfixConfig, Ipf
 use poolcap_export::flowcache::Timeouts;
 use poolcap_export::http::{parse_listen, Listener, MetricsServer};
 use poolcap_export::kafka::{parse_brokers, KafkaConfig, KafkaExporter};
-use poolcap_export::metrics::{Metrics, QueueSample, RuleCounters};
+use poolcap_export::metrics::{ForwardSample, Metrics, QueueSample, RuleCounters};
 
 use crate::capture::Engine;
 use crate::cli::usage;
@@ -82,6 +82,7 @@ pub fn serve_metrics(
     exporters: Vec<(&'static str, Arc<ExportCounters>)>,
 ) -> anyhow::Result<(MetricsServer, RuleCounters)> {
     let (counters, pools) = (engine.counters(), engine.pools());
+    let forward = engine.forward_counters();
     let read = move || {
         counters
             .iter()
@@ -105,6 +106,16 @@ pub fn serve_metrics(
                     offloaded_out: s.offloaded_out,
                     offloaded_in: s.offloaded_in,
                     paused_ms: s.paused_ms,
+                    forward: forward.as_ref().map(|f| {
+                        let (forwarded, forwarded_bytes, dropped_by_rule, dropped_tx) =
+                            f[i].snapshot();
+                        ForwardSample {
+                            forwarded,
+                            forwarded_bytes,
+                            dropped_by_rule,
+                            dropped_tx,
+                        }
+                    }),
                 }
             })
             .collect()

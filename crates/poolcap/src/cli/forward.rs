@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use poolcap_format::FileFormat;
 use poolcap_sys::socket::{ifindex, FanoutMode};
 use poolcap_sys::xsk::ZeroCopy;
 use serde::Serialize;
@@ -21,7 +22,7 @@ use crate::capture::forward::{DropRule, ForwardSetup, ForwardStats};
 use crate::capture::policy::PolicySpec;
 use crate::capture::pool::PoolSize;
 use crate::capture::queue::WaitStrategy;
-use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Input};
+use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Input, Output};
 use crate::cli::capture::{engine_limits, parse_kib, parse_pool};
 use crate::cli::usage;
 use crate::{netdev, units};
@@ -34,7 +35,8 @@ use crate::{netdev, units};
 
 Examples:
   poolcap forward -i eth0 -o eth1
-  poolcap forward -i eth0 -o eth1 --queues 2 --load 1000 --offload buddy:60 --drop 'udp port 53'"
+  poolcap forward -i eth0 -o eth1 --queues 2 --load 1000 --offload buddy:60 --drop 'udp port 53'
+  poolcap forward -i eth0 -o eth1 -w passed.pcapng --drop 'udp port 53'"
 )]
 pub struct ForwardArgs {
     /// Interface frames come in on.
@@ -63,6 +65,10 @@ pub struct ForwardArgs {
     /// from the UMEM they arrived in (an AF_XDP socket per queue on OUT shares it).
     #[arg(long, default_value = "af_packet", value_enum)]
     backend: BackendKind,
+    /// A bump in the wire: also forward OUT to IN, each direction with its own pools,
+    /// threads and accounting (two blocks in the report and in --stats-json). Not with -w.
+    #[arg(long, conflicts_with_all = ["write", "metrics"])]
+    bidirectional: bool,
     /// Drop frames matching this tcpdump expression instead of forwarding them (counted).
     #[arg(long, value_name = "FILTER")]
     drop: Option<String>,
@@ -78,6 +84,15 @@ pub struct ForwardArgs {
     /// Quiet: no status line while running.
     #[arg(short = 'q')]
     quiet: bool,
+    /// Also write what was forwarded (after --drop) to FILE (`-` for standard output), as
+    /// `poolcap capture -w` writes.
+    #[arg(short = 'w', value_name = "FILE")]
+    write: Option<PathBuf>,
+    /// File format of -w: pcapng (nanosecond), pcap (microsecond) or pcap-ns.
+    #[arg(long, default_value = "pcapng", value_enum, requires = "write")]
+    format: FileFormat,
+    #[command(flatten)]
+    export: crate::cli::export::MetricsArgs,
     /// Write the final accounting as one JSON object to FILE.
     #[arg(long)]
     stats_json: Option<PathBuf>,
@@ -107,12 +122,18 @@ pub struct ForwardReport {
     pub cpu_system: f64,
     /// The kernel error that ended a capture thread.
     pub capture_error: Option<String>,
+    /// With `-w`: frames written to the file (the forwarded ones, unless writing failed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub written: Option<u64>,
+    /// With `-w`: the first write error, naming the file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write_error: Option<String>,
     /// Per receive queue.
     pub queues: Vec<ForwardStats>,
 }
 
 impl ForwardReport {
-    fn new(a: &ForwardArgs, tx_path: &str, r: CaptureReport) -> Self {
+    fn new(a: &ForwardArgs, dir: &Direction, tx_path: &str, r: CaptureReport) -> Self {
         let mut queues = r.forward.unwrap_or_default();
         // The in-kernel filter's rejections are known only in total (see capture::account).
         let kernel_filtered = r.filtered_kernel;
@@ -126,14 +147,16 @@ impl ForwardReport {
             };
         }
         Self {
-            interface_in: a.input.clone(),
-            interface_out: a.output.clone(),
+            interface_in: dir.input.clone(),
+            interface_out: dir.output.clone(),
             tx_path: tx_path.to_string(),
             total,
             seconds: r.seconds,
             cpu_user: r.cpu_user,
             cpu_system: r.cpu_system,
             capture_error: r.capture_error,
+            written: a.write.is_some().then_some(r.written),
+            write_error: r.write_error,
             queues,
         }
     }
@@ -153,6 +176,9 @@ impl ForwardReport {
         eprintln!("{} frames dropped by pool", t.dropped_pool);
         eprintln!("{} frames dropped at transmit", t.dropped_tx);
         eprintln!("{} frames filtered", t.filtered);
+        if let Some(n) = self.written {
+            eprintln!("{n} frames written");
+        }
         if t.in_flight > 0 {
             eprintln!("{} frames unaccounted for (in flight)", t.in_flight);
         }
@@ -178,8 +204,55 @@ impl ForwardReport {
     }
 }
 
-/// The checks on IN and OUT that must pass before anything is forwarded.
+/// One direction of forwarding: frames come in on `input` and leave by `output`.
+#[derive(Debug)]
+struct Direction {
+    input: String,
+    output: String,
+}
+
+impl Direction {
+    /// IN to OUT, and with `--bidirectional` OUT to IN too.
+    fn all(a: &ForwardArgs) -> Vec<Self> {
+        let there = Self {
+            input: a.input.clone(),
+            output: a.output.clone(),
+        };
+        let back = Self {
+            input: a.output.clone(),
+            output: a.input.clone(),
+        };
+        if a.bidirectional {
+            vec![there, back]
+        } else {
+            vec![there]
+        }
+    }
+}
+
+/// The checks on IN and OUT that must pass before anything is forwarded (both ways with
+/// `--bidirectional`: then IN must be up and have OUT's MTU too).
 fn check_interfaces(a: &ForwardArgs) -> anyhow::Result<()> {
+    check_direction(a)?;
+    if a.bidirectional {
+        let in_mtu = netdev::mtu(&a.input);
+        if netdev::is_up(&a.input) == Some(false) {
+            return Err(usage(format!(
+                "-i: `{}` is down, and --bidirectional sends on it (ip link set {} up)",
+                a.input, a.input
+            )));
+        }
+        if in_mtu < netdev::mtu(&a.output) {
+            return Err(usage(format!(
+                "-i: `{}` has a smaller MTU than `{}`: with --bidirectional larger frames could not go back",
+                a.input, a.output
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn check_direction(a: &ForwardArgs) -> anyhow::Result<()> {
     if a.input == a.output {
         return Err(usage(format!(
             "-o: OUT must be another interface than IN (`{}`)",
@@ -207,18 +280,19 @@ fn check_interfaces(a: &ForwardArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn config(a: &ForwardArgs) -> anyhow::Result<CaptureConfig> {
+/// The engine of one direction; `status`: it prints the status line.
+fn config(a: &ForwardArgs, dir: &Direction, status: bool) -> anyhow::Result<CaptureConfig> {
     if a.count == Some(0) {
         return Err(usage("-c: the frame count must be at least 1"));
     }
     let ring = engine_limits(a.queues, a.workers, a.buffer)?;
-    let queues = a.queues.unwrap_or_else(|| netdev::rx_queues(&a.input));
+    let queues = a.queues.unwrap_or_else(|| netdev::rx_queues(&dir.input));
     // Frames are forwarded whole: a cell holds the largest frame IN carries (and a VLAN tag).
-    let frame = (netdev::mtu(&a.input).unwrap_or(1500) + 14 + 4).div_ceil(64) * 64;
+    let frame = (netdev::mtu(&dir.input).unwrap_or(1500) + 14 + 4).div_ceil(64) * 64;
     let snaplen = 262_144;
     Ok(CaptureConfig {
         input: Input::Live,
-        iface: a.input.clone(),
+        iface: dir.input.clone(),
         queues,
         fanout: FanoutMode::Hash,
         pool: PoolSize {
@@ -233,7 +307,14 @@ fn config(a: &ForwardArgs) -> anyhow::Result<CaptureConfig> {
         snaplen,
         ring,
         filter: (!a.filter.is_empty()).then(|| a.filter.join(" ")),
-        output: None,
+        output: a.write.as_ref().map(|p| {
+            let target = if p.as_os_str() == "-" {
+                Output::Stdout
+            } else {
+                Output::File(p.clone())
+            };
+            (target, a.format)
+        }),
         compress: None,
         files: Default::default(),
         probe: None,
@@ -248,7 +329,7 @@ fn config(a: &ForwardArgs) -> anyhow::Result<CaptureConfig> {
             force: false,
         },
         buddy_groups: vec![(0..queues).collect()],
-        status_every: (!a.quiet).then_some(Duration::from_secs(1)),
+        status_every: (status && !a.quiet).then_some(Duration::from_secs(1)),
     })
 }
 
@@ -266,45 +347,107 @@ fn transmit_detail(path: &str) -> String {
 /// Runs `poolcap forward`.
 pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
     check_interfaces(&args)?;
-    let cfg = config(&args)?;
-    let drop = args
-        .drop
-        .as_deref()
-        .map(DropRule::compile)
-        .transpose()
-        .map_err(|e| usage(format!("--drop: {e}")))?;
+    let dirs = Direction::all(&args);
+    let configs = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| config(&args, d, i == 0))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let drop_rule = || {
+        args.drop
+            .as_deref()
+            .map(DropRule::compile)
+            .transpose()
+            .map_err(|e| usage(format!("--drop: {e}")))
+    };
+    drop_rule()?;
     poolcap_sys::privilege::check_raw_sockets("forwarding packets")?;
-    let out_index = ifindex(&args.output)
-        .map_err(|_| usage(format!("-o: no such interface `{}`", args.output)))?;
-    let setup = ForwardSetup::open(&args.output, out_index, drop)?;
+    let metrics = crate::cli::export::bind_metrics(&args.export)?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
     }
-    let (queues, pool) = (cfg.queues, cfg.pool);
-    let engine = Engine::start_forward(cfg, setup, stop, || Ok(())).map_err(|e| match e {
-        CaptureError::Filter(f) => usage(f.to_string()),
-        e => anyhow::Error::new(e),
-    })?;
-    eprintln!(
-        "listening on {}, forwarding to {}, {queues} queue{}, pool {}x{} cells",
-        args.input,
-        args.output,
-        if queues == 1 { "" } else { "s" },
-        pool.chunks,
-        pool.cells
-    );
-    eprintln!("{}", engine.backend_report());
-    let tx_path = engine.tx_path().unwrap_or("sendmmsg").to_string();
-    eprintln!("transmit: {}", transmit_detail(&tx_path));
-    let report = ForwardReport::new(&args, &tx_path, engine.run());
-    report.print();
+    let mut engines: Vec<(Engine, String)> = Vec::new();
+    for (cfg, dir) in configs.into_iter().zip(&dirs) {
+        let started = ForwardSetup::open(&dir.output, out_index(dir)?, drop_rule()?)
+            .map_err(anyhow::Error::new)
+            .and_then(|setup| {
+                let engine = Engine::start_forward(cfg, setup, Arc::clone(&stop), || Ok(()))
+                    .map_err(|e| match e {
+                        CaptureError::Filter(f) => usage(f.to_string()),
+                        e => anyhow::Error::new(e),
+                    })?;
+                let tx_path = engine.tx_path().unwrap_or("sendmmsg").to_string();
+                Ok((engine, tx_path))
+            });
+        match started {
+            Ok(e) => engines.push(e),
+            Err(e) => {
+                // The direction already started must not go on forwarding.
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                engines.into_iter().for_each(|(e, _)| drop(e.run()));
+                return Err(e);
+            }
+        }
+    }
+    let (queues, pool) = (args.queues, args.pool);
+    for (dir, (engine, tx_path)) in dirs.iter().zip(&engines) {
+        eprintln!(
+            "listening on {}, forwarding to {}, {} queue(s), pool {}x{} cells",
+            dir.input,
+            dir.output,
+            queues.unwrap_or_else(|| netdev::rx_queues(&dir.input)),
+            pool.1,
+            pool.0
+        );
+        eprintln!("{}", engine.backend_report());
+        eprintln!("transmit: {}", transmit_detail(tx_path));
+    }
+    // Without --bidirectional (they conflict): one engine.
+    let _metrics = match (metrics, engines.first()) {
+        (Some(m), Some((engine, _))) => {
+            Some(crate::cli::export::serve_metrics(m, engine, Vec::new())?)
+        }
+        _ => None,
+    };
+    let results: Vec<(CaptureReport, String)> = std::thread::scope(|s| {
+        let running: Vec<_> = engines
+            .into_iter()
+            .map(|(e, path)| s.spawn(move || (e.run(), path)))
+            .collect();
+        running
+            .into_iter()
+            .map(|h| h.join().expect("an engine thread panicked"))
+            .collect()
+    });
+    let reports: Vec<ForwardReport> = results
+        .into_iter()
+        .zip(&dirs)
+        .map(|((r, path), d)| ForwardReport::new(&args, d, &path, r))
+        .collect();
+    for r in &reports {
+        if args.bidirectional {
+            eprintln!("{} -> {}:", r.interface_in, r.interface_out);
+        }
+        r.print();
+    }
     if let Some(path) = &args.stats_json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
+        let json = match reports.as_slice() {
+            [one] => serde_json::to_string_pretty(one)?,
+            all => serde_json::to_string_pretty(&serde_json::json!({ "directions": all }))?,
+        };
+        std::fs::write(path, json + "\n")
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    if let Some(e) = &report.capture_error {
-        anyhow::bail!("{e}");
+    for r in &reports {
+        if let Some(e) = r.capture_error.as_ref().or(r.write_error.as_ref()) {
+            anyhow::bail!("{e}");
+        }
     }
     Ok(())
+}
+
+/// OUT's interface index.
+fn out_index(dir: &Direction) -> anyhow::Result<u32> {
+    ifindex(&dir.output).map_err(|_| usage(format!("-o: no such interface `{}`", dir.output)))
 }

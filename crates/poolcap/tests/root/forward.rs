@@ -447,6 +447,222 @@ fn check_reports_latency_through_the_forwarder() {
     }
 }
 
+/// The frames of a file as tcpdump prints them (headers and bytes, no time), sorted: two
+/// files hold the same frames when these are equal, whatever order queues were merged in.
+fn tcpdump_frames(file: &Path) -> Vec<String> {
+    let out = Command::new("tcpdump")
+        .args(["-nn", "-t", "-xx", "-r"])
+        .arg(file)
+        .output()
+        .expect("tcpdump -r");
+    assert!(
+        out.status.success(),
+        "tcpdump -r {}: {out:?}",
+        file.display()
+    );
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let mut frames: Vec<String> = Vec::new();
+    for line in text.lines() {
+        match frames.last_mut() {
+            Some(f) if line.starts_with(char::is_whitespace) => f.push_str(line),
+            _ => frames.push(line.to_string()),
+        }
+    }
+    frames.sort();
+    frames
+}
+
+/// `-w FILE` writes what passed: with two queues, workers and a drop rule, the file read
+/// back by tcpdump holds exactly the frames the sink received, and as many as were forwarded.
+fn write_holds_exactly_what_was_forwarded() {
+    let lab = lab3(2);
+    let dir = tempdir();
+    let (file, sink_json, json, passed) = (
+        dir.path().join("sink.pcapng"),
+        dir.path().join("sink.json"),
+        dir.path().join("fwd.json"),
+        dir.path().join("passed.pcap"),
+    );
+    let cap = sink_capture(&lab, &file, &sink_json);
+    let rule = "udp[23] & 3 = 0";
+    let fwd = forward(
+        &lab,
+        &[
+            "--queues",
+            "2",
+            "--load",
+            "100",
+            "--drop",
+            rule,
+            "--format",
+            "pcap",
+            "-w",
+            passed.to_str().unwrap(),
+            "--stats-json",
+            json.to_str().unwrap(),
+        ],
+    );
+    let sent = gen(&lab, &["--count", "6000", "--rate", "20k", "--flows", "8"]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (code, err) = fwd.stop("INT");
+    assert_eq!(code, Some(0), "forward failed: {err}");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let (code, cap_err) = cap.stop("INT");
+    assert_eq!(code, Some(0), "sink capture failed: {cap_err}");
+    let s = stats(&json);
+    assert_equation(&s, num(&sent, "frames"));
+    let forwarded = num(&s, "forwarded");
+    assert!(forwarded > 0 && num(&s, "dropped_by_rule") > 0, "{s}");
+    assert_eq!(num(&s, "written"), forwarded, "{s}");
+    assert_eq!(
+        tcpdump_count(&passed, &[]),
+        forwarded,
+        "the file holds them"
+    );
+    assert_eq!(tcpdump_count(&passed, &[rule]), 0, "no dropped frame in it");
+    let sink_stats = stats(&sink_json);
+    assert_eq!(
+        num(&sink_stats, "captured"),
+        forwarded,
+        "the sink captured all (busy machine? rerun): {sink_stats}"
+    );
+    assert_eq!(
+        tcpdump_frames(&passed),
+        tcpdump_frames(&file),
+        "the file holds exactly the frames the sink received"
+    );
+}
+
+/// `--bidirectional`: generators on both ends send at once; each direction's accounting
+/// adds up to what its generator sent, each end receives exactly what its direction
+/// forwarded, and no frame comes back to the forwarder (it ignores what it sends itself).
+fn bidirectional_forwards_both_ways_with_one_account_each() {
+    let lab = lab3(2);
+    let dir = tempdir();
+    let json = dir.path().join("fwd.json");
+    let fwd = forward(
+        &lab,
+        &[
+            "--bidirectional",
+            "--queues",
+            "2",
+            "--stats-json",
+            json.to_str().unwrap(),
+        ],
+    );
+    let sink_ns = sink(&lab).netns.clone();
+    let back = std::thread::spawn(move || {
+        let out = poolcap_in(
+            &sink_ns,
+            &[
+                "gen", "-i", "snk0", "--json", "--count", "5000", "--rate", "20k", "--flows", "8",
+            ],
+        );
+        assert!(out.status.success(), "gen on the sink: {out:?}");
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("gen json")
+    });
+    let there = gen(&lab, &["--count", "8000", "--rate", "20k", "--flows", "8"]);
+    let back = back.join().expect("gen on the sink");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (code, err) = fwd.stop("INT");
+    assert_eq!(code, Some(0), "forward failed: {err}");
+    assert!(
+        err.contains("prb0 -> prb1:") && err.contains("prb1 -> prb0:"),
+        "{err}"
+    );
+    let s = stats(&json);
+    let dirs = s["directions"].as_array().expect("one block per direction");
+    assert_eq!(dirs.len(), 2, "{s}");
+    let ends = [
+        ("prb0", "prb1", &there, sink(&lab).netns.as_str(), "snk0"),
+        ("prb1", "prb0", &back, lab.sender.netns.as_str(), "snd0"),
+    ];
+    for (d, (inp, out, sent, end_ns, end_if)) in dirs.iter().zip(ends) {
+        assert_eq!(
+            (d["interface_in"].as_str(), d["interface_out"].as_str()),
+            (Some(inp), Some(out))
+        );
+        assert_equation(d, num(sent, "frames"));
+        assert_eq!(num(d, "dropped_tx"), 0, "{d}");
+        let end = if_counters(end_ns, end_if).expect("end counters");
+        assert_eq!(
+            end.rx_packets,
+            num(d, "forwarded"),
+            "{end_if} received what {inp} -> {out} forwarded"
+        );
+    }
+}
+
+/// `--metrics`: scraped with curl once the traffic has passed, the forwarding families
+/// (`poolcap_packets_forwarded_total`, bytes, drops with cause `rule` and `tx`) equal the
+/// final accounting, queue by queue.
+fn metrics_serve_the_forwarding_counters() {
+    let lab = lab3(2);
+    let dir = tempdir();
+    let json = dir.path().join("fwd.json");
+    let addr = "127.0.0.1:9464";
+    let fwd = forward(
+        &lab,
+        &[
+            "--queues",
+            "2",
+            "--drop",
+            "udp[23] & 3 = 0",
+            "--metrics",
+            addr,
+            "--stats-json",
+            json.to_str().unwrap(),
+        ],
+    );
+    gen(&lab, &["--count", "4000", "--rate", "20k", "--flows", "8"]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let out = netns_command(&lab.probe.netns, "curl")
+        .args(["-sf", &format!("http://{addr}/metrics")])
+        .output()
+        .expect("run curl");
+    assert!(out.status.success(), "curl: {out:?}");
+    let served = String::from_utf8(out.stdout).expect("utf-8");
+    let (code, err) = fwd.stop("INT");
+    assert_eq!(code, Some(0), "forward failed: {err}");
+    let s = stats(&json);
+    let value = |series: String| -> u64 {
+        served
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(series.as_str())?
+                    .strip_prefix(' ')?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no {series} in\n{served}"))
+    };
+    assert!(
+        num(&s, "forwarded") > 0 && num(&s, "dropped_by_rule") > 0,
+        "{s}"
+    );
+    for q in s["queues"].as_array().expect("queues") {
+        let i = num(q, "queue");
+        let dropped = |cause: &str| {
+            value(format!(
+                "poolcap_packets_dropped_total{{queue=\"{i}\",cause=\"{cause}\"}}"
+            ))
+        };
+        assert_eq!(
+            value(format!("poolcap_packets_forwarded_total{{queue=\"{i}\"}}")),
+            num(q, "forwarded"),
+            "queue {i}"
+        );
+        assert_eq!(
+            value(format!("poolcap_forwarded_bytes_total{{queue=\"{i}\"}}")),
+            num(q, "forwarded_bytes"),
+            "queue {i}"
+        );
+        assert_eq!(dropped("rule"), num(q, "dropped_by_rule"), "queue {i}");
+        assert_eq!(dropped("tx"), num(q, "dropped_tx"), "queue {i}");
+        assert_eq!(dropped("kernel"), num(q, "dropped_kernel"), "queue {i}");
+    }
+}
+
 /// The forwarding tests.
 pub fn trials() -> Vec<Trial> {
     vec![
@@ -469,6 +685,18 @@ pub fn trials() -> Vec<Trial> {
         trial(
             "forward_bad_input_fails_before_forwarding",
             bad_input_fails_before_forwarding,
+        ),
+        trial(
+            "forward_write_holds_exactly_what_was_forwarded",
+            write_holds_exactly_what_was_forwarded,
+        ),
+        trial(
+            "forward_bidirectional_forwards_both_ways_with_one_account_each",
+            bidirectional_forwards_both_ways_with_one_account_each,
+        ),
+        trial(
+            "forward_metrics_serve_the_forwarding_counters",
+            metrics_serve_the_forwarding_counters,
         ),
         trial(
             "forward_check_reports_latency",
