@@ -138,13 +138,13 @@ mod tests {
         ] {
             let before = open_fds();
             let plan = inject(call, libc::ENOMEM, 0, 1);
-            let e = PacketSource::open(lo, geometry, None, Some((0x5a17, FanoutMode::Hash)))
+            let e = PacketSource::open(lo, geometry, None, Some((0x5a17, FanoutMode::Hash)), false)
                 .expect_err("the planned failure");
             drop(plan);
             assert_eq!((e.call, e.errno()), (call, Some(libc::ENOMEM)), "{e}");
             assert_eq!(open_fds(), before, "{call}: a descriptor leaked");
         }
         // With no fault the same queue opens.
-        PacketSource::open(lo, geometry, None, Some((0x5a17, FanoutMode::Hash))).unwrap();
+        PacketSource::open(lo, geometry, None, Some((0x5a17, FanoutMode::Hash)), false).unwrap();
     }
 }
