@@ -395,3 +395,320 @@ impl Loop {
         self.paused_since.take().map(|t| now.saturating_sub(t))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::policy::{Basic, Buddy, Congestion};
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// A pool of 4 chunks of 10 cells, AF_PACKET-like timing (8 ms blocks).
+    fn setup(wait: WaitStrategy) -> Setup {
+        Setup {
+            queue: 0,
+            pool: PoolSize {
+                cells: 10,
+                chunks: 4,
+                cell_size: 128,
+            },
+            in_place: false,
+            wait,
+            seal_after: 2 * MS,
+            visibility_delay: 8 * MS,
+            coalesce: Duration::ZERO,
+            merged: false,
+        }
+    }
+
+    fn look(backlogs: &[usize]) -> Look<'_> {
+        Look {
+            stop: false,
+            budget_spent: false,
+            backlogs,
+            next_batch: None,
+            open: None,
+            free_chunks: 4,
+        }
+    }
+
+    fn quiet() -> Quiet {
+        Quiet {
+            stop: false,
+            open_len: 0,
+            open_since: Duration::ZERO,
+            exhausted: false,
+            frames_out: false,
+            link_down: false,
+            needs_wakeup: false,
+        }
+    }
+
+    fn poll_for(idle: Idle) -> Duration {
+        match idle.then {
+            Then::Wait(Wait {
+                block: Block::Poll(d),
+                ..
+            }) => d,
+            other => panic!("not a poll: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_first_look_at_the_stop_fixes_the_cut_and_a_spent_budget_finishes() {
+        let mut l = Loop::new(setup(WaitStrategy::Poll), Box::new(Basic), Duration::ZERO);
+        assert!(!l.begin(MS, &look(&[0])).fix_cut);
+        let stop = Look {
+            stop: true,
+            ..look(&[0])
+        };
+        let b = l.begin(2 * MS, &stop);
+        assert_eq!(
+            (b.fix_cut, b.step),
+            (true, Step::Take),
+            "drain after the stop"
+        );
+        assert!(!l.begin(3 * MS, &stop).fix_cut, "the cut is fixed once");
+        let spent = Look {
+            budget_spent: true,
+            ..look(&[0])
+        };
+        assert_eq!(l.begin(4 * MS, &spent).step, Step::Finish);
+    }
+
+    #[test]
+    fn congestion_holds_from_high_to_low_and_counts_the_time_paused() {
+        let policy = Box::new(Congestion::new(75.0, 25.0));
+        let mut l = Loop::new(setup(WaitStrategy::Poll), policy, Duration::ZERO);
+        let b = l.begin(MS, &look(&[2]));
+        assert_eq!((b.pause, b.step), (Pause::Same, Step::Take));
+        let b = l.begin(2 * MS, &look(&[3]));
+        assert_eq!((b.pause, b.step), (Pause::Began, Step::Hold(Room::Backlog)));
+        let b = l.begin(5 * MS, &look(&[2]));
+        assert_eq!((b.pause, b.step), (Pause::Same, Step::Hold(Room::Backlog)));
+        let b = l.begin(9 * MS, &look(&[1]));
+        assert_eq!((b.pause, b.step), (Pause::Ended(7 * MS), Step::Take));
+        l.begin(10 * MS, &look(&[4]));
+        assert_eq!(l.finish(13 * MS), Some(3 * MS), "still paused at the end");
+        // A stop never holds: the ring is drained up to the cut.
+        let mut l = Loop::new(
+            setup(WaitStrategy::Poll),
+            Box::new(Congestion::new(75.0, 25.0)),
+            Duration::ZERO,
+        );
+        let stop = Look {
+            stop: true,
+            ..look(&[4])
+        };
+        assert_eq!(l.begin(MS, &stop).step, Step::Take);
+        assert_eq!(l.finish(2 * MS), None);
+    }
+
+    #[test]
+    fn a_batch_that_does_not_fit_with_a_spare_chunk_stays_in_the_kernel() {
+        let mut l = Loop::new(setup(WaitStrategy::Poll), Box::new(Basic), Duration::ZERO);
+        // Room: free chunks (and what the open one has left); a batch needs its packets plus
+        // one spare chunk; the whole pool is 40 cells.
+        let at = |l: &mut Loop, n, open, free| {
+            let look = Look {
+                next_batch: Some(n),
+                open,
+                free_chunks: free,
+                ..look(&[0])
+            };
+            l.begin(MS, &look).step
+        };
+        assert_eq!(at(&mut l, 20, None, 3), Step::Take);
+        assert_eq!(at(&mut l, 21, None, 3), Step::Hold(Room::FreeChunk));
+        assert_eq!(
+            at(&mut l, 13, Some(7), 2),
+            Step::Take,
+            "3 left in the open one"
+        );
+        assert_eq!(at(&mut l, 14, Some(7), 2), Step::Hold(Room::FreeChunk));
+        assert_eq!(at(&mut l, 14, None, 0), Step::Hold(Room::FreeChunk));
+        assert_eq!(
+            at(&mut l, 31, None, 0),
+            Step::Take,
+            "larger than the pool: taken"
+        );
+        let stop = Look {
+            stop: true,
+            next_batch: Some(20),
+            free_chunks: 0,
+            ..look(&[0])
+        };
+        assert_eq!(l.begin(MS, &stop).step, Step::Take, "a stop drains");
+        let mut in_place = Loop::new(
+            Setup {
+                in_place: true,
+                ..setup(WaitStrategy::Poll)
+            },
+            Box::new(Basic),
+            Duration::ZERO,
+        );
+        assert_eq!(
+            at(&mut in_place, 20, None, 0),
+            Step::Take,
+            "no chunks in place"
+        );
+    }
+
+    #[test]
+    fn an_open_chunk_is_sealed_once_it_has_waited_seal_after() {
+        let mut l = Loop::new(setup(WaitStrategy::Poll), Box::new(Basic), Duration::ZERO);
+        let open = Quiet {
+            open_len: 3,
+            open_since: 10 * MS,
+            ..quiet()
+        };
+        let early = l.quiet(11 * MS, &open);
+        assert!(!early.seal_open);
+        assert_eq!(
+            early.watermark_lag, None,
+            "an open chunk holds the watermark"
+        );
+        assert_eq!(poll_for(early), 2 * MS, "wakes in time to seal");
+        let due = l.quiet(12 * MS, &open);
+        assert!(due.seal_open);
+        assert_eq!(
+            due.watermark_lag,
+            Some(21 * MS),
+            "two block timeouts and 5 ms"
+        );
+        assert_eq!(poll_for(due), 50 * MS, "nothing pending: the long wait");
+        let merged = Loop::new(
+            Setup {
+                merged: true,
+                ..setup(WaitStrategy::Poll)
+            },
+            Box::new(Basic),
+            Duration::ZERO,
+        )
+        .quiet(MS, &quiet());
+        assert_eq!(
+            poll_for(merged),
+            2 * MS,
+            "a merging writer needs the watermark"
+        );
+        let frames = l.quiet(
+            MS,
+            &Quiet {
+                frames_out: true,
+                ..quiet()
+            },
+        );
+        assert_eq!(
+            poll_for(frames),
+            2 * MS,
+            "frames to give back to the kernel"
+        );
+    }
+
+    #[test]
+    fn the_drain_after_a_stop_lasts_two_visibility_delays_and_a_margin() {
+        let mut l = Loop::new(setup(WaitStrategy::Poll), Box::new(Basic), Duration::ZERO);
+        let stop = Quiet {
+            stop: true,
+            ..quiet()
+        };
+        // 8 ms blocks: 16 ms plus a 10 ms margin from the first empty look after the stop.
+        assert!(matches!(l.quiet(100 * MS, &stop).then, Then::Wait(_)));
+        assert!(matches!(l.quiet(126 * MS, &stop).then, Then::Wait(_)));
+        assert_eq!(l.quiet(127 * MS, &stop).then, Then::Finish);
+        let end = l.quiet(
+            MS,
+            &Quiet {
+                exhausted: true,
+                open_len: 2,
+                ..quiet()
+            },
+        );
+        assert_eq!(end.then, Then::Finish, "a file at its end");
+        assert_eq!(end.watermark_lag, None);
+    }
+
+    #[test]
+    fn each_wait_strategy_waits_as_documented() {
+        let down = Loop::new(setup(WaitStrategy::Busy), Box::new(Basic), Duration::ZERO).quiet(
+            MS,
+            &Quiet {
+                link_down: true,
+                ..quiet()
+            },
+        );
+        assert_eq!(poll_for(down), LINK_DOWN_WAIT, "whatever the strategy");
+        let mut busy = Loop::new(setup(WaitStrategy::Busy), Box::new(Basic), Duration::ZERO);
+        let kick = Quiet {
+            needs_wakeup: true,
+            ..quiet()
+        };
+        let want = Wait {
+            kick: true,
+            spin: Spin::Times(BUSY_SPINS),
+            block: Block::No,
+        };
+        assert_eq!(busy.quiet(MS, &kick).then, Then::Wait(want));
+        // Poll with coalescing (AF_XDP): right after a batch, sleep to let frames gather.
+        let mut xdp = Loop::new(
+            Setup {
+                coalesce: MS,
+                ..setup(WaitStrategy::Poll)
+            },
+            Box::new(Basic),
+            Duration::ZERO,
+        );
+        xdp.took();
+        let gather = Wait {
+            kick: true,
+            spin: Spin::No,
+            block: Block::Sleep(MS),
+        };
+        assert_eq!(xdp.quiet(MS, &kick).then, Then::Wait(gather));
+        assert_eq!(
+            poll_for(xdp.quiet(MS, &kick)),
+            50 * MS,
+            "then a blocking poll"
+        );
+        // Adaptive: 50 us, doubling up to the pending wait (2 ms), reset by packets.
+        let mut ad = Loop::new(
+            setup(WaitStrategy::Adaptive),
+            Box::new(Basic),
+            Duration::ZERO,
+        );
+        let sleeps: Vec<Duration> = (0..8)
+            .map(|_| match ad.quiet(MS, &quiet()).then {
+                Then::Wait(Wait {
+                    spin: Spin::For(s),
+                    block: Block::Sleep(d),
+                    kick: false,
+                }) if s == ADAPTIVE_SPIN => d,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        let us = |n| Duration::from_micros(n);
+        let want = [50, 100, 200, 400, 800, 1600, 2000, 2000].map(us);
+        assert_eq!(sleeps, want);
+        ad.took();
+        let w = ad.quiet(MS, &kick).then;
+        assert!(
+            matches!(w, Then::Wait(Wait { block: Block::Poll(d), .. }) if d == us(50)),
+            "{w:?}"
+        );
+    }
+
+    #[test]
+    fn kernel_counters_are_due_every_100_ms_and_chunks_go_where_the_policy_says() {
+        let buddy = Buddy {
+            threshold: 50.0,
+            group: vec![0, 1],
+        };
+        let mut l = Loop::new(setup(WaitStrategy::Poll), Box::new(buddy), 5 * MS);
+        assert!(!l.stats_due(104 * MS));
+        assert!(l.stats_due(105 * MS));
+        assert!(!l.stats_due(204 * MS));
+        assert!(l.stats_due(205 * MS));
+        assert_eq!(l.route(&[2, 0]), 0, "at T: home");
+        assert_eq!(l.route(&[3, 0]), 1, "past T: the buddy");
+    }
+}
