@@ -670,7 +670,14 @@ mod tests {
             50 * MS,
             "then a blocking poll"
         );
-        // Adaptive: 50 us, doubling up to the pending wait (2 ms), reset by packets.
+    }
+
+    #[test]
+    fn adaptive_sleeps_double_up_to_the_pending_wait_and_packets_reset_them() {
+        let kick = Quiet {
+            needs_wakeup: true,
+            ..quiet()
+        };
         let mut ad = Loop::new(
             setup(WaitStrategy::Adaptive),
             Box::new(Basic),

@@ -137,7 +137,7 @@ impl Source for MemSource {
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
     use std::time::Duration;
 
     use poolcap_format::{FileFormat, RecordedPacket};
@@ -151,25 +151,9 @@ mod tests {
     use crate::capture::pool::PoolSize;
     use crate::capture::queue::WaitStrategy;
     use crate::capture::source::Source;
+    use crate::capture::testsink::Shared;
     use crate::capture::threads::failpoint;
     use crate::capture::{CaptureConfig, CaptureReport, Engine, Input, Output};
-
-    /// An output the test reads back once the engine is done.
-    #[derive(Clone, Default)]
-    struct Shared(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Shared {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl poolcap_format::Output for Shared {}
 
     /// `n` packets of queue `q`: 60 bytes carrying (q, i), 1 µs apart.
     fn packets(q: u8, n: u32) -> Vec<RecordedPacket> {
@@ -201,7 +185,7 @@ mod tests {
         )
         .expect("start");
         let report = engine.run();
-        let bytes = out.0.lock().unwrap().clone();
+        let bytes = out.bytes();
         let file = poolcap_format::read_bytes(&bytes).expect("output reads back");
         (report, file.packets)
     }

@@ -9,6 +9,12 @@
 //! x-loop load; an optional file writer that merges the queues in timestamp order. Every
 //! packet ends in exactly one counter of [`account`].
 //!
+//! The shape: a capture thread ([`queue`]) is a thin shell around [`decide::Loop`], the
+//! capture decisions as a value with no clock reads or syscalls (which `poolcap sim` drives
+//! too); which data path runs is one [`pipeline::Pipeline`] chosen at start (count in the
+//! kernel ring, straight to a sink, or through workers); sinks (the file writer, the
+//! forwarder) are behind one [`sink::Sink`] trait.
+//!
 //! Lifecycle: [`Engine::start`] sets everything up and returns once every queue is ready
 //! (the caller then prints `listening on`); [`Engine::run`] supervises until the stop flag,
 //! the duration or the packet count ends the capture, then drains: capture threads first
@@ -40,6 +46,8 @@ pub mod savefile;
 pub mod sink;
 pub mod source;
 mod start;
+#[cfg(test)]
+mod testsink;
 mod threads;
 pub mod worker;
 pub mod writer;

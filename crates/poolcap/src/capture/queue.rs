@@ -2,6 +2,10 @@
 //! an AF_XDP socket) into pool chunks, seals chunks into the capture queue the offload
 //! policy picks, and gives frames that came home back to the kernel.
 //!
+//! The thread is a shell: each turn it observes (stop flag, backlogs, room, the clock) and
+//! performs what [`decide::Loop`] answers (take, hold, seal, wait, finish); every decision
+//! described below is made there, so it is unit-tested and simulated as it runs here.
+//!
 //! The capture thread is the only writer of its queue's counters and the only taker of free
 //! chunks from its pool. It seals a chunk when it is full, or when the kernel is idle and the
 //! chunk has been open for `seal_after`, so low rates are not delayed. After sealing it
@@ -15,7 +19,7 @@
 //! not take is counted as `not_taken` at the end, so the accounting adds up.
 //!
 //! A socket whose interface goes down reports `ENETDOWN` once (see `poolcap_sys::poll`);
-//! while the link is down the thread waits [`LINK_DOWN_WAIT`] at a time.
+//! while the link is down the thread waits [`decide::LINK_DOWN_WAIT`] at a time.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -234,25 +238,14 @@ impl CaptureThread {
         let room_seen = self.pool.room_events();
         self.backlogs(&mut t.backlogs);
         let stop = self.stop.load(Ordering::Relaxed);
-        let in_place = t.filler.in_place.is_some();
-        let look = Look {
-            stop,
-            budget_spent: self.budget.as_ref().is_some_and(|b| b.is_spent()),
-            backlogs: &t.backlogs,
-            next_batch: if in_place {
-                None
-            } else {
-                self.source.next_batch_len()
-            },
-            open: t.filler.open.as_ref().map(Chunk::len),
-            free_chunks: self.pool.free_chunks(),
-        };
         let now = t.now();
         let Begin {
             fix_cut,
             pause,
             step,
-        } = t.decide.begin(now, &look);
+        } = t
+            .decide
+            .begin(now, &self.look(&t.filler, &t.backlogs, stop));
         if fix_cut {
             self.cut.fix(now_ns);
         }
@@ -290,6 +283,22 @@ impl CaptureThread {
             self.read_kernel_stats(&mut t.kernel)?;
         }
         Ok(true)
+    }
+
+    /// What the loop looks at before a batch.
+    fn look<'a>(&self, filler: &Filler, backlogs: &'a [usize], stop: bool) -> Look<'a> {
+        Look {
+            stop,
+            budget_spent: self.budget.as_ref().is_some_and(|b| b.is_spent()),
+            backlogs,
+            next_batch: if filler.in_place.is_some() {
+                None
+            } else {
+                self.source.next_batch_len()
+            },
+            open: filler.open.as_ref().map(Chunk::len),
+            free_chunks: self.pool.free_chunks(),
+        }
     }
 
     /// The source had nothing: seal, move the watermark on, wait or end as `decide` says.

@@ -116,6 +116,30 @@ struct Queue {
     stats: QueueReport,
 }
 
+/// Queue q's capture thread decisions: the engine's loop, over a source that does not
+/// announce its batches and has no visibility delay, with the queue's policy.
+fn capture_loop(cfg: &Config, q: usize, groups: &[Vec<usize>]) -> Loop {
+    let setup = decide::Setup {
+        queue: q,
+        pool: PoolSize {
+            cells: cfg.cells.max(1),
+            chunks: cfg.chunks,
+            cell_size: 0,
+        },
+        in_place: false,
+        wait: WaitStrategy::Poll,
+        seal_after: Duration::from_nanos(cfg.seal_after_ns as u64),
+        visibility_delay: Duration::ZERO,
+        coalesce: Duration::ZERO,
+        merged: false,
+    };
+    Loop::new(
+        setup,
+        cfg.policy.build(&group_of(groups, q)),
+        Duration::ZERO,
+    )
+}
+
 /// A simulation in progress.
 #[derive(Debug)]
 pub struct Engine {
@@ -147,24 +171,7 @@ impl Engine {
         let queues: Vec<Queue> = (0..n)
             .map(|q| Queue {
                 gen: Generator::new(&cfg.arrivals.shape, &flows[q], cfg.seed, q),
-                decide: Loop::new(
-                    decide::Setup {
-                        queue: q,
-                        pool: PoolSize {
-                            cells: cfg.cells.max(1),
-                            chunks: cfg.chunks,
-                            cell_size: 0,
-                        },
-                        in_place: false,
-                        wait: WaitStrategy::Poll,
-                        seal_after: Duration::from_nanos(cfg.seal_after_ns as u64),
-                        visibility_delay: Duration::ZERO,
-                        coalesce: Duration::ZERO,
-                        merged: false,
-                    },
-                    cfg.policy.build(&group_of(&groups, q)),
-                    Duration::ZERO,
-                ),
+                decide: capture_loop(cfg, q, &groups),
                 cost_ns: cfg.cost_of(q),
                 kernel: 0,
                 free: cfg.chunks,
