@@ -137,7 +137,7 @@ impl Source for MemSource {
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
     use std::time::Duration;
 
     use poolcap_format::{FileFormat, RecordedPacket};
@@ -151,25 +151,9 @@ mod tests {
     use crate::capture::pool::PoolSize;
     use crate::capture::queue::WaitStrategy;
     use crate::capture::source::Source;
+    use crate::capture::testsink::Shared;
     use crate::capture::threads::failpoint;
     use crate::capture::{CaptureConfig, CaptureReport, Engine, Input, Output};
-
-    /// An output the test reads back once the engine is done.
-    #[derive(Clone, Default)]
-    struct Shared(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Shared {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl poolcap_format::Output for Shared {}
 
     /// `n` packets of queue `q`: 60 bytes carrying (q, i), 1 µs apart.
     fn packets(q: u8, n: u32) -> Vec<RecordedPacket> {
@@ -201,7 +185,7 @@ mod tests {
         )
         .expect("start");
         let report = engine.run();
-        let bytes = out.0.lock().unwrap().clone();
+        let bytes = out.bytes();
         let file = poolcap_format::read_bytes(&bytes).expect("output reads back");
         (report, file.packets)
     }
@@ -373,5 +357,48 @@ mod tests {
         assert_eq!((r.captured, r.written, r.not_written), (50, 50, 0), "{r:?}");
         assert_eq!(r.not_taken, 1950, "{r:?}");
         assert_eq!(file.len(), 50);
+    }
+
+    #[test]
+    fn every_pipeline_accounts_exactly_and_only_a_sink_writes() {
+        // (load, file): count in place, straight to the writer, workers sending chunks
+        // home, workers passing chunks to the writer.
+        for (load, file) in [(0, false), (0, true), (50, false), (50, true)] {
+            let faults = Faults {
+                drop_every: Some(7),
+                stall_every: Some(4),
+                ..Faults::default()
+            };
+            let sources = (0..2)
+                .map(|q| MemSource::new(packets(q, 1000), 50, faults))
+                .collect();
+            let out = Shared::default();
+            let mut cfg = config(sources, None, load, &out);
+            if !file {
+                cfg.output = None;
+            }
+            let r = Engine::start(cfg, Arc::new(AtomicBool::new(false)), || Ok(()))
+                .expect("start")
+                .run();
+            let what = format!("load {load} file {file}: {r:?}");
+            let dropped = 2 * (1000 / 7);
+            assert_eq!(
+                (r.captured, r.dropped_kernel),
+                (2000 - dropped, dropped),
+                "{what}"
+            );
+            assert_eq!((r.dropped_pool, r.not_taken), (0, 0), "{what}");
+            let written = if file { r.captured } else { 0 };
+            assert_eq!((r.written, r.not_written), (written, 0), "{what}");
+            let bytes = out.bytes();
+            assert_eq!(bytes.is_empty(), !file, "{what}");
+            if file {
+                let packets = poolcap_format::read_bytes(&bytes)
+                    .expect("reads back")
+                    .packets;
+                assert_eq!(packets.len() as u64, r.captured, "{what}");
+            }
+            assert!(r.capture_error.is_none(), "{what}");
+        }
     }
 }

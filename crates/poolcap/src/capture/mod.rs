@@ -9,6 +9,12 @@
 //! x-loop load; an optional file writer that merges the queues in timestamp order. Every
 //! packet ends in exactly one counter of [`account`].
 //!
+//! The shape: a capture thread ([`queue`]) is a thin shell around [`decide::Loop`], the
+//! capture decisions as a value with no clock reads or syscalls (which `poolcap sim` drives
+//! too); which data path runs is one [`pipeline::Pipeline`] chosen at start (count in the
+//! kernel ring, straight to a sink, or through workers); sinks (the file writer, the
+//! forwarder) are behind one [`sink::Sink`] trait.
+//!
 //! Lifecycle: [`Engine::start`] sets everything up and returns once every queue is ready
 //! (the caller then prints `listening on`); [`Engine::run`] supervises until the stop flag,
 //! the duration or the packet count ends the capture, then drains: capture threads first
@@ -23,6 +29,7 @@ pub mod af_xdp;
 pub mod backend;
 pub mod bpf;
 pub mod compress;
+pub mod decide;
 pub mod doorbell;
 pub mod end;
 pub mod file;
@@ -31,13 +38,17 @@ pub mod forward;
 pub mod forward_xdp;
 pub mod link;
 pub mod mem;
+pub mod pipeline;
 pub mod policy;
 pub mod pool;
 pub mod queue;
 pub mod rotate;
 pub mod savefile;
+pub mod sink;
 pub mod source;
 mod start;
+#[cfg(test)]
+mod testsink;
 mod threads;
 pub mod worker;
 pub mod writer;
@@ -55,14 +66,16 @@ use poolcap_sys::SysError;
 use serde::{Deserialize, Serialize};
 
 use self::account::{QueueCounters, QueueStats};
-use self::backend::BackendConfig;
+use self::backend::{BackendConfig, Opened};
 use self::end::Budget;
 use self::link::{LinkEvent, LinkWatch};
+use self::pipeline::Pipeline;
 use self::policy::{group_of, PolicySpec};
 use self::pool::{Pool, PoolSize};
 use self::queue::WaitStrategy;
+use self::sink::{Sink, SinkSpec};
 use self::source::Source;
-use self::start::{check_memory, open_input, open_output, retire_tuning, Plan, Started};
+use self::start::{check_memory, open_input, open_sink, retire_tuning, InputPlan, Plan, Started};
 use self::threads::Threads;
 use self::writer::BoxedOutput;
 use crate::netdev;
@@ -325,68 +338,151 @@ fn pin(cpus: &Option<Vec<usize>>, i: usize) {
     }
 }
 
+/// Everything a capture opened, before its threads start (see [`Engine::launch`]).
+struct Ready {
+    cfg: CaptureConfig,
+    idx: Option<u32>,
+    q: usize,
+    opened: Opened,
+    pipeline: Pipeline<Box<dyn Sink>>,
+    forward_counters: Option<forward::AllForwardCounters>,
+    tx_path: Option<String>,
+    if_before: Option<u64>,
+    inbound_only: bool,
+    groups: Vec<Vec<usize>>,
+    seal_after: Duration,
+}
+
+/// When the status line was last printed, and the totals then.
+struct Status {
+    last: Instant,
+    prev: QueueStats,
+}
+
+/// The supervisor's looks at the interface: every tick while the link is down (or a socket
+/// said ENETDOWN), else every [`LINK_LOOK_TICKS`]: a look costs a few syscalls.
+struct Links {
+    link: Option<LinkWatch>,
+    ticks: u32,
+}
+
+impl Links {
+    /// Starts watching; says so if the link is down already.
+    fn new(mut link: Option<LinkWatch>, iface: &str) -> Self {
+        if link.as_mut().and_then(|l| l.observe(l.look())) == Some(LinkEvent::Down) {
+            eprintln!("warning: {iface} is down; packets are captured once it is up");
+        }
+        Self { link, ticks: 0 }
+    }
+
+    /// Looks if due, reports a change; returns the error that ends the capture when the
+    /// interface is gone.
+    fn tick(&mut self, iface: &str) -> Option<CaptureError> {
+        let l = self.link.as_mut()?;
+        self.ticks += 1;
+        let due = self.ticks.is_multiple_of(LINK_LOOK_TICKS) || l.down.load(Ordering::Relaxed);
+        match due.then(|| l.observe(l.look())).flatten()? {
+            LinkEvent::Down => {
+                eprintln!("{iface} went down; capture resumes when it is back up");
+            }
+            LinkEvent::Up => eprintln!("{iface} is up again; capture resumed"),
+            LinkEvent::Gone => return Some(CaptureError::LinkGone(iface.to_string())),
+        }
+        None
+    }
+}
+
 impl Engine {
     /// Sets up rings, pools and threads; returns once every queue is capturing.
     /// `after_open` runs once every socket, ring, XDP program and the output are open and
     /// before any thread starts: the moment to give up privileges (`-Z`).
     pub fn start(
-        cfg: CaptureConfig,
+        mut cfg: CaptureConfig,
         stop: Arc<AtomicBool>,
         after_open: impl FnOnce() -> Result<(), SysError>,
     ) -> Result<Self, CaptureError> {
-        Self::launch(cfg, None, stop, after_open)
+        let sink = cfg.output.take().map(|(o, f)| SinkSpec::File(o, f));
+        Self::launch(cfg, sink, stop, after_open)
     }
 
     /// As [`Engine::start`], with a forwarder as the sink: processed chunks leave through
     /// `fwd`'s interface (see [`forward`]); `cfg.output`, if set, gets what was forwarded.
     pub fn start_forward(
-        cfg: CaptureConfig,
+        mut cfg: CaptureConfig,
         fwd: forward::ForwardSetup,
         stop: Arc<AtomicBool>,
         after_open: impl FnOnce() -> Result<(), SysError>,
     ) -> Result<Self, CaptureError> {
-        Self::launch(cfg, Some(fwd), stop, after_open)
+        let write = cfg.output.take();
+        let sink = SinkSpec::Forward { setup: fwd, write };
+        Self::launch(cfg, Some(sink), stop, after_open)
     }
 
     fn launch(
-        mut cfg: CaptureConfig,
-        fwd: Option<forward::ForwardSetup>,
+        cfg: CaptureConfig,
+        sink: Option<SinkSpec>,
         stop: Arc<AtomicBool>,
         after_open: impl FnOnce() -> Result<(), SysError>,
     ) -> Result<Self, CaptureError> {
+        let ready = Self::open(cfg, sink)?;
+        after_open()?;
+        Self::spawn(ready, stop)
+    }
+
+    /// Chooses the pipeline, opens the input, then the sink.
+    fn open(mut cfg: CaptureConfig, sink: Option<SinkSpec>) -> Result<Ready, CaptureError> {
         let input = std::mem::replace(&mut cfg.input, Input::Live);
         let (idx, q) = resolve_input(&cfg, &input)?;
-        let records = cfg.output.as_ref().map(|(_, format)| *format);
+        let records = sink.as_ref().and_then(SinkSpec::records);
         check_memory(&cfg, q, records, idx.is_some())?;
+        let pipeline = Pipeline::choose(cfg.in_place, cfg.load, cfg.probe.clone(), sink);
+        let inbound_only = pipeline.sink().is_some_and(SinkSpec::forwards);
         let groups: Vec<Vec<usize>> = (0..q).map(|i| group_of(&cfg.buddy_groups, i)).collect();
-        let (ring, seal_after) = retire_tuning(&cfg, q, fwd.is_some());
+        let (ring, seal_after) = retire_tuning(&cfg, q, &pipeline);
         let capacity: Vec<usize> = groups.iter().map(|g| g.len() * cfg.pool.chunks).collect();
-        let forwarding = fwd.is_some();
-        let opened = open_input(&cfg, input, idx, q, ring, &capacity, forwarding)?;
-        let fwd = match fwd {
-            // With -w the writer takes each chunk once its frames are sent; the shared-UMEM
-            // path holds chunks until OUT's completions, so -w keeps sendmmsg.
-            Some(mut f) if cfg.output.is_none() => {
-                f.share_umem(&opened.shares)?;
-                Some(f)
-            }
-            f => f,
+        let inputs = InputPlan {
+            idx,
+            q,
+            ring,
+            capacity: &capacity,
+            records,
+            inbound_only,
         };
-        let tx_path = fwd.as_ref().map(|f| f.path());
+        let opened = open_input(&cfg, input, &inputs)?;
         let if_before = opened
             .kernel_filter
-            .then(|| if_frames(&cfg.iface, forwarding))
+            .then(|| if_frames(&cfg.iface, inbound_only))
             .flatten();
         // Create the file only now that the filter compiled and the sockets are open, so a
         // bad argument never truncates an existing file; write its header before capturing.
-        let output = match cfg.output.take() {
-            Some((target, format)) => Some(open_output(&cfg, target, format)?),
-            None => None,
-        };
-        after_open()?;
+        let (mut forward_counters, mut tx_path) = (None, None);
+        let pipeline = pipeline.try_map_sink(|spec| {
+            let opened_sink = open_sink(&cfg, q, spec, &opened.shares)?;
+            forward_counters = opened_sink.forward_counters;
+            tx_path = opened_sink.tx_path;
+            Ok::<_, CaptureError>(opened_sink.sink)
+        })?;
+        Ok(Ready {
+            cfg,
+            idx,
+            q,
+            opened,
+            pipeline,
+            forward_counters,
+            tx_path,
+            if_before,
+            inbound_only,
+            groups,
+            seal_after,
+        })
+    }
+
+    /// Starts the threads of what `r` opened.
+    fn spawn(r: Ready, stop: Arc<AtomicBool>) -> Result<Self, CaptureError> {
+        let Ready { cfg, q, opened, .. } = r;
         let pools: Arc<Vec<Arc<Pool>>> = Arc::new(opened.pools);
-        let plan = Plan::new(&cfg, q, output.is_some(), fwd.is_some());
-        let link = idx.map(|i| LinkWatch::new(&cfg.iface, i));
+        let plan = Plan::new(&cfg, q, &r.pipeline);
+        let link = r.idx.map(|i| LinkWatch::new(&cfg.iface, i));
         let link_down: Arc<AtomicBool> = link
             .as_ref()
             .map(|l| Arc::clone(&l.down))
@@ -394,26 +490,22 @@ impl Engine {
         let mut threads = Threads::new(
             Arc::clone(&stop),
             plan.worker_bells.clone(),
-            Arc::clone(&plan.writer_bell),
+            Arc::clone(&plan.sink_bell),
         );
         let started = Started {
             cfg: &cfg,
             plan: &plan,
             pools: &pools,
             q,
-            groups: &groups,
-            seal_after,
+            groups: &r.groups,
+            seal_after: r.seal_after,
             link_down: &link_down,
         };
-        let spawned = started.all(&mut threads, opened.sources, output, fwd);
-        let forward_counters = match spawned {
-            Ok(c) => c,
-            Err(e) => {
-                // Threads already running would go on capturing: stop and join them.
-                threads.stop_and_join();
-                return Err(e.into());
-            }
-        };
+        if let Err(e) = started.all(&mut threads, opened.sources, r.pipeline) {
+            // Threads already running would go on capturing: stop and join them.
+            threads.stop_and_join();
+            return Err(e.into());
+        }
         Ok(Self {
             iface: cfg.iface,
             report: opened.report,
@@ -422,12 +514,12 @@ impl Engine {
             counters: plan.counters,
             threads,
             write_failed: plan.write_failed,
-            forward_counters,
-            tx_path,
+            forward_counters: r.forward_counters,
+            tx_path: r.tx_path,
+            inbound_only: r.inbound_only,
             budget: plan.budget,
             link,
-            if_before,
-            inbound_only: forwarding,
+            if_before: r.if_before,
             duration: cfg.duration,
             status_every: cfg.status_every,
             started: Instant::now(),
@@ -450,15 +542,15 @@ impl Engine {
         self.forward_counters.clone()
     }
 
-    /// Which backend runs, and why (for the startup report).
-    pub fn backend_report(&self) -> &str {
-        &self.report
-    }
-
     /// How the forwarder transmits (`sendmmsg` or `af_xdp shared umem (copy|zero-copy)`),
     /// for an engine started with [`Engine::start_forward`].
     pub fn tx_path(&self) -> Option<&str> {
         self.tx_path.as_deref()
+    }
+
+    /// Which backend runs, and why (for the startup report).
+    pub fn backend_report(&self) -> &str {
+        &self.report
     }
 
     fn snapshot(&self) -> Vec<QueueStats> {
@@ -514,26 +606,12 @@ impl Engine {
     /// ends the capture; returns a failure that ended it and whether a write error was
     /// already printed.
     fn supervise(&mut self) -> (Option<CaptureError>, bool) {
-        let mut last_status = Instant::now();
-        let mut prev = QueueStats::default();
-        let mut error_printed = false;
-        let mut failure = None;
-        let mut link = self.link.take();
-        if link.as_mut().and_then(|l| l.observe(l.look())) == Some(LinkEvent::Down) {
-            eprintln!(
-                "warning: {} is down; packets are captured once it is up",
-                self.iface
-            );
-        }
-        // Every tick while the link is down (or a socket said ENETDOWN), else every
-        // LINK_LOOK_TICKS: a look costs a few syscalls.
-        let mut ticks = 0u32;
-        let mut look = || {
-            let l = link.as_mut()?;
-            ticks += 1;
-            let due = ticks.is_multiple_of(LINK_LOOK_TICKS) || l.down.load(Ordering::Relaxed);
-            due.then(|| l.observe(l.look())).flatten()
+        let mut status = Status {
+            last: Instant::now(),
+            prev: QueueStats::default(),
         };
+        let mut error_printed = false;
+        let mut links = Links::new(self.link.take(), &self.iface);
         while !self.threads.stop.load(Ordering::Relaxed) {
             // A write error ends the writing, not the capture: say so at once, once.
             if let (false, Some(e)) = (error_printed, self.write_failed.get()) {
@@ -546,17 +624,8 @@ impl Engine {
             if self.duration.is_some_and(|d| self.started.elapsed() >= d) {
                 break;
             }
-            match look() {
-                Some(LinkEvent::Down) => eprintln!(
-                    "{} went down; capture resumes when it is back up",
-                    self.iface
-                ),
-                Some(LinkEvent::Up) => eprintln!("{} is up again; capture resumed", self.iface),
-                Some(LinkEvent::Gone) => {
-                    failure = Some(CaptureError::LinkGone(self.iface.clone()));
-                    break;
-                }
-                None => {}
+            if let Some(gone) = links.tick(&self.iface) {
+                return (Some(gone), error_printed);
             }
             if self.budget.as_ref().is_some_and(|b| b.is_spent()) {
                 break;
@@ -565,23 +634,29 @@ impl Engine {
             if self.threads.a_capture_ended() {
                 break; // a capture thread failed; drain the others
             }
-            if let Some(every) = self.status_every {
-                let secs = last_status.elapsed().as_secs_f64();
-                if secs >= every.as_secs_f64() {
-                    crate::say!("{}", self.status_line(&prev, &now, secs));
-                    prev = account::total(&now);
-                    last_status = Instant::now();
-                }
-            }
+            self.status(&mut status, &now);
         }
-        (failure, error_printed)
+        (None, error_printed)
+    }
+
+    /// Prints the status line when it is due.
+    fn status(&self, status: &mut Status, now: &[QueueStats]) {
+        let Some(every) = self.status_every else {
+            return;
+        };
+        let secs = status.last.elapsed().as_secs_f64();
+        if secs >= every.as_secs_f64() {
+            crate::say!("{}", self.status_line(&status.prev, now, secs));
+            status.prev = account::total(now);
+            status.last = Instant::now();
+        }
     }
 
     /// Stops and joins every thread, then builds the report.
     fn finish(self, failure: Option<CaptureError>, error_printed: bool) -> CaptureReport {
         let joined = self.threads.stop_and_join();
         let failure = failure.or(joined.failure);
-        let outcome = joined.writer;
+        let outcome = joined.written;
         let forward_counters = self.forward_counters;
         let seconds = self.started.elapsed().as_secs_f64();
         let queues = account::snapshots(&self.counters);
@@ -594,7 +669,7 @@ impl Engine {
         };
         let (written, not_written, write_error) = match &outcome {
             Some(Ok(o)) => (o.written, o.not_written, o.error.clone()),
-            Some(Err(_)) => (0, t.captured, Some("writer thread panicked".to_string())),
+            Some(Err(sink)) => (0, t.captured, Some(format!("{sink} thread panicked"))),
             None => (0, 0, None),
         };
         if let (false, Some(e)) = (error_printed, &write_error) {

@@ -8,21 +8,24 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
-use poolcap_format::{FileFormat, IfStats, WriteError};
+use poolcap_format::{FileFormat, WriteError};
 use poolcap_sys::rx_ring::RingGeometry;
+use poolcap_sys::xsk::UmemShare;
 use poolcap_sys::SysError;
 
-use super::account::{self, QueueCounters};
+use super::account::QueueCounters;
 use super::backend::{self, Opened, Setup};
 use super::doorbell::Doorbell;
 use super::end::{Budget, Cut};
+use super::forward::AllForwardCounters;
+use super::pipeline::{Analysis, Handoff, Pipeline};
 use super::pool::{Chunk, Pool};
 use super::queue::{CaptureThread, Progress};
+use super::sink::{FileSink, ForwardSink, Sink, SinkIo, SinkSpec};
 use super::source::Source;
 use super::threads::{spawn, Threads};
-use super::worker::{self, served_queues, Next, Worker};
-use super::writer::{self, FileWriter};
-use super::{file, filter, forward, rotate, savefile, CaptureConfig, CaptureError, Input, Output};
+use super::worker::{served_queues, Next, Worker};
+use super::{file, filter, rotate, savefile, CaptureConfig, CaptureError, Input, Output};
 
 /// Block retire timeout when no analysis waits for packets (they are only counted, or only
 /// written to a file from one queue): blocks may fill for longer and wake the capture thread
@@ -62,21 +65,22 @@ const MAX_BLOCKS: u64 = 1 << 16;
 
 /// The ring geometry and the seal timeout to use.
 ///
-/// When no analysis waits for packets, let blocks fill for longer, so the kernel wakes the
-/// capture thread less often (on veth, on the sender's CPU), and hand a chunk on as soon as
-/// the ring is empty rather than wake again to seal it. Not when a writer merges queues: an
-/// idle queue's watermark lags by twice the retire timeout. When forwarding the opposite:
-/// the retire timeout and the seal timeout add to every frame's latency, so blocks retire
-/// after [`FORWARD_RETIRE_MS`] and a chunk goes on as soon as the ring is empty (measured
-/// on the veth lab at 10k pps: p50 from 4.3 ms to about 0.8 ms), in blocks of
-/// [`FORWARD_BLOCK`] (the same ring bytes). That costs up to a thousand wakeups a second
-/// per queue, which only forwarding pays.
+/// When no analysis waits for packets (they are only counted, or only written to a file
+/// from one queue), let blocks fill for longer, so the kernel wakes the capture thread less
+/// often (on veth, on the sender's CPU), and hand a chunk on as soon as the ring is empty
+/// rather than wake again to seal it. Not when a writer merges queues: an idle queue's
+/// watermark lags by twice the retire timeout. When forwarding the opposite: the retire
+/// timeout and the seal timeout add to every frame's latency, so blocks retire after
+/// [`FORWARD_RETIRE_MS`] and a chunk goes on as soon as the ring is empty (measured on the
+/// veth lab at 10k pps: p50 from 4.3 ms to about 0.8 ms), in blocks of [`FORWARD_BLOCK`]
+/// (the same ring bytes). That costs up to a thousand wakeups a second per queue, which
+/// only forwarding pays.
 pub(super) fn retire_tuning(
     cfg: &CaptureConfig,
     q: usize,
-    forwarding: bool,
+    pipeline: &Pipeline<SinkSpec>,
 ) -> (RingGeometry, Duration) {
-    if forwarding {
+    if pipeline.sink().is_some_and(SinkSpec::forwards) {
         let bytes = cfg.ring.bytes() as u64;
         let smallest = bytes.div_ceil(MAX_BLOCKS).next_multiple_of(4096);
         let block_size = u64::from(cfg.ring.block_size.min(FORWARD_BLOCK)).max(smallest);
@@ -87,8 +91,11 @@ pub(super) fn retire_tuning(
         };
         return (ring, Duration::ZERO);
     }
-    let no_analysis =
-        !cfg.in_place && cfg.load == 0 && cfg.probe.is_none() && (cfg.output.is_none() || q == 1);
+    let no_analysis = match pipeline {
+        Pipeline::Count => true,
+        Pipeline::Direct(sink) => !sink.forwards() && q == 1,
+        Pipeline::InPlace { .. } | Pipeline::Workers { .. } => false,
+    };
     if !no_analysis {
         return (cfg.ring, cfg.seal_after);
     }
@@ -102,18 +109,35 @@ pub(super) fn retire_tuning(
     )
 }
 
+/// Where the sources are and how they are set up: see [`open_input`].
+#[derive(Clone, Copy)]
+pub(super) struct InputPlan<'a> {
+    pub(super) idx: Option<u32>,
+    pub(super) q: usize,
+    pub(super) ring: RingGeometry,
+    /// Each queue's capture-queue capacity.
+    pub(super) capacity: &'a [usize],
+    /// The file format packets are written in, if they are.
+    pub(super) records: Option<FileFormat>,
+    /// Capture sockets ignore frames this host sends (forwarding: OUT may be IN's peer).
+    pub(super) inbound_only: bool,
+}
+
 /// Opens the sources and their pools: a file, the caller's sources, or the interface
 /// through the configured backend.
 pub(super) fn open_input(
     cfg: &CaptureConfig,
     input: Input,
-    idx: Option<u32>,
-    q: usize,
-    ring: RingGeometry,
-    capacity: &[usize],
-    forwarding: bool,
+    plan: &InputPlan<'_>,
 ) -> Result<Opened, CaptureError> {
-    let records = cfg.output.as_ref().map(|(_, format)| *format);
+    let InputPlan {
+        idx,
+        q,
+        ring,
+        capacity,
+        records,
+        inbound_only,
+    } = *plan;
     let local = |sources: Vec<Box<dyn Source>>, report: String| Opened {
         pools: backend::copy_pools(cfg.pool, capacity, records),
         sources,
@@ -146,14 +170,55 @@ pub(super) fn open_input(
                 filter: cfg.filter.as_deref(),
                 snaplen: cfg.snaplen,
                 records,
-                inbound_only: forwarding,
+                inbound_only,
             },
         )?,
     })
 }
 
+/// An opened sink; when it forwards, its live counters and how it transmits.
+pub(super) struct OpenedSink {
+    pub(super) sink: Box<dyn Sink>,
+    pub(super) forward_counters: Option<AllForwardCounters>,
+    pub(super) tx_path: Option<String>,
+}
+
+/// Opens the sink of `q` queues: creates the output file and writes its header, or wraps
+/// the forwarder's socket (transmitting from IN's UMEMs when `shares` holds them, unless
+/// it also writes: the writer takes each chunk once its frames are sent, where the
+/// shared-UMEM path holds chunks until OUT's completions).
+pub(super) fn open_sink(
+    cfg: &CaptureConfig,
+    q: usize,
+    spec: SinkSpec,
+    shares: &[UmemShare],
+) -> Result<OpenedSink, CaptureError> {
+    Ok(match spec {
+        SinkSpec::File(target, format) => OpenedSink {
+            sink: Box::new(FileSink(open_output(cfg, target, format)?)),
+            forward_counters: None,
+            tx_path: None,
+        },
+        SinkSpec::Forward { mut setup, write } => {
+            if write.is_none() {
+                setup.share_umem(shares)?;
+            }
+            let tx_path = Some(setup.path());
+            let write = write
+                .map(|(target, format)| open_output(cfg, target, format))
+                .transpose()?;
+            let (sink, counters) = ForwardSink::new(setup, q, write);
+            OpenedSink {
+                sink: Box::new(sink),
+                forward_counters: Some(counters),
+                tx_path,
+            }
+        }
+    })
+}
+
 /// Opens the output and writes its header.
-pub(super) fn open_output(
+fn open_output(
     cfg: &CaptureConfig,
     target: Output,
     format: FileFormat,
@@ -205,43 +270,25 @@ fn open_file(
 pub(super) struct Plan {
     pub(super) counters: Arc<Vec<Arc<QueueCounters>>>,
     progress: Vec<Arc<Mutex<Progress>>>,
-    /// Count (and run the load) in the capture thread: no worker runs.
-    in_place: Option<u32>,
-    /// Capture threads hand chunks straight to the writer (no worker hop).
-    direct: Option<Arc<ArrayQueue<Chunk>>>,
-    /// The writer's (or forwarder's) input.
-    writer_input: Option<Arc<ArrayQueue<Chunk>>>,
+    /// The sink's input, when the pipeline has a sink.
+    sink_input: Option<Arc<ArrayQueue<Chunk>>>,
     pub(super) worker_bells: Vec<Arc<Doorbell>>,
     /// Per queue, the bells of the workers serving it.
     queue_bells: Arc<Vec<Vec<Arc<Doorbell>>>>,
-    pub(super) writer_bell: Arc<Doorbell>,
+    pub(super) sink_bell: Arc<Doorbell>,
     cut: Arc<Cut>,
     pub(super) budget: Option<Arc<Budget>>,
     pub(super) write_failed: Arc<OnceLock<String>>,
 }
 
 impl Plan {
-    pub(super) fn new(cfg: &CaptureConfig, q: usize, output: bool, forwarding: bool) -> Self {
-        // With no analysis load and no file nothing downstream reads packets: count them in
-        // place. `--inplace` runs the load there too. Either way no worker runs.
-        let in_place = match (cfg.in_place, cfg.load, !output && !forwarding) {
-            (true, load, _) => Some(load),
-            (false, 0, true) if cfg.probe.is_none() => Some(0),
-            _ => None,
-        };
-        // Without an analysis load a worker would only pass chunks on: capture threads hand
-        // them straight to the file writer.
+    pub(super) fn new<S>(cfg: &CaptureConfig, q: usize, pipeline: &Pipeline<S>) -> Self {
         let total_chunks = q * cfg.pool.chunks.max(1);
-        let writer_input = (output || forwarding).then(|| Arc::new(ArrayQueue::new(total_chunks)));
-        let direct = writer_input
-            .clone()
-            .filter(|_| cfg.load == 0 && cfg.probe.is_none() && in_place.is_none());
-        let w = if in_place.is_some() || direct.is_some() {
-            0
-        } else {
-            cfg.workers.max(1)
-        };
-        // One bell per worker, listed under each queue it serves, and one for the writer.
+        let sink_input = pipeline
+            .sink()
+            .map(|_| Arc::new(ArrayQueue::new(total_chunks)));
+        let w = pipeline.workers(cfg.workers);
+        // One bell per worker, listed under each queue it serves, and one for the sink.
         let worker_bells: Vec<Arc<Doorbell>> = (0..w).map(|_| Arc::default()).collect();
         let queue_bells = (0..q)
             .map(|queue| {
@@ -254,15 +301,26 @@ impl Plan {
         Self {
             counters: Arc::new((0..q).map(|_| Arc::default()).collect()),
             progress: (0..q).map(|_| Arc::default()).collect(),
-            in_place,
-            direct,
-            writer_input,
+            sink_input,
             worker_bells,
             queue_bells: Arc::new(queue_bells),
-            writer_bell: Arc::default(),
+            sink_bell: Arc::default(),
             cut: Arc::default(),
             budget: cfg.count.map(|n| Arc::new(Budget::new(n))),
             write_failed: Arc::default(),
+        }
+    }
+
+    /// Where the capture threads of `pipeline` hand what they take.
+    fn handoff<S>(&self, pipeline: &Pipeline<S>) -> Handoff {
+        match (pipeline, &self.sink_input) {
+            (Pipeline::Count, _) => Handoff::InPlace { load: 0 },
+            (Pipeline::InPlace { load }, _) => Handoff::InPlace { load: *load },
+            (Pipeline::Direct(_), Some(input)) => Handoff::Sink {
+                input: Arc::clone(input),
+                bell: Arc::clone(&self.sink_bell),
+            },
+            _ => Handoff::Workers(Arc::clone(&self.queue_bells)),
         }
     }
 }
@@ -280,19 +338,22 @@ pub(super) struct Started<'a> {
 }
 
 impl Started<'_> {
-    /// Every thread, in the order they always started: capture threads, the forwarder or
-    /// the writer, the workers. Returns the forwarder's counters.
+    /// Every thread of `pipeline`, in the order they always started: capture threads, the
+    /// sink, the workers.
     pub(super) fn all(
         &self,
         threads: &mut Threads,
         sources: Vec<Box<dyn Source>>,
-        output: Option<savefile::Savefiles>,
-        fwd: Option<forward::ForwardSetup>,
-    ) -> Result<Option<forward::AllForwardCounters>, SysError> {
-        self.captures(threads, sources, output.is_some() && self.q > 1)?;
-        let (next, fwd_counters) = self.sinks(threads, output, fwd)?;
-        self.workers(threads, &next)?;
-        Ok(fwd_counters)
+        pipeline: Pipeline<Box<dyn Sink>>,
+    ) -> Result<(), SysError> {
+        let merged = pipeline.sink().is_some_and(|s| s.merges_queues()) && self.q > 1;
+        self.captures(threads, sources, &self.plan.handoff(&pipeline), merged)?;
+        let (analysis, sink) = pipeline.into_parts();
+        let next = self.sink(threads, sink)?;
+        if let Some(a) = analysis {
+            self.workers(threads, &a, &next)?;
+        }
+        Ok(())
     }
 
     /// One capture thread per source; `merged`: a writer merges the queues.
@@ -300,6 +361,7 @@ impl Started<'_> {
         &self,
         threads: &mut Threads,
         sources: Vec<Box<dyn Source>>,
+        handoff: &Handoff,
         merged: bool,
     ) -> Result<(), SysError> {
         let (cfg, plan) = (self.cfg, self.plan);
@@ -316,10 +378,7 @@ impl Started<'_> {
                 wait: cfg.wait,
                 seal_after: self.seal_after,
                 snaplen: cfg.snaplen as usize,
-                in_place: plan.in_place,
-                direct: plan.direct.clone(),
-                queue_bells: Arc::clone(&plan.queue_bells),
-                writer_bell: Arc::clone(&plan.writer_bell),
+                handoff: handoff.clone(),
                 merged,
                 stop: Arc::clone(&threads.stop),
                 cut: Arc::clone(&plan.cut),
@@ -336,110 +395,45 @@ impl Started<'_> {
         Ok(())
     }
 
-    /// The writer or the forwarder (and behind it the writer, with `-w`), if any; returns
-    /// where workers pass chunks and the forwarder's counters.
-    fn sinks(
-        &self,
-        threads: &mut Threads,
-        output: Option<savefile::Savefiles>,
-        fwd: Option<forward::ForwardSetup>,
-    ) -> Result<(Next, Option<forward::AllForwardCounters>), SysError> {
-        let Some(input) = self.plan.writer_input.clone() else {
-            return Ok((Next::Recycle, None));
+    /// The sink's thread, if any; returns where workers pass chunks.
+    fn sink(&self, threads: &mut Threads, sink: Option<Box<dyn Sink>>) -> Result<Next, SysError> {
+        let (Some(sink), Some(input)) = (sink, self.plan.sink_input.clone()) else {
+            return Ok(Next::Recycle);
         };
-        let fwd_counters = match (fwd, output) {
-            (Some(setup), output) => Some(self.forwarder(threads, setup, &input, output)?),
-            (None, Some(out)) => {
-                let upstream = Upstream {
-                    input: Arc::clone(&input),
-                    progress: self.plan.progress.clone(),
-                    done: Arc::clone(&threads.workers_done),
-                    bell: Arc::clone(&self.plan.writer_bell),
-                };
-                self.writer(threads, out, upstream)?;
-                None
-            }
-            (None, None) => None,
-        };
-        Ok((Next::Write(input), fwd_counters))
-    }
-
-    /// The forwarder; with `output`, the writer too, fed with what the forwarder sent.
-    fn forwarder(
-        &self,
-        threads: &mut Threads,
-        setup: forward::ForwardSetup,
-        input: &Arc<ArrayQueue<Chunk>>,
-        output: Option<savefile::Savefiles>,
-    ) -> Result<forward::AllForwardCounters, SysError> {
-        let counters: forward::AllForwardCounters =
-            Arc::new((0..self.q).map(|_| Default::default()).collect());
-        let feed = match output {
-            Some(out) => {
-                let feed = forward::WriteFeed::new(self.plan.progress.clone(), input.capacity());
-                let upstream = Upstream {
-                    input: Arc::clone(&feed.chunks),
-                    progress: feed.progress.clone(),
-                    done: Arc::clone(&feed.done),
-                    bell: Arc::clone(&feed.bell),
-                };
-                self.writer(threads, out, upstream)?;
-                Some(feed)
-            }
-            None => None,
-        };
-        let fw = forward::Forwarder {
-            setup,
-            input: Arc::clone(input),
+        let io = SinkIo {
+            input: Arc::clone(&input),
             pools: Arc::clone(self.pools),
-            counters: Arc::clone(&counters),
+            progress: self.plan.progress.clone(),
+            counters: Arc::clone(&self.plan.counters),
             workers_done: Arc::clone(&threads.workers_done),
-            bell: Arc::clone(&self.plan.writer_bell),
-            write: feed,
-        };
-        threads.forwarder = Some(spawn("forwarder".into(), "forwarder thread", move || {
-            fw.run()
-        })?);
-        Ok(counters)
-    }
-
-    fn writer(
-        &self,
-        threads: &mut Threads,
-        out: savefile::Savefiles,
-        upstream: Upstream,
-    ) -> Result<(), SysError> {
-        let fw = FileWriter {
-            out,
-            input: upstream.input,
-            pools: Arc::clone(self.pools),
-            progress: upstream.progress,
-            workers_done: upstream.done,
-            limit: self.cfg.count,
             stop: Arc::clone(&threads.stop),
-            bell: upstream.bell,
-            batch_bytes: writer::BATCH_BYTES,
+            bell: Arc::clone(&self.plan.sink_bell),
+            limit: self.cfg.count,
             failed: Arc::clone(&self.plan.write_failed),
         };
-        let counters = Arc::clone(&self.plan.counters);
-        threads.writer = Some(spawn("writer".into(), "writer thread", move || {
-            fw.run(move || if_stats(&counters))
-        })?);
-        Ok(())
+        let name = sink.name();
+        let h = spawn(name.into(), &format!("{name} thread"), move || sink.run(io))?;
+        threads.sink = Some((name, h));
+        Ok(Next::Write(input))
     }
 
-    /// The workers, passing chunks to `next`.
-    fn workers(&self, threads: &mut Threads, next: &Next) -> Result<(), SysError> {
+    /// The workers, running `analysis` and passing chunks to `next`.
+    fn workers(
+        &self,
+        threads: &mut Threads,
+        analysis: &Analysis,
+        next: &Next,
+    ) -> Result<(), SysError> {
         let w = self.plan.worker_bells.len();
         for (i, bell) in self.plan.worker_bells.iter().enumerate() {
             let wk = Worker {
                 queues: served_queues(i, w, self.q),
                 pools: Arc::clone(self.pools),
-                stage: worker::Stage::new(self.cfg.load, self.cfg.probe.as_ref()),
+                stage: analysis.stage(),
                 next: next.clone(),
                 captures_done: Arc::clone(&threads.captures_done),
                 bell: Arc::clone(bell),
-                writer_bell: Arc::clone(&self.plan.writer_bell),
+                writer_bell: Arc::clone(&self.plan.sink_bell),
             };
             let (cpus, q) = (self.cfg.cpus.clone(), self.q);
             let h = spawn(format!("worker-{i}"), "worker thread", move || {
@@ -449,26 +443,5 @@ impl Started<'_> {
             threads.workers.push(h);
         }
         Ok(())
-    }
-}
-
-/// What the file writer takes chunks from: the workers (or capture threads) directly, or
-/// the forwarder, which passes on what it sent.
-struct Upstream {
-    input: Arc<ArrayQueue<Chunk>>,
-    /// By queue: what has been passed on, and the watermark to merge by.
-    progress: Vec<Arc<Mutex<Progress>>>,
-    /// Set once nothing more will come.
-    done: Arc<AtomicBool>,
-    /// Rung when a chunk comes.
-    bell: Arc<Doorbell>,
-}
-
-/// The interface statistics a pcapng file ends with: the engine's totals.
-fn if_stats(counters: &[Arc<QueueCounters>]) -> IfStats {
-    let t = account::total(&account::snapshots(counters));
-    IfStats {
-        received: t.captured,
-        dropped: t.dropped_kernel + t.dropped_pool,
     }
 }

@@ -1,8 +1,8 @@
 //! The engine's threads and their ordered stop, in one place, so that a capture that ends
 //! normally ([`super::Engine::run`]) and a start-up that fails half way (a spawn refused
 //! after some capture threads already run) stop the same way: capture threads first (they
-//! drain their sources up to the stop's cut), then workers, then the writer and the
-//! forwarder. Nothing is left running and every source and pool is released when
+//! drain their sources up to the stop's cut), then workers, then the sink (the writer or
+//! the forwarder). Nothing is left running and every source and pool is released when
 //! [`Threads::stop_and_join`] returns.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,19 +19,20 @@ use super::CaptureError;
 pub(super) struct Threads {
     pub(super) captures: Vec<JoinHandle<Result<(), SysError>>>,
     pub(super) workers: Vec<JoinHandle<()>>,
-    pub(super) writer: Option<JoinHandle<WriterOutcome>>,
-    pub(super) forwarder: Option<JoinHandle<()>>,
+    /// The sink's thread and its name.
+    pub(super) sink: Option<(&'static str, JoinHandle<Option<WriterOutcome>>)>,
     pub(super) stop: Arc<AtomicBool>,
     pub(super) captures_done: Arc<AtomicBool>,
     pub(super) workers_done: Arc<AtomicBool>,
     pub(super) worker_bells: Vec<Arc<Doorbell>>,
-    pub(super) writer_bell: Arc<Doorbell>,
+    pub(super) sink_bell: Arc<Doorbell>,
 }
 
-/// What the stopped threads left: the first capture thread failure and the writer's outcome.
+/// What the stopped threads left: the first capture thread failure and what the sink wrote
+/// (`Err`: the named sink thread panicked).
 pub(super) struct Joined {
     pub(super) failure: Option<CaptureError>,
-    pub(super) writer: Option<std::thread::Result<WriterOutcome>>,
+    pub(super) written: Option<Result<WriterOutcome, &'static str>>,
 }
 
 impl Threads {
@@ -39,18 +40,17 @@ impl Threads {
     pub(super) fn new(
         stop: Arc<AtomicBool>,
         worker_bells: Vec<Arc<Doorbell>>,
-        writer_bell: Arc<Doorbell>,
+        sink_bell: Arc<Doorbell>,
     ) -> Self {
         Self {
             captures: Vec::new(),
             workers: Vec::new(),
-            writer: None,
-            forwarder: None,
+            sink: None,
             stop,
             captures_done: Arc::default(),
             workers_done: Arc::default(),
             worker_bells,
-            writer_bell,
+            sink_bell,
         }
     }
 
@@ -83,12 +83,11 @@ impl Threads {
             let _ = h.join();
         }
         self.workers_done.store(true, Ordering::Release);
-        self.writer_bell.ring();
-        let writer = self.writer.map(JoinHandle::join);
-        if let Some(h) = self.forwarder {
-            let _ = h.join();
-        }
-        Joined { failure, writer }
+        self.sink_bell.ring();
+        let written = self
+            .sink
+            .and_then(|(name, h)| h.join().map_err(|_| name).transpose());
+        Joined { failure, written }
     }
 }
 

@@ -57,7 +57,7 @@ pub fn served_queues(w: usize, workers: usize, queues: usize) -> Vec<usize> {
 pub enum Next {
     /// Back to the pool: count only.
     Recycle,
-    /// To the file writer.
+    /// To the sink (the file writer or the forwarder).
     Write(Arc<ArrayQueue<Chunk>>),
 }
 
@@ -121,7 +121,7 @@ pub struct Worker {
     pub captures_done: Arc<AtomicBool>,
     /// Rung when a chunk arrives in a served queue.
     pub bell: Arc<Doorbell>,
-    /// The file writer's bell.
+    /// The sink's bell.
     pub writer_bell: Arc<Doorbell>,
 }
 
@@ -162,7 +162,7 @@ impl Worker {
         self.stage.run(&chunk);
         match &self.next {
             Next::Recycle => self.pools[chunk.home].recycle(chunk),
-            // Cannot fail: the writer queue has room for every chunk of every pool.
+            // Cannot fail: the sink's queue has room for every chunk of every pool.
             Next::Write(q) => {
                 let _ = q.push(chunk);
                 self.writer_bell.ring();

@@ -409,6 +409,7 @@ mod tests {
     use crate::capture::pool::PoolSize;
     use crate::capture::rotate::{RotateSpec, Rotation};
     use crate::capture::savefile::{FileSpec, Fsync};
+    use crate::capture::testsink::Shared;
     use poolcap_format::FileFormat;
 
     fn chunk(pool: &Pool, seq: u64, ts: &[u64]) -> Chunk {
@@ -419,23 +420,6 @@ mod tests {
         }
         c
     }
-
-    /// A file the test can read after the writer is done with it.
-    #[derive(Clone, Default)]
-    struct Shared(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Shared {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl poolcap_format::Output for Shared {}
 
     /// Two queues' chunks, arriving out of sequence, written with `records` room (or
     /// without) and `-c limit`: the timestamps in the file, and what the writer reported.
@@ -509,7 +493,7 @@ mod tests {
             "every chunk went home"
         );
         let files = match rotation {
-            None => vec![file.0.lock().unwrap().clone()],
+            None => vec![file.bytes()],
             Some(r) => r
                 .files_made()
                 .iter()

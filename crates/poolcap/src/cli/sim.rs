@@ -361,31 +361,7 @@ fn run_sweep(s: SweepArgs) -> anyhow::Result<()> {
     let threads = s.threads.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
-    let (name, jobs, title, x_label, log_x) = match s.what {
-        SweepKind::Queues => {
-            let counts = s
-                .queue_counts
-                .clone()
-                .unwrap_or_else(|| sweep::QUEUE_COUNTS.to_vec());
-            (
-                "sweep-queues",
-                sweep::queues_jobs(&base, &policies, &counts, s.seeds),
-                "Drop rate vs receive queues (one buddy group)",
-                "receive queues (log scale)",
-                true,
-            )
-        }
-        SweepKind::Threshold => {
-            let counts = s.queue_counts.clone().unwrap_or_else(|| vec![4, 5, 6]);
-            (
-                "sweep-threshold",
-                sweep::threshold_jobs(&base, &s.thresholds, &counts, s.seeds),
-                "Drop rate vs offload threshold T",
-                "buddy threshold T (% of R)",
-                false,
-            )
-        }
-    };
+    let (name, jobs, title, x_label, log_x) = sweep_jobs(&s, &base, &policies);
     let t0 = Instant::now();
     let rows = sweep::run_jobs(&jobs, threads).map_err(usage)?;
     let wall = t0.elapsed().as_secs_f64();
@@ -420,6 +396,39 @@ fn run_sweep(s: SweepArgs) -> anyhow::Result<()> {
         written.png.display()
     );
     Ok(())
+}
+
+/// The sweep's name, its runs, and its chart's title, x label and whether x is logarithmic.
+fn sweep_jobs(
+    s: &SweepArgs,
+    base: &Config,
+    policies: &[PolicySpec],
+) -> (&'static str, Vec<Job>, &'static str, &'static str, bool) {
+    match s.what {
+        SweepKind::Queues => {
+            let counts = s
+                .queue_counts
+                .clone()
+                .unwrap_or_else(|| sweep::QUEUE_COUNTS.to_vec());
+            (
+                "sweep-queues",
+                sweep::queues_jobs(base, policies, &counts, s.seeds),
+                "Drop rate vs receive queues (one buddy group)",
+                "receive queues (log scale)",
+                true,
+            )
+        }
+        SweepKind::Threshold => {
+            let counts = s.queue_counts.clone().unwrap_or_else(|| vec![4, 5, 6]);
+            (
+                "sweep-threshold",
+                sweep::threshold_jobs(base, &s.thresholds, &counts, s.seeds),
+                "Drop rate vs offload threshold T",
+                "buddy threshold T (% of R)",
+                false,
+            )
+        }
+    }
 }
 
 /// A table: one line per series, one column per x, mean drop rate in percent.

@@ -1,5 +1,8 @@
 //! The discrete-event loop: receive queues, kernel rings, capture threads, pools, capture
-//! queues and workers in virtual time, driven by the engine's own [`Policy`] objects.
+//! queues and workers in virtual time. Each capture thread's decisions (pause and resume,
+//! where a sealed chunk goes, when a partly filled chunk is sealed) are made by the
+//! engine's own [`Loop`] with the engine's own policies, so the simulator cannot drift
+//! from the capture thread it models.
 //!
 //! Why event-driven: time jumps from one packet arrival, chunk completion or seal timeout to
 //! the next, so a second of 2 Mpps costs about 2 M heap operations whatever the clock
@@ -9,10 +12,15 @@
 //! - the capture thread is infinitely fast: an arriving packet goes straight into the open
 //!   chunk, taken from q's pool when the first packet needs it; with no free chunk the
 //!   packet is `dropped_pool`;
-//! - unless the policy says `pause`: then packets wait in the kernel ring (K packets; beyond
-//!   that `dropped_kernel`), and are taken in order as soon as the pause ends;
-//! - a chunk is sealed when it holds M packets, or `seal_after` after its first packet; at
-//!   seal time `policy.route(q, backlogs, R)` names the capture queue it joins;
+//! - unless the loop says hold ([`Step::Hold`], a congestion pause): then the open chunk
+//!   is sealed at once, as the engine does, packets wait in the kernel ring (K packets;
+//!   beyond that `dropped_kernel`), and are taken in order as soon as the pause ends;
+//! - a chunk is sealed when it holds M packets, or when the loop finds it open for
+//!   `seal_after` (it looks at that instant after the chunk's first packet); at seal time
+//!   the loop's route names the capture queue it joins;
+//! - the kernel does not announce its next batch (as AF_XDP), so the loop never holds
+//!   packets in the kernel for want of a free chunk: with no free chunk a packet is
+//!   `dropped_pool`;
 //! - worker w serves capture queue w in FIFO order, a chunk taking (packets x cost of w);
 //!   the finished chunk goes back to its home pool, whoever processed it;
 //! - when the traffic ends, the run goes on until every buffered packet is processed; the
@@ -29,7 +37,18 @@ use std::collections::{BinaryHeap, VecDeque};
 use super::arrivals::{queue_flows, queue_rates, Generator};
 use super::model::Config;
 use super::report::{QueueReport, Report};
-use crate::capture::policy::{group_of, Policy};
+use std::time::Duration;
+
+use crate::capture::decide::{self, Look, Loop, Pause, Quiet, Step};
+use crate::capture::policy::group_of;
+use crate::capture::pool::PoolSize;
+use crate::capture::queue::WaitStrategy;
+
+/// Virtual time as the loop's clock, rounded up, so a chunk opened at `t` (rounded down) is
+/// found `seal_after` old exactly `seal_after` later.
+fn clock(ns: f64) -> Duration {
+    Duration::from_nanos(ns.ceil() as u64)
+}
 
 #[derive(Debug, Clone, Copy)]
 enum What {
@@ -74,12 +93,15 @@ struct Sealed {
 struct Open {
     id: u64,
     packets: usize,
+    /// When its first packet came, ns.
+    since: f64,
 }
 
 #[derive(Debug)]
 struct Queue {
     gen: Generator,
-    policy: Box<dyn Policy>,
+    /// The capture thread's decisions, with the queue's policy.
+    decide: Loop,
     cost_ns: f64,
     /// Packets waiting in the kernel ring.
     kernel: usize,
@@ -92,6 +114,30 @@ struct Queue {
     paused: bool,
     paused_since: f64,
     stats: QueueReport,
+}
+
+/// Queue q's capture thread decisions: the engine's loop, over a source that does not
+/// announce its batches and has no visibility delay, with the queue's policy.
+fn capture_loop(cfg: &Config, q: usize, groups: &[Vec<usize>]) -> Loop {
+    let setup = decide::Setup {
+        queue: q,
+        pool: PoolSize {
+            cells: cfg.cells.max(1),
+            chunks: cfg.chunks,
+            cell_size: 0,
+        },
+        in_place: false,
+        wait: WaitStrategy::Poll,
+        seal_after: Duration::from_nanos(cfg.seal_after_ns as u64),
+        visibility_delay: Duration::ZERO,
+        coalesce: Duration::ZERO,
+        merged: false,
+    };
+    Loop::new(
+        setup,
+        cfg.policy.build(&group_of(groups, q)),
+        Duration::ZERO,
+    )
 }
 
 /// A simulation in progress.
@@ -125,7 +171,7 @@ impl Engine {
         let queues: Vec<Queue> = (0..n)
             .map(|q| Queue {
                 gen: Generator::new(&cfg.arrivals.shape, &flows[q], cfg.seed, q),
-                policy: cfg.policy.build(&group_of(&groups, q)),
+                decide: capture_loop(cfg, q, &groups),
                 cost_ns: cfg.cost_of(q),
                 kernel: 0,
                 free: cfg.chunks,
@@ -210,11 +256,23 @@ impl Engine {
             }
             What::Done(w) => self.done(w),
             What::Seal(q, id) => {
-                if self.queues[q]
-                    .open
-                    .is_some_and(|o| o.id == id && o.packets > 0)
-                {
-                    self.seal(q);
+                if let Some(o) = self.queues[q].open.filter(|o| o.id == id) {
+                    let quiet = Quiet {
+                        stop: false,
+                        open_len: o.packets,
+                        open_since: Duration::from_nanos(o.since as u64),
+                        exhausted: false,
+                        frames_out: false,
+                        link_down: false,
+                        needs_wakeup: false,
+                    };
+                    if self.queues[q]
+                        .decide
+                        .quiet(clock(self.now), &quiet)
+                        .seal_open
+                    {
+                        self.seal(q);
+                    }
                 }
             }
         }
@@ -226,22 +284,40 @@ impl Engine {
         true
     }
 
-    /// Asks q's policy whether to pause now, and books the transitions.
+    /// Asks q's loop whether to take packets now, books the pause's transitions, and seals
+    /// the open chunk when the loop holds; true when it holds.
     fn update_pause(&mut self, q: usize) -> bool {
-        let p = !self.stopping && self.queues[q].policy.pause(q, &self.backlogs, self.chunks);
+        let s = &self.queues[q];
+        let look = Look {
+            stop: self.stopping,
+            budget_spent: false,
+            backlogs: &self.backlogs,
+            next_batch: None,
+            open: s.open.map(|o| o.packets),
+            free_chunks: s.free,
+        };
+        let begin = self.queues[q].decide.begin(clock(self.now), &look);
         let now = self.now;
         let s = &mut self.queues[q];
-        if p && !s.paused {
-            s.paused = true;
-            s.paused_since = now;
-            s.stats.pause_onsets += 1;
-            s.stats.min_free_at_pause =
-                Some(s.stats.min_free_at_pause.map_or(s.free, |m| m.min(s.free)));
-        } else if !p && s.paused {
-            s.paused = false;
-            s.stats.paused_ns += now - s.paused_since;
+        match begin.pause {
+            Pause::Began => {
+                s.paused = true;
+                s.paused_since = now;
+                s.stats.pause_onsets += 1;
+                s.stats.min_free_at_pause =
+                    Some(s.stats.min_free_at_pause.map_or(s.free, |m| m.min(s.free)));
+            }
+            Pause::Ended(_) => {
+                s.paused = false;
+                s.stats.paused_ns += now - s.paused_since;
+            }
+            Pause::Same => {}
         }
-        p
+        let hold = matches!(begin.step, Step::Hold(_));
+        if hold && s.open.is_some_and(|o| o.packets > 0) {
+            self.seal(q);
+        }
+        hold
     }
 
     /// Takes packets from q's kernel ring while the policy lets it.
@@ -287,7 +363,11 @@ impl Engine {
                 s.stats.peak_in_use = s.stats.peak_in_use.max(self.chunks - s.free);
                 self.next_chunk += 1;
                 let id = self.next_chunk;
-                let o = s.open.insert(Open { id, packets: 0 });
+                let o = s.open.insert(Open {
+                    id,
+                    packets: 0,
+                    since: self.now,
+                });
                 if self.cells > 1 {
                     let t = self.now + self.seal_after_ns;
                     self.seq += 1;
@@ -316,7 +396,7 @@ impl Engine {
             return;
         };
         let n = self.queues.len();
-        let mut target = self.queues[q].policy.route(q, &self.backlogs, self.chunks);
+        let mut target = self.queues[q].decide.route(&self.backlogs);
         if target >= n {
             target = q;
         }

@@ -3,10 +3,12 @@
 //! Why a simulator: the lab machines have two cores, so the questions the WireCAP paper
 //! asks with 4 to 6 queues (Figures 11 and 12: loss against the number of queues and against
 //! the offload threshold T), and what happens at 16 or 64 queues, cannot be measured here.
-//! The simulator drives the very [`Policy`](crate::capture::policy::Policy) objects the
-//! engine uses, built from the same [`PolicySpec`](crate::capture::policy::PolicySpec), with
-//! a model of the data path in which only the things the policies decide differ from
-//! reality: packets, chunks, pools, capture queues and workers with a per-packet cost.
+//! The simulator drives the capture thread's own decisions,
+//! [`decide::Loop`](crate::capture::decide::Loop), with the very
+//! [`Policy`](crate::capture::policy::Policy) objects the engine uses, built from the same
+//! [`PolicySpec`](crate::capture::policy::PolicySpec), in a model of the data path in
+//! which only the things the loop decides differ from reality: packets, chunks, pools,
+//! capture queues and workers with a per-packet cost.
 //!
 //! - [`model`]: the configuration of a run and the default regime;
 //! - [`arrivals`]: per-queue arrival processes (constant, Poisson, on/off, Zipf flows);

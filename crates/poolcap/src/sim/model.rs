@@ -191,6 +191,12 @@ impl Config {
         if !(self.seal_after_ns.is_finite() && self.seal_after_ns > 0.0) {
             return Err("the seal timeout must be positive".into());
         }
+        self.validate_traffic()?;
+        self.validate_groups()
+    }
+
+    /// Checks the offered traffic.
+    fn validate_traffic(&self) -> Result<(), String> {
         if let Split::PerQueue(r) = &self.arrivals.split {
             if r.len() != self.queues {
                 return Err(format!(
@@ -227,6 +233,11 @@ impl Config {
                 return Err("bursty flows need 0 < duty <= 1 and a positive ON period".into());
             }
         }
+        Ok(())
+    }
+
+    /// Checks the buddy groups: every member a queue, none twice.
+    fn validate_groups(&self) -> Result<(), String> {
         if let Some(groups) = &self.groups {
             let mut seen = vec![false; self.queues];
             for &q in groups.iter().flatten() {
