@@ -54,8 +54,11 @@ pub struct ForwardArgs {
     /// Synthetic analysis load: x-loop iterations per frame.
     #[arg(long, default_value_t = 0)]
     load: u32,
-    /// Pool per queue as M,R: R chunks of M packet cells.
-    #[arg(long, default_value = "256,64", value_parser = parse_pool)]
+    /// Pool per queue as M,R: R chunks of M packet cells. Forwarding hands a chunk on as
+    /// soon as the ring is empty (latency), so at moderate rates chunks leave part full:
+    /// more, smaller chunks than capture's 256,64 (the same cells) keep the pool's time
+    /// buffer long enough to ride out a busy CPU.
+    #[arg(long, default_value = "64,256", value_parser = parse_pool)]
     pool: (usize, usize),
     /// Offload policy: basic, buddy:T or congestion:HIGH,LOW (as for capture; frames still
     /// leave in their queue's order).
