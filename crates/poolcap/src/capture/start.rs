@@ -137,6 +137,7 @@ pub(super) fn open_output(
         compress: cfg.compress,
         fsync: cfg.files.fsync,
         post_rotate: cfg.files.post_rotate.clone(),
+        direct: cfg.files.direct,
     };
     let stream = match target {
         Output::Stdout => Box::new(std::io::stdout()),
@@ -366,7 +367,7 @@ impl Started<'_> {
             limit: self.cfg.count,
             stop: Arc::clone(&threads.stop),
             bell: Arc::clone(&self.plan.writer_bell),
-            batch_bytes: writer::BATCH_BYTES,
+            batch_bytes: writer::batch_bytes(self.cfg.files.direct),
             failed: Arc::clone(&self.plan.write_failed),
         };
         let counters = Arc::clone(&self.plan.counters);
