@@ -368,6 +368,7 @@ impl Started<'_> {
             stop: Arc::clone(&threads.stop),
             bell: Arc::clone(&self.plan.writer_bell),
             batch_bytes: writer::batch_bytes(self.cfg.files.direct),
+            min_write: writer::min_write(self.cfg.files.direct),
             failed: Arc::clone(&self.plan.write_failed),
         };
         let counters = Arc::clone(&self.plan.counters);

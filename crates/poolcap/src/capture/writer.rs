@@ -28,7 +28,7 @@ use std::io::IoSlice;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
 use poolcap_format::{IfStats, Output, WriteError};
@@ -65,6 +65,26 @@ pub fn batch_bytes(direct: bool) -> usize {
     }
 }
 
+/// Bytes a batch gathers before it is written, with or without `--direct`. A buffered write
+/// goes as soon as the writer has caught up (each round). A direct write has a fixed cost
+/// and is padded to a whole block, so small ones cost CPU and file size (at 64-byte frames,
+/// one write per chunk padded 8% of the file): it waits for half a batch, unless it holds
+/// [`HOLD_CHUNKS_SHARE`] of a pool or is [`HOLD_TIME`] old.
+pub fn min_write(direct: bool) -> usize {
+    if direct {
+        DIRECT_BATCH_BYTES / 2
+    } else {
+        0
+    }
+}
+
+/// A batch smaller than `min_write` is written anyway once one queue's chunks waiting for it
+/// are this share (1/N) of its pool, so the pool keeps room.
+const HOLD_CHUNKS_SHARE: usize = 4;
+
+/// ... or once its first record is this old (plus the writer's idle wait at most).
+const HOLD_TIME: Duration = Duration::from_millis(50);
+
 #[derive(Debug, Default)]
 struct QueueState {
     next_seq: u64,
@@ -94,6 +114,8 @@ struct Batch {
     spans: Vec<Span>,
     bytes: usize,
     packets: u64,
+    /// When its first record was added.
+    since: Option<Instant>,
 }
 
 /// Records `bytes` of chunk `ready[chunk]` of queue `queue`.
@@ -112,11 +134,16 @@ impl Batch {
             Some(s) if s.queue == queue && s.chunk == chunk && s.bytes.end == bytes.start => {
                 s.bytes.end = bytes.end;
             }
-            _ => self.spans.push(Span {
-                queue,
-                chunk,
-                bytes,
-            }),
+            _ => {
+                if self.spans.is_empty() {
+                    self.since = Some(Instant::now());
+                }
+                self.spans.push(Span {
+                    queue,
+                    chunk,
+                    bytes,
+                });
+            }
         }
     }
 
@@ -126,7 +153,7 @@ impl Batch {
 
     fn clear(&mut self) {
         self.spans.clear();
-        (self.bytes, self.packets) = (0, 0);
+        (self.bytes, self.packets, self.since) = (0, 0, None);
     }
 }
 
@@ -172,8 +199,10 @@ pub struct FileWriter {
     pub stop: Arc<AtomicBool>,
     /// Rung when a chunk arrives.
     pub bell: Arc<Doorbell>,
-    /// Bytes of records per write ([`BATCH_BYTES`]).
+    /// Bytes of records per write ([`batch_bytes`]).
     pub batch_bytes: usize,
+    /// Bytes a batch gathers before it is written ([`min_write`]).
+    pub min_write: usize,
     /// Set, once, to the first write error's message as soon as it happens.
     pub failed: Arc<OnceLock<String>>,
 }
@@ -249,8 +278,10 @@ impl FileWriter {
                     }
                 }
             }
-            if let Err(e) = self.write_batch(&mut queues, &mut batch) {
-                error.get_or_insert_with(|| self.failure(&e));
+            if last_round || self.write_due(&queues, &batch) {
+                if let Err(e) = self.write_batch(&mut queues, &mut batch) {
+                    error.get_or_insert_with(|| self.failure(&e));
+                }
             }
             if last_round
                 && queues
@@ -377,6 +408,16 @@ impl FileWriter {
         batch.clear();
         self.send_home(queues);
         written
+    }
+
+    /// Whether the batch so far should be written now (see [`min_write`]).
+    fn write_due(&self, queues: &[QueueState], batch: &Batch) -> bool {
+        batch.bytes >= self.min_write
+            || batch.since.is_some_and(|t| t.elapsed() >= HOLD_TIME)
+            || queues
+                .iter()
+                .zip(self.pools.iter())
+                .any(|(q, p)| q.head * HOLD_CHUNKS_SHARE >= p.size().chunks)
     }
 
     /// Sends home the chunks that are done with (no batch may point into them).
@@ -514,6 +555,7 @@ mod tests {
             stop: Arc::new(AtomicBool::new(false)),
             bell: Arc::default(),
             batch_bytes: 40, // one or two records
+            min_write: 0,
             failed: Arc::default(),
         };
         let outcome = w.run(|| IfStats {
@@ -692,6 +734,7 @@ mod tests {
             stop: Arc::new(AtomicBool::new(false)),
             bell: Arc::default(),
             batch_bytes: 40, // one or two records
+            min_write: 0,
             failed: Arc::default(),
         };
         let mut qs = vec![QueueState::default(), QueueState::default()];

@@ -87,6 +87,16 @@ impl Output {
     }
 }
 
+/// poolcap writing pcapng with `--direct` (O_DIRECT), beside its default buffered writes.
+fn direct_subject() -> Subject {
+    let mut s = subject(Tool::Poolcap, Output::Pcapng);
+    if let Some(spec) = s.capture.as_mut() {
+        spec.direct = true;
+    }
+    s.name = "poolcap --direct".into();
+    s
+}
+
 /// `tool` writing its file `out`, with the suite's equal memory.
 fn subject(tool: Tool, out: Output) -> Subject {
     let buffer = if tool == Tool::Poolcap {
@@ -165,11 +175,11 @@ fn point(size: Size, rate: Option<u64>, out: Output, rps: bool, scale: Scale) ->
     } else {
         out.tools()
     };
-    let mut p = Point::new(
-        id,
-        size.traffic(rate, scale),
-        tools.iter().map(|&t| subject(t, out)).collect(),
-    );
+    let mut subjects: Vec<Subject> = tools.iter().map(|&t| subject(t, out)).collect();
+    if out == Output::Pcapng && scale != Scale::Smoke {
+        subjects.insert(1, direct_subject());
+    }
+    let mut p = Point::new(id, size.traffic(rate, scale), subjects);
     p.rps = Some(rps);
     p
 }
@@ -210,9 +220,12 @@ pub fn plan(scale: Scale, cal: &Calibration) -> Plan {
                 &[Size::Bytes(1514)],
                 &[Size::Bytes(64), Size::Bytes(1514)],
             );
-            for &size in other.iter().filter(|_| scale == Scale::Full || !rps) {
+            for &size in other {
+                // Quick: pcapng (where --direct is) with rps on too, zstd with rps off only.
                 for out in [Output::Pcapng, Output::Zstd1] {
-                    v.push(point(size, None, out, rps, scale));
+                    if scale == Scale::Full || !rps || out == Output::Pcapng {
+                        v.push(point(size, None, out, rps, scale));
+                    }
                 }
             }
         }
@@ -512,7 +525,10 @@ mod tests {
         assert_eq!(PEER_KIB, 36 * 1024);
         let ng = q.iter().find(|p| p.id.contains("pcapng")).unwrap();
         let names: Vec<&str> = ng.subjects.iter().map(|s| s.name.as_str()).collect();
-        assert_eq!(names, ["poolcap", "dumpcap"]);
+        assert_eq!(names, ["poolcap", "poolcap --direct", "dumpcap"]);
+        let direct = |s: &Subject| s.capture.as_ref().unwrap().direct;
+        assert_eq!(ng.subjects.iter().filter(|s| direct(s)).count(), 1);
+        assert!(q.iter().any(|p| p.id == "1514B top pcapng rps on"));
         assert!(ng
             .subjects
             .iter()
