@@ -19,7 +19,9 @@
 //! the kernel is copying a batch into the page cache stops the copy between two pages
 //! (`generic_perform_write` checks `fatal_signal_pending`), which leaves part of a batch.
 //! The writer spends a small share of its time in that copy, so this is rare, but a
-//! reader must still be ready for a short last record after a `kill -9`.
+//! reader must still be ready for a short last record after a `kill -9`. With `--direct`
+//! there is no such copy: a direct write lands in whole aligned blocks, each write ending
+//! with its own padding block (see `poolcap_format::DirectFile`).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

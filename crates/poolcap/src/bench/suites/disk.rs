@@ -34,7 +34,8 @@ pub const INTRO: &str = "Issue 13 (points 5 and 6): writing every packet to disk
 front of the disk (poolcap's pool plus kernel ring against the peers' kernel buffer), over \
 64, 512, 1514-byte and imix frames at top speed and at fixed rates, with rps off and on, as \
 pcap and as pcapng (against dumpcap, the one peer that writes pcapng), and compressed with \
-zstd level 1 (against `tcpdump -w - | zstd -1`). Full runs send at least 2M frames of 1514 B \
+zstd level 1 (against `tcpdump -w - | zstd -1`); at the pcapng points poolcap also writes \
+with `--direct` (O_DIRECT, past the page cache). Full runs send at least 2M frames of 1514 B \
 per run so the page cache cannot hide the disk, and one point writes over 20 GB, whose \
 sustained MB/s is read against the device's own limit (`dd oflag=direct`, same run). Read: \
 loss (captured = packets found in the file), CPU per packet, the sender's rate while the \
