@@ -20,8 +20,10 @@
 //! never panics on malformed input and reports how many good packets preceded a problem.
 #![forbid(unsafe_code)]
 
+pub mod direct;
 pub mod read;
 pub mod write;
 
+pub use direct::DirectFile;
 pub use read::{read_bytes, read_file, CaptureFile, ReadError, RecordedPacket};
 pub use write::{CaptureWriter, FileFormat, IfStats, Output, UnknownFormat, WriteError};

@@ -21,12 +21,17 @@ pub enum Existing {
 /// Opens `path` for writing, creating it (mode 0644 before umask), never through a symbolic
 /// link.
 pub fn create(path: &Path, existing: Existing) -> io::Result<File> {
+    create_with(path, existing, 0)
+}
+
+/// [`create`] with more open flags (`O_DIRECT`).
+pub fn create_with(path: &Path, existing: Existing, flags: i32) -> io::Result<File> {
     OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(existing == Existing::Truncate)
         .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(libc::O_NOFOLLOW | flags)
         .open(path)
         .map_err(|e| {
             if e.raw_os_error() == Some(libc::ELOOP) {

@@ -102,6 +102,9 @@ pub struct CaptureSpec {
     /// poolcap only, when writing: rotate files as tcpdump's `-C MB -W FILES`.
     #[serde(default)]
     pub rotate: Option<(u64, u32)>,
+    /// poolcap only, when writing pcapng: `--direct` (O_DIRECT writes).
+    #[serde(default)]
+    pub direct: bool,
 }
 
 impl CaptureSpec {
@@ -127,6 +130,7 @@ impl CaptureSpec {
             cpus: None,
             taskset: None,
             rotate: None,
+            direct: false,
         }
     }
 
@@ -273,6 +277,9 @@ impl Tool {
                 }
                 if let (Some((mb, files)), true) = (spec.rotate, spec.write) {
                     push(&["-C", &mb.to_string(), "-W", &files.to_string()]);
+                }
+                if spec.direct && spec.write {
+                    push(&["--direct"]);
                 }
                 if let Some(s) = &snaplen {
                     push(&["-s", s]);

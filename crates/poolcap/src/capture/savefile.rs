@@ -19,14 +19,16 @@
 //! the kernel is copying a batch into the page cache stops the copy between two pages
 //! (`generic_perform_write` checks `fatal_signal_pending`), which leaves part of a batch.
 //! The writer spends a small share of its time in that copy, so this is rare, but a
-//! reader must still be ready for a short last record after a `kill -9`.
+//! reader must still be ready for a short last record after a `kill -9`. With `--direct`
+//! there is no such copy: a direct write lands in whole aligned blocks, each write ending
+//! with its own padding block (see `poolcap_format::DirectFile`).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use poolcap_format::{CaptureWriter, FileFormat, IfStats, WriteError};
+use poolcap_format::{CaptureWriter, DirectFile, FileFormat, IfStats, WriteError};
 
 use super::compress::{Compressed, Compression};
 use super::rotate::{Next, Rotation};
@@ -71,6 +73,8 @@ pub struct FileOptions {
     pub post_rotate: Option<OsString>,
     /// `--fsync`.
     pub fsync: Fsync,
+    /// `--direct`: pcapng files written with `O_DIRECT` (see [`poolcap_format::DirectFile`]).
+    pub direct: bool,
 }
 
 /// How new files of the set are made.
@@ -88,14 +92,31 @@ pub struct FileSpec {
     pub fsync: Fsync,
     /// `-z`: run `COMMAND FILE` on each closed file.
     pub post_rotate: Option<OsString>,
+    /// Write with `O_DIRECT` (uncompressed pcapng only; see [`poolcap_format::DirectFile`]).
+    pub direct: bool,
 }
 
 impl FileSpec {
     /// Creates (truncates) `path` and writes its header.
     pub fn open(&self, path: &Path) -> Result<CaptureWriter<BoxedOutput>, WriteError> {
         let io = |source| WriteError::Io { source, packets: 0 };
-        let file: BoxedOutput =
-            Box::new(crate::outfile::create(path, crate::outfile::Existing::Truncate).map_err(io)?);
+        let existing = crate::outfile::Existing::Truncate;
+        let file: BoxedOutput = if self.direct {
+            let file =
+                crate::outfile::create_with(path, existing, libc::O_DIRECT).map_err(|e| {
+                    io(if e.raw_os_error() == Some(libc::EINVAL) {
+                        std::io::Error::new(
+                            e.kind(),
+                            "--direct: this file system does not take direct I/O (O_DIRECT)",
+                        )
+                    } else {
+                        e
+                    })
+                })?;
+            Box::new(DirectFile::new(file, super::writer::DIRECT_BATCH_BYTES))
+        } else {
+            Box::new(crate::outfile::create(path, existing).map_err(io)?)
+        };
         self.start(file)
     }
 
@@ -363,6 +384,7 @@ mod tests {
             compress: None,
             fsync: Fsync::Rotate,
             post_rotate: post.map(OsString::from),
+            direct: false,
         }
     }
 

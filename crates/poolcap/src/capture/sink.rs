@@ -98,7 +98,12 @@ impl SinkSpec {
 
 /// Writes chunks into capture files, merging the queues in timestamp order.
 #[derive(Debug)]
-pub struct FileSink(pub Savefiles);
+pub struct FileSink {
+    /// The files.
+    pub out: Savefiles,
+    /// Written with O_DIRECT (`--direct`): larger, aligned writes.
+    pub direct: bool,
+}
 
 impl Sink for FileSink {
     fn name(&self) -> &'static str {
@@ -111,7 +116,7 @@ impl Sink for FileSink {
 
     fn run(self: Box<Self>, io: SinkIo) -> Option<WriterOutcome> {
         let fw = FileWriter {
-            out: self.0,
+            out: self.out,
             input: io.input,
             pools: io.pools,
             progress: io.progress,
@@ -119,7 +124,8 @@ impl Sink for FileSink {
             limit: io.limit,
             stop: io.stop,
             bell: io.bell,
-            batch_bytes: writer::BATCH_BYTES,
+            batch_bytes: writer::batch_bytes(self.direct),
+            min_write: writer::min_write(self.direct),
             failed: io.failed,
         };
         let counters = io.counters;
@@ -133,7 +139,7 @@ impl Sink for FileSink {
 pub struct ForwardSink {
     setup: ForwardSetup,
     counters: AllForwardCounters,
-    write: Option<Savefiles>,
+    write: Option<FileSink>,
 }
 
 impl ForwardSink {
@@ -142,7 +148,7 @@ impl ForwardSink {
     pub fn new(
         setup: ForwardSetup,
         queues: usize,
-        write: Option<Savefiles>,
+        write: Option<FileSink>,
     ) -> (Self, AllForwardCounters) {
         let counters: AllForwardCounters =
             Arc::new((0..queues).map(|_| Default::default()).collect());
@@ -167,7 +173,7 @@ impl Sink for ForwardSink {
 
     fn run(self: Box<Self>, io: SinkIo) -> Option<WriterOutcome> {
         let this = *self;
-        let Some(out) = this.write else {
+        let Some(file) = this.write else {
             forwarder(this.setup, this.counters, io, None).run();
             return None;
         };
@@ -188,7 +194,7 @@ impl Sink for ForwardSink {
         let failed = Arc::clone(&io.failed);
         let writer = std::thread::Builder::new()
             .name("writer".into())
-            .spawn(move || Box::new(FileSink(out)).run(writer_io));
+            .spawn(move || Box::new(file).run(writer_io));
         match writer {
             Ok(writer) => {
                 forwarder(this.setup, this.counters, io, Some(feed)).run();

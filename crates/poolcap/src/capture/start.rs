@@ -195,7 +195,10 @@ pub(super) fn open_sink(
 ) -> Result<OpenedSink, CaptureError> {
     Ok(match spec {
         SinkSpec::File(target, format) => OpenedSink {
-            sink: Box::new(FileSink(open_output(cfg, target, format)?)),
+            sink: Box::new(FileSink {
+                out: open_output(cfg, target, format)?,
+                direct: cfg.files.direct,
+            }),
             forward_counters: None,
             tx_path: None,
         },
@@ -205,7 +208,12 @@ pub(super) fn open_sink(
             }
             let tx_path = Some(setup.path());
             let write = write
-                .map(|(target, format)| open_output(cfg, target, format))
+                .map(|(target, format)| {
+                    Ok::<_, CaptureError>(FileSink {
+                        out: open_output(cfg, target, format)?,
+                        direct: cfg.files.direct,
+                    })
+                })
                 .transpose()?;
             let (sink, counters) = ForwardSink::new(setup, q, write);
             OpenedSink {
@@ -230,6 +238,7 @@ fn open_output(
         compress: cfg.compress,
         fsync: cfg.files.fsync,
         post_rotate: cfg.files.post_rotate.clone(),
+        direct: cfg.files.direct,
     };
     let stream = match target {
         Output::Stdout => Box::new(std::io::stdout()),

@@ -153,6 +153,11 @@ pub struct CaptureArgs {
     /// is closed) or interval:MS (also every MS milliseconds).
     #[arg(long, default_value = "never")]
     fsync: Fsync,
+    /// Write pcapng files with direct I/O (O_DIRECT), past the page cache: far less CPU per
+    /// byte; each write batch is padded to 4 KiB with a block readers skip. Not with pcap,
+    /// --compress or -w -.
+    #[arg(long)]
+    direct: bool,
     /// Capture backend: af_packet (TPACKET_V3 fanout, works everywhere, leaves the host
     /// stack alone), af_xdp (the UMEM is the pool; takes the frames away from the host stack;
     /// needs native XDP) or auto (af_xdp where it works, af_packet otherwise).
@@ -228,10 +233,21 @@ fn file_options(a: &CaptureArgs) -> anyhow::Result<FileOptions> {
     if a.fsync != Fsync::Never && !to_file {
         return Err(usage("--fsync needs -w FILE (not -)"));
     }
+    if a.direct {
+        if !to_file {
+            return Err(usage("--direct needs -w FILE (not -)"));
+        }
+        if a.format != FileFormat::Pcapng || a.compress.is_some() {
+            return Err(usage(
+                "--direct writes uncompressed pcapng only (pcap has no block to pad a write with)",
+            ));
+        }
+    }
     Ok(FileOptions {
         rotate,
         post_rotate: a.post_rotate.clone(),
         fsync: a.fsync,
+        direct: a.direct,
     })
 }
 

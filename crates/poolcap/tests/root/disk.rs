@@ -1,5 +1,5 @@
-//! The write path in a lab: rotation (`-C -G -W -z`), files after `kill -9`, and compressed
-//! files on a full disk. The generator numbers its frames, so the union of a capture's files
+//! The write path in a lab: rotation (`-C -G -W -z`), files after `kill -9`, compressed
+//! files on a full disk, and direct I/O (`--direct`) with one and two queues. The generator numbers its frames, so the union of a capture's files
 //! shows any frame lost or written twice across rotations; independent readers (tcpdump,
 //! capinfos, zstd/gzip decoders) check that every file stands alone.
 
@@ -35,8 +35,19 @@ pub fn trials() -> Vec<Trial> {
             compressed_full_disk_reports_what_decompresses,
         ),
         t("file_flags_reject_bad_input", file_flags_reject_bad_input),
+        t(
+            "direct_rotation_one_and_two_queues_writes_every_frame_once",
+            direct_rotation_one_and_two_queues_writes_every_frame_once,
+        ),
+        t(
+            "direct_full_disk_keeps_whole_batches",
+            direct_full_disk_keeps_whole_batches,
+        ),
     ]
 }
+
+/// Every file written with `--direct` is a whole number of these.
+const DIRECT_ALIGN: usize = poolcap_format::direct::ALIGN;
 
 /// Time for the last frames the generator handed to the kernel to reach the capture ring.
 const SETTLE: Duration = Duration::from_millis(300);
@@ -347,13 +358,16 @@ fn time_rotation_names_files_runs_z_and_stops_after_w() {
 }
 
 fn kill_9_leaves_whole_records() {
-    for compress in [None, Some("zstd")] {
+    for (compress, direct) in [(None, false), (Some("zstd"), false), (None, true)] {
         let lab = lab(1);
         let dir = tempdir();
         let base = dir.path().join("k.pcapng");
         let mut args = vec!["-C", "1", "-w", s(&base)];
         if let Some(c) = compress {
             args.extend(["--compress", c]);
+        }
+        if direct {
+            args.push("--direct");
         }
         let bg = capture(&lab, &args);
         std::thread::scope(|sc| {
@@ -397,6 +411,9 @@ fn kill_9_leaves_whole_records() {
                 .unwrap_or_else(|e| panic!("{compress:?} {}: {e}", f.display()));
             if compress.is_none() {
                 assert_eq!(tcpdump_reads_whole(f), file.packets.len() as u64);
+            }
+            if direct {
+                assert_eq!(plain.len() % DIRECT_ALIGN, 0, "{}", f.display());
             }
             packets.extend(file.packets.into_iter().map(|p| p.data));
         }
@@ -488,6 +505,10 @@ fn file_flags_reject_bad_input() {
         ),
         (&["--fsync", "sometimes", "-w", f], "--fsync"),
         (&["--fsync", "rotate"], "--fsync"),
+        (&["--direct"], "--direct"),
+        (&["--direct", "-w", "-"], "--direct"),
+        (&["--direct", "--format", "pcap", "-w", f], "--direct"),
+        (&["--direct", "--compress", "zstd", "-w", f], "--direct"),
     ];
     let mut problems = Vec::new();
     for (args, mention) in cases {
@@ -509,4 +530,167 @@ fn file_flags_reject_bad_input() {
         }
     }
     assert!(problems.is_empty(), "\n{}", problems.join("\n"));
+}
+
+/// `--direct` with `-C 1`, on one queue and on two merged in timestamp order: every file is
+/// whole aligned blocks that tcpdump, Wireshark's readers and poolcap read to the end, the
+/// set holds each captured frame exactly once, in time order, and the statistics blocks add
+/// up to the capture's.
+fn direct_rotation_one_and_two_queues_writes_every_frame_once() {
+    for queues in [1u16, 2] {
+        let what = format!("{queues} queue(s)");
+        let lab = lab(queues);
+        let dir = tempdir();
+        let base = dir.path().join("d.pcapng");
+        let sj = dir.path().join("d.json");
+        let qs = queues.to_string();
+        let bg = capture(
+            &lab,
+            &[
+                "--direct",
+                "--queues",
+                &qs,
+                "-C",
+                "1",
+                "-w",
+                s(&base),
+                "--stats-json",
+                s(&sj),
+            ],
+        );
+        // About 10 MB: ten 1 MB files.
+        let g = gen(
+            &lab,
+            &[
+                "--count", "10000", "--size", "1000", "--rate", "40k", "--flows", "16", "--gen-id",
+                "26",
+            ],
+        );
+        std::thread::sleep(SETTLE);
+        let (code, stderr) = bg.stop("INT");
+        assert_eq!(code, Some(0), "{what}: {stderr}");
+        let st = stats(&sj);
+        assert_eq!(
+            accounted(&st),
+            num(&g, "frames") - num(&g, "link_dropped"),
+            "{what}: {st}"
+        );
+        assert_eq!(num(&st, "written"), num(&st, "captured"), "{what}: {st}");
+        let busy = st["queues"]
+            .as_array()
+            .expect("queues")
+            .iter()
+            .filter(|q| num(q, "captured") > 0)
+            .count();
+        assert_eq!(
+            busy,
+            usize::from(queues),
+            "{what}: every queue took frames: {st}"
+        );
+        let set = files(dir.path(), "d.pcapng");
+        assert!(
+            set.len() >= 5,
+            "{what}: {} files for 10 MB at -C 1",
+            set.len()
+        );
+        let (mut packets, mut received, mut last_ts) = (Vec::new(), 0, 0);
+        for f in &set {
+            let len = std::fs::metadata(f).expect("stat").len() as usize;
+            assert_eq!(
+                len % DIRECT_ALIGN,
+                0,
+                "{what}: {}: {len} bytes",
+                f.display()
+            );
+            let file = read(f);
+            let n = file.packets.len() as u64;
+            assert_eq!(tcpdump_reads_whole(f), n, "{what}: {}", f.display());
+            assert_eq!(capinfos_count(f), n, "{what}: {}", f.display());
+            received += file.if_stats.expect("statistics block").received;
+            for p in &file.packets {
+                assert!(
+                    p.ts_ns >= last_ts,
+                    "{what}: {}: out of time order",
+                    f.display()
+                );
+                last_ts = p.ts_ns;
+            }
+            packets.extend(file.packets.into_iter().map(|p| p.data));
+        }
+        assert_eq!(tshark_count(&set[0]), read(&set[0]).packets.len() as u64);
+        let written = num(&st, "written");
+        assert_eq!(received, num(&st, "captured"), "{what}: {st}");
+        let (frames, unique, missing, dups, _) = union(&packets);
+        assert_eq!((frames, unique, dups), (written, written, 0), "{what}");
+        let mut cmd = Command::new(crate::common::bin());
+        cmd.arg("check").args(&set);
+        if num(&st, "dropped_kernel") + num(&st, "dropped_pool") == 0 {
+            assert_eq!(missing, 0, "{what}: {st}");
+            cmd.args(["--expect", "10000"]);
+        }
+        let out = cmd.output().expect("poolcap check");
+        assert!(
+            out.status.success(),
+            "{what}: poolcap check: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// `tshark -r FILE` frame count.
+fn tshark_count(file: &Path) -> u64 {
+    let out = Command::new("tshark")
+        .args(["-n", "-T", "fields", "-e", "frame.number", "-r"])
+        .arg(file)
+        .output()
+        .expect("tshark");
+    assert!(
+        out.status.success(),
+        "tshark -r {}: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout.iter().filter(|&&b| b == b'\n').count() as u64
+}
+
+/// `--direct` on a file system that fills up: one error naming the file, and the file holds
+/// exactly the packets reported written, in whole aligned batches.
+fn direct_full_disk_keeps_whole_batches() {
+    let lab = lab(1);
+    let fs = SmallFs::mount("4m");
+    let file = fs.path("f.pcapng");
+    let json = tempdir();
+    let sj = json.path().join("f.json");
+    let bg = capture(&lab, &["--direct", "-w", s(&file), "--stats-json", s(&sj)]);
+    gen(
+        &lab,
+        &[
+            "--count", "20000", "--size", "1200", "--rate", "50k", "--gen-id", "27",
+        ],
+    );
+    std::thread::sleep(SETTLE);
+    let (code, stderr) = bg.stop("INT");
+    assert_eq!(code, Some(1), "{stderr}");
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("poolcap:"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert!(
+        errors[0].contains(s(&file)) && errors[0].contains("No space left on device"),
+        "{}",
+        errors[0]
+    );
+    let st = stats(&sj);
+    let written = num(&st, "written");
+    assert!(written > 0 && num(&st, "not_written") > 0, "{st}");
+    assert_eq!(
+        written + num(&st, "not_written"),
+        num(&st, "captured"),
+        "{st}"
+    );
+    let len = std::fs::metadata(&file).expect("stat").len() as usize;
+    assert_eq!(len % DIRECT_ALIGN, 0, "{len} bytes");
+    assert_eq!(read(&file).packets.len() as u64, written, "{st}");
+    assert_eq!(tcpdump_reads_whole(&file), written, "{st}");
 }

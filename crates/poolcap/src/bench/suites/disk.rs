@@ -34,7 +34,8 @@ pub const INTRO: &str = "Issue 13 (points 5 and 6): writing every packet to disk
 front of the disk (poolcap's pool plus kernel ring against the peers' kernel buffer), over \
 64, 512, 1514-byte and imix frames at top speed and at fixed rates, with rps off and on, as \
 pcap and as pcapng (against dumpcap, the one peer that writes pcapng), and compressed with \
-zstd level 1 (against `tcpdump -w - | zstd -1`). Full runs send at least 2M frames of 1514 B \
+zstd level 1 (against `tcpdump -w - | zstd -1`); at the pcapng points poolcap also writes \
+with `--direct` (O_DIRECT, past the page cache). Full runs send at least 2M frames of 1514 B \
 per run so the page cache cannot hide the disk, and one point writes over 20 GB, whose \
 sustained MB/s is read against the device's own limit (`dd oflag=direct`, same run). Read: \
 loss (captured = packets found in the file), CPU per packet, the sender's rate while the \
@@ -85,6 +86,16 @@ impl Output {
             Output::Zstd1 => &[Tool::Poolcap, Tool::Tcpdump],
         }
     }
+}
+
+/// poolcap writing pcapng with `--direct` (O_DIRECT), beside its default buffered writes.
+fn direct_subject() -> Subject {
+    let mut s = subject(Tool::Poolcap, Output::Pcapng);
+    if let Some(spec) = s.capture.as_mut() {
+        spec.direct = true;
+    }
+    s.name = "poolcap --direct".into();
+    s
 }
 
 /// `tool` writing its file `out`, with the suite's equal memory.
@@ -165,11 +176,11 @@ fn point(size: Size, rate: Option<u64>, out: Output, rps: bool, scale: Scale) ->
     } else {
         out.tools()
     };
-    let mut p = Point::new(
-        id,
-        size.traffic(rate, scale),
-        tools.iter().map(|&t| subject(t, out)).collect(),
-    );
+    let mut subjects: Vec<Subject> = tools.iter().map(|&t| subject(t, out)).collect();
+    if out == Output::Pcapng && scale != Scale::Smoke {
+        subjects.insert(1, direct_subject());
+    }
+    let mut p = Point::new(id, size.traffic(rate, scale), subjects);
     p.rps = Some(rps);
     p
 }
@@ -210,9 +221,12 @@ pub fn plan(scale: Scale, cal: &Calibration) -> Plan {
                 &[Size::Bytes(1514)],
                 &[Size::Bytes(64), Size::Bytes(1514)],
             );
-            for &size in other.iter().filter(|_| scale == Scale::Full || !rps) {
+            for &size in other {
+                // Quick: pcapng (where --direct is) with rps on too, zstd with rps off only.
                 for out in [Output::Pcapng, Output::Zstd1] {
-                    v.push(point(size, None, out, rps, scale));
+                    if scale == Scale::Full || !rps || out == Output::Pcapng {
+                        v.push(point(size, None, out, rps, scale));
+                    }
                 }
             }
         }
@@ -512,7 +526,10 @@ mod tests {
         assert_eq!(PEER_KIB, 36 * 1024);
         let ng = q.iter().find(|p| p.id.contains("pcapng")).unwrap();
         let names: Vec<&str> = ng.subjects.iter().map(|s| s.name.as_str()).collect();
-        assert_eq!(names, ["poolcap", "dumpcap"]);
+        assert_eq!(names, ["poolcap", "poolcap --direct", "dumpcap"]);
+        let direct = |s: &Subject| s.capture.as_ref().unwrap().direct;
+        assert_eq!(ng.subjects.iter().filter(|s| direct(s)).count(), 1);
+        assert!(q.iter().any(|p| p.id == "1514B top pcapng rps on"));
         assert!(ng
             .subjects
             .iter()
