@@ -11,14 +11,14 @@ use poolcap_doctor::predict::{self, Prediction, Scenario, Tool};
 use poolcap_doctor::profile::Profile;
 use poolcap_doctor::system::{RealSystem, System};
 
-use crate::calibrate::validate::{self, Verdict};
+use crate::calibrate::validate;
 use crate::capture::compress::Compression;
 use crate::capture::CaptureConfig;
 use crate::cli::capture::parse_pool;
 use crate::cli::usage;
 use crate::flows::IMIX;
 use crate::frame::{MAX_FRAME, MIN_FRAME};
-use crate::plot::{Chart, Series};
+use crate::plot::Chart;
 use crate::units;
 
 /// Where `poolcap calibrate` saves the profile and `predict` and `capture` look for it,
@@ -264,71 +264,18 @@ fn validate(dir: &Path, profile: &Profile, note: &str) -> anyhow::Result<()> {
     if !raw.is_file() {
         return Err(usage(format!("--validate: no {}", raw.display())));
     }
-    let records = crate::bench::report::read_raw(&raw)?;
-    let rows = validate::compare(&records, profile);
+    let rows = crate::bench::report::aggregate(&crate::bench::report::read_raw(&raw)?);
+    let compared = validate::compare(&rows, profile);
     println!("{note}");
-    println!("| point | subject | runs | measured | predicted (kernel + app) | verdict |");
-    println!("|---|---|---|---|---|---|");
-    let mut csv =
-        String::from("suite,point,subject,tool,runs,measured,predicted,kernel,app,verdict\n");
-    for r in &rows {
-        println!(
-            "| {} | {} | {} | {} | {} ({} + {}) | {:?} |",
-            r.point,
-            r.subject,
-            r.runs,
-            pct(r.measured),
-            pct(r.predicted),
-            pct(r.kernel),
-            pct(r.app),
-            r.verdict
-        );
-        csv.push_str(&format!(
-            "{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:?}\n",
-            r.suite,
-            r.point,
-            r.subject,
-            r.tool,
-            r.runs,
-            r.measured,
-            r.predicted,
-            r.kernel,
-            r.app,
-            r.verdict
-        ));
-    }
-    let count = |v: Verdict| rows.iter().filter(|r| r.verdict == v).count();
-    println!(
-        "{} points: {} hits, {} misses, {} not judged (measured loss between 0 and 1%)",
-        rows.len(),
-        count(Verdict::Hit),
-        count(Verdict::Miss),
-        count(Verdict::Unjudged)
-    );
-    std::fs::write(dir.join("predict.csv"), csv)?;
-    let mut series: Vec<Series> = ["poolcap", "tcpdump", "dumpcap"]
-        .iter()
-        .map(|tool| {
-            let mut pts: Vec<(f64, f64)> = rows
-                .iter()
-                .filter(|r| r.tool == *tool)
-                .map(|r| (r.measured * 100.0, r.predicted * 100.0))
-                .collect();
-            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-            Series::new(*tool, pts)
-        })
-        .filter(|s| !s.points.is_empty())
-        .collect();
-    series.push(Series::new(
-        "predicted = measured",
-        vec![(0.0, 0.0), (100.0, 100.0)],
-    ));
+    print!("{}", validate::markdown(&compared));
+    println!("{}", validate::Tally::of(&compared).line());
+    std::fs::write(dir.join("predict.csv"), validate::csv(&compared))?;
     Chart::new(
         "Predicted against measured loss",
         "measured loss (%)",
         "predicted loss (%)",
     )
-    .draw(&dir.join("predict.png"), &series)?;
+    .draw(&dir.join("predict.png"), &validate::series(&compared))?;
     eprintln!(
         "wrote {} and {}",
         dir.join("predict.csv").display(),
@@ -369,18 +316,13 @@ pub fn capture_warning(cfg: &CaptureConfig) -> Option<String> {
     let (profile, _) = load_profile(None).ok()?;
     let (pps, what) = line_rate(&cfg.iface, &profile);
     let s = Scenario {
-        tool: Tool::Poolcap,
-        rate_pps: pps,
-        sizes: vec![(60.0, 1.0)],
         snaplen: cfg.snaplen,
         buffer_bytes: u64::from(cfg.ring.block_size) * u64::from(cfg.ring.block_nr),
         pool: (cfg.pool.cells, cfg.pool.chunks),
         load: cfg.load,
         write: cfg.output.is_some(),
         compress: cfg.compress.map(compression_key),
-        burst: None,
-        count: None,
-        kernel_on_app_cpu: false,
+        ..Scenario::steady(Tool::Poolcap, pps, 60.0)
     };
     let p = predict::predict(&profile, &s).ok()?;
     // Queues (capture threads) and workers spread the work over the CPUs there are.
