@@ -24,6 +24,7 @@
 
 use poolcap_doctor::profile::{Profile, Samples};
 
+use crate::bench::meta::Meta;
 use crate::bench::peer::{CaptureSpec, Generator, Tool, Traffic};
 use crate::bench::point::{Point, Subject};
 use crate::bench::report::Row;
@@ -147,6 +148,21 @@ pub fn samples(rows: &[Row]) -> Samples {
         }
     }
     s
+}
+
+/// The profile calibrated by a bench run with calibration points ([`points`], as
+/// `poolcap bench predict` runs first): from its calibration rows alone and its x-loop cost
+/// (`None`: the run has none).
+pub fn of_run(meta: &Meta, rows: &[Row]) -> Option<Profile> {
+    let samples = samples(rows);
+    samples.keys().next()?;
+    let source = format!(
+        "poolcap bench {} calibration points ({} run started {} UTC)",
+        meta.suite.name(),
+        meta.scale.name(),
+        crate::bench::manager::timestamp(meta.started)
+    );
+    Some(profile(&samples, meta.calibration.ns_per_iteration, source))
 }
 
 /// The profile from `samples` and the x-loop cost, with `source` (the load average is the

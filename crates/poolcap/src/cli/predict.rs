@@ -158,7 +158,8 @@ pub struct PredictArgs {
     json: bool,
     /// Instead: predict every point of a bench result directory (`poolcap bench sizes`,
     /// `burst`, `appload`...) and compare with its measured loss; writes predict.csv and
-    /// predict.png there.
+    /// predict.png there. A `bench predict` run is predicted from its own calibration
+    /// (written to profile.json there) unless --profile is given.
     #[arg(long, conflicts_with_all = ["rate", "size"])]
     validate: Option<PathBuf>,
 }
@@ -222,10 +223,10 @@ fn print_text(p: &Prediction, note: &str) {
 
 /// Runs `poolcap predict`.
 pub fn run(args: PredictArgs) -> anyhow::Result<()> {
-    let (profile, note) = load_profile(args.profile.as_deref())?;
     if let Some(dir) = &args.validate {
-        return validate(dir, &profile, &note);
+        return validate(dir, args.profile.as_deref());
     }
+    let (profile, note) = load_profile(args.profile.as_deref())?;
     let (Some(rate), Some(Sizes(sizes))) = (args.rate, args.size) else {
         return Err(usage("give --rate and --size (or --validate DIR)"));
     };
@@ -258,14 +259,31 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--validate DIR`: predicted against measured loss for every point of a bench result.
-fn validate(dir: &Path, profile: &Profile, note: &str) -> anyhow::Result<()> {
+/// `--validate DIR`: predicted against measured loss for every point of a bench result,
+/// with `profile`, else the profile the run calibrated itself (`bench predict`; saved as
+/// `profile.json` there), else the default one.
+fn validate(dir: &Path, profile: Option<&Path>) -> anyhow::Result<()> {
     let raw = dir.join("raw.jsonl");
     if !raw.is_file() {
         return Err(usage(format!("--validate: no {}", raw.display())));
     }
     let rows = crate::bench::report::aggregate(&crate::bench::report::read_raw(&raw)?);
-    let compared = validate::compare(&rows, profile);
+    let own = match profile {
+        Some(_) => None,
+        None => crate::bench::meta::Meta::read(dir)
+            .ok()
+            .and_then(|m| crate::calibrate::of_run(&m, &rows)),
+    };
+    let (profile, note) = match own {
+        Some(p) => {
+            let file = dir.join("profile.json");
+            std::fs::write(&file, serde_json::to_string_pretty(&p)? + "\n")?;
+            let note = format!("profile: {} (saved to {})", p.source, file.display());
+            (p, note)
+        }
+        None => load_profile(profile)?,
+    };
+    let compared = validate::compare(&rows, &profile);
     println!("{note}");
     print!("{}", validate::markdown(&compared));
     println!("{}", validate::Tally::of(&compared).line());

@@ -234,19 +234,10 @@ fn session(point: &str) -> &str {
     point.split(' ').next().unwrap_or(point)
 }
 
-/// The profile calibrated in this run (its calibration rows only) and every other point
-/// predicted with it.
+/// The profile calibrated in this run (its calibration rows only; the built-in one if the
+/// run has none, which its source then says) and every other point predicted with it.
 fn judged(meta: &Meta, rows: &[Row]) -> (Profile, Vec<validate::Compared>) {
-    let source = format!(
-        "poolcap bench predict calibration ({} run started at {} UTC)",
-        meta.scale.name(),
-        crate::bench::manager::timestamp(meta.started)
-    );
-    let profile = calibrate::profile(
-        &calibrate::samples(rows),
-        meta.calibration.ns_per_iteration,
-        source,
-    );
+    let profile = calibrate::of_run(meta, rows).unwrap_or_else(Profile::built_in);
     let compared = validate::compare(rows, &profile);
     (profile, compared)
 }
