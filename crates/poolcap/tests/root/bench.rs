@@ -26,21 +26,27 @@ fn num(v: &serde_json::Value, path: &[&str]) -> u64 {
         .unwrap_or_else(|| panic!("no {path:?} in {v}"))
 }
 
+/// Runs `poolcap bench SUITE --smoke --runs 1 --out OUT`, asserts it succeeded, and returns
+/// its records and its stderr.
+fn smoke(suite: &str, out: &Path) -> (Vec<serde_json::Value>, String) {
+    let run = std::process::Command::new(bin())
+        .args(["bench", suite, "--smoke", "--runs", "1", "--out"])
+        .arg(out)
+        .output()
+        .expect("run poolcap bench");
+    let err = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert!(run.status.success(), "bench failed: {err}");
+    (read_records(&out.join("raw.jsonl")), err)
+}
+
 fn rates_smoke_run_accounts_for_every_packet_and_writes_its_files() {
     let dir = tempdir();
     let results = dir.path().join("results");
     let out = results.join("rates-20260101-000000");
-    let run = std::process::Command::new(bin())
-        .args(["bench", "rates", "--smoke", "--runs", "1", "--out"])
-        .arg(&out)
-        .output()
-        .expect("run poolcap bench");
-    let err = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "bench failed: {err}");
+    let (records, err) = smoke("rates", &out);
     for f in ["raw.jsonl", "results.csv", "summary.md", "meta.json"] {
         assert!(out.join(f).is_file(), "{f} missing: {err}");
     }
-    let records = read_records(&out.join("raw.jsonl"));
     assert_eq!(records.len(), 2, "one run of each subject: {err}");
     for r in &records {
         assert!(r["error"].is_null(), "run failed: {r}");
@@ -91,14 +97,7 @@ fn rates_smoke_run_accounts_for_every_packet_and_writes_its_files() {
 fn soak_smoke_run_samples_the_capture_and_accounts_for_every_packet() {
     let dir = tempdir();
     let out = dir.path().join("soak-20260101-000000");
-    let run = std::process::Command::new(bin())
-        .args(["bench", "soak", "--smoke", "--runs", "1", "--out"])
-        .arg(&out)
-        .output()
-        .expect("run poolcap bench");
-    let err = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "bench failed: {err}");
-    let records = read_records(&out.join("raw.jsonl"));
+    let (records, err) = smoke("soak", &out);
     assert_eq!(records.len(), 1, "one run: {err}");
     let r = &records[0];
     assert!(r["error"].is_null(), "run failed: {r}");
@@ -144,14 +143,7 @@ fn soak_smoke_run_samples_the_capture_and_accounts_for_every_packet() {
 fn predict_smoke_run_calibrates_first_and_predicts_every_other_point() {
     let dir = tempdir();
     let out = dir.path().join("predict-20260101-000000");
-    let run = std::process::Command::new(bin())
-        .args(["bench", "predict", "--smoke", "--runs", "1", "--out"])
-        .arg(&out)
-        .output()
-        .expect("run poolcap bench");
-    let err = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "bench failed: {err}");
-    let records = read_records(&out.join("raw.jsonl"));
+    let (records, err) = smoke("predict", &out);
     let points: Vec<&str> = records
         .iter()
         .map(|r| r["point"].as_str().unwrap())
