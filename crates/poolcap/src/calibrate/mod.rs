@@ -172,6 +172,8 @@ pub fn profile(samples: &Samples, x_loop_ns: f64, source: String) -> Profile {
     if x_loop_ns.is_finite() && x_loop_ns > 0.0 {
         p.x_loop_ns = x_loop_ns;
     }
+    // The base profile's load average describes its own calibration, not this one.
+    p.load_average = None;
     p
 }
 
@@ -199,5 +201,39 @@ mod tests {
         assert_eq!((v[2].spec.load, v[2].spec.write), (0, true));
         assert_eq!(v[3].spec.compress.as_deref(), Some("zstd:1"));
         assert!(v.iter().all(|s| s.spec.tool == Tool::Poolcap));
+    }
+
+    #[test]
+    fn calibration_rows_become_samples_and_the_others_are_ignored() {
+        let points = points(&SIZES, 1000, &[], true);
+        assert_eq!(points[1].id, "calibrate 1514B");
+        let names: Vec<&str> = points[0].subjects.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names[..4], ["sender", "count", "copy", "write"]);
+        // One run per subject at 64 B: the sender alone at 500k pps, 400k while poolcap
+        // counts at 0.01 s of CPU for 3000 packets; a validated point is left out.
+        let run = |point: &str, subject: &str, pps: f64, cpu: Option<f64>| {
+            let mut r = super::validate::tests::record(point, "poolcap", 0.0);
+            r.subject = subject.to_owned();
+            r.traffic.burst = None;
+            r.sent.as_mut().unwrap().pps = pps;
+            r.cpu_s = cpu;
+            r.in_file = Some(3000);
+            r
+        };
+        let rows = crate::bench::report::aggregate(&[
+            run("calibrate 64B", "sender", 500e3, None),
+            run("calibrate 64B", "count", 400e3, Some(0.01)),
+            run("S1 64B", "copy", 400e3, Some(1.0)),
+        ]);
+        let s = samples(&rows);
+        let keys: Vec<&str> = s.keys().collect();
+        assert_eq!(keys, ["count", "sender", "sender+capture"]);
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
+        assert!(close(s.fit("sender").unwrap().ns(64.0), 2000.0));
+        assert!(close(s.fit("sender+capture").unwrap().ns(64.0), 2500.0));
+        assert!(close(s.fit("count").unwrap().ns(64.0), 1e7 / 3000.0));
+        let p = profile(&s, 1.5, "test".into());
+        assert!(close(p.kernel.ns(64.0), 500.0) && p.x_loop_ns == 1.5);
+        assert_eq!(p.load_average, None);
     }
 }

@@ -308,7 +308,7 @@ pub fn series(rows: &[Compared]) -> Vec<Series> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::bench::point::Record;
     use crate::bench::report::aggregate;
@@ -328,7 +328,7 @@ mod tests {
 
     /// A run of a burst point: 3 bursts of 1000 frames with 0.495 s idle after each but the
     /// last, sent in 1 s.
-    fn record(point: &str, tool: &str, loss: f64) -> Record {
+    pub(crate) fn record(point: &str, tool: &str, loss: f64) -> Record {
         serde_json::from_value(serde_json::json!({
             "suite": "burst", "point": point, "subject": tool, "poolcap": tool == "poolcap",
             "run": 1, "rps": false,
