@@ -79,14 +79,27 @@ fn measure_in(
                     bail!("interrupted");
                 }
                 let rec = b.run_once("calibrate", &point, subject, run);
-                let what = format!("{} B {}", point.traffic.size, subject.name);
-                match &rec.error {
-                    Some(e) => eprintln!("calibrate: {what}: failed, not used: {e}"),
-                    None => eprintln!(
-                        "calibrate: {what}: sender {:.0} pps, tool cpu {:.2} s, {} captured",
-                        rec.sent.as_ref().map_or(f64::NAN, |s| s.pps),
+                let size = point.traffic.size;
+                match (&rec.error, &rec.capture) {
+                    (Some(e), _) => {
+                        eprintln!(
+                            "calibrate: {size} B {}: failed, not used: {e}",
+                            subject.name
+                        )
+                    }
+                    (None, None) => eprintln!(
+                        "calibrate: {size} B sender alone: {:.0} ns per frame",
+                        rec.sent.as_ref().map_or(f64::NAN, |s| 1e9 / s.pps)
+                    ),
+                    (None, Some(_)) => eprintln!(
+                        "calibrate: {size} B {}: {:.0} ns per packet (cpu {:.2} s, {} captured, \
+                         loss {:.2}%)",
+                        subject.name,
+                        rec.cpu_s.unwrap_or(f64::NAN) * 1e9
+                            / rec.captured().unwrap_or(0).max(1) as f64,
                         rec.cpu_s.unwrap_or(f64::NAN),
                         rec.captured().unwrap_or(0),
+                        rec.loss.unwrap_or(f64::NAN) * 100.0
                     ),
                 }
                 records.push(rec);
