@@ -72,6 +72,28 @@ pub struct Scenario {
     pub kernel_on_app_cpu: bool,
 }
 
+impl Scenario {
+    /// An endless steady stream of `size`-byte frames at `rate_pps` into `tool` with every
+    /// setting at poolcap's default: full frames, a 4 MiB ring, the (256,64) pool, no load,
+    /// no file, the kernel's receive work on its own CPU.
+    pub fn steady(tool: Tool, rate_pps: f64, size: f64) -> Scenario {
+        Scenario {
+            tool,
+            rate_pps,
+            sizes: vec![(size, 1.0)],
+            snaplen: 262_144,
+            buffer_bytes: 4 << 20,
+            pool: (256, 64),
+            load: 0,
+            write: false,
+            compress: None,
+            burst: None,
+            count: None,
+            kernel_on_app_cpu: false,
+        }
+    }
+}
+
 /// One stage's share of the application's cost per packet.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StageCost {
@@ -371,18 +393,8 @@ mod tests {
 
     fn scenario(tool: Tool, rate: f64) -> Scenario {
         Scenario {
-            tool,
-            rate_pps: rate,
-            sizes: vec![(64.0, 1.0)],
-            snaplen: 262_144,
             buffer_bytes: 1 << 20,
-            pool: (256, 64),
-            load: 0,
-            write: false,
-            compress: None,
-            burst: None,
-            count: None,
-            kernel_on_app_cpu: false,
+            ..Scenario::steady(tool, rate, 64.0)
         }
     }
 

@@ -27,6 +27,7 @@ pub fn title(s: Suite) -> &'static str {
         Suite::Soak => {
             "Soak: growth of memory, open files, threads over a long rotated capture (issue 12.11)"
         }
+        Suite::Predict => "Loss prediction against measurement (issue 16, paper 002)",
     }
 }
 

@@ -1,8 +1,9 @@
-//! Calibration in a veth lab of the bench rig: the generator sends `frames` frames of 64 and
-//! 1514 bytes at top speed for each configuration of [`super::stages`], and the rig
-//! ([`Bench::run_once`]) measures the tool's CPU time and the sender's rate. The sender alone
-//! gives the line rate the lab offers; the sender while poolcap counts gives, by difference,
-//! the kernel's receive work per frame (on veth it runs on the sender's CPU).
+//! Calibration in a veth lab of the bench rig: the points of [`super::points`] (the generator
+//! at top speed, 64 and 1514-byte frames, the sender alone and every configuration of
+//! [`super::stages`]) run through [`Bench::run_once`], which measures the tool's CPU time and
+//! the sender's rate; [`super::samples`] turns the runs into samples. The sender alone gives
+//! the line rate the lab offers; the sender while poolcap counts gives, by difference, the
+//! kernel's receive work per frame (on veth it runs on the sender's CPU).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -13,12 +14,9 @@ use poolcap_doctor::profile::Samples;
 use poolcap_lab::Lab;
 
 use crate::bench::manager::scratch_with_exe;
-use crate::bench::peer::{Generator, Traffic};
-use crate::bench::point::{Bench, Point, Record, Subject};
+use crate::bench::point::Bench;
+use crate::bench::report::aggregate;
 use crate::bench::suites::{self, QUIET_BELOW};
-
-/// Frame sizes measured: the smallest common one and the MTU's.
-pub const SIZES: [usize; 2] = [64, 1514];
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -33,16 +31,6 @@ pub struct LabOptions {
     pub peers: bool,
     /// Wait up to this long before each run for the machine to be quiet.
     pub quiet_wait: Duration,
-}
-
-/// ns per frame of the sender (`sent.pps`), and the tool's CPU ns per captured packet.
-fn ns_of(rec: &Record) -> (Option<f64>, Option<f64>) {
-    let sender = rec.sent.as_ref().map(|s| 1e9 / s.pps);
-    let tool = match (rec.cpu_s, rec.captured()) {
-        (Some(cpu), Some(n)) if n > 0 => Some(cpu * 1e9 / n as f64),
-        _ => None,
-    };
-    (sender, tool)
 }
 
 /// Runs the calibration; returns the samples and the x-loop cost (ns per iteration).
@@ -83,55 +71,41 @@ fn measure_in(
         lab.name, lab.sender.netns, lab.probe.netns
     );
     let levels: Vec<&str> = opts.levels.iter().map(String::as_str).collect();
-    let stages = super::stages(&levels, opts.peers);
-    let mut samples = Samples::default();
-    for size in SIZES {
-        let traffic = Traffic::top(size, opts.frames);
-        let bytes = size as f64;
-        let mut subjects = vec![("sender".to_owned(), Subject::sender(Generator::Poolcap))];
-        subjects.extend(
-            stages
-                .iter()
-                .map(|s| (s.key.clone(), Subject::capture(s.spec.clone()))),
-        );
-        for (key, subject) in &subjects {
-            let point = Point::new(format!("{size}B {key}"), traffic.clone(), vec![]);
+    let mut records = Vec::new();
+    for point in super::points(&super::SIZES, opts.frames, &levels, opts.peers) {
+        for subject in &point.subjects {
             for run in 1..=opts.runs {
                 if stop.load(Ordering::Relaxed) {
                     bail!("interrupted");
                 }
                 let rec = b.run_once("calibrate", &point, subject, run);
-                if let Some(e) = &rec.error {
-                    eprintln!("calibrate: {size} B {key}: failed, not used: {e}");
-                    continue;
-                }
-                let (sender, tool) = ns_of(&rec);
-                match key.as_str() {
-                    "sender" => {
-                        if let Some(ns) = sender {
-                            samples.add("sender", bytes, ns);
-                            eprintln!("calibrate: {size} B sender alone: {ns:.0} ns per frame");
-                        }
-                    }
-                    k => {
-                        if let (Some(ns), "count") = (sender, k) {
-                            samples.add("sender+capture", bytes, ns);
-                        }
-                        if let Some(ns) = tool {
-                            samples.add(k, bytes, ns);
-                        }
+                let size = point.traffic.size;
+                match (&rec.error, &rec.capture) {
+                    (Some(e), _) => {
                         eprintln!(
-                            "calibrate: {size} B {k}: {} ns per packet (cpu {:.2} s, {} captured, loss {:.2}%)",
-                            tool.map_or("?".to_owned(), |t| format!("{t:.0}")),
-                            rec.cpu_s.unwrap_or(f64::NAN),
-                            rec.captured().unwrap_or(0),
-                            rec.loss.unwrap_or(f64::NAN) * 100.0
-                        );
+                            "calibrate: {size} B {}: failed, not used: {e}",
+                            subject.name
+                        )
                     }
+                    (None, None) => eprintln!(
+                        "calibrate: {size} B sender alone: {:.0} ns per frame",
+                        rec.sent.as_ref().map_or(f64::NAN, |s| 1e9 / s.pps)
+                    ),
+                    (None, Some(_)) => eprintln!(
+                        "calibrate: {size} B {}: {:.0} ns per packet (cpu {:.2} s, {} captured, \
+                         loss {:.2}%)",
+                        subject.name,
+                        rec.cpu_s.unwrap_or(f64::NAN) * 1e9
+                            / rec.captured().unwrap_or(0).max(1) as f64,
+                        rec.cpu_s.unwrap_or(f64::NAN),
+                        rec.captured().unwrap_or(0),
+                        rec.loss.unwrap_or(f64::NAN) * 100.0
+                    ),
                 }
+                records.push(rec);
             }
         }
     }
     drop(lab);
-    Ok((samples, x_loop_ns))
+    Ok((super::samples(&aggregate(&records)), x_loop_ns))
 }

@@ -14,14 +14,20 @@
 //!   size. The kernel's and sender's costs are not measured there and come from the base
 //!   profile (the profile's `source` says so).
 //!
-//! [`validate`] checks the model against bench results: predicted against measured loss.
+//! The lab's runs are bench [`Point`]s ([`points`]) and their aggregated rows become
+//! [`Samples`] in one place ([`samples`]), so `poolcap calibrate` and the calibration half of
+//! `poolcap bench predict` measure the same way. [`validate`] checks the model against bench
+//! results: predicted against measured loss.
 //!
 //! The CPU time of a child comes from `/proc/PID/stat` in clock ticks (10 ms), so a
 //! configuration must run long enough for hundreds of ticks to be precise.
 
 use poolcap_doctor::profile::{Profile, Samples};
 
-use crate::bench::peer::{CaptureSpec, Tool};
+use crate::bench::meta::Meta;
+use crate::bench::peer::{CaptureSpec, Generator, Tool, Traffic};
+use crate::bench::point::{Point, Subject};
+use crate::bench::report::Row;
 
 pub mod lab;
 pub mod live;
@@ -78,13 +84,96 @@ pub fn stages(levels: &[&str], peers: bool) -> Vec<Stage> {
     v
 }
 
-/// The profile from `samples` and the x-loop cost, with `source` and the load average.
+/// Frame sizes measured: the smallest common one and the MTU's.
+pub const SIZES: [usize; 2] = [64, 1514];
+
+/// Id prefix of the calibration points.
+pub const POINT_PREFIX: &str = "calibrate ";
+
+/// Subject name of the sender alone.
+const SENDER: &str = "sender";
+
+/// The calibration in the lab as bench points, one per frame size of `sizes` (normally
+/// [`SIZES`]; one size fits per-packet costs only): `frames` frames at top speed, measured for the sender alone and for every configuration of
+/// [`stages`] (the subject's name is its key in [`Samples`]). The kernel's receive work must
+/// stay on the sender's CPU (rps off) for the sender's slowdown to measure it.
+pub fn points(sizes: &[usize], frames: u64, levels: &[&str], peers: bool) -> Vec<Point> {
+    sizes
+        .iter()
+        .map(|&size| {
+            let mut subjects = vec![Subject {
+                name: SENDER.to_owned(),
+                ..Subject::sender(Generator::Poolcap)
+            }];
+            subjects.extend(
+                stages(levels, peers)
+                    .into_iter()
+                    .map(|s| Subject::named(s.key, s.spec)),
+            );
+            Point {
+                rps: Some(false),
+                ..Point::new(
+                    format!("{POINT_PREFIX}{size}B"),
+                    Traffic::top(size, frames),
+                    subjects,
+                )
+            }
+        })
+        .collect()
+}
+
+/// The samples of the calibration rows among `rows` (points of [`points`]): the sender's ns
+/// per frame, the sender's while poolcap counts (`sender+capture`) and each configuration's
+/// CPU ns per captured packet, medians over the runs, keyed by the frame size.
+pub fn samples(rows: &[Row]) -> Samples {
+    let mut s = Samples::default();
+    for r in rows.iter().filter(|r| r.point.starts_with(POINT_PREFIX)) {
+        let bytes = r.traffic.size as f64;
+        let sender_ns = r.median("sender_pps").map(|pps| 1e9 / pps);
+        match r.subject.as_str() {
+            SENDER => {
+                if let Some(ns) = sender_ns {
+                    s.add("sender", bytes, ns);
+                }
+            }
+            key => {
+                if let (Some(ns), "count") = (sender_ns, key) {
+                    s.add("sender+capture", bytes, ns);
+                }
+                // CPU s per million packets = ns per packet / 1000.
+                if let Some(ns) = r.median("cpu_s_per_mpkt").map(|x| x * 1e3) {
+                    s.add(key, bytes, ns);
+                }
+            }
+        }
+    }
+    s
+}
+
+/// The profile calibrated by a bench run with calibration points ([`points`], as
+/// `poolcap bench predict` runs first): from its calibration rows alone and its x-loop cost
+/// (`None`: the run has none).
+pub fn of_run(meta: &Meta, rows: &[Row]) -> Option<Profile> {
+    let samples = samples(rows);
+    samples.keys().next()?;
+    let source = format!(
+        "poolcap bench {} calibration points ({} run started {} UTC)",
+        meta.suite.name(),
+        meta.scale.name(),
+        crate::bench::manager::timestamp(meta.started)
+    );
+    Some(profile(&samples, meta.calibration.ns_per_iteration, source))
+}
+
+/// The profile from `samples` and the x-loop cost, with `source` (the load average is the
+/// caller's to set).
 pub fn profile(samples: &Samples, x_loop_ns: f64, source: String) -> Profile {
     let mut p = Profile::from_samples(samples, &Profile::built_in(), &source);
     if x_loop_ns.is_finite() && x_loop_ns > 0.0 {
         p.x_loop_ns = x_loop_ns;
     }
-    p.load_average = load_average();
+    // The base profile's load average describes its own calibration, not this one.
+    p.load_average = None;
     p
 }
 
@@ -112,5 +201,39 @@ mod tests {
         assert_eq!((v[2].spec.load, v[2].spec.write), (0, true));
         assert_eq!(v[3].spec.compress.as_deref(), Some("zstd:1"));
         assert!(v.iter().all(|s| s.spec.tool == Tool::Poolcap));
+    }
+
+    #[test]
+    fn calibration_rows_become_samples_and_the_others_are_ignored() {
+        let points = points(&SIZES, 1000, &[], true);
+        assert_eq!(points[1].id, "calibrate 1514B");
+        let names: Vec<&str> = points[0].subjects.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names[..4], ["sender", "count", "copy", "write"]);
+        // One run per subject at 64 B: the sender alone at 500k pps, 400k while poolcap
+        // counts at 0.01 s of CPU for 3000 packets; a validated point is left out.
+        let run = |point: &str, subject: &str, pps: f64, cpu: Option<f64>| {
+            let mut r = super::validate::tests::record(point, "poolcap", 0.0);
+            r.subject = subject.to_owned();
+            r.traffic.burst = None;
+            r.sent.as_mut().unwrap().pps = pps;
+            r.cpu_s = cpu;
+            r.in_file = Some(3000);
+            r
+        };
+        let rows = crate::bench::report::aggregate(&[
+            run("calibrate 64B", "sender", 500e3, None),
+            run("calibrate 64B", "count", 400e3, Some(0.01)),
+            run("S1 64B", "copy", 400e3, Some(1.0)),
+        ]);
+        let s = samples(&rows);
+        let keys: Vec<&str> = s.keys().collect();
+        assert_eq!(keys, ["count", "sender", "sender+capture"]);
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
+        assert!(close(s.fit("sender").unwrap().ns(64.0), 2000.0));
+        assert!(close(s.fit("sender+capture").unwrap().ns(64.0), 2500.0));
+        assert!(close(s.fit("count").unwrap().ns(64.0), 1e7 / 3000.0));
+        let p = profile(&s, 1.5, "test".into());
+        assert!(close(p.kernel.ns(64.0), 500.0) && p.x_loop_ns == 1.5);
+        assert_eq!(p.load_average, None);
     }
 }

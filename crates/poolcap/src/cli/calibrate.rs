@@ -75,20 +75,7 @@ fn buffers(p: &Profile) -> Vec<String> {
     [64.0, 1514.0]
         .iter()
         .filter_map(|&size| {
-            let s = Scenario {
-                tool: Tool::Poolcap,
-                rate_pps: 1.0,
-                sizes: vec![(size, 1.0)],
-                snaplen: 262_144,
-                buffer_bytes: 4 << 20,
-                pool: (256, 64),
-                load: 0,
-                write: false,
-                compress: None,
-                burst: None,
-                count: None,
-                kernel_on_app_cpu: false,
-            };
+            let s = Scenario::steady(Tool::Poolcap, 1.0, size);
             let r = predict::predict(p, &s).ok()?;
             Some(format!(
                 "a 4 MiB ring holds {:.0} frames of {size:.0} B",
@@ -113,7 +100,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
     }
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let when = crate::bench::manager::timestamp(crate::bench::manager::now());
-    let profile = match &args.iface {
+    let mut profile = match &args.iface {
         None => {
             let (samples, x_loop) = lab::measure(
                 &lab::LabOptions {
@@ -150,6 +137,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
             calibrate::profile(&samples, x_loop, source)
         }
     };
+    profile.load_average = calibrate::load_average();
     let path = args.output.unwrap_or_else(default_profile_path);
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;

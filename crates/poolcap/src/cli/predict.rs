@@ -11,14 +11,14 @@ use poolcap_doctor::predict::{self, Prediction, Scenario, Tool};
 use poolcap_doctor::profile::Profile;
 use poolcap_doctor::system::{RealSystem, System};
 
-use crate::calibrate::validate::{self, Verdict};
+use crate::calibrate::validate;
 use crate::capture::compress::Compression;
 use crate::capture::CaptureConfig;
 use crate::cli::capture::parse_pool;
 use crate::cli::usage;
 use crate::flows::IMIX;
 use crate::frame::{MAX_FRAME, MIN_FRAME};
-use crate::plot::{Chart, Series};
+use crate::plot::Chart;
 use crate::units;
 
 /// Where `poolcap calibrate` saves the profile and `predict` and `capture` look for it,
@@ -149,7 +149,8 @@ pub struct PredictArgs {
     json: bool,
     /// Instead: predict every point of a bench result directory (`poolcap bench sizes`,
     /// `burst`, `appload`...) and compare with its measured loss; writes predict.csv and
-    /// predict.png there.
+    /// predict.png there. A `bench predict` run is predicted from its own calibration
+    /// (written to profile.json there) unless --profile is given.
     #[arg(long, conflicts_with_all = ["rate", "size"])]
     validate: Option<PathBuf>,
 }
@@ -213,10 +214,10 @@ fn print_text(p: &Prediction, note: &str) {
 
 /// Runs `poolcap predict`.
 pub fn run(args: PredictArgs) -> anyhow::Result<()> {
-    let (profile, note) = load_profile(args.profile.as_deref())?;
     if let Some(dir) = &args.validate {
-        return validate(dir, &profile, &note);
+        return validate(dir, args.profile.as_deref());
     }
+    let (profile, note) = load_profile(args.profile.as_deref())?;
     let (Some(rate), Some(Sizes(sizes))) = (args.rate, args.size) else {
         return Err(usage("give --rate and --size (or --validate DIR)"));
     };
@@ -249,77 +250,41 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--validate DIR`: predicted against measured loss for every point of a bench result.
-fn validate(dir: &Path, profile: &Profile, note: &str) -> anyhow::Result<()> {
+/// `--validate DIR`: predicted against measured loss for every point of a bench result,
+/// with `profile`, else the profile the run calibrated itself (`bench predict`; saved as
+/// `profile.json` there), else the default one.
+fn validate(dir: &Path, profile: Option<&Path>) -> anyhow::Result<()> {
     let raw = dir.join("raw.jsonl");
     if !raw.is_file() {
         return Err(usage(format!("--validate: no {}", raw.display())));
     }
-    let records = crate::bench::report::read_raw(&raw)?;
-    let rows = validate::compare(&records, profile);
+    let rows = crate::bench::report::aggregate(&crate::bench::report::read_raw(&raw)?);
+    let own = match profile {
+        Some(_) => None,
+        None => crate::bench::meta::Meta::read(dir)
+            .ok()
+            .and_then(|m| crate::calibrate::of_run(&m, &rows)),
+    };
+    let (profile, note) = match own {
+        Some(p) => {
+            let file = dir.join("profile.json");
+            std::fs::write(&file, serde_json::to_string_pretty(&p)? + "\n")?;
+            let note = format!("profile: {} (saved to {})", p.source, file.display());
+            (p, note)
+        }
+        None => load_profile(profile)?,
+    };
+    let compared = validate::compare(&rows, &profile);
     println!("{note}");
-    println!("| point | subject | runs | measured | predicted (kernel + app) | verdict |");
-    println!("|---|---|---|---|---|---|");
-    let mut csv =
-        String::from("suite,point,subject,tool,runs,measured,predicted,kernel,app,verdict\n");
-    for r in &rows {
-        println!(
-            "| {} | {} | {} | {} | {} ({} + {}) | {:?} |",
-            r.point,
-            r.subject,
-            r.runs,
-            pct(r.measured),
-            pct(r.predicted),
-            pct(r.kernel),
-            pct(r.app),
-            r.verdict
-        );
-        csv.push_str(&format!(
-            "{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:?}\n",
-            r.suite,
-            r.point,
-            r.subject,
-            r.tool,
-            r.runs,
-            r.measured,
-            r.predicted,
-            r.kernel,
-            r.app,
-            r.verdict
-        ));
-    }
-    let count = |v: Verdict| rows.iter().filter(|r| r.verdict == v).count();
-    println!(
-        "{} points: {} hits, {} misses, {} not judged (measured loss between 0 and 1%)",
-        rows.len(),
-        count(Verdict::Hit),
-        count(Verdict::Miss),
-        count(Verdict::Unjudged)
-    );
-    std::fs::write(dir.join("predict.csv"), csv)?;
-    let mut series: Vec<Series> = ["poolcap", "tcpdump", "dumpcap"]
-        .iter()
-        .map(|tool| {
-            let mut pts: Vec<(f64, f64)> = rows
-                .iter()
-                .filter(|r| r.tool == *tool)
-                .map(|r| (r.measured * 100.0, r.predicted * 100.0))
-                .collect();
-            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-            Series::new(*tool, pts)
-        })
-        .filter(|s| !s.points.is_empty())
-        .collect();
-    series.push(Series::new(
-        "predicted = measured",
-        vec![(0.0, 0.0), (100.0, 100.0)],
-    ));
+    print!("{}", validate::markdown(&compared));
+    println!("{}", validate::Tally::of(&compared).line());
+    std::fs::write(dir.join("predict.csv"), validate::csv(&compared))?;
     Chart::new(
         "Predicted against measured loss",
         "measured loss (%)",
         "predicted loss (%)",
     )
-    .draw(&dir.join("predict.png"), &series)?;
+    .draw(&dir.join("predict.png"), &validate::series(&compared))?;
     eprintln!(
         "wrote {} and {}",
         dir.join("predict.csv").display(),
@@ -360,18 +325,13 @@ pub fn capture_warning(cfg: &CaptureConfig) -> Option<String> {
     let (profile, _) = load_profile(None).ok()?;
     let (pps, what) = line_rate(&cfg.iface, &profile);
     let s = Scenario {
-        tool: Tool::Poolcap,
-        rate_pps: pps,
-        sizes: vec![(60.0, 1.0)],
         snaplen: cfg.snaplen,
         buffer_bytes: u64::from(cfg.ring.block_size) * u64::from(cfg.ring.block_nr),
         pool: (cfg.pool.cells, cfg.pool.chunks),
         load: cfg.load,
         write: cfg.output.is_some(),
         compress: cfg.compress.map(compression_key),
-        burst: None,
-        count: None,
-        kernel_on_app_cpu: false,
+        ..Scenario::steady(Tool::Poolcap, pps, 60.0)
     };
     let p = predict::predict(&profile, &s).ok()?;
     // Queues (capture threads) and workers spread the work over the CPUs there are.

@@ -26,21 +26,27 @@ fn num(v: &serde_json::Value, path: &[&str]) -> u64 {
         .unwrap_or_else(|| panic!("no {path:?} in {v}"))
 }
 
+/// Runs `poolcap bench SUITE --smoke --runs 1 --out OUT`, asserts it succeeded, and returns
+/// its records and its stderr.
+fn smoke(suite: &str, out: &Path) -> (Vec<serde_json::Value>, String) {
+    let run = std::process::Command::new(bin())
+        .args(["bench", suite, "--smoke", "--runs", "1", "--out"])
+        .arg(out)
+        .output()
+        .expect("run poolcap bench");
+    let err = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert!(run.status.success(), "bench failed: {err}");
+    (read_records(&out.join("raw.jsonl")), err)
+}
+
 fn rates_smoke_run_accounts_for_every_packet_and_writes_its_files() {
     let dir = tempdir();
     let results = dir.path().join("results");
     let out = results.join("rates-20260101-000000");
-    let run = std::process::Command::new(bin())
-        .args(["bench", "rates", "--smoke", "--runs", "1", "--out"])
-        .arg(&out)
-        .output()
-        .expect("run poolcap bench");
-    let err = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "bench failed: {err}");
+    let (records, err) = smoke("rates", &out);
     for f in ["raw.jsonl", "results.csv", "summary.md", "meta.json"] {
         assert!(out.join(f).is_file(), "{f} missing: {err}");
     }
-    let records = read_records(&out.join("raw.jsonl"));
     assert_eq!(records.len(), 2, "one run of each subject: {err}");
     for r in &records {
         assert!(r["error"].is_null(), "run failed: {r}");
@@ -91,14 +97,7 @@ fn rates_smoke_run_accounts_for_every_packet_and_writes_its_files() {
 fn soak_smoke_run_samples_the_capture_and_accounts_for_every_packet() {
     let dir = tempdir();
     let out = dir.path().join("soak-20260101-000000");
-    let run = std::process::Command::new(bin())
-        .args(["bench", "soak", "--smoke", "--runs", "1", "--out"])
-        .arg(&out)
-        .output()
-        .expect("run poolcap bench");
-    let err = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "bench failed: {err}");
-    let records = read_records(&out.join("raw.jsonl"));
+    let (records, err) = smoke("soak", &out);
     assert_eq!(records.len(), 1, "one run: {err}");
     let r = &records[0];
     assert!(r["error"].is_null(), "run failed: {r}");
@@ -141,6 +140,75 @@ fn soak_smoke_run_samples_the_capture_and_accounts_for_every_packet() {
     );
 }
 
+fn predict_smoke_run_calibrates_first_and_predicts_every_other_point() {
+    let dir = tempdir();
+    let out = dir.path().join("predict-20260101-000000");
+    let (records, err) = smoke("predict", &out);
+    let points: Vec<&str> = records
+        .iter()
+        .map(|r| r["point"].as_str().unwrap())
+        .collect();
+    // The sender alone and count, copy, write at 64 B, then poolcap and tcpdump at S1 64B.
+    assert_eq!(
+        points,
+        ["calibrate 64B"; 4]
+            .into_iter()
+            .chain(["S1 64B"; 2])
+            .collect::<Vec<_>>(),
+        "{err}"
+    );
+    for r in &records {
+        assert!(r["error"].is_null(), "run failed: {r}");
+        assert_eq!(num(r, &["sent", "frames"]), 20_000, "{r}");
+        if r["capture"].is_null() {
+            continue;
+        }
+        let counted = num(r, &["counts", "captured"]) + num(r, &["counts", "dropped"]);
+        if r["capture"]["tool"] == "poolcap" {
+            assert_eq!(counted, 20_000, "sent = captured + dropped: {r}");
+        } else {
+            // libpcap may leave a partly filled block unread at exit.
+            assert!(counted <= 20_000, "{r}");
+        }
+    }
+    // Rebuilt from raw.jsonl by predict --validate with the run's own calibration (saved as
+    // profile.json); the calibration rows themselves are not validated.
+    let v = std::process::Command::new(bin())
+        .args(["predict", "--validate"])
+        .arg(&out)
+        .output()
+        .expect("run poolcap predict");
+    let text = String::from_utf8_lossy(&v.stdout);
+    assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
+    let csv = std::fs::read_to_string(out.join("predict.csv")).unwrap();
+    let rows: Vec<&str> = csv.lines().skip(1).collect();
+    assert_eq!(rows.len(), 2, "{csv}");
+    assert!(
+        rows[0].starts_with("S1 64B,poolcap,poolcap,true,1,"),
+        "{csv}"
+    );
+    assert!(
+        rows[1].starts_with("S1 64B,tcpdump,tcpdump,true,1,"),
+        "{csv}"
+    );
+    assert!(text.contains("2 points: "), "{text}");
+    let profile = std::fs::read_to_string(out.join("profile.json")).unwrap();
+    assert!(
+        profile.contains("poolcap bench predict calibration points (smoke run"),
+        "{profile}"
+    );
+    let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    for part in [
+        "## Predicted against measured loss",
+        "| S1 64B | poolcap | on | 1 |",
+        "| S1 64B | tcpdump | on | 1 |",
+        "source: poolcap bench predict calibration points (smoke run",
+    ] {
+        assert!(summary.contains(part), "{part}: {summary}");
+    }
+    assert!(out.join("predict-loss.png").is_file() || summary.contains("not drawn"));
+}
+
 pub fn trials() -> Vec<Trial> {
     vec![
         trial(
@@ -150,6 +218,10 @@ pub fn trials() -> Vec<Trial> {
         trial(
             "bench_soak_smoke_run_samples_the_capture_and_accounts_for_every_packet",
             soak_smoke_run_samples_the_capture_and_accounts_for_every_packet,
+        ),
+        trial(
+            "bench_predict_smoke_run_calibrates_first_and_predicts_every_other_point",
+            predict_smoke_run_calibrates_first_and_predicts_every_other_point,
         ),
     ]
 }

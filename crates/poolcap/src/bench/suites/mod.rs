@@ -15,6 +15,7 @@
 //! | [`backends`] | AF_XDP (copy mode on veth) against AF_PACKET |
 //! | [`disk`] | issue 13: writing to disk against tcpdump, dumpcap, netsniff-ng; sustained rate |
 //! | [`soak`] | issue 12.11: a long rotated capture at 80% of top rate; growth of memory, files, threads |
+//! | [`predict`] | issue 16: `poolcap predict` against paper 002's sessions, bursts and loads |
 //!
 //! Every suite has three scales: `Smoke` (one tiny point, for the root test), `Quick` (a few
 //! minutes) and `Full`.
@@ -35,6 +36,7 @@ pub mod capture;
 pub mod disk;
 pub mod gen;
 pub mod imbalance;
+pub mod predict;
 pub mod rates;
 pub mod sizes;
 pub mod soak;
@@ -70,6 +72,8 @@ pub enum Suite {
     /// A long capture at 80% of the top rate into a rotated file set: growth of memory, open
     /// files and threads, and the accounting at the end.
     Soak,
+    /// Calibrate, then predicted against measured loss: paper 002's sessions, bursts, loads.
+    Predict,
 }
 
 /// How big a run is.
@@ -106,7 +110,7 @@ impl Scale {
 
 impl Suite {
     /// Every suite, in the order `bench all` runs them.
-    pub const ALL: [Suite; 11] = [
+    pub const ALL: [Suite; 12] = [
         Suite::Gen,
         Suite::Capture,
         Suite::Burst,
@@ -118,6 +122,7 @@ impl Suite {
         Suite::Backends,
         Suite::Disk,
         Suite::Soak,
+        Suite::Predict,
     ];
 
     /// Its name on the command line.
@@ -134,6 +139,7 @@ impl Suite {
             Suite::Backends => "backends",
             Suite::Disk => "disk",
             Suite::Soak => "soak",
+            Suite::Predict => "predict",
         }
     }
 
@@ -153,7 +159,7 @@ impl Suite {
     /// What its calibration measures.
     pub fn calibration(self) -> CalibrationKind {
         match self {
-            Suite::Burst | Suite::Soak => CalibrationKind::TopSpeed { flows: 1 },
+            Suite::Burst | Suite::Soak | Suite::Predict => CalibrationKind::TopSpeed { flows: 1 },
             Suite::Backends => CalibrationKind::TopSpeed {
                 flows: backends::FLOWS,
             },
@@ -176,6 +182,7 @@ impl Suite {
             Suite::Backends => backends::INTRO,
             Suite::Disk => disk::INTRO,
             Suite::Soak => soak::INTRO,
+            Suite::Predict => predict::INTRO,
         }
     }
 }
@@ -318,6 +325,7 @@ pub fn plan(suite: Suite, scale: Scale, cal: &Calibration) -> Plan {
         Suite::Backends => backends::plan(scale, cal),
         Suite::Disk => disk::plan(scale, cal),
         Suite::Soak => soak::plan(scale, cal),
+        Suite::Predict => predict::plan(scale, cal),
     }
 }
 
@@ -459,6 +467,7 @@ pub fn text(meta: &Meta, rows: &[Row]) -> Text {
         Suite::Backends => backends::text(meta, rows),
         Suite::Disk => disk::text(meta, rows),
         Suite::Soak => soak::text(meta, rows),
+        Suite::Predict => predict::text(meta, rows),
     }
 }
 
@@ -473,6 +482,7 @@ pub fn figures(meta: &Meta, rows: &[Row]) -> Vec<Figure> {
         Suite::Appload => appload::figures(meta, rows),
         Suite::Wait => wait::figures(meta, rows),
         Suite::Backends => backends::figures(meta, rows),
+        Suite::Predict => predict::figures(meta, rows),
     }
 }
 
