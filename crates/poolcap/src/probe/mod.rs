@@ -7,8 +7,8 @@
 //! - [`live`]: the periodic action manager beside a running capture: the period clock, the
 //!   control socket, SIGHUP, and the final report after the engine has drained;
 //! - [`control`]: the control socket itself (mode 0600) and the `poolcap ctl` client;
-//! - [`offline`]: `probe -r FILE`, the same analyzers over a capture file, periods cut by
-//!   the packets' own timestamps.
+//! - [`offline`]: `probe -r FILE`, the engine reading a capture file, with a period clock
+//!   that follows the packets' own timestamps.
 
 pub mod control;
 pub mod live;
