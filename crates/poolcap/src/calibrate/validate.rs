@@ -80,15 +80,15 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 }
 
 /// The scenario a run measured, with the offered rate `pps` (`None`: the tool or setting is
-/// outside the model: netsniff-ng, several queues, AF_XDP, the in-place reader, flows with
-/// skew).
+/// outside the model: netsniff-ng, the analysis tools, several queues, AF_XDP, the in-place
+/// reader, flows with skew).
 pub fn scenario(rec: &Record, pps: f64) -> Option<Scenario> {
     let c = rec.capture.as_ref()?;
     let tool = match c.tool {
         Tool::Poolcap => ModelTool::Poolcap,
         Tool::Tcpdump => ModelTool::Tcpdump,
         Tool::Dumpcap => ModelTool::Dumpcap,
-        Tool::NetsniffNg => return None,
+        Tool::NetsniffNg | Tool::Probe | Tool::Pmacct | Tool::Tshark => return None,
     };
     let multi = c.queues.is_some_and(|q| q > 1) || c.workers.is_some_and(|w| w > 1);
     if multi || c.inplace || c.backend.as_deref() == Some("af_xdp") {

@@ -24,7 +24,7 @@ pub enum Target {
     Report,
 }
 
-const TARGETS: [Target; 13] = [
+const TARGETS: [Target; 14] = [
     Target::Suite(Suite::Gen),
     Target::Suite(Suite::Capture),
     Target::Suite(Suite::Burst),
@@ -36,6 +36,7 @@ const TARGETS: [Target; 13] = [
     Target::Suite(Suite::Backends),
     Target::Suite(Suite::Disk),
     Target::Suite(Suite::Soak),
+    Target::Suite(Suite::Probe),
     Target::All,
     Target::Report,
 ];
@@ -77,6 +78,9 @@ impl ValueEnum for Target {
   soak       10 minutes (30 s with --quick) at 80% of the generator's top rate, writing with
              -C 100 -W 5 under /var/tmp; RSS, open files and threads sampled from /proc into
              samples.csv; reports growth after warm-up and the accounting equation
+  probe      poolcap probe with 1/10/100/1000 rules, basic and congestion control (and
+             --in-kernel once it exists) vs pmacctd and tshark -z conv,ip: capture and analysis
+             throughput vs offered rate, loss, CPU per packet
   all        every suite (sizes with --rps), then `report`
   report     rebuild BENCHMARKS.md and docs/bench/*.png from the latest result of each suite
 

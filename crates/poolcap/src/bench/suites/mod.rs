@@ -15,6 +15,7 @@
 //! | [`backends`] | AF_XDP (copy mode on veth) against AF_PACKET |
 //! | [`disk`] | issue 13: writing to disk against tcpdump, dumpcap, netsniff-ng; sustained rate |
 //! | [`soak`] | issue 12.11: a long rotated capture at 80% of top rate; growth of memory, files, threads |
+//! | [`probe`] | Zabala et al. Figs 6-9 with real analysis: probe rules vs pmacctd and tshark |
 //!
 //! Every suite has three scales: `Smoke` (one tiny point, for the root test), `Quick` (a few
 //! minutes) and `Full`.
@@ -35,6 +36,7 @@ pub mod capture;
 pub mod disk;
 pub mod gen;
 pub mod imbalance;
+pub mod probe;
 pub mod rates;
 pub mod sizes;
 pub mod soak;
@@ -70,6 +72,9 @@ pub enum Suite {
     /// A long capture at 80% of the top rate into a rotated file set: growth of memory, open
     /// files and threads, and the accounting at the end.
     Soak,
+    /// `poolcap probe` with 1..1000 rules, basic and congestion control, against pmacctd and
+    /// tshark: capture and analysis throughput vs offered rate.
+    Probe,
 }
 
 /// How big a run is.
@@ -106,7 +111,7 @@ impl Scale {
 
 impl Suite {
     /// Every suite, in the order `bench all` runs them.
-    pub const ALL: [Suite; 11] = [
+    pub const ALL: [Suite; 12] = [
         Suite::Gen,
         Suite::Capture,
         Suite::Burst,
@@ -118,6 +123,7 @@ impl Suite {
         Suite::Backends,
         Suite::Disk,
         Suite::Soak,
+        Suite::Probe,
     ];
 
     /// Its name on the command line.
@@ -134,6 +140,7 @@ impl Suite {
             Suite::Backends => "backends",
             Suite::Disk => "disk",
             Suite::Soak => "soak",
+            Suite::Probe => "probe",
         }
     }
 
@@ -176,6 +183,7 @@ impl Suite {
             Suite::Backends => backends::INTRO,
             Suite::Disk => disk::INTRO,
             Suite::Soak => soak::INTRO,
+            Suite::Probe => probe::INTRO,
         }
     }
 }
@@ -318,6 +326,7 @@ pub fn plan(suite: Suite, scale: Scale, cal: &Calibration) -> Plan {
         Suite::Backends => backends::plan(scale, cal),
         Suite::Disk => disk::plan(scale, cal),
         Suite::Soak => soak::plan(scale, cal),
+        Suite::Probe => probe::plan(scale),
     }
 }
 
@@ -459,6 +468,7 @@ pub fn text(meta: &Meta, rows: &[Row]) -> Text {
         Suite::Backends => backends::text(meta, rows),
         Suite::Disk => disk::text(meta, rows),
         Suite::Soak => soak::text(meta, rows),
+        Suite::Probe => probe::text(meta, rows),
     }
 }
 
@@ -473,6 +483,7 @@ pub fn figures(meta: &Meta, rows: &[Row]) -> Vec<Figure> {
         Suite::Appload => appload::figures(meta, rows),
         Suite::Wait => wait::figures(meta, rows),
         Suite::Backends => backends::figures(meta, rows),
+        Suite::Probe => probe::figures(meta, rows),
     }
 }
 
