@@ -374,7 +374,10 @@ mod tests {
 
     #[test]
     fn descendants_include_a_forked_child() {
-        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
         let tree = with_descendants(&[std::process::id()]);
         let _ = child.kill();
         let _ = child.wait();

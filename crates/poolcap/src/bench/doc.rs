@@ -27,7 +27,7 @@ pub fn title(s: Suite) -> &'static str {
         Suite::Soak => {
             "Soak: growth of memory, open files, threads over a long rotated capture (issue 12.11)"
         }
-        Suite::Probe => "Probe analysis throughput vs pmacctd and tshark (Zabala et al., Figs 6-9)"
+        Suite::Probe => "Probe analysis throughput vs pmacctd and tshark (Zabala et al., Figs 6-9)",
     }
 }
 

@@ -12,7 +12,8 @@
 //!   (`SRC_IP,...,PACKETS,BYTES`). It logs `[IF,0] link type is: 1` once its pcap handle
 //!   is open, and at exit (SIGINT, after a last purge of its caches)
 //!   `[IF,0] received_packets=R dropped_packets=D`. Analysed packets are the flow file's
-//!   PACKETS summed. Its plugins are child processes; the rig charges their CPU to it.
+//!   PACKETS summed. Its plugins are child processes; the rig charges their CPU to it, and
+//!   they may write the last purge just after the core exits.
 //! - tshark `-q -z conv,ip`: `Capturing on 'IF'` on stderr; at exit the IPv4 conversation
 //!   table on stdout (per conversation: frames and bytes each way, then in total) and `N
 //!   packets captured` (and, if any, `N packets dropped`) on stderr. Analysed packets are the
@@ -22,6 +23,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context};
 
@@ -29,6 +31,8 @@ use super::peer::{number_before, CaptureSpec, Counts, Launch, Tool};
 
 /// The report period of every analysis tool, in seconds.
 pub const PERIOD_S: u32 = 1;
+/// Longest wait for pmacctd's plugins to write their last purge after the core has exited.
+const PMACCT_PURGE_WAIT: Duration = Duration::from_secs(5);
 /// The rule every generated rule set starts with: every generator frame matches it.
 pub const FIRST_RULE: &str = "all";
 
@@ -122,11 +126,16 @@ pub fn launch(
             let mib = spec.buffer_kib.div_ceil(1024).max(1).to_string();
             // tshark's dumpcap writes every packet to a temporary file: keep it off /tmp.
             push(&["env", &format!("TMPDIR={}", dir.display())]);
-            push(&["tshark", "-i", iface, "-n", "-q", "-B", &mib, "-z", "conv,ip"]);
+            push(&[
+                "tshark", "-i", iface, "-n", "-q", "-B", &mib, "-z", "conv,ip",
+            ]);
         }
         other => anyhow::bail!("{} is not an analysis tool", other.name()),
     }
-    Ok(Launch { argv: v, pipe: None })
+    Ok(Launch {
+        argv: v,
+        pipe: None,
+    })
 }
 
 /// Reads what `tool` analysed from its output and its files in `dir`.
@@ -150,12 +159,10 @@ pub fn parse(tool: Tool, output: &str, dir: &Path) -> anyhow::Result<Counts> {
             })
         }
         Tool::Pmacct => {
-            let path = flow_file(dir);
-            let text = std::fs::read_to_string(&path)
-                .with_context(|| format!("pmacctd wrote no {}", path.display()))?;
             let (received, dropped) = pmacct_totals(output)?;
+            let analysed = pmacct_final_packets(&flow_file(dir), received - dropped.min(received))?;
             Ok(Counts {
-                captured: pmacct_packets(&text)?,
+                captured: analysed,
                 dropped,
                 received: Some(received),
                 extra: BTreeMap::from([("dropped_kernel".to_owned(), dropped as f64)]),
@@ -206,11 +213,32 @@ fn pmacct_packets(csv: &str) -> anyhow::Result<u64> {
         .sum())
 }
 
+/// PACKETS of pmacct's flow file once its last purge is written. The plugins write it after
+/// the core process has exited, so this reads until the file holds every packet the core
+/// received, or for at most [`PMACCT_PURGE_WAIT`] (then what it holds: packets the plugins
+/// never got are lost to analysis).
+fn pmacct_final_packets(path: &Path, received: u64) -> anyhow::Result<u64> {
+    let deadline = Instant::now() + PMACCT_PURGE_WAIT;
+    loop {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("pmacctd wrote no {}", path.display()))?;
+        let n = pmacct_packets(&text)?;
+        if n >= received || Instant::now() >= deadline {
+            return Ok(n);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// pmacctd's own pcap counters at exit: (received, dropped).
 fn pmacct_totals(output: &str) -> anyhow::Result<(u64, u64)> {
     let field = |k: &str| -> Option<u64> {
         let l = output.lines().rev().find(|l| l.contains(k))?;
-        l[l.find(k)? + k.len()..].split_whitespace().next()?.parse().ok()
+        l[l.find(k)? + k.len()..]
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
     };
     Ok((
         field("received_packets=").ok_or_else(|| anyhow!("pmacctd printed no received_packets"))?,

@@ -100,7 +100,11 @@ struct EngineArgv {
 
 fn engine_argv(a: &ProbeArgs, iface: &str) -> Vec<String> {
     let mut v: Vec<String> = match &a.read {
-        Some(file) => vec!["-r".into(), file.to_string_lossy().into_owned(), "-q".into()],
+        Some(file) => vec![
+            "-r".into(),
+            file.to_string_lossy().into_owned(),
+            "-q".into(),
+        ],
         None => vec!["-i".into(), iface.into(), "-q".into()],
     };
     let mut opt = |name: &str, value: Option<String>| {

@@ -933,13 +933,12 @@ fn file_reports_equal_live_reports_and_cut_periods_by_timestamp() {
     let live = dir.path().join("live.jsonl");
     let file = dir.path().join("live.pcapng");
     let lab = lab(2);
-    let bg = start_probe(
-        &lab,
-        &["-c", s(&cfg), "--report", s(&live), "-w", s(&file)],
-    );
+    let bg = start_probe(&lab, &["-c", s(&cfg), "--report", s(&live), "-w", s(&file)]);
     gen(
         &lab,
-        &["--count", "6000", "--rate", "10k", "--flows", "8", "--size", "imix"],
+        &[
+            "--count", "6000", "--rate", "10k", "--flows", "8", "--size", "imix",
+        ],
     );
     stop_probe(bg);
     let on = records(&live);
@@ -956,7 +955,11 @@ fn file_reports_equal_live_reports_and_cut_periods_by_timestamp() {
     for r in &off {
         let acc = &r["accounting"];
         assert_eq!(
-            (num(acc, "captured"), num(acc, "dropped_kernel"), num(acc, "dropped_pool")),
+            (
+                num(acc, "captured"),
+                num(acc, "dropped_kernel"),
+                num(acc, "dropped_pool")
+            ),
             (in_file, 0, 0),
             "a file loses nothing"
         );
@@ -967,8 +970,17 @@ fn file_reports_equal_live_reports_and_cut_periods_by_timestamp() {
         .status()
         .expect("zstd");
     assert!(z.success());
-    let piped = probe_file(&cfg, &dir.path().join("stdin.jsonl"), &["-r", "-"], Some(&zst));
-    assert_eq!(comparable(&piped), comparable(&off), "probe -r - vs probe -r FILE");
+    let piped = probe_file(
+        &cfg,
+        &dir.path().join("stdin.jsonl"),
+        &["-r", "-"],
+        Some(&zst),
+    );
+    assert_eq!(
+        comparable(&piped),
+        comparable(&off),
+        "probe -r - vs probe -r FILE"
+    );
 
     // Short periods, paced: each period holds the packets recorded in it.
     let short = write(

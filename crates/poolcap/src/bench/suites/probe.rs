@@ -78,7 +78,10 @@ pub fn subjects(rules: &[usize], in_kernel: bool) -> Vec<Subject> {
         }
     }
     for tool in [Tool::Pmacct, Tool::Tshark] {
-        v.push(Subject::named(tool.name(), CaptureSpec::new(tool, RING_KIB)));
+        v.push(Subject::named(
+            tool.name(),
+            CaptureSpec::new(tool, RING_KIB),
+        ));
     }
     v
 }
@@ -100,7 +103,9 @@ pub fn plan(scale: Scale) -> Plan {
     };
     let mut subj = subjects(&RULES, in_kernel);
     if scale == Scale::Smoke {
-        subj.retain(|s| s.name == name(10, "basic") || s.capture.as_ref().is_some_and(|c| c.tool != Tool::Probe));
+        subj.retain(|s| {
+            s.name == name(10, "basic") || s.capture.as_ref().is_some_and(|c| c.tool != Tool::Probe)
+        });
     }
     let mut notes = Vec::new();
     if !in_kernel {
@@ -147,7 +152,9 @@ fn median_of(mut xs: Vec<f64>) -> Option<f64> {
 /// the in-kernel probe with congestion control analyses more than the user-space one with
 /// congestion control.
 pub fn conclusion(rows: &[Row]) -> String {
-    let kernel = rows.iter().any(|r| r.capture.as_ref().is_some_and(|c| c.in_kernel));
+    let kernel = rows
+        .iter()
+        .any(|r| r.capture.as_ref().is_some_and(|c| c.in_kernel));
     if !kernel {
         return "The paper's conclusion (the kernel-level probe with congestion avoidance \
                 analyses more than the user-level one) is not tested here: in-kernel analysis \
@@ -161,10 +168,19 @@ pub fn conclusion(rows: &[Row]) -> String {
     let mut holds = true;
     for n in RULES {
         let user = med(rows, |p| p == top, &name(n, "congestion"), "analysis_pps");
-        let kern = med(rows, |p| p == top, &name(n, "in-kernel congestion"), "analysis_pps");
+        let kern = med(
+            rows,
+            |p| p == top,
+            &name(n, "in-kernel congestion"),
+            "analysis_pps",
+        );
         if let (Some(u), Some(k)) = (user, kern) {
             holds &= k > u;
-            parts.push(format!("{n} rules: in-kernel {} vs user {}", kpps(Some(k)), kpps(Some(u))));
+            parts.push(format!(
+                "{n} rules: in-kernel {} vs user {}",
+                kpps(Some(k)),
+                kpps(Some(u))
+            ));
         }
     }
     if parts.is_empty() {
@@ -214,18 +230,24 @@ fn headline(rows: &[Row]) -> String {
                     .filter(|(_, b)| *b > 0.0)
                     .map(|(p, b)| format!("{:.2}× {p}", a / b))
                     .collect();
-                Some(format!("{subject} {} ({})", kpps(Some(a)), ratios.join(", ")))
+                Some(format!(
+                    "{subject} {} ({})",
+                    kpps(Some(a)),
+                    ratios.join(", ")
+                ))
             })
             .collect();
         let peer_text: Vec<String> = peers
             .iter()
             .map(|(p, b)| format!("{p} {}", kpps(Some(*b))))
             .collect();
-        s.push_str(&format!(
-            "Analysis throughput at the highest offered rate ({top}): {}; {} pps. ",
-            parts.join(", "),
-            peer_text.join(", ")
-        ));
+        let all: Vec<String> = parts.into_iter().chain(peer_text).collect();
+        if !all.is_empty() {
+            s.push_str(&format!(
+                "Analysis throughput at the highest offered rate ({top}): {} pps. ",
+                all.join(", ")
+            ));
+        }
     }
     s.push_str(&conclusion(rows));
     s
