@@ -52,6 +52,7 @@ pub fn run(
         counters: engine.counters(),
         pools: engine.pools(),
         engine_done: Arc::clone(&engine_done),
+        stop: Arc::clone(&stop),
     };
     let clock = std::thread::Builder::new()
         .name("probe-clock".into())
@@ -86,6 +87,9 @@ pub struct FileClock {
     pub pools: Arc<Vec<Arc<Pool>>>,
     /// Set once the engine has drained.
     pub engine_done: Arc<AtomicBool>,
+    /// Set by a stop (SIGINT, SIGTERM): the file is read no further, so no period ends
+    /// after the packets read.
+    pub stop: Arc<AtomicBool>,
 }
 
 impl FileClock {
@@ -99,7 +103,8 @@ impl FileClock {
         let mut period_end = Self::start_ns(&self.gate).saturating_add(self.period_ns());
         self.gate.open_until(period_end);
         while !self.engine_done.load(Ordering::Acquire) {
-            let at_boundary = self.gate.next().is_some_and(|t| t >= period_end);
+            let at_boundary = self.gate.next().is_some_and(|t| t >= period_end)
+                && !self.stop.load(Ordering::Relaxed);
             if !at_boundary || self.pools.iter().any(|p| p.in_use() > 0) {
                 std::thread::sleep(TICK);
                 continue;
