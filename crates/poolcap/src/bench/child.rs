@@ -192,13 +192,19 @@ impl Running {
     /// The child's CPU time so far (utime + stime of `/proc/PID/stat`, all threads), in
     /// clock ticks.
     pub fn cpu_ticks(&self) -> Option<u64> {
-        self.pids()
-            .into_iter()
-            .map(|pid| {
-                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-                cpu_ticks_of_stat(&stat)
-            })
-            .sum()
+        let tree = with_descendants(&self.pids());
+        let ticks = |pid: &u32| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            cpu_ticks_of_stat(&stat)
+        };
+        // The run's own processes must be there; a descendant may have just exited.
+        let own: Option<u64> = self.pids().iter().map(ticks).sum();
+        let more: u64 = tree
+            .iter()
+            .filter(|p| !self.pids().contains(p))
+            .filter_map(ticks)
+            .sum();
+        Some(own? + more)
     }
 
     /// Voluntary and involuntary context switches so far, summed over every thread
@@ -306,12 +312,47 @@ pub fn switches_of_status(status: &str) -> (u64, u64) {
     )
 }
 
-/// utime + stime (fields 14 and 15) of a `/proc/PID/stat` line. The command name (field 2)
+/// utime + stime + cutime + cstime (fields 14 to 17: the process's own CPU time and that of
+/// the children it has waited for) of a `/proc/PID/stat` line. The command name (field 2)
 /// may hold spaces and parentheses, so fields are counted after its closing parenthesis.
 pub fn cpu_ticks_of_stat(stat: &str) -> Option<u64> {
     let rest = &stat[stat.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+    (11..15).map(|i| f.get(i)?.parse::<u64>().ok()).sum()
+}
+
+/// The parent PID (field 4) of a `/proc/PID/stat` line.
+fn parent_of_stat(stat: &str) -> Option<u32> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// `pids` and every process below them: a tool that forks its workers (pmacctd's plugins,
+/// tshark's dumpcap) is charged for all of them.
+fn with_descendants(pids: &[u32]) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            Some((pid, parent_of_stat(&stat)?))
+        })
+        .collect();
+    let mut tree = pids.to_vec();
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        let children: Vec<u32> = parents
+            .iter()
+            .filter(|(pid, pp)| *pp == parent && !tree.contains(pid))
+            .map(|(pid, _)| *pid)
+            .collect();
+        tree.extend(children);
+        i += 1;
+    }
+    tree
 }
 
 #[cfg(test)]
@@ -326,6 +367,22 @@ mod tests {
         assert_eq!(cpu_ticks_of_stat("1 (x) S 1"), None);
         let me = std::fs::read_to_string("/proc/self/stat").unwrap();
         assert!(cpu_ticks_of_stat(&me).is_some());
+        let with_children = "4242 (x) S 1 4242 4242 0 -1 4194560 100 0 0 0 57 196 30 7 20 0";
+        assert_eq!(cpu_ticks_of_stat(with_children), Some(290));
+        assert_eq!(parent_of_stat(stat), Some(1));
+    }
+
+    #[test]
+    fn descendants_include_a_forked_child() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let tree = with_descendants(&[std::process::id()]);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(tree[0], std::process::id());
+        assert!(tree.contains(&child.id()), "{tree:?}");
     }
 
     #[test]

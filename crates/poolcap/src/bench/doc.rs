@@ -28,6 +28,7 @@ pub fn title(s: Suite) -> &'static str {
             "Soak: growth of memory, open files, threads over a long rotated capture (issue 12.11)"
         }
         Suite::Predict => "Loss prediction against measurement (issue 16, paper 002)",
+        Suite::Probe => "Probe analysis throughput vs pmacctd and tshark (Zabala et al., Figs 6-9)",
     }
 }
 

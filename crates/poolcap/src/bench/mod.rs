@@ -16,7 +16,8 @@
 //!   [`filecount`] counts what a tool really wrote, streaming files of any size; [`sampler`]
 //!   reads a running tool's memory, open files and threads from `/proc` (soak runs);
 //! - [`peer`]: how to start each tool and read its final counts (recorded outputs are its
-//!   unit tests);
+//!   unit tests); [`probe_peers`] the same for the analysis tools (poolcap probe, pmacctd,
+//!   tshark);
 //! - [`stats`], [`report`], [`figure`] and [`doc`]: the formatters — min / median / max over
 //!   runs, `raw.jsonl`, `results.csv`, PNG figures, `summary.md` and BENCHMARKS.md. A result
 //!   directory's `meta.json` ([`meta`]) and `raw.jsonl` are enough to rebuild everything else
@@ -33,6 +34,7 @@ pub mod manager;
 pub mod meta;
 pub mod peer;
 pub mod point;
+pub mod probe_peers;
 pub mod progress;
 pub mod report;
 pub mod sampler;

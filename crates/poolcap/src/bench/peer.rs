@@ -49,6 +49,12 @@ pub enum Tool {
     NetsniffNg,
     /// dumpcap (Wireshark's capture engine, libpcap).
     Dumpcap,
+    /// `poolcap probe` (analysis tools: see [`super::probe_peers`]).
+    Probe,
+    /// pmacct's `pmacctd`.
+    Pmacct,
+    /// tshark computing conversation statistics.
+    Tshark,
 }
 
 /// How to run a capture tool at one point. Fields after `load` are optional settings, most of
@@ -99,6 +105,12 @@ pub struct CaptureSpec {
     pub cpus: Option<String>,
     /// CPUs the whole process may run on (`taskset -c`); default the tool CPU.
     pub taskset: Option<String>,
+    /// poolcap probe only: rules of the generated rule set.
+    #[serde(default)]
+    pub rules: Option<usize>,
+    /// poolcap probe only: `--in-kernel`.
+    #[serde(default)]
+    pub in_kernel: bool,
     /// poolcap only, when writing: rotate files as tcpdump's `-C MB -W FILES`.
     #[serde(default)]
     pub rotate: Option<(u64, u32)>,
@@ -131,6 +143,8 @@ impl CaptureSpec {
             taskset: None,
             rotate: None,
             direct: false,
+            rules: None,
+            in_kernel: false,
         }
     }
 
@@ -208,13 +222,18 @@ impl Tool {
             Tool::Tcpdump => "tcpdump",
             Tool::NetsniffNg => "netsniff-ng",
             Tool::Dumpcap => "dumpcap",
+            Tool::Probe => "poolcap probe",
+            Tool::Pmacct => "pmacctd",
+            Tool::Tshark => "tshark",
         }
     }
 
     /// Programs that must be installed (poolcap is this executable).
     pub fn programs(self) -> &'static [&'static str] {
         match self {
-            Tool::Poolcap => &[],
+            Tool::Poolcap | Tool::Probe => &[],
+            Tool::Pmacct => &["pmacctd"],
+            Tool::Tshark => &["tshark", "env"],
             Tool::Tcpdump => &["tcpdump"],
             Tool::NetsniffNg => &["netsniff-ng", "stdbuf"],
             Tool::Dumpcap => &["dumpcap"],
@@ -226,7 +245,9 @@ impl Tool {
         match self {
             Tool::Poolcap | Tool::Tcpdump => "listening on",
             Tool::NetsniffNg => "Running!",
-            Tool::Dumpcap => "Capturing on",
+            Tool::Dumpcap | Tool::Tshark => "Capturing on",
+            Tool::Probe => "probing on",
+            Tool::Pmacct => "link type is",
         }
     }
 
@@ -341,6 +362,11 @@ impl Tool {
                     &sink,
                 ]);
             }
+            Tool::Probe | Tool::Pmacct | Tool::Tshark => {
+                // Their configuration and output files go beside the stats file.
+                let dir = stats.parent().unwrap_or(Path::new("."));
+                return super::probe_peers::launch(self, spec, iface, dir, exe);
+            }
             Tool::Dumpcap => {
                 let mib = spec.buffer_kib.div_ceil(1024).max(1).to_string();
                 push(&["dumpcap", "-i", iface, "-q"]);
@@ -384,6 +410,9 @@ impl Tool {
                 received: None,
                 extra: BTreeMap::new(),
             }),
+            Tool::Probe | Tool::Pmacct | Tool::Tshark => {
+                super::probe_peers::parse(self, output, stats.parent().unwrap_or(Path::new(".")))
+            }
             Tool::Dumpcap => {
                 let captured = number_after(output, "Packets captured:")?;
                 let (received, dropped) = after(output, "Packets received/dropped on interface")
@@ -800,7 +829,7 @@ fn after<'a>(text: &'a str, key: &str) -> Option<&'a str> {
 }
 
 /// The number right before `key` on the last line holding it: `  123  packets incoming`.
-fn number_before(text: &str, key: &str) -> anyhow::Result<u64> {
+pub(super) fn number_before(text: &str, key: &str) -> anyhow::Result<u64> {
     text.lines()
         .rev()
         .find_map(|l| {

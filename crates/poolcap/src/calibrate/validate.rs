@@ -85,14 +85,15 @@ pub struct Compared {
 }
 
 /// The scenario a row measured, with the offered rate `pps` (`None`: the tool or setting is
-/// outside the model: netsniff-ng, several queues, AF_XDP, the in-place reader).
+/// outside the model: netsniff-ng, the analysis tools, several queues, AF_XDP, the in-place
+/// reader).
 pub fn scenario(row: &Row, pps: f64) -> Option<Scenario> {
     let c = row.capture.as_ref()?;
     let tool = match c.tool {
         Tool::Poolcap => ModelTool::Poolcap,
         Tool::Tcpdump => ModelTool::Tcpdump,
         Tool::Dumpcap => ModelTool::Dumpcap,
-        Tool::NetsniffNg => return None,
+        Tool::NetsniffNg | Tool::Probe | Tool::Pmacct | Tool::Tshark => return None,
     };
     let multi = c.queues.is_some_and(|q| q > 1) || c.workers.is_some_and(|w| w > 1);
     if multi || c.inplace || c.backend.as_deref() == Some("af_xdp") {

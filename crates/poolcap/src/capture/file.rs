@@ -10,9 +10,15 @@
 //!
 //! The file is decoded into memory first (poolcap-format's checked reader), so a bad file is
 //! reported before the capture starts.
+//!
+//! A [`Gate`] can hold packets back from a recorded time on: `poolcap probe -r` cuts its
+//! periods by the packets' timestamps, so it lets a period's packets through, waits until
+//! the workers have analysed them, ends the period, and only then opens the gate further.
 
 use std::io::Read;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use poolcap_format::RecordedPacket;
@@ -37,6 +43,44 @@ pub struct FileError {
     pub why: String,
 }
 
+/// How long a held source sleeps before it looks at its gate again.
+const HELD_WAIT: Duration = Duration::from_millis(1);
+
+/// Holds a file's packets back from a recorded time on (see the module docs). Times are
+/// nanoseconds since the epoch, as the packets' timestamps.
+#[derive(Debug)]
+pub struct Gate {
+    /// Packets recorded at or after this time are held.
+    until: AtomicU64,
+    /// The recorded time of the next packet not yet taken (`u64::MAX` once none is left).
+    next: AtomicU64,
+    /// The recorded time of the last packet taken (the first packet's before any is).
+    last: AtomicU64,
+}
+
+impl Gate {
+    /// Lets packets recorded before `until` through.
+    pub fn open_until(&self, until: u64) {
+        self.until.store(until, Ordering::Release);
+    }
+
+    /// The recorded time of the next packet not yet taken; `None` at the end of the file.
+    /// Once it is at or past the gate's time, every earlier packet has been put into a
+    /// chunk (Acquire pairs with the source's Release after its batch).
+    pub fn next(&self) -> Option<u64> {
+        Some(self.next.load(Ordering::Acquire)).filter(|t| *t != u64::MAX)
+    }
+
+    /// The recorded time of the last packet taken.
+    pub fn last(&self) -> u64 {
+        self.last.load(Ordering::Acquire)
+    }
+
+    fn held(&self, ts: u64) -> bool {
+        ts >= self.until.load(Ordering::Acquire)
+    }
+}
+
 /// See the module docs.
 pub struct FileSource {
     packets: Vec<RecordedPacket>,
@@ -47,6 +91,7 @@ pub struct FileSource {
     started: Instant,
     first_ts: u64,
     reported: bool,
+    gate: Option<Arc<Gate>>,
 }
 
 impl std::fmt::Debug for FileSource {
@@ -127,6 +172,26 @@ impl FileSource {
             speed: speed.filter(|s| *s > 0.0),
             started: Instant::now(),
             reported: false,
+            gate: None,
+        }
+    }
+
+    /// Holds packets back behind a gate, closed at first; returns the gate.
+    pub fn gated(&mut self) -> Arc<Gate> {
+        let gate = Arc::new(Gate {
+            until: AtomicU64::new(0),
+            next: AtomicU64::new(self.packets.first().map_or(u64::MAX, |p| p.ts_ns)),
+            last: AtomicU64::new(self.first_ts),
+        });
+        self.gate = Some(Arc::clone(&gate));
+        gate
+    }
+
+    /// True when the next packet waits behind the gate.
+    fn held(&self) -> bool {
+        match (&self.gate, self.packets.get(self.next)) {
+            (Some(g), Some(p)) => g.held(p.ts_ns),
+            _ => false,
         }
     }
 
@@ -144,11 +209,11 @@ impl FileSource {
 impl Source for FileSource {
     fn take_batch(&mut self, pool: &Pool, filler: &mut Filler) -> bool {
         filler.begin_batch();
-        if filler.stopping() || self.exhausted() || !self.until_due().is_zero() {
+        if filler.stopping() || self.exhausted() || !self.until_due().is_zero() || self.held() {
             return false;
         }
         let end = (self.next + BATCH).min(self.packets.len());
-        while self.next < end && self.until_due().is_zero() {
+        while self.next < end && self.until_due().is_zero() && !self.held() {
             let p = &self.packets[self.next];
             self.next += 1;
             if self.filter.as_ref().is_some_and(|f| !f.filter(&p.data)) {
@@ -157,12 +222,26 @@ impl Source for FileSource {
             }
             filler.push_copy(pool, p.ts_ns, [&p.data, &[], &[]], p.orig_len);
         }
+        if let Some(g) = &self.gate {
+            // After the batch's packets are in chunks (see `Gate::next`).
+            if let Some(p) = self.next.checked_sub(1).and_then(|i| self.packets.get(i)) {
+                g.last.store(p.ts_ns, Ordering::Release);
+            }
+            let next = self.packets.get(self.next).map_or(u64::MAX, |p| p.ts_ns);
+            g.next.store(next, Ordering::Release);
+        }
         true
     }
 
-    /// Sleeps until the next packet is due (at most `timeout`).
+    /// Sleeps until the next packet is due (at most `timeout`), or briefly while it is held
+    /// behind the gate.
     fn poll(&self, timeout: Duration) -> Result<Readiness, SysError> {
-        let wait = self.until_due().min(timeout);
+        let wait = if self.held() {
+            HELD_WAIT
+        } else {
+            self.until_due()
+        }
+        .min(timeout);
         if !wait.is_zero() {
             std::thread::sleep(wait);
         }

@@ -24,7 +24,7 @@ pub enum Target {
     Report,
 }
 
-const TARGETS: [Target; 14] = [
+const TARGETS: [Target; 15] = [
     Target::Suite(Suite::Gen),
     Target::Suite(Suite::Capture),
     Target::Suite(Suite::Burst),
@@ -37,6 +37,7 @@ const TARGETS: [Target; 14] = [
     Target::Suite(Suite::Disk),
     Target::Suite(Suite::Soak),
     Target::Suite(Suite::Predict),
+    Target::Suite(Suite::Probe),
     Target::All,
     Target::Report,
 ];
@@ -80,6 +81,9 @@ impl ValueEnum for Target {
              samples.csv; reports growth after warm-up and the accounting equation
   predict    calibrate, then paper 002's sessions, a burst and a load grid for poolcap, tcpdump,
              dumpcap: predicted (from this run's calibration) against measured loss
+  probe      poolcap probe with 1/10/100/1000 rules, basic and congestion control (and
+             --in-kernel once it exists) vs pmacctd and tshark -z conv,ip: capture and analysis
+             throughput vs offered rate, loss, CPU per packet
   all        every suite (sizes with --rps), then `report`
   report     rebuild BENCHMARKS.md and docs/bench/*.png from the latest result of each suite
 

@@ -1,5 +1,6 @@
-//! `poolcap probe`: the engine with the probe's rules on its workers (live, `-i`), or the
-//! same analysis over a capture file (`-r`); reports per period as JSON Lines and a table.
+//! `poolcap probe`: the engine with the probe's rules on its workers, live (`-i`) or over a
+//! capture file (`-r`, the engine's file source); reports per period as JSON Lines and a
+//! table.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use clap::{Args, Parser};
 use poolcap_probe::Hub;
 
-use crate::capture::{CaptureError, Engine, Output};
+use crate::capture::{CaptureConfig, CaptureError, Engine, Output};
 use crate::cli::capture::{config as capture_config, print_report, CaptureArgs};
 use crate::cli::{export, usage};
 use crate::probe::control::ControlSocket;
@@ -38,9 +39,13 @@ pub struct ProbeArgs {
         conflicts_with = "read"
     )]
     iface: Option<String>,
-    /// Analyse a capture file instead.
+    /// Analyse a pcap/pcapng file (plain, .gz or .zst; `-` for standard input) instead,
+    /// through the same engine; periods follow the packets' timestamps.
     #[arg(short = 'r')]
     read: Option<PathBuf>,
+    /// With -r: replay at X times the recorded pace (default: as fast as possible).
+    #[arg(long, requires = "read")]
+    speed: Option<String>,
     /// The probe configuration (TOML).
     #[arg(short = 'c', long = "config")]
     config: PathBuf,
@@ -57,16 +62,16 @@ pub struct ProbeArgs {
     #[arg(long, conflicts_with = "read")]
     queues: Option<usize>,
     /// Worker threads running the rules (default: one per queue).
-    #[arg(long, conflicts_with = "read")]
+    #[arg(long)]
     workers: Option<usize>,
     /// Extra synthetic analysis cost: x-loop iterations per packet after the rules.
-    #[arg(long, conflicts_with = "read")]
+    #[arg(long)]
     load: Option<u32>,
     /// Pool per queue as M,R.
-    #[arg(long, conflicts_with = "read")]
+    #[arg(long)]
     pool: Option<String>,
     /// Offload policy: basic, buddy:T or congestion:HIGH,LOW (as for capture).
-    #[arg(long, conflicts_with = "read")]
+    #[arg(long)]
     offload: Option<String>,
     /// Capture backend: af_packet, af_xdp or auto.
     #[arg(long, conflicts_with = "read")]
@@ -102,7 +107,14 @@ struct EngineArgv {
 }
 
 fn engine_argv(a: &ProbeArgs, iface: &str) -> Vec<String> {
-    let mut v: Vec<String> = vec!["-i".into(), iface.into(), "-q".into()];
+    let mut v: Vec<String> = match &a.read {
+        Some(file) => vec![
+            "-r".into(),
+            file.to_string_lossy().into_owned(),
+            "-q".into(),
+        ],
+        None => vec!["-i".into(), iface.into(), "-q".into()],
+    };
     let mut opt = |name: &str, value: Option<String>| {
         if let Some(x) = value {
             v.push(name.into());
@@ -120,7 +132,31 @@ fn engine_argv(a: &ProbeArgs, iface: &str) -> Vec<String> {
         (b, _) => b.map(str::to_string),
     };
     opt("--backend", backend);
+    opt("--speed", a.speed.clone());
     v
+}
+
+/// The engine's configuration, resolved by `poolcap capture`'s parser.
+fn engine_config(a: &ProbeArgs, iface: &str) -> anyhow::Result<CaptureConfig> {
+    let parsed = EngineArgv::try_parse_from(engine_argv(a, iface)).map_err(|e| {
+        usage(
+            e.render()
+                .to_string()
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .trim_start_matches("error: ")
+                .to_string(),
+        )
+    })?;
+    capture_config(&parsed.capture)
+}
+
+fn engine_error(e: CaptureError) -> anyhow::Error {
+    match e {
+        CaptureError::Filter(f) => usage(f.to_string()),
+        e => anyhow::Error::new(e),
+    }
 }
 
 /// Runs `poolcap probe`.
@@ -132,7 +168,21 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
                 "--metrics, --ipfix and --kafka need a live probe (-i)",
             ));
         }
-        probe::offline::run(file, config, args.report.as_deref(), !args.quiet)?;
+        let cfg = engine_config(&args, "")?;
+        let stop = Arc::new(AtomicBool::new(false));
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            signal_hook::flag::register(sig, Arc::clone(&stop))?;
+        }
+        let report = probe::offline::run(cfg, config, args.report.as_deref(), !args.quiet, stop)
+            .map_err(|e| match e.downcast::<CaptureError>() {
+                Ok(c) => engine_error(c),
+                Err(e) => e,
+            })?;
+        eprintln!("probed {}", file.display());
+        print_report(&report);
+        if let Some(e) = &report.capture_error {
+            anyhow::bail!("{e}");
+        }
         return Ok(());
     }
     let iface = args.iface.clone().unwrap_or_default();
@@ -154,18 +204,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     if kernel_only {
         return run_in_kernel(args, config, &iface);
     }
-    let parsed = EngineArgv::try_parse_from(engine_argv(&args, &iface)).map_err(|e| {
-        usage(
-            e.render()
-                .to_string()
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .trim_start_matches("error: ")
-                .to_string(),
-        )
-    })?;
-    let mut cfg = capture_config(&parsed.capture)?;
+    let mut cfg = engine_config(&args, &iface)?;
     poolcap_sys::privilege::check_raw_sockets("capturing packets")?;
     let metrics = export::bind_metrics(&args.metrics)?;
     let ipfix = export::start_ipfix(&args.ipfix)?;
@@ -189,10 +228,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     let hangup = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hangup))?;
     let (queues, workers) = (cfg.queues, cfg.workers);
-    let engine = Engine::start(cfg, Arc::clone(&stop), || Ok(())).map_err(|e| match e {
-        CaptureError::Filter(f) => usage(f.to_string()),
-        e => anyhow::Error::new(e),
-    })?;
+    let engine = Engine::start(cfg, Arc::clone(&stop), || Ok(())).map_err(engine_error)?;
     let engine_done = Arc::new(AtomicBool::new(false));
     let mut reporter = Reporter::new(hub, SystemTime::now(), args.report.as_deref(), !args.quiet)?;
     if let Some(k) = kernel {

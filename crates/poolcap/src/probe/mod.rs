@@ -8,8 +8,8 @@
 //!   control socket, SIGHUP, and the final report after the engine has drained;
 //! - [`control`]: the control socket itself (mode 0600) and the `poolcap ctl` client;
 //! - [`kernel`]: `--in-kernel`, count and size rules as an eBPF program at tc ingress;
-//! - [`offline`]: `probe -r FILE`, the same analyzers over a capture file, periods cut by
-//!   the packets' own timestamps.
+//! - [`offline`]: `probe -r FILE`, the engine reading a capture file, with a period clock
+//!   that follows the packets' own timestamps.
 
 pub mod control;
 pub mod kernel;

@@ -1,60 +1,127 @@
-//! `poolcap probe -r FILE`: the workers' analysis over a capture file, with the same
-//! [`Analyzer`](poolcap_probe::Analyzer), hub and reporter as a live probe, so offline and
-//! live reports agree. Periods are cut by the packets' timestamps (a 10 s period holds 10 s
-//! of recorded traffic), and the accounting counts the file's packets.
+//! `poolcap probe -r FILE`: the clock of a probe whose source is a capture file. The file
+//! goes through the capture engine as `capture -r` reads it (pool, workers running the
+//! rules, `--workers`, `--speed`, standard input), so offline and live reports come from
+//! the same code; only the period clock differs.
 //!
-//! The capture engine has no file source yet: when it gets one, `probe -r` becomes a live
-//! probe whose source is the file (the engine's workers then run these analyzers) and this
-//! module reduces to the timestamp clock.
+//! Periods follow the packets' timestamps (a 10 s period holds 10 s of recorded traffic),
+//! not the wall clock: the file source's [`Gate`] lets one period's packets through, this
+//! clock waits until the workers have analysed all of them (every chunk is back in the
+//! pool), ends the period at its recorded end time, and only then opens the gate for the
+//! next one. So a period holds exactly the packets recorded in it, however many workers
+//! share them and however fast they go.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
-use poolcap_probe::report::{time_ns, Accounting, RuleRecord};
+use poolcap_probe::report::{time_ns, RuleRecord};
 use poolcap_probe::{Config, Hub};
 
+use super::live::accounting;
 use super::reporter::Reporter;
+use crate::capture::account::QueueCounters;
+use crate::capture::file::{FileSource, Gate};
+use crate::capture::pool::Pool;
+use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Input};
 
-/// Runs `config`'s rules over the capture file at `file`; returns the final records.
+/// Runs `config`'s rules over the file `cfg` reads (`Input::File`, as `capture -r`
+/// resolves it), records to `report` and, with `table`, stdout; returns the engine's
+/// report once the file is read and the last period written.
 pub fn run(
-    file: &Path,
+    mut cfg: CaptureConfig,
     config: Config,
     report: Option<&Path>,
     table: bool,
-) -> anyhow::Result<Vec<RuleRecord>> {
-    let capture = poolcap_format::read_file(file)
-        .with_context(|| format!("cannot read {}", file.display()))?;
-    if capture.linktype != 1 {
-        anyhow::bail!(
-            "{}: link type {} is not Ethernet",
-            file.display(),
-            capture.linktype
-        );
-    }
-    let first = capture.packets.first().map_or(0, |p| p.ts_ns);
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<CaptureReport> {
+    let Input::File { path, speed } = std::mem::replace(&mut cfg.input, Input::Live) else {
+        anyhow::bail!("probe -r needs a file");
+    };
+    let mut source = FileSource::open(&path, None, speed).map_err(CaptureError::from)?;
+    let gate = source.gated();
+    cfg.input = Input::Sources(vec![Box::new(source)]);
     let hub = Hub::new(config);
-    let mut analyzer = hub.attach();
-    let mut reporter = Reporter::new(hub, time_ns(first), report, table)?;
-    let mut totals = Accounting::default();
-    let mut period_end = first.saturating_add(nanos(reporter.running().period));
-    for p in &capture.packets {
-        while p.ts_ns >= period_end {
-            let next = (*reporter.running()).clone();
-            reporter.switch(time_ns(period_end), totals, next, None, &mut || {
-                analyzer.sync()
-            })?;
-            period_end = period_end.saturating_add(nanos(reporter.running().period));
-        }
-        analyzer.observe(&p.data, p.orig_len, p.ts_ns);
-        totals.captured += 1;
-        totals.bytes += u64::from(p.orig_len);
-    }
-    drop(analyzer);
-    let end = capture.packets.last().map_or(first, |p| p.ts_ns);
-    reporter.finish(time_ns(end), totals)
+    cfg.probe = Some(Arc::clone(&hub));
+    let engine = Engine::start(cfg, Arc::clone(&stop), || Ok(()))?;
+    let reporter = Reporter::new(hub, time_ns(FileClock::start_ns(&gate)), report, table)?;
+    let engine_done = Arc::new(AtomicBool::new(false));
+    let clock = FileClock {
+        reporter,
+        gate,
+        counters: engine.counters(),
+        pools: engine.pools(),
+        engine_done: Arc::clone(&engine_done),
+        stop: Arc::clone(&stop),
+    };
+    let clock = std::thread::Builder::new()
+        .name("probe-clock".into())
+        .spawn(move || {
+            // A clock that fails (a report it cannot write) would hold the file forever.
+            let r = clock.run();
+            if r.is_err() {
+                stop.store(true, Ordering::Relaxed);
+            }
+            r
+        })?;
+    let report = engine.run();
+    engine_done.store(true, Ordering::Release);
+    clock
+        .join()
+        .map_err(|_| anyhow::anyhow!("the probe clock panicked"))??;
+    Ok(report)
 }
 
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
+/// How often the clock looks at the gate and the pools.
+const TICK: Duration = Duration::from_micros(500);
+
+/// What the file clock needs.
+pub struct FileClock {
+    /// Writes the reports; its first period starts at the file's first packet.
+    pub reporter: Reporter,
+    /// The file source's gate.
+    pub gate: Arc<Gate>,
+    /// The engine's counters.
+    pub counters: Arc<Vec<Arc<QueueCounters>>>,
+    /// The engine's pools: a period's packets are analysed once every chunk is free.
+    pub pools: Arc<Vec<Arc<Pool>>>,
+    /// Set once the engine has drained.
+    pub engine_done: Arc<AtomicBool>,
+    /// Set by a stop (SIGINT, SIGTERM): the file is read no further, so no period ends
+    /// after the packets read.
+    pub stop: Arc<AtomicBool>,
+}
+
+impl FileClock {
+    /// The first period's start: the file's first packet (the epoch for an empty file).
+    pub fn start_ns(gate: &Gate) -> u64 {
+        gate.next().unwrap_or(0)
+    }
+
+    /// Cuts periods until the engine is done; returns the final period's records.
+    pub fn run(mut self) -> anyhow::Result<Vec<RuleRecord>> {
+        let mut period_end = Self::start_ns(&self.gate).saturating_add(self.period_ns());
+        self.gate.open_until(period_end);
+        while !self.engine_done.load(Ordering::Acquire) {
+            let at_boundary = self.gate.next().is_some_and(|t| t >= period_end)
+                && !self.stop.load(Ordering::Relaxed);
+            if !at_boundary || self.pools.iter().any(|p| p.in_use() > 0) {
+                std::thread::sleep(TICK);
+                continue;
+            }
+            let next = (*self.reporter.running()).clone();
+            let acc = accounting(&self.counters);
+            self.reporter
+                .switch(time_ns(period_end), acc, next, None, &mut || {})?;
+            period_end = period_end.saturating_add(self.period_ns());
+            self.gate.open_until(period_end);
+        }
+        let acc = accounting(&self.counters);
+        self.reporter.finish(time_ns(self.gate.last()), acc)
+    }
+
+    fn period_ns(&self) -> u64 {
+        let d = self.reporter.running().period;
+        u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
+    }
 }

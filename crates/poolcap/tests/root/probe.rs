@@ -38,6 +38,10 @@ pub fn trials() -> Vec<Trial> {
             buddy_offload_under_load_analyses_every_captured_packet,
         ),
         t(
+            "file_reports_equal_live_reports_and_cut_periods_by_timestamp",
+            file_reports_equal_live_reports_and_cut_periods_by_timestamp,
+        ),
+        t(
             "bad_config_and_commands_fail_cleanly",
             bad_config_and_commands_fail_cleanly,
         ),
@@ -873,6 +877,135 @@ fn buddy_offload_under_load_analyses_every_captured_packet() {
         .filter_map(|t| t.split_whitespace().next()?.parse::<u64>().ok())
         .sum();
     assert!(offloaded > 0, "no chunk was offloaded: {stderr}");
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// Runs `poolcap probe -q -c CONFIG --report OUT ARGS` (with `stdin` as its standard input)
+/// and returns its records.
+fn probe_file(cfg: &Path, out: &Path, args: &[&str], stdin: Option<&Path>) -> Vec<Value> {
+    let mut cmd = Command::new(bin());
+    cmd.args(["probe", "-q", "-c", s(cfg), "--report", s(out)])
+        .args(args);
+    if let Some(f) = stdin {
+        cmd.stdin(std::fs::File::open(f).expect("open stdin file"));
+    }
+    let o = cmd.output().expect("poolcap probe -r");
+    assert!(
+        o.status.success(),
+        "probe {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    records(out)
+}
+
+/// A report without what depends on when and where it ran: the period's wall-clock times
+/// and the kernel's and pool's drops (a file loses nothing; a live probe may).
+fn comparable(recs: &[Value]) -> Vec<Value> {
+    recs.iter()
+        .map(|r| {
+            let mut r = r.clone();
+            let o = r.as_object_mut().expect("record");
+            o.remove("period_start");
+            o.remove("period_end");
+            let acc = o["accounting"].as_object_mut().expect("accounting");
+            acc.remove("dropped_kernel");
+            acc.remove("dropped_pool");
+            r
+        })
+        .collect()
+}
+
+/// `probe -r` runs the same engine and rules as `probe -i`: over the file a live probe wrote,
+/// with 2 workers, from a path and from standard input (zstd-compressed), its report equals
+/// the live one; and its periods follow the packets' timestamps, each holding exactly the
+/// file's packets recorded in it.
+fn file_reports_equal_live_reports_and_cut_periods_by_timestamp() {
+    let dir = tempdir();
+    let cfg = write(
+        dir.path(),
+        "probe.toml",
+        "period = \"1h\"\n\
+         [[rule]]\nname = \"all\"\nfilter = \"ip\"\nactions = [\"count\", \"flows\", \"sizes\"]\n\
+         [[rule]]\nname = \"port9\"\nfilter = \"udp dst port 9\"\nactions = [\"count\"]\n\
+         [[rule]]\nname = \"big\"\nfilter = \"greater 500\"\nactions = [\"sizes\"]\n",
+    );
+    let live = dir.path().join("live.jsonl");
+    let file = dir.path().join("live.pcapng");
+    let lab = lab(2);
+    let bg = start_probe(&lab, &["-c", s(&cfg), "--report", s(&live), "-w", s(&file)]);
+    gen(
+        &lab,
+        &[
+            "--count", "6000", "--rate", "10k", "--flows", "8", "--size", "imix",
+        ],
+    );
+    stop_probe(bg);
+    let on = records(&live);
+    let in_file = tcpdump_count(&file, &[]);
+    assert!(in_file > 0, "nothing captured");
+
+    let off = probe_file(
+        &cfg,
+        &dir.path().join("off.jsonl"),
+        &["-r", s(&file), "--workers", "2"],
+        None,
+    );
+    assert_eq!(comparable(&off), comparable(&on), "probe -r vs probe -i");
+    for r in &off {
+        let acc = &r["accounting"];
+        assert_eq!(
+            (
+                num(acc, "captured"),
+                num(acc, "dropped_kernel"),
+                num(acc, "dropped_pool")
+            ),
+            (in_file, 0, 0),
+            "a file loses nothing"
+        );
+    }
+    let zst = dir.path().join("live.pcapng.zst");
+    let z = Command::new("zstd")
+        .args(["-q", "-f", s(&file), "-o", s(&zst)])
+        .status()
+        .expect("zstd");
+    assert!(z.success());
+    let piped = probe_file(
+        &cfg,
+        &dir.path().join("stdin.jsonl"),
+        &["-r", "-"],
+        Some(&zst),
+    );
+    assert_eq!(
+        comparable(&piped),
+        comparable(&off),
+        "probe -r - vs probe -r FILE"
+    );
+
+    // Short periods, paced: each period holds the packets recorded in it.
+    let short = write(
+        dir.path(),
+        "short.toml",
+        "period = \"150ms\"\n[[rule]]\nname = \"all\"\nfilter = \"ip\"\nactions = [\"count\"]\n",
+    );
+    let cut = probe_file(
+        &short,
+        &dir.path().join("cut.jsonl"),
+        &["-r", s(&file), "--speed", "4", "--workers", "2"],
+        None,
+    );
+    assert!(cut.len() >= 3, "periods: {}", cut.len());
+    let last = cut.len() - 1;
+    for (i, r) in cut.iter().enumerate() {
+        let start = packets_before(&file, r["period_start"].as_str().unwrap());
+        let end = if i == last {
+            in_file
+        } else {
+            packets_before(&file, r["period_end"].as_str().unwrap())
+        };
+        assert_eq!(num(r, "packets"), end - start, "period {i}: {r}");
+        assert_eq!(num(&r["accounting"], "captured"), end - start, "period {i}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@
 //! | [`disk`] | issue 13: writing to disk against tcpdump, dumpcap, netsniff-ng; sustained rate |
 //! | [`soak`] | issue 12.11: a long rotated capture at 80% of top rate; growth of memory, files, threads |
 //! | [`predict`] | issue 16: `poolcap predict` against paper 002's sessions, bursts and loads |
+//! | [`probe`] | Zabala et al. Figs 6-9 with real analysis: probe rules vs pmacctd and tshark |
 //!
 //! Every suite has three scales: `Smoke` (one tiny point, for the root test), `Quick` (a few
 //! minutes) and `Full`.
@@ -37,6 +38,7 @@ pub mod disk;
 pub mod gen;
 pub mod imbalance;
 pub mod predict;
+pub mod probe;
 pub mod rates;
 pub mod sizes;
 pub mod soak;
@@ -74,6 +76,9 @@ pub enum Suite {
     Soak,
     /// Calibrate, then predicted against measured loss: paper 002's sessions, bursts, loads.
     Predict,
+    /// `poolcap probe` with 1..1000 rules, basic and congestion control, against pmacctd and
+    /// tshark: capture and analysis throughput vs offered rate.
+    Probe,
 }
 
 /// How big a run is.
@@ -110,7 +115,7 @@ impl Scale {
 
 impl Suite {
     /// Every suite, in the order `bench all` runs them.
-    pub const ALL: [Suite; 12] = [
+    pub const ALL: [Suite; 13] = [
         Suite::Gen,
         Suite::Capture,
         Suite::Burst,
@@ -123,6 +128,7 @@ impl Suite {
         Suite::Disk,
         Suite::Soak,
         Suite::Predict,
+        Suite::Probe,
     ];
 
     /// Its name on the command line.
@@ -140,6 +146,7 @@ impl Suite {
             Suite::Disk => "disk",
             Suite::Soak => "soak",
             Suite::Predict => "predict",
+            Suite::Probe => "probe",
         }
     }
 
@@ -183,6 +190,7 @@ impl Suite {
             Suite::Disk => disk::INTRO,
             Suite::Soak => soak::INTRO,
             Suite::Predict => predict::INTRO,
+            Suite::Probe => probe::INTRO,
         }
     }
 }
@@ -326,6 +334,7 @@ pub fn plan(suite: Suite, scale: Scale, cal: &Calibration) -> Plan {
         Suite::Disk => disk::plan(scale, cal),
         Suite::Soak => soak::plan(scale, cal),
         Suite::Predict => predict::plan(scale, cal),
+        Suite::Probe => probe::plan(scale),
     }
 }
 
@@ -468,6 +477,7 @@ pub fn text(meta: &Meta, rows: &[Row]) -> Text {
         Suite::Disk => disk::text(meta, rows),
         Suite::Soak => soak::text(meta, rows),
         Suite::Predict => predict::text(meta, rows),
+        Suite::Probe => probe::text(meta, rows),
     }
 }
 
@@ -483,6 +493,7 @@ pub fn figures(meta: &Meta, rows: &[Row]) -> Vec<Figure> {
         Suite::Wait => wait::figures(meta, rows),
         Suite::Backends => backends::figures(meta, rows),
         Suite::Predict => predict::figures(meta, rows),
+        Suite::Probe => probe::figures(meta, rows),
     }
 }
 
