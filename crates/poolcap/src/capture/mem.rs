@@ -197,7 +197,7 @@ mod tests {
         let engine = Engine::start(
             config(sources, count, load, &out),
             Arc::new(AtomicBool::new(false)),
-            || Ok(()),
+            |_| Ok(()),
         )
         .expect("start");
         let report = engine.run();
@@ -269,11 +269,9 @@ mod tests {
                 .collect();
             let stop = Arc::new(AtomicBool::new(false));
             failpoint::fail_at(Some(n));
-            let err = Engine::start(
-                config(sources, None, 10, &out),
-                Arc::clone(&stop),
-                || Ok(()),
-            )
+            let err = Engine::start(config(sources, None, 10, &out), Arc::clone(&stop), |_| {
+                Ok(())
+            })
             .expect_err("the injected spawn failure ends the start");
             let spawned = failpoint::spawned();
             failpoint::fail_at(None);

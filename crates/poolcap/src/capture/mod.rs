@@ -41,7 +41,7 @@ mod threads;
 pub mod worker;
 pub mod writer;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -270,6 +270,8 @@ pub struct Engine {
     threads: Threads,
     /// The writer's first error, printed by the supervisor as soon as it is set.
     write_failed: Arc<OnceLock<String>>,
+    /// What the file writer has written so far (zero without `-w`).
+    written: Arc<writer::Written>,
     forward_counters: Option<forward::AllForwardCounters>,
     budget: Option<Arc<Budget>>,
     link: Option<LinkWatch>,
@@ -317,11 +319,12 @@ fn pin(cpus: &Option<Vec<usize>>, i: usize) {
 impl Engine {
     /// Sets up rings, pools and threads; returns once every queue is capturing.
     /// `after_open` runs once every socket, ring, XDP program and the output are open and
-    /// before any thread starts: the moment to give up privileges (`-Z`).
+    /// before any thread starts: the moment to give up privileges (`-Z`). It is given the
+    /// output file the engine created, if any.
     pub fn start(
         cfg: CaptureConfig,
         stop: Arc<AtomicBool>,
-        after_open: impl FnOnce() -> Result<(), SysError>,
+        after_open: impl FnOnce(Option<&Path>) -> Result<(), SysError>,
     ) -> Result<Self, CaptureError> {
         Self::launch(cfg, None, stop, after_open)
     }
@@ -332,7 +335,7 @@ impl Engine {
         cfg: CaptureConfig,
         fwd: forward::ForwardSetup,
         stop: Arc<AtomicBool>,
-        after_open: impl FnOnce() -> Result<(), SysError>,
+        after_open: impl FnOnce(Option<&Path>) -> Result<(), SysError>,
     ) -> Result<Self, CaptureError> {
         Self::launch(
             CaptureConfig {
@@ -349,7 +352,7 @@ impl Engine {
         mut cfg: CaptureConfig,
         fwd: Option<forward::ForwardSetup>,
         stop: Arc<AtomicBool>,
-        after_open: impl FnOnce() -> Result<(), SysError>,
+        after_open: impl FnOnce(Option<&Path>) -> Result<(), SysError>,
     ) -> Result<Self, CaptureError> {
         let input = std::mem::replace(&mut cfg.input, Input::Live);
         let (idx, q) = resolve_input(&cfg, &input)?;
@@ -369,7 +372,7 @@ impl Engine {
             Some((target, format)) => Some(open_output(&cfg, target, format)?),
             None => None,
         };
-        after_open()?;
+        after_open(output.as_ref().and_then(savefile::Savefiles::path))?;
         let pools: Arc<Vec<Arc<Pool>>> = Arc::new(opened.pools);
         let plan = Plan::new(&cfg, q, output.is_some(), fwd.is_some());
         let link = idx.map(|i| LinkWatch::new(&cfg.iface, i));
@@ -408,6 +411,7 @@ impl Engine {
             counters: plan.counters,
             threads,
             write_failed: plan.write_failed,
+            written: plan.written,
             forward_counters,
             budget: plan.budget,
             link,
@@ -422,6 +426,11 @@ impl Engine {
     /// The running per-queue counters (for reports while the engine runs).
     pub fn counters(&self) -> Arc<Vec<Arc<QueueCounters>>> {
         Arc::clone(&self.counters)
+    }
+
+    /// What the file writer has written so far (for the metrics).
+    pub fn written(&self) -> Arc<writer::Written> {
+        Arc::clone(&self.written)
     }
 
     /// The pools, one per queue (for the metrics' occupancy).

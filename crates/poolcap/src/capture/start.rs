@@ -190,6 +190,7 @@ pub(super) struct Plan {
     cut: Arc<Cut>,
     pub(super) budget: Option<Arc<Budget>>,
     pub(super) write_failed: Arc<OnceLock<String>>,
+    pub(super) written: Arc<writer::Written>,
 }
 
 impl Plan {
@@ -235,6 +236,7 @@ impl Plan {
             cut: Arc::default(),
             budget: cfg.count.map(|n| Arc::new(Budget::new(n))),
             write_failed: Arc::default(),
+            written: Arc::default(),
         }
     }
 }
@@ -368,6 +370,7 @@ impl Started<'_> {
             bell: Arc::clone(&self.plan.writer_bell),
             batch_bytes: writer::BATCH_BYTES,
             failed: Arc::clone(&self.plan.write_failed),
+            written: Arc::clone(&self.plan.written),
         };
         let counters = Arc::clone(&self.plan.counters);
         threads.writer = Some(spawn("writer".into(), "writer thread", move || {

@@ -10,7 +10,6 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Args;
 use poolcap_sys::socket::{ifindex, FanoutMode};
 use poolcap_sys::xsk::ZeroCopy;
@@ -23,7 +22,8 @@ use crate::capture::pool::PoolSize;
 use crate::capture::queue::WaitStrategy;
 use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Input};
 use crate::cli::capture::{engine_limits, parse_backend, parse_kib, parse_pool};
-use crate::cli::usage;
+use crate::cli::statsfile::StatsFile;
+use crate::cli::{privdrop, usage};
 use crate::{netdev, units};
 
 /// Arguments of `poolcap forward`.
@@ -80,6 +80,8 @@ pub struct ForwardArgs {
     /// Write the final accounting as one JSON object to FILE.
     #[arg(long)]
     stats_json: Option<PathBuf>,
+    #[command(flatten)]
+    privileges: privdrop::UserArg,
     /// Only frames matching this filter (tcpdump syntax, after the options) are forwarded;
     /// the others count as filtered.
     #[arg(trailing_var_arg = true)]
@@ -255,6 +257,12 @@ fn config(a: &ForwardArgs) -> anyhow::Result<CaptureConfig> {
 pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
     check_interfaces(&args)?;
     let cfg = config(&args)?;
+    let privileges = privdrop::prepare(args.privileges.user.as_deref())?;
+    let stats = args
+        .stats_json
+        .as_deref()
+        .map(StatsFile::open)
+        .transpose()?;
     let drop = args
         .drop
         .as_deref()
@@ -271,10 +279,22 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
     }
     let (queues, pool) = (cfg.queues, cfg.pool);
-    let engine = Engine::start_forward(cfg, setup, stop, || Ok(())).map_err(|e| match e {
-        CaptureError::Filter(f) => usage(f.to_string()),
-        e => anyhow::Error::new(e),
-    })?;
+    let stats_path = stats.as_ref().map(|s| s.path().to_owned());
+    let started = Engine::start_forward(cfg, setup, stop, |_| {
+        privdrop::apply(&privileges, &Vec::from_iter(stats_path.as_deref()))
+    });
+    let engine = match started {
+        Ok(e) => e,
+        Err(e) => {
+            if let Some(s) = stats {
+                s.abandon();
+            }
+            return Err(match e {
+                CaptureError::Filter(f) => usage(f.to_string()),
+                e => anyhow::Error::new(e),
+            });
+        }
+    };
     eprintln!(
         "listening on {}, forwarding to {}, {queues} queue{}, pool {}x{} cells",
         args.input,
@@ -287,9 +307,8 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
     eprintln!("transmit: {tx_path}");
     let report = ForwardReport::new(&args, tx_path, engine.run());
     report.print();
-    if let Some(path) = &args.stats_json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
-            .with_context(|| format!("cannot write {}", path.display()))?;
+    if let Some(s) = stats {
+        s.write(&report)?;
     }
     if let Some(e) = &report.capture_error {
         anyhow::bail!("{e}");
