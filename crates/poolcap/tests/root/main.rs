@@ -18,6 +18,7 @@ mod kafka;
 #[path = "../support/mix.rs"]
 mod mix;
 mod offload;
+mod privileges;
 mod probe;
 mod replay;
 mod xdp;
@@ -39,6 +40,7 @@ fn main() {
     trials.extend(cli::trials());
     trials.extend(doctor::trials());
     trials.extend(forward::trials());
+    trials.extend(privileges::trials());
     if let Err(why) = poolcap_sys::privilege::check_lab() {
         eprintln!("skipping {} root tests: {why}", trials.len());
         trials = trials
