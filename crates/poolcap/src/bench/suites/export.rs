@@ -476,7 +476,7 @@ fn kafka_throughput(
     let dir = work_dir(out, "kafka")?;
     let mut run = Command::new(&script);
     run.arg("run")
-        .arg(&dir.join("kafka"))
+        .arg(dir.join("kafka"))
         .arg(BROKER.rsplit(':').next().unwrap_or("9092"));
     let log = std::fs::File::create(dir.join("broker.log"))?;
     let mut broker = in_host(&lab.probe.netns, GEN_CPU, &run)
@@ -512,7 +512,7 @@ fn kafka_throughput(
         .map(|a| a.to_string_lossy().into_owned())
         .take_while(|a| a != "--ipfix")
         .collect();
-    let config = &dir.join("probe.toml");
+    let config = dir.join("probe.toml");
     let text = std::fs::read_to_string(&config)?.replace("period = \"1s\"", "period = \"250ms\"");
     std::fs::write(&config, text)?;
     let mut probe = Command::new(poolcap);
