@@ -1,8 +1,11 @@
 //! Serves [`Metrics`] as OpenMetrics text on `GET /metrics`, from one thread (tiny_http).
 //!
-//! The listener is bound first ([`Listener::bind`], before the capture starts, so a port in
-//! use is an error at once), and served once the engine's counters exist
-//! ([`MetricsServer::start`]); dropping the server unblocks and joins its thread.
+//! The socket is bound first ([`Listener::bind`], before the capture starts, so a port in
+//! use is an error at once, and before privileges are dropped, so a port below 1024 works),
+//! and served once the engine's counters exist ([`MetricsServer::start`]). tiny_http starts
+//! its own threads when its server is made, so it is made only then: after the drop, so
+//! those threads too run without privilege. Dropping the server unblocks and joins its
+//! thread.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
@@ -51,9 +54,9 @@ impl std::fmt::Debug for MetricsServer {
     }
 }
 
-/// A bound `/metrics` listener, not serving yet.
+/// A bound `/metrics` socket, not serving yet.
 pub struct Listener {
-    server: tiny_http::Server,
+    socket: std::net::TcpListener,
     addr: SocketAddr,
 }
 
@@ -68,12 +71,13 @@ impl std::fmt::Debug for Listener {
 impl Listener {
     /// Binds `addr` (port 0: any free port).
     pub fn bind(addr: SocketAddr) -> Result<Self, ExportError> {
-        let server = tiny_http::Server::http(addr).map_err(|e| ExportError::Listen {
+        let err = |e: std::io::Error| ExportError::Listen {
             addr,
             why: e.to_string(),
-        })?;
-        let addr = server.server_addr().to_ip().unwrap_or(addr);
-        Ok(Self { server, addr })
+        };
+        let socket = std::net::TcpListener::bind(addr).map_err(err)?;
+        let addr = socket.local_addr().map_err(err)?;
+        Ok(Self { socket, addr })
     }
 
     /// The address it listens on (with the port the kernel chose for port 0).
@@ -85,7 +89,12 @@ impl Listener {
 impl MetricsServer {
     /// Serves `metrics` on `listener` until dropped.
     pub fn start(listener: Listener, metrics: Arc<Metrics>) -> Result<Self, ExportError> {
-        let Listener { server, addr } = listener;
+        let Listener { socket, addr } = listener;
+        let server =
+            tiny_http::Server::from_listener(socket, None).map_err(|e| ExportError::Listen {
+                addr,
+                why: e.to_string(),
+            })?;
         let server = Arc::new(server);
         let s = Arc::clone(&server);
         let thread = std::thread::Builder::new()

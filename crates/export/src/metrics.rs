@@ -260,6 +260,54 @@ impl Collector for EngineCollector {
     }
 }
 
+/// What a capture's file writer has written, at a scrape.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WrittenSample {
+    /// Packets in the output files.
+    pub packets: u64,
+    /// Bytes of the output files, every file of a rotated set: file headers and packet
+    /// records as the capture format lays them out, before `--compress`. For an
+    /// uncompressed pcap file this is its size once its packets are written; a pcapng
+    /// file ends with a statistics block written at close, which is not counted.
+    pub bytes: u64,
+}
+
+type ReadWritten = Box<dyn Fn() -> WrittenSample + Send + Sync>;
+
+/// Reads the file writer's counters at each scrape.
+struct WrittenCollector(ReadWritten);
+
+impl fmt::Debug for WrittenCollector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("WrittenCollector")
+    }
+}
+
+impl Collector for WrittenCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        let w = (self.0)();
+        let written = [
+            (
+                "poolcap_written_packets",
+                "Packets written to the capture files.",
+                None,
+                w.packets,
+            ),
+            (
+                "poolcap_written",
+                "Bytes written to the capture files (headers and records, before compression; a pcapng file's closing statistics block not counted).",
+                Some(&Unit::Bytes),
+                w.bytes,
+            ),
+        ];
+        for (name, help, unit, n) in written {
+            let c = ConstCounter::new(n);
+            c.encode(enc.encode_descriptor(name, help, unit, c.metric_type())?)?;
+        }
+        Ok(())
+    }
+}
+
 /// Reads an exporter's delivery counters at each scrape.
 #[derive(Debug)]
 struct ExportCollector(Vec<(&'static str, Arc<ExportCounters>)>);
@@ -350,6 +398,17 @@ impl Metrics {
             rules.alerts.clone(),
         );
         Self { registry, rules }
+    }
+
+    /// Adds the file writer's counters, which `read` returns at each scrape (a capture
+    /// with `-w`).
+    pub fn with_written(
+        mut self,
+        read: impl Fn() -> WrittenSample + Send + Sync + 'static,
+    ) -> Self {
+        self.registry
+            .register_collector(Box::new(WrittenCollector(Box::new(read))));
+        self
     }
 
     /// The probe's rule counters (a handle for the period reporter).
@@ -585,5 +644,28 @@ mod tests {
         );
         // No engine queues: no empty families.
         assert!(!t.contains("poolcap_packets_captured"), "{t}");
+        assert!(!t.contains("poolcap_written"), "{t}");
+    }
+
+    #[test]
+    fn written_packets_and_bytes_are_counters_with_a_unit() {
+        let bytes = Arc::new(AtomicU64::new(24));
+        let b = Arc::clone(&bytes);
+        let m = Metrics::new(Vec::new, Vec::new()).with_written(move || WrittenSample {
+            packets: 2,
+            bytes: b.load(Ordering::Relaxed),
+        });
+        bytes.store(24 + 2 * 76, Ordering::Relaxed);
+        let t = m.encode();
+        assert_eq!(value(&t, "poolcap_written_bytes_total"), Some(176.0), "{t}");
+        assert_eq!(value(&t, "poolcap_written_packets_total"), Some(2.0), "{t}");
+        assert!(t.contains("# UNIT poolcap_written_bytes bytes"), "{t}");
+        let p = m.encode_prometheus_text();
+        assert!(
+            p.contains(
+                "# TYPE poolcap_written_bytes_total counter\npoolcap_written_bytes_total 176\n"
+            ),
+            "{p}"
+        );
     }
 }

@@ -30,6 +30,7 @@ pub mod child;
 pub mod doc;
 pub mod figure;
 pub mod filecount;
+pub mod flowpeers;
 pub mod manager;
 pub mod meta;
 pub mod peer;

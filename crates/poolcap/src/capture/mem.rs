@@ -181,7 +181,7 @@ mod tests {
         let engine = Engine::start(
             config(sources, count, load, &out),
             Arc::new(AtomicBool::new(false)),
-            || Ok(()),
+            |_| Ok(()),
         )
         .expect("start");
         let report = engine.run();
@@ -253,11 +253,9 @@ mod tests {
                 .collect();
             let stop = Arc::new(AtomicBool::new(false));
             failpoint::fail_at(Some(n));
-            let err = Engine::start(
-                config(sources, None, 10, &out),
-                Arc::clone(&stop),
-                || Ok(()),
-            )
+            let err = Engine::start(config(sources, None, 10, &out), Arc::clone(&stop), |_| {
+                Ok(())
+            })
             .expect_err("the injected spawn failure ends the start");
             let spawned = failpoint::spawned();
             failpoint::fail_at(None);
@@ -377,7 +375,7 @@ mod tests {
             if !file {
                 cfg.output = None;
             }
-            let r = Engine::start(cfg, Arc::new(AtomicBool::new(false)), || Ok(()))
+            let r = Engine::start(cfg, Arc::new(AtomicBool::new(false)), |_| Ok(()))
                 .expect("start")
                 .run();
             let what = format!("load {load} file {file}: {r:?}");

@@ -53,7 +53,7 @@ mod threads;
 pub mod worker;
 pub mod writer;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -284,6 +284,8 @@ pub struct Engine {
     threads: Threads,
     /// The writer's first error, printed by the supervisor as soon as it is set.
     write_failed: Arc<OnceLock<String>>,
+    /// What the file writer has written so far (zero without `-w`).
+    written: Arc<writer::Written>,
     forward_counters: Option<forward::AllForwardCounters>,
     /// How a forwarder transmits (`poolcap forward` only).
     tx_path: Option<String>,
@@ -347,6 +349,8 @@ struct Ready {
     pipeline: Pipeline<Box<dyn Sink>>,
     forward_counters: Option<forward::AllForwardCounters>,
     tx_path: Option<String>,
+    /// The capture file the sink created, if any (`after_open` hands it to `-Z`'s user).
+    output: Option<PathBuf>,
     if_before: Option<u64>,
     inbound_only: bool,
     groups: Vec<Vec<usize>>,
@@ -395,11 +399,12 @@ impl Links {
 impl Engine {
     /// Sets up rings, pools and threads; returns once every queue is capturing.
     /// `after_open` runs once every socket, ring, XDP program and the output are open and
-    /// before any thread starts: the moment to give up privileges (`-Z`).
+    /// before any thread starts: the moment to give up privileges (`-Z`). It is given the
+    /// output file the engine created, if any.
     pub fn start(
         mut cfg: CaptureConfig,
         stop: Arc<AtomicBool>,
-        after_open: impl FnOnce() -> Result<(), SysError>,
+        after_open: impl FnOnce(Option<&Path>) -> Result<(), SysError>,
     ) -> Result<Self, CaptureError> {
         let sink = cfg.output.take().map(|(o, f)| SinkSpec::File(o, f));
         Self::launch(cfg, sink, stop, after_open)
@@ -411,7 +416,7 @@ impl Engine {
         mut cfg: CaptureConfig,
         fwd: forward::ForwardSetup,
         stop: Arc<AtomicBool>,
-        after_open: impl FnOnce() -> Result<(), SysError>,
+        after_open: impl FnOnce(Option<&Path>) -> Result<(), SysError>,
     ) -> Result<Self, CaptureError> {
         let write = cfg.output.take();
         let sink = SinkSpec::Forward { setup: fwd, write };
@@ -422,10 +427,10 @@ impl Engine {
         cfg: CaptureConfig,
         sink: Option<SinkSpec>,
         stop: Arc<AtomicBool>,
-        after_open: impl FnOnce() -> Result<(), SysError>,
+        after_open: impl FnOnce(Option<&Path>) -> Result<(), SysError>,
     ) -> Result<Self, CaptureError> {
         let ready = Self::open(cfg, sink)?;
-        after_open()?;
+        after_open(ready.output.as_deref())?;
         Self::spawn(ready, stop)
     }
 
@@ -455,11 +460,12 @@ impl Engine {
             .flatten();
         // Create the file only now that the filter compiled and the sockets are open, so a
         // bad argument never truncates an existing file; write its header before capturing.
-        let (mut forward_counters, mut tx_path) = (None, None);
+        let (mut forward_counters, mut tx_path, mut output) = (None, None, None);
         let pipeline = pipeline.try_map_sink(|spec| {
             let opened_sink = open_sink(&cfg, q, spec, &opened.shares)?;
             forward_counters = opened_sink.forward_counters;
             tx_path = opened_sink.tx_path;
+            output = opened_sink.output;
             Ok::<_, CaptureError>(opened_sink.sink)
         })?;
         Ok(Ready {
@@ -470,6 +476,7 @@ impl Engine {
             pipeline,
             forward_counters,
             tx_path,
+            output,
             if_before,
             inbound_only,
             groups,
@@ -514,6 +521,7 @@ impl Engine {
             counters: plan.counters,
             threads,
             write_failed: plan.write_failed,
+            written: plan.written,
             forward_counters: r.forward_counters,
             tx_path: r.tx_path,
             inbound_only: r.inbound_only,
@@ -530,6 +538,11 @@ impl Engine {
     /// The running per-queue counters (for reports while the engine runs).
     pub fn counters(&self) -> Arc<Vec<Arc<QueueCounters>>> {
         Arc::clone(&self.counters)
+    }
+
+    /// What the file writer has written so far (for the metrics).
+    pub fn written(&self) -> Arc<writer::Written> {
+        Arc::clone(&self.written)
     }
 
     /// The pools, one per queue (for the metrics' occupancy).

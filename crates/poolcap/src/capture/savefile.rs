@@ -148,6 +148,9 @@ pub struct Savefiles {
     base: IfStats,
     /// Packets in the files closed so far.
     closed_packets: u64,
+    /// Bytes of the files closed so far (before compression, without their closing
+    /// statistics block).
+    closed_bytes: u64,
 }
 
 impl std::fmt::Debug for Savefiles {
@@ -176,6 +179,7 @@ impl Savefiles {
             synced_bytes: 0,
             base: IfStats::default(),
             closed_packets: 0,
+            closed_bytes: 0,
         }
     }
 
@@ -194,9 +198,21 @@ impl Savefiles {
         })
     }
 
+    /// The current file (None for a stream).
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
     /// Bytes in the current file so far.
     pub fn bytes(&self) -> u64 {
         self.writer.as_ref().map_or(0, CaptureWriter::bytes_written)
+    }
+
+    /// Bytes produced in the set's files: closed ones and the current one, headers
+    /// included, before compression; a pcapng file's closing statistics block is not
+    /// counted.
+    pub fn bytes_total(&self) -> u64 {
+        self.closed_bytes + self.bytes()
     }
 
     /// Whether a packet with timestamp `ts_ns` goes to a new file, when the current one
@@ -242,6 +258,7 @@ impl Savefiles {
         };
         self.base = totals;
         let packets = writer.packets_written();
+        self.closed_bytes += writer.bytes_written();
         let closed = writer.finish(Some(stats)).and_then(|mut out| {
             if self.spec.fsync != Fsync::Never {
                 out.sync()

@@ -20,7 +20,7 @@ use super::forward::{AllForwardCounters, ForwardSetup, Forwarder, WriteFeed};
 use super::pool::{Chunk, Pool};
 use super::queue::Progress;
 use super::savefile::Savefiles;
-use super::writer::{self, FileWriter, WriterOutcome};
+use super::writer::{self, FileWriter, WriterOutcome, Written};
 use super::Output;
 
 /// What a sink thread is given by the engine.
@@ -44,6 +44,8 @@ pub struct SinkIo {
     pub limit: Option<u64>,
     /// Set, once, to the first write error.
     pub failed: Arc<OnceLock<String>>,
+    /// What the file writer has written so far.
+    pub written: Arc<Written>,
 }
 
 /// See the module docs.
@@ -127,6 +129,7 @@ impl Sink for FileSink {
             batch_bytes: writer::batch_bytes(self.direct),
             min_write: writer::min_write(self.direct),
             failed: io.failed,
+            written: io.written,
         };
         let counters = io.counters;
         Some(fw.run(move || if_stats(&counters)))
@@ -190,6 +193,7 @@ impl Sink for ForwardSink {
             stop: Arc::clone(&io.stop),
             limit: io.limit,
             failed: Arc::clone(&io.failed),
+            written: Arc::clone(&io.written),
         };
         let failed = Arc::clone(&io.failed);
         let writer = std::thread::Builder::new()

@@ -3,6 +3,7 @@
 //! threads ([`Plan`]) and the spawning of each kind of thread ([`Started`]). Spawned threads
 //! are recorded in [`Threads`] as they start, so a later failure can stop them.
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -25,6 +26,7 @@ use super::sink::{FileSink, ForwardSink, Sink, SinkIo, SinkSpec};
 use super::source::Source;
 use super::threads::{spawn, Threads};
 use super::worker::{served_queues, Next, Worker};
+use super::writer;
 use super::{file, filter, rotate, savefile, CaptureConfig, CaptureError, Input, Output};
 
 /// Block retire timeout when no analysis waits for packets (they are only counted, or only
@@ -181,6 +183,8 @@ pub(super) struct OpenedSink {
     pub(super) sink: Box<dyn Sink>,
     pub(super) forward_counters: Option<AllForwardCounters>,
     pub(super) tx_path: Option<String>,
+    /// The capture file created, if any.
+    pub(super) output: Option<PathBuf>,
 }
 
 /// Opens the sink of `q` queues: creates the output file and writes its header, or wraps
@@ -194,14 +198,18 @@ pub(super) fn open_sink(
     shares: &[UmemShare],
 ) -> Result<OpenedSink, CaptureError> {
     Ok(match spec {
-        SinkSpec::File(target, format) => OpenedSink {
-            sink: Box::new(FileSink {
-                out: open_output(cfg, target, format)?,
-                direct: cfg.files.direct,
-            }),
-            forward_counters: None,
-            tx_path: None,
-        },
+        SinkSpec::File(target, format) => {
+            let out = open_output(cfg, target, format)?;
+            OpenedSink {
+                output: out.path().map(Path::to_path_buf),
+                sink: Box::new(FileSink {
+                    out,
+                    direct: cfg.files.direct,
+                }),
+                forward_counters: None,
+                tx_path: None,
+            }
+        }
         SinkSpec::Forward { mut setup, write } => {
             if write.is_none() {
                 setup.share_umem(shares)?;
@@ -215,8 +223,12 @@ pub(super) fn open_sink(
                     })
                 })
                 .transpose()?;
+            let output = write
+                .as_ref()
+                .and_then(|w| w.out.path().map(Path::to_path_buf));
             let (sink, counters) = ForwardSink::new(setup, q, write);
             OpenedSink {
+                output,
                 sink: Box::new(sink),
                 forward_counters: Some(counters),
                 tx_path,
@@ -288,6 +300,7 @@ pub(super) struct Plan {
     cut: Arc<Cut>,
     pub(super) budget: Option<Arc<Budget>>,
     pub(super) write_failed: Arc<OnceLock<String>>,
+    pub(super) written: Arc<writer::Written>,
 }
 
 impl Plan {
@@ -317,6 +330,7 @@ impl Plan {
             cut: Arc::default(),
             budget: cfg.count.map(|n| Arc::new(Budget::new(n))),
             write_failed: Arc::default(),
+            written: Arc::default(),
         }
     }
 
@@ -419,6 +433,7 @@ impl Started<'_> {
             bell: Arc::clone(&self.plan.sink_bell),
             limit: self.cfg.count,
             failed: Arc::clone(&self.plan.write_failed),
+            written: Arc::clone(&self.plan.written),
         };
         let name = sink.name();
         let h = spawn(name.into(), &format!("{name} thread"), move || sink.run(io))?;

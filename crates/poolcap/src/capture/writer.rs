@@ -26,7 +26,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::io::IoSlice;
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -157,6 +157,16 @@ impl Batch {
     }
 }
 
+/// What the writer has written so far, published after every write batch and when idle
+/// (read by `--metrics` while the capture runs).
+#[derive(Debug, Default)]
+pub struct Written {
+    /// Packets in the files ([`Savefiles::packets_written`]).
+    pub packets: AtomicU64,
+    /// Bytes of the files ([`Savefiles::bytes_total`]).
+    pub bytes: AtomicU64,
+}
+
 /// What the writer did.
 #[derive(Debug)]
 pub struct WriterOutcome {
@@ -205,6 +215,8 @@ pub struct FileWriter {
     pub min_write: usize,
     /// Set, once, to the first write error's message as soon as it happens.
     pub failed: Arc<OnceLock<String>>,
+    /// What is written so far.
+    pub written: Arc<Written>,
 }
 
 impl std::fmt::Debug for FileWriter {
@@ -283,6 +295,7 @@ impl FileWriter {
                     error.get_or_insert_with(|| self.failure(&e));
                 }
             }
+            self.publish();
             if last_round
                 && queues
                     .iter()
@@ -310,6 +323,7 @@ impl FileWriter {
                 error = Some(self.failure(&e));
             }
         }
+        self.publish();
         let post_rotate_failed = self.out.wait_post_rotate();
         let written = self.out.packets_written();
         WriterOutcome {
@@ -319,6 +333,13 @@ impl FileWriter {
             file_limit_reached: files_done,
             post_rotate_failed,
         }
+    }
+
+    fn publish(&self) {
+        let w = &self.written;
+        w.packets
+            .store(self.out.packets_written(), Ordering::Relaxed);
+        w.bytes.store(self.out.bytes_total(), Ordering::Relaxed);
     }
 
     /// The message of a write error, naming the file; published for the supervisor.
@@ -541,6 +562,7 @@ mod tests {
             batch_bytes: 40, // one or two records
             min_write: 0,
             failed: Arc::default(),
+            written: Arc::default(),
         };
         let outcome = w.run(|| IfStats {
             received: 7,
@@ -720,6 +742,7 @@ mod tests {
             batch_bytes: 40, // one or two records
             min_write: 0,
             failed: Arc::default(),
+            written: Arc::default(),
         };
         let mut qs = vec![QueueState::default(), QueueState::default()];
         assert_eq!(

@@ -22,9 +22,11 @@ pub enum Target {
     All,
     /// BENCHMARKS.md from the latest results, without running anything.
     Report,
+    /// The flow exporters against softflowd and pmacctd (outside `all`; its own summary).
+    Export,
 }
 
-const TARGETS: [Target; 15] = [
+const TARGETS: [Target; 16] = [
     Target::Suite(Suite::Gen),
     Target::Suite(Suite::Capture),
     Target::Suite(Suite::Burst),
@@ -40,6 +42,7 @@ const TARGETS: [Target; 15] = [
     Target::Suite(Suite::Probe),
     Target::All,
     Target::Report,
+    Target::Export,
 ];
 
 impl ValueEnum for Target {
@@ -52,6 +55,7 @@ impl ValueEnum for Target {
             Target::Suite(s) => s.name(),
             Target::All => "all",
             Target::Report => "report",
+            Target::Export => "export",
         }))
     }
 }
@@ -85,6 +89,8 @@ impl ValueEnum for Target {
              --in-kernel once it exists) vs pmacctd and tshark -z conv,ip: capture and analysis
              throughput vs offered rate, loss, CPU per packet
   all        every suite (sizes with --rps), then `report`
+  export     poolcap probe --ipfix vs softflowd and pmacctd's nfprobe into nfcapd (1k-100k flows);
+             the CPU of a Prometheus scrape and Kafka records/s (outside `all`)
   report     rebuild BENCHMARKS.md and docs/bench/*.png from the latest result of each suite
 
 Needs root and 2 CPUs: the generator runs on CPU 0, the tool under test on CPU 1 (some suites
@@ -161,7 +167,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if args.minutes.is_some() && args.target != Target::Suite(Suite::Soak) {
         return Err(usage("--minutes is for the soak suite only"));
     }
-    if args.out.is_some() && !matches!(args.target, Target::Suite(_)) {
+    if args.out.is_some() && !matches!(args.target, Target::Suite(_) | Target::Export) {
         return Err(usage("--out is for a single suite; use --results with all"));
     }
     let paths = ReportPaths {
@@ -209,5 +215,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Target::Suite(s) => bench::run(&template(s), stop).map(|_| ()),
         Target::All => manager::run_all(&template(Suite::Gen), &paths, stop),
         Target::Report => manager::report(&paths),
+        Target::Export => {
+            let out = args.out.clone().unwrap_or_else(|| {
+                args.results
+                    .join(format!("export-{}", manager::timestamp(manager::now())))
+            });
+            let exe = std::env::current_exe()?;
+            bench::suites::export::run(&exe.to_string_lossy(), scale, &out, &stop).map(|_| ())
+        }
     }
 }

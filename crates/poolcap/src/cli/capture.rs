@@ -1,13 +1,11 @@
 //! `poolcap capture`: tcpdump habits (`-i -w -s -c -B -n -q`, filter last) over the pool
 //! engine, with the engine's own knobs as long options.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Args;
 use poolcap_format::FileFormat;
 use poolcap_sys::rx_ring::RingGeometry;
@@ -21,8 +19,8 @@ use crate::capture::queue::WaitStrategy;
 use crate::capture::rotate::RotateSpec;
 use crate::capture::savefile::{FileOptions, Fsync};
 use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Input, Output};
+use crate::cli::statsfile::StatsFile;
 use crate::cli::{privdrop, usage};
-use crate::outfile::{self, Existing};
 use crate::{netdev, units};
 use poolcap_sys::xsk::ZeroCopy;
 
@@ -459,13 +457,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
             }
             _ => poolcap_sys::privilege::check_raw_sockets("capturing packets")?,
         }
-        let plan = privdrop::plan(
-            args.user.as_deref(),
-            poolcap_sys::process::effective_uid(),
-            poolcap_sys::privilege::lookup_user,
-        )?;
-        privdrop::check(&plan)?;
-        plan
+        privdrop::prepare(args.user.as_deref())?
     };
     let metrics = crate::cli::export::bind_metrics(&args.export)?;
     let mut stats = args
@@ -488,7 +480,11 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     }
     let warning = crate::cli::predict::capture_warning(&cfg);
     let (iface, snaplen, queues, pool) = (cfg.iface.clone(), cfg.snaplen, cfg.queues, cfg.pool);
-    let started = Engine::start(cfg, stop, || privdrop::apply(&plan));
+    let stats_path = stats.as_ref().map(|s| s.path().to_owned());
+    let started = Engine::start(cfg, stop, |out| {
+        let owned: Vec<&Path> = out.into_iter().chain(stats_path.as_deref()).collect();
+        privdrop::apply(&plan, &owned)
+    });
     let engine = match started {
         Ok(e) => e,
         Err(e) => {
@@ -514,7 +510,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     );
     crate::say!("{}", engine.backend_report());
     let _metrics = metrics
-        .map(|m| crate::cli::export::serve_metrics(m, &engine, Vec::new()))
+        .map(|m| crate::cli::export::serve_metrics(m, &engine, args.write.is_some(), Vec::new()))
         .transpose()?;
     if let Some(w) = &warning {
         crate::say!("{w}");
@@ -545,45 +541,4 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         anyhow::bail!("{e}");
     }
     Ok(())
-}
-
-/// The `--stats-json` file, opened (not emptied) before the capture starts, so a bad path
-/// fails at once and the file stays writable after privileges are dropped.
-struct StatsFile {
-    path: PathBuf,
-    file: std::fs::File,
-    created: bool,
-}
-
-impl StatsFile {
-    fn open(path: &Path) -> anyhow::Result<Self> {
-        let created = std::fs::symlink_metadata(path).is_err();
-        let file = outfile::create(path, Existing::Keep).map_err(|e| {
-            usage(format!(
-                "--stats-json: cannot write {}: {e}",
-                path.display()
-            ))
-        })?;
-        Ok(Self {
-            path: path.to_owned(),
-            file,
-            created,
-        })
-    }
-
-    /// Replaces the file's contents with the report.
-    fn write(mut self, report: &CaptureReport) -> anyhow::Result<()> {
-        let text = serde_json::to_string_pretty(report)? + "\n";
-        self.file
-            .set_len(0)
-            .and_then(|()| self.file.write_all(text.as_bytes()))
-            .with_context(|| format!("cannot write {}", self.path.display()))
-    }
-
-    /// The capture never started: remove the file if this run created it.
-    fn abandon(self) {
-        if self.created {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
 }

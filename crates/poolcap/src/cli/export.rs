@@ -6,6 +6,7 @@
 //! Addresses are checked and the metrics port bound before the engine starts, so a bad
 //! option is one line and a non-zero exit before any capture.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use poolcap_export::exporter::{parse_collector, ExportCounters, IpfixConfig, Ipf
 use poolcap_export::flowcache::Timeouts;
 use poolcap_export::http::{parse_listen, Listener, MetricsServer};
 use poolcap_export::kafka::{parse_brokers, KafkaConfig, KafkaExporter};
-use poolcap_export::metrics::{ForwardSample, Metrics, QueueSample, RuleCounters};
+use poolcap_export::metrics::{ForwardSample, Metrics, QueueSample, RuleCounters, WrittenSample};
 
 use crate::capture::Engine;
 use crate::cli::usage;
@@ -25,7 +26,8 @@ use crate::units;
 pub struct MetricsArgs {
     /// Serve Prometheus metrics on http://[ADDR:]PORT/metrics while running (loopback
     /// unless ADDR is given): per queue captured, drops by cause, filtered, pool
-    /// occupancy, offloads, paused time, wait syscalls; probe rule counters.
+    /// occupancy, offloads, paused time, wait syscalls; written packets and bytes (-w);
+    /// probe rule counters.
     #[arg(long, value_name = "[ADDR:]PORT")]
     metrics: Option<String>,
 }
@@ -74,11 +76,13 @@ pub fn bind_metrics(a: &MetricsArgs) -> anyhow::Result<Option<MetricsPlan>> {
     Ok(Some(MetricsPlan(Listener::bind(addr)?)))
 }
 
-/// Serves the engine's counters (and `exporters`' delivery counters) on a bound endpoint;
-/// returns the server (serving until dropped) and the probe's rule counters.
+/// Serves the engine's counters (and `exporters`' delivery counters, and what the file
+/// writer wrote if the engine `writes` a file) on a bound endpoint; returns the server
+/// (serving until dropped) and the probe's rule counters.
 pub fn serve_metrics(
     plan: MetricsPlan,
     engine: &Engine,
+    writes: bool,
     exporters: Vec<(&'static str, Arc<ExportCounters>)>,
 ) -> anyhow::Result<(MetricsServer, RuleCounters)> {
     let (counters, pools) = (engine.counters(), engine.pools());
@@ -120,7 +124,15 @@ pub fn serve_metrics(
             })
             .collect()
     };
-    let metrics = Arc::new(Metrics::new(read, exporters));
+    let mut metrics = Metrics::new(read, exporters);
+    if writes {
+        let written = engine.written();
+        metrics = metrics.with_written(move || WrittenSample {
+            packets: written.packets.load(Ordering::Relaxed),
+            bytes: written.bytes.load(Ordering::Relaxed),
+        });
+    }
+    let metrics = Arc::new(metrics);
     let rules = metrics.rules();
     let addr = plan.0.addr();
     let server = MetricsServer::start(plan.0, metrics)?;
@@ -128,13 +140,13 @@ pub fn serve_metrics(
     Ok((server, rules))
 }
 
-/// Checks `--ipfix` and starts the exporter (TCP: connects now).
-pub fn start_ipfix(a: &IpfixArgs) -> anyhow::Result<Option<IpfixExporter>> {
+/// Checks `--ipfix` (before the engine starts).
+pub fn plan_ipfix(a: &IpfixArgs) -> anyhow::Result<Option<IpfixConfig>> {
     let Some(target) = &a.ipfix else {
         return Ok(None);
     };
     let (transport, collector) = parse_collector(target).map_err(|e| usage(e.to_string()))?;
-    let x = IpfixExporter::start(IpfixConfig {
+    Ok(Some(IpfixConfig {
         collector,
         transport,
         timeouts: Timeouts {
@@ -142,12 +154,11 @@ pub fn start_ipfix(a: &IpfixArgs) -> anyhow::Result<Option<IpfixExporter>> {
             idle: a.ipfix_idle,
         },
         template_refresh: TEMPLATE_REFRESH,
-    })?;
-    Ok(Some(x))
+    }))
 }
 
 /// Ends the exporter after the last period and prints what it delivered.
-pub fn finish_ipfix(x: IpfixExporter) {
+fn finish_ipfix(x: IpfixExporter) {
     let (exported, dropped) = x.finish();
     eprintln!("ipfix: {exported} flow records exported, {dropped} not delivered");
 }
@@ -174,8 +185,8 @@ impl KafkaArgs {
     }
 }
 
-/// Checks `--kafka` and starts the exporter (librdkafka connects in the background).
-pub fn start_kafka(a: &KafkaArgs, iface: &str) -> anyhow::Result<Option<KafkaExporter>> {
+/// Checks `--kafka` (before the engine starts; a broker that does not resolve is refused).
+pub fn plan_kafka(a: &KafkaArgs, iface: &str) -> anyhow::Result<Option<KafkaConfig>> {
     let (Some(brokers), Some(topic)) = (&a.kafka, &a.topic) else {
         return Ok(None);
     };
@@ -184,15 +195,57 @@ pub fn start_kafka(a: &KafkaArgs, iface: &str) -> anyhow::Result<Option<KafkaExp
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         format!("{}:{iface}", host.trim())
     });
-    Ok(Some(KafkaExporter::start(KafkaConfig {
+    Ok(Some(KafkaConfig {
         brokers,
         topic: topic.clone(),
         probe,
-    })?))
+    }))
+}
+
+/// The running exporters of a probe.
+#[derive(Default)]
+pub struct Exporters {
+    /// `--ipfix`.
+    pub ipfix: Option<IpfixExporter>,
+    /// `--kafka`.
+    pub kafka: Option<KafkaExporter>,
+}
+
+/// Starts the planned exporters (IPFIX over TCP connects now; librdkafka connects in the
+/// background). Called once privileges are dropped, so their threads start without any.
+pub fn start_exporters(
+    ipfix: Option<IpfixConfig>,
+    kafka: Option<KafkaConfig>,
+) -> anyhow::Result<Exporters> {
+    Ok(Exporters {
+        ipfix: ipfix.map(IpfixExporter::start).transpose()?,
+        kafka: kafka.map(KafkaExporter::start).transpose()?,
+    })
+}
+
+impl Exporters {
+    /// The delivery counters of the flow exporters, by name (for the metrics).
+    pub fn counters(&self) -> Vec<(&'static str, Arc<ExportCounters>)> {
+        self.ipfix
+            .iter()
+            .map(|x| ("ipfix", x.counters()))
+            .chain(self.kafka.iter().map(|x| ("kafka", x.flow_counters())))
+            .collect()
+    }
+
+    /// Ends them after the last period and prints what each delivered.
+    pub fn finish(self) {
+        if let Some(x) = self.ipfix {
+            finish_ipfix(x);
+        }
+        if let Some(x) = self.kafka {
+            finish_kafka(x);
+        }
+    }
 }
 
 /// Ends the exporter after the last period and prints what it delivered.
-pub fn finish_kafka(x: KafkaExporter) {
+fn finish_kafka(x: KafkaExporter) {
     let c = x.finish();
     let ((flows, flows_lost), (other, other_lost)) = (c.flows.get(), c.other.get());
     eprintln!(

@@ -10,7 +10,6 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Args;
 use poolcap_format::FileFormat;
 use poolcap_sys::socket::{ifindex, FanoutMode};
@@ -24,7 +23,8 @@ use crate::capture::pool::PoolSize;
 use crate::capture::queue::WaitStrategy;
 use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Input, Output};
 use crate::cli::capture::{engine_limits, parse_kib, parse_pool};
-use crate::cli::usage;
+use crate::cli::statsfile::StatsFile;
+use crate::cli::{privdrop, usage};
 use crate::{netdev, units};
 
 /// Arguments of `poolcap forward`.
@@ -99,6 +99,8 @@ pub struct ForwardArgs {
     /// Write the final accounting as one JSON object to FILE.
     #[arg(long)]
     stats_json: Option<PathBuf>,
+    #[command(flatten)]
+    privileges: privdrop::UserArg,
     /// Only frames matching this filter (tcpdump syntax, after the options) are forwarded;
     /// the others count as filtered.
     #[arg(trailing_var_arg = true)]
@@ -364,6 +366,13 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
             .map_err(|e| usage(format!("--drop: {e}")))
     };
     drop_rule()?;
+    let privileges = privdrop::prepare(args.privileges.user.as_deref())?;
+    let stats = args
+        .stats_json
+        .as_deref()
+        .map(StatsFile::open)
+        .transpose()?;
+    let stats_path = stats.as_ref().map(|s| s.path().to_owned());
     poolcap_sys::privilege::check_raw_sockets("forwarding packets")?;
     let metrics = crate::cli::export::bind_metrics(&args.export)?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -371,11 +380,23 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
     }
     let mut engines: Vec<(Engine, String)> = Vec::new();
-    for (cfg, dir) in configs.into_iter().zip(&dirs) {
+    let directions = dirs.len();
+    for (i, (cfg, dir)) in configs.into_iter().zip(&dirs).enumerate() {
+        // Privileges go once every direction is open (the last one's after_open), with
+        // the stats file and the capture file handed to -Z's user.
+        let last = i + 1 == directions;
+        let after_open = |out: Option<&std::path::Path>| {
+            if !last {
+                return Ok(());
+            }
+            let owned: Vec<&std::path::Path> =
+                stats_path.as_deref().into_iter().chain(out).collect();
+            privdrop::apply(&privileges, &owned)
+        };
         let started = ForwardSetup::open(&dir.output, out_index(dir)?, drop_rule()?)
             .map_err(anyhow::Error::new)
             .and_then(|setup| {
-                let engine = Engine::start_forward(cfg, setup, Arc::clone(&stop), || Ok(()))
+                let engine = Engine::start_forward(cfg, setup, Arc::clone(&stop), after_open)
                     .map_err(|e| match e {
                         CaptureError::Filter(f) => usage(f.to_string()),
                         e => anyhow::Error::new(e),
@@ -389,6 +410,9 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
                 // The direction already started must not go on forwarding.
                 stop.store(true, std::sync::atomic::Ordering::Relaxed);
                 engines.into_iter().for_each(|(e, _)| drop(e.run()));
+                if let Some(s) = stats {
+                    s.abandon();
+                }
                 return Err(e);
             }
         }
@@ -408,9 +432,12 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
     }
     // Without --bidirectional (they conflict): one engine.
     let _metrics = match (metrics, engines.first()) {
-        (Some(m), Some((engine, _))) => {
-            Some(crate::cli::export::serve_metrics(m, engine, Vec::new())?)
-        }
+        (Some(m), Some((engine, _))) => Some(crate::cli::export::serve_metrics(
+            m,
+            engine,
+            args.write.is_some(),
+            Vec::new(),
+        )?),
         _ => None,
     };
     let results: Vec<(CaptureReport, String)> = std::thread::scope(|s| {
@@ -434,13 +461,11 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
         }
         r.print();
     }
-    if let Some(path) = &args.stats_json {
-        let json = match reports.as_slice() {
-            [one] => serde_json::to_string_pretty(one)?,
-            all => serde_json::to_string_pretty(&serde_json::json!({ "directions": all }))?,
-        };
-        std::fs::write(path, json + "\n")
-            .with_context(|| format!("cannot write {}", path.display()))?;
+    if let Some(s) = stats {
+        match reports.as_slice() {
+            [one] => s.write(one)?,
+            all => s.write(&serde_json::json!({ "directions": all }))?,
+        }
     }
     for r in &reports {
         if let Some(e) = r.capture_error.as_ref().or(r.write_error.as_ref()) {

@@ -22,6 +22,7 @@ pub mod predict;
 pub mod privdrop;
 pub mod probe;
 pub mod sim;
+pub mod statsfile;
 
 /// poolcap: lossless packet capture on commodity Linux, and the lab to prove it.
 #[derive(Debug, Parser)]

@@ -1,14 +1,22 @@
-//! `capture -Z USER`: whom a capture runs as once everything privileged is open, decided the
-//! way tcpdump decides it. `-Z USER` switches to that user and its groups; without `-Z` a root
+//! `-Z USER` (capture, probe, forward): whom the process runs as once everything privileged
+//! is open, decided the way tcpdump decides it. `-Z USER` switches to that user and its groups; without `-Z` a root
 //! capture switches to the dedicated user [`DEFAULT_USER`] if the system has one and otherwise
 //! stays root, silently; `-Z root` (any user with the current uid) stays. In every case the
 //! capabilities are then dropped to none, so the capture threads, workers and writer run with
 //! no privilege at all, holding only the descriptors opened before.
 //!
+//! The files the process created before the switch (the capture file, `--stats-json`, the
+//! probe's `--report` and `--ctl` socket) are handed to the new user first, as tcpdump
+//! chowns its `-w` file, so the user that runs the capture owns what it wrote; files made
+//! later (rotated files) are created by that user.
+//!
 //! The decision ([`plan`]) is made before anything is opened, so a bad `-Z` is a usage error
 //! that costs nothing; [`apply`] runs from the engine's `after_open` step.
 
+use std::path::Path;
+
 use anyhow::Result;
+use clap::Args;
 use poolcap_sys::privilege::{self, Capability, User};
 use poolcap_sys::SysError;
 
@@ -17,6 +25,16 @@ use crate::cli::usage;
 /// The unprivileged account a root capture switches to when it exists (tcpdump has its
 /// `tcpdump` user for the same purpose).
 pub const DEFAULT_USER: &str = "poolcap";
+
+/// `-Z`, for the commands that drop privileges.
+#[derive(Debug, Clone, Args)]
+pub struct UserArg {
+    /// Once the sockets, rings and files are open, switch to USER (and its groups) and drop
+    /// every capability; the files made so far are handed to USER. Default for root: the
+    /// `poolcap` user if it exists, else root; `-Z root` stays root.
+    #[arg(short = 'Z', long = "relinquish-privileges", value_name = "USER")]
+    pub user: Option<String>,
+}
 
 /// What to become once everything is open.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,10 +76,36 @@ pub fn check(plan: &Plan) -> Result<()> {
     Ok(())
 }
 
-/// Carries the plan out. Call it before the process starts threads: capabilities are per
-/// thread (the user switch itself applies to every thread).
-pub fn apply(plan: &Plan) -> Result<(), SysError> {
+/// The plan for `-Z requested` in this process, checked ([`plan`], then [`check`]).
+pub fn prepare(requested: Option<&str>) -> Result<Plan> {
+    let p = plan(
+        requested,
+        poolcap_sys::process::effective_uid(),
+        privilege::lookup_user,
+    )?;
+    check(&p)?;
+    Ok(p)
+}
+
+/// Carries the plan out: hands the files `owned` (those that exist) to the new user, then
+/// switches. Call it before the process starts threads: capabilities are per thread (the
+/// user switch itself applies to every thread).
+pub fn apply(plan: &Plan, owned: &[&Path]) -> Result<(), SysError> {
     if let Plan::Become(u) = plan {
+        for path in owned {
+            // lchown: the files were opened without following links; never follow one now.
+            match std::os::unix::fs::lchown(path, Some(u.uid), Some(u.gid)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(SysError {
+                        call: "lchown",
+                        what: path.display().to_string(),
+                        source,
+                    })
+                }
+            }
+        }
         privilege::switch_user(u)?;
     }
     privilege::drop_capabilities()

@@ -12,7 +12,7 @@ use poolcap_probe::Hub;
 
 use crate::capture::{CaptureConfig, CaptureError, Engine, Output};
 use crate::cli::capture::{config as capture_config, print_report, CaptureArgs};
-use crate::cli::{export, usage};
+use crate::cli::{export, privdrop, usage};
 use crate::probe::control::ControlSocket;
 use crate::probe::kernel::{self, KernelRules};
 use crate::probe::live::Manager;
@@ -95,6 +95,8 @@ pub struct ProbeArgs {
     ipfix: export::IpfixArgs,
     #[command(flatten)]
     kafka: export::KafkaArgs,
+    #[command(flatten)]
+    privileges: privdrop::UserArg,
 }
 
 /// The capture options a probe passes through, parsed by `poolcap capture`'s own parser so
@@ -206,9 +208,10 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     }
     let mut cfg = engine_config(&args, &iface)?;
     poolcap_sys::privilege::check_raw_sockets("capturing packets")?;
+    let privileges = privdrop::prepare(args.privileges.user.as_deref())?;
     let metrics = export::bind_metrics(&args.metrics)?;
-    let ipfix = export::start_ipfix(&args.ipfix)?;
-    let kafka = export::start_kafka(&args.kafka, &iface)?;
+    let ipfix = export::plan_ipfix(&args.ipfix)?;
+    let kafka = export::plan_kafka(&args.kafka, &iface)?;
     cfg.output = args
         .write
         .clone()
@@ -228,29 +231,38 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     let hangup = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hangup))?;
     let (queues, workers) = (cfg.queues, cfg.workers);
-    let engine = Engine::start(cfg, Arc::clone(&stop), || Ok(())).map_err(engine_error)?;
-    let engine_done = Arc::new(AtomicBool::new(false));
+    // The report file is created before the privileges go, and handed to -Z's user.
     let mut reporter = Reporter::new(hub, SystemTime::now(), args.report.as_deref(), !args.quiet)?;
     if let Some(k) = kernel {
         reporter.set_kernel(k);
     }
-    let exporters = ipfix
-        .iter()
-        .map(|x| ("ipfix", x.counters()))
-        .chain(kafka.iter().map(|x| ("kafka", x.flow_counters())))
-        .collect();
+    let kept = [args.report.as_deref(), args.ctl.as_deref()];
+    let engine = Engine::start(cfg, Arc::clone(&stop), |out| {
+        let owned: Vec<_> = kept.into_iter().chain([out]).flatten().collect();
+        privdrop::apply(&privileges, &owned)
+    })
+    .map_err(engine_error)?;
+    let exporters = match export::start_exporters(ipfix, kafka) {
+        Ok(x) => x,
+        Err(e) => {
+            stop.store(true, Ordering::Relaxed);
+            let _ = engine.run();
+            return Err(e);
+        }
+    };
+    let engine_done = Arc::new(AtomicBool::new(false));
     let metrics = metrics
-        .map(|m| export::serve_metrics(m, &engine, exporters))
+        .map(|m| export::serve_metrics(m, &engine, args.write.is_some(), exporters.counters()))
         .transpose()?;
     if let Some((_, rules)) = &metrics {
         let rules = rules.clone();
         reporter.on_period(Box::new(move |records| rules.add_period(records)));
     }
-    if let Some(x) = &ipfix {
+    if let Some(x) = &exporters.ipfix {
         let flows = x.sender();
         reporter.on_period(Box::new(move |records| flows.offer(records)));
     }
-    if let Some(x) = &kafka {
+    if let Some(x) = &exporters.kafka {
         let periods = x.sender();
         reporter.on_period(Box::new(move |records| periods.offer(records)));
     }
@@ -284,12 +296,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         .join()
         .map_err(|_| anyhow::anyhow!("the probe manager panicked"))?;
     print_report(&report);
-    if let Some(x) = ipfix {
-        export::finish_ipfix(x);
-    }
-    if let Some(x) = kafka {
-        export::finish_kafka(x);
-    }
+    exporters.finish();
     last?;
     if let Some(e) = &report.write_error {
         anyhow::bail!("write error: {e}");
@@ -309,8 +316,9 @@ fn run_in_kernel(
 ) -> anyhow::Result<()> {
     let mode = args.in_kernel.unwrap_or(kernel::Mode::On);
     let kernel = KernelRules::start(mode, iface, &config, false)?;
-    let ipfix = export::start_ipfix(&args.ipfix)?;
-    let kafka = export::start_kafka(&args.kafka, iface)?;
+    let ipfix = export::plan_ipfix(&args.ipfix)?;
+    let kafka = export::plan_kafka(&args.kafka, iface)?;
+    let exporters = export::start_exporters(ipfix, kafka)?;
     let socket = args.ctl.as_deref().map(ControlSocket::bind).transpose()?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -322,11 +330,11 @@ fn run_in_kernel(
     let started = SystemTime::now();
     let mut reporter = Reporter::new(hub, started, args.report.as_deref(), !args.quiet)?;
     reporter.set_kernel(kernel);
-    if let Some(x) = &ipfix {
+    if let Some(x) = &exporters.ipfix {
         let flows = x.sender();
         reporter.on_period(Box::new(move |records| flows.offer(records)));
     }
-    if let Some(x) = &kafka {
+    if let Some(x) = &exporters.kafka {
         let periods = x.sender();
         reporter.on_period(Box::new(move |records| periods.offer(records)));
     }
@@ -358,12 +366,7 @@ fn run_in_kernel(
     let last = manager
         .join()
         .map_err(|_| anyhow::anyhow!("the probe manager panicked"))?;
-    if let Some(x) = ipfix {
-        export::finish_ipfix(x);
-    }
-    if let Some(x) = kafka {
-        export::finish_kafka(x);
-    }
+    exporters.finish();
     last?;
     Ok(())
 }

@@ -43,7 +43,7 @@ pub fn run(
     cfg.input = Input::Sources(vec![Box::new(source)]);
     let hub = Hub::new(config);
     cfg.probe = Some(Arc::clone(&hub));
-    let engine = Engine::start(cfg, Arc::clone(&stop), || Ok(()))?;
+    let engine = Engine::start(cfg, Arc::clone(&stop), |_| Ok(()))?;
     let reporter = Reporter::new(hub, time_ns(FileClock::start_ns(&gate)), report, table)?;
     let engine_done = Arc::new(AtomicBool::new(false));
     let clock = FileClock {

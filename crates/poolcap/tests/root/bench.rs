@@ -248,6 +248,47 @@ fn probe_smoke_run_accounts_for_every_analysed_packet() {
     assert!(out.join("probe-10r-analysis.png").is_file());
 }
 
+/// `bench export --smoke`: each of the three flow exporters sends IPFIX records to nfcapd;
+/// poolcap's records, read back with nfdump, hold every frame sent and one record per flow;
+/// the peers' rows are there with records; the summary has the scrape cost.
+fn export_smoke_run_compares_the_flow_exporters() {
+    let dir = tempdir();
+    let out = dir.path().join("export");
+    let run = std::process::Command::new(bin())
+        .args(["bench", "export", "--smoke", "--out"])
+        .arg(&out)
+        .output()
+        .expect("run poolcap bench");
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "bench failed: {err}");
+    let csv = std::fs::read_to_string(out.join("rows.csv")).expect("rows.csv");
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    let names: Vec<&str> = rows.iter().map(|r| r[0]).collect();
+    assert_eq!(names, ["poolcap", "softflowd", "pmacctd-nfprobe"], "{csv}");
+    let n = |r: &[&str], i: usize| r[i].parse::<u64>().unwrap_or_else(|_| panic!("{csv}"));
+    // exporter,flows,rate,sent,seconds,records,packets,bytes,distinct,...
+    let p = &rows[0];
+    assert!(n(p, 3) > 0, "{csv}");
+    assert_eq!(
+        n(p, 6),
+        n(p, 3),
+        "poolcap's records hold every frame: {csv}"
+    );
+    assert_eq!((n(p, 5), n(p, 8)), (100, 100), "one record per flow: {csv}");
+    for peer in &rows[1..] {
+        assert!(n(peer, 5) > 0 && n(peer, 6) <= n(peer, 3), "{csv}");
+    }
+    let summary = std::fs::read_to_string(out.join("summary.md")).expect("summary.md");
+    assert!(
+        summary.contains("Prometheus scrape of a running probe"),
+        "{summary}"
+    );
+}
+
 pub fn trials() -> Vec<Trial> {
     vec![
         trial(
@@ -265,6 +306,10 @@ pub fn trials() -> Vec<Trial> {
         trial(
             "bench_probe_smoke_run_accounts_for_every_analysed_packet",
             probe_smoke_run_accounts_for_every_analysed_packet,
+        ),
+        trial(
+            "bench_export_smoke_run_compares_the_flow_exporters",
+            export_smoke_run_compares_the_flow_exporters,
         ),
     ]
 }

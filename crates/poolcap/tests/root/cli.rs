@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use libtest_mimic::Trial;
 
 use crate::common::{
-    bin, capture, check_sequences, gen, lab, netns_command, num, poolcap_in, stats, tcpdump_count,
-    tempdir, trial, Background,
+    bin, capture, check_sequences, gen, lab, netns_command, num, path_str, poolcap_in, stats,
+    tcpdump_count, tempdir, thread_identities, trial, Background,
 };
 
 pub fn trials() -> Vec<Trial> {
@@ -56,10 +56,6 @@ pub fn trials() -> Vec<Trial> {
 /// Time for the last frames the generator handed to the kernel to reach the capture ring.
 const SETTLE: Duration = Duration::from_millis(300);
 
-fn path_str(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -91,26 +87,6 @@ fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// `Uid:` (real, effective, saved, fs) and `CapEff:` of every thread of process `pid`.
-fn thread_identities(pid: u32) -> Vec<(String, u64)> {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("task dir");
-    tasks
-        .map(|t| {
-            let status =
-                std::fs::read_to_string(t.expect("task").path().join("status")).expect("status");
-            let field = |name: &str| {
-                status
-                    .lines()
-                    .find_map(|l| l.strip_prefix(name))
-                    .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
-                    .unwrap_or_else(|| panic!("no {name} in {status}"))
-            };
-            let caps = u64::from_str_radix(&field("CapEff:"), 16).expect("CapEff");
-            (field("Uid:"), caps)
-        })
-        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------

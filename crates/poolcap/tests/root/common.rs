@@ -284,3 +284,42 @@ impl Drop for SmallFs {
             .status();
     }
 }
+
+/// `Uid:` (real, effective, saved, fs) and `CapEff:` of every thread of process `pid`.
+pub fn thread_identities(pid: u32) -> Vec<(String, u64)> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("task dir");
+    tasks
+        .map(|t| {
+            let status =
+                std::fs::read_to_string(t.expect("task").path().join("status")).expect("status");
+            let field = |name: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+                    .unwrap_or_else(|| panic!("no {name} in {status}"))
+            };
+            let caps = u64::from_str_radix(&field("CapEff:"), 16).expect("CapEff");
+            (field("Uid:"), caps)
+        })
+        .collect()
+}
+
+/// A path as a command-line argument.
+pub fn path_str(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// Frames the generator's JSON report says reached the wire (sent less link drops).
+pub fn on_wire(g: &serde_json::Value) -> u64 {
+    num(g, "frames") - num(g, "link_dropped")
+}
+
+/// Starts `poolcap probe -i prb0 -q ARGS` in the lab's probe host; waits until it runs.
+pub fn start_probe(lab: &Lab, args: &[&str]) -> Background {
+    let mut cmd = netns_command(&lab.probe.netns, bin());
+    cmd.args(["probe", "-i", &lab.probe.iface, "-q"])
+        .args(args)
+        .stdout(Stdio::null());
+    Background::start(cmd, "probing on")
+}

@@ -13,7 +13,8 @@ use libtest_mimic::Trial;
 use serde_json::Value;
 
 use crate::common::{
-    bin, capture, gen, lab, netns_command, num, poolcap_in, stats, tempdir, trial, Background,
+    capture, gen, lab, netns_command, num, on_wire, path_str as s, poolcap_in, start_probe, stats,
+    tempdir, trial, Background,
 };
 
 pub fn trials() -> Vec<Trial> {
@@ -35,6 +36,10 @@ pub fn trials() -> Vec<Trial> {
             "bad_export_options_fail_at_start",
             bad_export_options_fail_at_start,
         ),
+        t(
+            "written_bytes_equal_the_rotated_files_sizes",
+            written_bytes_equal_the_rotated_files_sizes,
+        ),
     ]
 }
 
@@ -44,10 +49,6 @@ const SETTLE: Duration = Duration::from_millis(400);
 const METRICS: &str = "127.0.0.1:9464";
 /// Where nfcapd listens.
 const COLLECTOR: &str = "127.0.0.1:4739";
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
 
 fn curl(netns: &str, url: &str) -> String {
     let out = netns_command(netns, "curl")
@@ -143,7 +144,7 @@ fn prometheus_scrapes_equal_the_final_accounting() {
         &lab,
         &["--count", "30000", "--rate", "30k", "--flows", "16"],
     );
-    let sent = num(&g, "frames") - num(&g, "link_dropped");
+    let sent = on_wire(&g);
     std::thread::sleep(SETTLE);
     wait_for_scrape(ns, SystemTime::now());
 
@@ -198,15 +199,6 @@ fn prometheus_scrapes_equal_the_final_accounting() {
     );
     let (code, stderr) = prometheus.stop("TERM");
     assert_eq!(code, Some(0), "prometheus: {stderr}");
-}
-
-/// Starts `poolcap probe -i prb0 ARGS` in the lab's probe host.
-pub(crate) fn start_probe(lab: &poolcap_lab::Lab, args: &[&str]) -> Background {
-    let mut cmd = netns_command(&lab.probe.netns, bin());
-    cmd.args(["probe", "-i", &lab.probe.iface, "-q"])
-        .args(args)
-        .stdout(Stdio::null());
-    Background::start(cmd, "probing on")
 }
 
 fn start_nfcapd(lab: &poolcap_lab::Lab, dir: &Path) -> Background {
@@ -302,7 +294,7 @@ fn ipfix_flows_in_nfcapd_equal_the_probe_report() {
         ],
     );
     let g = gen(&lab, &["--count", "20000", "--rate", "10k", "--flows", "8"]);
-    let sent = num(&g, "frames") - num(&g, "link_dropped");
+    let sent = on_wire(&g);
     std::thread::sleep(SETTLE);
     let (code, stderr) = probe.stop("INT");
     assert_eq!(code, Some(0), "probe: {stderr}");
@@ -367,10 +359,7 @@ fn a_collector_that_goes_away_never_stops_the_capture() {
     let metrics = curl(&lab.probe.netns, &format!("http://{METRICS}/metrics"));
     let (code, stderr) = probe.stop("INT");
     assert_eq!(code, Some(0), "probe: {stderr}");
-    let sent = [g1, g2]
-        .iter()
-        .map(|g| num(g, "frames") - num(g, "link_dropped"))
-        .sum::<u64>();
+    let sent = [g1, g2].iter().map(on_wire).sum::<u64>();
     let (_, packets, _, captured) = probe_report(&report);
     assert_eq!((captured, packets), (sent, sent), "capture went on");
     let (records, lost) = exported(&stderr);
@@ -454,4 +443,87 @@ fn bad_export_options_fail_at_start() {
     }
     let (code, stderr) = holder.stop("INT");
     assert_eq!(code, Some(0), "{stderr}");
+}
+
+/// The served value of an unlabelled series, if it is there.
+fn metric(text: &str, series: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// A pcap capture rotated every 1 MB (`-C 1`) writes 3000 frames of 1000 bytes into several
+/// files. Once the writer has written every captured packet, the scraped
+/// `poolcap_written_bytes_total` equals the sum of the files' sizes (headers included,
+/// every file of the set) and `poolcap_written_packets_total` the packets tcpdump reads
+/// back from them; the final stats JSON agrees.
+fn written_bytes_equal_the_rotated_files_sizes() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let (file, json) = (dir.path().join("w.pcap"), dir.path().join("w.json"));
+    let cap = capture(
+        &lab,
+        &[
+            "--format",
+            "pcap",
+            "-w",
+            s(&file),
+            "-C",
+            "1",
+            "--stats-json",
+            s(&json),
+            "--metrics",
+            METRICS,
+        ],
+    );
+    gen(
+        &lab,
+        &["--count", "3000", "--rate", "10k", "--size", "1000"],
+    );
+    let files = || -> Vec<std::path::PathBuf> {
+        let mut v: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("read dir")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| p.to_string_lossy().contains("w.pcap"))
+            .collect();
+        v.sort();
+        v
+    };
+    let size = || -> u64 {
+        files()
+            .iter()
+            .map(|p| std::fs::metadata(p).expect("stat").len())
+            .sum()
+    };
+    // A bounded readiness wait: until the writer has published every captured packet and the
+    // files hold what it says it wrote.
+    let url = format!("http://{METRICS}/metrics");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (packets, bytes) = loop {
+        let text = curl(&lab.probe.netns, &url);
+        let captured = metric(&text, "poolcap_packets_captured_total{queue=\"0\"}");
+        let packets = metric(&text, "poolcap_written_packets_total");
+        let bytes = metric(&text, "poolcap_written_bytes_total");
+        if packets.is_some() && packets == captured && bytes == Some(size()) {
+            break (packets.unwrap_or(0), bytes.unwrap_or(0));
+        }
+        assert!(
+            Instant::now() < deadline,
+            "written counters never matched the files ({} bytes):\n{text}",
+            size()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(files().len() >= 3, "3 MB in 1 MB files: {:?}", files());
+    let read_back: u64 = files()
+        .iter()
+        .map(|f| crate::common::tcpdump_count(f, &[]))
+        .sum();
+    assert_eq!(packets, read_back, "{:?}", files());
+    // pcap: a 24-byte header per file and 16 + 1000 bytes per record.
+    assert_eq!(bytes, 24 * files().len() as u64 + 1016 * packets);
+    let (code, stderr) = cap.stop("INT");
+    assert_eq!(code, Some(0), "capture: {stderr}");
+    let st = stats(&json);
+    assert_eq!(num(&st, "written"), packets, "{st}");
+    assert!(packets > 0 && packets == num(&st, "captured"), "{st}");
 }

@@ -13,8 +13,11 @@ use std::time::{Duration, Instant};
 use libtest_mimic::Trial;
 use serde_json::Value;
 
-use crate::common::{gen, lab, netns_command, num, poolcap_in, tempdir, trial, Lab};
-use crate::export::{probe_report, start_probe};
+use crate::common::{
+    gen, lab, netns_command, num, on_wire, path_str as s, poolcap_in, start_probe, tempdir, trial,
+    Lab,
+};
+use crate::export::probe_report;
 
 pub fn trials() -> Vec<Trial> {
     let t = |name: &'static str, f: fn()| trial(&format!("kafka::{name}"), f);
@@ -59,10 +62,6 @@ const CONFIG: &str =
 
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/kafka.sh")
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
 }
 
 /// Fetches the broker's jars (a no-op once cached).
@@ -231,7 +230,7 @@ fn kafka_records_equal_the_probe_report() {
     std::fs::write(&config, CONFIG).expect("write config");
     let probe = start_probe(&lab, &kafka_args(&config, &report));
     let g = gen(&lab, &["--count", "20000", "--rate", "10k", "--flows", "8"]);
-    let sent = num(&g, "frames") - num(&g, "link_dropped");
+    let sent = on_wire(&g);
     std::thread::sleep(SETTLE);
     let (code, stderr) = probe.stop("INT");
     assert_eq!(code, Some(0), "probe: {stderr}");
@@ -346,10 +345,7 @@ fn a_broker_that_goes_away_never_stops_the_capture() {
     let dropped = wait_for("dropped");
     let (code, stderr) = probe.stop("INT");
     assert_eq!(code, Some(0), "probe: {stderr}");
-    let sent = [g1, g2]
-        .iter()
-        .map(|g| num(g, "frames") - num(g, "link_dropped"))
-        .sum::<u64>();
+    let sent = [g1, g2].iter().map(on_wire).sum::<u64>();
     let (_, packets, _, captured) = probe_report(&report);
     assert_eq!((captured, packets), (sent, sent), "capture went on");
     let [flows, flows_lost, reports, reports_lost] = delivered(&stderr);

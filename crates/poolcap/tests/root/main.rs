@@ -19,6 +19,7 @@ mod kafka;
 #[path = "../support/mix.rs"]
 mod mix;
 mod offload;
+mod privileges;
 mod probe;
 mod probe_kernel;
 mod replay;
@@ -43,6 +44,7 @@ fn main() {
     trials.extend(doctor::trials());
     trials.extend(forward::trials());
     trials.extend(forward_xdp::trials());
+    trials.extend(privileges::trials());
     if let Err(why) = poolcap_sys::privilege::check_lab() {
         eprintln!("skipping {} root tests: {why}", trials.len());
         trials = trials

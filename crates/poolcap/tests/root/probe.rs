@@ -15,7 +15,8 @@ use libtest_mimic::Trial;
 use serde_json::Value;
 
 use crate::common::{
-    bin, gen, lab, netns_command, num, poolcap_in, tcpdump_count, tempdir, trial, Background,
+    bin, gen, lab, num, path_str as s, poolcap_in, start_probe, tcpdump_count, tempdir, trial,
+    Background,
 };
 
 pub fn trials() -> Vec<Trial> {
@@ -51,21 +52,10 @@ pub fn trials() -> Vec<Trial> {
 /// Time for the last frames the generator sent to be captured and analysed.
 const SETTLE: Duration = Duration::from_millis(400);
 
-pub(crate) fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
 pub(crate) fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, text).expect("write file");
     p
-}
-
-/// Starts `poolcap probe -i prb0 ARGS` in the lab's probe host; waits until it runs.
-pub(crate) fn start_probe(lab: &poolcap_lab::Lab, args: &[&str]) -> Background {
-    let mut cmd = netns_command(&lab.probe.netns, bin());
-    cmd.args(["probe", "-i", &lab.probe.iface, "-q"]).args(args);
-    Background::start(cmd, "probing on")
 }
 
 pub(crate) fn stop_probe(bg: Background) -> String {

@@ -16,10 +16,9 @@ use poolcap::probe::kernel::{Counts, VALUE_SIZE};
 use poolcap_sys::bpf::{PerCpuArray, TcProgram};
 use serde_json::Value;
 
-use crate::common::{bin, gen, lab, num, poolcap_in, tempdir, trial};
+use crate::common::{bin, gen, lab, num, path_str as s, poolcap_in, start_probe, tempdir, trial};
 use crate::probe::{
-    real_looking_frames, records, s, start_probe, stop_probe, tcpdump_selects, totals, write,
-    write_pcap,
+    real_looking_frames, records, stop_probe, tcpdump_selects, totals, write, write_pcap,
 };
 
 pub fn trials() -> Vec<Trial> {

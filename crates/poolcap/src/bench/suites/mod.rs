@@ -35,6 +35,7 @@ pub mod backends;
 pub mod burst;
 pub mod capture;
 pub mod disk;
+pub mod export;
 pub mod gen;
 pub mod imbalance;
 pub mod predict;

@@ -1,0 +1,199 @@
+//! Privilege drop of `probe` and `forward` (issue 12.9), as `capture` does it (its own test
+//! is in cli.rs): once every socket, file, the ctl socket and the metrics listener are open,
+//! every thread of the process runs as `-Z`'s user with no capability, and the files the
+//! process made belong to that user, as tcpdump hands its `-w` file over. A root-owned 0700
+//! directory is used where the files are opened before the drop (a dropped process could not
+//! create them there), an open one where rotated files are made after it.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use libtest_mimic::Trial;
+
+use crate::common::{
+    bin, capture, gen, netns_command, num, on_wire, path_str as s, start_probe, stats,
+    tcpdump_count, tempdir, thread_identities, trial, Background, Lab,
+};
+
+pub fn trials() -> Vec<Trial> {
+    let t = |name: &'static str, f: fn()| trial(&format!("privileges::{name}"), f);
+    vec![
+        t(
+            "probe_runs_as_the_dropped_user_and_owns_its_files",
+            probe_runs_as_the_dropped_user_and_owns_its_files,
+        ),
+        t(
+            "forward_runs_as_the_dropped_user_and_owns_its_stats",
+            forward_runs_as_the_dropped_user_and_owns_its_stats,
+        ),
+        t(
+            "rotated_capture_files_belong_to_the_dropped_user",
+            rotated_capture_files_belong_to_the_dropped_user,
+        ),
+    ]
+}
+
+const NOBODY: u32 = 65534;
+const SETTLE: Duration = Duration::from_millis(400);
+
+/// Every thread of `bg` runs as `uid` (real, effective, saved, fs) with no capability.
+fn assert_dropped(bg: &Background, uid: u32, what: &str) {
+    let ids = thread_identities(bg.child.id());
+    let want = format!("{uid} {uid} {uid} {uid}");
+    assert!(
+        ids.len() > 1 && ids.iter().all(|(u, caps)| *u == want && *caps == 0),
+        "{what}: want every thread at uid {uid} with no capabilities: {ids:?}"
+    );
+}
+
+fn owner(p: &Path) -> (u32, u32) {
+    let m = std::fs::symlink_metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    (m.uid(), m.gid())
+}
+
+/// `probe -Z nobody` with a capture file, a report, a ctl socket, metrics and an IPFIX
+/// exporter: every thread (the exporter's and the metrics server's too) is nobody's with
+/// no capability; `ctl status` still answers; the file, report and socket are nobody's; and
+/// the probe counted every frame. Without `-Z` (no `poolcap` user here) it stays root with
+/// no capability.
+fn probe_runs_as_the_dropped_user_and_owns_its_files() {
+    let lab = crate::common::lab(1);
+    let dir = tempdir(); // 0700, root's
+    let config = dir.path().join("probe.toml");
+    std::fs::write(
+        &config,
+        "period = \"250ms\"\n[[rule]]\nname = \"all\"\nfilter = \"ip\"\nactions = [\"flows\"]\n",
+    )
+    .expect("write config");
+    let default_uid = Command::new("id")
+        .args(["-u", "poolcap"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(0);
+    for (z, uid) in [(Some("nobody"), NOBODY), (None, default_uid)] {
+        let run = uid.to_string();
+        let (file, report, ctl) = (
+            dir.path().join(format!("p{run}.pcapng")),
+            dir.path().join(format!("r{run}.jsonl")),
+            dir.path().join(format!("ctl{run}.sock")),
+        );
+        let mut args = vec![
+            "-c",
+            s(&config),
+            "-w",
+            s(&file),
+            "--report",
+            s(&report),
+            "--ctl",
+            s(&ctl),
+            "--metrics",
+            "127.0.0.1:9464",
+            "--ipfix",
+            "127.0.0.1:4739",
+        ];
+        if let Some(user) = z {
+            args.extend(["-Z", user]);
+        }
+        let probe = start_probe(&lab, &args);
+        assert_dropped(&probe, uid, &format!("probe -Z {z:?}"));
+        for p in [&file, &report, &ctl] {
+            assert_eq!(owner(p), (uid, uid), "-Z {z:?}: {}", p.display());
+        }
+        let status = netns_command(&lab.probe.netns, bin())
+            .args(["ctl", s(&ctl), "status"])
+            .output()
+            .expect("run ctl");
+        assert!(status.status.success(), "ctl status: {status:?}");
+        let g = gen(&lab, &["--count", "1000", "--rate", "10k", "--flows", "4"]);
+        std::thread::sleep(SETTLE);
+        let (code, stderr) = probe.stop("INT");
+        assert_eq!(code, Some(0), "probe -Z {z:?}: {stderr}");
+        let packets: u64 = std::fs::read_to_string(&report)
+            .expect("report")
+            .lines()
+            .map(|l| num(&serde_json::from_str(l).expect("json line"), "packets"))
+            .sum();
+        assert_eq!(packets, on_wire(&g), "-Z {z:?}: {stderr}");
+        assert_eq!(tcpdump_count(&file, &[]), on_wire(&g), "-Z {z:?}");
+        assert_eq!(owner(&file), (uid, uid), "-Z {z:?}: at the end");
+        let _ = std::fs::remove_file(&ctl);
+    }
+}
+
+/// `forward -Z nobody --stats-json` in a root-owned 0700 directory: every thread is
+/// nobody's with no capability, every frame is forwarded, and the stats file (opened before
+/// the drop, written at the end) is nobody's.
+fn forward_runs_as_the_dropped_user_and_owns_its_stats() {
+    let lab = Lab::unique(1, 3).unwrap_or_else(|e| panic!("lab up: {e}"));
+    let dir = tempdir();
+    let json = dir.path().join("fwd.json");
+    let mut cmd = netns_command(&lab.probe.netns, bin());
+    cmd.args(["forward", "-i", "prb0", "-o", "prb1", "-q", "-Z", "nobody"])
+        .args(["--stats-json", s(&json)]);
+    let fwd = Background::start(cmd, "listening on");
+    assert_dropped(&fwd, NOBODY, "forward -Z nobody");
+    let g = gen(&lab, &["--count", "2000", "--rate", "10k"]);
+    std::thread::sleep(SETTLE);
+    let (code, stderr) = fwd.stop("INT");
+    assert_eq!(code, Some(0), "forward: {stderr}");
+    let st = stats(&json);
+    assert_eq!(num(&st, "received"), on_wire(&g), "{st}");
+    assert_eq!(num(&st, "forwarded"), on_wire(&g), "{st}");
+    assert_eq!(owner(&json), (NOBODY, NOBODY));
+}
+
+/// `capture -Z nobody -C 1` into a directory anyone may write to: the first file and the
+/// stats file (made before the drop, then handed over) and every rotated file (made after)
+/// are nobody's, and together hold every frame.
+fn rotated_capture_files_belong_to_the_dropped_user() {
+    let lab = crate::common::lab(1);
+    let dir = tempdir();
+    let mut perms = std::fs::metadata(dir.path()).expect("dir").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o777);
+    std::fs::set_permissions(dir.path(), perms).expect("chmod");
+    let (file, json) = (dir.path().join("z.pcap"), dir.path().join("z.json"));
+    let cap = capture(
+        &lab,
+        &[
+            "-Z",
+            "nobody",
+            "--format",
+            "pcap",
+            "-w",
+            s(&file),
+            "-C",
+            "1",
+            "--stats-json",
+            s(&json),
+        ],
+    );
+    let g = gen(
+        &lab,
+        &["--count", "3000", "--rate", "10k", "--size", "1000"],
+    );
+    std::thread::sleep(SETTLE);
+    let (code, stderr) = cap.stop("INT");
+    assert_eq!(code, Some(0), "capture: {stderr}");
+    let files: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("read dir")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert!(
+        files.len() >= 4,
+        "3 MB in 1 MB files and the stats: {files:?}"
+    );
+    for f in &files {
+        assert_eq!(owner(f), (NOBODY, NOBODY), "{}", f.display());
+    }
+    let read_back: u64 = files
+        .iter()
+        .filter(|f| *f != &json)
+        .map(|f| tcpdump_count(f, &[]))
+        .sum();
+    assert_eq!(read_back, on_wire(&g));
+    assert_eq!(num(&stats(&json), "written"), on_wire(&g));
+}
