@@ -14,6 +14,9 @@ use crate::bench::point::{Point, Subject};
 use crate::bench::report::Row;
 use crate::bench::sampler::RSS_TOLERANCE_KIB;
 
+/// Open files a sample may see above the steady count: a descriptor open for an instant.
+const FDS_TOLERANCE: f64 = 1.0;
+
 /// For BENCHMARKS.md.
 pub const INTRO: &str = "A soak run: poolcap captures for 10 minutes (30 s with --quick) at \
 80% of the generator's calibrated top rate of 64-byte frames, writing pcap files under \
@@ -118,7 +121,13 @@ fn targets(rows: &[Row]) -> Vec<String> {
             "rss_growth_kib",
             RSS_TOLERANCE_KIB as f64,
         ),
-        line("open files constant after warm-up", "fds_change", 0.0),
+        // A sample may catch a descriptor open for an instant (the supervisor reads the
+        // interface's state from /sys, rotation opens the next file): one is not a leak.
+        line(
+            "open files after warm-up vary by at most one (a transient)",
+            "fds_change",
+            FDS_TOLERANCE,
+        ),
         line("threads constant after warm-up", "threads_change", 0.0),
         line(
             "sent = captured + drops + filtered + not_taken (unaccounted)",
@@ -131,7 +140,7 @@ fn targets(rows: &[Row]) -> Vec<String> {
 fn headline(rows: &[Row]) -> String {
     let grew = ["rss_growth_kib", "fds_change", "threads_change"]
         .iter()
-        .zip([RSS_TOLERANCE_KIB as f64, 0.0, 0.0])
+        .zip([RSS_TOLERANCE_KIB as f64, FDS_TOLERANCE, 0.0])
         .filter_map(|(k, limit)| Some((k, worst(rows, k)? > limit)))
         .filter(|(_, g)| *g)
         .map(|(k, _)| *k)
