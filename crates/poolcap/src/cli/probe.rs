@@ -161,6 +161,36 @@ fn engine_error(e: CaptureError) -> anyhow::Error {
     }
 }
 
+/// Runs the periodic action manager on its own thread; a failure stops the capture.
+fn spawn_manager(
+    manager: Manager,
+    stop: &Arc<AtomicBool>,
+) -> std::io::Result<std::thread::JoinHandle<anyhow::Result<Vec<poolcap_probe::report::RuleRecord>>>>
+{
+    let stop_on_failure = Arc::clone(stop);
+    std::thread::Builder::new()
+        .name("probe-manager".into())
+        .spawn(move || {
+            let r = manager.run();
+            if r.is_err() {
+                stop_on_failure.store(true, Ordering::Relaxed);
+            }
+            r
+        })
+}
+
+/// Hands every period's records to the flow exporters.
+fn feed_exporters(reporter: &mut Reporter, exporters: &export::Exporters) {
+    if let Some(x) = &exporters.ipfix {
+        let flows = x.sender();
+        reporter.on_period(Box::new(move |records| flows.offer(records)));
+    }
+    if let Some(x) = &exporters.kafka {
+        let periods = x.sender();
+        reporter.on_period(Box::new(move |records| periods.offer(records)));
+    }
+}
+
 /// Runs `poolcap probe`.
 pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     let mut config = poolcap_probe::config::load(&args.config).map_err(|e| usage(e.to_string()))?;
@@ -258,14 +288,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         let rules = rules.clone();
         reporter.on_period(Box::new(move |records| rules.add_period(records)));
     }
-    if let Some(x) = &exporters.ipfix {
-        let flows = x.sender();
-        reporter.on_period(Box::new(move |records| flows.offer(records)));
-    }
-    if let Some(x) = &exporters.kafka {
-        let periods = x.sender();
-        reporter.on_period(Box::new(move |records| periods.offer(records)));
-    }
+    feed_exporters(&mut reporter, &exporters);
     let manager = Manager {
         reporter,
         config_path: args.config.clone(),
@@ -274,16 +297,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         hangup,
         engine_done: Arc::clone(&engine_done),
     };
-    let stop_on_failure = Arc::clone(&stop);
-    let manager = std::thread::Builder::new()
-        .name("probe-manager".into())
-        .spawn(move || {
-            let r = manager.run();
-            if r.is_err() {
-                stop_on_failure.store(true, Ordering::Relaxed);
-            }
-            r
-        })?;
+    let manager = spawn_manager(manager, &stop)?;
     eprintln!(
         "probing on {iface}, {queues} queue{}, {workers} worker{}",
         if queues == 1 { "" } else { "s" },
@@ -330,14 +344,7 @@ fn run_in_kernel(
     let started = SystemTime::now();
     let mut reporter = Reporter::new(hub, started, args.report.as_deref(), !args.quiet)?;
     reporter.set_kernel(kernel);
-    if let Some(x) = &exporters.ipfix {
-        let flows = x.sender();
-        reporter.on_period(Box::new(move |records| flows.offer(records)));
-    }
-    if let Some(x) = &exporters.kafka {
-        let periods = x.sender();
-        reporter.on_period(Box::new(move |records| periods.offer(records)));
-    }
+    feed_exporters(&mut reporter, &exporters);
     let done = Arc::new(AtomicBool::new(false));
     let manager = Manager {
         reporter,
@@ -347,16 +354,7 @@ fn run_in_kernel(
         hangup,
         engine_done: Arc::clone(&done),
     };
-    let stop_on_failure = Arc::clone(&stop);
-    let manager = std::thread::Builder::new()
-        .name("probe-manager".into())
-        .spawn(move || {
-            let r = manager.run();
-            if r.is_err() {
-                stop_on_failure.store(true, Ordering::Relaxed);
-            }
-            r
-        })?;
+    let manager = spawn_manager(manager, &stop)?;
     eprintln!("probing on {iface} in the kernel (tc ingress), no capture socket");
     let deadline = args.duration.map(|d| std::time::Instant::now() + d);
     while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| std::time::Instant::now() < d) {
