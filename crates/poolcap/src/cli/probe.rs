@@ -2,7 +2,7 @@
 //! capture file (`-r`, the engine's file source); reports per period as JSON Lines and a
 //! table.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -344,6 +344,16 @@ fn run_in_kernel(
     let started = SystemTime::now();
     let mut reporter = Reporter::new(hub, started, args.report.as_deref(), !args.quiet)?;
     reporter.set_kernel(kernel);
+    // A rule change loads a new program (CAP_BPF), so privileges go only when -Z asks: the
+    // program, the ctl socket and the report file are open by now.
+    if args.privileges.user.is_some() {
+        let privileges = privdrop::prepare(args.privileges.user.as_deref())?;
+        let owned: Vec<&Path> = [args.report.as_deref(), args.ctl.as_deref()]
+            .into_iter()
+            .flatten()
+            .collect();
+        privdrop::apply(&privileges, &owned)?;
+    }
     feed_exporters(&mut reporter, &exporters);
     let done = Arc::new(AtomicBool::new(false));
     let manager = Manager {
