@@ -401,12 +401,7 @@ impl Forwarder {
                     std::thread::sleep(TRANSIENT_PAUSE);
                 }
                 Err(e) => {
-                    let why = if is_link_down(&e) {
-                        "is down"
-                    } else {
-                        "refuses frames"
-                    };
-                    out.fail(&format!("{why} ({e})"));
+                    out.refused(&e);
                     break;
                 }
             }
@@ -474,6 +469,16 @@ impl OutState {
                 self.iface
             );
         }
+    }
+
+    /// OUT refused a send with `e`: down, or refusing frames.
+    pub(super) fn refused(&mut self, e: &std::io::Error) {
+        let why = if is_link_down(e) {
+            "is down"
+        } else {
+            "refuses frames"
+        };
+        self.fail(&format!("{why} ({e})"));
     }
 
     /// Reads OUT's state and drop counter when due (or now, with `force`).

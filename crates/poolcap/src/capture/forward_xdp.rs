@@ -29,7 +29,6 @@
 
 use std::io;
 
-use poolcap_sys::tx::is_link_down;
 use poolcap_sys::xsk::{RxFrame, UmemShare, XskTx};
 
 use super::forward::{ForwardCounters, OutState, TRANSIENT_PAUSE, TRANSIENT_RETRIES};
@@ -194,12 +193,7 @@ impl QueueTx {
             placed += k;
             if let Err(e) = self.tx.kick() {
                 if !passes(&e) {
-                    let why = if is_link_down(&e) {
-                        "is down"
-                    } else {
-                        "refuses frames"
-                    };
-                    out.fail(&format!("{why} ({e})"));
+                    out.refused(&e);
                     break;
                 }
             }
