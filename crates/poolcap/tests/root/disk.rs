@@ -11,7 +11,8 @@ use std::time::Duration;
 use libtest_mimic::Trial;
 
 use crate::common::{
-    accounted, capture, gen, lab, num, poolcap_in, stats, tcpdump_count, tempdir, trial, SmallFs,
+    accounted, capture, gen, lab, num, poolcap_in, stats, tcpdump_count, tempdir, trial,
+    tshark_count, SmallFs,
 };
 
 pub fn trials() -> Vec<Trial> {
@@ -635,22 +636,6 @@ fn direct_rotation_one_and_two_queues_writes_every_frame_once() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-}
-
-/// `tshark -r FILE` frame count.
-fn tshark_count(file: &Path) -> u64 {
-    let out = Command::new("tshark")
-        .args(["-n", "-T", "fields", "-e", "frame.number", "-r"])
-        .arg(file)
-        .output()
-        .expect("tshark");
-    assert!(
-        out.status.success(),
-        "tshark -r {}: {}",
-        file.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout.iter().filter(|&&b| b == b'\n').count() as u64
 }
 
 /// `--direct` on a file system that fills up: one error naming the file, and the file holds
