@@ -7,7 +7,7 @@ use libfuzzer_sys::fuzz_target;
 use poolcap::capture::compress::Compression;
 use poolcap::capture::policy::{parse_buddy_groups, PolicySpec};
 use poolcap::cli::capture::parse_pool;
-use poolcap::cli::gen::parse_mac;
+use poolcap::frame::parse_mac;
 use poolcap::units;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,31 +1,26 @@
-//! poolcap: a lossless packet-capture engine and traffic probe for commodity Linux.
+//! The `poolcap` command: a thin command line over the workspace's crates.
 //!
-//! The crate is organised along the data path of `shared/design.md`:
-//! - [`frame`], [`flows`], [`gen`]: the traffic generator that feeds the lab (crate
-//!   `poolcap-lab`) and real interfaces with numbered frames, and [`seqcheck`] that checks
-//!   what arrived;
-//! - [`units`]: the human units the command line speaks (`300k`, `1Gbit`, `2s`);
-//! - [`probe`]: running the probe's rules (crate `poolcap-probe`) beside the engine;
-//! - [`cli`]: the `poolcap` command.
+//! - [`cli`]: the subcommands, their options and what each prints;
+//! - [`units`]: the human units the command line speaks (`300k`, `1Gbit`, `2s`).
 //!
-//! File formats live in `poolcap-format`; all kernel access, with its raw pointers, lives in
-//! `poolcap-sys`, and this crate forbids `unsafe_code`.
+//! What the commands run lives in its own crate, re-exported here under the names the
+//! command line uses:
+//! - `poolcap-engine` ([`capture`], [`probe`], [`outfile`], [`memlimit`], [`console`]): the
+//!   capture engine, forwarding and the probe;
+//! - `poolcap-gen` ([`gen`], [`frame`], [`flows`], [`seqcheck`], [`capfile`]): the traffic
+//!   generator and the check of what arrived;
+//! - `poolcap-bench` ([`bench`], [`calibrate`], [`sim`], [`plot`]): the measuring rig, the
+//!   cost calibration, the simulator and the figures;
+//! - `poolcap-sys` ([`netdev`]): kernel access; `poolcap-format`, `poolcap-lab`,
+//!   `poolcap-probe`, `poolcap-export` and `poolcap-doctor` are used by name.
+//!
+//! This crate forbids `unsafe_code`.
 #![forbid(unsafe_code)]
 
-pub mod bench;
-pub mod calibrate;
-pub mod capfile;
-pub mod capture;
 pub mod cli;
-pub mod console;
-pub mod flows;
-pub mod frame;
-pub mod gen;
-pub mod memlimit;
-pub mod netdev;
-pub mod outfile;
-pub mod plot;
-pub mod probe;
-pub mod seqcheck;
-pub mod sim;
 pub mod units;
+
+pub use poolcap_bench::{self as bench, calibrate, plot, sim};
+pub use poolcap_engine::{capture, console, memlimit, outfile, probe, say};
+pub use poolcap_gen::{self as gen, capfile, flows, frame, seqcheck};
+pub use poolcap_sys::netdev;

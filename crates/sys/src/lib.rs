@@ -19,6 +19,7 @@ pub mod bpf;
 pub mod error;
 pub mod fault;
 pub(crate) mod mmap;
+pub mod netdev;
 pub mod poll;
 pub mod privilege;
 pub mod process;

@@ -120,6 +120,11 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
             calibrate::profile(&samples, x_loop, source)
         }
         Some(iface) => {
+            if poolcap_sys::netdev::mtu(iface).is_none() {
+                return Err(crate::cli::usage(format!(
+                    "-i: no interface `{iface}` in this network namespace"
+                )));
+            }
             let (samples, mean) = live::measure(
                 &live::LiveOptions {
                     iface: iface.clone(),

@@ -9,6 +9,7 @@ use clap::Args;
 
 use crate::cli::usage;
 use crate::flows::Skew;
+use crate::frame::parse_mac;
 use crate::gen::replay::{self, LinkSpec};
 use crate::gen::source::{Endpoints, SizeSpec, Synthetic};
 use crate::gen::timing::Timing;
@@ -119,19 +120,6 @@ fn parse_size(s: &str) -> Result<SizeSpec, String> {
         return Err(format!("size {n} is outside 60..9000"));
     }
     Ok(SizeSpec::Fixed(n))
-}
-
-/// Parses `aa:bb:cc:dd:ee:ff`.
-pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
-    let parts: Vec<&str> = s.trim().split(':').collect();
-    let mut mac = [0u8; 6];
-    if parts.len() != 6 {
-        return Err(format!("`{s}` is not a MAC address"));
-    }
-    for (m, p) in mac.iter_mut().zip(parts) {
-        *m = u8::from_str_radix(p, 16).map_err(|_| format!("`{s}` is not a MAC address"))?;
-    }
-    Ok(mac)
 }
 
 fn interface_mac(iface: &str) -> anyhow::Result<[u8; 6]> {

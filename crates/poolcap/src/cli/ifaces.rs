@@ -2,7 +2,7 @@
 //! in this network namespace, numbered by interface index, with their state and receive
 //! queues (one capture thread per queue by default).
 
-use crate::netdev;
+use poolcap_sys::netdev;
 
 const IFF_UP: u32 = 0x1;
 const IFF_LOOPBACK: u32 = 0x8;

@@ -1,0 +1,239 @@
+//! `poolcap calibrate`: measures what each capture stage costs on this machine, per packet
+//! and per byte, and turns it into a [`Profile`] for `poolcap predict`.
+//!
+//! A stage's cost is the capture tool's CPU time per packet in a configuration that has the
+//! stage, minus that of the configuration without it (counting in the ring → copying into
+//! the pool → writing pcap → compressing), at two frame sizes (or two snaplengths) so that
+//! per-packet and per-byte work separate ([`Samples`]). Two ways to get the packets:
+//! - [`lab`]: a veth lab of the bench rig (this crate), the generator at top speed,
+//!   every configuration run once per frame size and repeat. Here the kernel's receive work
+//!   runs on the sender's CPU (design.md), so the sender's slowdown while poolcap captures
+//!   measures it;
+//! - [`live`]: a real interface with traffic the user sends; each configuration captures
+//!   for a fixed time, and the interface's own counters give the packets and their mean
+//!   size. The kernel's and sender's costs are not measured there and come from the base
+//!   profile (the profile's `source` says so).
+//!
+//! The lab's runs are bench [`Point`]s ([`points`]) and their aggregated rows become
+//! [`Samples`] in one place ([`samples`]), so `poolcap calibrate` and the calibration half of
+//! `poolcap bench predict` measure the same way. [`validate`] checks the model against bench
+//! results: predicted against measured loss.
+//!
+//! The CPU time of a child comes from `/proc/PID/stat` in clock ticks (10 ms), so a
+//! configuration must run long enough for hundreds of ticks to be precise.
+
+use poolcap_doctor::profile::{Profile, Samples};
+
+use crate::meta::Meta;
+use crate::peer::{CaptureSpec, Generator, Tool, Traffic};
+use crate::point::{Point, Subject};
+use crate::report::Row;
+
+pub mod lab;
+pub mod live;
+pub mod validate;
+
+/// A configuration measured: its key in [`Samples`] and how to run it.
+pub struct Stage {
+    /// `count`, `copy`, `write`, `zstd:3`, `tcpdump null`...
+    pub key: String,
+    /// The capture.
+    pub spec: CaptureSpec,
+}
+
+/// The configurations, cheapest first (each poolcap stage adds one thing to the previous):
+/// poolcap counting, copying (a 1-iteration x-loop makes it copy into the pool), writing,
+/// compressing at `levels`; then tcpdump and dumpcap writing to /dev/null and to a file, when
+/// `peers`.
+pub fn stages(levels: &[&str], peers: bool) -> Vec<Stage> {
+    let poolcap = |key: &str, f: &dyn Fn(&mut CaptureSpec)| {
+        let mut spec = CaptureSpec::new(Tool::Poolcap, crate::suites::BUFFER_KIB);
+        f(&mut spec);
+        Stage {
+            key: key.to_owned(),
+            spec,
+        }
+    };
+    let mut v = vec![
+        poolcap("count", &|_| {}),
+        poolcap("copy", &|s| s.load = 1),
+        poolcap("write", &|s| s.write = true),
+    ];
+    for level in levels {
+        v.push(poolcap(level, &|s| {
+            s.write = true;
+            s.compress = Some((*level).to_owned());
+        }));
+    }
+    if peers {
+        for tool in [Tool::Tcpdump, Tool::Dumpcap] {
+            for (what, write) in [("null", false), ("file", true)] {
+                let spec = CaptureSpec {
+                    write,
+                    ..CaptureSpec::new(tool, crate::suites::BUFFER_KIB)
+                };
+                if crate::peer::missing(&spec.programs()).is_none() {
+                    v.push(Stage {
+                        key: format!("{} {what}", tool.name()),
+                        spec,
+                    });
+                }
+            }
+        }
+    }
+    v
+}
+
+/// Frame sizes measured: the smallest common one and the MTU's.
+pub const SIZES: [usize; 2] = [64, 1514];
+
+/// Id prefix of the calibration points.
+pub const POINT_PREFIX: &str = "calibrate ";
+
+/// Subject name of the sender alone.
+const SENDER: &str = "sender";
+
+/// The calibration in the lab as bench points, one per frame size of `sizes` (normally
+/// [`SIZES`]; one size fits per-packet costs only): `frames` frames at top speed, measured for the sender alone and for every configuration of
+/// [`stages`] (the subject's name is its key in [`Samples`]). The kernel's receive work must
+/// stay on the sender's CPU (rps off) for the sender's slowdown to measure it.
+pub fn points(sizes: &[usize], frames: u64, levels: &[&str], peers: bool) -> Vec<Point> {
+    sizes
+        .iter()
+        .map(|&size| {
+            let mut subjects = vec![Subject {
+                name: SENDER.to_owned(),
+                ..Subject::sender(Generator::Poolcap)
+            }];
+            subjects.extend(
+                stages(levels, peers)
+                    .into_iter()
+                    .map(|s| Subject::named(s.key, s.spec)),
+            );
+            Point {
+                rps: Some(false),
+                ..Point::new(
+                    format!("{POINT_PREFIX}{size}B"),
+                    Traffic::top(size, frames),
+                    subjects,
+                )
+            }
+        })
+        .collect()
+}
+
+/// The samples of the calibration rows among `rows` (points of [`points`]): the sender's ns
+/// per frame, the sender's while poolcap counts (`sender+capture`) and each configuration's
+/// CPU ns per captured packet, medians over the runs, keyed by the frame size.
+pub fn samples(rows: &[Row]) -> Samples {
+    let mut s = Samples::default();
+    for r in rows.iter().filter(|r| r.point.starts_with(POINT_PREFIX)) {
+        let bytes = r.traffic.size as f64;
+        let sender_ns = r.median("sender_pps").map(|pps| 1e9 / pps);
+        match r.subject.as_str() {
+            SENDER => {
+                if let Some(ns) = sender_ns {
+                    s.add("sender", bytes, ns);
+                }
+            }
+            key => {
+                if let (Some(ns), "count") = (sender_ns, key) {
+                    s.add("sender+capture", bytes, ns);
+                }
+                // CPU s per million packets = ns per packet / 1000.
+                if let Some(ns) = r.median("cpu_s_per_mpkt").map(|x| x * 1e3) {
+                    s.add(key, bytes, ns);
+                }
+            }
+        }
+    }
+    s
+}
+
+/// The profile calibrated by a bench run with calibration points ([`points`], as
+/// `poolcap bench predict` runs first): from its calibration rows alone and its x-loop cost
+/// (`None`: the run has none).
+pub fn of_run(meta: &Meta, rows: &[Row]) -> Option<Profile> {
+    let samples = samples(rows);
+    samples.keys().next()?;
+    let source = format!(
+        "poolcap bench {} calibration points ({} run started {} UTC)",
+        meta.suite.name(),
+        meta.scale.name(),
+        crate::manager::timestamp(meta.started)
+    );
+    Some(profile(&samples, meta.calibration.ns_per_iteration, source))
+}
+
+/// The profile from `samples` and the x-loop cost, with `source` (the load average is the
+/// caller's to set).
+pub fn profile(samples: &Samples, x_loop_ns: f64, source: String) -> Profile {
+    let mut p = Profile::from_samples(samples, &Profile::built_in(), &source);
+    if x_loop_ns.is_finite() && x_loop_ns > 0.0 {
+        p.x_loop_ns = x_loop_ns;
+    }
+    // The base profile's load average describes its own calibration, not this one.
+    p.load_average = None;
+    p
+}
+
+/// The 1-minute load average (`/proc/loadavg`).
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_poolcap_stage_adds_one_thing_to_the_previous() {
+        let v = stages(&["zstd:1"], false);
+        let keys: Vec<&str> = v.iter().map(|s| s.key.as_str()).collect();
+        assert_eq!(keys, ["count", "copy", "write", "zstd:1"]);
+        assert_eq!((v[0].spec.load, v[0].spec.write), (0, false));
+        assert_eq!((v[1].spec.load, v[1].spec.write), (1, false));
+        assert_eq!((v[2].spec.load, v[2].spec.write), (0, true));
+        assert_eq!(v[3].spec.compress.as_deref(), Some("zstd:1"));
+        assert!(v.iter().all(|s| s.spec.tool == Tool::Poolcap));
+    }
+
+    #[test]
+    fn calibration_rows_become_samples_and_the_others_are_ignored() {
+        let points = points(&SIZES, 1000, &[], true);
+        assert_eq!(points[1].id, "calibrate 1514B");
+        let names: Vec<&str> = points[0].subjects.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names[..4], ["sender", "count", "copy", "write"]);
+        // One run per subject at 64 B: the sender alone at 500k pps, 400k while poolcap
+        // counts at 0.01 s of CPU for 3000 packets; a validated point is left out.
+        let run = |point: &str, subject: &str, pps: f64, cpu: Option<f64>| {
+            let mut r = super::validate::tests::record(point, "poolcap", 0.0);
+            r.subject = subject.to_owned();
+            r.traffic.burst = None;
+            r.sent.as_mut().unwrap().pps = pps;
+            r.cpu_s = cpu;
+            r.in_file = Some(3000);
+            r
+        };
+        let rows = crate::report::aggregate(&[
+            run("calibrate 64B", "sender", 500e3, None),
+            run("calibrate 64B", "count", 400e3, Some(0.01)),
+            run("S1 64B", "copy", 400e3, Some(1.0)),
+        ]);
+        let s = samples(&rows);
+        let keys: Vec<&str> = s.keys().collect();
+        assert_eq!(keys, ["count", "sender", "sender+capture"]);
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
+        assert!(close(s.fit("sender").unwrap().ns(64.0), 2000.0));
+        assert!(close(s.fit("sender+capture").unwrap().ns(64.0), 2500.0));
+        assert!(close(s.fit("count").unwrap().ns(64.0), 1e7 / 3000.0));
+        let p = profile(&s, 1.5, "test".into());
+        assert!(close(p.kernel.ns(64.0), 500.0) && p.x_loop_ns == 1.5);
+        assert_eq!(p.load_average, None);
+    }
+}

@@ -1,0 +1,427 @@
+//! Predicted against measured loss: every point and subject of a bench result (its rows,
+//! [`crate::report::aggregate`]) is turned back into the scenario it measured (tool,
+//! frame size, offered rate, snaplen, buffers, load, file, compression, bursts, `--rps`) and
+//! predicted with a profile. `poolcap predict --validate DIR` and `poolcap bench predict` both
+//! come here, so they judge alike.
+//!
+//! The offered rate is what the generator achieved (on veth the capture's kernel work slows
+//! the sender, so the nominal rate would overstate it); within bursts it is the frames over
+//! the sending time without the idle gaps. Runs are summarised by their median. The target
+//! (issue 16): relative error at most 20% where the measured loss is at least 1%, and "no
+//! loss" predicted where none was measured; points with a measured loss between 0 and 1% are
+//! shown but not judged. Calibration points ([`super::POINT_PREFIX`]) are never validated:
+//! the profile comes from them.
+
+use std::fmt::Write as _;
+
+use poolcap_doctor::predict::{self, Scenario, Tool as ModelTool};
+use poolcap_doctor::profile::Profile;
+use serde::Serialize;
+
+use crate::peer::Tool;
+use crate::plot::Series;
+use crate::report::{md_cell, Row};
+
+/// Relative error allowed where loss was measured.
+pub const TOLERANCE: f64 = 0.2;
+/// Measured loss from which the relative error is judged.
+pub const JUDGED_FROM: f64 = 0.01;
+
+/// How a prediction compares with the measurement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Within 20% (measured ≥ 1%), or no loss predicted where none was measured.
+    Hit,
+    /// Off by more than 20%, or a wrong loss / no-loss verdict.
+    Miss,
+    /// Measured loss between 0 and 1%: not judged.
+    Unjudged,
+}
+
+/// `|predicted - measured| / measured` where the measured loss is judged (≥ 1%).
+pub fn relative_error(measured: f64, predicted: f64) -> Option<f64> {
+    (measured >= JUDGED_FROM).then(|| (predicted - measured).abs() / measured)
+}
+
+/// Judges `predicted` against `measured` (fractions).
+pub fn verdict(measured: f64, predicted: f64) -> Verdict {
+    match relative_error(measured, predicted) {
+        Some(e) if e <= TOLERANCE => Verdict::Hit,
+        Some(_) => Verdict::Miss,
+        None if measured == 0.0 && predicted < 1e-6 => Verdict::Hit,
+        None if measured == 0.0 => Verdict::Miss,
+        None => Verdict::Unjudged,
+    }
+}
+
+/// One point and subject.
+#[derive(Debug, Clone, Serialize)]
+pub struct Compared {
+    /// Point id.
+    pub point: String,
+    /// Subject name.
+    pub subject: String,
+    /// The tool.
+    pub tool: String,
+    /// The kernel's receive work ran on the tool's CPU.
+    pub rps: bool,
+    /// Runs summarised.
+    pub runs: usize,
+    /// Offered rate (within bursts), frames/s.
+    pub offered_pps: f64,
+    /// Median measured loss.
+    pub measured: f64,
+    /// Predicted loss.
+    pub predicted: f64,
+    /// Predicted kernel share.
+    pub kernel: f64,
+    /// Predicted application share.
+    pub app: f64,
+    /// [`relative_error`].
+    pub rel_error: Option<f64>,
+    /// The verdict.
+    pub verdict: Verdict,
+}
+
+/// The scenario a row measured, with the offered rate `pps` (`None`: the tool or setting is
+/// outside the model: netsniff-ng, the analysis tools, several queues, AF_XDP, the in-place
+/// reader).
+pub fn scenario(row: &Row, pps: f64) -> Option<Scenario> {
+    let c = row.capture.as_ref()?;
+    let tool = match c.tool {
+        Tool::Poolcap => ModelTool::Poolcap,
+        Tool::Tcpdump => ModelTool::Tcpdump,
+        Tool::Dumpcap => ModelTool::Dumpcap,
+        Tool::NetsniffNg | Tool::Probe | Tool::Pmacct | Tool::Tshark => return None,
+    };
+    let multi = c.queues.is_some_and(|q| q > 1) || c.workers.is_some_and(|w| w > 1);
+    if multi || c.inplace || c.backend.as_deref() == Some("af_xdp") {
+        return None;
+    }
+    let t = &row.traffic;
+    Some(Scenario {
+        snaplen: c.snaplen.unwrap_or(262_144),
+        buffer_bytes: c.buffer_kib * 1024,
+        pool: c.pool.unwrap_or((256, 64)),
+        load: c.load,
+        write: c.write || (c.dev_null && tool == ModelTool::Poolcap),
+        compress: c.compress.clone(),
+        burst: t.burst.zip(t.idle).map(|(b, i)| (b, i.as_secs_f64())),
+        count: row.median("offered").map(|n| n as u64),
+        kernel_on_app_cpu: row.rps,
+        ..Scenario::steady(tool, pps, t.size as f64)
+    })
+}
+
+/// The offered rate of a row: frames per second of sending (median), without the idle gaps
+/// of bursts.
+pub fn offered_pps(row: &Row) -> Option<f64> {
+    let (frames, pps) = (row.median("offered")?, row.median("sender_pps")?);
+    if !(frames > 0.0 && pps > 0.0) {
+        return None;
+    }
+    let t = &row.traffic;
+    let idle = match (t.burst, t.idle) {
+        (Some(b), Some(i)) if b > 0 => {
+            i.as_secs_f64() * ((frames as u64) / b).saturating_sub(1) as f64
+        }
+        _ => 0.0,
+    };
+    let busy = frames / pps - idle;
+    Some(if busy > 0.0 { frames / busy } else { pps })
+}
+
+/// Compares every (point, subject) of `rows` that the model describes, calibration points
+/// left out.
+pub fn compare(rows: &[Row], profile: &Profile) -> Vec<Compared> {
+    rows.iter()
+        .filter(|r| r.ok > 0 && !r.point.starts_with(super::POINT_PREFIX))
+        .filter_map(|r| {
+            let measured = r.median("loss")?.max(0.0);
+            let pps = offered_pps(r)?;
+            let s = scenario(r, pps)?;
+            let p = predict::predict(profile, &s).ok()?;
+            Some(Compared {
+                point: r.point.clone(),
+                subject: r.subject.clone(),
+                tool: format!("{:?}", s.tool).to_lowercase(),
+                rps: r.rps,
+                runs: r.ok,
+                offered_pps: pps,
+                measured,
+                predicted: p.loss,
+                kernel: p.kernel_loss,
+                app: p.app_loss,
+                rel_error: relative_error(measured, p.loss),
+                verdict: verdict(measured, p.loss),
+            })
+        })
+        .collect()
+}
+
+/// The verdicts of a set of compared points.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tally {
+    /// Points compared.
+    pub points: usize,
+    /// Points with a measured loss of at least 1%.
+    pub judged: usize,
+    /// ... of which predicted within 20%.
+    pub within: usize,
+    /// Points with no measured loss.
+    pub no_loss: usize,
+    /// ... of which loss was predicted (misses of the no-loss verdict).
+    pub no_loss_misses: usize,
+    /// Points with a measured loss of at least 1% predicted as no loss.
+    pub loss_missed: usize,
+    /// Largest relative error.
+    pub worst: Option<f64>,
+    /// Median relative error.
+    pub median: Option<f64>,
+}
+
+impl Tally {
+    /// Counts `rows`.
+    pub fn of<'a>(rows: impl IntoIterator<Item = &'a Compared>) -> Tally {
+        let rows: Vec<&Compared> = rows.into_iter().collect();
+        let mut errors: Vec<f64> = rows.iter().filter_map(|r| r.rel_error).collect();
+        errors.sort_by(f64::total_cmp);
+        let count = |f: &dyn Fn(&Compared) -> bool| rows.iter().filter(|r| f(r)).count();
+        Tally {
+            points: rows.len(),
+            judged: errors.len(),
+            within: errors.iter().filter(|e| **e <= TOLERANCE).count(),
+            no_loss: count(&|r| r.measured == 0.0),
+            no_loss_misses: count(&|r| r.measured == 0.0 && r.verdict == Verdict::Miss),
+            loss_missed: count(&|r| r.rel_error.is_some() && r.predicted < 1e-6),
+            worst: errors.last().copied(),
+            median: (!errors.is_empty()).then(|| errors[errors.len() / 2]),
+        }
+    }
+
+    /// `12 points: 3 of 5 with loss ≥ 1% within 20% (worst 45%, median 12%); 1 of 6
+    /// without loss predicted to lose`.
+    pub fn line(&self) -> String {
+        let e = |x: Option<f64>| x.map_or("–".to_owned(), |x| format!("{:.0}%", x * 100.0));
+        format!(
+            "{} points: {} of {} with measured loss ≥ 1% predicted within 20% (worst error \
+             {}, median {}; {} of them predicted as no loss); {} of {} without loss \
+             predicted to lose (no-loss misses)",
+            self.points,
+            self.within,
+            self.judged,
+            e(self.worst),
+            e(self.median),
+            self.loss_missed,
+            self.no_loss_misses,
+            self.no_loss
+        )
+    }
+}
+
+fn pct(x: f64) -> String {
+    match x {
+        0.0 => "0".to_owned(),
+        x if x < 0.0001 => format!("{:.4}%", x * 100.0),
+        x => format!("{:.2}%", x * 100.0),
+    }
+}
+
+/// A markdown table of `rows`: offered rate, measured and predicted loss (kernel +
+/// application), relative error, verdict.
+pub fn markdown(rows: &[Compared]) -> String {
+    let mut s = String::from(
+        "| point | subject | rps | runs | offered pps | measured | predicted (kernel + app) \
+         | rel. error | verdict |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {:.0}k | {} | {} ({} + {}) | {} | {:?} |",
+            md_cell(&r.point),
+            md_cell(&r.subject),
+            if r.rps { "on" } else { "off" },
+            r.runs,
+            r.offered_pps / 1e3,
+            pct(r.measured),
+            pct(r.predicted),
+            pct(r.kernel),
+            pct(r.app),
+            r.rel_error
+                .map_or("–".to_owned(), |e| format!("{:.0}%", e * 100.0)),
+            r.verdict
+        );
+    }
+    s
+}
+
+/// `rows` as CSV.
+pub fn csv(rows: &[Compared]) -> String {
+    let mut s = String::from(
+        "point,subject,tool,rps,runs,offered_pps,measured,predicted,kernel,app,rel_error,verdict\n",
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{},{:.0},{:.6},{:.6},{:.6},{:.6},{},{:?}",
+            crate::report::csv_field(&r.point),
+            crate::report::csv_field(&r.subject),
+            r.tool,
+            r.rps,
+            r.runs,
+            r.offered_pps,
+            r.measured,
+            r.predicted,
+            r.kernel,
+            r.app,
+            r.rel_error.map_or(String::new(), |e| format!("{e:.4}")),
+            r.verdict
+        );
+    }
+    s
+}
+
+/// Predicted against measured loss in percent, one series per tool, and the diagonal.
+pub fn series(rows: &[Compared]) -> Vec<Series> {
+    let mut v: Vec<Series> = ["poolcap", "tcpdump", "dumpcap"]
+        .iter()
+        .map(|tool| {
+            let mut pts: Vec<(f64, f64)> = rows
+                .iter()
+                .filter(|r| r.tool == *tool)
+                .map(|r| (r.measured * 100.0, r.predicted * 100.0))
+                .collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            Series::new(*tool, pts)
+        })
+        .filter(|s| !s.points.is_empty())
+        .collect();
+    let top = rows
+        .iter()
+        .map(|r| r.measured.max(r.predicted) * 100.0)
+        .fold(1.0, f64::max);
+    v.push(Series::new(
+        "predicted = measured",
+        vec![(0.0, 0.0), (top, top)],
+    ));
+    v
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::point::Record;
+    use crate::report::aggregate;
+
+    #[test]
+    fn verdicts_follow_the_issue_targets() {
+        assert_eq!(verdict(0.10, 0.119), Verdict::Hit);
+        assert_eq!(verdict(0.10, 0.121), Verdict::Miss);
+        assert_eq!(verdict(0.10, 0.081), Verdict::Hit);
+        assert_eq!(verdict(0.0, 0.0), Verdict::Hit);
+        assert_eq!(verdict(0.0, 0.02), Verdict::Miss);
+        assert_eq!(verdict(0.005, 0.3), Verdict::Unjudged);
+        assert_eq!(verdict(0.02, 0.0), Verdict::Miss);
+        assert_eq!(relative_error(0.5, 0.25), Some(0.5));
+        assert_eq!(relative_error(0.005, 0.25), None);
+    }
+
+    /// A run of a burst point: 3 bursts of 1000 frames with 0.495 s idle after each but the
+    /// last, sent in 1 s.
+    pub(crate) fn record(point: &str, tool: &str, loss: f64) -> Record {
+        serde_json::from_value(serde_json::json!({
+            "suite": "burst", "point": point, "subject": tool, "poolcap": tool == "poolcap",
+            "run": 1, "rps": false,
+            "traffic": {"size": 64, "count": 3000, "rate": null, "burst": 1000, "idle": 495.0,
+                        "flows": 1, "skew": null, "batch": null},
+            "generator": "poolcap",
+            "capture": {"tool": tool, "buffer_kib": 512, "write": false, "pcap_ns": false,
+                        "pool": [64, 256], "load": 3000, "snaplen": null, "compress": null,
+                        "queues": null, "workers": null, "offload": null, "wait": null,
+                        "backend": null, "cpus": null, "taskset": null},
+            "sent": {"frames": 3000, "pps": 3000.0, "seconds": 1.0, "batch": null},
+            "counts": null, "in_file": null, "loss": loss, "cpu_s": null, "cpu_total_s": null,
+            "spacing": null, "syscalls": null, "voluntary_switches": null,
+            "involuntary_switches": null, "wall_s": 2.0, "busy_before": null, "error": null
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_bench_row_becomes_the_scenario_it_measured() {
+        let rows = aggregate(&[record("B=1000", "poolcap", 0.0)]);
+        let pps = offered_pps(&rows[0]).unwrap();
+        assert!(
+            (pps - 3000.0 / 0.01).abs() < 1e-3,
+            "bursts sent in 10 ms: {pps}"
+        );
+        let s = scenario(&rows[0], pps).unwrap();
+        assert_eq!(s.tool, ModelTool::Poolcap);
+        assert_eq!(
+            (s.buffer_bytes, s.pool, s.load),
+            (512 * 1024, (64, 256), 3000)
+        );
+        assert_eq!(s.burst, Some((1000, 0.495)));
+        assert_eq!(
+            (s.count, s.write, s.kernel_on_app_cpu),
+            (Some(3000), false, false)
+        );
+        let other = aggregate(&[record("B=1000", "netsniff-ng", 0.0)]);
+        assert!(scenario(&other[0], pps).is_none());
+    }
+
+    #[test]
+    fn medians_of_runs_are_compared_and_calibration_points_left_out() {
+        let rows = aggregate(&[
+            record("B=1000", "poolcap", 0.0),
+            record("B=1000", "poolcap", 0.2),
+            record("B=1000", "poolcap", 0.3),
+            record("calibrate 64B", "poolcap", 0.0),
+        ]);
+        let c = compare(&rows, &Profile::built_in());
+        assert_eq!(c.len(), 1);
+        assert_eq!((c[0].runs, c[0].measured), (3, 0.2));
+        assert!(markdown(&c).contains("| B=1000 | poolcap | off | 3 | 300k | 20.00% |"));
+        assert_eq!(csv(&c).lines().count(), 2);
+        assert_eq!(series(&c).len(), 2);
+    }
+
+    fn compared(measured: f64, predicted: f64) -> Compared {
+        Compared {
+            point: "p".into(),
+            subject: "poolcap".into(),
+            tool: "poolcap".into(),
+            rps: false,
+            runs: 1,
+            offered_pps: 1e5,
+            measured,
+            predicted,
+            kernel: 0.0,
+            app: predicted,
+            rel_error: relative_error(measured, predicted),
+            verdict: verdict(measured, predicted),
+        }
+    }
+
+    #[test]
+    fn a_tally_counts_hits_misses_and_errors() {
+        let rows = [
+            compared(0.10, 0.11),
+            compared(0.10, 0.15),
+            compared(0.10, 0.0),
+            compared(0.0, 0.0),
+            compared(0.0, 0.05),
+            compared(0.005, 0.0),
+        ];
+        let t = Tally::of(&rows);
+        assert_eq!(
+            (t.points, t.judged, t.within, t.no_loss, t.no_loss_misses),
+            (6, 3, 1, 2, 1)
+        );
+        assert_eq!(t.loss_missed, 1);
+        assert!((t.worst.unwrap() - 1.0).abs() < 1e-9);
+        assert!((t.median.unwrap() - 0.5).abs() < 1e-9);
+        assert!(t.line().starts_with("6 points: 1 of 3"), "{}", t.line());
+    }
+}

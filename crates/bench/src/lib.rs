@@ -1,0 +1,53 @@
+//! `poolcap bench`: the measuring rig that puts poolcap beside the tools people use today,
+//! in the same lab, on the same frames, in the same run.
+//!
+//! Why a rig and not a script: claims such as "loses nothing where tcpdump loses nothing" or
+//! "costs less CPU per packet than netsniff-ng" only mean something when every tool is started,
+//! pinned, fed, drained and stopped the same way, each point is repeated with the tools
+//! interleaved (so drift on a shared machine hits all of them alike), and the raw numbers are
+//! kept. It follows the manager / agents / formatters split of Zabala et al.'s rig:
+//!
+//! - [`manager`] and [`suites`]: the manager — one lab per suite, calibration, the interleaved
+//!   runs (a line each and, on a terminal, a progress bar: [`progress`]), Ctrl-C; each suite's
+//!   points, figures and the targets its summary checks;
+//! - [`point`] and [`child`]: the agents — one measured run (start the tool in the probe
+//!   namespace, wait for its ready line, send from CPU 0, drain, read its CPU time, context
+//!   switches and syscalls, SIGINT, collect), with every child killed if anything goes wrong;
+//!   [`filecount`] counts what a tool really wrote, streaming files of any size; [`sampler`]
+//!   reads a running tool's memory, open files and threads from `/proc` (soak runs);
+//! - [`peer`]: how to start each tool and read its final counts (recorded outputs are its
+//!   unit tests); [`probe_peers`] the same for the analysis tools (poolcap probe, pmacctd,
+//!   tshark);
+//! - [`stats`], [`report`], [`figure`] and [`doc`]: the formatters — min / median / max over
+//!   runs, `raw.jsonl`, `results.csv`, PNG figures, `summary.md` and BENCHMARKS.md. A result
+//!   directory's `meta.json` ([`meta`]) and `raw.jsonl` are enough to rebuild everything else
+//!   (`poolcap bench report`).
+//!
+//! Facts about the lab that shape the method (veth, kernel receive work on the sender's CPU,
+//! `rps_cpus` to move it to the tool's CPU) are in `shared/design.md`.
+//!
+//! Beside the rig: [`calibrate`] measures this machine's per-stage costs for `poolcap
+//! predict`, [`sim`] drives the engine's own capture-thread decisions and offload policy
+//! over modelled traffic (`poolcap sim`), and [`plot`] draws every figure.
+
+pub mod calibrate;
+pub mod child;
+pub mod doc;
+pub mod figure;
+pub mod filecount;
+pub mod flowpeers;
+pub mod manager;
+pub mod meta;
+pub mod peer;
+pub mod plot;
+pub mod point;
+pub mod probe_peers;
+pub mod progress;
+pub mod report;
+pub mod sampler;
+pub mod sim;
+pub mod stats;
+pub mod suites;
+
+pub use manager::{run, Options};
+pub use suites::{Scale, Suite};

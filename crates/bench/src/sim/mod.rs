@@ -1,0 +1,29 @@
+//! `poolcap sim`: the capture engine's offload and congestion policies in virtual time.
+//!
+//! Why a simulator: the lab machines have two cores, so the questions the WireCAP paper
+//! asks with 4 to 6 queues (Figures 11 and 12: loss against the number of queues and against
+//! the offload threshold T), and what happens at 16 or 64 queues, cannot be measured here.
+//! The simulator drives the capture thread's own decisions,
+//! [`decide::Loop`](poolcap_engine::capture::decide::Loop), with the very
+//! [`Policy`](poolcap_engine::capture::policy::Policy) objects the engine uses, built from the same
+//! [`PolicySpec`](poolcap_engine::capture::policy::PolicySpec), in a model of the data path in
+//! which only the things the loop decides differ from reality: packets, chunks, pools,
+//! capture queues and workers with a per-packet cost.
+//!
+//! - [`model`]: the configuration of a run and the default regime;
+//! - [`arrivals`]: per-queue arrival processes (constant, Poisson, on/off, Zipf flows);
+//! - [`engine`]: the discrete-event loop;
+//! - [`closed_form`]: M/D/1/K blocking, the exact result the engine is checked against;
+//! - [`report`]: counters, the terminal table and CSV rows;
+//! - [`sweep`]: the experiments (loss vs queues, loss vs T), run in parallel, to CSV and PNG.
+
+pub mod arrivals;
+pub mod closed_form;
+pub mod engine;
+pub mod model;
+pub mod report;
+pub mod sweep;
+
+pub use engine::{run, Engine};
+pub use model::{Arrivals, Config, Shape, Split};
+pub use report::{QueueReport, Report};

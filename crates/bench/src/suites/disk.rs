@@ -1,0 +1,558 @@
+//! `disk`: writing to disk (issue 13, points 5 and 6): poolcap against tcpdump `-w`, dumpcap
+//! `-w` and netsniff-ng `-o`, each with the same memory in front of the disk, over frame
+//! sizes 64/512/1514/imix, top speed and fixed rates, rps off and on, pcap and pcapng,
+//! uncompressed and zstd level 1; and, in a full run, one point that writes over 20 GB and
+//! compares the sustained rate with the device's own limit.
+//!
+//! Why the runs are long: with 24 GiB of RAM and `vm.dirty_ratio` 20, a run writing a few
+//! hundred MB never leaves the page cache, so it measures memory copies, not the disk; issue
+//! 13 found that 200k frames hid loss that longer runs show. A full run therefore sends at
+//! least 2M frames of 1514 B (3 GB) per run, and its sustained point over 20 GB, well past
+//! the dirty limit, so the kernel throttles the writer to the device's pace. The device's
+//! limit is measured in the same run (`dd oflag=direct` into the same directory, in the
+//! calibration), so the sustained rate is read against this machine's disk as it is today.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+
+use super::{
+    loss_targets, pct_or_dash, rows_where, spec, Calibration, Plan, Scale, Table, Text, ACCOUNTING,
+    TOOL_CPU,
+};
+use crate::meta::Meta;
+use crate::peer::{compressor, CaptureSpec, Tool, Traffic};
+use crate::point::{Point, Subject};
+use crate::report::Row;
+use crate::stats::Spread;
+
+/// For BENCHMARKS.md.
+pub const INTRO: &str = "Issue 13 (points 5 and 6): writing every packet to disk. poolcap \
+`-w` against tcpdump `-w`, dumpcap `-w` and netsniff-ng `-o`, each with the same memory in \
+front of the disk (poolcap's pool plus kernel ring against the peers' kernel buffer), over \
+64, 512, 1514-byte and imix frames at top speed and at fixed rates, with rps off and on, as \
+pcap and as pcapng (against dumpcap, the one peer that writes pcapng), and compressed with \
+zstd level 1 (against `tcpdump -w - | zstd -1`); at the pcapng points poolcap also writes \
+with `--direct` (O_DIRECT, past the page cache). Full runs send at least 2M frames of 1514 B \
+per run so the page cache cannot hide the disk, and one point writes over 20 GB, whose \
+sustained MB/s is read against the device's own limit (`dd oflag=direct`, same run). Read: \
+loss (captured = packets found in the file), CPU per packet, the sender's rate while the \
+tool writes, and MB/s written.";
+
+/// poolcap's kernel ring (KiB).
+pub const RING_KIB: u64 = 4096;
+/// poolcap's pool (M, R): its default, 64 chunks of 256 cells of 2 KiB (32 MiB).
+pub const POOL: (usize, usize) = (256, 64);
+/// Cell size of a pool for 1514-byte frames (record framing adds a few bytes per cell).
+const CELL_BYTES: u64 = 2048;
+/// poolcap's pool in bytes.
+const POOL_BYTES: u64 = POOL.0 as u64 * POOL.1 as u64 * CELL_BYTES;
+/// The peers' kernel buffer (KiB): poolcap's ring plus its pool, so each tool has the same
+/// memory between the wire and the disk.
+pub const PEER_KIB: u64 = RING_KIB + POOL_BYTES / 1024;
+/// Frames of the sustained point: 14M frames of 1514 B (1530 B with the pcap record header)
+/// are 21.4 GB.
+pub const SUSTAINED_FRAMES: u64 = 14_000_000;
+/// The device-limit measurement: MiB written with `dd oflag=direct` (full, quick).
+const DD_MIB: (u64, u64) = (4096, 1024);
+
+/// How a point's file is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Output {
+    /// Microsecond pcap, every tool.
+    Pcap,
+    /// pcapng: poolcap and dumpcap.
+    Pcapng,
+    /// pcap compressed with zstd level 1: poolcap's `--compress`, tcpdump into `zstd -1`.
+    Zstd1,
+}
+
+impl Output {
+    fn name(self) -> &'static str {
+        match self {
+            Output::Pcap => "pcap",
+            Output::Pcapng => "pcapng",
+            Output::Zstd1 => "pcap+zstd:1",
+        }
+    }
+
+    /// The tools that can write this way.
+    fn tools(self) -> &'static [Tool] {
+        match self {
+            Output::Pcap => &Tool::ALL,
+            Output::Pcapng => &[Tool::Poolcap, Tool::Dumpcap],
+            Output::Zstd1 => &[Tool::Poolcap, Tool::Tcpdump],
+        }
+    }
+}
+
+/// poolcap writing pcapng with `--direct` (O_DIRECT), beside its default buffered writes.
+fn direct_subject() -> Subject {
+    let mut s = subject(Tool::Poolcap, Output::Pcapng);
+    if let Some(spec) = s.capture.as_mut() {
+        spec.direct = true;
+    }
+    s.name = "poolcap --direct".into();
+    s
+}
+
+/// `tool` writing its file `out`, with the suite's equal memory.
+fn subject(tool: Tool, out: Output) -> Subject {
+    let buffer = if tool == Tool::Poolcap {
+        RING_KIB
+    } else {
+        PEER_KIB
+    };
+    let spec = CaptureSpec {
+        pool: (tool == Tool::Poolcap).then_some(POOL),
+        pcapng: out == Output::Pcapng,
+        compress: (out == Output::Zstd1).then(|| "zstd:1".to_owned()),
+        ..spec(tool, buffer, true)
+    };
+    match &spec.compress {
+        Some(c) if tool != Tool::Poolcap => {
+            let name = match compressor(c) {
+                Ok((prog, level)) => format!("{} | {prog} -{level}", tool.name()),
+                Err(_) => format!("{} | {c}", tool.name()),
+            };
+            Subject::named(name, spec)
+        }
+        _ => Subject::capture(spec),
+    }
+}
+
+/// A frame size of the grid: bytes, or the simple IMIX.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Size {
+    Bytes(usize),
+    Imix,
+}
+
+impl Size {
+    fn label(self) -> String {
+        match self {
+            Size::Bytes(b) => format!("{b}B"),
+            Size::Imix => "imix".into(),
+        }
+    }
+
+    /// Frames per run: enough for 1514 B to leave the page cache behind in a full run.
+    fn count(self, scale: Scale) -> u64 {
+        let (quick, full) = match self {
+            Size::Bytes(64) => (500_000, 5_000_000),
+            Size::Bytes(1514) => (300_000, 2_000_000),
+            _ => (400_000, 3_000_000),
+        };
+        scale.pick(20_000, quick, full)
+    }
+
+    /// At a fixed rate a full run sends for at most 15 s, but never fewer than 1.5M frames.
+    fn traffic(self, rate: Option<u64>, scale: Scale) -> Traffic {
+        let count = match (rate, scale) {
+            (Some(r), Scale::Full) => self.count(scale).min((r * 15).max(1_500_000)),
+            _ => self.count(scale),
+        };
+        let t = match self {
+            Size::Bytes(b) => Traffic::top(b, count),
+            Size::Imix => Traffic::imix(count),
+        };
+        Traffic { rate, ..t }
+    }
+}
+
+/// A point: `size` at `rate` (top speed if none), written as `out`, rps on or off.
+fn point(size: Size, rate: Option<u64>, out: Output, rps: bool, scale: Scale) -> Point {
+    let speed = rate.map_or("top".to_owned(), super::k);
+    let id = format!(
+        "{} {speed} {} rps {}",
+        size.label(),
+        out.name(),
+        if rps { "on" } else { "off" }
+    );
+    let tools = if scale == Scale::Smoke {
+        &out.tools()[..2]
+    } else {
+        out.tools()
+    };
+    let mut subjects: Vec<Subject> = tools.iter().map(|&t| subject(t, out)).collect();
+    if out == Output::Pcapng && scale != Scale::Smoke {
+        subjects.insert(1, direct_subject());
+    }
+    let mut p = Point::new(id, size.traffic(rate, scale), subjects);
+    p.rps = Some(rps);
+    p
+}
+
+/// The id of the sustained point.
+pub const SUSTAINED: &str = "1514B top pcap >20GB";
+
+/// The points.
+pub fn plan(scale: Scale, cal: &Calibration) -> Plan {
+    let mut v = Vec::new();
+    if scale == Scale::Smoke {
+        v.push(point(Size::Bytes(64), None, Output::Pcap, false, scale));
+    } else {
+        let (sizes, rates): (&[Size], &[u64]) = scale.pick(
+            (&[], &[]),
+            (&[Size::Bytes(64), Size::Bytes(1514)], &[100_000]),
+            (
+                &[
+                    Size::Bytes(64),
+                    Size::Bytes(512),
+                    Size::Bytes(1514),
+                    Size::Imix,
+                ],
+                &[100_000, 200_000],
+            ),
+        );
+        for rps in [false, true] {
+            for &size in sizes {
+                v.push(point(size, None, Output::Pcap, rps, scale));
+                // Quick: the fixed rate at 1514 B, where it means MB/s, and rps off only.
+                let fixed = scale == Scale::Full || (size == Size::Bytes(1514) && !rps);
+                for &rate in rates.iter().filter(|_| fixed) {
+                    v.push(point(size, Some(rate), Output::Pcap, rps, scale));
+                }
+            }
+            let other: &[Size] = scale.pick(
+                &[],
+                &[Size::Bytes(1514)],
+                &[Size::Bytes(64), Size::Bytes(1514)],
+            );
+            for &size in other {
+                // Quick: pcapng (where --direct is) with rps on too, zstd with rps off only.
+                for out in [Output::Pcapng, Output::Zstd1] {
+                    if scale == Scale::Full || !rps || out == Output::Pcapng {
+                        v.push(point(size, None, out, rps, scale));
+                    }
+                }
+            }
+        }
+        if scale == Scale::Full {
+            let mut p = point(Size::Bytes(1514), None, Output::Pcap, false, scale);
+            p.id = SUSTAINED.into();
+            p.traffic.count = SUSTAINED_FRAMES;
+            v.push(p);
+        }
+    }
+    let mut notes = vec![format!(
+        "equal memory in front of the disk: poolcap a {} MiB kernel ring plus a pool of {}×{} \
+         cells of {CELL_BYTES} B ({} MiB; a cell also holds the packet's record framing, a \
+         few bytes more); tcpdump, dumpcap and netsniff-ng a {} MiB kernel buffer (-B / -S)",
+        RING_KIB / 1024,
+        POOL.1,
+        POOL.0,
+        POOL_BYTES >> 20,
+        PEER_KIB / 1024
+    )];
+    notes.push(match cal.disk_mb_s {
+        Some(mb) => format!(
+            "device limit: {mb:.0} MB/s (`dd if=/dev/zero bs=1M count={} oflag=direct` into \
+             the bench's directory under /var/tmp, before the points; the file is deleted)",
+            scale.pick(0, DD_MIB.1, DD_MIB.0)
+        ),
+        None => "device limit not measured (smoke run)".into(),
+    });
+    Plan { points: v, notes }
+}
+
+/// MiB `dd` writes to measure the device at `scale` (none in smoke runs).
+pub fn dd_mib(scale: Scale) -> Option<u64> {
+    match scale {
+        Scale::Smoke => None,
+        Scale::Quick => Some(DD_MIB.1),
+        Scale::Full => Some(DD_MIB.0),
+    }
+}
+
+/// Bytes a run at `scale` writes at once into the scratch directory at most: the largest
+/// capture file (the sustained point's in a full run) or `dd`'s file.
+pub fn room_needed(scale: Scale) -> u64 {
+    let largest = plan(scale, &Calibration::default())
+        .points
+        .iter()
+        .map(|p| p.traffic.count * (p.traffic.size as u64 + 16))
+        .max()
+        .unwrap_or(0);
+    largest.max(dd_mib(scale).unwrap_or(0) << 20)
+}
+
+/// Fails with a clear message when `dir`'s file system has less than `bytes` free, rather
+/// than filling a shared disk halfway through a run.
+pub fn check_room(dir: &Path, bytes: u64) -> anyhow::Result<()> {
+    let out = Command::new("df")
+        .args(["--output=avail", "-B1"])
+        .arg(dir)
+        .output()
+        .context("cannot run df")?;
+    let free: u64 = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .nth(1)
+        .and_then(|l| l.trim().parse().ok())
+        .with_context(|| format!("df printed no free space for {}", dir.display()))?;
+    if free < bytes {
+        bail!(
+            "{} has {:.1} GB free; this run writes files of up to {:.1} GB there",
+            dir.display(),
+            free as f64 / 1e9,
+            bytes as f64 / 1e9
+        );
+    }
+    Ok(())
+}
+
+/// The device's own write limit in MB/s: `mib` MiB of zeros written with `O_DIRECT` (past
+/// the page cache) into `dir` by `dd` on the tool's CPU, timed from start to exit; the file
+/// is deleted afterwards.
+pub fn device_limit(dir: &Path, mib: u64) -> anyhow::Result<f64> {
+    let file = dir.join("dd-oflag-direct.bin");
+    let started = Instant::now();
+    let out = Command::new("taskset")
+        .args(["-c", &TOOL_CPU.to_string(), "dd", "if=/dev/zero", "bs=1M"])
+        .arg(format!("count={mib}"))
+        .arg(format!("of={}", file.display()))
+        .args(["oflag=direct", "status=none"])
+        .output()
+        .context("cannot run dd");
+    let seconds = started.elapsed().as_secs_f64();
+    let written = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
+    let _ = std::fs::remove_file(&file);
+    let out = out?;
+    if !out.status.success() {
+        bail!(
+            "dd oflag=direct failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    if written != mib << 20 {
+        bail!("dd oflag=direct wrote {written} bytes, not {}", mib << 20);
+    }
+    Ok(written as f64 / 1e6 / seconds)
+}
+
+/// Rows of points whose id passes `keep`.
+fn table(title: &str, rows: &[Row], keep: impl Fn(&str) -> bool) -> Table {
+    Table::new(
+        title,
+        rows_where(rows, |r| keep(&r.point)),
+        &[&ACCOUNTING[..], &["cpu_s_per_mpkt", "mb_per_s", "wall_s"]].concat(),
+        &["loss", "cpu_s_per_mpkt", "sender_pps", "mb_per_s"],
+    )
+}
+
+/// Summary text.
+pub fn text(meta: &Meta, rows: &[Row]) -> Text {
+    let mut tables = Vec::new();
+    for (title, pattern) in [
+        ("pcap, rps off", " pcap rps off"),
+        ("pcap, rps on", " pcap rps on"),
+        ("pcapng (poolcap and dumpcap)", " pcapng "),
+        (
+            "zstd level 1 (poolcap and tcpdump | zstd -1)",
+            " pcap+zstd:1 ",
+        ),
+    ] {
+        tables.push(table(title, rows, |p| p.contains(pattern)));
+    }
+    tables.push(table("Sustained: over 20 GB per run", rows, |p| {
+        p == SUSTAINED
+    }));
+    let mut sections = Vec::new();
+    if let Some(s) = sustained_text(meta, rows) {
+        sections.push(("Sustained rate against the device".to_owned(), s));
+    }
+    Text {
+        settings: vec![
+            format!(
+                "every tool writes to a file under /var/tmp (disk, not tmpfs), deleted after \
+                 each run; pinned to CPU {TOOL_CPU} with its threads (tcpdump's zstd too); \
+                 captured = packets found in the file (read back as a stream, decompressed)"
+            ),
+            "rps is set per point (`rps on`: the probe's rps_cpus is the tool's CPU, so the \
+             kernel's receive work competes with the writer, as with a NIC whose interrupts go \
+             to the capture core; `rps off`: it runs on the sender's CPU)"
+                .into(),
+            "tcpdump and netsniff-ng write pcap only, so the pcapng points compare poolcap \
+             with dumpcap; only tcpdump has a way to compress (a pipe into the zstd program), \
+             so the zstd:1 points compare poolcap with `tcpdump -w - | zstd -1 -q -c`"
+                .into(),
+            "MB/s written = size of the file (compressed, if so) / seconds of sending".into(),
+        ],
+        tables,
+        sections,
+        targets: loss_targets(rows),
+        headline: headline(meta, rows),
+        ..Text::default()
+    }
+}
+
+/// The sustained point's MB/s against the device limit, per tool.
+fn sustained_text(meta: &Meta, rows: &[Row]) -> Option<String> {
+    let limit = meta.calibration.disk_mb_s?;
+    let lines: Vec<String> = rows
+        .iter()
+        .filter(|r| r.point == SUSTAINED)
+        .filter_map(|r| {
+            let mb = r.get("mb_per_s")?;
+            let gb = r.median("offered")? * 1530.0 / 1e9;
+            Some(format!(
+                "- {}: {:.0} MB/s (median; {:.0}–{:.0}) = {:.2} of the device's {limit:.0} MB/s, \
+                 about {gb:.1} GB per run, loss {}",
+                r.subject,
+                mb.median,
+                mb.min,
+                mb.max,
+                mb.median / limit,
+                pct_or_dash(r.median("loss"))
+            ))
+        })
+        .collect();
+    (!lines.is_empty()).then(|| {
+        format!(
+            "Device limit measured in this run with `dd oflag=direct`: {limit:.0} MB/s.\n\n{}\n",
+            lines.join("\n")
+        )
+    })
+}
+
+/// Worst and median of one tool's per-point medians of `key`, with the worst point.
+fn worst_and_median(rows: &[Row], tool: Tool, key: &str) -> Option<(f64, String, f64)> {
+    let v: Vec<(f64, &str)> = rows
+        .iter()
+        .filter(|r| r.capture.as_ref().is_some_and(|c| c.tool == tool))
+        .filter_map(|r| Some((r.median(key)?, r.point.as_str())))
+        .collect();
+    let (worst, at) = v.iter().copied().max_by(|a, b| a.0.total_cmp(&b.0))?;
+    let median = Spread::of(v.iter().map(|x| x.0))?.median;
+    Some((worst, at.to_owned(), median))
+}
+
+/// The worst point and the median for each tool (never the best point), and the sustained
+/// rate against the device.
+fn headline(meta: &Meta, rows: &[Row]) -> String {
+    let tools: Vec<String> = Tool::ALL
+        .iter()
+        .filter_map(|&t| {
+            let (worst, at, median) = worst_and_median(rows, t, "loss")?;
+            Some(format!(
+                "{} worst {} (at {at}), median {}",
+                t.name(),
+                pct_or_dash(Some(worst)),
+                pct_or_dash(Some(median))
+            ))
+        })
+        .collect();
+    let mut s = format!(
+        "Loss over the points (median of runs per point): {}.",
+        tools.join("; ")
+    );
+    if let (Some(limit), Some(mb)) = (
+        meta.calibration.disk_mb_s,
+        rows.iter()
+            .find(|r| r.point == SUSTAINED && r.poolcap)
+            .and_then(|r| r.median("mb_per_s")),
+    ) {
+        s.push_str(&format!(
+            " Sustained over 20 GB: poolcap {mb:.0} MB/s against the device's {limit:.0} MB/s \
+             (dd oflag=direct)."
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::suites::ASSUMED_TOP_PPS;
+
+    fn cal() -> Calibration {
+        Calibration {
+            ns_per_iteration: 1.0,
+            top_pps: Some(ASSUMED_TOP_PPS),
+            disk_mb_s: Some(1800.0),
+        }
+    }
+
+    #[test]
+    fn full_runs_cover_the_grid_and_leave_the_page_cache_behind() {
+        let f = plan(Scale::Full, &cal()).points;
+        let ids: Vec<&str> = f.iter().map(|p| p.id.as_str()).collect();
+        for id in [
+            "64B top pcap rps off",
+            "512B 200k pcap rps on",
+            "imix 100k pcap rps off",
+            "1514B top pcapng rps on",
+            "64B top pcap+zstd:1 rps off",
+            SUSTAINED,
+        ] {
+            assert!(ids.contains(&id), "{id} missing: {ids:?}");
+        }
+        for p in f.iter().filter(|p| p.traffic.size >= 1514) {
+            assert!(p.traffic.count >= 1_500_000, "{}", p.id);
+        }
+        let count = |id: &str| f.iter().find(|p| p.id == id).unwrap().traffic.count;
+        assert_eq!(count("64B top pcap rps off"), 5_000_000);
+        assert_eq!(count("64B 100k pcap rps off"), 1_500_000, "15 s at most");
+        assert_eq!(count("1514B 200k pcap rps on"), 2_000_000);
+        let big = f.iter().find(|p| p.id == SUSTAINED).unwrap();
+        assert!(big.traffic.count as f64 * 1530.0 > 20e9);
+        assert_eq!(big.subjects.len(), 4);
+        let imix = f.iter().find(|p| p.id.starts_with("imix")).unwrap();
+        assert!(imix.traffic.imix);
+        assert!(f.iter().all(|p| p.rps.is_some()));
+    }
+
+    #[test]
+    fn every_tool_gets_the_same_memory_and_its_own_way_to_write() {
+        let q = plan(Scale::Quick, &cal()).points;
+        assert!(q.len() <= 8, "{}", q.len());
+        assert!(q.iter().all(|p| p.traffic.count <= 500_000));
+        let pcap = q.iter().find(|p| p.id == "1514B top pcap rps on").unwrap();
+        let mem = |s: &Subject| {
+            let c = s.capture.as_ref().unwrap();
+            let pool = c
+                .pool
+                .map_or(0, |(m, r)| (m * r) as u64 * CELL_BYTES / 1024);
+            c.buffer_kib + pool
+        };
+        assert_eq!(pcap.subjects.len(), 4);
+        assert!(
+            pcap.subjects.iter().all(|s| mem(s) == PEER_KIB),
+            "equal memory"
+        );
+        assert_eq!(PEER_KIB, 36 * 1024);
+        let ng = q.iter().find(|p| p.id.contains("pcapng")).unwrap();
+        let names: Vec<&str> = ng.subjects.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["poolcap", "poolcap --direct", "dumpcap"]);
+        let direct = |s: &Subject| s.capture.as_ref().unwrap().direct;
+        assert_eq!(ng.subjects.iter().filter(|s| direct(s)).count(), 1);
+        assert!(q.iter().any(|p| p.id == "1514B top pcapng rps on"));
+        assert!(ng
+            .subjects
+            .iter()
+            .all(|s| s.capture.as_ref().unwrap().pcapng));
+        let z = q.iter().find(|p| p.id.contains("zstd")).unwrap();
+        assert_eq!(z.subjects[1].name, "tcpdump | zstd -1");
+        assert_eq!(dd_mib(Scale::Smoke), None);
+        assert!(room_needed(Scale::Full) > 20_000_000_000);
+        assert!(room_needed(Scale::Quick) < 2_000_000_000);
+        assert!(check_room(Path::new("/var/tmp"), 1).is_ok());
+        let e = check_room(Path::new("/var/tmp"), u64::MAX).unwrap_err();
+        assert!(e.to_string().contains("GB free"), "{e}");
+    }
+
+    #[test]
+    fn the_device_limit_is_measured_past_the_page_cache() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let mb = device_limit(dir.path(), 8).unwrap();
+        assert!(mb > 0.0 && mb.is_finite(), "{mb}");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "file left"
+        );
+    }
+}

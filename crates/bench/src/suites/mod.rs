@@ -1,0 +1,767 @@
+//! The suites: which points each one measures, how many frames, which figures it draws and
+//! which targets of the issues its summary checks. [`super::manager`] runs them; one module
+//! per suite:
+//!
+//! | suite | reproduces |
+//! |---|---|
+//! | [`gen`] | generator accuracy (poolcap gen against trafgen) |
+//! | [`capture`] | the capture issue: loss, CPU per packet, sender rate against tcpdump, netsniff-ng, dumpcap |
+//! | [`burst`] | WireCAP Fig. 10: loss vs burst length for (M,R) with R*M fixed |
+//! | [`rates`] | Zabala et al. Figs 6-9: capture and analysis throughput vs offered rate |
+//! | [`imbalance`] | WireCAP Figs 11-12: basic vs buddy offloading under skew; congestion control |
+//! | [`sizes`] | paper 002 sessions 1-4: loss vs frame size, snaplen, kernel buffer |
+//! | [`appload`] | Braun et al. Figs 10-11: loss vs compression level |
+//! | [`wait`] | Braun et al. 4.3: syscalls per packet of the wait strategies |
+//! | [`backends`] | AF_XDP (copy mode on veth) against AF_PACKET |
+//! | [`disk`] | issue 13: writing to disk against tcpdump, dumpcap, netsniff-ng; sustained rate |
+//! | [`soak`] | issue 12.11: a long rotated capture at 80% of top rate; growth of memory, files, threads |
+//! | [`predict`] | issue 16: `poolcap predict` against paper 002's sessions, bursts and loads |
+//! | [`probe`] | Zabala et al. Figs 6-9 with real analysis: probe rules vs pmacctd and tshark |
+//!
+//! Every suite has three scales: `Smoke` (one tiny point, for the root test), `Quick` (a few
+//! minutes) and `Full`.
+
+use serde::{Deserialize, Serialize};
+
+use super::figure::Figure;
+use super::meta::Meta;
+use super::peer::{CaptureSpec, Tool, Traffic};
+use super::point::{Point, GEN_CPU, TOOL_CPU};
+use super::report::{Row, Versus};
+use super::stats::Spread;
+
+pub mod appload;
+pub mod backends;
+pub mod burst;
+pub mod capture;
+pub mod disk;
+pub mod export;
+pub mod gen;
+pub mod imbalance;
+pub mod predict;
+pub mod probe;
+pub mod rates;
+pub mod sizes;
+pub mod soak;
+pub mod wait;
+
+/// A suite of points.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Suite {
+    /// poolcap gen against trafgen: top speed, rate accuracy, spacing.
+    Gen,
+    /// poolcap capture against tcpdump, netsniff-ng and dumpcap: loss, CPU, sender rate.
+    Capture,
+    /// Burst absorption for several (M,R) with R*M fixed, under an x-loop load.
+    Burst,
+    /// Capture and analysis throughput vs offered rate (x = 0, 1000, 25000; 1 and 2 workers;
+    /// basic and congestion control).
+    Rates,
+    /// Skewed flows on 2 queues: basic vs buddy offloading vs the plain fanout reader; and
+    /// congestion control vs basic.
+    Imbalance,
+    /// Loss vs frame size, snaplen and kernel buffer size (poolcap, tcpdump, dumpcap).
+    Sizes,
+    /// Loss vs compression level of the written file (application load).
+    Appload,
+    /// Syscalls per packet and loss of the wait strategies and of the peers.
+    Wait,
+    /// AF_XDP (copy mode on veth) against AF_PACKET: CPU, sender rate, loss.
+    Backends,
+    /// Writing to disk against tcpdump, dumpcap and netsniff-ng with equal memory; the
+    /// sustained rate against the device's own limit.
+    Disk,
+    /// A long capture at 80% of the top rate into a rotated file set: growth of memory, open
+    /// files and threads, and the accounting at the end.
+    Soak,
+    /// Calibrate, then predicted against measured loss: paper 002's sessions, bursts, loads.
+    Predict,
+    /// `poolcap probe` with 1..1000 rules, basic and congestion control, against pmacctd and
+    /// tshark: capture and analysis throughput vs offered rate.
+    Probe,
+}
+
+/// How big a run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scale {
+    /// One tiny point, for tests: counts add up, files exist.
+    Smoke,
+    /// A few minutes per suite.
+    Quick,
+    /// Every point.
+    Full,
+}
+
+impl Scale {
+    /// `quick`, `smoke` or `full`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scale::Smoke => "smoke",
+            Scale::Quick => "quick",
+            Scale::Full => "full",
+        }
+    }
+
+    /// Picks one of three values.
+    pub fn pick<T>(self, smoke: T, quick: T, full: T) -> T {
+        match self {
+            Scale::Smoke => smoke,
+            Scale::Quick => quick,
+            Scale::Full => full,
+        }
+    }
+}
+
+impl Suite {
+    /// Every suite, in the order `bench all` runs them.
+    pub const ALL: [Suite; 13] = [
+        Suite::Gen,
+        Suite::Capture,
+        Suite::Burst,
+        Suite::Rates,
+        Suite::Imbalance,
+        Suite::Sizes,
+        Suite::Appload,
+        Suite::Wait,
+        Suite::Backends,
+        Suite::Disk,
+        Suite::Soak,
+        Suite::Predict,
+        Suite::Probe,
+    ];
+
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Suite::Gen => "gen",
+            Suite::Capture => "capture",
+            Suite::Burst => "burst",
+            Suite::Rates => "rates",
+            Suite::Imbalance => "imbalance",
+            Suite::Sizes => "sizes",
+            Suite::Appload => "appload",
+            Suite::Wait => "wait",
+            Suite::Backends => "backends",
+            Suite::Disk => "disk",
+            Suite::Soak => "soak",
+            Suite::Predict => "predict",
+            Suite::Probe => "probe",
+        }
+    }
+
+    /// Receive queues of its lab.
+    pub fn queues(self) -> u16 {
+        match self {
+            Suite::Rates | Suite::Imbalance | Suite::Backends => 2,
+            _ => 1,
+        }
+    }
+
+    /// Whether some subject is a libpcap tool (they need a long drain, see [`super::point`]).
+    pub fn has_libpcap_peers(self) -> bool {
+        !matches!(self, Suite::Rates | Suite::Imbalance)
+    }
+
+    /// What its calibration measures.
+    pub fn calibration(self) -> CalibrationKind {
+        match self {
+            Suite::Burst | Suite::Soak | Suite::Predict => CalibrationKind::TopSpeed { flows: 1 },
+            Suite::Backends => CalibrationKind::TopSpeed {
+                flows: backends::FLOWS,
+            },
+            Suite::Disk => CalibrationKind::Device,
+            _ => CalibrationKind::Iterations,
+        }
+    }
+
+    /// The paper figure or issue it reproduces, and what to read from it (for BENCHMARKS.md).
+    pub fn intro(self) -> &'static str {
+        match self {
+            Suite::Gen => gen::INTRO,
+            Suite::Capture => capture::INTRO,
+            Suite::Burst => burst::INTRO,
+            Suite::Rates => rates::INTRO,
+            Suite::Imbalance => imbalance::INTRO,
+            Suite::Sizes => sizes::INTRO,
+            Suite::Appload => appload::INTRO,
+            Suite::Wait => wait::INTRO,
+            Suite::Backends => backends::INTRO,
+            Suite::Disk => disk::INTRO,
+            Suite::Soak => soak::INTRO,
+            Suite::Predict => predict::INTRO,
+            Suite::Probe => probe::INTRO,
+        }
+    }
+}
+
+/// What a suite calibrates before its points.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CalibrationKind {
+    /// Only the x-loop cost (cheap, in-process).
+    Iterations,
+    /// The x-loop cost and the generator's top speed of 64-byte frames over `flows` flows.
+    TopSpeed {
+        /// Flows of the calibration traffic.
+        flows: usize,
+    },
+    /// The x-loop cost and the disk's own write limit (`dd oflag=direct`).
+    Device,
+}
+
+/// Top speed assumed where none was measured (smoke runs).
+pub const ASSUMED_TOP_PPS: f64 = 500_000.0;
+
+/// What the manager measured before the points.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// x-loop cost per iteration over a 64-byte packet, on the tool CPU.
+    pub ns_per_iteration: f64,
+    /// Offered top speed of 64-byte frames (median), when measured.
+    pub top_pps: Option<f64>,
+    /// The scratch disk's own write limit in MB/s (`dd oflag=direct`), when measured.
+    #[serde(default)]
+    pub disk_mb_s: Option<f64>,
+}
+
+impl Calibration {
+    /// The top speed, measured or assumed.
+    pub fn top(&self) -> f64 {
+        self.top_pps.unwrap_or(ASSUMED_TOP_PPS)
+    }
+
+    /// x-loop iterations with which one core analyses `pps` packets per second.
+    pub fn load_for(&self, pps: f64) -> u32 {
+        (1e9 / (pps * self.ns_per_iteration)).round().max(1.0) as u32
+    }
+
+    /// Packets per second one core analyses at `load` iterations per packet.
+    pub fn pps_at(&self, load: u32) -> f64 {
+        1e9 / (f64::from(load) * self.ns_per_iteration)
+    }
+
+    /// The load with which one core analyses half the top speed.
+    pub fn half_load(&self) -> u32 {
+        self.load_for(self.top() / 2.0)
+    }
+
+    /// How a suite's notes begin: `calibration: x-loop 1.400 ns per iteration on CPU 1`.
+    pub fn x_loop_note(&self) -> String {
+        format!(
+            "calibration: x-loop {:.3} ns per iteration on CPU {TOOL_CPU}",
+            self.ns_per_iteration
+        )
+    }
+
+    /// [`Calibration::x_loop_note`] and the top speed, sent over `flows` (`""` or
+    /// `" over 16 flows"`): `...; offered top speed of 64 B frames 350000 pps (median)`.
+    pub fn top_speed_note(&self, flows: &str) -> String {
+        format!(
+            "{}; offered top speed of 64 B frames{flows} {:.0} pps ({})",
+            self.x_loop_note(),
+            self.top(),
+            if self.top_pps.is_some() {
+                "median"
+            } else {
+                "assumed"
+            }
+        )
+    }
+}
+
+/// A run starts once at most this share of all CPUs is busy (waiting up to a minute): on a
+/// shared 2-core machine, someone else's test run halves the sender's rate.
+pub const QUIET_BELOW: f64 = 0.15;
+/// Kernel buffer every capture tool gets by default (poolcap's default).
+pub const BUFFER_KIB: u64 = 4096;
+/// `--cpus` of a 2-queue poolcap whose threads use both CPUs: capture thread and worker of
+/// queue 0 on CPU 1, those of queue 1 on CPU 0 (shared with the generator).
+pub const CPUS_SPLIT: &str = "1,0,1,0";
+/// `--cpus` of the 2-queue fanout reader with the same placement.
+pub const CPUS_SPLIT_READER: &str = "1,0";
+/// `taskset` of a tool that may use both CPUs.
+pub const BOTH_CPUS: &str = "0,1";
+
+/// `tool` with `buffer_kib`, writing a file or not.
+pub fn spec(tool: Tool, buffer_kib: u64, write: bool) -> CaptureSpec {
+    CaptureSpec {
+        write,
+        ..CaptureSpec::new(tool, buffer_kib)
+    }
+}
+
+/// `rate` pps of `size`-byte frames for `seconds` over `flows` flows, in batches of
+/// rate/1000 frames: one send call per millisecond, so the generator sleeps between batches
+/// instead of spinning (see `wait_until` in the generator) and leaves its CPU to others.
+pub fn paced_quietly(size: usize, rate: u64, seconds: f64, flows: usize) -> Traffic {
+    Traffic {
+        rate: Some(rate),
+        flows,
+        batch: Some((rate / 1000).max(4) as usize),
+        ..Traffic::top(size, (rate as f64 * seconds) as u64)
+    }
+}
+
+/// `1000` → `1k`, `25000` → `25k`, `300000` → `300k`.
+pub fn k(n: u64) -> String {
+    if n >= 1000 && n.is_multiple_of(1000) {
+        format!("{}k", n / 1000)
+    } else {
+        n.to_string()
+    }
+}
+
+/// Points, and notes on how they were chosen.
+pub struct Plan {
+    /// The points, in run order.
+    pub points: Vec<Point>,
+    /// Notes for the summary (calibration, choices).
+    pub notes: Vec<String>,
+}
+
+/// The points of `suite` at `scale`.
+pub fn plan(suite: Suite, scale: Scale, cal: &Calibration) -> Plan {
+    match suite {
+        Suite::Gen => gen::plan(scale),
+        Suite::Capture => capture::plan(scale),
+        Suite::Burst => burst::plan(scale, cal),
+        Suite::Rates => rates::plan(scale),
+        Suite::Imbalance => imbalance::plan(scale, cal),
+        Suite::Sizes => sizes::plan(scale),
+        Suite::Appload => appload::plan(scale),
+        Suite::Wait => wait::plan(scale),
+        Suite::Backends => backends::plan(scale, cal),
+        Suite::Disk => disk::plan(scale, cal),
+        Suite::Soak => soak::plan(scale, cal),
+        Suite::Predict => predict::plan(scale, cal),
+        Suite::Probe => probe::plan(scale),
+    }
+}
+
+/// One results table.
+pub struct Table {
+    /// Heading.
+    pub title: String,
+    /// Its rows.
+    pub rows: Vec<Row>,
+    /// Metric columns.
+    pub columns: Vec<&'static str>,
+    /// Metrics shown as poolcap / best peer under it.
+    pub ratios: Vec<&'static str>,
+}
+
+impl Table {
+    /// A table of `rows`.
+    pub fn new(
+        title: impl Into<String>,
+        rows: Vec<Row>,
+        columns: &[&'static str],
+        ratios: &[&'static str],
+    ) -> Table {
+        Table {
+            title: title.into(),
+            rows,
+            columns: columns.to_vec(),
+            ratios: ratios.to_vec(),
+        }
+    }
+
+    /// The table of every row of a suite, titled `Results`.
+    pub fn results(rows: &[Row], columns: &[&'static str], ratios: &[&'static str]) -> Table {
+        Table::new("Results", rows.to_vec(), columns, ratios)
+    }
+}
+
+/// The columns of the accounting equation: frames asked for and sent, and what became of them.
+pub const ACCOUNTING: [&str; 5] = ["offered", "sender_pps", "captured", "dropped", "loss"];
+
+/// What a suite's summary says besides the common settings.
+#[derive(Default)]
+pub struct Text {
+    /// Suite settings, one bullet each.
+    pub settings: Vec<String>,
+    /// Notes, one bullet each.
+    pub notes: Vec<String>,
+    /// Results tables.
+    pub tables: Vec<Table>,
+    /// Further markdown sections: (heading, body).
+    pub sections: Vec<(String, String)>,
+    /// Target checks, one bullet each.
+    pub targets: Vec<String>,
+    /// One or two sentences of what the run shows, computed from its medians.
+    pub headline: String,
+}
+
+/// The median of `key` for `subject` at the first point passing `at`.
+pub fn med(rows: &[Row], at: impl Fn(&str) -> bool, subject: &str, key: &str) -> Option<f64> {
+    rows.iter()
+        .find(|r| at(&r.point) && r.subject == subject)
+        .and_then(|r| r.median(key))
+}
+
+/// `12.3%`, `0`, or `–`.
+pub fn pct_or_dash(x: Option<f64>) -> String {
+    match x {
+        None => "–".into(),
+        Some(0.0) => "0".into(),
+        Some(x) if x < 0.001 => format!("{:.3}%", x * 100.0),
+        Some(x) => format!("{:.1}%", x * 100.0),
+    }
+}
+
+/// `123k` or `–`.
+pub fn kpps(x: Option<f64>) -> String {
+    x.map_or("–".into(), |x| format!("{:.0}k", x / 1e3))
+}
+
+/// The smallest and largest finite ratio poolcap / best peer on `key` over every poolcap row
+/// of `rows` that has a peer.
+pub fn ratio_range(rows: &[Row], key: &str) -> Option<(f64, f64)> {
+    let v: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.poolcap && r.capture.is_some())
+        .filter_map(|r| {
+            let v = Versus::of(rows, r, key)?;
+            let (_, b) = v.best?;
+            (b > 0.0).then(|| v.poolcap / b)
+        })
+        .collect();
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    lo.is_finite().then_some((lo, hi))
+}
+
+/// `0.80–1.20×` or `–`.
+pub fn range_text(r: Option<(f64, f64)>) -> String {
+    match r {
+        None => "–".into(),
+        Some((lo, hi)) if (hi - lo).abs() < 0.005 => format!("{lo:.2}×"),
+        Some((lo, hi)) => format!("{lo:.2}–{hi:.2}×"),
+    }
+}
+
+/// Points where poolcap lost packets while some peer lost none, and where every tool lost
+/// nothing: `(poolcap only, all zero, points compared)`.
+pub fn zero_loss_counts(rows: &[Row]) -> (usize, usize, usize) {
+    let (mut only, mut all, mut n) = (0, 0, 0);
+    for r in rows.iter().filter(|r| r.poolcap && r.capture.is_some()) {
+        if let Some(Versus {
+            poolcap,
+            best: Some((_, b)),
+        }) = Versus::of(rows, r, "loss")
+        {
+            n += 1;
+            if b == 0.0 && poolcap > 0.0 {
+                only += 1;
+            }
+            if b == 0.0 && poolcap == 0.0 {
+                all += 1;
+            }
+        }
+    }
+    (only, all, n)
+}
+
+/// The summary text of a finished run.
+pub fn text(meta: &Meta, rows: &[Row]) -> Text {
+    match meta.suite {
+        Suite::Gen => gen::text(meta, rows),
+        Suite::Capture => capture::text(meta, rows),
+        Suite::Burst => burst::text(meta, rows),
+        Suite::Rates => rates::text(meta, rows),
+        Suite::Imbalance => imbalance::text(meta, rows),
+        Suite::Sizes => sizes::text(meta, rows),
+        Suite::Appload => appload::text(meta, rows),
+        Suite::Wait => wait::text(meta, rows),
+        Suite::Backends => backends::text(meta, rows),
+        Suite::Disk => disk::text(meta, rows),
+        Suite::Soak => soak::text(meta, rows),
+        Suite::Predict => predict::text(meta, rows),
+        Suite::Probe => probe::text(meta, rows),
+    }
+}
+
+/// The figures of a finished run.
+pub fn figures(meta: &Meta, rows: &[Row]) -> Vec<Figure> {
+    match meta.suite {
+        Suite::Gen | Suite::Capture | Suite::Disk | Suite::Soak => Vec::new(),
+        Suite::Burst => burst::figures(meta, rows),
+        Suite::Rates => rates::figures(meta, rows),
+        Suite::Imbalance => imbalance::figures(meta, rows),
+        Suite::Sizes => sizes::figures(meta, rows),
+        Suite::Appload => appload::figures(meta, rows),
+        Suite::Wait => wait::figures(meta, rows),
+        Suite::Backends => backends::figures(meta, rows),
+        Suite::Predict => predict::figures(meta, rows),
+        Suite::Probe => probe::figures(meta, rows),
+    }
+}
+
+/// Nanoseconds per x-loop iteration over a 64-byte packet, measured on the tool's CPU: the
+/// fastest of 15 timings of a million iterations, since anything else running on the CPU can
+/// only make a timing slower.
+pub fn ns_per_iteration() -> anyhow::Result<f64> {
+    let t = std::thread::spawn(|| {
+        core_affinity::set_for_current(core_affinity::CoreId { id: TOOL_CPU });
+        let data = [0u8; 64];
+        let x = 1_000_000u32;
+        poolcap_engine::capture::worker::x_loop(&data, x);
+        let times = (0..15).map(|_| {
+            let t = std::time::Instant::now();
+            poolcap_engine::capture::worker::x_loop(&data, x);
+            t.elapsed().as_nanos() as f64 / f64::from(x)
+        });
+        Spread::of(times).map_or(f64::NAN, |s| s.min)
+    });
+    t.join()
+        .map_err(|_| anyhow::anyhow!("calibration thread panicked"))
+}
+
+/// The pinning sentence every summary starts its settings with.
+pub fn pinning(meta: &Meta) -> String {
+    format!(
+        "lab: veth {} → {}, {} queue{}; generator pinned to CPU {GEN_CPU}, tool under test to \
+         CPU {TOOL_CPU} (`taskset`) unless a subject says otherwise",
+        meta.sender_iface,
+        meta.probe_iface,
+        meta.queues,
+        if meta.queues == 1 { "" } else { "s" }
+    )
+}
+
+/// Rows passing `keep`.
+pub fn rows_where(rows: &[Row], keep: impl Fn(&Row) -> bool) -> Vec<Row> {
+    rows.iter().filter(|r| keep(r)).cloned().collect()
+}
+
+/// PASS or FAIL.
+pub fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "PASS"
+    } else {
+        "FAIL"
+    }
+}
+
+/// Point ids in order of first appearance.
+pub fn points_of(rows: &[Row]) -> Vec<&str> {
+    let mut v: Vec<&str> = Vec::new();
+    for r in rows {
+        if !v.contains(&r.point.as_str()) {
+            v.push(&r.point);
+        }
+    }
+    v
+}
+
+/// One target checked at one point.
+pub struct Check {
+    /// Where.
+    pub point: String,
+    /// Whether it held.
+    pub ok: bool,
+    /// The numbers.
+    pub detail: String,
+}
+
+/// `NAME: k of n points — point: detail PASS; ...`.
+pub fn checks_line(name: &str, checks: &[Check]) -> String {
+    let passed = checks.iter().filter(|c| c.ok).count();
+    if checks.is_empty() {
+        return format!("{name}: not measured");
+    }
+    let detail: Vec<String> = checks
+        .iter()
+        .map(|c| format!("{}: {} {}", c.point, c.detail, verdict(c.ok)))
+        .collect();
+    format!(
+        "{name}: {passed} of {} points — {}",
+        checks.len(),
+        detail.join("; ")
+    )
+}
+
+/// `0.1234%`.
+pub fn pct(x: f64) -> String {
+    format!("{:.4}%", x * 100.0)
+}
+
+/// The capture issue's loss targets at every point where poolcap and a peer were measured:
+/// zero wherever a peer's is zero, never above the best peer's (medians).
+pub fn loss_targets(rows: &[Row]) -> Vec<String> {
+    let (mut zero, mut best) = (vec![], vec![]);
+    for row in rows.iter().filter(|r| r.poolcap && r.capture.is_some()) {
+        let point = if rows_where(rows, |r| r.point == row.point && r.poolcap).len() > 1 {
+            format!("{} / {}", row.point, row.subject)
+        } else {
+            row.point.clone()
+        };
+        if let Some(Versus {
+            poolcap,
+            best: Some((name, b)),
+        }) = Versus::of(rows, row, "loss")
+        {
+            if b == 0.0 {
+                zero.push(Check {
+                    point: point.clone(),
+                    ok: poolcap == 0.0,
+                    detail: format!("poolcap {}", pct(poolcap)),
+                });
+            }
+            best.push(Check {
+                point,
+                ok: poolcap <= b,
+                detail: format!("poolcap {} vs {name} {}", pct(poolcap), pct(b)),
+            });
+        }
+    }
+    vec![
+        checks_line(
+            "poolcap's loss is zero wherever a peer's is zero (medians)",
+            &zero,
+        ),
+        checks_line(
+            "poolcap's loss is never above the best peer's (medians)",
+            &best,
+        ),
+    ]
+}
+
+/// The congestion-control target for every (basic, congestion) pair of poolcap subjects at a
+/// point with the same load, queues and workers: with congestion control capture and analysis
+/// throughput are equal (within 1%) and analysis throughput is not lower than basic's, or
+/// than its own offered rate where that was lower (within `tolerance`, the run-to-run noise).
+pub fn congestion_targets(rows: &[Row], tolerance: f64) -> Vec<String> {
+    let (mut equal, mut not_lower) = (vec![], vec![]);
+    let kind = |r: &Row| {
+        let c = r.capture.as_ref()?;
+        let off = c.offload.as_deref().unwrap_or("basic");
+        Some((c.load, c.queues, c.workers, c.inplace, off.to_owned()))
+    };
+    for cong in rows.iter().filter(|r| {
+        r.poolcap
+            && kind(r).is_some_and(|k| !k.3 && k.4.starts_with("congestion"))
+            && r.get("analysis_pps").is_some()
+    }) {
+        let Some(ck) = kind(cong) else { continue };
+        let basic = rows.iter().find(|r| {
+            r.point == cong.point
+                && r.poolcap
+                && kind(r).is_some_and(|k| (k.0, k.1, k.2, k.3) == (ck.0, ck.1, ck.2, false))
+                && kind(r).is_some_and(|k| k.4 == "basic")
+        });
+        let (Some(c), Some(a)) = (cong.median("capture_pps"), cong.median("analysis_pps")) else {
+            continue;
+        };
+        let at = format!("{} / {}", cong.point, cong.subject);
+        equal.push(Check {
+            point: at.clone(),
+            ok: (c - a).abs() <= 0.01 * c.max(1.0),
+            detail: format!("capture {:.1}k vs analysis {:.1}k pps", c / 1e3, a / 1e3),
+        });
+        if let Some(b) = basic.and_then(|b| b.median("analysis_pps")) {
+            // Where congestion's own offered rate was lower (top speed varies with what the
+            // tool leaves the sender), it cannot analyse more than it was offered.
+            let offered = cong.median("sender_pps").unwrap_or(f64::INFINITY);
+            let bar = b.min(offered);
+            not_lower.push(Check {
+                point: at,
+                ok: a >= bar * (1.0 - tolerance),
+                detail: format!(
+                    "analysis {:.1}k vs basic {:.1}k pps = {:.2}{}",
+                    a / 1e3,
+                    b / 1e3,
+                    a / b.max(1.0),
+                    if offered < b * (1.0 - tolerance) {
+                        format!(" (offered only {:.1}k)", offered / 1e3)
+                    } else {
+                        String::new()
+                    }
+                ),
+            });
+        }
+    }
+    vec![
+        checks_line(
+            "with congestion control capture throughput = analysis throughput (medians, within 1%)",
+            &equal,
+        ),
+        checks_line(
+            &format!(
+                "with congestion control analysis throughput ≥ basic's (medians, within {:.0}%)",
+                tolerance * 100.0
+            ),
+            &not_lower,
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A calibration as the manager would have measured it.
+    pub fn calibration(ns_per_iteration: f64, top_pps: Option<f64>) -> Calibration {
+        Calibration {
+            ns_per_iteration,
+            top_pps,
+            disk_mb_s: None,
+        }
+    }
+
+    #[test]
+    fn calibration_picks_loads() {
+        let c = calibration(1.0, Some(500e3));
+        assert_eq!(c.half_load(), 4000);
+        assert!((c.pps_at(4000) - 250e3).abs() < 1e-6);
+        assert_eq!(c.load_for(70e3), 14286);
+        let assumed = Calibration { top_pps: None, ..c };
+        assert_eq!(assumed.top(), ASSUMED_TOP_PPS);
+        assert_eq!(
+            c.top_speed_note(" over 16 flows"),
+            "calibration: x-loop 1.000 ns per iteration on CPU 1; offered top speed of 64 B \
+             frames over 16 flows 500000 pps (median)"
+        );
+        assert!(assumed
+            .top_speed_note("")
+            .ends_with("frames 500000 pps (assumed)"));
+    }
+
+    #[test]
+    fn quiet_pacing_sends_a_batch_per_millisecond() {
+        let t = paced_quietly(64, 100_000, 3.0, 16);
+        assert_eq!((t.count, t.batch, t.flows), (300_000, Some(100), 16));
+        assert_eq!(paced_quietly(64, 2_000, 1.0, 1).batch, Some(4));
+        assert_eq!(k(25_000), "25k");
+        assert_eq!(k(1_500), "1500");
+    }
+
+    #[test]
+    fn every_suite_plans_points_at_every_scale() {
+        let cal = calibration(1.4, Some(500e3));
+        for s in Suite::ALL {
+            let smoke = plan(s, Scale::Smoke, &cal).points;
+            let quick = plan(s, Scale::Quick, &cal).points;
+            let full = plan(s, Scale::Full, &cal).points;
+            assert!(!smoke.is_empty() && smoke.len() <= quick.len(), "{s:?}");
+            assert!(quick.len() <= full.len(), "{s:?}");
+            for p in quick.iter().chain(&full) {
+                assert!(!p.subjects.is_empty(), "{s:?} {}", p.id);
+                let mut ids: Vec<&str> = p.subjects.iter().map(|x| x.name.as_str()).collect();
+                ids.sort();
+                ids.dedup();
+                assert_eq!(
+                    ids.len(),
+                    p.subjects.len(),
+                    "{s:?} {}: duplicate names",
+                    p.id
+                );
+            }
+            let mut ids: Vec<&str> = full.iter().map(|p| p.id.as_str()).collect();
+            ids.sort();
+            ids.dedup();
+            assert_eq!(ids.len(), full.len(), "{s:?}: duplicate point ids");
+        }
+    }
+}

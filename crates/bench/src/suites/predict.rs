@@ -1,0 +1,474 @@
+//! `predict`: issue 16's validation of `poolcap predict`. The run first calibrates (the
+//! points of [`calibrate::points`], rps off, as `poolcap calibrate` does), then measures the
+//! points the model is judged on: paper 002's four sessions (frame sizes at top speed, a
+//! larger kernel buffer, a larger capture buffer, snaplength 96 with tuned buffers), a burst
+//! grid and a load grid, for poolcap, tcpdump and dumpcap. The summary predicts every
+//! measured point from the profile built out of the calibration rows alone (the prediction
+//! never sees the measurement) and judges it with [`validate`]: relative error ≤ 20% where
+//! the measured loss is ≥ 1%, "no loss" where none was measured. Since calibration and
+//! measurement run in one lab minutes apart, others' load on a shared machine weighs on both.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use super::{checks_line, Calibration, Check, Plan, Scale, Table, Text, TOOL_CPU};
+use crate::calibrate::{self, validate};
+use crate::figure::Figure;
+use crate::meta::Meta;
+use crate::peer::{CaptureSpec, Tool, Traffic};
+use crate::point::{Point, Subject};
+use crate::report::Row;
+use poolcap_doctor::profile::Profile;
+
+/// For BENCHMARKS.md.
+pub const INTRO: &str = "Issue 16: `poolcap predict` against measurement. One run \
+calibrates this machine's stage costs (the calibration points, as `poolcap calibrate`: the \
+sender alone and each capture configuration at 64 and 1514 B, rps off) and then measures \
+paper 002's four sessions with rps on (frame sizes at top speed with a 2 MB buffer; a larger \
+kernel buffer; a larger capture buffer; snaplength 96 with tuned buffers), a burst grid and a \
+load grid, for poolcap, tcpdump and dumpcap. Every measured point is predicted from the \
+profile of the calibration rows only. Target: relative error ≤ 20% where the measured loss is \
+≥ 1%, and a correct \"no loss\" where none was measured. Read: which kinds of point the model \
+gets right, and by how much it misses the others.";
+
+/// Paper 002's default capture buffer: 2 MB.
+const PAPER_KIB: u64 = 2048;
+/// Session 2's larger kernel buffer: the paper's 8 MB `rmem_default`.
+const KERNEL_KIB: u64 = 8192;
+/// Sessions 3 and 4: the paper's 32 MB capture buffer.
+const CAPTURE_KIB: u64 = 32768;
+/// poolcap's larger capture buffer in sessions 3 and 4: a pool of 256 x 256 packets.
+const BIG_POOL: (usize, usize) = (256, 256);
+/// The burst grid's buffers: a small ring (and for poolcap a pool of 4096 packets), so that
+/// the longer bursts overflow them.
+const BURST_RING_KIB: u64 = 512;
+const BURST_PEER_RING_KIB: u64 = 1024;
+const BURST_POOL: (usize, usize) = (64, 64);
+
+/// The three tools writing their pcap stream to /dev/null, `buffer_kib` of ring, `snaplen`,
+/// and for poolcap `pool`.
+fn tools(buffer_kib: u64, snaplen: Option<u32>, pool: Option<(usize, usize)>) -> Vec<Subject> {
+    [Tool::Poolcap, Tool::Tcpdump, Tool::Dumpcap]
+        .into_iter()
+        .map(|t| {
+            let poolcap = t == Tool::Poolcap;
+            Subject::capture(CaptureSpec {
+                dev_null: poolcap,
+                snaplen,
+                pool: pool.filter(|_| poolcap),
+                ..CaptureSpec::new(t, buffer_kib)
+            })
+        })
+        .collect()
+}
+
+/// A point with the kernel's receive work on (`rps`) or off the tool's CPU.
+fn point(id: String, traffic: Traffic, subjects: Vec<Subject>, rps: bool) -> Point {
+    Point {
+        rps: Some(rps),
+        ..Point::new(id, traffic, subjects)
+    }
+}
+
+/// Paper 002's sessions at frame sizes `s1` (session 1) and `grid` (sessions 2-4), rps on.
+fn sessions(s1: &[usize], grid: &[usize], frames: u64) -> Vec<Point> {
+    let top = |size| Traffic::top(size, frames);
+    let mut v: Vec<Point> = s1
+        .iter()
+        .map(|&s| {
+            point(
+                format!("S1 {s}B"),
+                top(s),
+                tools(PAPER_KIB, None, None),
+                true,
+            )
+        })
+        .collect();
+    for &s in grid {
+        v.push(point(
+            format!("S2 {s}B B8M"),
+            top(s),
+            tools(KERNEL_KIB, None, None),
+            true,
+        ));
+    }
+    for &s in grid {
+        v.push(point(
+            format!("S3 {s}B B32M"),
+            top(s),
+            tools(CAPTURE_KIB, None, Some(BIG_POOL)),
+            true,
+        ));
+    }
+    for &s in grid {
+        v.push(point(
+            format!("S4 {s}B s96 B32M"),
+            top(s),
+            tools(CAPTURE_KIB, Some(96), Some(BIG_POOL)),
+            true,
+        ));
+    }
+    v
+}
+
+/// Bursts of `b` 64-byte frames at top speed, `n` of them, each followed by `idle`.
+fn bursts(b: u64, n: u64, idle: Duration) -> Traffic {
+    Traffic {
+        burst: Some(b),
+        idle: Some(idle),
+        ..Traffic::top(64, n * b)
+    }
+}
+
+/// The burst grid: poolcap with an x-loop load with which one core analyses half the top
+/// speed (rps off, a 512 KiB ring and a pool of 4096 packets), and tcpdump and dumpcap with
+/// a 1 MiB ring and the kernel's receive work on their CPU (rps on; without load or rps they
+/// lose nothing on veth); each followed by time to analyse 1.5 bursts at half the top speed.
+fn burst_grid(lengths: &[u64], n: u64, c: &Calibration) -> Vec<Point> {
+    let load = c.half_load();
+    let half = c.pps_at(load);
+    let mut v = Vec::new();
+    for &b in lengths {
+        let idle = Duration::from_secs_f64(1.5 * b as f64 / half);
+        let poolcap = CaptureSpec {
+            pool: Some(BURST_POOL),
+            load,
+            ..CaptureSpec::new(Tool::Poolcap, BURST_RING_KIB)
+        };
+        v.push(point(
+            format!("burst poolcap B={b}"),
+            bursts(b, n, idle),
+            vec![Subject::capture(poolcap)],
+            false,
+        ));
+        let peers = [Tool::Tcpdump, Tool::Dumpcap]
+            .map(|t| Subject::capture(CaptureSpec::new(t, BURST_PEER_RING_KIB)));
+        v.push(point(
+            format!("burst peers B={b}"),
+            bursts(b, n, idle),
+            peers.to_vec(),
+            true,
+        ));
+    }
+    v
+}
+
+/// The load grid at top speed with 64-byte frames: poolcap with x-loop loads with which one
+/// core analyses `shares` of the top speed (rps off), and tcpdump and dumpcap writing a pcap
+/// file (rps on).
+fn load_grid(shares: &[f64], frames: u64, c: &Calibration) -> Vec<Point> {
+    let mut v: Vec<Point> = shares
+        .iter()
+        .map(|&share| {
+            let load = c.load_for(share * c.top());
+            let spec = CaptureSpec {
+                load,
+                ..CaptureSpec::new(Tool::Poolcap, super::BUFFER_KIB)
+            };
+            point(
+                format!("load poolcap x={load}"),
+                Traffic::top(64, frames),
+                vec![Subject::capture(spec)],
+                false,
+            )
+        })
+        .collect();
+    let writers = [Tool::Tcpdump, Tool::Dumpcap]
+        .map(|t| Subject::capture(super::spec(t, PAPER_KIB, true)))
+        .to_vec();
+    v.push(point(
+        "load peers -w".to_owned(),
+        Traffic::top(64, frames),
+        writers,
+        true,
+    ));
+    v
+}
+
+/// The points: calibration first, then what is validated.
+pub fn plan(scale: Scale, c: &Calibration) -> Plan {
+    let frames = scale.pick(20_000, 300_000, 1_000_000);
+    let mut v = match scale {
+        Scale::Smoke => calibrate::points(&[64], frames, &[], false),
+        Scale::Quick => calibrate::points(&calibrate::SIZES, 500_000, &[], true),
+        Scale::Full => calibrate::points(&calibrate::SIZES, frames, &["zstd:1", "gzip:6"], true),
+    };
+    match scale {
+        Scale::Smoke => {
+            let mut subjects = tools(PAPER_KIB, None, None);
+            subjects.truncate(2);
+            v.push(point(
+                "S1 64B".to_owned(),
+                Traffic::top(64, frames),
+                subjects,
+                true,
+            ));
+        }
+        Scale::Quick => {
+            v.extend(sessions(&[64, 512, 1514], &[64], frames));
+            v.extend(burst_grid(&[2048, 32768], 3, c));
+            // 100k frames: the generator must finish within its timeout, which assumes
+            // 50k pps, while a saturated capture on a busy machine slows it to ~10k pps.
+            v.extend(load_grid(&[0.5, 0.8], 100_000, c));
+        }
+        Scale::Full => {
+            let grid = [64, 256, 512, 1024, 1514];
+            v.extend(sessions(
+                &[64, 128, 256, 512, 768, 1024, 1280, 1514],
+                &grid,
+                frames,
+            ));
+            v.extend(burst_grid(&[1024, 4096, 16384, 65536], 5, c));
+            v.extend(load_grid(&[0.25, 0.5, 0.75, 0.9, 1.5], frames, c));
+        }
+    }
+    Plan {
+        points: v,
+        notes: vec![format!(
+            "{}; burst and load grids derive their x-loop loads from it",
+            c.top_speed_note("")
+        )],
+    }
+}
+
+/// The session of a point id: `S1`..`S4`, `burst`, `load`.
+fn session(point: &str) -> &str {
+    point.split(' ').next().unwrap_or(point)
+}
+
+/// The profile calibrated in this run (its calibration rows only; the built-in one if the
+/// run has none, which its source then says) and every other point predicted with it.
+fn judged(meta: &Meta, rows: &[Row]) -> (Profile, Vec<validate::Compared>) {
+    let profile = calibrate::of_run(meta, rows).unwrap_or_else(Profile::built_in);
+    let compared = validate::compare(rows, &profile);
+    (profile, compared)
+}
+
+/// One line per session: points, within 20%, no-loss misses.
+fn per_session(compared: &[validate::Compared]) -> String {
+    let mut s = String::from(
+        "| session | points | loss ≥ 1%: within 20% | worst error | median error | no loss \
+         measured: predicted to lose |\n|---|---|---|---|---|---|\n",
+    );
+    let mut names: Vec<&str> = compared.iter().map(|c| session(&c.point)).collect();
+    names.dedup();
+    let e = |x: Option<f64>| x.map_or("–".to_owned(), |x| format!("{:.0}%", x * 100.0));
+    for name in names.iter().copied().chain(["all"]) {
+        let t = validate::Tally::of(
+            compared
+                .iter()
+                .filter(|c| name == "all" || session(&c.point) == name),
+        );
+        let _ = writeln!(
+            s,
+            "| {name} | {} | {} of {} | {} | {} | {} of {} |",
+            t.points,
+            t.within,
+            t.judged,
+            e(t.worst),
+            e(t.median),
+            t.no_loss_misses,
+            t.no_loss
+        );
+    }
+    s
+}
+
+/// The calibrated costs, as the model uses them.
+fn costs(p: &Profile) -> String {
+    let c = |x: poolcap_doctor::profile::Cost| {
+        format!("{:.0} ns + {:.2} ns/B", x.ns_per_packet, x.ns_per_byte)
+    };
+    let mut s = format!(
+        "- sender alone: {} per frame; kernel receive work (the sender's slowdown while poolcap \
+         counts): {}\n- poolcap: ring read {}, pool copy {}, write {}; x-loop {:.3} ns per \
+         iteration\n- tcpdump: /dev/null {}, file {}\n- dumpcap: /dev/null {}, file {}\n",
+        c(p.sender),
+        c(p.kernel),
+        c(p.poolcap_count),
+        c(p.pool_copy),
+        c(p.write),
+        p.x_loop_ns,
+        c(p.tcpdump.null),
+        c(p.tcpdump.file),
+        c(p.dumpcap.null),
+        c(p.dumpcap.file)
+    );
+    let _ = writeln!(s, "- source: {}", p.source);
+    s
+}
+
+/// What the model is, for BENCHMARKS.md (docs/predict.md has the whole of it).
+const MODEL: &str = "Two stages in tandem with buffers between them (docs/predict.md). The \
+kernel stage (receive work up to the capture ring) has capacity 1e9 / kernel(caplen) frames/s; \
+on veth with rps off it runs on the sender's CPU and slows the sender instead of dropping, \
+with rps on it adds to the tool's cost. The application stage (the tool's CPU per packet on \
+one core: poolcap's ring read, pool copy, x-loop and write; tcpdump's and dumpcap's measured \
+cost) has capacity 1e9 / app(caplen). Each cost is linear in the captured bytes, fitted from \
+64 and 1514-byte frames. The ring holds B / slot frames and poolcap's pool adds R x M when it \
+copies. Traffic is a fluid: over a burst (or a whole finite run) the backlog grows at \
+min(rate, C_k) - C_a, what exceeds the buffers is lost, idle time drains C_a x idle.";
+
+/// The busy share of all CPUs before the runs of the rows passing `keep` (median of the
+/// medians), as a percentage.
+fn busy(rows: &[Row], keep: impl Fn(&Row) -> bool) -> String {
+    let mut v: Vec<f64> = rows
+        .iter()
+        .filter(|r| keep(r))
+        .filter_map(|r| r.median("busy_before"))
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2)
+        .map_or("–".to_owned(), |b| format!("{:.0}%", b * 100.0))
+}
+
+/// Summary text.
+pub fn text(meta: &Meta, rows: &[Row]) -> Text {
+    let (profile, compared) = judged(meta, rows);
+    let is_cal = |r: &Row| r.point.starts_with(calibrate::POINT_PREFIX);
+    let all = validate::Tally::of(&compared);
+    let (mut within, mut no_loss) = (Vec::new(), Vec::new());
+    for c in &compared {
+        let at = format!("{} / {}", c.point, c.subject);
+        let detail = format!(
+            "measured {} predicted {}",
+            super::pct(c.measured),
+            super::pct(c.predicted)
+        );
+        if let Some(e) = c.rel_error {
+            within.push(Check {
+                point: at,
+                ok: e <= validate::TOLERANCE,
+                detail: format!("{detail} ({:.0}%)", e * 100.0),
+            });
+        } else if c.measured == 0.0 {
+            no_loss.push(Check {
+                point: at,
+                ok: c.verdict == validate::Verdict::Hit,
+                detail,
+            });
+        }
+    }
+    Text {
+        settings: vec![
+            format!(
+                "calibration points (`{}64B`, `{}1514B`) run with rps off and feed the profile; \
+                 sessions S1-S4 and the peers' burst and load points run with rps on (the \
+                 kernel's receive work on CPU {TOOL_CPU}, the tool's, as in paper 002), \
+                 poolcap's burst and load points with rps off and an x-loop load",
+                calibrate::POINT_PREFIX,
+                calibrate::POINT_PREFIX
+            ),
+            format!(
+                "session buffers: S1 -B {} MiB (paper 002's default); S2 -B {} MiB (its larger \
+                 kernel buffer); S3 -B {} MiB and poolcap's pool {}x{} (its larger capture \
+                 buffer); S4 as S3 with -s 96; every tool writes its pcap stream to /dev/null",
+                PAPER_KIB / 1024,
+                KERNEL_KIB / 1024,
+                CAPTURE_KIB / 1024,
+                BIG_POOL.0,
+                BIG_POOL.1
+            ),
+            format!(
+                "machine busy before a run (median): {} during calibration, {} during the \
+                 validated points",
+                busy(rows, is_cal),
+                busy(rows, |r| !is_cal(r))
+            ),
+        ],
+        tables: vec![
+            Table::new(
+                "Calibration runs (the profile comes from these alone)",
+                super::rows_where(rows, is_cal),
+                &["sender_pps", "captured", "cpu_s_per_mpkt", "busy_before"],
+                &[],
+            ),
+            Table::new(
+                "Validated runs",
+                super::rows_where(rows, |r| !is_cal(r)),
+                &[
+                    "offered",
+                    "sender_pps",
+                    "captured",
+                    "loss",
+                    "cpu_s_per_mpkt",
+                    "busy_before",
+                ],
+                &[],
+            ),
+        ],
+        sections: vec![
+            (
+                "Predicted against measured loss".to_owned(),
+                validate::markdown(&compared),
+            ),
+            ("Per session".to_owned(), per_session(&compared)),
+            (
+                "The profile calibrated in this run".to_owned(),
+                costs(&profile),
+            ),
+            ("The model".to_owned(), format!("{MODEL}\n")),
+        ],
+        targets: vec![
+            checks_line(
+                "relative error ≤ 20% where the measured loss is ≥ 1% (medians)",
+                &within,
+            ),
+            checks_line(
+                "no loss predicted where none was measured (medians)",
+                &no_loss,
+            ),
+        ],
+        headline: format!("{}.", all.line()),
+        ..Text::default()
+    }
+}
+
+/// Predicted against measured loss, one series per tool.
+pub fn figures(meta: &Meta, rows: &[Row]) -> Vec<Figure> {
+    let (_, compared) = judged(meta, rows);
+    vec![Figure::new(
+        "predict-loss.png",
+        "Predicted against measured loss",
+        "measured loss (%)",
+        "predicted loss (%)",
+    )
+    .with_subtitle(
+        "every validated point (medians), predicted from this run's calibration rows only",
+    )
+    .lines(validate::series(&compared))]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calibration_comes_first_and_every_session_is_planned() {
+        let c = super::super::tests::calibration(1.0, Some(500e3));
+        let q = plan(Scale::Quick, &c).points;
+        let first_other = q
+            .iter()
+            .position(|p| !p.id.starts_with(calibrate::POINT_PREFIX))
+            .unwrap();
+        assert_eq!(first_other, calibrate::SIZES.len());
+        assert!(q[first_other..]
+            .iter()
+            .all(|p| !p.id.starts_with(calibrate::POINT_PREFIX)));
+        for s in ["S1", "S2", "S3", "S4", "burst", "load"] {
+            assert!(q.iter().any(|p| session(&p.id) == s), "{s}");
+        }
+        let s4 = q.iter().find(|p| session(&p.id) == "S4").unwrap();
+        let pc = s4.subjects[0].capture.as_ref().unwrap();
+        assert_eq!(
+            (pc.snaplen, pc.buffer_kib, pc.pool, s4.rps),
+            (Some(96), CAPTURE_KIB, Some(BIG_POOL), Some(true))
+        );
+        assert_eq!(s4.subjects[2].capture.as_ref().unwrap().pool, None);
+        let burst = q.iter().find(|p| p.id == "burst poolcap B=32768").unwrap();
+        assert_eq!(burst.subjects[0].capture.as_ref().unwrap().load, 4000);
+        assert_eq!(burst.rps, Some(false));
+        let smoke = plan(Scale::Smoke, &c).points;
+        assert_eq!(smoke.len(), 2);
+    }
+}

@@ -1,0 +1,296 @@
+//! Opening the kernel side of a capture: one source and one pool per receive queue, on
+//! AF_PACKET or AF_XDP, and the startup report that says which backend runs and why.
+//!
+//! AF_PACKET works on every interface: fanout sockets with TPACKET_V3 rings, the filter in
+//! the kernel, packets copied into pool chunks. AF_XDP is the closest match to WireCAP's
+//! ring-buffer pool: the UMEM of each queue's socket is the pool itself, frames go to
+//! workers and come back in any order while the fill ring keeps the NIC supplied. It takes
+//! the frames away from the host's stack (the XDP program redirects all of them), binds one
+//! socket per hardware receive queue, and needs CAP_NET_ADMIN and CAP_BPF.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use poolcap_format::FileFormat;
+use poolcap_sys::socket::FanoutMode;
+use poolcap_sys::xdp::{AttachMode, XdpRedirect};
+use poolcap_sys::xsk::{UmemShare, Xsk, XskConfig, ZeroCopy};
+use poolcap_sys::SysError;
+
+use super::af_packet::PacketSource;
+use super::af_xdp::XdpSource;
+use super::filter;
+use super::pool::{Pool, PoolSize};
+use super::source::Source;
+use super::CaptureError;
+use poolcap_sys::netdev;
+
+/// Which backend to capture with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum BackendKind {
+    /// AF_PACKET TPACKET_V3 with fanout.
+    #[cfg_attr(feature = "clap", value(name = "af_packet"))]
+    AfPacket,
+    /// AF_XDP, one socket per receive queue.
+    #[cfg_attr(feature = "clap", value(name = "af_xdp"))]
+    AfXdp,
+    /// AF_XDP where it works, AF_PACKET otherwise.
+    Auto,
+}
+
+/// Backend settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackendConfig {
+    /// The backend.
+    pub kind: BackendKind,
+    /// AF_XDP zero-copy policy.
+    pub zero_copy: ZeroCopy,
+    /// Replace an XDP program someone else attached.
+    pub force: bool,
+}
+
+/// What one queue needs from the kernel side.
+#[derive(Debug)]
+pub struct Setup<'a> {
+    /// Interface.
+    pub iface: &'a str,
+    /// Its index.
+    pub ifindex: u32,
+    /// Queues.
+    pub queues: usize,
+    /// Pool per queue.
+    pub pool: PoolSize,
+    /// Capture-queue capacity per queue (chunks of its buddy group).
+    pub queue_capacity: Vec<usize>,
+    /// Kernel ring (AF_PACKET).
+    pub ring: poolcap_sys::rx_ring::RingGeometry,
+    /// Fanout (AF_PACKET).
+    pub fanout: FanoutMode,
+    /// Filter expression.
+    pub filter: Option<&'a str>,
+    /// Bytes kept per packet.
+    pub snaplen: u32,
+    /// The file format packets are written in, if they are: chunks of copies keep room for
+    /// its records.
+    pub records: Option<FileFormat>,
+    /// Only frames that arrive, not those this host sends (a forwarder's IN, which with
+    /// `--bidirectional` is also an OUT); AF_XDP sees only arriving frames anyway.
+    pub inbound_only: bool,
+}
+
+/// The opened kernel side.
+pub struct Opened {
+    /// One source per queue.
+    pub sources: Vec<Box<dyn Source>>,
+    /// One pool per queue.
+    pub pools: Vec<Arc<Pool>>,
+    /// The XDP program, attached while this lives.
+    pub xdp: Option<XdpRedirect>,
+    /// Per queue, its AF_XDP socket's UMEM for a forwarder to send from (AF_XDP only).
+    pub shares: Vec<UmemShare>,
+    /// True when a filter runs in the kernel (its rejections are counted from interface
+    /// counters, not per queue).
+    pub kernel_filter: bool,
+    /// What runs and why, for the startup report.
+    pub report: String,
+}
+
+impl std::fmt::Debug for Opened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Opened")
+            .field("report", &self.report)
+            .finish()
+    }
+}
+
+/// Opens the backend `cfg` asks for.
+pub fn open(cfg: BackendConfig, s: &Setup<'_>) -> Result<Opened, CaptureError> {
+    match cfg.kind {
+        BackendKind::AfPacket => open_af_packet(s, "af_packet (asked for)"),
+        BackendKind::AfXdp => open_af_xdp(cfg, s),
+        BackendKind::Auto => match open_af_xdp(cfg, s) {
+            Ok(o) => Ok(o),
+            Err(CaptureError::Filter(f)) => Err(CaptureError::Filter(f)),
+            Err(e) => open_af_packet(s, &format!("af_packet (AF_XDP unavailable: {e})")),
+        },
+    }
+}
+
+fn open_af_packet(s: &Setup<'_>, why: &str) -> Result<Opened, CaptureError> {
+    // Without an expression a filter only helps to cut packets to a short snaplen in the
+    // kernel; otherwise it is per-packet work for nothing.
+    let program = match s.filter {
+        Some(expr) => Some(filter::compile(expr, s.iface, s.snaplen)?),
+        None if (s.snaplen as usize) < netdev::mtu(s.iface).unwrap_or(1500) + 18 => {
+            Some(filter::accept_all(s.snaplen))
+        }
+        None => None,
+    };
+    // A fanout group belongs to one interface: an id per process and interface, so a
+    // bidirectional forwarder's two engines each have theirs.
+    let group = std::process::id().wrapping_add(s.ifindex.wrapping_mul(7919)) & 0xffff;
+    let fanout = (s.queues > 1).then_some((group as u16, s.fanout));
+    let sources = (0..s.queues)
+        .map(|_| {
+            PacketSource::open(
+                s.ifindex,
+                s.ring,
+                program.as_deref(),
+                fanout,
+                s.inbound_only,
+            )
+            .map(|p| Box::new(p) as Box<dyn Source>)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let pools = copy_pools(s.pool, &s.queue_capacity, s.records);
+    Ok(Opened {
+        sources,
+        pools,
+        xdp: None,
+        shares: Vec::new(),
+        kernel_filter: s.filter.is_some(),
+        report: format!("backend {why}"),
+    })
+}
+
+/// One pool of copies per queue (`capacity` has one entry per queue), with room for
+/// `records` if packets are written in that format.
+pub fn copy_pools(
+    pool: PoolSize,
+    capacity: &[usize],
+    records: Option<FileFormat>,
+) -> Vec<Arc<Pool>> {
+    let size = pool.for_records(records);
+    capacity
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| Arc::new(Pool::new(i, size, c, records)))
+        .collect()
+}
+
+/// Detaches whatever XDP program is on `iface` (for `--force`).
+fn detach_foreign_xdp(iface: &str) -> Result<(), CaptureError> {
+    for kind in ["xdp", "xdpgeneric", "xdpdrv"] {
+        let out = std::process::Command::new("ip")
+            .args(["link", "set", "dev", iface, kind, "off"])
+            .output();
+        if let Ok(o) = out {
+            if !o.status.success() && kind == "xdp" {
+                return Err(CaptureError::Xdp(format!(
+                    "cannot detach the XDP program on {iface}: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn attach(cfg: BackendConfig, iface: &str) -> Result<XdpRedirect, CaptureError> {
+    match XdpRedirect::attach(iface, AttachMode::Driver) {
+        Ok(x) => Ok(x),
+        Err(e) if matches!(e.errno(), Some(libc::EBUSY | libc::EEXIST)) && cfg.force => {
+            detach_foreign_xdp(iface)?;
+            XdpRedirect::attach(iface, AttachMode::Driver).map_err(CaptureError::Sys)
+        }
+        Err(e) if matches!(e.errno(), Some(libc::EBUSY | libc::EEXIST)) => Err(CaptureError::Xdp(format!(
+            "an XDP program is already attached to {iface}; poolcap does not replace it (--force does)"
+        ))),
+        Err(e) if e.errno() == Some(libc::EPERM) => {
+            Err(CaptureError::Xdp(format!("attaching XDP to {iface} needs CAP_BPF and CAP_NET_ADMIN ({e})")))
+        }
+        Err(e) => Err(CaptureError::Xdp(format!("native XDP on {iface} failed: {e}"))),
+    }
+}
+
+/// Binds queue `q`, retrying while a previous socket's teardown still holds it (EBUSY).
+fn bind_with_retry(ifindex: u32, q: usize, xcfg: XskConfig) -> Result<Xsk, SysError> {
+    let mut wait = Duration::from_millis(50);
+    loop {
+        match Xsk::bind(ifindex, q as u32, xcfg) {
+            Err(e) if e.errno() == Some(libc::EBUSY) && wait < Duration::from_secs(2) => {
+                std::thread::sleep(wait);
+                wait *= 2;
+            }
+            r => return r,
+        }
+    }
+}
+
+/// Bytes of an AF_XDP UMEM frame holding a cell of `cell_size` bytes.
+pub fn umem_frame_size(cell_size: usize) -> u32 {
+    if cell_size > 2048 {
+        4096
+    } else {
+        2048
+    }
+}
+
+fn open_af_xdp(cfg: BackendConfig, s: &Setup<'_>) -> Result<Opened, CaptureError> {
+    let have = netdev::rx_queues(s.iface);
+    if s.queues > have {
+        return Err(CaptureError::Xdp(format!(
+            "{} has {have} receive queues, {} were asked for",
+            s.iface, s.queues
+        )));
+    }
+    // Compile the filter first: a bad expression is reported before anything is attached.
+    // Compiled as for a live capture (VLAN tags in metadata), as AF_PACKET's and tcpdump's.
+    let program = s
+        .filter
+        .map(|expr| filter::compile_live_user(expr, s.iface, s.snaplen))
+        .transpose()?;
+    let filters = vec![program; s.queues];
+    let mut xdp = attach(cfg, s.iface)?;
+    let xcfg = XskConfig {
+        frame_size: umem_frame_size(s.pool.cell_size),
+        frame_count: (s.pool.cells * s.pool.chunks) as u32,
+        zero_copy: cfg.zero_copy,
+    };
+    let mut sources: Vec<Box<dyn Source>> = Vec::with_capacity(s.queues);
+    let mut pools = Vec::with_capacity(s.queues);
+    let mut shares = Vec::with_capacity(s.queues);
+    let mut mode = String::new();
+    for (q, f) in filters.into_iter().enumerate() {
+        let xsk = bind_with_retry(s.ifindex, q, xcfg).map_err(|e| match e.errno() {
+            Some(libc::EBUSY) => CaptureError::Xdp(format!(
+                "queue {q} of {} is busy (another AF_XDP socket?): {e}",
+                s.iface
+            )),
+            Some(libc::EOPNOTSUPP) if cfg.zero_copy == ZeroCopy::Required => {
+                CaptureError::Xdp(format!(
+                    "zero-copy unavailable on {} ({e}) and --zero-copy required",
+                    s.iface
+                ))
+            }
+            _ => CaptureError::Sys(e),
+        })?;
+        xdp.register(q as u32, &xsk)?;
+        if q == 0 {
+            mode = match &xsk.report().copy_reason {
+                None => "zero-copy".to_string(),
+                Some(r) => format!("copy mode: {r}"),
+            };
+        }
+        pools.push(Arc::new(Pool::of_frames(
+            q,
+            s.pool,
+            s.queue_capacity[q],
+            xsk.umem(),
+        )));
+        shares.push(xsk.share()?);
+        sources.push(Box::new(XdpSource::new(xsk, f)));
+    }
+    Ok(Opened {
+        sources,
+        pools,
+        xdp: Some(xdp),
+        shares,
+        kernel_filter: false,
+        report: format!(
+            "backend af_xdp (native XDP, {mode}; UMEM of {} frames per queue)",
+            xcfg.frame_count
+        ),
+    })
+}

@@ -1,0 +1,127 @@
+//! Watching the capture interface while capturing: down, up again, or gone.
+//!
+//! A packet socket stops receiving when its interface goes down and receives again when it
+//! comes back up; if the interface is deleted it never will. The supervisor looks at the
+//! interface on every tick and says so once per change on stderr (as tcpdump keeps capturing
+//! across a down/up); capture threads wait long while the link is down, since no packet can
+//! come, instead of waking for nothing. A deleted interface ends the capture.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use poolcap_sys::netdev;
+
+/// What the interface looks like now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// Administratively up.
+    Up,
+    /// Down.
+    Down,
+    /// Deleted (or replaced by another interface of the same name).
+    Gone,
+}
+
+/// What changed since the previous look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkEvent {
+    /// It went down.
+    Down,
+    /// It came back up.
+    Up,
+    /// It was deleted.
+    Gone,
+}
+
+/// The supervisor's view of the capture interface; see the module docs.
+#[derive(Debug)]
+pub struct LinkWatch {
+    iface: String,
+    ifindex: u32,
+    up: bool,
+    /// Shared with the capture threads: true while the link is down.
+    pub down: Arc<AtomicBool>,
+}
+
+impl LinkWatch {
+    /// Watches `iface` (index `ifindex`), assumed up.
+    pub fn new(iface: &str, ifindex: u32) -> Self {
+        Self {
+            iface: iface.to_string(),
+            ifindex,
+            up: true,
+            down: Arc::default(),
+        }
+    }
+
+    /// Looks at the interface (sysfs and the index of its name).
+    pub fn look(&self) -> Seen {
+        match poolcap_sys::socket::ifindex(&self.iface) {
+            Ok(i) if i == self.ifindex => {
+                if netdev::is_up(&self.iface).unwrap_or(true) {
+                    Seen::Up
+                } else {
+                    Seen::Down
+                }
+            }
+            _ => Seen::Gone,
+        }
+    }
+
+    /// Takes in what was seen; returns the change to report, if any.
+    pub fn observe(&mut self, seen: Seen) -> Option<LinkEvent> {
+        let event = match (self.up, seen) {
+            (_, Seen::Gone) => Some(LinkEvent::Gone),
+            (true, Seen::Down) => Some(LinkEvent::Down),
+            (false, Seen::Up) => Some(LinkEvent::Up),
+            _ => None,
+        };
+        self.up = seen == Seen::Up;
+        self.down.store(!self.up, Ordering::Relaxed);
+        event
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_change_is_reported_once() {
+        let mut w = LinkWatch::new("t0", 7);
+        let seen = [
+            Seen::Up,
+            Seen::Down,
+            Seen::Down,
+            Seen::Up,
+            Seen::Up,
+            Seen::Gone,
+        ];
+        let events: Vec<_> = seen.iter().map(|&s| w.observe(s)).collect();
+        assert_eq!(
+            events,
+            [
+                None,
+                Some(LinkEvent::Down),
+                None,
+                Some(LinkEvent::Up),
+                None,
+                Some(LinkEvent::Gone)
+            ]
+        );
+    }
+
+    #[test]
+    fn capture_threads_see_the_link_down_while_it_is() {
+        let mut w = LinkWatch::new("t0", 7);
+        w.observe(Seen::Down);
+        assert!(w.down.load(Ordering::Relaxed));
+        w.observe(Seen::Up);
+        assert!(!w.down.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn a_missing_interface_is_gone() {
+        assert_eq!(LinkWatch::new("no-such-if0", 1).look(), Seen::Gone);
+    }
+}

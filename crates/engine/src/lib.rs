@@ -1,0 +1,22 @@
+//! poolcap's engine: capture queues, pools, capture threads, workers and sinks (file writer,
+//! forwarder), with the offload policies of WireCAP and the congestion control of Zabala et
+//! al. (see `shared/design.md`), and the probe that runs its rules on the engine's workers.
+//!
+//! - [`capture`]: the engine itself, from the kernel's rings to the sinks, and its exact
+//!   accounting;
+//! - [`probe`]: `poolcap probe`'s periods, reports, control socket, offline input and the
+//!   in-kernel rules, beside a running engine (the rules themselves are `poolcap-probe`);
+//! - [`outfile`]: creating the files a capture writes without following planted links;
+//! - [`memlimit`]: how much memory a pool may still take (`MemAvailable`, cgroup limits);
+//! - [`console`]: status lines that never end the process ([`say!`]).
+//!
+//! The engine knows nothing of the lab, the bench rig or plotting (crates `poolcap-lab`,
+//! `poolcap-bench`); all kernel access, with its raw pointers, is in `poolcap-sys`, and this
+//! crate forbids `unsafe_code`.
+#![forbid(unsafe_code)]
+
+pub mod capture;
+pub mod console;
+pub mod memlimit;
+pub mod outfile;
+pub mod probe;
