@@ -340,7 +340,6 @@ impl TxBatch {
             return Ok(0);
         }
         self.iovs.clear();
-        self.msgs.clear();
         let base = self.arena.as_mut_ptr();
         for i in from..to {
             // SAFETY: slot i lies inside the arena (i < capacity), so the offset is in bounds.
@@ -350,23 +349,48 @@ impl TxBatch {
                 iov_len: self.lens[i],
             });
         }
-        for iov in self.iovs.iter_mut() {
-            // SAFETY: msghdr is plain data; all-zero (no address, no control data) is valid.
-            let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-            hdr.msg_iov = iov as *mut libc::iovec;
-            hdr.msg_iovlen = 1;
-            self.msgs.push(libc::mmsghdr {
-                msg_hdr: hdr,
-                msg_len: 0,
-            });
-        }
-        let n = self.msgs.len() as libc::c_uint;
-        // SAFETY: each mmsghdr points at one iovec in `self.iovs`, which points into
-        // `self.arena`; none of them moves or is freed during the call.
-        let rc = unsafe { libc::sendmmsg(sock.fd.as_raw_fd(), self.msgs.as_mut_ptr(), n, 0) };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(rc as usize)
+        // The iovecs point into `self.arena`, which neither moves nor is freed during the call.
+        send_frames(sock.as_fd(), &mut self.iovs, &mut self.msgs)
     }
+}
+
+/// Sends one frame per iovec with one `sendmmsg` call on `fd` (through the syscall
+/// chokepoint, so a test can make it fail); `msgs` is scratch space, cleared before return.
+/// Returns how many frames the kernel accepted (a prefix); `Err` only when it accepted none.
+///
+/// The caller keeps every iovec's memory alive and unmoved for the call: the generator's
+/// arena, or a pool chunk when forwarding.
+pub(crate) fn send_frames(
+    fd: BorrowedFd<'_>,
+    iovs: &mut [libc::iovec],
+    msgs: &mut Vec<libc::mmsghdr>,
+) -> io::Result<usize> {
+    crate::error::enter("sendmmsg", String::new).map_err(|e| e.source)?;
+    msgs.clear();
+    for iov in iovs.iter_mut() {
+        // SAFETY: msghdr is plain data; all-zero (no address, no control data) is valid.
+        let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+        hdr.msg_iov = iov as *mut libc::iovec;
+        hdr.msg_iovlen = 1;
+        msgs.push(libc::mmsghdr {
+            msg_hdr: hdr,
+            msg_len: 0,
+        });
+    }
+    // SAFETY: each mmsghdr points at one iovec of `iovs`, borrowed mutably for this call so
+    // neither moves; each iovec points at memory the caller keeps alive for the call (see
+    // above); the kernel only reads the frames and writes `msg_len`.
+    let rc = unsafe {
+        libc::sendmmsg(
+            fd.as_raw_fd(),
+            msgs.as_mut_ptr(),
+            msgs.len() as libc::c_uint,
+            0,
+        )
+    };
+    msgs.clear();
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(rc as usize)
 }

@@ -15,10 +15,10 @@
 //! picks the queue of the sending CPU, which changes when the thread migrates.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 
 use crate::error::Result;
-use crate::socket::PacketSocket;
+use crate::socket::{send_frames, PacketSocket};
 use crate::sockopt;
 
 /// Most frames handed to the kernel in one `sendmmsg` (the kernel's UIO_MAXIOV cap).
@@ -67,38 +67,12 @@ impl FrameSender {
             return Ok(0);
         }
         self.iovs.clear();
-        self.msgs.clear();
         self.iovs.extend(frames.iter().map(|f| libc::iovec {
             iov_base: f.as_ptr().cast_mut().cast(),
             iov_len: f.len(),
         }));
-        for iov in self.iovs.iter_mut() {
-            // SAFETY: msghdr is plain data; all-zero (no address, no control data) is valid.
-            let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-            hdr.msg_iov = iov as *mut libc::iovec;
-            hdr.msg_iovlen = 1;
-            self.msgs.push(libc::mmsghdr {
-                msg_hdr: hdr,
-                msg_len: 0,
-            });
-        }
-        // SAFETY: each mmsghdr points at one iovec in `self.iovs` (not reallocated: both
-        // vectors were filled to at most their capacity), each iovec at a frame borrowed for
-        // this call; the kernel only reads them.
-        let rc = unsafe {
-            libc::sendmmsg(
-                self.sock.as_fd().as_raw_fd(),
-                self.msgs.as_mut_ptr(),
-                self.msgs.len() as libc::c_uint,
-                0,
-            )
-        };
-        let result = if rc < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(rc as usize)
-        };
-        self.msgs.clear();
+        // Each iovec points at a frame borrowed for this call.
+        let result = send_frames(self.sock.as_fd(), &mut self.iovs, &mut self.msgs);
         self.iovs.clear();
         result
     }
@@ -111,4 +85,29 @@ pub fn is_link_down(e: &io::Error) -> bool {
         e.raw_os_error(),
         Some(libc::ENETDOWN) | Some(libc::ENXIO) | Some(libc::ENODEV)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fault::inject;
+    use crate::socket::ifindex;
+
+    /// A refused `sendmmsg` reaches the forwarder as the kernel's error (so `is_link_down`
+    /// and the transient checks see it), and the next batch goes out again.
+    #[test]
+    fn a_refused_send_carries_its_errno_and_the_next_batch_goes_out() {
+        if !crate::process::is_root() {
+            eprintln!("skipped: AF_PACKET sockets need root (CI runs the suite as root)");
+            return;
+        }
+        let mut tx = FrameSender::open(ifindex("lo").unwrap(), 1 << 20).unwrap();
+        let frame = [0u8; 60];
+        let frames: Vec<&[u8]> = vec![&frame; 3];
+        let plan = inject("sendmmsg", libc::ENETDOWN, 0, 1);
+        let e = tx.send(&frames).unwrap_err();
+        assert!(is_link_down(&e), "{e}");
+        drop(plan);
+        assert_eq!(tx.send(&frames).unwrap(), 3);
+    }
 }
