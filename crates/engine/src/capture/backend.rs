@@ -218,6 +218,23 @@ fn bind_with_retry(ifindex: u32, q: usize, xcfg: XskConfig) -> Result<Xsk, SysEr
     }
 }
 
+/// Binds queue `q`'s AF_XDP socket, saying why in the capture's words when it cannot.
+fn bind_queue(s: &Setup<'_>, q: usize, xcfg: XskConfig) -> Result<Xsk, CaptureError> {
+    bind_with_retry(s.ifindex, q, xcfg).map_err(|e| match e.errno() {
+        Some(libc::EBUSY) => CaptureError::Xdp(format!(
+            "queue {q} of {} is busy (another AF_XDP socket?): {e}",
+            s.iface
+        )),
+        Some(libc::EOPNOTSUPP) if xcfg.zero_copy == ZeroCopy::Required => {
+            CaptureError::Xdp(format!(
+                "zero-copy unavailable on {} ({e}) and --zero-copy required",
+                s.iface
+            ))
+        }
+        _ => CaptureError::Sys(e),
+    })
+}
+
 /// Bytes of an AF_XDP UMEM frame holding a cell of `cell_size` bytes.
 pub fn umem_frame_size(cell_size: usize) -> u32 {
     if cell_size > 2048 {
@@ -253,19 +270,7 @@ fn open_af_xdp(cfg: BackendConfig, s: &Setup<'_>) -> Result<Opened, CaptureError
     let mut shares = Vec::with_capacity(s.queues);
     let mut mode = String::new();
     for (q, f) in filters.into_iter().enumerate() {
-        let xsk = bind_with_retry(s.ifindex, q, xcfg).map_err(|e| match e.errno() {
-            Some(libc::EBUSY) => CaptureError::Xdp(format!(
-                "queue {q} of {} is busy (another AF_XDP socket?): {e}",
-                s.iface
-            )),
-            Some(libc::EOPNOTSUPP) if cfg.zero_copy == ZeroCopy::Required => {
-                CaptureError::Xdp(format!(
-                    "zero-copy unavailable on {} ({e}) and --zero-copy required",
-                    s.iface
-                ))
-            }
-            _ => CaptureError::Sys(e),
-        })?;
+        let xsk = bind_queue(s, q, xcfg)?;
         xdp.register(q as u32, &xsk)?;
         if q == 0 {
             mode = match &xsk.report().copy_reason {
