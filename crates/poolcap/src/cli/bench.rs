@@ -3,8 +3,6 @@
 //! BENCHMARKS.md, `report` rebuilds BENCHMARKS.md from the latest results.
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 
 use clap::builder::PossibleValue;
 use clap::{Args, ValueEnum};
@@ -190,10 +188,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             root.display()
         );
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))?;
-    }
+    let stop = crate::cli::flag_on(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
     let scale = match (args.smoke, args.quick) {
         (true, _) => Scale::Smoke,
         (false, true) => Scale::Quick,

@@ -3,7 +3,6 @@
 //! as JSON and prints it, with what the buffers absorb.
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -94,10 +93,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
     if args.runs == 0 || args.frames == 0 {
         return Err(crate::cli::usage("--runs and --frames must be at least 1"));
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))?;
-    }
+    let stop = crate::cli::flag_on(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let when = crate::bench::manager::timestamp(crate::bench::manager::now());
     let mut profile = match &args.iface {

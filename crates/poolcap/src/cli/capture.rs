@@ -2,8 +2,6 @@
 //! engine, with the engine's own knobs as long options.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
@@ -474,10 +472,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         (target, args.format)
     });
     // SIGHUP too: a capture in a closed terminal or an ended ssh session stops as cleanly.
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [SIGINT, SIGTERM, SIGHUP] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))?;
-    }
+    let stop = crate::cli::flag_on(&[SIGINT, SIGTERM, SIGHUP])?;
     let warning = crate::cli::predict::capture_warning(&cfg);
     let (iface, snaplen, queues, pool) = (cfg.iface.clone(), cfg.snaplen, cfg.queues, cfg.pool);
     let stats_path = stats.as_ref().map(|s| s.path().to_owned());

@@ -6,7 +6,6 @@
 //! single frame is taken from IN, and reported in one line with exit code 2.
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -375,10 +374,7 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
     let stats_path = stats.as_ref().map(|s| s.path().to_owned());
     poolcap_sys::privilege::check_raw_sockets("forwarding packets")?;
     let metrics = crate::cli::export::bind_metrics(&args.export)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))?;
-    }
+    let stop = crate::cli::flag_on(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
     let mut engines: Vec<(Engine, String)> = Vec::new();
     let directions = dirs.len();
     for (i, (cfg, dir)) in configs.into_iter().zip(&dirs).enumerate() {

@@ -2,8 +2,6 @@
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 
 use clap::Args;
 
@@ -295,10 +293,7 @@ fn print_report(r: &GenReport) {
 pub fn run(args: GenArgs) -> anyhow::Result<()> {
     poolcap_sys::privilege::check_raw_sockets("sending raw frames")?;
     let cfg = config(&args)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))?;
-    }
+    let stop = crate::cli::flag_on(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
     let report = gen::run(cfg, &stop)?;
     if args.json {
         println!("{}", serde_json::to_string(&report)?);

@@ -90,6 +90,16 @@ impl fmt::Display for Reported {
 
 impl std::error::Error for Reported {}
 
+/// A flag that becomes true when any of `signals` arrives (SIGINT and SIGTERM end a run,
+/// SIGHUP reloads the probe's rules); the run polls it.
+pub fn flag_on(signals: &[i32]) -> anyhow::Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+    let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for &sig in signals {
+        signal_hook::flag::register(sig, std::sync::Arc::clone(&flag))?;
+    }
+    Ok(flag)
+}
+
 /// Shorthand: an `anyhow::Error` that maps to exit code 2.
 pub fn usage(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(UsageError(msg.into()))

@@ -201,10 +201,8 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
             ));
         }
         let cfg = engine_config(&args, "")?;
-        let stop = Arc::new(AtomicBool::new(false));
-        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-            signal_hook::flag::register(sig, Arc::clone(&stop))?;
-        }
+        let stop =
+            crate::cli::flag_on(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
         let report = probe::offline::run(cfg, config, args.report.as_deref(), !args.quiet, stop)
             .map_err(|e| match e.downcast::<CaptureError>() {
                 Ok(c) => engine_error(c),
@@ -254,12 +252,8 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     let hub = Hub::new(config);
     cfg.probe = Some(Arc::clone(&hub));
     let socket = args.ctl.as_deref().map(ControlSocket::bind).transpose()?;
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))?;
-    }
-    let hangup = Arc::new(AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hangup))?;
+    let stop = crate::cli::flag_on(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
+    let hangup = crate::cli::flag_on(&[signal_hook::consts::SIGHUP])?;
     let (queues, workers) = (cfg.queues, cfg.workers);
     // The report file is created before the privileges go, and handed to -Z's user.
     let mut reporter = Reporter::new(hub, SystemTime::now(), args.report.as_deref(), !args.quiet)?;
@@ -334,12 +328,8 @@ fn run_in_kernel(
     let kafka = export::plan_kafka(&args.kafka, iface)?;
     let exporters = export::start_exporters(ipfix, kafka)?;
     let socket = args.ctl.as_deref().map(ControlSocket::bind).transpose()?;
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))?;
-    }
-    let hangup = Arc::new(AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hangup))?;
+    let stop = crate::cli::flag_on(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
+    let hangup = crate::cli::flag_on(&[signal_hook::consts::SIGHUP])?;
     let hub = Hub::new(config);
     let started = SystemTime::now();
     let mut reporter = Reporter::new(hub, started, args.report.as_deref(), !args.quiet)?;
