@@ -3,7 +3,7 @@
 //! `snk0`. Every frame must arrive exactly once and in its flow's order, and the forwarder's
 //! accounting must add up exactly, whatever the speed.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use libtest_mimic::Trial;
@@ -38,6 +38,45 @@ pub(crate) fn sink_capture(lab: &Lab, file: &Path, json: &Path) -> Background {
         .arg("--stats-json")
         .arg(json);
     Background::start(cmd, "listening on")
+}
+
+/// One forwarding run seen from both ends: what the sender sent, the forwarder's statistics
+/// and stderr, and the sink's capture file and statistics.
+pub(crate) struct Through {
+    pub sent: u64,
+    pub stats: serde_json::Value,
+    pub err: String,
+    pub file: PathBuf,
+    pub sink: serde_json::Value,
+}
+
+/// Runs `poolcap forward ARGS --stats-json` between a capture on the sink and the generator
+/// (`gen_args`), stops both after the traffic has passed, and checks that both exited
+/// cleanly. Files go to `dir`.
+pub(crate) fn through_sink(lab: &Lab, dir: &Path, args: &[&str], gen_args: &[&str]) -> Through {
+    let (file, sink_json, json) = (
+        dir.join("sink.pcapng"),
+        dir.join("sink.json"),
+        dir.join("fwd.json"),
+    );
+    let cap = sink_capture(lab, &file, &sink_json);
+    let mut all = args.to_vec();
+    all.extend(["--stats-json", json.to_str().unwrap()]);
+    let fwd = forward(lab, &all);
+    let sent = num(&gen(lab, gen_args), "frames");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (code, err) = fwd.stop("INT");
+    assert_eq!(code, Some(0), "forward failed: {err}");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let (code, cap_err) = cap.stop("INT");
+    assert_eq!(code, Some(0), "sink capture failed: {cap_err}");
+    Through {
+        sent,
+        stats: stats(&json),
+        err,
+        file,
+        sink: stats(&sink_json),
+    }
 }
 
 /// The six terms of the forwarding equation.
@@ -91,14 +130,9 @@ pub(crate) fn sink_frames(file: &Path) -> (u64, u64, u64, u64) {
 fn forwards_every_frame_once_in_flow_order() {
     let lab = lab3(2);
     let dir = tempdir();
-    let (file, sink_json, json) = (
-        dir.path().join("sink.pcapng"),
-        dir.path().join("sink.json"),
-        dir.path().join("fwd.json"),
-    );
-    let cap = sink_capture(&lab, &file, &sink_json);
-    let fwd = forward(
+    let t = through_sink(
         &lab,
+        dir.path(),
         &[
             "--queues",
             "2",
@@ -111,46 +145,29 @@ fn forwards_every_frame_once_in_flow_order() {
             "32,16",
             "--offload",
             "buddy:25",
-            "--stats-json",
-            json.to_str().unwrap(),
         ],
-    );
-    let sent = gen(
-        &lab,
         &[
             "--count", "20000", "--rate", "20k", "--flows", "16", "--skew", "0.8",
         ],
     );
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    let (code, err) = fwd.stop("INT");
-    assert_eq!(code, Some(0), "forward failed: {err}");
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    let (code, cap_err) = cap.stop("INT");
-    assert_eq!(code, Some(0), "sink capture failed: {cap_err}");
-    let s = stats(&json);
-    assert_equation(&s, num(&sent, "frames"));
-    let forwarded = num(&s, "forwarded");
+    let s = &t.stats;
+    assert_equation(s, t.sent);
+    let forwarded = num(s, "forwarded");
     assert!(forwarded > 0, "nothing forwarded: {s}");
-    assert!(
-        num(&s, "offloaded_out") > 0,
-        "no chunk went to a buddy: {s}"
-    );
-    let sink_stats = stats(&sink_json);
-    let sink_seen = num(&sink_stats, "captured")
-        + num(&sink_stats, "dropped_kernel")
-        + num(&sink_stats, "dropped_pool");
+    assert!(num(s, "offloaded_out") > 0, "no chunk went to a buddy: {s}");
+    let sink_seen =
+        num(&t.sink, "captured") + num(&t.sink, "dropped_kernel") + num(&t.sink, "dropped_pool");
     assert_eq!(
         sink_seen, forwarded,
-        "the sink got what was forwarded: {sink_stats}"
+        "the sink got what was forwarded: {}",
+        t.sink
     );
-    let (frames, unique, dups, reordered) = sink_frames(&file);
-    assert_eq!(frames, num(&sink_stats, "captured"));
+    let (frames, unique, dups, reordered) = sink_frames(&t.file);
+    assert_eq!(frames, num(&t.sink, "captured"));
     assert_eq!((unique, dups), (frames, 0), "every frame once");
     assert_eq!(reordered, 0, "no flow reordered");
 }
 
-/// A load the single worker cannot keep up with: the kernel and the pool drop, and every
-/// received frame is still in exactly one term.
 fn accounts_exactly_under_overload() {
     let lab = lab3(1);
     let dir = tempdir();
@@ -389,28 +406,21 @@ fn bad_input_fails_before_forwarding() {
 fn check_reports_latency_through_the_forwarder() {
     let lab = lab3(1);
     let dir = tempdir();
-    let (file, sink_json) = (dir.path().join("sink.pcapng"), dir.path().join("sink.json"));
-    let cap = sink_capture(&lab, &file, &sink_json);
-    let fwd = forward(&lab, &[]);
-    gen(
+    let t = through_sink(
         &lab,
+        dir.path(),
+        &[],
         &[
             "--count", "2000", "--rate", "10k", "--size", "64", "--flows", "4",
         ],
     );
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let (code, err) = fwd.stop("INT");
-    assert_eq!(code, Some(0), "forward failed: {err}");
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    let (code, cap_err) = cap.stop("INT");
-    assert_eq!(code, Some(0), "sink capture failed: {cap_err}");
-    let captured = num(&stats(&sink_json), "captured");
+    let (file, captured) = (&t.file, num(&t.sink, "captured"));
     assert!(captured > 0, "the sink captured nothing");
 
     let check = |args: &[&str]| {
         let out = Command::new(bin())
             .arg("check")
-            .arg(&file)
+            .arg(file)
             .args(args)
             .output()
             .expect("run poolcap check");
@@ -477,16 +487,11 @@ fn tcpdump_frames(file: &Path) -> Vec<String> {
 fn write_holds_exactly_what_was_forwarded() {
     let lab = lab3(2);
     let dir = tempdir();
-    let (file, sink_json, json, passed) = (
-        dir.path().join("sink.pcapng"),
-        dir.path().join("sink.json"),
-        dir.path().join("fwd.json"),
-        dir.path().join("passed.pcap"),
-    );
-    let cap = sink_capture(&lab, &file, &sink_json);
+    let passed = dir.path().join("passed.pcap");
     let rule = "udp[23] & 3 = 0";
-    let fwd = forward(
+    let t = through_sink(
         &lab,
+        dir.path(),
         &[
             "--queues",
             "2",
@@ -498,37 +503,29 @@ fn write_holds_exactly_what_was_forwarded() {
             "pcap",
             "-w",
             passed.to_str().unwrap(),
-            "--stats-json",
-            json.to_str().unwrap(),
         ],
+        &["--count", "6000", "--rate", "20k", "--flows", "8"],
     );
-    let sent = gen(&lab, &["--count", "6000", "--rate", "20k", "--flows", "8"]);
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    let (code, err) = fwd.stop("INT");
-    assert_eq!(code, Some(0), "forward failed: {err}");
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    let (code, cap_err) = cap.stop("INT");
-    assert_eq!(code, Some(0), "sink capture failed: {cap_err}");
-    let s = stats(&json);
-    assert_equation(&s, num(&sent, "frames"));
-    let forwarded = num(&s, "forwarded");
-    assert!(forwarded > 0 && num(&s, "dropped_by_rule") > 0, "{s}");
-    assert_eq!(num(&s, "written"), forwarded, "{s}");
+    let s = &t.stats;
+    assert_equation(s, t.sent);
+    let forwarded = num(s, "forwarded");
+    assert!(forwarded > 0 && num(s, "dropped_by_rule") > 0, "{s}");
+    assert_eq!(num(s, "written"), forwarded, "{s}");
     assert_eq!(
         tcpdump_count(&passed, &[]),
         forwarded,
         "the file holds them"
     );
     assert_eq!(tcpdump_count(&passed, &[rule]), 0, "no dropped frame in it");
-    let sink_stats = stats(&sink_json);
     assert_eq!(
-        num(&sink_stats, "captured"),
+        num(&t.sink, "captured"),
         forwarded,
-        "the sink captured all (busy machine? rerun): {sink_stats}"
+        "the sink captured all (busy machine? rerun): {}",
+        t.sink
     );
     assert_eq!(
         tcpdump_frames(&passed),
-        tcpdump_frames(&file),
+        tcpdump_frames(&t.file),
         "the file holds exactly the frames the sink received"
     );
 }

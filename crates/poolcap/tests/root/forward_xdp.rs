@@ -12,7 +12,7 @@ use std::time::Duration;
 use libtest_mimic::Trial;
 
 use crate::common::{bin, gen, if_counters, num, poolcap_in, stats, tcpdump_count, tempdir, trial};
-use crate::forward::{assert_equation, forward, lab3, sink, sink_capture, sink_frames};
+use crate::forward::{assert_equation, forward, lab3, sink, sink_frames, through_sink};
 
 /// What every AF_XDP forward on veth must report as its transmit path.
 const COPY_PATH: &str = "af_xdp shared umem (copy)";
@@ -39,42 +39,22 @@ fn check_exactly(file: &Path, n: u64) -> serde_json::Value {
 fn every_frame_once_in_flow_order_on_two_queues() {
     let lab = lab3(2);
     let dir = tempdir();
-    let (file, sink_json, json) = (
-        dir.path().join("sink.pcapng"),
-        dir.path().join("sink.json"),
-        dir.path().join("fwd.json"),
-    );
-    let cap = sink_capture(&lab, &file, &sink_json);
-    let fwd = forward(
+    let t = through_sink(
         &lab,
-        &[
-            "--backend",
-            "af_xdp",
-            "--queues",
-            "2",
-            "--stats-json",
-            json.to_str().unwrap(),
-        ],
+        dir.path(),
+        &["--backend", "af_xdp", "--queues", "2"],
+        &["--count", "20000", "--rate", "20k", "--flows", "16"],
     );
-    let sent = num(
-        &gen(
-            &lab,
-            &["--count", "20000", "--rate", "20k", "--flows", "16"],
-        ),
-        "frames",
+    let (s, sent) = (&t.stats, t.sent);
+    assert!(
+        t.err.contains(&format!("transmit: {COPY_PATH}")),
+        "{}",
+        t.err
     );
-    std::thread::sleep(Duration::from_millis(500));
-    let (code, err) = fwd.stop("INT");
-    assert_eq!(code, Some(0), "forward failed: {err}");
-    assert!(err.contains(&format!("transmit: {COPY_PATH}")), "{err}");
-    std::thread::sleep(Duration::from_millis(200));
-    let (code, cap_err) = cap.stop("INT");
-    assert_eq!(code, Some(0), "sink capture failed: {cap_err}");
-    let s = stats(&json);
     assert_eq!(s["tx_path"], COPY_PATH, "{s}");
-    assert_equation(&s, sent);
+    assert_equation(s, sent);
     assert_eq!(
-        num(&s, "forwarded"),
+        num(s, "forwarded"),
         sent,
         "no loss at 20k pps (busy machine? rerun): {s}"
     );
@@ -83,13 +63,13 @@ fn every_frame_once_in_flow_order_on_two_queues() {
     }
     let out = if_counters(&lab.probe.netns, "prb1").expect("prb1 counters");
     assert_eq!(out.tx_packets, sent, "prb1 sent what was forwarded");
-    let sink_stats = stats(&sink_json);
     assert_eq!(
-        num(&sink_stats, "captured"),
+        num(&t.sink, "captured"),
         sent,
-        "the sink lost nothing (busy machine? rerun): {sink_stats}"
+        "the sink lost nothing (busy machine? rerun): {}",
+        t.sink
     );
-    let v = check_exactly(&file, sent);
+    let v = check_exactly(&t.file, sent);
     let g = &v["generators"][0];
     assert_eq!(num(g, "reordered_in_flow"), 0, "no flow reordered: {v}");
 }
@@ -99,51 +79,32 @@ fn every_frame_once_in_flow_order_on_two_queues() {
 fn drop_rule_on_the_shared_umem_path() {
     let lab = lab3(1);
     let dir = tempdir();
-    let (file, sink_json, json) = (
-        dir.path().join("sink.pcapng"),
-        dir.path().join("sink.json"),
-        dir.path().join("fwd.json"),
-    );
     let rule = "udp[23] & 3 = 0";
-    let cap = sink_capture(&lab, &file, &sink_json);
     // A small pool: 8000 frames pass through its 4096 frames twice, so chunks must come
     // home (after their completions) for the run to lose nothing.
-    let fwd = forward(
+    let t = through_sink(
         &lab,
-        &[
-            "--backend",
-            "af_xdp",
-            "--pool",
-            "64,64",
-            "--drop",
-            rule,
-            "--stats-json",
-            json.to_str().unwrap(),
-        ],
+        dir.path(),
+        &["--backend", "af_xdp", "--pool", "64,64", "--drop", rule],
+        &["--count", "8000", "--rate", "20k", "--flows", "4"],
     );
-    let sent = num(
-        &gen(&lab, &["--count", "8000", "--rate", "20k", "--flows", "4"]),
-        "frames",
-    );
-    std::thread::sleep(Duration::from_millis(500));
-    let (code, err) = fwd.stop("INT");
-    assert_eq!(code, Some(0), "forward failed: {err}");
-    std::thread::sleep(Duration::from_millis(200));
-    let (code, cap_err) = cap.stop("INT");
-    assert_eq!(code, Some(0), "sink capture failed: {cap_err}");
-    let s = stats(&json);
+    let (s, sent) = (&t.stats, t.sent);
     assert_eq!(s["tx_path"], COPY_PATH, "{s}");
-    assert_equation(&s, sent);
+    assert_equation(s, sent);
     assert_eq!(
-        (num(&s, "dropped_kernel"), num(&s, "dropped_pool")),
+        (num(s, "dropped_kernel"), num(s, "dropped_pool")),
         (0, 0),
         "loss at 20k pps (busy machine? rerun): {s}"
     );
-    assert_eq!(num(&s, "dropped_by_rule"), sent / 4, "{s}");
-    assert_eq!(num(&s, "forwarded"), sent - sent / 4, "{s}");
-    assert_eq!(tcpdump_count(&file, &[rule]), 0, "no dropped frame left");
-    assert_eq!(tcpdump_count(&file, &[]), sent - sent / 4, "the others did");
-    let (frames, unique, dups, reordered) = sink_frames(&file);
+    assert_eq!(num(s, "dropped_by_rule"), sent / 4, "{s}");
+    assert_eq!(num(s, "forwarded"), sent - sent / 4, "{s}");
+    assert_eq!(tcpdump_count(&t.file, &[rule]), 0, "no dropped frame left");
+    assert_eq!(
+        tcpdump_count(&t.file, &[]),
+        sent - sent / 4,
+        "the others did"
+    );
+    let (frames, unique, dups, reordered) = sink_frames(&t.file);
     assert_eq!((unique, dups, reordered), (frames, 0, 0), "once, in order");
 }
 
