@@ -1,8 +1,8 @@
 //! The manager: builds the suite's lab, calibrates, runs its points with the subjects
 //! interleaved, checks for Ctrl-C between runs, and hands the records to the formatters.
 //! [`render`] rebuilds a result directory's CSV, summary and figures from `meta.json` and
-//! `raw.jsonl` alone; [`report`] does that for the latest run of every suite and writes
-//! BENCHMARKS.md; [`run_all`] runs every suite and then [`report`].
+//! `raw.jsonl` alone; [`report()`] does that for the latest run of every suite and writes
+//! BENCHMARKS.md; [`run_all`] runs every suite and then [`report()`].
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -455,7 +455,7 @@ pub fn report(paths: &ReportPaths) -> anyhow::Result<()> {
 }
 
 /// Runs every suite (sizes with rps on, see [`suites::sizes`]), each into its own directory
-/// under `paths.results`, then [`report`]. A suite that fails is reported and the next runs.
+/// under `paths.results`, then [`report()`]. A suite that fails is reported and the next runs.
 pub fn run_all(
     template: &Options,
     paths: &ReportPaths,

@@ -2,7 +2,7 @@
 //!
 //! `eprintln!` panics when stderr is a closed pipe (`poolcap capture 2> >(head -c 1)`): the
 //! panic unwinds out of a capture before its statistics and file are finished. Everything a
-//! capture prints while it runs or stops goes through [`say!`] instead, which drops a message
+//! capture prints while it runs or stops goes through [`say!`](crate::say) instead, which drops a message
 //! nobody can read and carries on: a lost message costs nothing, a lost capture costs the
 //! packets in it.
 

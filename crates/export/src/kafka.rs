@@ -253,7 +253,7 @@ impl KafkaExporter {
     }
 
     /// Waits until every other [`KafkaSender`] is gone and the last messages are delivered
-    /// or given up ([`FLUSH_TIMEOUT`]); returns the counters, every message counted.
+    /// or given up (`FLUSH_TIMEOUT`); returns the counters, every message counted.
     pub fn finish(self) -> Arc<KafkaCounters> {
         let counters = Arc::clone(&self.sender.counters);
         drop(self.sender);

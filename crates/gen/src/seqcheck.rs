@@ -3,7 +3,7 @@
 //!
 //! Memory is one bit per sequence number up to the highest seen, so checking ten million
 //! frames takes about 1.2 MB. Frames that carry their send time also give their one-way
-//! latency ([`latency`]).
+//! latency (module `latency`).
 
 mod latency;
 

@@ -86,7 +86,7 @@ impl Role {
         }
     }
 
-    /// The interface's IPv4 address (prefix length [`PREFIX_LEN`]).
+    /// The interface's IPv4 address (prefix length `PREFIX_LEN`).
     pub fn ip(self) -> Ipv4Addr {
         match self {
             Role::Sender => Ipv4Addr::new(10, 77, 0, 1),

@@ -9,7 +9,7 @@
 //!   capture engine, forwarding and the probe;
 //! - `poolcap-gen` ([`gen`], [`frame`], [`flows`], [`seqcheck`], [`capfile`]): the traffic
 //!   generator and the check of what arrived;
-//! - `poolcap-bench` ([`bench`], [`calibrate`], [`sim`], [`plot`]): the measuring rig, the
+//! - `poolcap-bench` ([`bench`](mod@bench), [`calibrate`], [`sim`], [`plot`]): the measuring rig, the
 //!   cost calibration, the simulator and the figures;
 //! - `poolcap-sys` ([`netdev`]): kernel access; `poolcap-format`, `poolcap-lab`,
 //!   `poolcap-probe`, `poolcap-export` and `poolcap-doctor` are used by name.

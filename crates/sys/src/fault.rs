@@ -1,5 +1,5 @@
 //! The fake behind the one chokepoint every wrapped system call passes through
-//! ([`crate::error::enter`]): a test makes the next calls of a named syscall fail with an
+//! (`error::enter`): a test makes the next calls of a named syscall fail with an
 //! errno of its choosing, so error paths (a ring the kernel refuses, a socket that cannot be
 //! opened) are tested without root, a broken kernel or a full memory.
 //!

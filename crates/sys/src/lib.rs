@@ -4,11 +4,11 @@
 //! nothing else: AF_PACKET sockets and their socket options ([`socket`]), the TPACKET_V3
 //! receive ring ([`rx_ring`]), waiting on capture sockets ([`poll`]), the forwarder's sender
 //! ([`tx`]), AF_XDP sockets for capture and for forwarding from the UMEM ([`xsk`]), generated
-//! eBPF programs and maps ([`bpf`]), shared memory mappings ([`mmap`]) and a handful of
+//! eBPF programs and maps ([`bpf`]), shared memory mappings (module `mmap`) and a handful of
 //! process facts ([`process`]).
 //! Pipeline logic lives in the `poolcap` crate, which forbids `unsafe`.
 //!
-//! Every wrapper passes [`error::enter`] right before its system call: one chokepoint where
+//! Every wrapper passes `error::enter` right before its system call: one chokepoint where
 //! the unit tests' fake ([`fault`]) can make any named call fail.
 //!
 //! Safety contract: every `unsafe` block carries a `// SAFETY:` comment naming the

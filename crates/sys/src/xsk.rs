@@ -164,7 +164,7 @@ pub fn meta_span(addr: u64, frame_size: u32, umem_len: usize) -> Option<Range<us
 
 /// A received frame, owned by user space until given back with [`Xsk::refill`]. A frame
 /// dropped instead (a panic unwinding through a chunk) is not lost to its UMEM: its drop
-/// records it in [`LOST`] and its socket's next refill gives it back.
+/// records it in `LOST` and its socket's next refill gives it back.
 #[derive(Debug, PartialEq, Eq)]
 pub struct RxFrame {
     addr: u64,

@@ -9,7 +9,7 @@
 //! a_k = P(k arrivals during one service) and states 0..K-1 (customers left behind), the
 //! departure distribution pi solves pi = pi P, sum pi = 1, and the time-average (and, by
 //! PASTA, arrival-seen) probability that the system is full is P_K = 1 - 1 / (pi_0 + rho),
-//! rho = lambda * E[S]. That is the blocking probability.
+//! rho = lambda * E\[S\]. That is the blocking probability.
 
 /// P(k Poisson arrivals in one deterministic service), offered load `rho`: e^-rho rho^k / k!.
 pub fn deterministic_arrivals(rho: f64) -> impl Fn(usize) -> f64 {
