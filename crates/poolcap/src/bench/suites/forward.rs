@@ -348,9 +348,27 @@ fn headline(rows: &[Row]) -> String {
     let at = |p: &str, s: &str, key: &str| super::med(rows, |x| x == p, s, key);
     let top = "no load 64B top";
     let lat = |s: &str| at(top, s, "lat_p50_us").map_or("–".into(), |x| format!("{x:.0} µs"));
+    let own: Vec<&Row> = rows.iter().filter(|r| is_poolcap(r)).collect();
+    let worst = own.iter().max_by(|a, b| {
+        let l = |r: &Row| r.median("loss").unwrap_or(0.0);
+        l(a).total_cmp(&l(b))
+    });
+    let mid = crate::bench::stats::Spread::of(own.iter().filter_map(|r| r.median("loss")));
+    let worst = worst.map_or("–".into(), |w| {
+        format!(
+            "{} / {}: loss {}, p99 {}",
+            w.point,
+            w.subject,
+            pct_or_dash(w.median("loss")),
+            w.median("lat_p99_us")
+                .map_or("–".into(), |x| format!("{x:.0} µs"))
+        )
+    });
     format!(
-        "64 B at top speed, no load: forwarded {} (poolcap af_packet), {} (af_xdp), {} \
-         (netsniff-ng), {} (bridge); loss {}, {}, {}, {}; p50 latency {}, {}, {}, {}.",
+        "Worst poolcap point {worst}; median poolcap loss over all points {}. 64 B at top \
+         speed, no load: forwarded {} (poolcap af_packet), {} (af_xdp), {} (netsniff-ng), {} \
+         (bridge); loss {}, {}, {}, {}; p50 latency {}, {}, {}, {}.",
+        pct_or_dash(mid.map(|s| s.median)),
         super::kpps(at(top, "poolcap af_packet", "forwarded_pps")),
         super::kpps(at(top, "poolcap af_xdp", "forwarded_pps")),
         super::kpps(at(top, "netsniff-ng --in/--out", "forwarded_pps")),
