@@ -227,6 +227,11 @@ impl Tool {
         matches!(self, Tool::Forward | Tool::NetsniffFwd | Tool::Bridge)
     }
 
+    /// Whether it reports its own counts (the Linux bridge has no process that could).
+    pub fn accounts(self) -> bool {
+        self != Tool::Bridge
+    }
+
     /// The name used in tables.
     pub fn name(self) -> &'static str {
         match self {

@@ -138,8 +138,11 @@ fn kernel_drop(r: &Record) -> Option<f64> {
 }
 
 /// offered − captured − dropped − filtered − not_taken, as the tool counts them: 0 when the
-/// accounting equation holds.
+/// accounting equation holds; none for a tool that keeps no accounts (the bridge).
 fn unaccounted(r: &Record) -> Option<f64> {
+    if r.capture.as_ref().is_some_and(|c| !c.tool.accounts()) {
+        return None;
+    }
     let c = r.counts.as_ref()?;
     let offered = r.sent.as_ref()?.frames as f64;
     let [filtered, not_taken] = ["filtered", "not_taken"].map(|k| extra(r, k).unwrap_or(0.0));
