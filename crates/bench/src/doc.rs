@@ -29,6 +29,9 @@ pub fn title(s: Suite) -> &'static str {
         }
         Suite::Predict => "Loss prediction against measurement (issue 16, paper 002)",
         Suite::Probe => "Probe analysis throughput vs pmacctd and tshark (Zabala et al., Figs 6-9)",
+        Suite::Forward => {
+            "Forwarding: rate, loss, order and latency at the sink (WireCAP Figs 13-14)"
+        }
     }
 }
 

@@ -36,6 +36,7 @@ pub mod doc;
 pub mod figure;
 pub mod filecount;
 pub mod flowpeers;
+pub mod forward_peers;
 pub mod manager;
 pub mod meta;
 pub mod peer;

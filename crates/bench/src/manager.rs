@@ -160,7 +160,7 @@ fn run_in(
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<Rendered> {
     let suite = opts.suite.name();
-    let lab = Lab::unique(opts.suite.queues(), 2)?;
+    let lab = Lab::unique(opts.suite.queues(), opts.suite.hosts())?;
     if opts.rps {
         set_rps(&lab, true)?;
     }

@@ -55,6 +55,12 @@ pub enum Tool {
     Pmacct,
     /// tshark computing conversation statistics.
     Tshark,
+    /// `poolcap forward` (forwarding tools: see [`super::forward_peers`]).
+    Forward,
+    /// netsniff-ng forwarding `--in IN --out OUT`.
+    NetsniffFwd,
+    /// The Linux bridge between IN and OUT (kernel forwarding).
+    Bridge,
 }
 
 /// How to run a capture tool at one point. Fields after `load` are optional settings, most of
@@ -215,6 +221,17 @@ impl Tool {
         Tool::Dumpcap,
     ];
 
+    /// Whether it forwards from the probe's IN to its OUT (a `bench forward` subject) rather
+    /// than capturing.
+    pub fn forwards(self) -> bool {
+        matches!(self, Tool::Forward | Tool::NetsniffFwd | Tool::Bridge)
+    }
+
+    /// Whether it reports its own counts (the Linux bridge has no process that could).
+    pub fn accounts(self) -> bool {
+        self != Tool::Bridge
+    }
+
     /// The name used in tables.
     pub fn name(self) -> &'static str {
         match self {
@@ -225,13 +242,18 @@ impl Tool {
             Tool::Probe => "poolcap probe",
             Tool::Pmacct => "pmacctd",
             Tool::Tshark => "tshark",
+            Tool::Forward => "poolcap forward",
+            Tool::NetsniffFwd => "netsniff-ng --in/--out",
+            Tool::Bridge => "linux bridge",
         }
     }
 
     /// Programs that must be installed (poolcap is this executable).
     pub fn programs(self) -> &'static [&'static str] {
         match self {
-            Tool::Poolcap | Tool::Probe => &[],
+            Tool::Poolcap | Tool::Probe | Tool::Forward => &[],
+            Tool::NetsniffFwd => &["netsniff-ng", "stdbuf"],
+            Tool::Bridge => &["ip", "sh"],
             Tool::Pmacct => &["pmacctd"],
             Tool::Tshark => &["tshark", "env"],
             Tool::Tcpdump => &["tcpdump"],
@@ -243,7 +265,9 @@ impl Tool {
     /// The substring of an output line that says the tool is capturing.
     pub fn ready_marker(self) -> &'static str {
         match self {
-            Tool::Poolcap | Tool::Tcpdump => "listening on",
+            Tool::Poolcap | Tool::Tcpdump | Tool::Forward => "listening on",
+            Tool::NetsniffFwd => "Running!",
+            Tool::Bridge => "bridging",
             Tool::NetsniffNg => "Running!",
             Tool::Dumpcap | Tool::Tshark => "Capturing on",
             Tool::Probe => "probing on",
@@ -367,6 +391,9 @@ impl Tool {
                 let dir = stats.parent().unwrap_or(Path::new("."));
                 return super::probe_peers::launch(self, spec, iface, dir, exe);
             }
+            Tool::Forward | Tool::NetsniffFwd | Tool::Bridge => {
+                return super::forward_peers::launch(self, spec, iface, cpu, stats, exe);
+            }
             Tool::Dumpcap => {
                 let mib = spec.buffer_kib.div_ceil(1024).max(1).to_string();
                 push(&["dumpcap", "-i", iface, "-q"]);
@@ -412,6 +439,9 @@ impl Tool {
             }),
             Tool::Probe | Tool::Pmacct | Tool::Tshark => {
                 super::probe_peers::parse(self, output, stats.parent().unwrap_or(Path::new(".")))
+            }
+            Tool::Forward | Tool::NetsniffFwd | Tool::Bridge => {
+                super::forward_peers::parse(self, output, stats)
             }
             Tool::Dumpcap => {
                 let captured = number_after(output, "Packets captured:")?;
@@ -829,7 +859,7 @@ fn after<'a>(text: &'a str, key: &str) -> Option<&'a str> {
 }
 
 /// The number right before `key` on the last line holding it: `  123  packets incoming`.
-pub(super) fn number_before(text: &str, key: &str) -> anyhow::Result<u64> {
+pub(crate) fn number_before(text: &str, key: &str) -> anyhow::Result<u64> {
     text.lines()
         .rev()
         .find_map(|l| {

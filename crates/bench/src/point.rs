@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use super::child::{Finished, Running, TICKS_PER_SECOND};
 use super::filecount::count_file;
+use super::forward_peers::{out_tx, Sink};
 use super::peer::{self, CaptureSpec, Counts, Generator, Sent, Tool, Traffic};
 use super::sampler::{Sample, Sampler};
 use super::stats::{spacing, Spacing};
@@ -111,7 +112,7 @@ impl Subject {
             return false;
         }
         match &self.capture {
-            Some(c) => c.tool == Tool::Poolcap,
+            Some(c) => matches!(c.tool, Tool::Poolcap | Tool::Forward),
             None => self.generator == Generator::Poolcap,
         }
     }
@@ -253,7 +254,7 @@ impl Record {
 }
 
 /// `ip netns exec NS taskset -c CPUS PROGRAM ARGS...`.
-fn pinned(netns: &str, cpus: &str, argv: &[String]) -> Command {
+pub(super) fn pinned(netns: &str, cpus: &str, argv: &[String]) -> Command {
     let mut cmd = netns_command(netns, "taskset");
     cmd.arg("-c").arg(cpus).args(argv);
     cmd
@@ -397,6 +398,18 @@ impl Bench<'_> {
         let _ = std::fs::remove_file(&stats);
         let _ = std::fs::remove_file(file);
         let probe = &self.lab.probe;
+        let forwards = subject.capture.as_ref().is_some_and(|c| c.tool.forwards());
+        let sink = if forwards {
+            Some(Sink::start(
+                self.lab,
+                &self.exe,
+                &self.scratch,
+                GEN_CPU,
+                &self.stop,
+            )?)
+        } else {
+            None
+        };
         let tool = match &subject.capture {
             Some(c) => {
                 let launch = c
@@ -426,6 +439,11 @@ impl Bench<'_> {
         let sampler = match (&tool, point.sample_every) {
             (Some((_, r)), Some(every)) => Some(Sampler::start(r.pid(), every)),
             _ => None,
+        };
+        let out_before = if forwards {
+            Some(out_tx(self.lab)?)
+        } else {
+            None
         };
         let cpu_before = tool.as_ref().and_then(|(_, r)| r.cpu_ticks());
         let sw_before = tool.as_ref().and_then(|(_, r)| r.switches());
@@ -484,6 +502,11 @@ impl Bench<'_> {
             rec.involuntary_switches = Some(b.1.saturating_sub(a.1));
         }
         rec.counts = Some(spec.tool.parse(&fin.text, &stats)?);
+        if let (Some(sink), Some(before), Some(counts)) = (sink, out_before, rec.counts.as_mut()) {
+            let out = out_tx(self.lab)?.saturating_sub(before);
+            counts.extra.insert("out_tx".into(), out as f64);
+            rec.in_file = Some(sink.finish(&mut counts.extra)?.unique);
+        }
         // A rotated set has no one file to count (and -W overwrote its oldest files).
         if spec.write && spec.rotate.is_none() {
             let f = count_file(file, spec.compress.as_deref(), point.spacing)

@@ -138,12 +138,22 @@ fn kernel_drop(r: &Record) -> Option<f64> {
 }
 
 /// offered − captured − dropped − filtered − not_taken, as the tool counts them: 0 when the
-/// accounting equation holds.
+/// accounting equation holds; none for a tool that keeps no accounts (the bridge).
 fn unaccounted(r: &Record) -> Option<f64> {
+    if r.capture.as_ref().is_some_and(|c| !c.tool.accounts()) {
+        return None;
+    }
     let c = r.counts.as_ref()?;
     let offered = r.sent.as_ref()?.frames as f64;
     let [filtered, not_taken] = ["filtered", "not_taken"].map(|k| extra(r, k).unwrap_or(0.0));
     Some(offered - c.captured as f64 - c.dropped as f64 - filtered - not_taken)
+}
+
+/// Frames that reached the sink (each once) per second of sending.
+fn forwarded_pps(r: &Record) -> Option<f64> {
+    let seconds = r.sent.as_ref()?.seconds;
+    let n = extra(r, "sink_unique")?;
+    (seconds > 0.0).then(|| n / seconds)
 }
 
 /// Bytes of the written file (compressed, if so) per second of sending, in MB/s: what the
@@ -346,6 +356,76 @@ pub const METRICS: &[Metric] = &[
         title: "unaccounted",
         better: Better::Lower,
         get: unaccounted,
+        show: n0,
+    },
+    Metric {
+        key: "forwarded_pps",
+        title: "forwarded pps",
+        better: Better::Higher,
+        get: forwarded_pps,
+        show: kilo,
+    },
+    Metric {
+        key: "forwarded",
+        title: "forwarded (tool)",
+        better: Better::Higher,
+        get: |r| extra(r, "forwarded"),
+        show: n0,
+    },
+    Metric {
+        key: "out_tx",
+        title: "left OUT",
+        better: Better::Higher,
+        get: |r| extra(r, "out_tx"),
+        show: n0,
+    },
+    Metric {
+        key: "dropped_tx",
+        title: "dropped tx",
+        better: Better::Lower,
+        get: |r| extra(r, "dropped_tx"),
+        show: n0,
+    },
+    Metric {
+        key: "reordered",
+        title: "reordered",
+        better: Better::Lower,
+        get: |r| extra(r, "reordered"),
+        show: n0,
+    },
+    Metric {
+        key: "duplicates",
+        title: "duplicates",
+        better: Better::Lower,
+        get: |r| extra(r, "sink_duplicates"),
+        show: n0,
+    },
+    Metric {
+        key: "lat_p50_us",
+        title: "p50 µs",
+        better: Better::Lower,
+        get: |r| extra(r, "lat_p50_us"),
+        show: n0,
+    },
+    Metric {
+        key: "lat_p99_us",
+        title: "p99 µs",
+        better: Better::Lower,
+        get: |r| extra(r, "lat_p99_us"),
+        show: n0,
+    },
+    Metric {
+        key: "lat_p999_us",
+        title: "p99.9 µs",
+        better: Better::Lower,
+        get: |r| extra(r, "lat_p999_us"),
+        show: n0,
+    },
+    Metric {
+        key: "lat_max_us",
+        title: "max µs",
+        better: Better::Lower,
+        get: |r| extra(r, "lat_max_us"),
         show: n0,
     },
     Metric {

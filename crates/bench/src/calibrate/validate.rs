@@ -93,7 +93,13 @@ pub fn scenario(row: &Row, pps: f64) -> Option<Scenario> {
         Tool::Poolcap => ModelTool::Poolcap,
         Tool::Tcpdump => ModelTool::Tcpdump,
         Tool::Dumpcap => ModelTool::Dumpcap,
-        Tool::NetsniffNg | Tool::Probe | Tool::Pmacct | Tool::Tshark => return None,
+        Tool::NetsniffNg
+        | Tool::Probe
+        | Tool::Pmacct
+        | Tool::Tshark
+        | Tool::Forward
+        | Tool::NetsniffFwd
+        | Tool::Bridge => return None,
     };
     let multi = c.queues.is_some_and(|q| q > 1) || c.workers.is_some_and(|w| w > 1);
     if multi || c.inplace || c.backend.as_deref() == Some("af_xdp") {

@@ -17,6 +17,7 @@
 //! | [`soak`] | issue 12.11: a long rotated capture at 80% of top rate; growth of memory, files, threads |
 //! | [`predict`] | issue 16: `poolcap predict` against paper 002's sessions, bursts and loads |
 //! | [`probe`] | Zabala et al. Figs 6-9 with real analysis: probe rules vs pmacctd and tshark |
+//! | [`forward`] | WireCAP Figs 13-14: forwarding rate, loss, order and latency through the probe |
 //!
 //! Every suite has three scales: `Smoke` (one tiny point, for the root test), `Quick` (a few
 //! minutes) and `Full`.
@@ -36,6 +37,7 @@ pub mod burst;
 pub mod capture;
 pub mod disk;
 pub mod export;
+pub mod forward;
 pub mod gen;
 pub mod imbalance;
 pub mod predict;
@@ -80,6 +82,9 @@ pub enum Suite {
     /// `poolcap probe` with 1..1000 rules, basic and congestion control, against pmacctd and
     /// tshark: capture and analysis throughput vs offered rate.
     Probe,
+    /// Forwarding through the probe (three hosts): rate, loss, reordering and latency at the
+    /// sink against netsniff-ng and the Linux bridge.
+    Forward,
 }
 
 /// How big a run is.
@@ -116,7 +121,7 @@ impl Scale {
 
 impl Suite {
     /// Every suite, in the order `bench all` runs them.
-    pub const ALL: [Suite; 13] = [
+    pub const ALL: [Suite; 14] = [
         Suite::Gen,
         Suite::Capture,
         Suite::Burst,
@@ -130,6 +135,7 @@ impl Suite {
         Suite::Soak,
         Suite::Predict,
         Suite::Probe,
+        Suite::Forward,
     ];
 
     /// Its name on the command line.
@@ -148,14 +154,24 @@ impl Suite {
             Suite::Soak => "soak",
             Suite::Predict => "predict",
             Suite::Probe => "probe",
+            Suite::Forward => "forward",
         }
     }
 
     /// Receive queues of its lab.
     pub fn queues(self) -> u16 {
         match self {
-            Suite::Rates | Suite::Imbalance | Suite::Backends => 2,
+            Suite::Rates | Suite::Imbalance | Suite::Backends | Suite::Forward => 2,
             _ => 1,
+        }
+    }
+
+    /// Hosts of its lab: 3 (sender, probe, sink) for forwarding, else 2.
+    pub fn hosts(self) -> u8 {
+        if self == Suite::Forward {
+            3
+        } else {
+            2
         }
     }
 
@@ -192,6 +208,7 @@ impl Suite {
             Suite::Soak => soak::INTRO,
             Suite::Predict => predict::INTRO,
             Suite::Probe => probe::INTRO,
+            Suite::Forward => forward::INTRO,
         }
     }
 }
@@ -336,6 +353,7 @@ pub fn plan(suite: Suite, scale: Scale, cal: &Calibration) -> Plan {
         Suite::Soak => soak::plan(scale, cal),
         Suite::Predict => predict::plan(scale, cal),
         Suite::Probe => probe::plan(scale),
+        Suite::Forward => forward::plan(scale, cal),
     }
 }
 
@@ -479,6 +497,7 @@ pub fn text(meta: &Meta, rows: &[Row]) -> Text {
         Suite::Soak => soak::text(meta, rows),
         Suite::Predict => predict::text(meta, rows),
         Suite::Probe => probe::text(meta, rows),
+        Suite::Forward => forward::text(meta, rows),
     }
 }
 
@@ -495,6 +514,7 @@ pub fn figures(meta: &Meta, rows: &[Row]) -> Vec<Figure> {
         Suite::Backends => backends::figures(meta, rows),
         Suite::Predict => predict::figures(meta, rows),
         Suite::Probe => probe::figures(meta, rows),
+        Suite::Forward => forward::figures(meta, rows),
     }
 }
 

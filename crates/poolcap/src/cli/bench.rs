@@ -24,7 +24,7 @@ pub enum Target {
     Export,
 }
 
-const TARGETS: [Target; 16] = [
+const TARGETS: [Target; 17] = [
     Target::Suite(Suite::Gen),
     Target::Suite(Suite::Capture),
     Target::Suite(Suite::Burst),
@@ -38,6 +38,7 @@ const TARGETS: [Target; 16] = [
     Target::Suite(Suite::Soak),
     Target::Suite(Suite::Predict),
     Target::Suite(Suite::Probe),
+    Target::Suite(Suite::Forward),
     Target::All,
     Target::Report,
     Target::Export,
@@ -86,6 +87,10 @@ impl ValueEnum for Target {
   probe      poolcap probe with 1/10/100/1000 rules, basic and congestion control (and
              --in-kernel once it exists) vs pmacctd and tshark -z conv,ip: capture and analysis
              throughput vs offered rate, loss, CPU per packet
+  forward    three hosts: poolcap forward (AF_PACKET, AF_XDP; basic, buddy with an elephant)
+             vs netsniff-ng --in/--out and the Linux bridge at 64/512/1514 B, 50k pps and top
+             speed, x = 0 and heavy: forwarded pps, loss and reordering at the sink, latency
+             p50/p99/p99.9/max, the forwarder's accounting, CPU per packet
   all        every suite (sizes with --rps), then `report`
   export     poolcap probe --ipfix vs softflowd and pmacctd's nfprobe into nfcapd (1k-100k flows);
              the CPU of a Prometheus scrape and Kafka records/s (outside `all`)

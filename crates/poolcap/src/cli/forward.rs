@@ -5,7 +5,7 @@
 //! smaller MTU than IN's, a `--drop` rule or filter that does not compile) is found before a
 //! single frame is taken from IN, and reported in one line with exit code 2.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,8 +68,10 @@ pub struct ForwardArgs {
     #[arg(long, default_value = "af_packet", value_enum)]
     backend: BackendKind,
     /// A bump in the wire: also forward OUT to IN, each direction with its own pools,
-    /// threads and accounting (two blocks in the report and in --stats-json). Not with -w.
-    #[arg(long, conflicts_with_all = ["write", "metrics"])]
+    /// threads and accounting (two blocks in the report and in --stats-json). With -w FILE,
+    /// OUT to IN is written to its own file beside it, FILE with `-back` before the extension
+    /// (fwd.pcapng, fwd-back.pcapng). Not with --metrics.
+    #[arg(long, conflicts_with = "metrics")]
     bidirectional: bool,
     /// Drop frames matching this tcpdump expression instead of forwarding them (counted).
     #[arg(long, value_name = "FILTER")]
@@ -208,11 +210,13 @@ impl ForwardReport {
     }
 }
 
-/// One direction of forwarding: frames come in on `input` and leave by `output`.
+/// One direction of forwarding: frames come in on `input` and leave by `output`; with `-w`
+/// what it forwarded goes to `file`.
 #[derive(Debug)]
 struct Direction {
     input: String,
     output: String,
+    file: Option<PathBuf>,
 }
 
 impl Direction {
@@ -221,10 +225,12 @@ impl Direction {
         let there = Self {
             input: a.input.clone(),
             output: a.output.clone(),
+            file: a.write.clone(),
         };
         let back = Self {
             input: a.output.clone(),
             output: a.input.clone(),
+            file: a.write.as_deref().map(back_file),
         };
         if a.bidirectional {
             vec![there, back]
@@ -234,10 +240,27 @@ impl Direction {
     }
 }
 
+/// The file of the OUT to IN direction beside `-w FILE`: `-back` before the extension
+/// (`fwd.pcapng` → `fwd-back.pcapng`, `fwd` → `fwd-back`).
+fn back_file(file: &Path) -> PathBuf {
+    let stem = file.file_stem().unwrap_or_default().to_string_lossy();
+    let name = match file.extension() {
+        Some(ext) => format!("{stem}-back.{}", ext.to_string_lossy()),
+        None => format!("{stem}-back"),
+    };
+    file.with_file_name(name)
+}
+
 /// The checks on IN and OUT that must pass before anything is forwarded (both ways with
 /// `--bidirectional`: then IN must be up and have OUT's MTU too).
 fn check_interfaces(a: &ForwardArgs) -> anyhow::Result<()> {
     check_direction(a)?;
+    if a.bidirectional && a.write.as_deref() == Some(Path::new("-")) {
+        return Err(usage(
+            "-w: with --bidirectional each direction writes its own file; standard output \
+             cannot hold both",
+        ));
+    }
     if a.bidirectional {
         let in_mtu = netdev::mtu(&a.input);
         if netdev::is_up(&a.input) == Some(false) {
@@ -311,7 +334,7 @@ fn config(a: &ForwardArgs, dir: &Direction, status: bool) -> anyhow::Result<Capt
         snaplen,
         ring,
         filter: (!a.filter.is_empty()).then(|| a.filter.join(" ")),
-        output: a.write.as_ref().map(|p| {
+        output: dir.file.as_ref().map(|p| {
             let target = if p.as_os_str() == "-" {
                 Output::Stdout
             } else {
@@ -385,8 +408,14 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
             if !last {
                 return Ok(());
             }
-            let owned: Vec<&std::path::Path> =
-                stats_path.as_deref().into_iter().chain(out).collect();
+            // The earlier directions' files were made before privileges went: hand them over.
+            let earlier = dirs[..i].iter().filter_map(|d| d.file.as_deref());
+            let owned: Vec<&std::path::Path> = stats_path
+                .as_deref()
+                .into_iter()
+                .chain(out)
+                .chain(earlier)
+                .collect();
             privdrop::apply(&privileges, &owned)
         };
         let started = ForwardSetup::open(&dir.output, out_index(dir)?, drop_rule()?)
@@ -474,4 +503,17 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
 /// OUT's interface index.
 fn out_index(dir: &Direction) -> anyhow::Result<u32> {
     ifindex(&dir.output).map_err(|_| usage(format!("-o: no such interface `{}`", dir.output)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_back_direction_writes_beside_the_file() {
+        let b = |p: &str| back_file(Path::new(p));
+        assert_eq!(b("/tmp/fwd.pcapng"), Path::new("/tmp/fwd-back.pcapng"));
+        assert_eq!(b("fwd.pcap.zst"), Path::new("fwd.pcap-back.zst"));
+        assert_eq!(b("dir/fwd"), Path::new("dir/fwd-back"));
+    }
 }

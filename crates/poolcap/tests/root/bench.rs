@@ -289,6 +289,71 @@ fn export_smoke_run_compares_the_flow_exporters() {
     );
 }
 
+/// The forward suite's smoke point: poolcap forward with both backends through the
+/// three-host lab. For each run the forwarder's equation holds exactly, what it forwarded is
+/// what left `prb1`, and the sink's check counted every frame that left once, with no flow
+/// reordered (whatever the speed: drops are in the terms, never missing from them).
+fn forward_smoke_run_accounts_exactly_and_the_sink_sees_each_frame_once() {
+    let dir = tempdir();
+    let out = dir.path().join("forward");
+    let (records, err) = smoke("forward", &out);
+    for f in ["raw.jsonl", "results.csv", "summary.md", "meta.json"] {
+        assert!(out.join(f).is_file(), "{f} missing: {err}");
+    }
+    assert_eq!(records.len(), 2, "one run of each backend: {err}");
+    for r in &records {
+        assert!(r["error"].is_null(), "run failed: {r}");
+        let x = |k: &str| num(r, &["counts", "extra", k]);
+        let sent = num(r, &["sent", "frames"]);
+        assert_eq!(sent, 4_000, "{r}");
+        assert_eq!(x("received"), sent, "received = frames sent: {r}");
+        let terms: u64 = [
+            "forwarded",
+            "dropped_by_rule",
+            "dropped_kernel",
+            "dropped_pool",
+            "dropped_tx",
+            "filtered",
+        ]
+        .iter()
+        .map(|k| x(k))
+        .sum();
+        assert_eq!(terms, sent, "received = the six terms: {r}");
+        assert_eq!(x("in_flight"), 0, "{r}");
+        assert_eq!(
+            x("out_tx"),
+            x("forwarded"),
+            "prb1 sent what was forwarded: {r}"
+        );
+        assert_eq!(
+            x("sink_frames") + x("sink_dropped"),
+            x("out_tx"),
+            "the sink saw every frame that left prb1: {r}"
+        );
+        assert_eq!(x("sink_unique"), x("sink_frames"), "each frame once: {r}");
+        assert_eq!(x("sink_duplicates"), 0, "{r}");
+        assert_eq!(x("reordered"), 0, "no flow reordered: {r}");
+        assert_eq!(num(r, &["in_file"]), x("sink_unique"), "{r}");
+        if x("sink_frames") > 0 {
+            let lat: Vec<f64> = ["lat_p50_us", "lat_p99_us", "lat_p999_us", "lat_max_us"]
+                .iter()
+                .map(|k| r["counts"]["extra"][k].as_f64().expect("latency"))
+                .collect();
+            assert!(lat[0] > 0.0, "latency is positive: {r}");
+            assert!(
+                lat.windows(2).all(|w| w[0] <= w[1]),
+                "percentiles ordered: {r}"
+            );
+        }
+    }
+    let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(
+        summary.contains("poolcap forward's accounting"),
+        "{summary}"
+    );
+    assert!(summary.contains("Worst point and median"), "{summary}");
+}
+
 pub fn trials() -> Vec<Trial> {
     vec![
         trial(
@@ -310,6 +375,10 @@ pub fn trials() -> Vec<Trial> {
         trial(
             "bench_export_smoke_run_compares_the_flow_exporters",
             export_smoke_run_compares_the_flow_exporters,
+        ),
+        trial(
+            "bench_forward_smoke_run_accounts_exactly_and_the_sink_sees_each_frame_once",
+            forward_smoke_run_accounts_exactly_and_the_sink_sees_each_frame_once,
         ),
     ]
 }

@@ -661,6 +661,74 @@ fn metrics_serve_the_forwarding_counters() {
 }
 
 /// The forwarding tests.
+/// `--bidirectional -w FILE`: each direction writes what it forwarded, IN to OUT into FILE
+/// and OUT to IN into FILE-back beside it; each file holds exactly its direction's forwarded
+/// frames (read back by tcpdump), and `-w -` is refused with both directions.
+fn bidirectional_writes_each_direction_to_its_own_file() {
+    let lab = lab3(1);
+    let dir = tempdir();
+    let (json, file) = (dir.path().join("fwd.json"), dir.path().join("fwd.pcap"));
+    let refused = poolcap_in(
+        &lab.probe.netns,
+        &[
+            "forward",
+            "-i",
+            "prb0",
+            "-o",
+            "prb1",
+            "--bidirectional",
+            "-w",
+            "-",
+        ],
+    );
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("-w: with --bidirectional"), "{err}");
+    let fwd = forward(
+        &lab,
+        &[
+            "--bidirectional",
+            "--format",
+            "pcap",
+            "-w",
+            file.to_str().unwrap(),
+            "--stats-json",
+            json.to_str().unwrap(),
+        ],
+    );
+    let sink_ns = sink(&lab).netns.clone();
+    let back = std::thread::spawn(move || {
+        let out = poolcap_in(
+            &sink_ns,
+            &[
+                "gen", "-i", "snk0", "--json", "--count", "3000", "--rate", "20k",
+            ],
+        );
+        assert!(out.status.success(), "gen on the sink: {out:?}");
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("gen json")
+    });
+    let there = gen(&lab, &["--count", "5000", "--rate", "20k"]);
+    let back = back.join().expect("gen on the sink");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (code, err) = fwd.stop("INT");
+    assert_eq!(code, Some(0), "forward failed: {err}");
+    let s = stats(&json);
+    let dirs = s["directions"].as_array().expect("one block per direction");
+    let files = [file.clone(), dir.path().join("fwd-back.pcap")];
+    for ((d, sent), f) in dirs.iter().zip([&there, &back]).zip(&files) {
+        assert_equation(d, num(sent, "frames"));
+        let forwarded = num(d, "forwarded");
+        assert!(forwarded > 0, "{d}");
+        assert_eq!(num(d, "written"), forwarded, "{d}");
+        assert_eq!(
+            tcpdump_count(f, &[]),
+            forwarded,
+            "{} holds them",
+            f.display()
+        );
+    }
+}
+
 pub fn trials() -> Vec<Trial> {
     vec![
         trial(
@@ -690,6 +758,10 @@ pub fn trials() -> Vec<Trial> {
         trial(
             "forward_bidirectional_forwards_both_ways_with_one_account_each",
             bidirectional_forwards_both_ways_with_one_account_each,
+        ),
+        trial(
+            "forward_bidirectional_writes_each_direction_to_its_own_file",
+            bidirectional_writes_each_direction_to_its_own_file,
         ),
         trial(
             "forward_metrics_serve_the_forwarding_counters",
