@@ -380,7 +380,10 @@ mod tests {
             };
             let past = 24 + (0..=whole).map(|i| 16 + 60 + i % 1400).sum::<usize>();
             assert!(whole == n || past > bytes.len(), "{whole} of {n} whole");
-            assert!(24 + records - bytes.len() < ALIGN, "the tail is under a block");
+            assert!(
+                24 + records - bytes.len() < ALIGN,
+                "the tail is under a block"
+            );
         };
         for format in [FileFormat::Pcap, FileFormat::PcapNs] {
             let (bytes, written) = write_direct(format, 1000, 37, blocks);

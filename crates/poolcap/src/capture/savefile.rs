@@ -118,7 +118,11 @@ impl FileSpec {
                 FileFormat::Pcapng => Tail::Pad,
                 FileFormat::Pcap | FileFormat::PcapNs => Tail::Carry,
             };
-            Box::new(DirectFile::new(file, super::writer::DIRECT_BATCH_BYTES, tail))
+            Box::new(DirectFile::new(
+                file,
+                super::writer::DIRECT_BATCH_BYTES,
+                tail,
+            ))
         } else {
             Box::new(crate::outfile::create(path, existing).map_err(io)?)
         };
