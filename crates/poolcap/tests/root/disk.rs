@@ -608,7 +608,7 @@ fn direct_rotation_one_and_two_queues_writes_every_frame_once() {
             // pcapng: whole padded blocks; pcap: exactly its records.
             let records: usize = file.packets.iter().map(|p| 16 + p.data.len()).sum();
             let exact = if pcapng {
-                len % DIRECT_ALIGN == 0
+                len.is_multiple_of(DIRECT_ALIGN)
             } else {
                 len == 24 + records
             };
