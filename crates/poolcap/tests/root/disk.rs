@@ -722,14 +722,23 @@ fn direct_pcap_kill_9_cuts_only_the_last_record() {
     let lab = lab(1);
     let dir = tempdir();
     let base = dir.path().join("k.pcap");
-    let args = ["--direct", "--format", "pcap", "-C", "1", "-w", s(&base)];
+    let args = ["--direct", "--format", "pcap", "-C", "4", "-w", s(&base)];
     let bg = capture(&lab, &args);
     std::thread::scope(|sc| {
         let sender = sc.spawn(|| {
-            let g = ["--rate", "20k", "--size", "1000", "--duration", "2s"];
+            let g = ["--rate", "20k", "--size", "1000", "--duration", "3s"];
             gen(&lab, &[&g[..], &["--gen-id", "28"]].concat())
         });
         std::thread::sleep(Duration::from_millis(1200));
+        // Kill while the current file holds blocks (a new file is empty until its first),
+        // so that its cut-short end is what the readers meet.
+        for _ in 0..100 {
+            let newest = files(dir.path(), "k.pcap").pop();
+            if newest.is_some_and(|f| std::fs::metadata(f).is_ok_and(|m| m.len() > 0)) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let (code, _) = bg.stop("KILL");
         assert_eq!(code, None, "killed by a signal");
         sender.join().expect("generator");
