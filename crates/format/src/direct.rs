@@ -1,4 +1,4 @@
-//! A pcapng file written with `O_DIRECT`: each batch of records goes from an aligned buffer
+//! A capture file written with `O_DIRECT`: each batch of records goes from an aligned buffer
 //! to the device, past the page cache.
 //!
 //! Why: a buffered write copies every byte into the page cache and makes ext4 account for
@@ -16,9 +16,19 @@
 //! blocks. A failed write is cut back to the end of the last whole batch
 //! ([`partial_batch_kept`](Output::partial_batch_kept) is 0).
 //!
-//! Classic pcap has no block a reader skips, so a pcap file cannot be padded and is not
-//! written this way. The padding makes the file a little larger than the records it holds
-//! (at most [`ALIGN`] + 15 bytes per batch).
+//! The padding makes the file a little larger than the records it holds (at most
+//! [`ALIGN`] + 15 bytes per batch).
+//!
+//! Classic pcap has no block a reader skips, so a pcap batch cannot be padded
+//! ([`Tail::Carry`]): a write covers the batch's whole aligned blocks only, and the bytes past
+//! the last block boundary (part of a record, at most [`ALIGN`] - 1 bytes) stay in the buffer
+//! and lead the next write. At the end (and after a failed write) the tail is written too
+//! and the file cut to its exact length, so a stopped capture, a full disk or an I/O error
+//! leave only whole records. While the capture runs the file ends at a block boundary, so
+//! after `kill -9` its last record is cut short: every pcap reader handles that as it does a
+//! `tcpdump -w` killed the same way (whose stdio buffer is flushed in fixed-size pieces):
+//! libpcap hands over every whole record, then reports "truncated dump file"; Wireshark's
+//! readers say the file was "cut short in the middle of a packet".
 
 use std::fs::File;
 use std::io::{self, IoSlice, Write};
@@ -37,32 +47,47 @@ const OPT_COMMENT: u16 = 1;
 /// The smallest padding block: type, length, `nrb_record_end`, trailing length.
 const MIN_PAD: usize = 16;
 
+/// What a batch's bytes past its last aligned block become; see the module docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tail {
+    /// Padded with a block readers skip (pcapng).
+    Pad,
+    /// Kept for the next write (pcap).
+    Carry,
+}
+
 /// A file opened with `O_DIRECT` (by the caller, who knows how it must be created), taking
-/// whole pcapng batches; see the module docs.
+/// whole batches of records; see the module docs.
 #[derive(Debug)]
 pub struct DirectFile {
     file: File,
+    tail: Tail,
     /// Backing memory; the batch lives at `start..start + len`, `start` aligned.
     mem: Vec<u8>,
     start: usize,
     len: usize,
     /// Bytes the writer handed over in whole batches (padding not counted).
     logical: u64,
-    /// Bytes in the file: where the next write goes.
+    /// Bytes in the file written whole (a block boundary): where the next write goes. With
+    /// [`Tail::Carry`] the buffer starts with the bytes from here to `logical`.
     physical: u64,
+    /// Bytes the last failed write got into the file past `physical`.
+    landed: usize,
 }
 
 impl DirectFile {
     /// Wraps `file`, empty and opened for writing with `O_DIRECT`; `batch` is the usual
-    /// size of a batch (the buffer grows for a larger one).
-    pub fn new(file: File, batch: usize) -> Self {
+    /// size of a batch (the buffer grows for a larger one); `tail` says how a batch ends.
+    pub fn new(file: File, batch: usize, tail: Tail) -> Self {
         let mut f = DirectFile {
             file,
+            tail,
             mem: Vec::new(),
             start: 0,
             len: 0,
             logical: 0,
             physical: 0,
+            landed: 0,
         };
         f.reserve(batch + ALIGN + MIN_PAD);
         f
@@ -104,22 +129,83 @@ impl Write for DirectFile {
     }
 }
 
+impl DirectFile {
+    /// Bytes at the buffer's start that belong to batches already handed over (the carried
+    /// tail; 0 with [`Tail::Pad`]).
+    fn carried(&self) -> usize {
+        match self.tail {
+            Tail::Pad => 0,
+            Tail::Carry => usize::try_from(self.logical - self.physical).unwrap_or(usize::MAX),
+        }
+    }
+
+    /// Writes the first `n` bytes of the buffer (whole blocks) at `physical` and keeps the
+    /// rest at the buffer's start; on failure remembers how much landed.
+    fn write_blocks(&mut self, n: usize) -> io::Result<()> {
+        let (mut done, at) = (0, self.start);
+        self.landed = 0;
+        while done < n {
+            let wrote = self
+                .file
+                .write_at(&self.mem[at + done..at + n], self.physical + done as u64);
+            match wrote {
+                Ok(0) => return self.failed(done, io::ErrorKind::WriteZero.into()),
+                Ok(k) => done += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return self.failed(done, e),
+            }
+        }
+        self.mem.copy_within(at + n..at + self.len, at);
+        self.len -= n;
+        self.physical += n as u64;
+        Ok(())
+    }
+
+    fn failed(&mut self, landed: usize, e: io::Error) -> io::Result<()> {
+        self.landed = landed;
+        Err(e)
+    }
+
+    /// Writes the tail carried past `physical` (`logical - physical` bytes at the buffer's
+    /// start) in a zero-padded block, unless a failed write got it there already, and cuts
+    /// the file to `logical`.
+    fn write_tail(&mut self) -> io::Result<()> {
+        let tail = self.carried();
+        if tail > 0 && self.landed < tail {
+            let block = tail.next_multiple_of(ALIGN);
+            self.reserve(block - self.len.min(block));
+            self.mem[self.start + tail..self.start + block].fill(0);
+            self.file
+                .write_all_at(&self.mem[self.start..self.start + block], self.physical)?;
+        }
+        self.file.set_len(self.logical)
+    }
+}
+
 impl Output for DirectFile {
-    /// Pads the batch to a whole number of aligned blocks and writes it at once.
+    /// Writes the batch's whole aligned blocks at once: padded to the last one
+    /// ([`Tail::Pad`]), or up to it, the rest carried ([`Tail::Carry`]).
     fn end_batch(&mut self) -> io::Result<()> {
-        if self.len == 0 {
+        let records = self.len - self.carried();
+        if records == 0 {
             return Ok(());
         }
-        let records = self.len;
-        let pad = padding(records);
-        self.reserve(pad);
-        let at = self.start + self.len;
-        put_padding(&mut self.mem[at..at + pad]);
-        self.len += pad;
-        let batch = &self.mem[self.start..self.start + self.len];
-        self.len = 0;
-        self.file.write_all_at(batch, self.physical)?;
-        self.physical += batch.len() as u64;
+        let blocks = match self.tail {
+            Tail::Pad => {
+                let pad = padding(self.len);
+                self.reserve(pad);
+                let at = self.start + self.len;
+                put_padding(&mut self.mem[at..at + pad]);
+                self.len += pad;
+                self.len
+            }
+            Tail::Carry => self.len / ALIGN * ALIGN,
+        };
+        let written = self.write_blocks(blocks);
+        if written.is_err() && self.tail == Tail::Pad {
+            self.len -= padding(records);
+        }
+        written?;
         self.logical += records as u64;
         Ok(())
     }
@@ -130,16 +216,21 @@ impl Output for DirectFile {
     }
 
     /// `len` is the end of the last whole batch the writer handed over: the file is cut
-    /// back to where that batch's padding ends.
+    /// back to where that batch's padding ends ([`Tail::Pad`]) or to `len` exactly, its
+    /// carried tail written first ([`Tail::Carry`]).
     fn truncate_to(&mut self, len: u64) -> io::Result<()> {
-        self.len = 0;
         if len != self.logical {
             return Err(io::Error::other(format!(
                 "a direct-I/O file is cut back only to a batch end ({} bytes), not {len}",
                 self.logical
             )));
         }
-        self.file.set_len(self.physical)
+        let cut = match self.tail {
+            Tail::Pad => self.file.set_len(self.physical),
+            Tail::Carry => self.write_tail(),
+        };
+        self.len = 0;
+        cut
     }
 
     fn sync(&mut self) -> io::Result<()> {
@@ -147,7 +238,11 @@ impl Output for DirectFile {
     }
 
     fn close(&mut self) -> io::Result<()> {
-        self.end_batch()
+        self.end_batch()?;
+        match self.tail {
+            Tail::Pad => Ok(()),
+            Tail::Carry => self.write_tail(),
+        }
     }
 }
 
@@ -188,7 +283,7 @@ fn put_padding(out: &mut [u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{read_bytes, CaptureWriter, FileFormat, IfStats};
+    use crate::{read_bytes, CaptureWriter, FileFormat, IfStats, ReadError};
     use std::fs::OpenOptions;
     use std::os::unix::fs::OpenOptionsExt;
 
@@ -201,18 +296,29 @@ mod tests {
         }
     }
 
-    /// A pcapng file of `packets` packets of growing sizes, written in batches of `per_batch`
-    /// through a `DirectFile` on the temporary directory's file system.
-    fn write_direct(packets: usize, per_batch: usize) -> (Vec<u8>, u64) {
+    /// A file of `packets` packets of growing sizes in `format`, written in batches of
+    /// `per_batch` through a `DirectFile` on the temporary directory's file system; `check`
+    /// looks at the file after each batch.
+    fn write_direct(
+        format: FileFormat,
+        packets: usize,
+        per_batch: usize,
+        check: impl Fn(&[u8], usize),
+    ) -> (Vec<u8>, u64) {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("d.pcapng");
+        let path = dir.path().join("d");
         let file = OpenOptions::new()
             .write(true)
             .create_new(true)
             .custom_flags(libc::O_DIRECT)
             .open(&path)
             .unwrap();
-        let mut w = CaptureWriter::new(DirectFile::new(file, 1 << 16), FileFormat::Pcapng, 0, "t0")
+        let tail = if format == FileFormat::Pcapng {
+            Tail::Pad
+        } else {
+            Tail::Carry
+        };
+        let mut w = CaptureWriter::new(DirectFile::new(file, 1 << 16, tail), format, 0, "t0")
             .unwrap()
             .with_buffer_size(1 << 20);
         for i in 0..packets {
@@ -222,6 +328,7 @@ mod tests {
             if (i + 1) % per_batch == 0 {
                 // An empty record run ends the batch (and writes what write_packet gathered).
                 w.write_records(&[], 0).unwrap();
+                check(&std::fs::read(&path).unwrap(), i + 1);
             }
         }
         let written = w.packets_written();
@@ -233,17 +340,25 @@ mod tests {
         (std::fs::read(&path).unwrap(), written)
     }
 
-    #[test]
-    fn every_batch_ends_aligned_and_every_packet_reads_back_once() {
-        let (bytes, written) = write_direct(1000, 37);
-        assert_eq!(written, 1000);
-        assert_eq!(bytes.len() % ALIGN, 0, "the file is whole aligned blocks");
-        let f = read_bytes(&bytes).unwrap();
-        assert_eq!(f.packets.len(), 1000);
+    fn check_packets(f: &crate::CaptureFile, n: usize) {
+        assert_eq!(f.packets.len(), n);
         for (i, p) in f.packets.iter().enumerate() {
             assert_eq!(p.ts_ns, i as u64 * 1000);
             assert_eq!(p.data, vec![i as u8; 60 + i % 1400], "packet {i}");
         }
+    }
+
+    #[test]
+    fn every_batch_ends_aligned_and_every_packet_reads_back_once() {
+        let whole_batches = |bytes: &[u8], n: usize| {
+            assert_eq!(bytes.len() % ALIGN, 0, "the file is whole aligned blocks");
+            check_packets(&read_bytes(bytes).unwrap(), n);
+        };
+        let (bytes, written) = write_direct(FileFormat::Pcapng, 1000, 37, whole_batches);
+        assert_eq!(written, 1000);
+        assert_eq!(bytes.len() % ALIGN, 0, "the file is whole aligned blocks");
+        let f = read_bytes(&bytes).unwrap();
+        check_packets(&f, 1000);
         assert_eq!(
             f.if_stats.map(|s| s.received),
             Some(1000),
@@ -252,16 +367,48 @@ mod tests {
     }
 
     #[test]
+    fn pcap_carries_the_tail_while_running_and_ends_exact() {
+        // While running: whole blocks, every packet before the last block boundary whole,
+        // at most the record that crosses it cut short (what kill -9 leaves).
+        let blocks = |bytes: &[u8], n: usize| {
+            assert_eq!(bytes.len() % ALIGN, 0, "the file is whole aligned blocks");
+            let records: usize = (0..n).map(|i| 16 + 60 + i % 1400).sum();
+            let whole = match read_bytes(bytes) {
+                Ok(f) => f.packets.len(),
+                Err(ReadError::Truncated { packets, .. }) => packets as usize,
+                Err(e) => panic!("{e}"),
+            };
+            let past = 24 + (0..=whole).map(|i| 16 + 60 + i % 1400).sum::<usize>();
+            assert!(whole == n || past > bytes.len(), "{whole} of {n} whole");
+            assert!(
+                24 + records - bytes.len() < ALIGN,
+                "the tail is under a block"
+            );
+        };
+        for format in [FileFormat::Pcap, FileFormat::PcapNs] {
+            let (bytes, written) = write_direct(format, 1000, 37, blocks);
+            assert_eq!(written, 1000);
+            let records: usize = (0..1000).map(|i| 16 + 60 + i % 1400).sum();
+            assert_eq!(bytes.len(), 24 + records, "{format}: exactly the records");
+            check_packets(&read_bytes(&bytes).unwrap(), 1000);
+        }
+    }
+
+    #[test]
     fn a_cut_goes_back_to_the_last_whole_batch() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("c.pcapng");
-        let file = std::fs::File::create(&path).unwrap();
-        let mut d = DirectFile::new(file, 64);
-        d.write_all(&[1u8; 100]).unwrap();
-        d.end_batch().unwrap();
-        d.write_all(&[2u8; 40]).unwrap();
-        assert!(d.truncate_to(50).is_err(), "not a batch end");
-        d.truncate_to(100).unwrap();
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), ALIGN as u64);
+        for (tail, len) in [(Tail::Pad, ALIGN), (Tail::Carry, 100)] {
+            let path = dir.path().join(format!("{tail:?}"));
+            let file = std::fs::File::create(&path).unwrap();
+            let mut d = DirectFile::new(file, 64, tail);
+            d.write_all(&[1u8; 100]).unwrap();
+            d.end_batch().unwrap();
+            d.write_all(&[2u8; 40]).unwrap();
+            assert!(d.truncate_to(50).is_err(), "not a batch end");
+            d.truncate_to(100).unwrap();
+            let bytes = std::fs::read(&path).unwrap();
+            assert_eq!(bytes.len(), len, "{tail:?}");
+            assert_eq!(bytes[..100], [1u8; 100], "{tail:?}");
+        }
     }
 }

@@ -24,6 +24,6 @@ pub mod direct;
 pub mod read;
 pub mod write;
 
-pub use direct::DirectFile;
+pub use direct::{DirectFile, Tail};
 pub use read::{read_bytes, read_file, CaptureFile, ReadError, RecordedPacket};
 pub use write::{CaptureWriter, FileFormat, IfStats, Output, UnknownFormat, WriteError};

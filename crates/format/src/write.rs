@@ -418,14 +418,23 @@ impl<O: Output> CaptureWriter<O> {
         orig_len: u32,
     ) -> Result<(), WriteError> {
         self.check_usable()?;
-        let frame = self.record_frame(ts_ns, data.len(), orig_len)?;
-        let record_len = frame.head().len() + data.len() + frame.tail().len();
+        let record_len = self.check_record(ts_ns, data.len(), orig_len)?;
         if !self.buf.is_empty() && self.buf.len() + record_len > self.buf_limit {
             self.flush_buf()?;
         }
-        self.buf.extend_from_slice(frame.head());
+        let at = self.buf.len();
+        let head = [0u8; EPB_FIXED - 4];
+        self.buf
+            .extend_from_slice(&head[..self.format.record_head()]);
         self.buf.extend_from_slice(data);
-        self.buf.extend_from_slice(frame.tail());
+        self.buf.resize(at + record_len, 0);
+        frame(
+            self.format,
+            &mut self.buf[at..],
+            ts_ns,
+            data.len(),
+            orig_len,
+        );
         self.packets += 1;
         Ok(())
     }
@@ -443,18 +452,14 @@ impl<O: Output> CaptureWriter<O> {
         orig_len: u32,
     ) -> Result<(), WriteError> {
         self.check_usable()?;
-        let frame = self.record_frame(ts_ns, caplen, orig_len)?;
-        let (head, tail) = (frame.head(), frame.tail());
-        let data_end = head.len() + caplen;
-        if record.len() != data_end + tail.len() {
+        if record.len() != self.check_record(ts_ns, caplen, orig_len)? {
             return Err(WriteError::BadLength {
                 caplen,
                 orig_len,
                 snaplen: self.snaplen,
             });
         }
-        record[..head.len()].copy_from_slice(head);
-        record[data_end..].copy_from_slice(tail);
+        frame(self.format, record, ts_ns, caplen, orig_len);
         Ok(())
     }
 
@@ -476,13 +481,8 @@ impl<O: Output> CaptureWriter<O> {
         self.hand_over(records)
     }
 
-    /// Header and trailer of the record of a packet, or why it cannot be written.
-    fn record_frame(
-        &self,
-        ts_ns: u64,
-        caplen: usize,
-        orig_len: u32,
-    ) -> Result<RecordFrame, WriteError> {
+    /// The length of the record of a packet, or why it cannot be written.
+    fn check_record(&self, ts_ns: u64, caplen: usize, orig_len: u32) -> Result<usize, WriteError> {
         let bad_length = || WriteError::BadLength {
             caplen,
             orig_len,
@@ -492,31 +492,13 @@ impl<O: Output> CaptureWriter<O> {
         if (self.snaplen != 0 && caplen32 > self.snaplen) || caplen32 > orig_len {
             return Err(bad_length());
         }
-        let record_len = u32::try_from(self.format.record_len(caplen)).map_err(|_| bad_length())?;
-        let mut frame = RecordFrame::default();
-        match self.format {
-            FileFormat::Pcap | FileFormat::PcapNs => {
-                let secs = u32::try_from(ts_ns / NS_PER_SEC)
-                    .map_err(|_| WriteError::Timestamp { ts_ns })?;
-                let ns = (ts_ns % NS_PER_SEC) as u32; // < 10^9
-                let frac = if self.format == FileFormat::Pcap {
-                    ns / 1000
-                } else {
-                    ns
-                };
-                frame.head_len = put_words(&mut frame.head, &[secs, frac, caplen32, orig_len]);
-            }
-            FileFormat::Pcapng => {
-                let (high, low) = split_ts(ts_ns);
-                frame.head_len = put_words(
-                    &mut frame.head,
-                    &[EPB_TYPE, record_len, 0, high, low, caplen32, orig_len],
-                );
-                let pad = padded_len(caplen) - caplen;
-                frame.tail_len = pad + put_words(&mut frame.tail[pad..], &[record_len]);
-            }
+        let record_len = self.format.record_len(caplen);
+        u32::try_from(record_len).map_err(|_| bad_length())?;
+        let pcap = self.format != FileFormat::Pcapng;
+        if pcap && u32::try_from(ts_ns / NS_PER_SEC).is_err() {
+            return Err(WriteError::Timestamp { ts_ns });
         }
-        Ok(frame)
+        Ok(record_len)
     }
 
     /// Write what is buffered, plus (pcapng only; pcap has no place for it) an Interface
@@ -660,24 +642,35 @@ impl<O: Output> CaptureWriter<O> {
     }
 }
 
-/// A packet record's bytes before and after the packet's own (on the stack: this is made
-/// once per packet).
-#[derive(Debug, Default)]
-struct RecordFrame {
-    head: [u8; EPB_FIXED - 4],
-    head_len: usize,
-    /// Padding (zeros) and the trailing length.
-    tail: [u8; 7],
-    tail_len: usize,
-}
-
-impl RecordFrame {
-    fn head(&self) -> &[u8] {
-        &self.head[..self.head_len]
-    }
-
-    fn tail(&self) -> &[u8] {
-        &self.tail[..self.tail_len]
+/// Fills in the record of a packet whose `caplen` bytes sit at `record[format.record_head()..]`:
+/// the header before them, padding and trailer after them. The lengths and time were checked
+/// (`check_record`: `record` is `format.record_len(caplen)` bytes, each fits its field). Made
+/// once per packet, in place: no copy of the header through the stack.
+fn frame(format: FileFormat, record: &mut [u8], ts_ns: u64, caplen: usize, orig_len: u32) {
+    let (n, caplen32) = (record.len(), caplen as u32);
+    match format {
+        FileFormat::Pcap | FileFormat::PcapNs => {
+            let secs = (ts_ns / NS_PER_SEC) as u32;
+            let ns = (ts_ns % NS_PER_SEC) as u32; // < 10^9
+            let frac = if format == FileFormat::Pcap {
+                ns / 1000
+            } else {
+                ns
+            };
+            put_words(
+                &mut record[..PCAP_RECORD_HEADER],
+                &[secs, frac, caplen32, orig_len],
+            );
+        }
+        FileFormat::Pcapng => {
+            let (high, low) = split_ts(ts_ns);
+            let len = n as u32;
+            let head = EPB_FIXED - 4;
+            let words = [EPB_TYPE, len, 0, high, low, caplen32, orig_len];
+            put_words(&mut record[..head], &words);
+            record[head + caplen..n - 4].fill(0);
+            record[n - 4..].copy_from_slice(&len.to_ne_bytes());
+        }
     }
 }
 

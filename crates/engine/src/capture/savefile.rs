@@ -20,15 +20,16 @@
 //! (`generic_perform_write` checks `fatal_signal_pending`), which leaves part of a batch.
 //! The writer spends a small share of its time in that copy, so this is rare, but a
 //! reader must still be ready for a short last record after a `kill -9`. With `--direct`
-//! there is no such copy: a direct write lands in whole aligned blocks, each write ending
-//! with its own padding block (see `poolcap_format::DirectFile`).
+//! there is no such copy: a direct write lands in whole aligned blocks, in pcapng each write
+//! ending with its own padding block; pcap has no such block, so a pcap file written with
+//! `--direct` ends inside its last record after `kill -9` (see `poolcap_format::DirectFile`).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use poolcap_format::{CaptureWriter, DirectFile, FileFormat, IfStats, WriteError};
+use poolcap_format::{CaptureWriter, DirectFile, FileFormat, IfStats, Tail, WriteError};
 
 use super::compress::{Compressed, Compression};
 use super::rotate::{Next, Rotation};
@@ -73,7 +74,7 @@ pub struct FileOptions {
     pub post_rotate: Option<OsString>,
     /// `--fsync`.
     pub fsync: Fsync,
-    /// `--direct`: pcapng files written with `O_DIRECT` (see [`poolcap_format::DirectFile`]).
+    /// `--direct`: files written with `O_DIRECT` (see [`poolcap_format::DirectFile`]).
     pub direct: bool,
 }
 
@@ -92,7 +93,7 @@ pub struct FileSpec {
     pub fsync: Fsync,
     /// `-z`: run `COMMAND FILE` on each closed file.
     pub post_rotate: Option<OsString>,
-    /// Write with `O_DIRECT` (uncompressed pcapng only; see [`poolcap_format::DirectFile`]).
+    /// Write with `O_DIRECT` (uncompressed only; see [`poolcap_format::DirectFile`]).
     pub direct: bool,
 }
 
@@ -113,7 +114,15 @@ impl FileSpec {
                         e
                     })
                 })?;
-            Box::new(DirectFile::new(file, super::writer::DIRECT_BATCH_BYTES))
+            let tail = match self.format {
+                FileFormat::Pcapng => Tail::Pad,
+                FileFormat::Pcap | FileFormat::PcapNs => Tail::Carry,
+            };
+            Box::new(DirectFile::new(
+                file,
+                super::writer::DIRECT_BATCH_BYTES,
+                tail,
+            ))
         } else {
             Box::new(crate::outfile::create(path, existing).map_err(io)?)
         };

@@ -149,9 +149,10 @@ pub struct CaptureArgs {
     /// is closed) or interval:MS (also every MS milliseconds).
     #[arg(long, default_value = "never")]
     fsync: Fsync,
-    /// Write pcapng files with direct I/O (O_DIRECT), past the page cache: far less CPU per
-    /// byte; each write batch is padded to 4 KiB with a block readers skip. Not with pcap,
-    /// --compress or -w -.
+    /// Write files with direct I/O (O_DIRECT), past the page cache: far less CPU per byte.
+    /// pcapng: each write batch is padded to 4 KiB with a block readers skip. pcap: the
+    /// bytes past a batch's last 4 KiB block wait for the next write, so after kill -9 the
+    /// last record is cut short (as with tcpdump -w). Not with --compress or -w -.
     #[arg(long)]
     direct: bool,
     /// Capture backend: af_packet (TPACKET_V3 fanout, works everywhere, leaves the host
@@ -233,9 +234,9 @@ fn file_options(a: &CaptureArgs) -> anyhow::Result<FileOptions> {
         if !to_file {
             return Err(usage("--direct needs -w FILE (not -)"));
         }
-        if a.format != FileFormat::Pcapng || a.compress.is_some() {
+        if a.compress.is_some() {
             return Err(usage(
-                "--direct writes uncompressed pcapng only (pcap has no block to pad a write with)",
+                "--direct writes uncompressed files only (a compressor's output is not aligned)",
             ));
         }
     }

@@ -1,5 +1,6 @@
 //! The write path in a lab: rotation (`-C -G -W -z`), files after `kill -9`, compressed
-//! files on a full disk, and direct I/O (`--direct`) with one and two queues. The generator numbers its frames, so the union of a capture's files
+//! files on a full disk, and direct I/O (`--direct`, pcapng and pcap) with one and two
+//! queues. The generator numbers its frames, so the union of a capture's files
 //! shows any frame lost or written twice across rotations; independent readers (tcpdump,
 //! capinfos, zstd/gzip decoders) check that every file stands alone.
 
@@ -43,6 +44,10 @@ pub fn trials() -> Vec<Trial> {
         t(
             "direct_full_disk_keeps_whole_batches",
             direct_full_disk_keeps_whole_batches,
+        ),
+        t(
+            "direct_pcap_kill_9_cuts_only_the_last_record",
+            direct_pcap_kill_9_cuts_only_the_last_record,
         ),
     ]
 }
@@ -508,7 +513,6 @@ fn file_flags_reject_bad_input() {
         (&["--fsync", "rotate"], "--fsync"),
         (&["--direct"], "--direct"),
         (&["--direct", "-w", "-"], "--direct"),
-        (&["--direct", "--format", "pcap", "-w", f], "--direct"),
         (&["--direct", "--compress", "zstd", "-w", f], "--direct"),
     ];
     let mut problems = Vec::new();
@@ -538,8 +542,9 @@ fn file_flags_reject_bad_input() {
 /// set holds each captured frame exactly once, in time order, and the statistics blocks add
 /// up to the capture's.
 fn direct_rotation_one_and_two_queues_writes_every_frame_once() {
-    for queues in [1u16, 2] {
-        let what = format!("{queues} queue(s)");
+    for (queues, format) in [(1u16, "pcapng"), (2, "pcapng"), (1, "pcap"), (2, "pcap")] {
+        let what = format!("{format}, {queues} queue(s)");
+        let pcapng = format == "pcapng";
         let lab = lab(queues);
         let dir = tempdir();
         let base = dir.path().join("d.pcapng");
@@ -549,6 +554,8 @@ fn direct_rotation_one_and_two_queues_writes_every_frame_once() {
             &lab,
             &[
                 "--direct",
+                "--format",
+                format,
                 "--queues",
                 &qs,
                 "-C",
@@ -597,17 +604,19 @@ fn direct_rotation_one_and_two_queues_writes_every_frame_once() {
         let (mut packets, mut received, mut last_ts) = (Vec::new(), 0, 0);
         for f in &set {
             let len = std::fs::metadata(f).expect("stat").len() as usize;
-            assert_eq!(
-                len % DIRECT_ALIGN,
-                0,
-                "{what}: {}: {len} bytes",
-                f.display()
-            );
             let file = read(f);
+            // pcapng: whole padded blocks; pcap: exactly its records.
+            let records: usize = file.packets.iter().map(|p| 16 + p.data.len()).sum();
+            let exact = if pcapng {
+                len.is_multiple_of(DIRECT_ALIGN)
+            } else {
+                len == 24 + records
+            };
+            assert!(exact, "{what}: {}: {len} bytes", f.display());
             let n = file.packets.len() as u64;
             assert_eq!(tcpdump_reads_whole(f), n, "{what}: {}", f.display());
             assert_eq!(capinfos_count(f), n, "{what}: {}", f.display());
-            received += file.if_stats.expect("statistics block").received;
+            received += file.if_stats.map_or(n, |s| s.received);
             for p in &file.packets {
                 assert!(
                     p.ts_ns >= last_ts,
@@ -620,7 +629,9 @@ fn direct_rotation_one_and_two_queues_writes_every_frame_once() {
         }
         assert_eq!(tshark_count(&set[0]), read(&set[0]).packets.len() as u64);
         let written = num(&st, "written");
-        assert_eq!(received, num(&st, "captured"), "{what}: {st}");
+        if pcapng {
+            assert_eq!(received, num(&st, "captured"), "{what}: {st}");
+        }
         let (frames, unique, missing, dups, _) = union(&packets);
         assert_eq!((frames, unique, dups), (written, written, 0), "{what}");
         let mut cmd = Command::new(crate::common::bin());
@@ -641,12 +652,29 @@ fn direct_rotation_one_and_two_queues_writes_every_frame_once() {
 /// `--direct` on a file system that fills up: one error naming the file, and the file holds
 /// exactly the packets reported written, in whole aligned batches.
 fn direct_full_disk_keeps_whole_batches() {
+    for format in ["pcapng", "pcap"] {
+        direct_full_disk(format);
+    }
+}
+
+/// See [`direct_full_disk_keeps_whole_batches`]: pcapng files end in padded blocks, pcap files
+/// at their last whole record.
+fn direct_full_disk(format: &str) {
     let lab = lab(1);
     let fs = SmallFs::mount("4m");
     let file = fs.path("f.pcapng");
     let json = tempdir();
     let sj = json.path().join("f.json");
-    let bg = capture(&lab, &["--direct", "-w", s(&file), "--stats-json", s(&sj)]);
+    let args = [
+        "--direct",
+        "--format",
+        format,
+        "-w",
+        s(&file),
+        "--stats-json",
+        s(&sj),
+    ];
+    let bg = capture(&lab, &args);
     gen(
         &lab,
         &[
@@ -655,12 +683,12 @@ fn direct_full_disk_keeps_whole_batches() {
     );
     std::thread::sleep(SETTLE);
     let (code, stderr) = bg.stop("INT");
-    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(code, Some(1), "{format}: {stderr}");
     let errors: Vec<&str> = stderr
         .lines()
         .filter(|l| l.starts_with("poolcap:"))
         .collect();
-    assert_eq!(errors.len(), 1, "{stderr}");
+    assert_eq!(errors.len(), 1, "{format}: {stderr}");
     assert!(
         errors[0].contains(s(&file)) && errors[0].contains("No space left on device"),
         "{}",
@@ -675,7 +703,84 @@ fn direct_full_disk_keeps_whole_batches() {
         "{st}"
     );
     let len = std::fs::metadata(&file).expect("stat").len() as usize;
-    assert_eq!(len % DIRECT_ALIGN, 0, "{len} bytes");
-    assert_eq!(read(&file).packets.len() as u64, written, "{st}");
-    assert_eq!(tcpdump_reads_whole(&file), written, "{st}");
+    let f = read(&file);
+    let records: usize = f.packets.iter().map(|p| 16 + p.data.len()).sum();
+    if format == "pcapng" {
+        assert_eq!(len % DIRECT_ALIGN, 0, "{len} bytes");
+    } else {
+        assert_eq!(len, 24 + records, "pcap: exactly its whole records");
+    }
+    assert_eq!(f.packets.len() as u64, written, "{format}: {st}");
+    assert_eq!(tcpdump_reads_whole(&file), written, "{format}: {st}");
+}
+
+/// pcap with `--direct` and `-C 1`, killed with `-9`: every closed file is exact and whole;
+/// the file being written ends at a 4 KiB block boundary (empty before its first block), so
+/// at most its last record is cut short, which libpcap (tcpdump) reports as "truncated dump file" after handing over every
+/// whole record, as it does for a `tcpdump -w` killed the same way. Nothing is duplicated.
+fn direct_pcap_kill_9_cuts_only_the_last_record() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let base = dir.path().join("k.pcap");
+    let args = ["--direct", "--format", "pcap", "-C", "4", "-w", s(&base)];
+    let bg = capture(&lab, &args);
+    std::thread::scope(|sc| {
+        let sender = sc.spawn(|| {
+            let g = ["--rate", "20k", "--size", "1000", "--duration", "3s"];
+            gen(&lab, &[&g[..], &["--gen-id", "28"]].concat())
+        });
+        std::thread::sleep(Duration::from_millis(1200));
+        // Kill while the current file holds blocks (a new file is empty until its first),
+        // so that its cut-short end is what the readers meet.
+        for _ in 0..100 {
+            let newest = files(dir.path(), "k.pcap").pop();
+            if newest.is_some_and(|f| std::fs::metadata(f).is_ok_and(|m| m.len() > 0)) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let (code, _) = bg.stop("KILL");
+        assert_eq!(code, None, "killed by a signal");
+        sender.join().expect("generator");
+    });
+    let set = files(dir.path(), "k.pcap");
+    assert!(set.len() >= 2, "{set:?}");
+    let mut packets = Vec::new();
+    for (i, f) in set.iter().enumerate() {
+        let bytes = std::fs::read(f).expect("read");
+        let last = i + 1 == set.len();
+        let whole = match poolcap_format::read_bytes(&bytes) {
+            Ok(file) => file.packets,
+            // The file just opened: its header still waits for a whole block.
+            Err(_) if last && bytes.is_empty() => Vec::new(),
+            Err(poolcap_format::ReadError::Truncated { packets, offset }) if last => {
+                assert_eq!(bytes.len() % DIRECT_ALIGN, 0, "{}", f.display());
+                assert!(
+                    bytes.len() - offset < 16 + 1000,
+                    "only the last record is cut"
+                );
+                let whole = poolcap_format::read_bytes(&bytes[..offset]).expect("whole part");
+                assert_eq!(whole.packets.len() as u64, packets);
+                let out = Command::new("tcpdump").arg("-nr").arg(f).output();
+                let out = out.expect("tcpdump -r");
+                let err = String::from_utf8_lossy(&out.stderr);
+                assert!(err.contains("truncated dump file"), "{err}");
+                let lines = out.stdout.iter().filter(|&&b| b == b'\n').count() as u64;
+                assert_eq!(lines, packets, "tcpdump hands over every whole record");
+                whole.packets
+            }
+            Err(e) => panic!("{}: {e}", f.display()),
+        };
+        if !last {
+            assert_eq!(
+                tcpdump_reads_whole(f),
+                whole.len() as u64,
+                "{}",
+                f.display()
+            );
+        }
+        packets.extend(whole.into_iter().map(|p| p.data));
+    }
+    let (frames, unique, _, dups, _) = union(&packets);
+    assert!(frames > 0 && frames == unique && dups == 0);
 }
