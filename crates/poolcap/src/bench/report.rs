@@ -742,6 +742,7 @@ mod tests {
             syscalls: Some(captured / 2),
             voluntary_switches: Some(10),
             involuntary_switches: Some(0),
+            sched: None,
             wall_s: 1.0,
             busy_before: None,
             samples: Vec::new(),
