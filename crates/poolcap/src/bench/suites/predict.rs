@@ -294,6 +294,19 @@ fn costs(p: &Profile) -> String {
         c(p.dumpcap.null),
         c(p.dumpcap.file)
     );
+    if let Some(cpu) = &p.cpu {
+        let shares: Vec<String> = cpu
+            .share
+            .iter()
+            .map(|(k, v)| format!("{k} {:.0}%", v * 100.0))
+            .collect();
+        let _ = writeln!(
+            s,
+            "- CPU share when runnable: {}; tail of the waits for the CPU {:.2} ms",
+            shares.join(", "),
+            cpu.tail_s * 1e3
+        );
+    }
     let _ = writeln!(s, "- source: {}", p.source);
     s
 }
@@ -307,7 +320,7 @@ one core: poolcap's ring read, pool copy, x-loop and write; tcpdump's and dumpca
 cost) has capacity 1e9 / app(caplen). Each cost is linear in the captured bytes, fitted from \
 64 and 1514-byte frames. The ring holds B / slot frames and poolcap's pool adds R x M when it \
 copies. Traffic is a fluid: over a burst (or a whole finite run) the backlog grows at \
-min(rate, C_k) - C_a, what exceeds the buffers is lost, idle time drains C_a x idle.";
+min(rate, C_k) - C_a, what exceeds the buffers is lost, idle time drains C_a x idle. On a shared core (the calibration's schedstat) the tool runs s of the time it is runnable: C_a is s x 1e9 / app, and below that it waits u (1 - s) / s of the time (u: the core it needs); a wait longer than the buffers' depth at the rate (frames held / rate) loses what arrives beyond it, with waits exponential of a calibrated tail: q e^(-depth / tail).";
 
 /// The busy share of all CPUs before the runs of the rows passing `keep` (median of the
 /// medians), as a percentage.
