@@ -17,10 +17,11 @@
 //!    (with analysis or a file), since its capture thread leaves blocks in the ring when the
 //!    pool is full, so the two add up.
 //!
-//! 4. **CPU share** ([`crate::share`]): on a shared core the tool runs only `s` of the time
-//!    it is runnable, so `C_a` is `s x 1e9 / app`, and below that it still waits for the CPU
-//!    `u (1 - s) / s` of the time (`u` = the core it needs); waits that outlast the time the
-//!    buffers hold lose what arrives beyond it (*wait loss*, part of the application loss).
+//! 4. **CPU share** ([`crate::share`]): on a shared core a tool with a backlog runs a
+//!    timeslice `L` per wait `w`, so `C_a` is `L / (L + w) x 1e9 / app`; below that it still
+//!    waits for the CPU `u (1 - s) / s` of the time (`u` = the core it needs, `s` = the
+//!    share it ran when runnable in calibration); waits that outlast the time the buffers
+//!    hold lose what arrives beyond it (*wait loss*, part of the application loss).
 //!    The share of the tool's configuration and the waits' tail come from the profile's `cpu`
 //!    (calibrated); without it the tool has a core of its own.
 //!
@@ -134,7 +135,7 @@ pub struct Prediction {
     pub buffer_frames: f64,
     /// Longest burst at `offered_pps` absorbed without loss (`None`: any burst).
     pub max_burst: Option<f64>,
-    /// Share of the time the tool runs when runnable (1: a core of its own).
+    /// Share of the core the tool gets with a backlog (1: a core of its own).
     pub cpu_share: f64,
     /// Frames lost to waits for the CPU that outlast the buffers (included in `app_loss`).
     pub wait_loss: f64,
@@ -273,7 +274,8 @@ pub fn predict(p: &Profile, s: &Scenario) -> Result<Prediction, ScenarioError> {
         cap(p.kernel.ns(caplen))
     };
     let app_ns: f64 = stages.iter().map(|x| x.ns).sum();
-    let cpu_share = p.cpu.as_ref().map_or(1.0, |c| c.share_of(&share_key(s)));
+    let sharing = p.cpu.as_ref().map(|c| c.of(&share_key(s)));
+    let cpu_share = sharing.map_or(1.0, |x| x.capacity_share());
     let ca = cap(app_ns) * cpu_share;
     let pool = if s.tool == Tool::Poolcap && (s.load > 0 || s.write) {
         (s.pool.0 * s.pool.1) as f64
@@ -305,10 +307,10 @@ pub fn predict(p: &Profile, s: &Scenario) -> Result<Prediction, ScenarioError> {
         )
     };
     // Waits for the CPU, at the core the tool needs for what it keeps up with.
-    let wait_loss = p.cpu.as_ref().map_or(0.0, |c| {
+    let wait_loss = p.cpu.as_ref().zip(sharing).map_or(0.0, |(c, x)| {
         let demand = delivered.min(ca) * app_ns / 1e9;
         let lost = share::wait_loss(
-            share::waiting(demand, cpu_share),
+            share::waiting(demand, x.share),
             buffer / delivered,
             c.tail_s,
         );
@@ -548,13 +550,17 @@ mod tests {
         assert_eq!(p.stages[0].stage, "kernel");
     }
 
+    /// Calibrated at `share` when runnable, with waits of one timeslice per timeslice run
+    /// (a busy thread gets half the core); `copy` on a core of its own.
     fn shared(share: f64, tail_s: f64) -> Profile {
+        use crate::share::{Cpu, Sharing, SLICE_S};
+        let at = |share, wait_s| Sharing { share, wait_s };
         Profile {
-            cpu: Some(crate::share::Cpu {
-                share: BTreeMap::from([
-                    ("count".to_owned(), share),
-                    ("tcpdump null".to_owned(), share),
-                    ("copy".to_owned(), 1.0),
+            cpu: Some(Cpu {
+                sharing: BTreeMap::from([
+                    ("count".to_owned(), at(share, SLICE_S)),
+                    ("tcpdump null".to_owned(), at(share, SLICE_S)),
+                    ("copy".to_owned(), at(1.0, 0.0)),
                 ]),
                 tail_s,
             }),
@@ -564,7 +570,7 @@ mod tests {
 
     #[test]
     fn a_share_of_the_core_scales_the_application_capacity() {
-        // Count 1 µs at half a core: 500k pps; the kernel (1 Mpps) delivers half of 2 Mpps,
+        // Count 1 µs at half the core: 500k pps; the kernel (1 Mpps) delivers half of 2 Mpps,
         // the application keeps half of that. Waits of 1 µs never outlast a 9 ms ring.
         let p = predict(&shared(0.5, 1e-6), &scenario(Tool::Poolcap, 2e6)).unwrap();
         assert!(close(p.app_capacity_pps, 500_000.0), "{p:?}");
@@ -584,7 +590,7 @@ mod tests {
     #[test]
     fn waits_longer_than_the_ring_lose_below_capacity() {
         // tcpdump 4 µs at 50k pps needs 20% of a core; at half a core it waits as long as it
-        // runs (20% of the time). The 1 MiB ring holds 9362 slots of 112 B: 187 ms at 50k.
+        // runs (20% of the time), and half the core is enough. The 1 MiB ring holds 9362 slots of 112 B: 187 ms at 50k.
         let depth = (f64::from(1u32 << 20) / 112.0).floor() / 50_000.0;
         let s = scenario(Tool::Tcpdump, 50_000.0);
         let p = predict(&shared(0.5, depth), &s).unwrap();

@@ -4,12 +4,14 @@
 //! is on a core of its own. On a machine where the tool shares its core (with the kernel's
 //! receive work, the generator, other programs), two things decide loss instead:
 //!
-//! 1. **Share** `s`: the fraction of the time a runnable thread of the tool is on the CPU,
-//!    `run / (run + wait)` of `/proc/PID/task/*/schedstat`. A tool that needs `u` of a core
-//!    (rate x CPU cost per packet) keeps up only while `u < s`: its capacity is
-//!    `s x 1e9 / cost` frames/s.
-//! 2. **Waits**: below that capacity the tool still waits for the CPU each time it wakes. A
-//!    fair scheduler makes it wait `(1 - s) / s` for each unit it runs, so it spends
+//! 1. **Capacity share**: a tool with a backlog never sleeps; it runs a timeslice, then waits
+//!    for the CPU as long as a wake-up waits, `w` (the mean wait per timeslice of
+//!    `/proc/PID/task/*/schedstat` in its calibration runs). It gets `L / (L + w)` of the core,
+//!    `L` the scheduler's timeslice ([`SLICE_S`]), so its capacity is that share times
+//!    `1e9 / cost` frames/s.
+//! 2. **Waits**: below that capacity the tool sleeps and waits for the CPU each time it
+//!    wakes. Its calibration runs measured `s = run / (run + wait)`: it waits `(1 - s) / s`
+//!    for each unit it runs, so needing `u` of a core (rate x CPU cost per packet) it spends
 //!    `q = u (1 - s) / s` of the wall time runnable but not running. A wait longer than the
 //!    time the buffers hold at the arrival rate (`depth = frames held / rate`) loses what
 //!    arrives beyond it. With wait lengths exponential of mean `tail`, the lost fraction of
@@ -25,26 +27,51 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+/// The timeslice a CPU-bound thread runs before it waits again, seconds: the order of
+/// CFS's and EEVDF's slice on a small machine (`sched_latency` 6 ms over two tasks, EEVDF's
+/// base slice 0.75 ms x (1 + log2 CPUs) rounded up); the kernel does not show it without
+/// debugfs, so it is a stated constant of the model, not a measurement.
+pub const SLICE_S: f64 = 0.003;
+
+/// One configuration's scheduling in its calibration runs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Sharing {
+    /// Share of the time its threads ran while runnable, `run / (run + wait)`.
+    pub share: f64,
+    /// Mean wait for the CPU per timeslice, seconds.
+    pub wait_s: f64,
+}
+
+impl Sharing {
+    /// The share of the core a thread with a backlog gets: `L / (L + w)`.
+    pub fn capacity_share(&self) -> f64 {
+        SLICE_S / (SLICE_S + self.wait_s.max(0.0))
+    }
+}
+
 /// What calibration measured of the CPU a capture gets on this machine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Cpu {
-    /// Share of the time a runnable thread of the tool ran, by calibration configuration
-    /// (`count`, `copy`, `write`, `tcpdump null`, `dumpcap file`...).
-    pub share: BTreeMap<String, f64>,
+    /// By calibration configuration (`count`, `copy`, `write`, `tcpdump null`,
+    /// `dumpcap file`...).
+    pub sharing: BTreeMap<String, Sharing>,
     /// Mean length of the waits for the CPU that outlast a buffer, seconds.
     pub tail_s: f64,
 }
 
 impl Cpu {
-    /// The share of configuration `key`, or the median share of all configurations when
-    /// `key` was not measured.
-    pub fn share_of(&self, key: &str) -> f64 {
-        if let Some(&s) = self.share.get(key) {
+    /// The scheduling of configuration `key`; when `key` was not measured, the one with the
+    /// median share.
+    pub fn of(&self, key: &str) -> Sharing {
+        if let Some(&s) = self.sharing.get(key) {
             return s;
         }
-        let mut v: Vec<f64> = self.share.values().copied().collect();
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(1.0)
+        let mut v: Vec<Sharing> = self.sharing.values().copied().collect();
+        v.sort_by(|a, b| a.share.total_cmp(&b.share));
+        v.get(v.len() / 2).copied().unwrap_or(Sharing {
+            share: 1.0,
+            wait_s: 0.0,
+        })
     }
 }
 
@@ -112,15 +139,27 @@ mod tests {
 
     #[test]
     fn an_unmeasured_configuration_takes_the_median_share() {
+        let at = |share| Sharing {
+            share,
+            wait_s: 0.001,
+        };
         let cpu = Cpu {
-            share: BTreeMap::from([
-                ("count".to_owned(), 0.9),
-                ("copy".to_owned(), 0.1),
-                ("tcpdump null".to_owned(), 0.5),
+            sharing: BTreeMap::from([
+                ("count".to_owned(), at(0.9)),
+                ("copy".to_owned(), at(0.1)),
+                ("tcpdump null".to_owned(), at(0.5)),
             ]),
             tail_s: 0.01,
         };
-        assert_eq!(cpu.share_of("copy"), 0.1);
-        assert_eq!(cpu.share_of("zstd:3"), 0.5);
+        assert_eq!(cpu.of("copy").share, 0.1);
+        assert_eq!(cpu.of("zstd:3").share, 0.5);
+    }
+
+    #[test]
+    fn a_busy_thread_gets_a_slice_per_wait() {
+        let s = |wait_s| Sharing { share: 0.1, wait_s }.capacity_share();
+        assert_eq!(s(0.0), 1.0);
+        assert!(close(s(SLICE_S), 0.5));
+        assert!(close(s(3.0 * SLICE_S), 0.25));
     }
 }

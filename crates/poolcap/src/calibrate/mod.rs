@@ -24,7 +24,7 @@
 
 use poolcap_doctor::predict;
 use poolcap_doctor::profile::{Profile, Samples};
-use poolcap_doctor::share::{self, Cpu};
+use poolcap_doctor::share::{self, Cpu, Sharing};
 
 use crate::bench::meta::Meta;
 use crate::bench::peer::{CaptureSpec, Generator, Tool, Traffic};
@@ -153,7 +153,8 @@ pub fn samples(rows: &[Row]) -> Samples {
 }
 
 /// The CPU a capture got in the calibration rows among `rows`, for `p` (their costs): the
-/// median share when runnable of each configuration over the frame sizes, and the tail of
+/// median share when runnable and wait per timeslice of each configuration over the frame
+/// sizes, and the tail of
 /// the waits (`poolcap_doctor::share`) from the runs that lost frames, each run's measured
 /// waiting fraction and loss against the time its buffers held at its rate; without such a
 /// run, the mean wait per timeslice. `None` when no run has scheduler statistics.
@@ -162,14 +163,17 @@ pub fn cpu(rows: &[Row], p: &Profile) -> Option<Cpu> {
         .iter()
         .filter(|r| r.point.starts_with(POINT_PREFIX) && r.subject != SENDER)
         .collect();
-    let mut shares: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+    type Runs = (Vec<f64>, Vec<f64>);
+    let mut by_key: std::collections::BTreeMap<String, Runs> = Default::default();
     let (mut tails, mut slices) = (Vec::new(), Vec::new());
     for r in &cal {
-        let Some(sh) = r.median("cpu_share") else {
+        let (Some(sh), Some(ms)) = (r.median("cpu_share"), r.median("wait_per_slice_ms")) else {
             continue;
         };
-        shares.entry(r.subject.clone()).or_default().push(sh);
-        slices.extend(r.median("wait_per_slice_ms").map(|ms| ms / 1e3));
+        let e = by_key.entry(r.subject.clone()).or_default();
+        e.0.push(sh);
+        e.1.push(ms / 1e3);
+        slices.push(ms / 1e3);
         let depth = validate::offered_pps(r).and_then(|pps| {
             let s = validate::scenario(r, pps)?;
             Some(predict::predict(p, &s).ok()?.buffer_frames / pps)
@@ -178,15 +182,15 @@ pub fn cpu(rows: &[Row], p: &Profile) -> Option<Cpu> {
             tails.extend(share::tail_of(q, loss, d));
         }
     }
-    if shares.is_empty() {
-        return None;
-    }
     let tail_s = median(&mut tails).or_else(|| median(&mut slices))?;
-    let share = shares
+    let sharing = by_key
         .into_iter()
-        .filter_map(|(k, mut v)| Some((k, median(&mut v)?)))
+        .filter_map(|(k, (mut s, mut w))| {
+            let (share, wait_s) = (median(&mut s)?, median(&mut w)?);
+            Some((k, Sharing { share, wait_s }))
+        })
         .collect();
-    Some(Cpu { share, tail_s })
+    Some(Cpu { sharing, tail_s })
 }
 
 /// The median of `v` (sorted in place), `None` when empty.
@@ -315,8 +319,9 @@ mod tests {
         ]);
         let p = Profile::built_in();
         let got = cpu(&rows, &p).unwrap();
-        assert_eq!(got.share["tcpdump null"], 0.25);
-        assert_eq!(got.share["count"], 0.5);
+        assert_eq!(got.sharing["tcpdump null"].share, 0.25);
+        assert_eq!(got.sharing["count"].share, 0.5);
+        assert_eq!(got.sharing["count"].wait_s, 0.00025);
         // The tail reproduces the lossy run's loss at its buffer's depth.
         let pps = validate::offered_pps(&rows[0]).unwrap();
         let s = validate::scenario(&rows[0], pps).unwrap();

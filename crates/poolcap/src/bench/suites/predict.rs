@@ -296,13 +296,21 @@ fn costs(p: &Profile) -> String {
     );
     if let Some(cpu) = &p.cpu {
         let shares: Vec<String> = cpu
-            .share
+            .sharing
             .iter()
-            .map(|(k, v)| format!("{k} {:.0}%", v * 100.0))
+            .map(|(k, v)| {
+                format!(
+                    "{k} {:.1}% ({:.2} ms, {:.0}% busy)",
+                    v.share * 100.0,
+                    v.wait_s * 1e3,
+                    v.capacity_share() * 100.0
+                )
+            })
             .collect();
         let _ = writeln!(
             s,
-            "- CPU share when runnable: {}; tail of the waits for the CPU {:.2} ms",
+            "- CPU share when runnable (mean wait per timeslice, share of a busy thread): {}; \
+             tail of the waits for the CPU {:.2} ms",
             shares.join(", "),
             cpu.tail_s * 1e3
         );
