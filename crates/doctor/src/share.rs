@@ -78,7 +78,7 @@ impl Cpu {
 /// The fraction of the wall time a tool that needs `demand` of a core spends runnable but
 /// waiting, at `share`.
 pub fn waiting(demand: f64, share: f64) -> f64 {
-    if !(share > 0.0) {
+    if share.is_nan() || share <= 0.0 {
         return 1.0;
     }
     (demand.min(share) * (1.0 - share) / share).clamp(0.0, 1.0)
@@ -87,7 +87,7 @@ pub fn waiting(demand: f64, share: f64) -> f64 {
 /// The fraction of frames lost to waits longer than `depth_s` (the time the buffers hold)
 /// when `waiting` of the time is spent waiting in waits of mean `tail_s`.
 pub fn wait_loss(waiting: f64, depth_s: f64, tail_s: f64) -> f64 {
-    if !(tail_s > 0.0) {
+    if tail_s.is_nan() || tail_s <= 0.0 {
         return 0.0;
     }
     (waiting * (-depth_s.max(0.0) / tail_s).exp()).clamp(0.0, 1.0)
