@@ -18,7 +18,8 @@
 //!    pool is full, so the two add up.
 //!
 //! 4. **CPU share** ([`crate::share`]): on a shared core a tool with a backlog runs a
-//!    timeslice `L` per wait `w`, so `C_a` is `L / (L + w) x 1e9 / app`; below that it still
+//!    timeslice `L` per wait `w`, so `C_a` is `L / (L + w) x 1e9 / app` (times the part of
+//!    the core the receive work leaves when it runs there, in softirq, first); below that it still
 //!    waits for the CPU `u (1 - s) / s` of the time (`u` = the core it needs, `s` = the
 //!    share it ran when runnable in calibration); waits that outlast the time the buffers
 //!    hold lose what arrives beyond it (*wait loss*, part of the application loss).
@@ -276,7 +277,21 @@ pub fn predict(p: &Profile, s: &Scenario) -> Result<Prediction, ScenarioError> {
     let app_ns: f64 = stages.iter().map(|x| x.ns).sum();
     let sharing = p.cpu.as_ref().map(|c| c.of(&share_key(s)));
     let cpu_share = sharing.map_or(1.0, |x| x.capacity_share());
-    let ca = cap(app_ns) * cpu_share;
+    // On a shared core the receive work on the tool's CPU runs in softirq, before any task:
+    // the tool gets its share of what it leaves. On a core of its own the two costs add.
+    let (ca, tool_ns) = match sharing {
+        None => (cap(app_ns), app_ns),
+        Some(_) => {
+            let kernel_ns = if s.kernel_on_app_cpu {
+                p.kernel.ns(caplen)
+            } else {
+                0.0
+            };
+            let left = (1.0 - s.rate_pps * kernel_ns / 1e9).max(0.0);
+            let tool_ns = app_ns - kernel_ns;
+            (cap(tool_ns) * cpu_share * left, tool_ns)
+        }
+    };
     let pool = if s.tool == Tool::Poolcap && (s.load > 0 || s.write) {
         (s.pool.0 * s.pool.1) as f64
     } else {
@@ -308,7 +323,7 @@ pub fn predict(p: &Profile, s: &Scenario) -> Result<Prediction, ScenarioError> {
     };
     // Waits for the CPU, at the core the tool needs for what it keeps up with.
     let wait_loss = p.cpu.as_ref().zip(sharing).map_or(0.0, |(c, x)| {
-        let demand = delivered.min(ca) * app_ns / 1e9;
+        let demand = delivered.min(ca) * tool_ns / 1e9;
         let lost = share::wait_loss(
             share::waiting(demand, x.share),
             buffer / delivered,
@@ -585,6 +600,30 @@ mod tests {
             ..scenario(Tool::Poolcap, 1000.0)
         };
         assert_eq!(predict(&shared(0.5, 1e-6), &copy).unwrap().cpu_share, 1.0);
+    }
+
+    #[test]
+    fn on_a_shared_core_receive_work_comes_first_and_the_tool_shares_the_rest() {
+        // 400k pps of 1 µs softirq work leave 60% of the core; the tool gets half of that:
+        // 300k pps of its 1 µs, a quarter of the offered frames lost.
+        let s = Scenario {
+            kernel_on_app_cpu: true,
+            ..scenario(Tool::Poolcap, 400_000.0)
+        };
+        let p = predict(&shared(0.5, 1e-6), &s).unwrap();
+        assert!(close(p.app_capacity_pps, 300_000.0), "{p:?}");
+        assert!(close(p.app_loss, 0.25) && p.kernel_loss == 0.0, "{p:?}");
+        // Receive work that fills the core leaves the tool nothing.
+        let flood = predict(&shared(0.5, 1e-6), &scenario(Tool::Poolcap, 1e6)).unwrap();
+        assert!(flood.app_capacity_pps > 0.0);
+        let s = Scenario {
+            kernel_on_app_cpu: true,
+            ..scenario(Tool::Poolcap, 1e6)
+        };
+        assert_eq!(
+            predict(&shared(0.5, 1e-6), &s).unwrap().app_capacity_pps,
+            0.0
+        );
     }
 
     #[test]

@@ -205,7 +205,7 @@ fn print_text(p: &Prediction, note: &str) {
     }
     if p.cpu_share < 1.0 {
         println!(
-            "CPU share when runnable {} (the profile's); waits that outlast the buffers lose {}",
+            "CPU share with a backlog {} (the profile's); waits that outlast the buffers lose {}",
             pct(p.cpu_share),
             pct(p.wait_loss)
         );
