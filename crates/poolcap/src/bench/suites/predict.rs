@@ -328,7 +328,13 @@ one core: poolcap's ring read, pool copy, x-loop and write; tcpdump's and dumpca
 cost) has capacity 1e9 / app(caplen). Each cost is linear in the captured bytes, fitted from \
 64 and 1514-byte frames. The ring holds B / slot frames and poolcap's pool adds R x M when it \
 copies. Traffic is a fluid: over a burst (or a whole finite run) the backlog grows at \
-min(rate, C_k) - C_a, what exceeds the buffers is lost, idle time drains C_a x idle. On a shared core (the calibration's schedstat) the tool runs s of the time it is runnable: C_a is s x 1e9 / app, and below that it waits u (1 - s) / s of the time (u: the core it needs); a wait longer than the buffers' depth at the rate (frames held / rate) loses what arrives beyond it, with waits exponential of a calibrated tail: q e^(-depth / tail).";
+min(rate, C_k) - C_a, what exceeds the buffers is lost, idle time drains C_a x idle. On a shared \
+core (the calibration's schedstat) a busy tool runs a 3 ms timeslice per mean wait w for the \
+CPU: C_a is 3 / (3 + w) x 1e9 / app, of what rps-on receive work leaves (softirq runs first); \
+below that it waits u (1 - s) / s of the time (u: the core it needs, s: its share when \
+runnable in calibration), and a wait longer than the buffers' depth (frames held / rate) \
+loses what arrives beyond it; with waits exponential of a calibrated tail that is \
+q e^(-depth / tail).";
 
 /// The busy share of all CPUs before the runs of the rows passing `keep` (median of the
 /// medians), as a percentage.
