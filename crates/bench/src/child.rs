@@ -207,6 +207,27 @@ impl Running {
         Some(own? + more)
     }
 
+    /// Scheduler statistics so far, summed over every thread of every process of this run
+    /// and their descendants (`/proc/PID/task/*/schedstat`): nanoseconds on the CPU,
+    /// nanoseconds runnable but waiting for it, and timeslices run.
+    pub fn schedstat(&self) -> Option<Sched> {
+        let mut total = Sched::default();
+        for pid in with_descendants(&self.pids()) {
+            let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+                continue;
+            };
+            for t in tasks.flatten() {
+                if let Some(s) = std::fs::read_to_string(t.path().join("schedstat"))
+                    .ok()
+                    .and_then(|s| Sched::parse(&s))
+                {
+                    total = total.plus(&s);
+                }
+            }
+        }
+        (total.slices > 0).then_some(total)
+    }
+
     /// Voluntary and involuntary context switches so far, summed over every thread
     /// (`/proc/PID/task/*/status`) of every process of this run.
     pub fn switches(&self) -> Option<(u64, u64)> {
@@ -297,6 +318,47 @@ impl Drop for Running {
     }
 }
 
+/// A `/proc/PID/task/TID/schedstat` line (or a sum or difference of them): what the
+/// scheduler says about a task's time on and waiting for the CPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Sched {
+    /// Nanoseconds on the CPU.
+    pub run_ns: u64,
+    /// Nanoseconds runnable on a run queue, waiting for the CPU.
+    pub wait_ns: u64,
+    /// Timeslices run.
+    pub slices: u64,
+}
+
+impl Sched {
+    /// The three numbers of a schedstat line.
+    pub fn parse(line: &str) -> Option<Sched> {
+        let mut f = line.split_whitespace().map(str::parse::<u64>);
+        Some(Sched {
+            run_ns: f.next()?.ok()?,
+            wait_ns: f.next()?.ok()?,
+            slices: f.next()?.ok()?,
+        })
+    }
+
+    fn plus(&self, o: &Sched) -> Sched {
+        Sched {
+            run_ns: self.run_ns + o.run_ns,
+            wait_ns: self.wait_ns + o.wait_ns,
+            slices: self.slices + o.slices,
+        }
+    }
+
+    /// `self - before` (a thread that exited in between makes a term negative: 0).
+    pub fn since(&self, before: &Sched) -> Sched {
+        Sched {
+            run_ns: self.run_ns.saturating_sub(before.run_ns),
+            wait_ns: self.wait_ns.saturating_sub(before.wait_ns),
+            slices: self.slices.saturating_sub(before.slices),
+        }
+    }
+}
+
 /// `voluntary_ctxt_switches` and `nonvoluntary_ctxt_switches` of a `/proc/.../status` file.
 pub fn switches_of_status(status: &str) -> (u64, u64) {
     let field = |k: &str| {
@@ -358,6 +420,18 @@ fn with_descendants(pids: &[u32]) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_schedstat_line_reads_and_differences_never_go_negative() {
+        let a = Sched::parse("1000 250 7\n").unwrap();
+        assert_eq!((a.run_ns, a.wait_ns, a.slices), (1000, 250, 7));
+        assert_eq!(Sched::parse("12 x 3"), None);
+        let b = a.plus(&a);
+        assert_eq!(b.since(&a), a);
+        assert_eq!(a.since(&b), Sched::default());
+        let me = std::fs::read_to_string("/proc/self/schedstat").unwrap();
+        assert!(Sched::parse(&me).unwrap().run_ns > 0);
+    }
 
     #[test]
     fn reads_cpu_ticks_from_proc_stat() {

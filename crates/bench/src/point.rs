@@ -31,7 +31,7 @@ use anyhow::{bail, Context};
 use poolcap_lab::{netns_command, Lab};
 use serde::{Deserialize, Serialize};
 
-use super::child::{Finished, Running, TICKS_PER_SECOND};
+use super::child::{Finished, Running, Sched, TICKS_PER_SECOND};
 use super::filecount::count_file;
 use super::forward_peers::{out_tx, Sink};
 use super::peer::{self, CaptureSpec, Counts, Generator, Sent, Tool, Traffic};
@@ -235,6 +235,10 @@ pub struct Record {
     pub voluntary_switches: Option<u64>,
     /// Involuntary context switches over the same window.
     pub involuntary_switches: Option<u64>,
+    /// The tool's scheduler statistics over the same window (all threads), and the window's
+    /// wall seconds: the CPU share it got and how long it waited for the CPU.
+    #[serde(default)]
+    pub sched: Option<(Sched, f64)>,
     /// Wall seconds of the whole run.
     pub wall_s: f64,
     /// Share of all CPUs busy just before the run (others' work on a shared machine).
@@ -373,6 +377,7 @@ impl Bench<'_> {
             syscalls: None,
             voluntary_switches: None,
             involuntary_switches: None,
+            sched: None,
             wall_s: 0.0,
             busy_before,
             samples: Vec::new(),
@@ -447,6 +452,8 @@ impl Bench<'_> {
         };
         let cpu_before = tool.as_ref().and_then(|(_, r)| r.cpu_ticks());
         let sw_before = tool.as_ref().and_then(|(_, r)| r.switches());
+        let sched_before = tool.as_ref().and_then(|(_, r)| r.schedstat());
+        let window = Instant::now();
 
         let gen = subject.generator;
         let cfg = self
@@ -480,6 +487,9 @@ impl Bench<'_> {
         rec.samples = sampler.map(Sampler::finish).unwrap_or_default();
         let cpu_after = tool.cpu_ticks();
         let sw_after = tool.switches();
+        if let (Some(a), Some(b)) = (sched_before, tool.schedstat()) {
+            rec.sched = Some((b.since(&a), window.elapsed().as_secs_f64()));
+        }
         if let Some(p) = perf {
             let f = p.interrupt(Duration::from_secs(10))?;
             let counts = peer::parse_perf_stat(&f.text);

@@ -226,6 +226,37 @@ pub const METRICS: &[Metric] = &[
         show: f3,
     },
     Metric {
+        key: "cpu_share",
+        title: "CPU share when runnable",
+        better: Better::Higher,
+        get: |r| {
+            let (s, _) = r.sched?;
+            let busy = s.run_ns + s.wait_ns;
+            (busy > 0).then(|| s.run_ns as f64 / busy as f64)
+        },
+        show: pct,
+    },
+    Metric {
+        key: "cpu_wait",
+        title: "waiting for a CPU",
+        better: Better::Lower,
+        get: |r| {
+            let (s, window) = r.sched?;
+            (window > 0.0).then(|| s.wait_ns as f64 / 1e9 / window)
+        },
+        show: pct,
+    },
+    Metric {
+        key: "wait_per_slice_ms",
+        title: "wait per timeslice ms",
+        better: Better::Lower,
+        get: |r| {
+            let (s, _) = r.sched?;
+            (s.slices > 0).then(|| s.wait_ns as f64 / 1e6 / s.slices as f64)
+        },
+        show: f3,
+    },
+    Metric {
         key: "wall_s",
         title: "wall s",
         better: Better::Lower,
@@ -822,6 +853,7 @@ mod tests {
             syscalls: Some(captured / 2),
             voluntary_switches: Some(10),
             involuntary_switches: Some(0),
+            sched: None,
             wall_s: 1.0,
             busy_before: None,
             samples: Vec::new(),

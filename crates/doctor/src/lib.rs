@@ -9,11 +9,13 @@
 //! - [`profile`] and [`predict`]: `poolcap predict`. A [`profile::Profile`] holds the costs
 //!   `poolcap calibrate` measured per stage (kernel delivery, ring read, copy into the pool,
 //!   writing, compression, x-loop); [`predict::predict`] turns a capture scenario into
-//!   kernel and application loss with a fluid model of stages and buffers.
+//!   kernel and application loss with a fluid model of stages and buffers, at the CPU share
+//!   the tool gets on a shared machine ([`share`]).
 #![forbid(unsafe_code)]
 
 pub mod checks;
 pub mod ethtool;
 pub mod predict;
 pub mod profile;
+pub mod share;
 pub mod system;

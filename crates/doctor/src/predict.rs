@@ -17,6 +17,15 @@
 //!    (with analysis or a file), since its capture thread leaves blocks in the ring when the
 //!    pool is full, so the two add up.
 //!
+//! 4. **CPU share** ([`crate::share`]): on a shared core a tool with a backlog runs a
+//!    timeslice `L` per wait `w`, so `C_a` is `L / (L + w) x 1e9 / app` (times the part of
+//!    the core the receive work leaves when it runs there, in softirq, first); below that it still
+//!    waits for the CPU `u (1 - s) / s` of the time (`u` = the core it needs, `s` = the
+//!    share it ran when runnable in calibration); waits that outlast the time the buffers
+//!    hold lose what arrives beyond it (*wait loss*, part of the application loss).
+//!    The share of the tool's configuration and the waits' tail come from the profile's `cpu`
+//!    (calibrated); without it the tool has a core of its own.
+//!
 //! Traffic is a fluid: `rate` frames/s, optionally in bursts of `burst` frames followed by
 //! `idle` seconds of silence. Over each burst the backlog grows by `(min(rate, C_k) - C_a)`
 //! per second, whatever exceeds the buffers is lost, and the idle time drains `C_a x idle`.
@@ -27,6 +36,7 @@
 use serde::Serialize;
 
 use crate::profile::{Cost, Profile};
+use crate::share;
 
 /// The capture tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -126,6 +136,10 @@ pub struct Prediction {
     pub buffer_frames: f64,
     /// Longest burst at `offered_pps` absorbed without loss (`None`: any burst).
     pub max_burst: Option<f64>,
+    /// Share of the core the tool gets with a backlog (1: a core of its own).
+    pub cpu_share: f64,
+    /// Frames lost to waits for the CPU that outlast the buffers (included in `app_loss`).
+    pub wait_loss: f64,
     /// The stage with the largest cost (`kernel` when the kernel is the bottleneck).
     pub bottleneck: String,
     /// The application's costs per packet, stage by stage.
@@ -206,6 +220,25 @@ fn app_stages(p: &Profile, s: &Scenario, caplen: f64) -> Result<Vec<StageCost>, 
     Ok(v)
 }
 
+/// The calibration configuration whose CPU share `s` runs at: poolcap's `count`, `copy`
+/// (with analysis) or `write`; a peer's `null` or `file`.
+fn share_key(s: &Scenario) -> String {
+    match s.tool {
+        Tool::Poolcap if s.load > 0 => "copy".to_owned(),
+        Tool::Poolcap if s.write => "write".to_owned(),
+        Tool::Poolcap => "count".to_owned(),
+        Tool::Tcpdump | Tool::Dumpcap => format!(
+            "{} {}",
+            if s.tool == Tool::Tcpdump {
+                "tcpdump"
+            } else {
+                "dumpcap"
+            },
+            if s.write { "file" } else { "null" }
+        ),
+    }
+}
+
 /// Predicts kernel and application loss of `s` on the machine `p` describes.
 pub fn predict(p: &Profile, s: &Scenario) -> Result<Prediction, ScenarioError> {
     if !(s.rate_pps.is_finite() && s.rate_pps > 0.0) {
@@ -241,7 +274,24 @@ pub fn predict(p: &Profile, s: &Scenario) -> Result<Prediction, ScenarioError> {
     } else {
         cap(p.kernel.ns(caplen))
     };
-    let ca = cap(stages.iter().map(|x| x.ns).sum());
+    let app_ns: f64 = stages.iter().map(|x| x.ns).sum();
+    let sharing = p.cpu.as_ref().map(|c| c.of(&share_key(s)));
+    let cpu_share = sharing.map_or(1.0, |x| x.capacity_share());
+    // On a shared core the receive work on the tool's CPU runs in softirq, before any task:
+    // the tool gets its share of what it leaves. On a core of its own the two costs add.
+    let (ca, tool_ns) = match sharing {
+        None => (cap(app_ns), app_ns),
+        Some(_) => {
+            let kernel_ns = if s.kernel_on_app_cpu {
+                p.kernel.ns(caplen)
+            } else {
+                0.0
+            };
+            let left = (1.0 - s.rate_pps * kernel_ns / 1e9).max(0.0);
+            let tool_ns = app_ns - kernel_ns;
+            (cap(tool_ns) * cpu_share * left, tool_ns)
+        }
+    };
     let pool = if s.tool == Tool::Poolcap && (s.load > 0 || s.write) {
         (s.pool.0 * s.pool.1) as f64
     } else {
@@ -271,6 +321,17 @@ pub fn predict(p: &Profile, s: &Scenario) -> Result<Prediction, ScenarioError> {
             s.count.map(|c| c as f64),
         )
     };
+    // Waits for the CPU, at the core the tool needs for what it keeps up with.
+    let wait_loss = p.cpu.as_ref().zip(sharing).map_or(0.0, |(c, x)| {
+        let demand = delivered.min(ca) * tool_ns / 1e9;
+        let lost = share::wait_loss(
+            share::waiting(demand, x.share),
+            buffer / delivered,
+            c.tail_s,
+        );
+        (1.0 - kernel_loss - app_loss) * lost
+    });
+    let app_loss = app_loss + wait_loss;
     let max_burst = (delivered > ca).then(|| buffer / (1.0 - ca / delivered) * r / delivered);
     let mut worst = stages
         .iter()
@@ -290,6 +351,8 @@ pub fn predict(p: &Profile, s: &Scenario) -> Result<Prediction, ScenarioError> {
         loss_starts_pps: ck.min(ca),
         buffer_frames: buffer,
         max_burst,
+        cpu_share,
+        wait_loss,
         bottleneck: worst,
         stages,
     })
@@ -388,6 +451,7 @@ mod tests {
                 file: flat(10_000.0),
             },
             ring_slot_overhead: 48.0,
+            cpu: None,
         }
     }
 
@@ -499,6 +563,87 @@ mod tests {
         assert!(close(p.app_capacity_pps, 500_000.0), "{p:?}");
         assert!(close(p.app_loss, 0.75) && p.kernel_loss == 0.0);
         assert_eq!(p.stages[0].stage, "kernel");
+    }
+
+    /// Calibrated at `share` when runnable, with waits of one timeslice per timeslice run
+    /// (a busy thread gets half the core); `copy` on a core of its own.
+    fn shared(share: f64, tail_s: f64) -> Profile {
+        use crate::share::{Cpu, Sharing, SLICE_S};
+        let at = |share, wait_s| Sharing { share, wait_s };
+        Profile {
+            cpu: Some(Cpu {
+                sharing: BTreeMap::from([
+                    ("count".to_owned(), at(share, SLICE_S)),
+                    ("tcpdump null".to_owned(), at(share, SLICE_S)),
+                    ("copy".to_owned(), at(1.0, 0.0)),
+                ]),
+                tail_s,
+            }),
+            ..profile()
+        }
+    }
+
+    #[test]
+    fn a_share_of_the_core_scales_the_application_capacity() {
+        // Count 1 µs at half the core: 500k pps; the kernel (1 Mpps) delivers half of 2 Mpps,
+        // the application keeps half of that. Waits of 1 µs never outlast a 9 ms ring.
+        let p = predict(&shared(0.5, 1e-6), &scenario(Tool::Poolcap, 2e6)).unwrap();
+        assert!(close(p.app_capacity_pps, 500_000.0), "{p:?}");
+        assert!(
+            close(p.kernel_loss, 0.5) && close(p.app_loss, 0.25),
+            "{p:?}"
+        );
+        assert!(close(p.loss_starts_pps, 500_000.0) && p.cpu_share == 0.5);
+        // The share is the configuration's: with analysis poolcap runs at `copy`'s.
+        let copy = Scenario {
+            load: 1000,
+            ..scenario(Tool::Poolcap, 1000.0)
+        };
+        assert_eq!(predict(&shared(0.5, 1e-6), &copy).unwrap().cpu_share, 1.0);
+    }
+
+    #[test]
+    fn on_a_shared_core_receive_work_comes_first_and_the_tool_shares_the_rest() {
+        // 400k pps of 1 µs softirq work leave 60% of the core; the tool gets half of that:
+        // 300k pps of its 1 µs, a quarter of the offered frames lost.
+        let s = Scenario {
+            kernel_on_app_cpu: true,
+            ..scenario(Tool::Poolcap, 400_000.0)
+        };
+        let p = predict(&shared(0.5, 1e-6), &s).unwrap();
+        assert!(close(p.app_capacity_pps, 300_000.0), "{p:?}");
+        assert!(close(p.app_loss, 0.25) && p.kernel_loss == 0.0, "{p:?}");
+        // Receive work that fills the core leaves the tool nothing.
+        let flood = predict(&shared(0.5, 1e-6), &scenario(Tool::Poolcap, 1e6)).unwrap();
+        assert!(flood.app_capacity_pps > 0.0);
+        let s = Scenario {
+            kernel_on_app_cpu: true,
+            ..scenario(Tool::Poolcap, 1e6)
+        };
+        assert_eq!(
+            predict(&shared(0.5, 1e-6), &s).unwrap().app_capacity_pps,
+            0.0
+        );
+    }
+
+    #[test]
+    fn waits_longer_than_the_ring_lose_below_capacity() {
+        // tcpdump 4 µs at 50k pps needs 20% of a core; at half a core it waits as long as it
+        // runs (20% of the time), and half the core is enough. The 1 MiB ring holds 9362 slots of 112 B: 187 ms at 50k.
+        let depth = (f64::from(1u32 << 20) / 112.0).floor() / 50_000.0;
+        let s = scenario(Tool::Tcpdump, 50_000.0);
+        let p = predict(&shared(0.5, depth), &s).unwrap();
+        assert!(close(p.wait_loss, 0.2 / std::f64::consts::E), "{p:?}");
+        assert!(close(p.loss, p.wait_loss) && p.kernel_loss == 0.0);
+        // A ring 4 times as deep loses e^-3 of that; a core of its own loses nothing.
+        let deep = Scenario {
+            buffer_bytes: 4 << 20,
+            ..s.clone()
+        };
+        let d = predict(&shared(0.5, depth), &deep).unwrap();
+        assert!((d.loss / p.loss - (-3.0f64).exp()).abs() < 1e-3, "{d:?}");
+        assert_eq!(predict(&profile(), &s).unwrap().loss, 0.0);
+        assert_eq!(predict(&shared(1.0, depth), &s).unwrap().loss, 0.0);
     }
 
     #[test]

@@ -13,6 +13,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::share::Cpu;
+
 /// A stage's CPU cost for one packet of `bytes` bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 pub struct Cost {
@@ -93,6 +95,10 @@ pub struct Profile {
     /// Bytes of a TPACKET_V3 ring slot besides the captured bytes (header, sockaddr_ll,
     /// alignment).
     pub ring_slot_overhead: f64,
+    /// The CPU share a capture gets here and how long it waits for it (`None`: a core of
+    /// its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<Cpu>,
 }
 
 /// The built-in profile's numbers: `poolcap calibrate` in a veth lab on the 2-core

@@ -1,7 +1,8 @@
 //! Calibration in a veth lab of the bench rig: the points of [`super::points`] (the generator
 //! at top speed, 64 and 1514-byte frames, the sender alone and every configuration of
-//! [`super::stages`]) run through [`Bench::run_once`], which measures the tool's CPU time and
-//! the sender's rate; [`super::samples`] turns the runs into samples. The sender alone gives
+//! [`super::stages`]) run through [`Bench::run_once`], which measures the tool's CPU time, its
+//! scheduler statistics and the sender's rate; [`super::of_rows`] turns the runs into a
+//! profile. The sender alone gives
 //! the line rate the lab offers; the sender while poolcap counts gives, by difference, the
 //! kernel's receive work per frame (on veth it runs on the sender's CPU).
 
@@ -10,12 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::bail;
-use poolcap_doctor::profile::Samples;
 use poolcap_lab::Lab;
 
 use crate::manager::scratch_with_exe;
 use crate::point::Bench;
-use crate::report::aggregate;
+use crate::report::{aggregate, Row};
 use crate::suites::{self, QUIET_BELOW};
 
 /// What to measure.
@@ -33,8 +33,8 @@ pub struct LabOptions {
     pub quiet_wait: Duration,
 }
 
-/// Runs the calibration; returns the samples and the x-loop cost (ns per iteration).
-pub fn measure(opts: &LabOptions, stop: Arc<AtomicBool>) -> anyhow::Result<(Samples, f64)> {
+/// Runs the calibration; returns its rows and the x-loop cost (ns per iteration).
+pub fn measure(opts: &LabOptions, stop: Arc<AtomicBool>) -> anyhow::Result<(Vec<Row>, f64)> {
     let nproc = std::thread::available_parallelism().map_or(1, usize::from);
     if nproc < 2 {
         bail!("the lab pins the generator and the tool to CPUs 0 and 1: it needs 2 CPUs");
@@ -51,7 +51,7 @@ fn measure_in(
     stop: Arc<AtomicBool>,
     scratch: &std::path::Path,
     exe: &std::path::Path,
-) -> anyhow::Result<(Samples, f64)> {
+) -> anyhow::Result<(Vec<Row>, f64)> {
     let lab = Lab::unique(1, 2)?;
     let b = Bench {
         lab: &lab,
@@ -107,5 +107,5 @@ fn measure_in(
         }
     }
     drop(lab);
-    Ok((super::samples(&aggregate(&records)), x_loop_ns))
+    Ok((aggregate(&records), x_loop_ns))
 }

@@ -22,7 +22,9 @@
 //! The CPU time of a child comes from `/proc/PID/stat` in clock ticks (10 ms), so a
 //! configuration must run long enough for hundreds of ticks to be precise.
 
+use poolcap_doctor::predict;
 use poolcap_doctor::profile::{Profile, Samples};
+use poolcap_doctor::share::{self, Cpu, Sharing};
 
 use crate::meta::Meta;
 use crate::peer::{CaptureSpec, Generator, Tool, Traffic};
@@ -150,6 +152,60 @@ pub fn samples(rows: &[Row]) -> Samples {
     s
 }
 
+/// The CPU a capture got in the calibration rows among `rows`, for `p` (their costs): the
+/// median share when runnable and wait per timeslice of each configuration over the frame
+/// sizes, and the tail of
+/// the waits (`poolcap_doctor::share`) from the runs that lost frames, each run's measured
+/// waiting fraction and loss against the time its buffers held at its rate; without such a
+/// run, the mean wait per timeslice. `None` when no run has scheduler statistics.
+pub fn cpu(rows: &[Row], p: &Profile) -> Option<Cpu> {
+    let cal: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.point.starts_with(POINT_PREFIX) && r.subject != SENDER)
+        .collect();
+    type Runs = (Vec<f64>, Vec<f64>);
+    let mut by_key: std::collections::BTreeMap<String, Runs> = Default::default();
+    let (mut tails, mut slices) = (Vec::new(), Vec::new());
+    for r in &cal {
+        let (Some(sh), Some(ms)) = (r.median("cpu_share"), r.median("wait_per_slice_ms")) else {
+            continue;
+        };
+        let e = by_key.entry(r.subject.clone()).or_default();
+        e.0.push(sh);
+        e.1.push(ms / 1e3);
+        slices.push(ms / 1e3);
+        let depth = validate::offered_pps(r).and_then(|pps| {
+            let s = validate::scenario(r, pps)?;
+            Some(predict::predict(p, &s).ok()?.buffer_frames / pps)
+        });
+        if let (Some(q), Some(loss), Some(d)) = (r.median("cpu_wait"), r.median("loss"), depth) {
+            tails.extend(share::tail_of(q, loss, d));
+        }
+    }
+    let tail_s = median(&mut tails).or_else(|| median(&mut slices))?;
+    let sharing = by_key
+        .into_iter()
+        .filter_map(|(k, (mut s, mut w))| {
+            let (share, wait_s) = (median(&mut s)?, median(&mut w)?);
+            Some((k, Sharing { share, wait_s }))
+        })
+        .collect();
+    Some(Cpu { sharing, tail_s })
+}
+
+/// The median of `v` (sorted in place), `None` when empty.
+fn median(v: &mut [f64]) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
+}
+
+/// The profile of calibration rows: their costs, the x-loop cost and the CPU they got.
+pub fn of_rows(rows: &[Row], x_loop_ns: f64, source: String) -> Profile {
+    let mut p = profile(&samples(rows), x_loop_ns, source);
+    p.cpu = cpu(rows, &p);
+    p
+}
+
 /// The profile calibrated by a bench run with calibration points ([`points`], as
 /// `poolcap bench predict` runs first): from its calibration rows alone and its x-loop cost
 /// (`None`: the run has none).
@@ -162,7 +218,7 @@ pub fn of_run(meta: &Meta, rows: &[Row]) -> Option<Profile> {
         meta.scale.name(),
         crate::manager::timestamp(meta.started)
     );
-    Some(profile(&samples, meta.calibration.ns_per_iteration, source))
+    Some(of_rows(rows, meta.calibration.ns_per_iteration, source))
 }
 
 /// The profile from `samples` and the x-loop cost, with `source` (the load average is the
@@ -235,5 +291,46 @@ mod tests {
         let p = profile(&s, 1.5, "test".into());
         assert!(close(p.kernel.ns(64.0), 500.0) && p.x_loop_ns == 1.5);
         assert_eq!(p.load_average, None);
+    }
+
+    #[test]
+    fn calibration_runs_give_each_configuration_its_share_and_lossy_runs_the_wait_tail() {
+        use crate::child::Sched;
+        // 64 B, 3000 frames sent in 10 ms bursts (see `record`): tcpdump ran 1 ms and waited
+        // 3 ms of a 2 s window (share 25%, waiting 0.15%) and lost 0.05%; count ran 1 ms,
+        // waited 1 ms in 4 slices and lost nothing.
+        let run = |subject: &str, run_ns, wait_ns, loss| {
+            let mut r = super::validate::tests::record("calibrate 64B", "tcpdump", loss);
+            r.subject = subject.to_owned();
+            r.capture.as_mut().unwrap().load = 0;
+            r.sched = Some((
+                Sched {
+                    run_ns,
+                    wait_ns,
+                    slices: 4,
+                },
+                2.0,
+            ));
+            r
+        };
+        let rows = crate::report::aggregate(&[
+            run("tcpdump null", 1_000_000, 3_000_000, 0.0005),
+            run("count", 1_000_000, 1_000_000, 0.0),
+        ]);
+        let p = Profile::built_in();
+        let got = cpu(&rows, &p).unwrap();
+        assert_eq!(got.sharing["tcpdump null"].share, 0.25);
+        assert_eq!(got.sharing["count"].share, 0.5);
+        assert_eq!(got.sharing["count"].wait_s, 0.00025);
+        // The tail reproduces the lossy run's loss at its buffer's depth.
+        let pps = validate::offered_pps(&rows[0]).unwrap();
+        let s = validate::scenario(&rows[0], pps).unwrap();
+        let depth = predict::predict(&p, &s).unwrap().buffer_frames / pps;
+        let back = share::wait_loss(0.0015, depth, got.tail_s);
+        assert!((back - 0.0005).abs() < 1e-12, "{back} {got:?}");
+        // Without a lossy run the tail is the mean wait per timeslice (0.25 or 0.75 ms).
+        let calm = crate::report::aggregate(&[run("count", 1_000_000, 1_000_000, 0.0)]);
+        assert_eq!(cpu(&calm, &p).unwrap().tail_s, 0.00025);
+        assert!(cpu(&rows[..0], &p).is_none());
     }
 }

@@ -294,6 +294,27 @@ fn costs(p: &Profile) -> String {
         c(p.dumpcap.null),
         c(p.dumpcap.file)
     );
+    if let Some(cpu) = &p.cpu {
+        let shares: Vec<String> = cpu
+            .sharing
+            .iter()
+            .map(|(k, v)| {
+                format!(
+                    "{k} {:.1}% ({:.2} ms, {:.0}% busy)",
+                    v.share * 100.0,
+                    v.wait_s * 1e3,
+                    v.capacity_share() * 100.0
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "- CPU share when runnable (mean wait per timeslice, share of a busy thread): {}; \
+             tail of the waits for the CPU {:.2} ms",
+            shares.join(", "),
+            cpu.tail_s * 1e3
+        );
+    }
     let _ = writeln!(s, "- source: {}", p.source);
     s
 }
@@ -307,7 +328,13 @@ one core: poolcap's ring read, pool copy, x-loop and write; tcpdump's and dumpca
 cost) has capacity 1e9 / app(caplen). Each cost is linear in the captured bytes, fitted from \
 64 and 1514-byte frames. The ring holds B / slot frames and poolcap's pool adds R x M when it \
 copies. Traffic is a fluid: over a burst (or a whole finite run) the backlog grows at \
-min(rate, C_k) - C_a, what exceeds the buffers is lost, idle time drains C_a x idle.";
+min(rate, C_k) - C_a, what exceeds the buffers is lost, idle time drains C_a x idle. On a shared \
+core (the calibration's schedstat) a busy tool runs a 3 ms timeslice per mean wait w for the \
+CPU: C_a is 3 / (3 + w) x 1e9 / app, of what rps-on receive work leaves (softirq runs first); \
+below that it waits u (1 - s) / s of the time (u: the core it needs, s: its share when \
+runnable in calibration), and a wait longer than the buffers' depth (frames held / rate) \
+loses what arrives beyond it; with waits exponential of a calibrated tail that is \
+q e^(-depth / tail).";
 
 /// The busy share of all CPUs before the runs of the rows passing `keep` (median of the
 /// medians), as a percentage.

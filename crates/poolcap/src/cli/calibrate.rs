@@ -98,7 +98,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
     let when = crate::bench::manager::timestamp(crate::bench::manager::now());
     let mut profile = match &args.iface {
         None => {
-            let (samples, x_loop) = lab::measure(
+            let (rows, x_loop) = lab::measure(
                 &lab::LabOptions {
                     frames: args.frames,
                     runs: args.runs,
@@ -113,7 +113,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
                 host.trim(),
                 args.frames
             );
-            calibrate::profile(&samples, x_loop, source)
+            calibrate::of_rows(&rows, x_loop, source)
         }
         Some(iface) => {
             if poolcap_sys::netdev::mtu(iface).is_none() {

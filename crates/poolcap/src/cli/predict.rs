@@ -203,6 +203,13 @@ fn print_text(p: &Prediction, note: &str) {
     if let Some(b) = p.max_burst {
         println!("longest burst absorbed at this rate: {b:.0} frames");
     }
+    if p.cpu_share < 1.0 {
+        println!(
+            "CPU share with a backlog {} (the profile's); waits that outlast the buffers lose {}",
+            pct(p.cpu_share),
+            pct(p.wait_loss)
+        );
+    }
     if p.loss > 0.0 {
         println!(
             "bottleneck: {}; to avoid: {}",

@@ -163,6 +163,12 @@ fn predict_smoke_run_calibrates_first_and_predicts_every_other_point() {
         if r["capture"].is_null() {
             continue;
         }
+        // The tool's scheduler statistics over the window: it ran, in timeslices.
+        let sched = &r["sched"][0];
+        assert!(
+            num(sched, &["run_ns"]) > 0 && num(sched, &["slices"]) > 0,
+            "{r}"
+        );
         let counted = num(r, &["counts", "captured"]) + num(r, &["counts", "dropped"]);
         if r["capture"]["tool"] == "poolcap" {
             assert_eq!(counted, 20_000, "sent = captured + dropped: {r}");
@@ -197,6 +203,16 @@ fn predict_smoke_run_calibrates_first_and_predicts_every_other_point() {
         profile.contains("poolcap bench predict calibration points (smoke run"),
         "{profile}"
     );
+    // The CPU each calibrated configuration got, from those runs' schedstat.
+    let cpu: serde_json::Value = serde_json::from_str(&profile).unwrap();
+    for key in ["count", "copy", "write"] {
+        let share = cpu["cpu"]["sharing"][key]["share"].as_f64();
+        assert!(
+            share.is_some_and(|s| s > 0.0 && s <= 1.0),
+            "{key}: {profile}"
+        );
+    }
+
     let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
     for part in [
         "## Predicted against measured loss",

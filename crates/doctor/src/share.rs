@@ -1,0 +1,165 @@
+//! The CPU a capture tool actually gets on a shared machine, and what waiting for it costs.
+//!
+//! The stage costs of a [`crate::profile::Profile`] are CPU time; they say how fast a tool
+//! is on a core of its own. On a machine where the tool shares its core (with the kernel's
+//! receive work, the generator, other programs), two things decide loss instead:
+//!
+//! 1. **Capacity share**: a tool with a backlog never sleeps; it runs a timeslice, then waits
+//!    for the CPU as long as a wake-up waits, `w` (the mean wait per timeslice of
+//!    `/proc/PID/task/*/schedstat` in its calibration runs). It gets `L / (L + w)` of the core,
+//!    `L` the scheduler's timeslice ([`SLICE_S`]), so its capacity is that share times
+//!    `1e9 / cost` frames/s.
+//! 2. **Waits**: below that capacity the tool sleeps and waits for the CPU each time it
+//!    wakes. Its calibration runs measured `s = run / (run + wait)`: it waits `(1 - s) / s`
+//!    for each unit it runs, so needing `u` of a core (rate x CPU cost per packet) it spends
+//!    `q = u (1 - s) / s` of the wall time runnable but not running. A wait longer than the
+//!    time the buffers hold at the arrival rate (`depth = frames held / rate`) loses what
+//!    arrives beyond it. With wait lengths exponential of mean `tail`, the lost fraction of
+//!    the time, and so of the frames, is `E[(W - depth)+] / E[W] x q = q e^(-depth / tail)`.
+//!
+//! Calibration measures `s` per tool configuration in its own runs, and `tail` from those of
+//! its runs that lost frames, by inverting the same formula (`tail = depth / ln(q / loss)`,
+//! with the run's measured `q`); a calibration without loss leaves the mean wait per
+//! timeslice as the tail. A profile without these numbers describes a core of the tool's own
+//! (share 1, no waits).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The timeslice a CPU-bound thread runs before it waits again, seconds: the order of
+/// CFS's and EEVDF's slice on a small machine (`sched_latency` 6 ms over two tasks, EEVDF's
+/// base slice 0.75 ms x (1 + log2 CPUs) rounded up); the kernel does not show it without
+/// debugfs, so it is a stated constant of the model, not a measurement.
+pub const SLICE_S: f64 = 0.003;
+
+/// One configuration's scheduling in its calibration runs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Sharing {
+    /// Share of the time its threads ran while runnable, `run / (run + wait)`.
+    pub share: f64,
+    /// Mean wait for the CPU per timeslice, seconds.
+    pub wait_s: f64,
+}
+
+impl Sharing {
+    /// The share of the core a thread with a backlog gets: `L / (L + w)`.
+    pub fn capacity_share(&self) -> f64 {
+        SLICE_S / (SLICE_S + self.wait_s.max(0.0))
+    }
+}
+
+/// What calibration measured of the CPU a capture gets on this machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Cpu {
+    /// By calibration configuration (`count`, `copy`, `write`, `tcpdump null`,
+    /// `dumpcap file`...).
+    pub sharing: BTreeMap<String, Sharing>,
+    /// Mean length of the waits for the CPU that outlast a buffer, seconds.
+    pub tail_s: f64,
+}
+
+impl Cpu {
+    /// The scheduling of configuration `key`; when `key` was not measured, the one with the
+    /// median share.
+    pub fn of(&self, key: &str) -> Sharing {
+        if let Some(&s) = self.sharing.get(key) {
+            return s;
+        }
+        let mut v: Vec<Sharing> = self.sharing.values().copied().collect();
+        v.sort_by(|a, b| a.share.total_cmp(&b.share));
+        v.get(v.len() / 2).copied().unwrap_or(Sharing {
+            share: 1.0,
+            wait_s: 0.0,
+        })
+    }
+}
+
+/// The fraction of the wall time a tool that needs `demand` of a core spends runnable but
+/// waiting, at `share`.
+pub fn waiting(demand: f64, share: f64) -> f64 {
+    if share.is_nan() || share <= 0.0 {
+        return 1.0;
+    }
+    (demand.min(share) * (1.0 - share) / share).clamp(0.0, 1.0)
+}
+
+/// The fraction of frames lost to waits longer than `depth_s` (the time the buffers hold)
+/// when `waiting` of the time is spent waiting in waits of mean `tail_s`.
+pub fn wait_loss(waiting: f64, depth_s: f64, tail_s: f64) -> f64 {
+    if tail_s.is_nan() || tail_s <= 0.0 {
+        return 0.0;
+    }
+    (waiting * (-depth_s.max(0.0) / tail_s).exp()).clamp(0.0, 1.0)
+}
+
+/// The tail that explains a run's `loss` given the `waiting` fraction it measured and its
+/// buffers' `depth_s` ([`wait_loss`] inverted); `None` when the loss is 0 or not below the
+/// waiting fraction (then waits alone do not explain it).
+pub fn tail_of(waiting: f64, loss: f64, depth_s: f64) -> Option<f64> {
+    (loss > 0.0 && waiting > loss && depth_s > 0.0).then(|| depth_s / (waiting / loss).ln())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
+    #[test]
+    fn a_fair_scheduler_makes_a_tool_wait_in_proportion_to_its_work() {
+        // Half a core when runnable: as long waiting as running.
+        assert!(close(waiting(0.1, 0.5), 0.1));
+        // A quarter: three times as long; demand above the share is capped at it.
+        assert!(close(waiting(0.1, 0.25), 0.3));
+        assert!(close(waiting(0.9, 0.25), 0.75));
+        assert!(close(waiting(0.5, 1.0), 0.0));
+        assert_eq!(waiting(0.1, 0.0), 1.0);
+    }
+
+    #[test]
+    fn waits_lose_what_outlasts_the_buffer() {
+        // 20% waiting in 10 ms waits, a 10 ms buffer: 0.2 / e.
+        assert!(close(wait_loss(0.2, 0.01, 0.01), 0.2 / std::f64::consts::E));
+        // No buffer: everything that arrives while waiting; a deep one: almost nothing.
+        assert!(close(wait_loss(0.2, 0.0, 0.01), 0.2));
+        assert!(wait_loss(0.2, 1.0, 0.01) < 1e-40);
+        assert_eq!(wait_loss(0.2, 0.01, 0.0), 0.0);
+    }
+
+    #[test]
+    fn the_tail_inverts_the_wait_loss() {
+        let tail = tail_of(0.3, 0.05, 0.02).unwrap();
+        assert!(close(wait_loss(0.3, 0.02, tail), 0.05));
+        assert_eq!(tail_of(0.3, 0.0, 0.02), None);
+        assert_eq!(tail_of(0.05, 0.3, 0.02), None);
+    }
+
+    #[test]
+    fn an_unmeasured_configuration_takes_the_median_share() {
+        let at = |share| Sharing {
+            share,
+            wait_s: 0.001,
+        };
+        let cpu = Cpu {
+            sharing: BTreeMap::from([
+                ("count".to_owned(), at(0.9)),
+                ("copy".to_owned(), at(0.1)),
+                ("tcpdump null".to_owned(), at(0.5)),
+            ]),
+            tail_s: 0.01,
+        };
+        assert_eq!(cpu.of("copy").share, 0.1);
+        assert_eq!(cpu.of("zstd:3").share, 0.5);
+    }
+
+    #[test]
+    fn a_busy_thread_gets_a_slice_per_wait() {
+        let s = |wait_s| Sharing { share: 0.1, wait_s }.capacity_share();
+        assert_eq!(s(0.0), 1.0);
+        assert!(close(s(SLICE_S), 0.5));
+        assert!(close(s(3.0 * SLICE_S), 0.25));
+    }
+}
