@@ -402,7 +402,9 @@ pub struct ReportPaths {
 /// Rebuilds every suite's latest result directory and writes BENCHMARKS.md with the figures
 /// copied next to it.
 pub fn report(paths: &ReportPaths) -> anyhow::Result<()> {
+    let previous = std::fs::read_to_string(&paths.markdown).unwrap_or_default();
     let mut rendered = Vec::new();
+    let mut kept = Vec::new();
     let mut missing = Vec::new();
     for s in Suite::ALL {
         match latest(&paths.results, s) {
@@ -414,7 +416,10 @@ pub fn report(paths: &ReportPaths) -> anyhow::Result<()> {
                     dir.display()
                 )),
             },
-            None => missing.push(format!("{}: no result directory yet", s.name())),
+            None => match doc::Kept::from_previous(&previous, s) {
+                Some(k) => kept.push(k),
+                None => missing.push(format!("{}: no result directory yet", s.name())),
+            },
         }
     }
     let root = paths
@@ -425,10 +430,12 @@ pub fn report(paths: &ReportPaths) -> anyhow::Result<()> {
     let fig_dir = root.join(&paths.figures);
     std::fs::create_dir_all(&fig_dir)
         .with_context(|| format!("cannot create {}", fig_dir.display()))?;
-    // The folder holds only this report's figures: clear the old ones first.
-    for e in std::fs::read_dir(&fig_dir)?.flatten() {
-        if e.path().extension().is_some_and(|x| x == "png") {
-            std::fs::remove_file(e.path())?;
+    // Figures the previous report linked to go, unless a kept section still links to them;
+    // other files in the folder (figures of the committed quick-run summaries) stay.
+    let still: Vec<&str> = kept.iter().flat_map(doc::Kept::figures).collect();
+    for f in doc::figure_links(&previous) {
+        if !still.contains(&f) {
+            let _ = std::fs::remove_file(fig_dir.join(f));
         }
     }
     for r in &rendered {
@@ -439,13 +446,14 @@ pub fn report(paths: &ReportPaths) -> anyhow::Result<()> {
             }
         }
     }
-    let text = doc::benchmarks(&rendered, &missing, paths);
+    let text = doc::benchmarks(&rendered, &kept, &missing, paths);
     std::fs::write(&paths.markdown, text)
         .with_context(|| format!("cannot write {}", paths.markdown.display()))?;
     eprintln!(
-        "wrote {} ({} suites, figures in {})",
+        "wrote {} ({} suites from their results, {} kept from the previous file, figures in {})",
         paths.markdown.display(),
         rendered.len(),
+        kept.len(),
         fig_dir.display()
     );
     for m in missing {
