@@ -150,44 +150,17 @@ impl Program {
             pc += 1;
             let k = i.k;
             match i.code & 0x07 {
-                LD => {
-                    a = match i.code & 0xe0 {
-                        IMM => k,
-                        ABS => p.load(k, i.code & 0x18)?,
-                        IND => p.load(x.wrapping_add(k), i.code & 0x18)?,
-                        MEM => mem[k as usize % MEMWORDS],
-                        LEN => p.len(),
-                        _ => return None,
-                    }
-                }
+                LD => a = load(i.code, k, x, &mem, p)?,
                 LDX => {
                     x = match i.code & 0xe0 {
-                        IMM => k,
-                        MEM => mem[k as usize % MEMWORDS],
-                        LEN => p.len(),
                         MSH => (p.load(k, B)? & 0x0f) << 2,
+                        IMM | MEM | LEN => load(i.code, k, x, &mem, p)?,
                         _ => return None,
                     }
                 }
                 ST => mem[k as usize % MEMWORDS] = a,
                 STX => mem[k as usize % MEMWORDS] = x,
-                ALU => {
-                    let v = if i.code & SRC_X != 0 { x } else { k };
-                    a = match i.code & 0xf0 {
-                        0x00 => a.wrapping_add(v),
-                        0x10 => a.wrapping_sub(v),
-                        0x20 => a.wrapping_mul(v),
-                        0x30 => a.checked_div(v)?,
-                        0x40 => a | v,
-                        0x50 => a & v,
-                        0x60 => a.checked_shl(v).unwrap_or(0),
-                        0x70 => a.checked_shr(v).unwrap_or(0),
-                        0x80 => a.wrapping_neg(),
-                        0x90 => a.checked_rem(v)?,
-                        0xa0 => a ^ v,
-                        _ => return None,
-                    }
-                }
+                ALU => a = alu(i.code, a, if i.code & SRC_X != 0 { x } else { k })?,
                 JMP => {
                     let v = if i.code & SRC_X != 0 { x } else { k };
                     let taken = match i.code & 0xf0 {
@@ -221,6 +194,37 @@ impl Program {
             }
         }
     }
+}
+
+/// The value a load (`LD`, or `LDX` in the modes it shares) puts in its register; `None`
+/// ends the program (a read past the packet, an unknown mode), as the kernel does.
+fn load(code: u16, k: u32, x: u32, mem: &[u32; MEMWORDS], p: &View<'_>) -> Option<u32> {
+    Some(match code & 0xe0 {
+        IMM => k,
+        ABS => p.load(k, code & 0x18)?,
+        IND => p.load(x.wrapping_add(k), code & 0x18)?,
+        MEM => mem[k as usize % MEMWORDS],
+        LEN => p.len(),
+        _ => return None,
+    })
+}
+
+/// `a OP v` for an `ALU` instruction; `None` for a division by zero or an unknown op.
+fn alu(code: u16, a: u32, v: u32) -> Option<u32> {
+    Some(match code & 0xf0 {
+        0x00 => a.wrapping_add(v),
+        0x10 => a.wrapping_sub(v),
+        0x20 => a.wrapping_mul(v),
+        0x30 => a.checked_div(v)?,
+        0x40 => a | v,
+        0x50 => a & v,
+        0x60 => a.checked_shl(v).unwrap_or(0),
+        0x70 => a.checked_shr(v).unwrap_or(0),
+        0x80 => a.wrapping_neg(),
+        0x90 => a.checked_rem(v)?,
+        0xa0 => a ^ v,
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

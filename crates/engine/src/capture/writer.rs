@@ -69,7 +69,7 @@ pub fn batch_bytes(direct: bool) -> usize {
 /// goes as soon as the writer has caught up (each round). A direct write has a fixed cost
 /// and is padded to a whole block, so small ones cost CPU and file size (at 64-byte frames,
 /// one write per chunk padded 8% of the file): it waits for half a batch, unless it holds
-/// [`HOLD_CHUNKS_SHARE`] of a pool or is [`HOLD_TIME`] old.
+/// `HOLD_CHUNKS_SHARE` of a pool or is `HOLD_TIME` old.
 pub fn min_write(direct: bool) -> usize {
     if direct {
         DIRECT_BATCH_BYTES / 2
@@ -191,6 +191,34 @@ enum Put {
     FilesDone,
 }
 
+/// The writer's own state across rounds: each queue's chunks in order, the batch being
+/// gathered, and what became of the packets taken so far.
+struct Merge {
+    queues: Vec<QueueState>,
+    batch: Batch,
+    /// Packets taken from chunks.
+    handled: u64,
+    /// Packets the files accepted.
+    accepted: u64,
+    /// The first write error, naming the file.
+    error: Option<String>,
+    /// `-W` files are done.
+    files_done: bool,
+}
+
+impl Merge {
+    fn new(queues: usize) -> Self {
+        Merge {
+            queues: (0..queues).map(|_| QueueState::default()).collect(),
+            batch: Batch::default(),
+            handled: 0,
+            accepted: 0,
+            error: None,
+            files_done: false,
+        }
+    }
+}
+
 /// The writer thread's setup.
 pub struct FileWriter {
     /// The file set, its first file open.
@@ -231,96 +259,122 @@ impl FileWriter {
     /// Merges and writes until the workers are done and every chunk is written; `stats`
     /// gives the interface counters so far, for each file's statistics block (pcapng).
     pub fn run(mut self, stats: impl Fn() -> IfStats) -> WriterOutcome {
-        let mut queues: Vec<QueueState> = (0..self.pools.len())
-            .map(|_| QueueState::default())
-            .collect();
-        let mut batch = Batch::default();
-        // Packets the writer took from chunks, and packets the files accepted.
-        let mut handled = 0u64;
-        let mut accepted = 0u64;
-        let mut error: Option<String> = None;
-        let mut files_done = false;
+        let mut m = Merge::new(self.pools.len());
         self.bell.answer_from_this_thread();
         loop {
-            while let Some(c) = self.input.pop() {
-                let q = &mut queues[c.home];
-                q.waiting.insert(c.seq, c);
-            }
-            for q in &mut queues {
-                while let Some(c) = q.waiting.remove(&q.next_seq) {
-                    q.ready.push_back(c);
-                    q.next_seq += 1;
-                }
-            }
+            self.receive(&mut m.queues);
             let last_round = self.workers_done.load(Ordering::Acquire) && self.input.is_empty();
             let bound = if last_round {
                 u64::MAX
             } else {
-                self.bound(&queues)
+                self.bound(&m.queues)
             };
-            let mut progressed = false;
-            while let Some(qi) = earliest(&queues, bound) {
-                progressed = true;
-                handled += 1;
-                if error.is_none() && !files_done && self.limit.is_none_or(|l| accepted < l) {
-                    match self.put(&mut queues, qi, &mut batch, &stats) {
-                        Ok(Put::Written) => accepted += 1,
-                        Ok(Put::Rejected) => {}
-                        Ok(Put::FilesDone) => {
-                            files_done = true;
-                            self.stop.store(true, Ordering::Relaxed);
-                        }
-                        Err(e) => error = Some(self.failure(&e)),
-                    }
-                    if self.limit == Some(accepted) {
-                        self.stop.store(true, Ordering::Relaxed);
-                    }
-                }
-                let q = &mut queues[qi];
-                q.pos += 1;
-                if q.pos == q.ready[q.head].len() {
-                    q.pos = 0;
-                    q.head += 1;
-                    if batch.spans.is_empty() {
-                        // Nothing points into it (a chunk of frames): home at once.
-                        self.send_home(&mut queues);
-                    }
-                    if !queues[qi].has_ready() && !last_round {
-                        break; // this queue's bound must be looked at again
-                    }
-                }
-            }
-            if last_round || self.write_due(&queues, &batch) {
-                if let Err(e) = self.write_batch(&mut queues, &mut batch) {
-                    error.get_or_insert_with(|| self.failure(&e));
+            let progressed = self.take(&mut m, bound, last_round, &stats);
+            if last_round || self.write_due(&m.queues, &m.batch) {
+                if let Err(e) = self.write_batch(&mut m.queues, &mut m.batch) {
+                    m.error.get_or_insert_with(|| self.failure(&e));
                 }
             }
             self.publish();
             if last_round
-                && queues
+                && m.queues
                     .iter()
                     .all(|q| q.ready.is_empty() && q.waiting.is_empty())
             {
                 break;
             }
             if !progressed {
-                if error.is_none() {
-                    if let Err(e) = self.out.tick() {
-                        error = Some(self.failure(&e));
-                    }
-                }
-                // Rung on every new chunk; the timeout lets an idle queue's watermark move on
-                // when queues are merged, and otherwise only bounds how late the end is seen.
-                self.bell.wait(if queues.len() > 1 {
-                    Duration::from_millis(5)
-                } else {
-                    Duration::from_millis(50)
-                });
+                self.idle(&mut m);
             }
         }
-        if error.is_none() && !files_done {
-            if let Err(e) = self.out.close(stats()) {
-                error = Some(self.failure(&e));
+        self.finish(m, stats())
+    }
+
+    /// Takes the chunks the workers passed on and lines each queue's up in sealed order.
+    fn receive(&self, queues: &mut [QueueState]) {
+        while let Some(c) = self.input.pop() {
+            let q = &mut queues[c.home];
+            q.waiting.insert(c.seq, c);
+        }
+        for q in queues {
+            while let Some(c) = q.waiting.remove(&q.next_seq) {
+                q.ready.push_back(c);
+                q.next_seq += 1;
+            }
+        }
+    }
+
+    /// Takes packets in timestamp order up to `bound` into the batch; true if any.
+    fn take(
+        &mut self,
+        m: &mut Merge,
+        bound: u64,
+        last_round: bool,
+        stats: &impl Fn() -> IfStats,
+    ) -> bool {
+        let mut progressed = false;
+        while let Some(qi) = earliest(&m.queues, bound) {
+            progressed = true;
+            self.take_packet(m, qi, stats);
+            let q = &mut m.queues[qi];
+            q.pos += 1;
+            if q.pos == q.ready[q.head].len() {
+                q.pos = 0;
+                q.head += 1;
+                if m.batch.spans.is_empty() {
+                    // Nothing points into it (a chunk of frames): home at once.
+                    self.send_home(&mut m.queues);
+                }
+                if !m.queues[qi].has_ready() && !last_round {
+                    break; // this queue's bound must be looked at again
+                }
+            }
+        }
+        progressed
+    }
+
+    /// Puts queue `qi`'s next packet into the batch unless writing has ended (an error,
+    /// `-c`, or `-W` files done); it is counted as handled either way.
+    fn take_packet(&mut self, m: &mut Merge, qi: usize, stats: &impl Fn() -> IfStats) {
+        m.handled += 1;
+        if m.error.is_some() || m.files_done || self.limit.is_some_and(|l| m.accepted >= l) {
+            return;
+        }
+        match self.put(&mut m.queues, qi, &mut m.batch, stats) {
+            Ok(Put::Written) => m.accepted += 1,
+            Ok(Put::Rejected) => {}
+            Ok(Put::FilesDone) => {
+                m.files_done = true;
+                self.stop.store(true, Ordering::Relaxed);
+            }
+            Err(e) => m.error = Some(self.failure(&e)),
+        }
+        if self.limit == Some(m.accepted) {
+            self.stop.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Nothing to take: lets the file set rotate by time, then waits for a chunk.
+    fn idle(&mut self, m: &mut Merge) {
+        if m.error.is_none() {
+            if let Err(e) = self.out.tick() {
+                m.error = Some(self.failure(&e));
+            }
+        }
+        // Rung on every new chunk; the timeout lets an idle queue's watermark move on when
+        // queues are merged, and otherwise only bounds how late the end is seen.
+        self.bell.wait(if m.queues.len() > 1 {
+            Duration::from_millis(5)
+        } else {
+            Duration::from_millis(50)
+        });
+    }
+
+    /// Closes the last file (with the final interface counters) and says what was done.
+    fn finish(mut self, mut m: Merge, stats: IfStats) -> WriterOutcome {
+        if m.error.is_none() && !m.files_done {
+            if let Err(e) = self.out.close(stats) {
+                m.error = Some(self.failure(&e));
             }
         }
         self.publish();
@@ -328,9 +382,9 @@ impl FileWriter {
         let written = self.out.packets_written();
         WriterOutcome {
             written,
-            not_written: handled - written,
-            error,
-            file_limit_reached: files_done,
+            not_written: m.handled - written,
+            error: m.error,
+            file_limit_reached: m.files_done,
             post_rotate_failed,
         }
     }
