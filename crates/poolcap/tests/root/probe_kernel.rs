@@ -11,9 +11,10 @@ use std::process::Command;
 
 use libtest_mimic::Trial;
 use poolcap::capture::filter::compile_offline;
-use poolcap::probe::kernel::translate::{program, KernelRule, Vlan};
-use poolcap::probe::kernel::{Counts, VALUE_SIZE};
-use poolcap_sys::bpf::{PerCpuArray, TcProgram};
+use poolcap::probe::kernel::translate::flowkey::{FLOW_VALUE_SIZE, KEY_SIZE};
+use poolcap::probe::kernel::translate::{program, KernelRule, Maps, Vlan};
+use poolcap::probe::kernel::{flow_of, Counts, VALUE_SIZE};
+use poolcap_sys::bpf::{PerCpuArray, PerCpuHash, TcProgram};
 use serde_json::Value;
 
 use crate::common::{bin, gen, lab, num, path_str as s, poolcap_in, start_probe, tempdir, trial};
@@ -27,6 +28,10 @@ pub fn trials() -> Vec<Trial> {
         t(
             "translated_filters_agree_with_libpcap_frame_by_frame",
             translated_filters_agree_with_libpcap_frame_by_frame,
+        ),
+        t(
+            "kernel_flow_keys_equal_the_user_space_parser_frame_by_frame",
+            kernel_flow_keys_equal_the_user_space_parser_frame_by_frame,
         ),
         t(
             "kernel_and_user_rules_count_the_same_traffic_alike",
@@ -95,9 +100,14 @@ fn load_first(n: usize, map: &PerCpuArray, vlan: Vlan) -> TcProgram {
         .map(|(i, f)| KernelRule {
             slot: i as u32 + 1,
             filter: f,
+            flows: None,
         })
         .collect();
-    let code = program(&rules, map.raw_fd(), vlan).expect("translates");
+    let maps = Maps {
+        counts: map.raw_fd(),
+        gen: None,
+    };
+    let code = program(&rules, maps, vlan).expect("translates");
     TcProgram::load("probe_test", &code).unwrap_or_else(|e| panic!("load: {e}"))
 }
 
@@ -187,6 +197,85 @@ fn translated_filters_agree_with_libpcap_frame_by_frame() {
             r.ns_per_run
         );
     }
+}
+
+/// One rule selecting every frame, with the flows action into `flows`.
+fn flows_program(map: &PerCpuArray, flows: &PerCpuHash, vlan: Vlan) -> TcProgram {
+    let all = compile_offline("").expect("compiles");
+    let rule = KernelRule {
+        slot: 1,
+        filter: &all,
+        flows: Some([flows.raw_fd(), flows.raw_fd()]),
+    };
+    let maps = Maps {
+        counts: map.raw_fd(),
+        gen: None,
+    };
+    let code = program(&[rule], maps, vlan).expect("translates");
+    TcProgram::load("probe_flows", &code).unwrap_or_else(|e| panic!("load: {e}"))
+}
+
+fn kernel_flow_keys_equal_the_user_space_parser_frame_by_frame() {
+    let map = PerCpuArray::create("probe_test", VALUE_SIZE, 2048).expect("map");
+    let flows = PerCpuHash::create("probe_flows", KEY_SIZE, FLOW_VALUE_SIZE, 64).expect("map");
+    let mut frames = real_looking_frames();
+    // QinQ, three and four tags (the parser looks through three), cut frames.
+    let mut qinq = frames[25].clone();
+    qinq.splice(12..12, [0x88, 0xa8, 0x00, 0x05]);
+    let mut three = qinq.clone();
+    three.splice(12..12, [0x81, 0x00, 0x00, 0x06]);
+    let mut four = three.clone();
+    four.splice(12..12, [0x81, 0x00, 0x00, 0x08]);
+    frames.extend([qinq, three, four]);
+    frames.push(frames[20][..40].to_vec());
+    frames.push(vec![0xff; 14]);
+    let mut keyed = 0;
+    for (n, f) in frames.iter().enumerate() {
+        let want = poolcap_probe::packet::parse(f);
+        let tpid = u16::from_be_bytes([f[12], f[13]]);
+        // As the data (no tag in metadata), and with the outer tag in metadata.
+        let mut views = vec![(Vlan::Fixed(None), f.clone())];
+        if matches!(tpid, 0x8100 | 0x88a8) && f.len() >= 18 {
+            let tci = u16::from_be_bytes([f[14], f[15]]);
+            views.push((Vlan::Fixed(Some((tpid, tci))), [&f[..12], &f[16..]].concat()));
+        }
+        for (vlan, data) in views {
+            let prog = flows_program(&map, &flows, vlan);
+            let side_before = Counts::read(&map, 512 + 1).expect("side slot");
+            prog.test_run(&data, 1).expect("BPF_PROG_TEST_RUN");
+            let side = Counts::read(&map, 512 + 1).expect("side slot");
+            let got: Vec<_> = flows
+                .drain()
+                .expect("drain")
+                .iter()
+                .map(|(k, v)| flow_of(k, v, 0))
+                .collect();
+            match want {
+                None => {
+                    assert!(got.is_empty(), "frame {n} {vlan:?}: no key, got {got:?}");
+                    assert_eq!(side.packets - side_before.packets, 1, "frame {n}: no_ip");
+                }
+                Some((key, flags)) => {
+                    keyed += 1;
+                    assert_eq!(
+                        got.len(),
+                        1,
+                        "frame {n} {vlan:?}: one flow (flow side {:?})",
+                        side.minus(&side_before)
+                    );
+                    assert_eq!(got[0].0, key, "frame {n} {vlan:?}: key");
+                    let s = got[0].1;
+                    assert_eq!(
+                        (s.packets, s.bytes, s.tcp_flags),
+                        (1, f.len() as u64, flags),
+                        "frame {n} {vlan:?}: packets, stored bytes, flags"
+                    );
+                    assert!(s.first_ns > 0 && s.first_ns == s.last_ns, "frame {n}: times");
+                }
+            }
+        }
+    }
+    assert!(keyed > 40, "keyed frames checked: {keyed}");
 }
 
 /// Kernel rules (count, sizes) and user rules (flows, sizes) with the same filters, in one
