@@ -19,7 +19,8 @@ use serde_json::Value;
 
 use crate::common::{bin, gen, lab, num, path_str as s, poolcap_in, start_probe, tempdir, trial};
 use crate::probe::{
-    real_looking_frames, records, stop_probe, tcpdump_selects, totals, write, write_pcap,
+    assert_flows_match_tshark, real_looking_frames, records, stop_probe, tcpdump_selects, totals,
+    write, write_pcap,
 };
 
 pub fn trials() -> Vec<Trial> {
@@ -278,9 +279,11 @@ fn kernel_flow_keys_equal_the_user_space_parser_frame_by_frame() {
     assert!(keyed > 40, "keyed frames checked: {keyed}");
 }
 
-/// Kernel rules (count, sizes) and user rules (flows, sizes) with the same filters, in one
-/// `--in-kernel=auto` run.
-const PAIRS: [(&str, &str); 5] = [
+/// Kernel rules (count, sizes, flows) and user rules (flows, sizes, and an alert that never
+/// fires, which keeps them in user space) with the same filters, in one `--in-kernel=auto`
+/// run.
+const PAIRS: [(&str, &str); 6] = [
+    ("ip", "ip or ip6 or (vlan and (ip or ip6))"),
     ("udp", "udp"),
     ("vlan", "vlan and (ip or ip6)"),
     ("v6tcp", "ip6 and tcp"),
@@ -292,11 +295,52 @@ fn pair_config() -> String {
     let mut c = String::from("period = \"300ms\"\n");
     for (name, filter) in PAIRS {
         c += &format!(
-            "[[rule]]\nname = \"k_{name}\"\nfilter = \"{filter}\"\nactions = [\"count\", \"sizes\"]\n\
-             [[rule]]\nname = \"u_{name}\"\nfilter = \"{filter}\"\nactions = [\"flows\", \"sizes\"]\n"
+            "[[rule]]\nname = \"k_{name}\"\nfilter = \"{filter}\"\nactions = [\"count\", \"sizes\", \"flows\"]\n\
+             [[rule]]\nname = \"u_{name}\"\nfilter = \"{filter}\"\nactions = [\"flows\", \"sizes\", \"alert\"]\n\
+             alert = {{ key = \"dst\", rate = 1000000000 }}\n"
         );
     }
     c
+}
+
+/// A flow's identity in a report: src, dst, proto, sport, dport.
+type FlowId = (String, String, u64, u64, u64);
+
+/// `rule`'s flows summed over its periods: packets, bytes and the flag letters seen. Checks
+/// on the way that every period's flows (plus evicted and non-IP packets) add up to its
+/// packets and were seen within it.
+fn flow_sums(recs: &[Value], rule: &str) -> std::collections::BTreeMap<FlowId, (u64, u64, String)> {
+    let mut out = std::collections::BTreeMap::new();
+    for r in recs.iter().filter(|r| r["rule"] == rule) {
+        let list = r["flows"]["list"].as_array().expect("flow list");
+        let listed: u64 = list.iter().map(|f| num(f, "packets")).sum();
+        let (ev, no_ip) = (num(&r["flows"]["evicted"], "packets"), num(r, "no_ip"));
+        assert_eq!(listed + ev + no_ip, num(r, "packets"), "{rule}: flows add up: {r}");
+        let (start, end) = (r["period_start"].as_str(), r["period_end"].as_str());
+        for f in list {
+            let (first, last) = (f["first_seen"].as_str(), f["last_seen"].as_str());
+            assert!(
+                start <= first && first <= last && last <= end,
+                "{rule}: flow seen within its period: {f} in {start:?}..{end:?}"
+            );
+            let id = (
+                f["src"].as_str().expect("src").to_owned(),
+                f["dst"].as_str().expect("dst").to_owned(),
+                num(f, "proto"),
+                num(f, "sport"),
+                num(f, "dport"),
+            );
+            let e = out.entry(id).or_insert((0, 0, String::new()));
+            e.0 += num(f, "packets");
+            e.1 += num(f, "bytes");
+            let mut flags: Vec<char> = e.2.chars().collect();
+            flags.extend(f["tcp_flags"].as_str().expect("flags").chars());
+            flags.sort_unstable();
+            flags.dedup();
+            e.2 = flags.into_iter().collect();
+        }
+    }
+    out
 }
 
 fn sizes_total(recs: &[Value], rule: &str) -> Vec<u64> {
@@ -385,6 +429,9 @@ fn kernel_and_user_rules_count_the_same_traffic_alike() {
             sizes_total(&recs, &u),
             "{name}: size histograms"
         );
+        let flows = flow_sums(&recs, &k);
+        assert!(!flows.is_empty(), "{k}: no flow");
+        assert_eq!(flows, flow_sums(&recs, &u), "{name}: kernel vs user flows");
         let want = tcpdump_selects(&file, filter, dir.path());
         assert_eq!(
             kernel, want,
@@ -503,12 +550,13 @@ fn what_the_kernel_cannot_run_is_refused() {
     let cfg = write(
         dir.path(),
         "probe.toml",
-        "period = \"1s\"\n[[rule]]\nname = \"web\"\nfilter = \"tcp port 80\"\nactions = [\"count\", \"flows\"]\n",
+        "period = \"1s\"\n[[rule]]\nname = \"web\"\nfilter = \"tcp port 80\"\nactions = [\"count\", \"flows\"]\n\
+         [[rule]]\nname = \"syn\"\nfilter = \"tcp\"\nactions = [\"alert\"]\nalert = { key = \"dst\", rate = 9 }\n",
     );
     let e = refused(&["--in-kernel"], &cfg);
     assert_eq!(e.trim().lines().count(), 1, "one line: {e}");
     assert!(
-        e.contains("rule `web`: action `flows` cannot run in the kernel")
+        e.contains("rule `syn`: action `alert` cannot run in the kernel")
             && e.contains("--in-kernel=auto"),
         "{e}"
     );
@@ -516,4 +564,16 @@ fn what_the_kernel_cannot_run_is_refused() {
     assert!(e.contains("--backend af_packet"), "{e}");
     let e = refused(&["--in-kernel=yes"], &cfg);
     assert!(e.contains("on or auto"), "{e}");
+    // Flows alone run in the kernel now.
+    let flows_only = write(
+        dir.path(),
+        "flows.toml",
+        "period = \"1s\"\n[[rule]]\nname = \"web\"\nfilter = \"tcp port 80\"\nactions = [\"count\", \"flows\"]\n",
+    );
+    let out = probe_on_lo(&["--in-kernel", "--duration", "300ms"], &flows_only);
+    assert!(
+        out.status.success(),
+        "flows in the kernel: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
