@@ -253,7 +253,13 @@ impl PerCpuArray {
     /// Every CPU's copy of slot `key`, one `value_size` slice after another.
     pub fn lookup(&self, key: u32) -> Result<Vec<u8>> {
         let what = || format!("slot {key}");
-        lookup_per_cpu(&self.fd, &key.to_ne_bytes(), self.value_size, self.cpus, what)
+        lookup_per_cpu(
+            &self.fd,
+            &key.to_ne_bytes(),
+            self.value_size,
+            self.cpus,
+            what,
+        )
     }
 }
 
@@ -318,7 +324,15 @@ fn lookup_per_cpu(
     let stride = value_size.div_ceil(8) * 8;
     let mut out = vec![0u8; stride * cpus];
     let call = "bpf(BPF_MAP_LOOKUP_ELEM)";
-    elem(fd, BPF_MAP_LOOKUP_ELEM, call, Some(key), Some(&mut out), 0, &what)?;
+    elem(
+        fd,
+        BPF_MAP_LOOKUP_ELEM,
+        call,
+        Some(key),
+        Some(&mut out),
+        0,
+        &what,
+    )?;
     if stride != value_size {
         out = out
             .chunks(stride)
@@ -360,7 +374,15 @@ impl Array {
         let mut v = value.to_vec();
         let what = || format!("slot {key}");
         let call = "bpf(BPF_MAP_UPDATE_ELEM)";
-        elem(&self.fd, BPF_MAP_UPDATE_ELEM, call, Some(&key.to_ne_bytes()), Some(&mut v), 0, &what)
+        elem(
+            &self.fd,
+            BPF_MAP_UPDATE_ELEM,
+            call,
+            Some(&key.to_ne_bytes()),
+            Some(&mut v),
+            0,
+            &what,
+        )
     }
 }
 
@@ -406,7 +428,15 @@ impl PerCpuHash {
             let call = "bpf(BPF_MAP_GET_NEXT_KEY)";
             let what = || format!("after {} keys", keys.len());
             let prev = keys.last().map(Vec::as_slice);
-            match elem(&self.fd, BPF_MAP_GET_NEXT_KEY, call, prev, Some(&mut next), 0, &what) {
+            match elem(
+                &self.fd,
+                BPF_MAP_GET_NEXT_KEY,
+                call,
+                prev,
+                Some(&mut next),
+                0,
+                &what,
+            ) {
                 Ok(()) => keys.push(next),
                 Err(e) if e.errno() == Some(libc::ENOENT) => break,
                 Err(e) => return Err(e),
@@ -417,7 +447,15 @@ impl PerCpuHash {
             let what = || format!("key {} bytes", key.len());
             let value = lookup_per_cpu(&self.fd, &key, self.value_size, self.cpus, what)?;
             let call = "bpf(BPF_MAP_DELETE_ELEM)";
-            elem(&self.fd, BPF_MAP_DELETE_ELEM, call, Some(&key), None, 0, &what)?;
+            elem(
+                &self.fd,
+                BPF_MAP_DELETE_ELEM,
+                call,
+                Some(&key),
+                None,
+                0,
+                &what,
+            )?;
             out.push((key, value));
         }
         Ok(out)

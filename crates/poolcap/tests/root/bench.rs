@@ -222,7 +222,12 @@ fn probe_smoke_run_accounts_for_every_analysed_packet() {
         .collect();
     assert_eq!(
         subjects,
-        ["probe 10r basic", "probe 10r in-kernel", "pmacctd", "tshark"],
+        [
+            "probe 10r basic",
+            "probe 10r in-kernel",
+            "pmacctd",
+            "tshark"
+        ],
         "one run of each: {err}"
     );
     for r in &records {

@@ -238,7 +238,10 @@ fn kernel_flow_keys_equal_the_user_space_parser_frame_by_frame() {
         let mut views = vec![(Vlan::Fixed(None), f.clone())];
         if matches!(tpid, 0x8100 | 0x88a8) && f.len() >= 18 {
             let tci = u16::from_be_bytes([f[14], f[15]]);
-            views.push((Vlan::Fixed(Some((tpid, tci))), [&f[..12], &f[16..]].concat()));
+            views.push((
+                Vlan::Fixed(Some((tpid, tci))),
+                [&f[..12], &f[16..]].concat(),
+            ));
         }
         for (vlan, data) in views {
             let prog = flows_program(&map, &flows, vlan);
@@ -271,7 +274,10 @@ fn kernel_flow_keys_equal_the_user_space_parser_frame_by_frame() {
                         (1, f.len() as u64, flags),
                         "frame {n} {vlan:?}: packets, stored bytes, flags"
                     );
-                    assert!(s.first_ns > 0 && s.first_ns == s.last_ns, "frame {n}: times");
+                    assert!(
+                        s.first_ns > 0 && s.first_ns == s.last_ns,
+                        "frame {n}: times"
+                    );
                 }
             }
         }
@@ -315,7 +321,11 @@ fn flow_sums(recs: &[Value], rule: &str) -> std::collections::BTreeMap<FlowId, (
         let list = r["flows"]["list"].as_array().expect("flow list");
         let listed: u64 = list.iter().map(|f| num(f, "packets")).sum();
         let (ev, no_ip) = (num(&r["flows"]["evicted"], "packets"), num(r, "no_ip"));
-        assert_eq!(listed + ev + no_ip, num(r, "packets"), "{rule}: flows add up: {r}");
+        assert_eq!(
+            listed + ev + no_ip,
+            num(r, "packets"),
+            "{rule}: flows add up: {r}"
+        );
         let (start, end) = (r["period_start"].as_str(), r["period_end"].as_str());
         for f in list {
             let (first, last) = (f["first_seen"].as_str(), f["last_seen"].as_str());
@@ -393,6 +403,22 @@ fn kernel_and_user_rules_count_the_same_traffic_alike() {
         "gen: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Then the generator's flows (UDP over IPv4, 200 bytes: only `ip` and `udp` select them).
+    let generated = 2000;
+    let g = gen(
+        &lab,
+        &[
+            "--count",
+            &generated.to_string(),
+            "--size",
+            "200",
+            "--flows",
+            "8",
+            "--rate",
+            "20k",
+        ],
+    );
+    assert_eq!(num(&g, "frames"), generated);
     let stderr = stop_probe(bg);
     let recs = records(&report);
     assert!(
@@ -438,10 +464,15 @@ fn kernel_and_user_rules_count_the_same_traffic_alike() {
             "{name} (`{filter}`): kernel vs tcpdump -r on the capture"
         );
         let expected = frames.iter().filter(|f| libpcap_matches(filter, f)).count() as u64;
+        let from_gen = if matches!(name, "ip" | "udp") {
+            generated
+        } else {
+            0
+        };
         assert_eq!(
             kernel.0,
-            expected * loops,
-            "{name}: every replayed frame once"
+            expected * loops + from_gen,
+            "{name}: every replayed and generated frame once"
         );
     }
 }

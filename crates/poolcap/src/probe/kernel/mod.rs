@@ -276,7 +276,11 @@ impl KernelRules {
     }
 
     /// The slot of rule `name` and, when `flows` caps its flows, its flow maps' fds.
-    fn slot(&mut self, name: &str, flows: Option<usize>) -> Result<(u32, Option<[i32; 2]>), String> {
+    fn slot(
+        &mut self,
+        name: &str,
+        flows: Option<usize>,
+    ) -> Result<(u32, Option<[i32; 2]>), String> {
         let i = match self.names.iter().position(|n| n.0 == name) {
             Some(i) => i,
             None if self.names.len() + 1 >= FLOW_SIDE as usize => {
@@ -291,10 +295,14 @@ impl KernelRules {
         if let (Some(cap), None) = (flows, &entry) {
             let cap = u32::try_from(cap).unwrap_or(u32::MAX);
             let make = || PerCpuHash::create("poolcap_flows", KEY_SIZE, FLOW_VALUE_SIZE, cap);
-            *entry = Some([make(), make()].into_iter().collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("rule `{name}`: flow map: {e}"))?
-                .try_into()
-                .expect("two maps"));
+            *entry = Some(
+                [make(), make()]
+                    .into_iter()
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| format!("rule `{name}`: flow map: {e}"))?
+                    .try_into()
+                    .expect("two maps"),
+            );
         }
         let fds = flows
             .and(entry.as_ref())

@@ -156,8 +156,6 @@ struct Emitter {
     map_fd: i32,
 }
 
-
-
 impl Emitter {
     fn emit(&mut self, code: u8, dst: u8, src: u8, off: i16, imm: i32) {
         self.code.push(Insn::new(code, dst, src, off, imm));
@@ -596,7 +594,15 @@ mod tests {
 
     #[test]
     fn a_program_counts_the_total_then_ends_with_tcx_next() {
-        let p = program(&[], Maps { counts: 7, gen: None }, Vlan::Skb).unwrap();
+        let p = program(
+            &[],
+            Maps {
+                counts: 7,
+                gen: None,
+            },
+            Vlan::Skb,
+        )
+        .unwrap();
         let n = p.len();
         assert_eq!(p[n - 1], Insn::new(JMP | EXIT, 0, 0, 0, 0));
         assert_eq!(p[n - 2], Insn::new(ALU64 | MOV | K, 0, 0, 0, -1));
@@ -621,7 +627,10 @@ mod tests {
                 filter: &f,
                 flows: None,
             }],
-            Maps { counts: 3, gen: None },
+            Maps {
+                counts: 3,
+                gen: None,
+            },
             Vlan::Fixed(None),
         )
         .unwrap();
@@ -648,7 +657,10 @@ mod tests {
                 filter: &out,
                 flows: None,
             }],
-            Maps { counts: 3, gen: None },
+            Maps {
+                counts: 3,
+                gen: None,
+            },
             Vlan::Skb,
         )
         .unwrap_err();
@@ -660,7 +672,10 @@ mod tests {
                 filter: &bad_alu,
                 flows: None,
             }],
-            Maps { counts: 3, gen: None },
+            Maps {
+                counts: 3,
+                gen: None,
+            },
             Vlan::Skb,
         )
         .unwrap_err();
