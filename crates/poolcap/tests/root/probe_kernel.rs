@@ -475,6 +475,8 @@ fn kernel_and_user_rules_count_the_same_traffic_alike() {
             "{name}: every replayed and generated frame once"
         );
     }
+    // The kernel flow table against tshark's conversations on the probe's own capture.
+    assert_flows_match_tshark(&recs, "k_ip", &file);
 }
 
 fn every_rule_in_the_kernel_needs_no_socket_and_survives_ctl() {
