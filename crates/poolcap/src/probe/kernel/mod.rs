@@ -76,16 +76,27 @@ fn user_only_action(rule: &poolcap_probe::Rule) -> Option<&'static str> {
     }
 }
 
+/// Flows rules one program can hold: a program may use 64 maps, and each such rule has two
+/// (one per generation) beside the counts and the generation word.
+pub const MAX_FLOW_RULES: usize = 31;
+
 /// Marks the rules of `config` that run in the kernel; `workers` says whether the probe
 /// has user-space workers for the others.
 pub fn place(config: &mut Config, mode: Mode, workers: bool) -> Result<(), String> {
+    let mut flow_rules = 0;
     for r in &mut config.rules {
-        let blocker = user_only_action(r);
+        let over = r.flows.is_some() && flow_rules == MAX_FLOW_RULES;
+        let blocker = user_only_action(r).or(over.then_some("flows"));
+        let why = if over {
+            format!("more than {MAX_FLOW_RULES} flows rules (two maps each; 64 per program)")
+        } else {
+            "count, sizes and flows can".to_owned()
+        };
         match (mode, blocker) {
             (Mode::On, Some(action)) => {
                 return Err(format!(
-                    "rule `{}`: action `{action}` cannot run in the kernel (count, sizes \
-                     and flows can); use --in-kernel=auto to run this rule in user space",
+                    "rule `{}`: action `{action}` cannot run in the kernel ({why}); use \
+                     --in-kernel=auto to run this rule in user space",
                     r.name
                 ))
             }
@@ -98,6 +109,9 @@ pub fn place(config: &mut Config, mode: Mode, workers: bool) -> Result<(), Strin
             }
             _ => r.in_kernel = blocker.is_none(),
         }
+        if r.in_kernel && r.flows.is_some() {
+            flow_rules += 1;
+        }
     }
     Ok(())
 }
@@ -105,6 +119,7 @@ pub fn place(config: &mut Config, mode: Mode, workers: bool) -> Result<(), Strin
 /// Whether every rule of `config` can run in the kernel.
 pub fn all_in_kernel(config: &Config) -> bool {
     config.rules.iter().all(|r| user_only_action(r).is_none())
+        && config.rules.iter().filter(|r| r.flows.is_some()).count() <= MAX_FLOW_RULES
 }
 
 /// One slot summed over the CPUs.
@@ -468,6 +483,24 @@ mod tests {
             e.contains("rule `b`: action `alert` needs user space"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn flows_rules_beyond_the_map_limit_are_refused_or_run_in_user_space() {
+        let mut text = String::from("period = \"1s\"\n");
+        for i in 0..=MAX_FLOW_RULES {
+            text +=
+                &format!("[[rule]]\nname = \"f{i}\"\nfilter = \"udp\"\nactions = [\"flows\"]\n");
+        }
+        let mut c = poolcap_probe::config::parse(Path::new("t.toml"), &text).unwrap();
+        assert!(!all_in_kernel(&c));
+        let e = place(&mut c.clone(), Mode::On, true).unwrap_err();
+        assert!(e.contains(&format!("rule `f{MAX_FLOW_RULES}`")), "{e}");
+        assert!(e.contains("64 per program"), "{e}");
+        place(&mut c, Mode::Auto, true).unwrap();
+        let kernel = c.rules.iter().filter(|r| r.in_kernel).count();
+        assert_eq!(kernel, MAX_FLOW_RULES);
+        assert!(!c.rules[MAX_FLOW_RULES].in_kernel);
     }
 
     #[test]
