@@ -83,11 +83,16 @@ pub const MAX_FLOW_RULES: usize = 31;
 /// Marks the rules of `config` that run in the kernel; `workers` says whether the probe
 /// has user-space workers for the others.
 pub fn place(config: &mut Config, mode: Mode, workers: bool) -> Result<(), String> {
-    let mut flow_rules = 0;
+    let (mut flow_rules, mut rules) = (0, 0);
     for r in &mut config.rules {
         let over = r.flows.is_some() && flow_rules == MAX_FLOW_RULES;
-        let blocker = user_only_action(r).or(over.then_some("flows"));
-        let why = if over {
+        let full = rules + 1 == FLOW_SIDE as usize;
+        let blocker = user_only_action(r)
+            .or(over.then_some("flows"))
+            .or(full.then_some("count"));
+        let why = if full {
+            format!("more than {} rules in the kernel", FLOW_SIDE - 1)
+        } else if over {
             format!("more than {MAX_FLOW_RULES} flows rules (two maps each; 64 per program)")
         } else {
             "count, sizes and flows can".to_owned()
@@ -109,8 +114,9 @@ pub fn place(config: &mut Config, mode: Mode, workers: bool) -> Result<(), Strin
             }
             _ => r.in_kernel = blocker.is_none(),
         }
-        if r.in_kernel && r.flows.is_some() {
-            flow_rules += 1;
+        if r.in_kernel {
+            rules += 1;
+            flow_rules += usize::from(r.flows.is_some());
         }
     }
     Ok(())
@@ -120,6 +126,7 @@ pub fn place(config: &mut Config, mode: Mode, workers: bool) -> Result<(), Strin
 pub fn all_in_kernel(config: &Config) -> bool {
     config.rules.iter().all(|r| user_only_action(r).is_none())
         && config.rules.iter().filter(|r| r.flows.is_some()).count() <= MAX_FLOW_RULES
+        && config.rules.len() < FLOW_SIDE as usize
 }
 
 /// One slot summed over the CPUs.
