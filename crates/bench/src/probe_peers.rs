@@ -109,8 +109,9 @@ pub fn launch(
             if let Some(o) = &spec.offload {
                 push(&["--offload", o]);
             }
+            // auto: flows rules beyond what one program holds run on the worker.
             if spec.in_kernel {
-                push(&["--in-kernel"]);
+                push(&["--in-kernel=auto"]);
             }
         }
         Tool::Pmacct => {

@@ -116,6 +116,19 @@ impl FlowTable {
         }
     }
 
+    /// Adds a whole flow counted elsewhere (the in-kernel table, which kept its own cap).
+    pub fn add_flow(&mut self, key: FlowKey, stats: FlowStats) {
+        self.map
+            .entry(key)
+            .and_modify(|m| m.absorb(&stats))
+            .or_insert(stats);
+    }
+
+    /// Adds evictions counted elsewhere.
+    pub fn add_evicted(&mut self, e: &Evicted) {
+        self.evicted.add(e);
+    }
+
     /// Adds another table's flows and evictions (at merge time, not per packet: the merged
     /// table may hold up to the sum of both limits).
     pub fn absorb(&mut self, other: FlowTable) {

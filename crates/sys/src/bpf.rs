@@ -1,5 +1,7 @@
 //! eBPF through raw `bpf(2)` calls, for programs poolcap generates itself (the probe's
-//! in-kernel rules): per-CPU array maps, loading an instruction array with the verifier's
+//! in-kernel rules): per-CPU array maps, a plain array (the probe's generation word),
+//! per-CPU hash maps drained whole (its flow tables), an RCU grace period (so a drained map
+//! is no longer written), loading an instruction array with the verifier's
 //! log on failure, attaching at tc ingress through a TCX link (kernel 6.6+) that goes away
 //! with its fd, replacing the linked program atomically, and running a program on a given
 //! buffer (`BPF_PROG_TEST_RUN`) so generated code can be checked frame by frame.
@@ -17,11 +19,20 @@ use crate::error::{Result, SysError};
 
 const BPF_MAP_CREATE: libc::c_long = 0;
 const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
+const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_PROG_TEST_RUN: libc::c_long = 10;
 const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_LINK_UPDATE: libc::c_long = 29;
+const BPF_MAP_TYPE_ARRAY: u32 = 2;
+const BPF_MAP_TYPE_PERCPU_HASH: u32 = 5;
 const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
+/// Hash elements allocated on insert, not all at creation: a cap is a bound, not a cost.
+const BPF_F_NO_PREALLOC: u32 = 1;
+/// `membarrier(2)` command that waits for an RCU grace period on every CPU.
+const MEMBARRIER_CMD_GLOBAL: libc::c_long = 1;
 const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
 const BPF_TCX_INGRESS: u32 = 46;
 /// Verifier log kept in an error: its end says why.
@@ -214,23 +225,15 @@ pub struct PerCpuArray {
 impl PerCpuArray {
     /// Creates the map (zeroed) with `entries` slots of `value_size` bytes (a multiple of 8).
     pub fn create(name: &str, value_size: u32, entries: u32) -> Result<Self> {
-        let mut attr = MapCreateAttr {
+        let spec = MapSpec {
             map_type: BPF_MAP_TYPE_PERCPU_ARRAY,
             key_size: 4,
             value_size,
-            max_entries: entries,
-            map_name: name16(name),
-            ..Default::default()
+            entries,
+            flags: 0,
         };
-        let what = format!("{name}: {entries} x {value_size} bytes per CPU");
-        let fd = owned_fd(bpf(
-            BPF_MAP_CREATE,
-            &mut attr,
-            "bpf(BPF_MAP_CREATE)",
-            &what,
-        )?);
         Ok(Self {
-            fd,
+            fd: spec.create(name)?,
             value_size: value_size as usize,
             entries,
             cpus: possible_cpus()?,
@@ -249,29 +252,227 @@ impl PerCpuArray {
 
     /// Every CPU's copy of slot `key`, one `value_size` slice after another.
     pub fn lookup(&self, key: u32) -> Result<Vec<u8>> {
-        // Per-CPU values are copied out at an 8-byte stride per CPU.
-        let stride = self.value_size.div_ceil(8) * 8;
-        let mut out = vec![0u8; stride * self.cpus];
-        let mut attr = MapElemAttr {
-            map_fd: self.fd.as_raw_fd() as u32,
-            key: &key as *const u32 as u64,
-            value: out.as_mut_ptr() as u64,
+        let what = || format!("slot {key}");
+        lookup_per_cpu(
+            &self.fd,
+            &key.to_ne_bytes(),
+            self.value_size,
+            self.cpus,
+            what,
+        )
+    }
+}
+
+/// A map's creation attributes.
+struct MapSpec {
+    map_type: u32,
+    key_size: u32,
+    value_size: u32,
+    entries: u32,
+    flags: u32,
+}
+
+impl MapSpec {
+    fn create(&self, name: &str) -> Result<OwnedFd> {
+        let mut attr = MapCreateAttr {
+            map_type: self.map_type,
+            key_size: self.key_size,
+            value_size: self.value_size,
+            max_entries: self.entries,
+            map_flags: self.flags,
+            map_name: name16(name),
             ..Default::default()
         };
-        bpf(
-            BPF_MAP_LOOKUP_ELEM,
-            &mut attr,
-            "bpf(BPF_MAP_LOOKUP_ELEM)",
-            &format!("slot {key}"),
-        )?;
-        if stride != self.value_size {
-            out = out
-                .chunks(stride)
-                .flat_map(|c| c[..self.value_size].to_vec())
-                .collect();
+        let what = format!(
+            "{name}: {} x {} bytes, type {}",
+            self.entries, self.value_size, self.map_type
+        );
+        let fd = bpf(BPF_MAP_CREATE, &mut attr, "bpf(BPF_MAP_CREATE)", &what)?;
+        Ok(owned_fd(fd))
+    }
+}
+
+/// One map command on `key` (and `value`, the value or the next key's buffer).
+fn elem(
+    fd: &OwnedFd,
+    cmd: libc::c_long,
+    call: &'static str,
+    key: Option<&[u8]>,
+    value: Option<&mut [u8]>,
+    flags: u64,
+    what: &dyn Fn() -> String,
+) -> Result<()> {
+    let mut attr = MapElemAttr {
+        map_fd: fd.as_raw_fd() as u32,
+        key: key.map_or(0, |k| k.as_ptr() as u64),
+        value: value.map_or(0, |v| v.as_mut_ptr() as u64),
+        flags,
+        ..Default::default()
+    };
+    bpf(cmd, &mut attr, call, &what()).map(drop)
+}
+
+/// Every CPU's copy of `key`'s value, one `value_size` slice after another.
+fn lookup_per_cpu(
+    fd: &OwnedFd,
+    key: &[u8],
+    value_size: usize,
+    cpus: usize,
+    what: impl Fn() -> String,
+) -> Result<Vec<u8>> {
+    // Per-CPU values are copied out at an 8-byte stride per CPU.
+    let stride = value_size.div_ceil(8) * 8;
+    let mut out = vec![0u8; stride * cpus];
+    let call = "bpf(BPF_MAP_LOOKUP_ELEM)";
+    elem(
+        fd,
+        BPF_MAP_LOOKUP_ELEM,
+        call,
+        Some(key),
+        Some(&mut out),
+        0,
+        &what,
+    )?;
+    if stride != value_size {
+        out = out
+            .chunks(stride)
+            .flat_map(|c| c[..value_size].to_vec())
+            .collect();
+    }
+    Ok(out)
+}
+
+/// A `BPF_MAP_TYPE_ARRAY` with `u32` keys: one value shared by every CPU, written from
+/// user space (the probe's generation word).
+#[derive(Debug)]
+pub struct Array {
+    fd: OwnedFd,
+}
+
+impl Array {
+    /// Creates the map (zeroed) with `entries` slots of `value_size` bytes.
+    pub fn create(name: &str, value_size: u32, entries: u32) -> Result<Self> {
+        let spec = MapSpec {
+            map_type: BPF_MAP_TYPE_ARRAY,
+            key_size: 4,
+            value_size,
+            entries,
+            flags: 0,
+        };
+        Ok(Self {
+            fd: spec.create(name)?,
+        })
+    }
+
+    /// The map's fd, for `BPF_PSEUDO_MAP_FD` loads in a program.
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// Writes slot `key` (`value` is the map's value size).
+    pub fn set(&self, key: u32, value: &[u8]) -> Result<()> {
+        let mut v = value.to_vec();
+        let what = || format!("slot {key}");
+        let call = "bpf(BPF_MAP_UPDATE_ELEM)";
+        elem(
+            &self.fd,
+            BPF_MAP_UPDATE_ELEM,
+            call,
+            Some(&key.to_ne_bytes()),
+            Some(&mut v),
+            0,
+            &what,
+        )
+    }
+}
+
+/// A `BPF_MAP_TYPE_PERCPU_HASH` whose elements are allocated on insert: a program inserts
+/// with `BPF_NOEXIST` and finds it full at `entries`; user space drains it whole.
+#[derive(Debug)]
+pub struct PerCpuHash {
+    fd: OwnedFd,
+    key_size: usize,
+    value_size: usize,
+    cpus: usize,
+}
+
+impl PerCpuHash {
+    /// Creates the (empty) map for at most `entries` keys.
+    pub fn create(name: &str, key_size: u32, value_size: u32, entries: u32) -> Result<Self> {
+        let spec = MapSpec {
+            map_type: BPF_MAP_TYPE_PERCPU_HASH,
+            key_size,
+            value_size,
+            entries,
+            flags: BPF_F_NO_PREALLOC,
+        };
+        Ok(Self {
+            fd: spec.create(name)?,
+            key_size: key_size as usize,
+            value_size: value_size as usize,
+            cpus: possible_cpus()?,
+        })
+    }
+
+    /// The map's fd, for `BPF_PSEUDO_MAP_FD` loads in a program.
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// Every key with every CPU's copy of its value, then the map emptied. Exact only when
+    /// no program writes the map meanwhile (see [`synchronize_rcu`]).
+    pub fn drain(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut keys: Vec<Vec<u8>> = Vec::new();
+        loop {
+            let mut next = vec![0u8; self.key_size];
+            let call = "bpf(BPF_MAP_GET_NEXT_KEY)";
+            let what = || format!("after {} keys", keys.len());
+            let prev = keys.last().map(Vec::as_slice);
+            match elem(
+                &self.fd,
+                BPF_MAP_GET_NEXT_KEY,
+                call,
+                prev,
+                Some(&mut next),
+                0,
+                &what,
+            ) {
+                Ok(()) => keys.push(next),
+                Err(e) if e.errno() == Some(libc::ENOENT) => break,
+                Err(e) => return Err(e),
+            }
+        }
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            let what = || format!("key {} bytes", key.len());
+            let value = lookup_per_cpu(&self.fd, &key, self.value_size, self.cpus, what)?;
+            let call = "bpf(BPF_MAP_DELETE_ELEM)";
+            elem(
+                &self.fd,
+                BPF_MAP_DELETE_ELEM,
+                call,
+                Some(&key),
+                None,
+                0,
+                &what,
+            )?;
+            out.push((key, value));
         }
         Ok(out)
     }
+}
+
+/// Waits for an RCU grace period on every CPU (`membarrier(MEMBARRIER_CMD_GLOBAL)`): a tc
+/// program runs inside an RCU read-side section, so once this returns every run that
+/// began before the call has ended, and a map it chose before is no longer written.
+pub fn synchronize_rcu() -> Result<()> {
+    crate::error::enter("membarrier(MEMBARRIER_CMD_GLOBAL)", String::new)?;
+    // SAFETY: membarrier takes two integers and touches no memory of ours.
+    let rc = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) };
+    if rc < 0 {
+        return Err(SysError::last("membarrier(MEMBARRIER_CMD_GLOBAL)", ""));
+    }
+    Ok(())
 }
 
 /// A loaded tc (`BPF_PROG_TYPE_SCHED_CLS`) program.

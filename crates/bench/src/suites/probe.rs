@@ -1,8 +1,8 @@
 //! `probe`: Zabala et al. Figs 6-9 with real analysis instead of the x-loop: capture and
 //! analysis throughput of `poolcap probe` against the offered rate, for 1, 10, 100 and 1000
 //! rules, in basic mode and with congestion control, beside pmacctd and tshark doing the
-//! same job (per-flow and per-host totals every second) in the same run. The user-space vs
-//! in-kernel axis of the paper appears once `poolcap probe` has `--in-kernel`.
+//! same job (per-flow and per-host totals every second) in the same run, and the same rule sets
+//! in the kernel (`--in-kernel`: counts, sizes and flow tables in the tc program).
 
 use super::rates::{sweep, CONGESTION, FLOWS, POOL, RING_KIB};
 use super::{kpps, med, pct_or_dash, Plan, Scale, Table, Text};
@@ -55,7 +55,7 @@ fn name(rules: usize, mode: &str) -> String {
     format!("probe {rules}r {mode}")
 }
 
-/// Every probe setting for `rules` (with the in-kernel ones when `in_kernel`), then the peers.
+/// Every probe setting for `rules` (user space and in the kernel), then the peers.
 pub fn subjects(rules: &[usize]) -> Vec<Subject> {
     let mut v = Vec::new();
     for &n in rules {
@@ -91,7 +91,9 @@ pub fn plan(scale: Scale) -> Plan {
     let mut subj = subjects(&RULES);
     if scale == Scale::Smoke {
         subj.retain(|s| {
-            s.name == name(10, "basic") || s.capture.as_ref().is_some_and(|c| c.tool != Tool::Probe)
+            s.name == name(10, "basic")
+                || s.name == name(10, "in-kernel")
+                || s.capture.as_ref().is_some_and(|c| c.tool != Tool::Probe)
         });
     }
     Plan {

@@ -366,5 +366,9 @@ fn run_in_kernel(
         .map_err(|_| anyhow::anyhow!("the probe manager panicked"))?;
     exporters.finish();
     last?;
+    // The capture totals a socket-based probe prints, for scripts reading either: with no
+    // socket and no pool, nothing was dropped on the way to the rules.
+    eprintln!("0 packets dropped by kernel (no capture socket)");
+    eprintln!("0 packets dropped by pool");
     Ok(())
 }

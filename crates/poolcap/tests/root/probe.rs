@@ -527,19 +527,20 @@ const REPLAY_CONFIG: &str = "period = \"1h\"\n\
     [[rule]]\nname = \"web6\"\nfilter = \"ip6 and tcp port 80\"\nactions = [\"flows\"]\ntop = 1\ntop_by = \"packets\"\n\
     [[rule]]\nname = \"frag\"\nfilter = \"ip[6:2] & 0x3fff != 0\"\nactions = [\"count\"]\n";
 
-fn assert_flows_match_tshark(recs: &[Value], file: &Path) {
+/// `rule`'s flow tables against tshark's IPv4, IPv6 and TCP conversations in `file`.
+pub fn assert_flows_match_tshark(recs: &[Value], rule: &str, file: &Path) {
     assert_conversations(
-        &our_conversations(recs, "ipall", addr4),
+        &our_conversations(recs, rule, addr4),
         &tshark_conv(file, "ip"),
         "conv,ip",
     );
     assert_conversations(
-        &our_conversations(recs, "ipall", addr6),
+        &our_conversations(recs, rule, addr6),
         &tshark_conv(file, "ipv6"),
         "conv,ipv6",
     );
     assert_conversations(
-        &our_conversations(recs, "ipall", addr_port(6)),
+        &our_conversations(recs, rule, addr_port(6)),
         &tshark_conv(file, "tcp"),
         "conv,tcp",
     );
@@ -579,7 +580,7 @@ fn replay_with_vlan_ipv6_fragments_matches_offline_and_live() {
         "all but the ARPs"
     );
     assert_rules_match_tcpdump(&off, &REPLAY_RULES, &trace, dir.path());
-    assert_flows_match_tshark(&off, &trace);
+    assert_flows_match_tshark(&off, "ipall", &trace);
     // 12 SYNs to 10.5.0.100 in a 15 ms trace: above 500/s (7.5 packets), one alert; the
     // single SYN to 10.3.0.2 is not.
     let alerts = off.iter().find(|r| r["rule"] == "syn").unwrap()["alerts"]
@@ -618,7 +619,7 @@ fn replay_with_vlan_ipv6_fragments_matches_offline_and_live() {
     stop_probe(bg);
     let on = records(&live);
     assert_rules_match_tcpdump(&on, &REPLAY_RULES, &file, dir.path());
-    assert_flows_match_tshark(&on, &file);
+    assert_flows_match_tshark(&on, "ipall", &file);
     assert_eq!(
         tcpdump_count(&file, &[]),
         frames.len() as u64,

@@ -11,14 +11,16 @@ use std::process::Command;
 
 use libtest_mimic::Trial;
 use poolcap::capture::filter::compile_offline;
-use poolcap::probe::kernel::translate::{program, KernelRule, Vlan};
-use poolcap::probe::kernel::{Counts, VALUE_SIZE};
-use poolcap_sys::bpf::{PerCpuArray, TcProgram};
+use poolcap::probe::kernel::translate::flowkey::{FLOW_VALUE_SIZE, KEY_SIZE};
+use poolcap::probe::kernel::translate::{program, KernelRule, Maps, Vlan};
+use poolcap::probe::kernel::{flow_of, Counts, VALUE_SIZE};
+use poolcap_sys::bpf::{PerCpuArray, PerCpuHash, TcProgram};
 use serde_json::Value;
 
 use crate::common::{bin, gen, lab, num, path_str as s, poolcap_in, start_probe, tempdir, trial};
 use crate::probe::{
-    real_looking_frames, records, stop_probe, tcpdump_selects, totals, write, write_pcap,
+    assert_flows_match_tshark, real_looking_frames, records, stop_probe, tcpdump_selects, totals,
+    write, write_pcap,
 };
 
 pub fn trials() -> Vec<Trial> {
@@ -27,6 +29,10 @@ pub fn trials() -> Vec<Trial> {
         t(
             "translated_filters_agree_with_libpcap_frame_by_frame",
             translated_filters_agree_with_libpcap_frame_by_frame,
+        ),
+        t(
+            "kernel_flow_keys_equal_the_user_space_parser_frame_by_frame",
+            kernel_flow_keys_equal_the_user_space_parser_frame_by_frame,
         ),
         t(
             "kernel_and_user_rules_count_the_same_traffic_alike",
@@ -95,9 +101,14 @@ fn load_first(n: usize, map: &PerCpuArray, vlan: Vlan) -> TcProgram {
         .map(|(i, f)| KernelRule {
             slot: i as u32 + 1,
             filter: f,
+            flows: None,
         })
         .collect();
-    let code = program(&rules, map.raw_fd(), vlan).expect("translates");
+    let maps = Maps {
+        counts: map.raw_fd(),
+        gen: None,
+    };
+    let code = program(&rules, maps, vlan).expect("translates");
     TcProgram::load("probe_test", &code).unwrap_or_else(|e| panic!("load: {e}"))
 }
 
@@ -189,9 +200,96 @@ fn translated_filters_agree_with_libpcap_frame_by_frame() {
     }
 }
 
-/// Kernel rules (count, sizes) and user rules (flows, sizes) with the same filters, in one
-/// `--in-kernel=auto` run.
-const PAIRS: [(&str, &str); 5] = [
+/// One rule selecting every frame, with the flows action into `flows`.
+fn flows_program(map: &PerCpuArray, flows: &PerCpuHash, vlan: Vlan) -> TcProgram {
+    let all = compile_offline("").expect("compiles");
+    let rule = KernelRule {
+        slot: 1,
+        filter: &all,
+        flows: Some([flows.raw_fd(), flows.raw_fd()]),
+    };
+    let maps = Maps {
+        counts: map.raw_fd(),
+        gen: None,
+    };
+    let code = program(&[rule], maps, vlan).expect("translates");
+    TcProgram::load("probe_flows", &code).unwrap_or_else(|e| panic!("load: {e}"))
+}
+
+fn kernel_flow_keys_equal_the_user_space_parser_frame_by_frame() {
+    let map = PerCpuArray::create("probe_test", VALUE_SIZE, 2048).expect("map");
+    let flows = PerCpuHash::create("probe_flows", KEY_SIZE, FLOW_VALUE_SIZE, 64).expect("map");
+    let mut frames = real_looking_frames();
+    // QinQ, three and four tags (the parser looks through three), cut frames.
+    let mut qinq = frames[25].clone();
+    qinq.splice(12..12, [0x88, 0xa8, 0x00, 0x05]);
+    let mut three = qinq.clone();
+    three.splice(12..12, [0x81, 0x00, 0x00, 0x06]);
+    let mut four = three.clone();
+    four.splice(12..12, [0x81, 0x00, 0x00, 0x08]);
+    frames.extend([qinq, three, four]);
+    frames.push(frames[20][..40].to_vec());
+    frames.push(vec![0xff; 14]);
+    let mut keyed = 0;
+    for (n, f) in frames.iter().enumerate() {
+        let want = poolcap_probe::packet::parse(f);
+        let tpid = u16::from_be_bytes([f[12], f[13]]);
+        // As the data (no tag in metadata), and with the outer tag in metadata.
+        let mut views = vec![(Vlan::Fixed(None), f.clone())];
+        if matches!(tpid, 0x8100 | 0x88a8) && f.len() >= 18 {
+            let tci = u16::from_be_bytes([f[14], f[15]]);
+            views.push((
+                Vlan::Fixed(Some((tpid, tci))),
+                [&f[..12], &f[16..]].concat(),
+            ));
+        }
+        for (vlan, data) in views {
+            let prog = flows_program(&map, &flows, vlan);
+            let side_before = Counts::read(&map, 512 + 1).expect("side slot");
+            prog.test_run(&data, 1).expect("BPF_PROG_TEST_RUN");
+            let side = Counts::read(&map, 512 + 1).expect("side slot");
+            let got: Vec<_> = flows
+                .drain()
+                .expect("drain")
+                .iter()
+                .map(|(k, v)| flow_of(k, v, 0))
+                .collect();
+            match want {
+                None => {
+                    assert!(got.is_empty(), "frame {n} {vlan:?}: no key, got {got:?}");
+                    assert_eq!(side.packets - side_before.packets, 1, "frame {n}: no_ip");
+                }
+                Some((key, flags)) => {
+                    keyed += 1;
+                    assert_eq!(
+                        got.len(),
+                        1,
+                        "frame {n} {vlan:?}: one flow (flow side {:?})",
+                        side.minus(&side_before)
+                    );
+                    assert_eq!(got[0].0, key, "frame {n} {vlan:?}: key");
+                    let s = got[0].1;
+                    assert_eq!(
+                        (s.packets, s.bytes, s.tcp_flags),
+                        (1, f.len() as u64, flags),
+                        "frame {n} {vlan:?}: packets, stored bytes, flags"
+                    );
+                    assert!(
+                        s.first_ns > 0 && s.first_ns == s.last_ns,
+                        "frame {n}: times"
+                    );
+                }
+            }
+        }
+    }
+    assert!(keyed > 40, "keyed frames checked: {keyed}");
+}
+
+/// Kernel rules (count, sizes, flows) and user rules (flows, sizes, and an alert that never
+/// fires, which keeps them in user space) with the same filters, in one `--in-kernel=auto`
+/// run.
+const PAIRS: [(&str, &str); 6] = [
+    ("ip", "ip or ip6 or (vlan and (ip or ip6))"),
     ("udp", "udp"),
     ("vlan", "vlan and (ip or ip6)"),
     ("v6tcp", "ip6 and tcp"),
@@ -203,11 +301,56 @@ fn pair_config() -> String {
     let mut c = String::from("period = \"300ms\"\n");
     for (name, filter) in PAIRS {
         c += &format!(
-            "[[rule]]\nname = \"k_{name}\"\nfilter = \"{filter}\"\nactions = [\"count\", \"sizes\"]\n\
-             [[rule]]\nname = \"u_{name}\"\nfilter = \"{filter}\"\nactions = [\"flows\", \"sizes\"]\n"
+            "[[rule]]\nname = \"k_{name}\"\nfilter = \"{filter}\"\nactions = [\"count\", \"sizes\", \"flows\"]\n\
+             [[rule]]\nname = \"u_{name}\"\nfilter = \"{filter}\"\nactions = [\"flows\", \"sizes\", \"alert\"]\n\
+             alert = {{ key = \"dst\", rate = 1000000000 }}\n"
         );
     }
     c
+}
+
+/// A flow's identity in a report: src, dst, proto, sport, dport.
+type FlowId = (String, String, u64, u64, u64);
+
+/// `rule`'s flows summed over its periods: packets, bytes and the flag letters seen. Checks
+/// on the way that every period's flows (plus evicted and non-IP packets) add up to its
+/// packets and were seen within it.
+fn flow_sums(recs: &[Value], rule: &str) -> std::collections::BTreeMap<FlowId, (u64, u64, String)> {
+    let mut out = std::collections::BTreeMap::new();
+    for r in recs.iter().filter(|r| r["rule"] == rule) {
+        let list = r["flows"]["list"].as_array().expect("flow list");
+        let listed: u64 = list.iter().map(|f| num(f, "packets")).sum();
+        let (ev, no_ip) = (num(&r["flows"]["evicted"], "packets"), num(r, "no_ip"));
+        assert_eq!(
+            listed + ev + no_ip,
+            num(r, "packets"),
+            "{rule}: flows add up: {r}"
+        );
+        let (start, end) = (r["period_start"].as_str(), r["period_end"].as_str());
+        for f in list {
+            let (first, last) = (f["first_seen"].as_str(), f["last_seen"].as_str());
+            assert!(
+                start <= first && first <= last && last <= end,
+                "{rule}: flow seen within its period: {f} in {start:?}..{end:?}"
+            );
+            let id = (
+                f["src"].as_str().expect("src").to_owned(),
+                f["dst"].as_str().expect("dst").to_owned(),
+                num(f, "proto"),
+                num(f, "sport"),
+                num(f, "dport"),
+            );
+            let e = out.entry(id).or_insert((0, 0, String::new()));
+            e.0 += num(f, "packets");
+            e.1 += num(f, "bytes");
+            let mut flags: Vec<char> = e.2.chars().collect();
+            flags.extend(f["tcp_flags"].as_str().expect("flags").chars());
+            flags.sort_unstable();
+            flags.dedup();
+            e.2 = flags.into_iter().collect();
+        }
+    }
+    out
 }
 
 fn sizes_total(recs: &[Value], rule: &str) -> Vec<u64> {
@@ -260,6 +403,22 @@ fn kernel_and_user_rules_count_the_same_traffic_alike() {
         "gen: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Then the generator's flows (UDP over IPv4, 200 bytes: only `ip` and `udp` select them).
+    let generated = 2000;
+    let g = gen(
+        &lab,
+        &[
+            "--count",
+            &generated.to_string(),
+            "--size",
+            "200",
+            "--flows",
+            "8",
+            "--rate",
+            "20k",
+        ],
+    );
+    assert_eq!(num(&g, "frames"), generated);
     let stderr = stop_probe(bg);
     let recs = records(&report);
     assert!(
@@ -296,18 +455,28 @@ fn kernel_and_user_rules_count_the_same_traffic_alike() {
             sizes_total(&recs, &u),
             "{name}: size histograms"
         );
+        let flows = flow_sums(&recs, &k);
+        assert!(!flows.is_empty(), "{k}: no flow");
+        assert_eq!(flows, flow_sums(&recs, &u), "{name}: kernel vs user flows");
         let want = tcpdump_selects(&file, filter, dir.path());
         assert_eq!(
             kernel, want,
             "{name} (`{filter}`): kernel vs tcpdump -r on the capture"
         );
         let expected = frames.iter().filter(|f| libpcap_matches(filter, f)).count() as u64;
+        let from_gen = if matches!(name, "ip" | "udp") {
+            generated
+        } else {
+            0
+        };
         assert_eq!(
             kernel.0,
-            expected * loops,
-            "{name}: every replayed frame once"
+            expected * loops + from_gen,
+            "{name}: every replayed and generated frame once"
         );
     }
+    // The kernel flow table against tshark's conversations on the probe's own capture.
+    assert_flows_match_tshark(&recs, "k_ip", &file);
 }
 
 fn every_rule_in_the_kernel_needs_no_socket_and_survives_ctl() {
@@ -414,12 +583,13 @@ fn what_the_kernel_cannot_run_is_refused() {
     let cfg = write(
         dir.path(),
         "probe.toml",
-        "period = \"1s\"\n[[rule]]\nname = \"web\"\nfilter = \"tcp port 80\"\nactions = [\"count\", \"flows\"]\n",
+        "period = \"1s\"\n[[rule]]\nname = \"web\"\nfilter = \"tcp port 80\"\nactions = [\"count\", \"flows\"]\n\
+         [[rule]]\nname = \"syn\"\nfilter = \"tcp\"\nactions = [\"alert\"]\nalert = { key = \"dst\", rate = 9 }\n",
     );
     let e = refused(&["--in-kernel"], &cfg);
     assert_eq!(e.trim().lines().count(), 1, "one line: {e}");
     assert!(
-        e.contains("rule `web`: action `flows` cannot run in the kernel")
+        e.contains("rule `syn`: action `alert` cannot run in the kernel")
             && e.contains("--in-kernel=auto"),
         "{e}"
     );
@@ -427,4 +597,16 @@ fn what_the_kernel_cannot_run_is_refused() {
     assert!(e.contains("--backend af_packet"), "{e}");
     let e = refused(&["--in-kernel=yes"], &cfg);
     assert!(e.contains("on or auto"), "{e}");
+    // Flows alone run in the kernel now.
+    let flows_only = write(
+        dir.path(),
+        "flows.toml",
+        "period = \"1s\"\n[[rule]]\nname = \"web\"\nfilter = \"tcp port 80\"\nactions = [\"count\", \"flows\"]\n",
+    );
+    let out = probe_on_lo(&["--in-kernel", "--duration", "300ms"], &flows_only);
+    assert!(
+        out.status.success(),
+        "flows in the kernel: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -1,6 +1,7 @@
-//! `poolcap probe --in-kernel`: rules whose actions are counts and size histograms run in
-//! an eBPF program at the interface's tc ingress (TCX link), which adds each matching
-//! packet to its rule's slot of a per-CPU array; the reporter reads the slots at each
+//! `poolcap probe --in-kernel`: rules whose actions are counts, size histograms and flow
+//! tables run in an eBPF program at the interface's tc ingress (TCX link), which adds each
+//! matching packet to its rule's slot of a per-CPU array and, with `flows`, to its flow in
+//! the rule's per-CPU hash map ([`translate::flowkey`]); the reporter reads them at each
 //! period end. Those packets are never copied to user space for the rule, and when every
 //! rule runs in the kernel no capture socket is opened at all.
 //!
@@ -10,30 +11,41 @@
 //! both paths see the same stored frame. XDP would see whatever the driver leaves in the
 //! data, and cannot share the interface with poolcap's AF_XDP program.
 //!
-//! Counting is exact across periods and rule changes: every packet adds to the map once,
-//! the reporter takes differences of the running sums, and a slot belongs to a rule name
-//! for the whole run. A rule change builds a new program and swaps it in atomically
-//! (`BPF_LINK_UPDATE`) when the period ends; a packet being counted by the old program on
-//! another CPU at that instant (microseconds) lands in the next period's read.
+//! Counting is exact across periods and rule changes: every map has two generations, and a
+//! packet adds to the generation the generation word names when the program starts. At a
+//! period end the reporter flips the word, waits for an RCU grace period (after which no
+//! run of the program still uses the old generation) and reads the old generation, whose
+//! counts and flows then stand still: the counts as differences of running sums, the flow
+//! maps drained (read and emptied). So a packet is in exactly one period, and a rule's
+//! packets equal its flows plus its evicted plus its no-IP packets in every period. A slot
+//! and its flow maps belong to a rule name for the whole run (a flow map keeps the cap it
+//! was made with). A rule change builds a new program on the same maps and swaps it in
+//! atomically (`BPF_LINK_UPDATE`) when the period ends.
 //!
-//! Flow tables and alerts (per-key state) stay in user space: `--in-kernel` refuses a rule
-//! with the `flows` or `alert` action, `--in-kernel=auto` runs it on the workers.
+//! Alerts (rates per key) stay in user space: `--in-kernel` refuses a rule with the
+//! `alert` action, `--in-kernel=auto` runs it on the workers.
 
 pub mod translate;
 
 /// The map value's size in bytes, for [`PerCpuArray::create`].
 pub const VALUE_SIZE: u32 = (VALUE_WORDS * 8) as u32;
 
+use std::net::IpAddr;
+
+use poolcap_probe::flows::{Evicted, FlowStats};
+use poolcap_probe::packet::FlowKey;
 use poolcap_probe::report::Accounting;
 use poolcap_probe::tally::{Sizes, Tally};
 use poolcap_probe::Config;
-use poolcap_sys::bpf::{PerCpuArray, TcProgram, TcxLink};
+use poolcap_sys::bpf::{Array, PerCpuArray, PerCpuHash, TcProgram, TcxLink};
 
-use self::translate::{KernelRule, Vlan, VALUE_WORDS};
+use self::translate::flowkey::{self, FLOW_VALUE_SIZE, KEY_SIZE};
+use self::translate::{KernelRule, Maps, Vlan, FLOW_SIDE, GEN_STRIDE, VALUE_WORDS};
 use crate::capture::filter::compile_offline;
 
-/// Map slots: the total, then one per rule name seen during the run.
-const SLOTS: u32 = 1024;
+/// Map slots: two generations of the total, one per rule name seen during the run, and
+/// one per flows rule's flow side.
+const SLOTS: u32 = 2 * GEN_STRIDE;
 
 /// Which rules `--in-kernel` runs in the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,25 +69,39 @@ impl std::str::FromStr for Mode {
 
 /// The action that keeps `rule` out of the kernel, if any.
 fn user_only_action(rule: &poolcap_probe::Rule) -> Option<&'static str> {
-    if rule.flows.is_some() {
-        Some("flows")
-    } else if rule.alert.is_some() {
+    if rule.alert.is_some() {
         Some("alert")
     } else {
         None
     }
 }
 
+/// Flows rules one program can hold: a program may use 64 maps, and each such rule has two
+/// (one per generation) beside the counts and the generation word.
+pub const MAX_FLOW_RULES: usize = 31;
+
 /// Marks the rules of `config` that run in the kernel; `workers` says whether the probe
 /// has user-space workers for the others.
 pub fn place(config: &mut Config, mode: Mode, workers: bool) -> Result<(), String> {
+    let (mut flow_rules, mut rules) = (0, 0);
     for r in &mut config.rules {
-        let blocker = user_only_action(r);
+        let over = r.flows.is_some() && flow_rules == MAX_FLOW_RULES;
+        let full = rules + 1 == FLOW_SIDE as usize;
+        let blocker = user_only_action(r)
+            .or(over.then_some("flows"))
+            .or(full.then_some("count"));
+        let why = if full {
+            format!("more than {} rules in the kernel", FLOW_SIDE - 1)
+        } else if over {
+            format!("more than {MAX_FLOW_RULES} flows rules (two maps each; 64 per program)")
+        } else {
+            "count, sizes and flows can".to_owned()
+        };
         match (mode, blocker) {
             (Mode::On, Some(action)) => {
                 return Err(format!(
-                    "rule `{}`: action `{action}` cannot run in the kernel (count and sizes \
-                     can); use --in-kernel=auto to run this rule in user space",
+                    "rule `{}`: action `{action}` cannot run in the kernel ({why}); use \
+                     --in-kernel=auto to run this rule in user space",
                     r.name
                 ))
             }
@@ -88,6 +114,10 @@ pub fn place(config: &mut Config, mode: Mode, workers: bool) -> Result<(), Strin
             }
             _ => r.in_kernel = blocker.is_none(),
         }
+        if r.in_kernel {
+            rules += 1;
+            flow_rules += usize::from(r.flows.is_some());
+        }
     }
     Ok(())
 }
@@ -95,6 +125,8 @@ pub fn place(config: &mut Config, mode: Mode, workers: bool) -> Result<(), Strin
 /// Whether every rule of `config` can run in the kernel.
 pub fn all_in_kernel(config: &Config) -> bool {
     config.rules.iter().all(|r| user_only_action(r).is_none())
+        && config.rules.iter().filter(|r| r.flows.is_some()).count() <= MAX_FLOW_RULES
+        && config.rules.len() < FLOW_SIDE as usize
 }
 
 /// One slot summed over the CPUs.
@@ -132,7 +164,29 @@ impl Counts {
         }
     }
 
-    fn minus(&self, earlier: &Counts) -> Counts {
+    fn plus(&self, o: &Counts) -> Counts {
+        let mut sizes = self.sizes;
+        for (s, e) in sizes.iter_mut().zip(o.sizes) {
+            *s += e;
+        }
+        Counts {
+            packets: self.packets + o.packets,
+            bytes: self.bytes + o.bytes,
+            sizes,
+        }
+    }
+
+    /// Word `i` of the slot (0 packets, 1 bytes, then the size buckets).
+    fn word(&self, i: usize) -> u64 {
+        match i {
+            0 => self.packets,
+            1 => self.bytes,
+            _ => self.sizes[i - 2],
+        }
+    }
+
+    /// What this slot counted since `earlier`.
+    pub fn minus(&self, earlier: &Counts) -> Counts {
         let mut sizes = self.sizes;
         for (s, e) in sizes.iter_mut().zip(earlier.sizes) {
             *s -= e;
@@ -157,15 +211,62 @@ fn signature(config: &Config) -> Signature {
         .collect()
 }
 
-/// The loaded, attached program and its map.
+/// One flow map entry (key and per-CPU values, as [`flowkey`] writes them) as a flow, its
+/// times moved by `clock_offset` ns (monotonic to wall clock).
+pub fn flow_of(key: &[u8], per_cpu: &[u8], clock_offset: i64) -> (FlowKey, FlowStats) {
+    let word = |b: &[u8], i: usize| {
+        let mut le = [0u8; 8];
+        le.copy_from_slice(&b[8 * i..8 * i + 8]);
+        u64::from_le_bytes(le)
+    };
+    let addr = |b: &[u8]| -> IpAddr {
+        if key[32] == 4 {
+            IpAddr::from(<[u8; 4]>::try_from(&b[..4]).expect("4 bytes"))
+        } else {
+            IpAddr::from(<[u8; 16]>::try_from(&b[..16]).expect("16 bytes"))
+        }
+    };
+    let port = |i: usize| u16::from_ne_bytes([key[i], key[i + 1]]);
+    let flow = FlowKey {
+        src: addr(&key[..16]),
+        dst: addr(&key[16..32]),
+        proto: key[33],
+        sport: port(34),
+        dport: port(36),
+    };
+    let mut s = FlowStats {
+        first_ns: u64::MAX,
+        ..FlowStats::default()
+    };
+    let wall = |t: u64| t.saturating_add_signed(clock_offset);
+    for cpu in per_cpu.chunks_exact(FLOW_VALUE_SIZE as usize) {
+        if word(cpu, 0) == 0 {
+            continue;
+        }
+        s.absorb(&FlowStats {
+            packets: word(cpu, 0),
+            bytes: word(cpu, 1),
+            first_ns: wall(word(cpu, 2)),
+            last_ns: wall(word(cpu, 3)),
+            tcp_flags: word(cpu, 4) as u8,
+        });
+    }
+    (flow, s)
+}
+
+/// The loaded, attached program and its maps.
 #[derive(Debug)]
 pub struct KernelRules {
     mode: Mode,
     workers: bool,
     map: PerCpuArray,
+    /// The generation packets count in now (0 or 1).
+    gen: Array,
+    current: u32,
     link: Option<TcxLink>,
-    /// Slot `i + 1` belongs to rule `names[i]`.
-    names: Vec<String>,
+    /// Slot `i + 1` belongs to rule `names[i]`, with its flow maps (one per generation)
+    /// once it had the flows action.
+    names: Vec<(String, Option<[PerCpuHash; 2]>)>,
     /// Each slot's running sums at the last read.
     seen: Vec<Counts>,
     installed: Signature,
@@ -178,10 +279,13 @@ impl KernelRules {
     pub fn start(mode: Mode, iface: &str, config: &Config, workers: bool) -> anyhow::Result<Self> {
         let ifindex = poolcap_sys::socket::ifindex(iface)?;
         let map = PerCpuArray::create("poolcap_probe", VALUE_SIZE, SLOTS)?;
+        let gen = Array::create("poolcap_gen", 4, 1)?;
         let mut k = Self {
             mode,
             workers,
             map,
+            gen,
+            current: 0,
             link: None,
             names: Vec::new(),
             seen: vec![Counts::default(); SLOTS as usize],
@@ -193,15 +297,39 @@ impl KernelRules {
         Ok(k)
     }
 
-    fn slot(&mut self, name: &str) -> Result<u32, String> {
-        if let Some(i) = self.names.iter().position(|n| n == name) {
-            return Ok(i as u32 + 1);
+    /// The slot of rule `name` and, when `flows` caps its flows, its flow maps' fds.
+    fn slot(
+        &mut self,
+        name: &str,
+        flows: Option<usize>,
+    ) -> Result<(u32, Option<[i32; 2]>), String> {
+        let i = match self.names.iter().position(|n| n.0 == name) {
+            Some(i) => i,
+            None if self.names.len() + 1 >= FLOW_SIDE as usize => {
+                return Err(format!("more than {} rule names in one run", FLOW_SIDE - 1))
+            }
+            None => {
+                self.names.push((name.to_string(), None));
+                self.names.len() - 1
+            }
+        };
+        let entry = &mut self.names[i].1;
+        if let (Some(cap), None) = (flows, &entry) {
+            let cap = u32::try_from(cap).unwrap_or(u32::MAX);
+            let make = || PerCpuHash::create("poolcap_flows", KEY_SIZE, FLOW_VALUE_SIZE, cap);
+            *entry = Some(
+                [make(), make()]
+                    .into_iter()
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| format!("rule `{name}`: flow map: {e}"))?
+                    .try_into()
+                    .expect("two maps"),
+            );
         }
-        if self.names.len() + 1 >= SLOTS as usize {
-            return Err(format!("more than {} rule names in one run", SLOTS - 1));
-        }
-        self.names.push(name.to_string());
-        Ok(self.names.len() as u32)
+        let fds = flows
+            .and(entry.as_ref())
+            .map(|m| [m[0].raw_fd(), m[1].raw_fd()]);
+        Ok((i as u32 + 1, fds))
     }
 
     /// The program for `config`'s enabled kernel rules, loaded.
@@ -209,16 +337,22 @@ impl KernelRules {
         let mut compiled = Vec::new();
         for r in config.rules.iter().filter(|r| r.in_kernel && r.enabled) {
             let insns = compile_offline(&r.filter).map_err(|e| e.to_string())?;
-            compiled.push((self.slot(&r.name)?, insns));
+            let cap = r.flows.map(|_| config.flow_limit);
+            compiled.push((self.slot(&r.name, cap)?, insns));
         }
         let rules: Vec<KernelRule<'_>> = compiled
             .iter()
-            .map(|(slot, filter)| KernelRule {
+            .map(|((slot, flows), filter)| KernelRule {
                 slot: *slot,
                 filter,
+                flows: *flows,
             })
             .collect();
-        let code = translate::program(&rules, self.map.raw_fd(), Vlan::Skb)?;
+        let maps = Maps {
+            counts: self.map.raw_fd(),
+            gen: Some(self.gen.raw_fd()),
+        };
+        let code = translate::program(&rules, maps, Vlan::Skb)?;
         TcProgram::load("poolcap_probe", &code).map_err(|e| format!("in-kernel rules: {e}"))
     }
 
@@ -249,18 +383,32 @@ impl KernelRules {
         self.link = None;
     }
 
-    fn read(&self, slot: u32) -> anyhow::Result<Counts> {
-        Counts::read(&self.map, slot)
+    /// Slot `slot` of generation `gen`: what it counted since the last call.
+    fn take(&mut self, gen: u32, slot: u32) -> anyhow::Result<Counts> {
+        let at = (gen * GEN_STRIDE + slot) as usize;
+        let now = Counts::read(&self.map, at as u32)?;
+        let delta = now.minus(&self.seen[at]);
+        self.seen[at] = now;
+        Ok(delta)
     }
 
     /// Adds what the kernel counted since the last call to the kernel rules of `tally`
-    /// (made for `config`, the configuration that ran).
+    /// (made for `config`, the configuration that ran): flips the generation, waits until
+    /// no program run uses the old one, and reads it.
     pub fn add_to(&mut self, config: &Config, tally: &mut Tally) -> anyhow::Result<()> {
+        let old = self.current;
+        self.current = 1 - old;
+        self.gen.set(0, &self.current.to_ne_bytes())?;
+        poolcap_sys::bpf::synchronize_rcu()?;
+        let clock_offset = poolcap_sys::process::monotonic_to_realtime_offset();
         for slot in 1..=self.names.len() as u32 {
-            let now = self.read(slot)?;
-            let delta = now.minus(&self.seen[slot as usize]);
-            self.seen[slot as usize] = now;
-            let name = &self.names[slot as usize - 1];
+            let delta = self.take(old, slot)?;
+            let side = self.take(old, FLOW_SIDE + slot)?;
+            let (name, maps) = &self.names[slot as usize - 1];
+            let flows = match maps {
+                Some(m) => m[old as usize].drain()?,
+                None => Vec::new(),
+            };
             let Some(i) = config
                 .rules
                 .iter()
@@ -276,6 +424,18 @@ impl KernelRules {
                     *a += b;
                 }
             }
+            if let Some(table) = &mut t.flows {
+                t.no_ip += side.word(flowkey::side::NO_IP);
+                for (key, values) in &flows {
+                    let (k, s) = flow_of(key, values, clock_offset);
+                    table.add_flow(k, s);
+                }
+                table.add_evicted(&Evicted {
+                    flows: 0,
+                    packets: side.word(flowkey::side::EVICTED_PACKETS),
+                    bytes: side.word(flowkey::side::EVICTED_BYTES),
+                });
+            }
         }
         Ok(())
     }
@@ -283,7 +443,7 @@ impl KernelRules {
     /// Every packet the program saw since it was attached, as capture accounting (no
     /// socket, so nothing is dropped or filtered).
     pub fn accounting(&self) -> anyhow::Result<Accounting> {
-        let t = self.read(0)?;
+        let t = Counts::read(&self.map, 0)?.plus(&Counts::read(&self.map, GEN_STRIDE)?);
         Ok(Accounting {
             captured: t.packets,
             bytes: t.bytes,
@@ -305,17 +465,19 @@ mod tests {
     }
 
     #[test]
-    fn counts_and_sizes_run_in_the_kernel_flows_and_alerts_do_not() {
-        let mut c = config("\"sizes\"");
-        place(&mut c, Mode::On, false).unwrap();
-        assert!(c.rules.iter().all(|r| r.in_kernel));
-        assert!(all_in_kernel(&c));
+    fn counts_sizes_and_flows_run_in_the_kernel_alerts_do_not() {
+        for actions in ["\"sizes\"", "\"flows\""] {
+            let mut c = config(actions);
+            place(&mut c, Mode::On, false).unwrap();
+            assert!(c.rules.iter().all(|r| r.in_kernel));
+            assert!(all_in_kernel(&c));
+        }
 
-        let mut c = config("\"flows\"");
+        let mut c = config("\"alert\"]\nalert = { key = \"dst\", rate = 5 }\n#[");
         assert!(!all_in_kernel(&c));
         let e = place(&mut c.clone(), Mode::On, true).unwrap_err();
         assert!(
-            e.contains("rule `b`: action `flows` cannot run in the kernel"),
+            e.contains("rule `b`: action `alert` cannot run in the kernel"),
             "{e}"
         );
         assert!(e.contains("--in-kernel=auto"), "{e}");
@@ -328,6 +490,24 @@ mod tests {
             e.contains("rule `b`: action `alert` needs user space"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn flows_rules_beyond_the_map_limit_are_refused_or_run_in_user_space() {
+        let mut text = String::from("period = \"1s\"\n");
+        for i in 0..=MAX_FLOW_RULES {
+            text +=
+                &format!("[[rule]]\nname = \"f{i}\"\nfilter = \"udp\"\nactions = [\"flows\"]\n");
+        }
+        let mut c = poolcap_probe::config::parse(Path::new("t.toml"), &text).unwrap();
+        assert!(!all_in_kernel(&c));
+        let e = place(&mut c.clone(), Mode::On, true).unwrap_err();
+        assert!(e.contains(&format!("rule `f{MAX_FLOW_RULES}`")), "{e}");
+        assert!(e.contains("64 per program"), "{e}");
+        place(&mut c, Mode::Auto, true).unwrap();
+        let kernel = c.rules.iter().filter(|r| r.in_kernel).count();
+        assert_eq!(kernel, MAX_FLOW_RULES);
+        assert!(!c.rules[MAX_FLOW_RULES].in_kernel);
     }
 
     #[test]

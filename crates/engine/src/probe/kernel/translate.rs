@@ -18,6 +18,9 @@
 //! rule" label; the program counts every packet in slot 0 (the total) and always returns
 //! `TCX_NEXT`, so the packet goes on as if nothing ran.
 
+#[path = "flowkey.rs"]
+pub mod flowkey;
+
 use poolcap_sys::bpf::Insn;
 use poolcap_sys::socket::BpfInsn;
 
@@ -100,6 +103,24 @@ const LOAD_BUF: i16 = -72;
 const KEY: i16 = -76;
 const WIRE_LEN: i16 = -88;
 const LOAD_OFF: i16 = -96;
+/// This packet's generation's first slot in the counts map (0 or [`GEN_STRIDE`]).
+const GEN_OFF: i16 = -104;
+
+/// Counts-map slots per generation: the total (0), rules (1..FLOW_SIDE), and each flows
+/// rule's flow side (FLOW_SIDE + its slot: no-IP and evicted packets).
+pub const GEN_STRIDE: u32 = 1024;
+/// Where a rule's flow-side slot starts within a generation.
+pub const FLOW_SIDE: u32 = 512;
+
+/// The maps a program uses, by fd.
+#[derive(Debug, Clone, Copy)]
+pub struct Maps {
+    /// The per-CPU counts array: two generations of [`GEN_STRIDE`] slots.
+    pub counts: i32,
+    /// The generation word (an array of one u32: 0 or 1), or None for generation 0
+    /// always (for `BPF_PROG_TEST_RUN`).
+    pub gen: Option<i32>,
+}
 
 /// Where the VLAN tag comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,6 +139,8 @@ pub struct KernelRule<'a> {
     pub slot: u32,
     /// The classic BPF program, checked (jumps inside, ends in a return, M index < 16).
     pub filter: &'a [BpfInsn],
+    /// With the flows action: the rule's flow maps for generation 0 and 1.
+    pub flows: Option<[i32; 2]>,
 }
 
 /// A jump whose target is a label, patched at the end.
@@ -285,15 +308,22 @@ impl Emitter {
         self.jump_k(JMP, JNE, R0, 0, reject);
     }
 
-    /// Adds this packet to map slot `slot`: packets, wire bytes and its size bucket.
-    fn count(&mut self, slot: u32, skip: usize) {
-        self.emit(ST | MEM | W, FP, 0, KEY, slot as i32);
+    /// r0 = this CPU's value of slot `slot` of the packet's generation, or go to `skip`.
+    fn slot_ptr(&mut self, slot: u32, skip: usize) {
+        self.ldx(DW, R1, FP, GEN_OFF);
+        self.alu64_k(ADD, R1, slot as i32);
+        self.stx(W, FP, KEY, R1);
         self.emit(LD_IMM64, R1, PSEUDO_MAP_FD, 0, self.map_fd);
         self.emit(0, 0, 0, 0, 0);
         self.alu64_x(MOV, R2, FP);
         self.alu64_k(ADD, R2, i32::from(KEY));
         self.call(FN_MAP_LOOKUP_ELEM);
         self.jump_k(JMP, JEQ, R0, 0, skip);
+    }
+
+    /// Adds this packet to map slot `slot`: packets, wire bytes and its size bucket.
+    fn count(&mut self, slot: u32, skip: usize) {
+        self.slot_ptr(slot, skip);
         self.add_at(0, None);
         self.ldx(DW, R2, FP, WIRE_LEN);
         self.add_at(8, Some(R2));
@@ -350,6 +380,25 @@ impl Emitter {
         self.ldx(W, R2, CTX, SKB_LEN);
         self.alu64_x(ADD, R2, R1);
         self.stx(DW, FP, WIRE_LEN, R2);
+    }
+
+    /// GEN_OFF = the generation word * GEN_STRIDE (0 without the word).
+    fn generation(&mut self, gen: Option<i32>) {
+        self.emit(ST | MEM | DW, FP, 0, GEN_OFF, 0);
+        let Some(fd) = gen else { return };
+        let none = self.label();
+        self.emit(ST | MEM | W, FP, 0, KEY, 0);
+        self.emit(LD_IMM64, R1, PSEUDO_MAP_FD, 0, fd);
+        self.emit(0, 0, 0, 0, 0);
+        self.alu64_x(MOV, R2, FP);
+        self.alu64_k(ADD, R2, i32::from(KEY));
+        self.call(FN_MAP_LOOKUP_ELEM);
+        self.jump_k(JMP, JEQ, R0, 0, none);
+        self.ldx(W, R1, R0, 0);
+        self.alu64_k(AND, R1, 1);
+        self.alu64_k(MUL, R1, GEN_STRIDE as i32);
+        self.stx(DW, FP, GEN_OFF, R1);
+        self.bind(none);
     }
 
     /// One rule: its classic program, then the count.
@@ -456,6 +505,9 @@ impl Emitter {
         }
         self.bind(matched);
         self.count(rule.slot, next);
+        if let Some(maps) = rule.flows {
+            self.flows(rule.slot, maps, next);
+        }
         self.bind(next);
         Ok(())
     }
@@ -504,15 +556,23 @@ impl Emitter {
     }
 }
 
-/// The program counting `rules` into the per-CPU array `map_fd` (slot 0: every packet).
-pub fn program(rules: &[KernelRule<'_>], map_fd: i32, vlan: Vlan) -> Result<Vec<Insn>, String> {
+/// The program counting `rules` into the per-CPU array `maps.counts` (slot 0 of each
+/// generation: every packet), and their flows into their flow maps.
+pub fn program(rules: &[KernelRule<'_>], maps: Maps, vlan: Vlan) -> Result<Vec<Insn>, String> {
+    if rules.iter().any(|r| r.slot == 0 || r.slot >= FLOW_SIDE) {
+        return Err(format!("rule slots are 1..{FLOW_SIDE}"));
+    }
     let mut e = Emitter {
         code: Vec::new(),
         labels: Vec::new(),
         fixups: Vec::new(),
-        map_fd,
+        map_fd: maps.counts,
     };
     e.prologue(vlan);
+    e.generation(maps.gen);
+    if rules.iter().any(|r| r.flows.is_some()) {
+        e.flow_key();
+    }
     let after_total = e.label();
     e.count(0, after_total);
     e.bind(after_total);
@@ -534,7 +594,15 @@ mod tests {
 
     #[test]
     fn a_program_counts_the_total_then_ends_with_tcx_next() {
-        let p = program(&[], 7, Vlan::Skb).unwrap();
+        let p = program(
+            &[],
+            Maps {
+                counts: 7,
+                gen: None,
+            },
+            Vlan::Skb,
+        )
+        .unwrap();
         let n = p.len();
         assert_eq!(p[n - 1], Insn::new(JMP | EXIT, 0, 0, 0, 0));
         assert_eq!(p[n - 2], Insn::new(ALU64 | MOV | K, 0, 0, 0, -1));
@@ -557,8 +625,12 @@ mod tests {
             &[KernelRule {
                 slot: 1,
                 filter: &f,
+                flows: None,
             }],
-            3,
+            Maps {
+                counts: 3,
+                gen: None,
+            },
             Vlan::Fixed(None),
         )
         .unwrap();
@@ -583,8 +655,12 @@ mod tests {
             &[KernelRule {
                 slot: 1,
                 filter: &out,
+                flows: None,
             }],
-            3,
+            Maps {
+                counts: 3,
+                gen: None,
+            },
             Vlan::Skb,
         )
         .unwrap_err();
@@ -594,8 +670,12 @@ mod tests {
             &[KernelRule {
                 slot: 1,
                 filter: &bad_alu,
+                flows: None,
             }],
-            3,
+            Maps {
+                counts: 3,
+                gen: None,
+            },
             Vlan::Skb,
         )
         .unwrap_err();
