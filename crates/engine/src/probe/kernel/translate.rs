@@ -428,62 +428,15 @@ impl Emitter {
             }
             match code & 0x07 {
                 // LD and LDX.
-                0x00 | 0x01 => {
-                    let dst = if code & 0x07 == 0 { RA } else { RX };
-                    let n = match code & 0x18 {
-                        0x00 => 4,
-                        0x08 => 2,
-                        0x10 => 1,
-                        _ => return Err(unsupported()),
-                    };
-                    match (code & 0x07, code & 0xe0) {
-                        (_, 0x00) => self.alu32_k(MOV, dst, k),
-                        (0, 0x20) => {
-                            self.alu32_k(MOV, R2, k);
-                            self.load(dst, n, next);
-                        }
-                        (0, 0x40) => {
-                            self.alu32_x(MOV, R2, RX);
-                            self.alu32_k(ADD, R2, k);
-                            self.load(dst, n, next);
-                        }
-                        (_, 0x60) => self.ldx(W, dst, FP, mem_slot(i.k)),
-                        (_, 0x80) => {
-                            self.ldx(DW, dst, FP, WIRE_LEN);
-                            self.alu32_x(MOV, dst, dst);
-                        }
-                        // MSH: X = 4 * (P[k] & 0xf).
-                        (1, 0xa0) => {
-                            self.alu32_k(MOV, R2, k);
-                            self.load(RX, 1, next);
-                            self.alu32_k(AND, RX, 0x0f);
-                            self.alu32_k(LSH, RX, 2);
-                        }
-                        _ => return Err(unsupported()),
-                    }
-                }
+                0x00 | 0x01 => self.load_insn(code, i.k, next).ok_or_else(unsupported)?,
                 0x02 => self.stx(W, FP, mem_slot(i.k), RA),
                 0x03 => self.stx(W, FP, mem_slot(i.k), RX),
                 0x04 => self.alu(code, k, next).ok_or_else(unsupported)?,
+                0x05 if code & 0xf0 == JA => self.goto(target(pc, i.k as usize)?),
                 0x05 => {
-                    let op = code & 0xf0;
-                    if op == JA {
-                        let t = target(pc, i.k as usize)?;
-                        self.goto(t);
-                        continue;
-                    }
-                    if !matches!(op, JEQ | JGT | JGE | JSET) {
-                        return Err(unsupported());
-                    }
                     let (t, f) = (target(pc, i.jt.into())?, target(pc, i.jf.into())?);
-                    if code & X != 0 {
-                        self.jump_x(JMP32, op, RA, RX, t);
-                    } else {
-                        self.jump_k(JMP32, op, RA, k, t);
-                    }
-                    if i.jf != 0 {
-                        self.goto(f);
-                    }
+                    self.jump_insn(code, k, t, (i.jf != 0).then_some(f))
+                        .ok_or_else(unsupported)?;
                 }
                 0x06 => match code & 0x18 {
                     0x00 => self.goto(if i.k != 0 { matched } else { next }),
@@ -510,6 +463,68 @@ impl Emitter {
         }
         self.bind(next);
         Ok(())
+    }
+
+    /// A classic load into A (`LD`) or X (`LDX`); None when the mode or size is unknown.
+    /// A read past the packet jumps to `reject`, as the kernel's interpreter returns 0.
+    fn load_insn(&mut self, code: u8, k: u32, reject: usize) -> Option<()> {
+        let dst = if code & 0x07 == 0 { RA } else { RX };
+        let n = match code & 0x18 {
+            0x00 => 4,
+            0x08 => 2,
+            0x10 => 1,
+            _ => return None,
+        };
+        match (code & 0x07, code & 0xe0) {
+            (_, 0x00) => self.alu32_k(MOV, dst, k as i32),
+            (0, 0x20) => {
+                self.alu32_k(MOV, R2, k as i32);
+                self.load(dst, n, reject);
+            }
+            (0, 0x40) => {
+                self.alu32_x(MOV, R2, RX);
+                self.alu32_k(ADD, R2, k as i32);
+                self.load(dst, n, reject);
+            }
+            (_, 0x60) => self.ldx(W, dst, FP, mem_slot(k)),
+            (_, 0x80) => {
+                self.ldx(DW, dst, FP, WIRE_LEN);
+                self.alu32_x(MOV, dst, dst);
+            }
+            // MSH: X = 4 * (P[k] & 0xf).
+            (1, 0xa0) => {
+                self.alu32_k(MOV, R2, k as i32);
+                self.load(RX, 1, reject);
+                self.alu32_k(AND, RX, 0x0f);
+                self.alu32_k(LSH, RX, 2);
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+
+    /// A classic conditional jump: to `taken` when it holds, else to `otherwise` (None: the
+    /// next instruction); None when the comparison is unknown.
+    fn jump_insn(
+        &mut self,
+        code: u8,
+        k: i32,
+        taken: usize,
+        otherwise: Option<usize>,
+    ) -> Option<()> {
+        let op = code & 0xf0;
+        if !matches!(op, JEQ | JGT | JGE | JSET) {
+            return None;
+        }
+        if code & X != 0 {
+            self.jump_x(JMP32, op, RA, RX, taken);
+        } else {
+            self.jump_k(JMP32, op, RA, k, taken);
+        }
+        if let Some(f) = otherwise {
+            self.goto(f);
+        }
+        Some(())
     }
 
     /// A classic ALU instruction on A; None when the operation is unknown.
