@@ -331,7 +331,17 @@ mod tests {
         assert!(!peer.is_poolcap() && peer.group.is_empty());
         let smoke = plan(Scale::Smoke).points;
         assert_eq!(smoke.len(), 1);
-        assert_eq!(smoke[0].subjects.len(), 3);
+        let smoke_names: Vec<&str> = smoke[0].subjects.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            smoke_names,
+            [
+                name(10, "basic"),
+                name(10, "in-kernel"),
+                "pmacctd".into(),
+                "tshark".into()
+            ],
+            "the smoke run: user space, in the kernel and both peers"
+        );
         assert_eq!(smoke[0].traffic.count, 20_000);
         assert!(p[0]
             .subjects

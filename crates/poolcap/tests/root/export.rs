@@ -475,9 +475,12 @@ fn written_bytes_equal_the_rotated_files_sizes() {
             METRICS,
         ],
     );
-    gen(
-        &lab,
-        &["--count", "3000", "--rate", "10k", "--size", "1000"],
+    let sent = num(
+        &gen(
+            &lab,
+            &["--count", "3000", "--rate", "10k", "--size", "1000"],
+        ),
+        "frames",
     );
     let files = || -> Vec<std::path::PathBuf> {
         let mut v: Vec<_> = std::fs::read_dir(dir.path())
@@ -494,8 +497,9 @@ fn written_bytes_equal_the_rotated_files_sizes() {
             .map(|p| std::fs::metadata(p).expect("stat").len())
             .sum()
     };
-    // A bounded readiness wait: until the writer has published every captured packet and the
-    // files hold what it says it wrote.
+    // A bounded readiness wait: until every frame sent is captured or dropped (the capture
+    // has seen them all: the counters move no more), the writer has published every captured
+    // packet and the files hold what it says it wrote.
     let url = format!("http://{METRICS}/metrics");
     let deadline = Instant::now() + Duration::from_secs(20);
     let (packets, bytes) = loop {
@@ -503,7 +507,17 @@ fn written_bytes_equal_the_rotated_files_sizes() {
         let captured = metric(&text, "poolcap_packets_captured_total{queue=\"0\"}");
         let packets = metric(&text, "poolcap_written_packets_total");
         let bytes = metric(&text, "poolcap_written_bytes_total");
-        if packets.is_some() && packets == captured && bytes == Some(size()) {
+        let dropped: u64 = ["kernel", "pool"]
+            .iter()
+            .filter_map(|c| {
+                metric(
+                    &text,
+                    &format!("poolcap_packets_dropped_total{{queue=\"0\",cause=\"{c}\"}}"),
+                )
+            })
+            .sum();
+        let all_seen = captured.is_some_and(|c| c + dropped == sent);
+        if all_seen && packets == captured && bytes == Some(size()) {
             break (packets.unwrap_or(0), bytes.unwrap_or(0));
         }
         assert!(
