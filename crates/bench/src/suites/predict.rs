@@ -478,7 +478,7 @@ mod tests {
             .iter()
             .position(|p| !p.id.starts_with(calibrate::POINT_PREFIX))
             .unwrap();
-        assert_eq!(first_other, calibrate::SIZES.len());
+        assert_eq!(first_other, 2 * calibrate::SIZES.len());
         assert!(q[first_other..]
             .iter()
             .all(|p| !p.id.starts_with(calibrate::POINT_PREFIX)));
@@ -496,6 +496,6 @@ mod tests {
         assert_eq!(burst.subjects[0].capture.as_ref().unwrap().load, 4000);
         assert_eq!(burst.rps, Some(false));
         let smoke = plan(Scale::Smoke, &c).points;
-        assert_eq!(smoke.len(), 2);
+        assert_eq!(smoke.len(), 3);
     }
 }
