@@ -72,12 +72,17 @@ pub struct Cpu {
 
 impl Cpu {
     /// The scheduling of configuration `key`; when `key` was not measured, the one with the
-    /// median share.
+    /// median share among those that sleep when idle (not the [`SATURATED`] one).
     pub fn of(&self, key: &str) -> Sharing {
         if let Some(&s) = self.sharing.get(key) {
             return s;
         }
-        let mut v: Vec<Sharing> = self.sharing.values().copied().collect();
+        let mut v: Vec<Sharing> = self
+            .sharing
+            .iter()
+            .filter(|(k, _)| k.as_str() != SATURATED)
+            .map(|(_, &s)| s)
+            .collect();
         v.sort_by(|a, b| a.share.total_cmp(&b.share));
         v.get(v.len() / 2).copied().unwrap_or(Sharing {
             share: 1.0,
@@ -170,10 +175,12 @@ mod tests {
                 ("count".to_owned(), at(0.9)),
                 ("copy".to_owned(), at(0.1)),
                 ("tcpdump null".to_owned(), at(0.5)),
+                (SATURATED.to_owned(), at(0.6)),
             ]),
             tail_s: 0.01,
         };
         assert_eq!(cpu.of("copy").share, 0.1);
+        // The saturated worker does not count: with it the median would be 0.6.
         assert_eq!(cpu.of("zstd:3").share, 0.5);
     }
 
