@@ -318,6 +318,22 @@ impl Drop for Running {
     }
 }
 
+/// Softirq time of CPU `cpu` so far, clock ticks: the `softirq` column (the seventh number)
+/// of its `cpuN` line in `/proc/stat`. With `rps_cpus` pointing at a CPU, the kernel's
+/// receive work for the interface runs there in softirq, so the difference over a run is
+/// that work's CPU time (and whatever other softirq the CPU ran meanwhile).
+pub fn softirq_ticks(cpu: usize) -> Option<u64> {
+    softirq_ticks_of(&std::fs::read_to_string("/proc/stat").ok()?, cpu)
+}
+
+fn softirq_ticks_of(stat: &str, cpu: usize) -> Option<u64> {
+    let name = format!("cpu{cpu}");
+    let line = stat
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name.as_str()))?;
+    line.split_whitespace().nth(7)?.parse().ok()
+}
+
 /// A `/proc/PID/task/TID/schedstat` line (or a sum or difference of them): what the
 /// scheduler says about a task's time on and waiting for the CPU.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -431,6 +447,16 @@ mod tests {
         assert_eq!(a.since(&b), Sched::default());
         let me = std::fs::read_to_string("/proc/self/schedstat").unwrap();
         assert!(Sched::parse(&me).unwrap().run_ns > 0);
+    }
+
+    #[test]
+    fn softirq_time_is_the_seventh_number_of_the_cpus_line() {
+        let stat = "cpu  10 0 20 300 4 0 90 0 0 0\ncpu0 5 0 10 150 2 0 40 0 0 0\n\
+                    cpu1 5 0 10 150 2 0 50 0 0 0\nintr 1 2 3\n";
+        assert_eq!(softirq_ticks_of(stat, 1), Some(50));
+        assert_eq!(softirq_ticks_of(stat, 0), Some(40));
+        assert_eq!(softirq_ticks_of(stat, 2), None);
+        assert!(softirq_ticks(0).is_some());
     }
 
     #[test]

@@ -247,6 +247,13 @@ pub const METRICS: &[Metric] = &[
         show: pct,
     },
     Metric {
+        key: "softirq_ns_per_frame",
+        title: "tool CPU softirq ns/frame",
+        better: Better::Lower,
+        get: |r| Some(r.softirq_s? * 1e9 / r.sent.as_ref()?.frames.max(1) as f64),
+        show: n0,
+    },
+    Metric {
         key: "wait_per_slice_ms",
         title: "wait per timeslice ms",
         better: Better::Lower,
@@ -854,6 +861,7 @@ mod tests {
             voluntary_switches: Some(10),
             involuntary_switches: Some(0),
             sched: None,
+            softirq_s: None,
             wall_s: 1.0,
             busy_before: None,
             samples: Vec::new(),

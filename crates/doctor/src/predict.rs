@@ -24,7 +24,10 @@
 //!    share it ran when runnable in calibration); waits that outlast the time the buffers
 //!    hold lose what arrives beyond it (*wait loss*, part of the application loss).
 //!    The share of the tool's configuration and the waits' tail come from the profile's `cpu`
-//!    (calibrated); without it the tool has a core of its own.
+//!    (calibrated); without it the tool has a core of its own. With analysis (`--load`)
+//!    poolcap's share is that of the calibration run with a saturated worker
+//!    ([`share::SATURATED`]). The receive work on the tool's CPU costs `kernel_rps` (that
+//!    CPU's softirq time per frame at an rps-on calibration point) when the profile has it.
 //!
 //! Traffic is a fluid: `rate` frames/s, optionally in bursts of `burst` frames followed by
 //! `idle` seconds of silence. Over each burst the backlog grows by `(min(rate, C_k) - C_a)`
@@ -220,10 +223,14 @@ fn app_stages(p: &Profile, s: &Scenario, caplen: f64) -> Result<Vec<StageCost>, 
     Ok(v)
 }
 
-/// The calibration configuration whose CPU share `s` runs at: poolcap's `count`, `copy`
-/// (with analysis) or `write`; a peer's `null` or `file`.
-fn share_key(s: &Scenario) -> String {
+/// The calibration configuration whose CPU share `s` runs at: poolcap's `count`, with
+/// analysis the saturated worker's ([`share::SATURATED`]; `copy` in a profile without it) or
+/// `write`; a peer's `null` or `file`.
+fn share_key(s: &Scenario, cpu: &share::Cpu) -> String {
     match s.tool {
+        Tool::Poolcap if s.load > 0 && cpu.sharing.contains_key(share::SATURATED) => {
+            share::SATURATED.to_owned()
+        }
         Tool::Poolcap if s.load > 0 => "copy".to_owned(),
         Tool::Poolcap if s.write => "write".to_owned(),
         Tool::Poolcap => "count".to_owned(),
@@ -267,7 +274,7 @@ pub fn predict(p: &Profile, s: &Scenario) -> Result<Prediction, ScenarioError> {
             0,
             StageCost {
                 stage: "kernel".to_owned(),
-                ns: p.kernel.ns(caplen),
+                ns: p.kernel_on_tool_cpu().ns(caplen),
             },
         );
         f64::INFINITY
@@ -275,15 +282,20 @@ pub fn predict(p: &Profile, s: &Scenario) -> Result<Prediction, ScenarioError> {
         cap(p.kernel.ns(caplen))
     };
     let app_ns: f64 = stages.iter().map(|x| x.ns).sum();
-    let sharing = p.cpu.as_ref().map(|c| c.of(&share_key(s)));
-    let cpu_share = sharing.map_or(1.0, |x| x.capacity_share());
+    let key = p.cpu.as_ref().map(|c| share_key(s, c));
+    let sharing = p.cpu.as_ref().zip(key.as_ref()).map(|(c, k)| c.of(k));
+    let cpu_share = p
+        .cpu
+        .as_ref()
+        .zip(key.as_ref())
+        .map_or(1.0, |(c, k)| c.capacity_share(k));
     // On a shared core the receive work on the tool's CPU runs in softirq, before any task:
     // the tool gets its share of what it leaves. On a core of its own the two costs add.
     let (ca, tool_ns) = match sharing {
         None => (cap(app_ns), app_ns),
         Some(_) => {
             let kernel_ns = if s.kernel_on_app_cpu {
-                p.kernel.ns(caplen)
+                p.kernel_on_tool_cpu().ns(caplen)
             } else {
                 0.0
             };
@@ -452,6 +464,7 @@ mod tests {
             },
             ring_slot_overhead: 48.0,
             cpu: None,
+            kernel_rps: None,
         }
     }
 
@@ -624,6 +637,51 @@ mod tests {
             predict(&shared(0.5, 1e-6), &s).unwrap().app_capacity_pps,
             0.0
         );
+    }
+
+    #[test]
+    fn receive_work_on_the_tool_cpu_costs_its_measured_softirq_time() {
+        // kernel_rps 0.5 µs: 400k pps leave 80% of the core, the tool gets half: 400k pps of
+        // its 1 µs, so nothing is lost (with `kernel`'s 1 µs, a quarter was).
+        let p = Profile {
+            kernel_rps: Some(flat(500.0)),
+            ..shared(0.5, 1e-6)
+        };
+        let s = Scenario {
+            kernel_on_app_cpu: true,
+            ..scenario(Tool::Poolcap, 400_000.0)
+        };
+        let got = predict(&p, &s).unwrap();
+        assert!(close(got.app_capacity_pps, 400_000.0), "{got:?}");
+        assert!(got.app_loss < 1e-9 && got.stages[0].ns == 500.0, "{got:?}");
+        // rps off: the kernel stage keeps its own capacity from `kernel`.
+        let off = predict(&p, &scenario(Tool::Poolcap, 400_000.0)).unwrap();
+        assert_eq!(off.kernel_capacity_pps, 1e6);
+    }
+
+    #[test]
+    fn with_analysis_poolcap_gets_the_saturated_workers_share() {
+        use crate::share::{Sharing, SATURATED};
+        // Count 1 µs + copy 1 µs + 1000 x-loop iterations of 1 ns: 3 µs, 333k pps on a whole
+        // core; a saturated worker got 30% of it: 100k pps, so 200k offered lose half.
+        let mut p = shared(0.5, 1e-6);
+        let cpu = p.cpu.as_mut().unwrap();
+        let busy = Sharing {
+            share: 0.3,
+            wait_s: 0.0001,
+        };
+        cpu.sharing.insert(SATURATED.to_owned(), busy);
+        let s = Scenario {
+            load: 1000,
+            ..scenario(Tool::Poolcap, 200_000.0)
+        };
+        let got = predict(&p, &s).unwrap();
+        assert!(close(got.cpu_share, 0.3), "{got:?}");
+        assert!(close(got.app_capacity_pps, 100_000.0), "{got:?}");
+        assert!((got.app_loss - 0.5).abs() < 1e-6, "{got:?}");
+        // Without analysis the share stays the configuration's own (count: a slice per wait).
+        let count = predict(&p, &scenario(Tool::Poolcap, 1000.0)).unwrap();
+        assert_eq!(count.cpu_share, 0.5);
     }
 
     #[test]

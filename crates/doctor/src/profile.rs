@@ -78,6 +78,11 @@ pub struct Profile {
     pub sender: Cost,
     /// Kernel receive work per frame up to the capture ring (`bytes` = captured length).
     pub kernel: Cost,
+    /// The same work measured where it runs when rps (or the NIC's interrupt) sends it to
+    /// the tool's CPU: that CPU's softirq time per frame received (`None`: not measured;
+    /// [`Profile::kernel_on_tool_cpu`] falls back to `kernel`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_rps: Option<Cost>,
     /// poolcap counting in the kernel ring (no copy).
     pub poolcap_count: Cost,
     /// poolcap copying a packet into the pool (increment; `bytes` = captured length).
@@ -117,6 +122,12 @@ impl Profile {
         serde_json::from_str(text).map_err(|e| format!("not a poolcap profile: {e}"))
     }
 
+    /// The kernel's receive work per frame when it runs on the tool's CPU: `kernel_rps` when
+    /// measured, else `kernel`.
+    pub fn kernel_on_tool_cpu(&self) -> Cost {
+        self.kernel_rps.unwrap_or(self.kernel)
+    }
+
     /// The sender's top speed (frames per second) for frames of `bytes` bytes.
     pub fn top_pps(&self, bytes: f64) -> f64 {
         let ns = self.sender.ns(bytes);
@@ -135,7 +146,8 @@ impl Profile {
 /// while poolcap counts: the difference is the kernel's receive work on veth), `count`,
 /// `copy` (poolcap with a 1-iteration x-loop: the pool copy), `write`, a compression level
 /// (`zstd:3`, measured writing), `tcpdump null`, `tcpdump file`, `dumpcap null`,
-/// `dumpcap file`.
+/// `dumpcap file`, and `kernel rps` (the tool CPU's softirq ns per frame received with rps
+/// on).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Samples(BTreeMap<String, Vec<(f64, f64)>>);
 
@@ -197,6 +209,7 @@ impl Profile {
         };
         let sender = pick("sender", fit("sender"), base.sender);
         let kernel = pick("kernel", diff("sender+capture", "sender"), base.kernel);
+        let kernel_rps = fit("kernel rps").or(base.kernel_rps);
         let poolcap_count = pick("count", fit("count"), base.poolcap_count);
         let pool_copy = pick("copy", diff("copy", "count"), base.pool_copy);
         let write = pick("write", diff("write", "copy"), base.write);
@@ -236,6 +249,7 @@ impl Profile {
             source,
             sender,
             kernel,
+            kernel_rps,
             poolcap_count,
             pool_copy,
             write,
@@ -277,6 +291,7 @@ mod tests {
             s.add("zstd:1", bytes, base + 50.0 + 3.0 * bytes);
             s.add("sender", bytes, 2000.0);
             s.add("sender+capture", bytes, 2300.0);
+            s.add("kernel rps", bytes, 400.0 + bytes / 2.0);
         }
         s.add("count", 64.0, 1e9); // an outlier repeat: the median ignores it
         s.add("count", 64.0, 100.0);
@@ -292,6 +307,9 @@ mod tests {
         assert!(close(p.write.ns_per_byte, 1.0) && close(p.write.ns_per_packet, 0.0));
         assert!(close(p.compress["zstd:1"].ns_per_byte, 2.0));
         assert!(close(p.kernel.ns(64.0), 300.0));
+        let rps = p.kernel_on_tool_cpu();
+        assert!(close(rps.ns_per_packet, 400.0) && close(rps.ns_per_byte, 0.5));
+        assert_eq!(base.kernel_on_tool_cpu(), base.kernel);
         assert_eq!(p.tcpdump, base.tcpdump);
         assert_eq!(p.compress["zstd:3"], base.compress["zstd:3"]);
         assert!(p

@@ -17,6 +17,13 @@
 //!    arrives beyond it. With wait lengths exponential of mean `tail`, the lost fraction of
 //!    the time, and so of the frames, is `E[(W - depth)+] / E[W] x q = q e^(-depth / tail)`.
 //!
+//! poolcap's analysis worker is the exception to 1.: it runs at nice 10, so beside the capture
+//! thread, the receive softirq and nice-0 neighbours its slices are short and its waits
+//! long, and neither a 1-iteration x-loop run (its worker rarely runnable) nor `L` says
+//! what it gets. Calibration saturates it ([`SATURATED`]: an x-loop above a core's capacity
+//! at the calibration rate), so it is runnable throughout, and the share it ran when
+//! runnable *is* the share of the core a busy worker gets ([`Cpu::capacity_share`]).
+//!
 //! Calibration measures `s` per tool configuration in its own runs, and `tail` from those of
 //! its runs that lost frames, by inverting the same formula (`tail = depth / ln(q / loss)`,
 //! with the run's measured `q`); a calibration without loss leaves the mean wait per
@@ -32,6 +39,10 @@ use serde::{Deserialize, Serialize};
 /// base slice 0.75 ms x (1 + log2 CPUs) rounded up); the kernel does not show it without
 /// debugfs, so it is a stated constant of the model, not a measurement.
 pub const SLICE_S: f64 = 0.003;
+
+/// The calibration configuration with a saturated analysis worker (poolcap with an x-loop
+/// load above one core's capacity at the calibration rate).
+pub const SATURATED: &str = "saturated";
 
 /// One configuration's scheduling in its calibration runs.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -61,17 +72,33 @@ pub struct Cpu {
 
 impl Cpu {
     /// The scheduling of configuration `key`; when `key` was not measured, the one with the
-    /// median share.
+    /// median share among those that sleep when idle (not the [`SATURATED`] one).
     pub fn of(&self, key: &str) -> Sharing {
         if let Some(&s) = self.sharing.get(key) {
             return s;
         }
-        let mut v: Vec<Sharing> = self.sharing.values().copied().collect();
+        let mut v: Vec<Sharing> = self
+            .sharing
+            .iter()
+            .filter(|(k, _)| k.as_str() != SATURATED)
+            .map(|(_, &s)| s)
+            .collect();
         v.sort_by(|a, b| a.share.total_cmp(&b.share));
         v.get(v.len() / 2).copied().unwrap_or(Sharing {
             share: 1.0,
             wait_s: 0.0,
         })
+    }
+
+    /// The share of the core configuration `key` gets with a backlog: the [`SATURATED`]
+    /// run's measured share (it was runnable throughout), else `L / (L + w)`.
+    pub fn capacity_share(&self, key: &str) -> f64 {
+        let s = self.of(key);
+        if key == SATURATED && self.sharing.contains_key(key) {
+            s.share
+        } else {
+            s.capacity_share()
+        }
     }
 }
 
@@ -148,11 +175,44 @@ mod tests {
                 ("count".to_owned(), at(0.9)),
                 ("copy".to_owned(), at(0.1)),
                 ("tcpdump null".to_owned(), at(0.5)),
+                (SATURATED.to_owned(), at(0.6)),
             ]),
             tail_s: 0.01,
         };
         assert_eq!(cpu.of("copy").share, 0.1);
+        // The saturated worker does not count: with it the median would be 0.6.
         assert_eq!(cpu.of("zstd:3").share, 0.5);
+    }
+
+    #[test]
+    fn a_saturated_worker_gets_the_share_it_ran_when_runnable() {
+        let cpu = Cpu {
+            sharing: BTreeMap::from([
+                (
+                    SATURATED.to_owned(),
+                    Sharing {
+                        share: 0.2,
+                        wait_s: 0.0001,
+                    },
+                ),
+                (
+                    "count".to_owned(),
+                    Sharing {
+                        share: 0.2,
+                        wait_s: SLICE_S,
+                    },
+                ),
+            ]),
+            tail_s: 0.01,
+        };
+        assert_eq!(cpu.capacity_share(SATURATED), 0.2);
+        assert!(close(cpu.capacity_share("count"), 0.5));
+        // Not calibrated: the median configuration's slice share.
+        let other = Cpu {
+            sharing: BTreeMap::from([("count".to_owned(), cpu.sharing["count"])]),
+            ..cpu
+        };
+        assert!(close(other.capacity_share(SATURATED), 0.5));
     }
 
     #[test]

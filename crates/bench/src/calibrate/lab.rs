@@ -1,6 +1,6 @@
 //! Calibration in a veth lab of the bench rig: the points of [`super::points`] (the generator
-//! at top speed, 64 and 1514-byte frames, the sender alone and every configuration of
-//! [`super::stages`]) run through [`Bench::run_once`], which measures the tool's CPU time, its
+//! at top speed, 64 and 1514-byte frames, the sender alone, every configuration of
+//! [`super::stages`] and the saturated worker, and poolcap counting with rps on) run through [`Bench::run_once`], which measures the tool's CPU time, its
 //! scheduler statistics and the sender's rate; [`super::of_rows`] turns the runs into a
 //! profile. The sender alone gives
 //! the line rate the lab offers; the sender while poolcap counts gives, by difference, the

@@ -8,7 +8,10 @@
 //! - [`lab`]: a veth lab of the bench rig (this crate), the generator at top speed,
 //!   every configuration run once per frame size and repeat. Here the kernel's receive work
 //!   runs on the sender's CPU (design.md), so the sender's slowdown while poolcap captures
-//!   measures it;
+//!   measures it; a point with rps on (`rps_cpus` = the tool's CPU) measures the same work
+//!   where it then runs, as the tool CPU's softirq time per frame (`kernel rps`), and a run
+//!   with a saturated analysis worker ([`SATURATED_LOAD`]) measures the share of the core a
+//!   busy nice-10 worker gets (`poolcap_doctor::share::SATURATED`);
 //! - [`live`]: a real interface with traffic the user sends; each configuration captures
 //!   for a fixed time, and the interface's own counters give the packets and their mean
 //!   size. The kernel's and sender's costs are not measured there and come from the base
@@ -95,38 +98,62 @@ pub const POINT_PREFIX: &str = "calibrate ";
 /// Subject name of the sender alone.
 const SENDER: &str = "sender";
 
-/// The calibration in the lab as bench points, one per frame size of `sizes` (normally
-/// [`SIZES`]; one size fits per-packet costs only): `frames` frames at top speed, measured for the sender alone and for every configuration of
-/// [`stages`] (the subject's name is its key in [`Samples`]). The kernel's receive work must
-/// stay on the sender's CPU (rps off) for the sender's slowdown to measure it.
+/// Subject of the rps-on calibration points: poolcap counting while the kernel's receive
+/// work runs on its CPU; its key in [`Samples`] is that CPU's softirq ns per frame.
+const KERNEL_RPS: &str = "kernel rps";
+
+/// x-loop iterations per packet of the saturated-worker run: at the x-loop's 1-2 ns per
+/// iteration, 20-40 µs per packet, so one core analyses at most 25-50k pps, below the
+/// sender's top speed at either frame size (76k pps and more even on a machine at load 18).
+pub const SATURATED_LOAD: u32 = 20_000;
+
+/// The calibration in the lab as bench points, two per frame size of `sizes` (normally
+/// [`SIZES`]; one size fits per-packet costs only), `frames` frames at top speed each:
+/// - `calibrate rps {size}B`, rps on: poolcap counting ([`KERNEL_RPS`]), for the softirq
+///   time the kernel's receive work takes on the tool's CPU;
+/// - `calibrate {size}B`, rps off: the sender alone, every configuration of [`stages`] (the
+///   subject's name is its key in [`Samples`]) and poolcap with a saturated worker
+///   ([`SATURATED_LOAD`]). The kernel's receive work must stay on the sender's CPU for the
+///   sender's slowdown to measure it.
 pub fn points(sizes: &[usize], frames: u64, levels: &[&str], peers: bool) -> Vec<Point> {
-    sizes
-        .iter()
-        .map(|&size| {
-            let mut subjects = vec![Subject {
-                name: SENDER.to_owned(),
-                ..Subject::sender(Generator::Poolcap)
-            }];
-            subjects.extend(
-                stages(levels, peers)
-                    .into_iter()
-                    .map(|s| Subject::named(s.key, s.spec)),
-            );
-            Point {
-                rps: Some(false),
-                ..Point::new(
-                    format!("{POINT_PREFIX}{size}B"),
-                    Traffic::top(size, frames),
-                    subjects,
-                )
-            }
-        })
-        .collect()
+    let count = || CaptureSpec::new(Tool::Poolcap, crate::suites::BUFFER_KIB);
+    let mut v = Vec::new();
+    for &size in sizes {
+        let traffic = Traffic::top(size, frames);
+        v.push(Point {
+            rps: Some(true),
+            ..Point::new(
+                format!("{POINT_PREFIX}rps {size}B"),
+                traffic.clone(),
+                vec![Subject::named(KERNEL_RPS, count())],
+            )
+        });
+        let mut subjects = vec![Subject {
+            name: SENDER.to_owned(),
+            ..Subject::sender(Generator::Poolcap)
+        }];
+        subjects.extend(
+            stages(levels, peers)
+                .into_iter()
+                .map(|s| Subject::named(s.key, s.spec)),
+        );
+        let saturated = CaptureSpec {
+            load: SATURATED_LOAD,
+            ..count()
+        };
+        subjects.push(Subject::named(share::SATURATED, saturated));
+        v.push(Point {
+            rps: Some(false),
+            ..Point::new(format!("{POINT_PREFIX}{size}B"), traffic, subjects)
+        });
+    }
+    v
 }
 
 /// The samples of the calibration rows among `rows` (points of [`points`]): the sender's ns
-/// per frame, the sender's while poolcap counts (`sender+capture`) and each configuration's
-/// CPU ns per captured packet, medians over the runs, keyed by the frame size.
+/// per frame, the sender's while poolcap counts (`sender+capture`), each configuration's
+/// CPU ns per captured packet and, at the rps-on points, the tool CPU's softirq ns per frame
+/// sent (`kernel rps`), medians over the runs, keyed by the frame size.
 pub fn samples(rows: &[Row]) -> Samples {
     let mut s = Samples::default();
     for r in rows.iter().filter(|r| r.point.starts_with(POINT_PREFIX)) {
@@ -136,6 +163,11 @@ pub fn samples(rows: &[Row]) -> Samples {
             SENDER => {
                 if let Some(ns) = sender_ns {
                     s.add("sender", bytes, ns);
+                }
+            }
+            KERNEL_RPS => {
+                if let Some(ns) = r.median("softirq_ns_per_frame") {
+                    s.add(KERNEL_RPS, bytes, ns);
                 }
             }
             key => {
@@ -152,16 +184,16 @@ pub fn samples(rows: &[Row]) -> Samples {
     s
 }
 
-/// The CPU a capture got in the calibration rows among `rows`, for `p` (their costs): the
-/// median share when runnable and wait per timeslice of each configuration over the frame
-/// sizes, and the tail of
+/// The CPU a capture got in the rps-off calibration rows among `rows`, for `p` (their
+/// costs): the median share when runnable and wait per timeslice of each configuration
+/// (the saturated worker's too) over the frame sizes, and the tail of
 /// the waits (`poolcap_doctor::share`) from the runs that lost frames, each run's measured
 /// waiting fraction and loss against the time its buffers held at its rate; without such a
 /// run, the mean wait per timeslice. `None` when no run has scheduler statistics.
 pub fn cpu(rows: &[Row], p: &Profile) -> Option<Cpu> {
     let cal: Vec<&Row> = rows
         .iter()
-        .filter(|r| r.point.starts_with(POINT_PREFIX) && r.subject != SENDER)
+        .filter(|r| r.point.starts_with(POINT_PREFIX) && !r.rps && r.subject != SENDER)
         .collect();
     type Runs = (Vec<f64>, Vec<f64>);
     let mut by_key: std::collections::BTreeMap<String, Runs> = Default::default();
@@ -178,7 +210,11 @@ pub fn cpu(rows: &[Row], p: &Profile) -> Option<Cpu> {
             let s = validate::scenario(r, pps)?;
             Some(predict::predict(p, &s).ok()?.buffer_frames / pps)
         });
-        if let (Some(q), Some(loss), Some(d)) = (r.median("cpu_wait"), r.median("loss"), depth) {
+        // A saturated worker loses by design, not by waiting.
+        let waits = r.subject != share::SATURATED;
+        if let (Some(q), Some(loss), Some(d), true) =
+            (r.median("cpu_wait"), r.median("loss"), depth, waits)
+        {
             tails.extend(share::tail_of(q, loss, d));
         }
     }
@@ -262,9 +298,23 @@ mod tests {
     #[test]
     fn calibration_rows_become_samples_and_the_others_are_ignored() {
         let points = points(&SIZES, 1000, &[], true);
-        assert_eq!(points[1].id, "calibrate 1514B");
-        let names: Vec<&str> = points[0].subjects.iter().map(|s| s.name.as_str()).collect();
+        let ids: Vec<&str> = points.iter().map(|p| p.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "calibrate rps 64B",
+                "calibrate 64B",
+                "calibrate rps 1514B",
+                "calibrate 1514B"
+            ]
+        );
+        assert_eq!((points[0].rps, points[1].rps), (Some(true), Some(false)));
+        let names: Vec<&str> = points[1].subjects.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names[..4], ["sender", "count", "copy", "write"]);
+        assert_eq!(names.last(), Some(&share::SATURATED));
+        let busy = points[1].subjects.last().unwrap().capture.as_ref().unwrap();
+        assert_eq!((busy.load, busy.write), (SATURATED_LOAD, false));
+        assert_eq!(points[0].subjects[0].name, KERNEL_RPS);
         // One run per subject at 64 B: the sender alone at 500k pps, 400k while poolcap
         // counts at 0.01 s of CPU for 3000 packets; a validated point is left out.
         let run = |point: &str, subject: &str, pps: f64, cpu: Option<f64>| {
@@ -284,6 +334,15 @@ mod tests {
         let s = samples(&rows);
         let keys: Vec<&str> = s.keys().collect();
         assert_eq!(keys, ["count", "sender", "sender+capture"]);
+        // With rps on, 3000 frames sent and 1.5 ms of the tool CPU's softirq: 500 ns each.
+        let mut rps = run("calibrate rps 64B", KERNEL_RPS, 300e3, Some(0.01));
+        rps.rps = true;
+        rps.softirq_s = Some(0.0015);
+        let with_rps = samples(&crate::report::aggregate(&[rps]));
+        let keys: Vec<&str> = with_rps.keys().collect();
+        assert_eq!(keys, [KERNEL_RPS]);
+        let k = profile(&with_rps, 1.5, "test".into()).kernel_on_tool_cpu();
+        assert!((k.ns(64.0) - 500.0).abs() < 1e-6, "{k:?}");
         let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
         assert!(close(s.fit("sender").unwrap().ns(64.0), 2000.0));
         assert!(close(s.fit("sender+capture").unwrap().ns(64.0), 2500.0));
@@ -313,12 +372,20 @@ mod tests {
             ));
             r
         };
+        // The saturated worker ran 1 ms of 5 ms runnable and lost 0.1% (by design: not a
+        // wait); an rps-on run is left out.
+        let mut rps = run("copy", 1_000_000, 9_000_000, 0.0);
+        rps.rps = true;
         let rows = crate::report::aggregate(&[
             run("tcpdump null", 1_000_000, 3_000_000, 0.0005),
             run("count", 1_000_000, 1_000_000, 0.0),
+            run(share::SATURATED, 1_000_000, 4_000_000, 0.001),
+            rps,
         ]);
         let p = Profile::built_in();
         let got = cpu(&rows, &p).unwrap();
+        assert_eq!(got.capacity_share(share::SATURATED), 0.2);
+        assert!(!got.sharing.contains_key("copy"));
         assert_eq!(got.sharing["tcpdump null"].share, 0.25);
         assert_eq!(got.sharing["count"].share, 0.5);
         assert_eq!(got.sharing["count"].wait_s, 0.00025);

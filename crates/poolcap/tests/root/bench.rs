@@ -148,11 +148,13 @@ fn predict_smoke_run_calibrates_first_and_predicts_every_other_point() {
         .iter()
         .map(|r| r["point"].as_str().unwrap())
         .collect();
-    // The sender alone and count, copy, write at 64 B, then poolcap and tcpdump at S1 64B.
+    // poolcap counting with rps on; the sender alone and count, copy, write and the
+    // saturated worker at 64 B; then poolcap and tcpdump at S1 64B.
     assert_eq!(
         points,
-        ["calibrate 64B"; 4]
+        ["calibrate rps 64B"]
             .into_iter()
+            .chain(["calibrate 64B"; 5])
             .chain(["S1 64B"; 2])
             .collect::<Vec<_>>(),
         "{err}"
@@ -205,13 +207,18 @@ fn predict_smoke_run_calibrates_first_and_predicts_every_other_point() {
     );
     // The CPU each calibrated configuration got, from those runs' schedstat.
     let cpu: serde_json::Value = serde_json::from_str(&profile).unwrap();
-    for key in ["count", "copy", "write"] {
+    for key in ["count", "copy", "write", "saturated"] {
         let share = cpu["cpu"]["sharing"][key]["share"].as_f64();
         assert!(
             share.is_some_and(|s| s > 0.0 && s <= 1.0),
             "{key}: {profile}"
         );
     }
+
+    // The receive work with rps on, as the tool CPU's softirq time per frame: a 64 B frame's
+    // takes some time but less than the sender's 20k frames' whole run.
+    let rps = cpu["kernel_rps"]["ns_per_packet"].as_f64();
+    assert!(rps.is_some_and(|ns| ns > 0.0 && ns < 1e6), "{profile}");
 
     let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
     for part in [

@@ -325,9 +325,11 @@ fn calibrate_in_its_own_lab_saves_a_profile_predict_reads() {
         .filter(|l| l.contains("ns per packet") || l.contains("sender alone"))
         .count();
     assert_eq!(
-        runs, 8,
-        "sender, count, copy, write at 64 and 1514 B: {err}"
+        runs, 12,
+        "count with rps on; sender, count, copy, write, saturated at 64 and 1514 B: {err}"
     );
+    // The rps-on points measured the receive work as CPU time on the tool's CPU.
+    assert!(p["kernel_rps"].is_object(), "{p}");
     let pred = predict(&[
         "--profile",
         out.to_str().unwrap(),
