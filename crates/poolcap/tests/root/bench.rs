@@ -215,10 +215,11 @@ fn predict_smoke_run_calibrates_first_and_predicts_every_other_point() {
         );
     }
 
-    // The receive work with rps on, as the tool CPU's softirq time per frame: a 64 B frame's
-    // takes some time but less than the sender's 20k frames' whole run.
+    // The receive work with rps on, as the tool CPU's softirq time per frame: measured (the
+    // rps calibration points ran) and less than the sender's 20k frames' whole run. It may be
+    // 0 here: softirq time comes in 10 ms ticks, and a smoke run's 20k frames take few.
     let rps = cpu["kernel_rps"]["ns_per_packet"].as_f64();
-    assert!(rps.is_some_and(|ns| ns > 0.0 && ns < 1e6), "{profile}");
+    assert!(rps.is_some_and(|ns| (0.0..1e6).contains(&ns)), "{profile}");
 
     let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
     for part in [
