@@ -21,10 +21,12 @@
 //!   has, so the bridge floods them out of OUT: the kernel's forwarding path, a floor for the
 //!   slow path.
 //!
-//! Not a subject: xdp-tools' `xdp-bench redirect` (Debian 12's 1.3.1) fails to load on this
-//! kernel (6.18): its object carries a tracepoint program for `xdp_redirect_map_err`, which the
-//! kernel no longer has (`failed to find kernel BTF type ID`), so `Failed to attach XDP
-//! program`, with or without `-s`, in native and skb mode.
+//! - the XDP redirect floor (`poolcap bench-peer xdp-redirect`, [`crate::xdp_redirect`]):
+//!   `listening on ...` on stderr once attached; at exit `N frames redirected` on stdout (its
+//!   program's own per-CPU count). It needs GRO on at the sink ([`SinkGro`]). xdp-tools'
+//!   `xdp-bench redirect` (Debian 12's 1.3.1) would be the obvious peer but fails to load on
+//!   this kernel (6.18): its object carries a tracepoint program for `xdp_redirect_map_err`,
+//!   which the kernel no longer has (`failed to find kernel BTF type ID`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -113,6 +115,10 @@ pub fn launch(
             );
             push(&["sh", "-c", &script]);
         }
+        Tool::XdpRedirect => {
+            push(&[&exe.to_string_lossy(), "bench-peer", "xdp-redirect"]);
+            push(&["-i", inp, "-o", OUT]);
+        }
         _ => return Err(anyhow!("{} does not forward", tool.name())),
     }
     Ok(Launch {
@@ -138,6 +144,14 @@ pub fn parse(tool: Tool, output: &str, stats: &Path) -> anyhow::Result<Counts> {
             extra: BTreeMap::new(),
         }),
         Tool::Bridge => Ok(Counts::default()),
+        Tool::XdpRedirect => {
+            let n = number_before(output, "frames redirected")?;
+            Ok(Counts {
+                captured: n,
+                received: Some(n),
+                ..Counts::default()
+            })
+        }
         _ => Err(anyhow!("{} does not forward", tool.name())),
     }
 }
@@ -252,6 +266,48 @@ impl Sink {
         check.clone().into_extra(extra);
         Ok(check)
     }
+}
+
+/// GRO on at the sink's interface while it lives, for a subject that redirects in XDP: a
+/// frame redirected into a veth is received by the peer's NAPI, which runs only when the peer
+/// has GRO on or an XDP program (without either, kernel 6.18 drops every such frame). Turned
+/// off again on drop, so the next subject meets the lab as built.
+pub struct SinkGro<'a> {
+    netns: &'a str,
+}
+
+impl<'a> SinkGro<'a> {
+    /// Turns GRO on at `snk0` in `lab`'s sink namespace.
+    pub fn on(lab: &'a Lab) -> anyhow::Result<SinkGro<'a>> {
+        let host = lab
+            .sink
+            .as_ref()
+            .ok_or_else(|| anyhow!("a forwarding run needs the three-host lab"))?;
+        set_gro(&host.netns, "on")?;
+        Ok(SinkGro { netns: &host.netns })
+    }
+}
+
+impl Drop for SinkGro<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = set_gro(self.netns, "off") {
+            eprintln!("warning: {e:#}");
+        }
+    }
+}
+
+fn set_gro(netns: &str, state: &str) -> anyhow::Result<()> {
+    let out = poolcap_lab::netns_command(netns, "ethtool")
+        .args(["-K", SINK_IFACE, "gro", state])
+        .output()
+        .context("cannot run ethtool")?;
+    if !out.status.success() {
+        bail!(
+            "ethtool -K {SINK_IFACE} gro {state}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
 }
 
 /// Frames that have left the probe's OUT so far (its `tx_packets`).
@@ -373,6 +429,23 @@ mod tests {
             .contains("--in prb0 --out prb1 -s -A -b 1 -S 4096KiB"));
         let b = launch(Tool::Bridge, &spec, "prb0", 1, Path::new("s"), exe).unwrap();
         assert!(b.argv[2].contains("ip link set prb0 master pcfwd0"));
+        let x = launch(Tool::XdpRedirect, &spec, "prb0", 1, Path::new("s"), exe).unwrap();
+        assert_eq!(
+            x.argv.join(" "),
+            "/x/poolcap bench-peer xdp-redirect -i prb0 -o prb1"
+        );
         assert!(launch(Tool::Tcpdump, &spec, "prb0", 1, Path::new("s"), exe).is_err());
+    }
+
+    #[test]
+    fn reads_the_xdp_redirect_count() {
+        let c = parse(
+            Tool::XdpRedirect,
+            "4000 frames redirected\n",
+            Path::new("/x"),
+        )
+        .unwrap();
+        assert_eq!((c.captured, c.dropped, c.received), (4000, 0, Some(4000)));
+        assert!(parse(Tool::XdpRedirect, "", Path::new("/x")).is_err());
     }
 }

@@ -49,6 +49,7 @@ pub mod sampler;
 pub mod sim;
 pub mod stats;
 pub mod suites;
+pub mod xdp_redirect;
 
 pub use manager::{run, Options};
 pub use suites::{Scale, Suite};

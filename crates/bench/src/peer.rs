@@ -61,6 +61,8 @@ pub enum Tool {
     NetsniffFwd,
     /// The Linux bridge between IN and OUT (kernel forwarding).
     Bridge,
+    /// poolcap's XDP program redirecting IN to OUT (`poolcap bench-peer xdp-redirect`).
+    XdpRedirect,
 }
 
 /// How to run a capture tool at one point. Fields after `load` are optional settings, most of
@@ -224,7 +226,10 @@ impl Tool {
     /// Whether it forwards from the probe's IN to its OUT (a `bench forward` subject) rather
     /// than capturing.
     pub fn forwards(self) -> bool {
-        matches!(self, Tool::Forward | Tool::NetsniffFwd | Tool::Bridge)
+        matches!(
+            self,
+            Tool::Forward | Tool::NetsniffFwd | Tool::Bridge | Tool::XdpRedirect
+        )
     }
 
     /// Whether it reports its own counts (the Linux bridge has no process that could).
@@ -245,13 +250,14 @@ impl Tool {
             Tool::Forward => "poolcap forward",
             Tool::NetsniffFwd => "netsniff-ng --in/--out",
             Tool::Bridge => "linux bridge",
+            Tool::XdpRedirect => "xdp redirect",
         }
     }
 
     /// Programs that must be installed (poolcap is this executable).
     pub fn programs(self) -> &'static [&'static str] {
         match self {
-            Tool::Poolcap | Tool::Probe | Tool::Forward => &[],
+            Tool::Poolcap | Tool::Probe | Tool::Forward | Tool::XdpRedirect => &[],
             Tool::NetsniffFwd => &["netsniff-ng", "stdbuf"],
             Tool::Bridge => &["ip", "sh"],
             Tool::Pmacct => &["pmacctd"],
@@ -265,7 +271,7 @@ impl Tool {
     /// The substring of an output line that says the tool is capturing.
     pub fn ready_marker(self) -> &'static str {
         match self {
-            Tool::Poolcap | Tool::Tcpdump | Tool::Forward => "listening on",
+            Tool::Poolcap | Tool::Tcpdump | Tool::Forward | Tool::XdpRedirect => "listening on",
             Tool::NetsniffFwd => "Running!",
             Tool::Bridge => "bridging",
             Tool::NetsniffNg => "Running!",
@@ -391,7 +397,7 @@ impl Tool {
                 let dir = stats.parent().unwrap_or(Path::new("."));
                 return super::probe_peers::launch(self, spec, iface, dir, exe);
             }
-            Tool::Forward | Tool::NetsniffFwd | Tool::Bridge => {
+            Tool::Forward | Tool::NetsniffFwd | Tool::Bridge | Tool::XdpRedirect => {
                 return super::forward_peers::launch(self, spec, iface, cpu, stats, exe);
             }
             Tool::Dumpcap => {
@@ -440,7 +446,7 @@ impl Tool {
             Tool::Probe | Tool::Pmacct | Tool::Tshark => {
                 super::probe_peers::parse(self, output, stats.parent().unwrap_or(Path::new(".")))
             }
-            Tool::Forward | Tool::NetsniffFwd | Tool::Bridge => {
+            Tool::Forward | Tool::NetsniffFwd | Tool::Bridge | Tool::XdpRedirect => {
                 super::forward_peers::parse(self, output, stats)
             }
             Tool::Dumpcap => {

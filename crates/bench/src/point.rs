@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use super::child::{Finished, Running, Sched, TICKS_PER_SECOND};
 use super::filecount::count_file;
-use super::forward_peers::{out_tx, Sink};
+use super::forward_peers::{out_tx, Sink, SinkGro};
 use super::peer::{self, CaptureSpec, Counts, Generator, Sent, Tool, Traffic};
 use super::sampler::{Sample, Sampler};
 use super::stats::{spacing, Spacing};
@@ -419,6 +419,10 @@ impl Bench<'_> {
             )?)
         } else {
             None
+        };
+        let _gro = match &subject.capture {
+            Some(c) if c.tool == Tool::XdpRedirect => Some(SinkGro::on(self.lab)?),
+            _ => None,
         };
         let tool = match &subject.capture {
             Some(c) => {

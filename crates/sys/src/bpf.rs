@@ -4,7 +4,9 @@
 //! is no longer written), loading an instruction array with the verifier's
 //! log on failure, attaching at tc ingress through a TCX link (kernel 6.6+) that goes away
 //! with its fd, replacing the linked program atomically, and running a program on a given
-//! buffer (`BPF_PROG_TEST_RUN`) so generated code can be checked frame by frame.
+//! buffer (`BPF_PROG_TEST_RUN`) so generated code can be checked frame by frame. XDP programs
+//! (the bench's redirect floor) load and link the same way, with the XDP program and attach
+//! types: a `BPF_XDP` link, like a TCX one, detaches when its fd closes.
 //!
 //! The XDP redirect program for AF_XDP is a clang-built object loaded by aya (`xdp`); these
 //! programs are built from instructions at run time, so they need none of an object's
@@ -34,6 +36,8 @@ const BPF_F_NO_PREALLOC: u32 = 1;
 /// `membarrier(2)` command that waits for an RCU grace period on every CPU.
 const MEMBARRIER_CMD_GLOBAL: libc::c_long = 1;
 const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
+const BPF_PROG_TYPE_XDP: u32 = 6;
+const BPF_XDP: u32 = 37;
 const BPF_TCX_INGRESS: u32 = 46;
 /// Verifier log kept in an error: its end says why.
 const LOG_TAIL: usize = 3000;
@@ -475,6 +479,45 @@ pub fn synchronize_rcu() -> Result<()> {
     Ok(())
 }
 
+/// `BPF_PROG_LOAD` of `insns` as a program of `prog_type` for `attach_type` (GPL: the helpers
+/// it may call need no more); a program the verifier refuses is loaded again with the log
+/// on, and the log's end is in the error.
+fn load_program(prog_type: u32, attach_type: u32, name: &str, insns: &[Insn]) -> Result<OwnedFd> {
+    let license = b"GPL\0";
+    let mut attr = ProgLoadAttr {
+        prog_type,
+        insn_cnt: insns.len() as u32,
+        insns: insns.as_ptr() as u64,
+        license: license.as_ptr() as u64,
+        prog_name: name16(name),
+        expected_attach_type: attach_type,
+        ..Default::default()
+    };
+    let what = format!("{name}, {} instructions", insns.len());
+    match bpf(BPF_PROG_LOAD, &mut attr, "bpf(BPF_PROG_LOAD)", &what) {
+        Ok(fd) => Ok(owned_fd(fd)),
+        Err(first) => {
+            let mut log = vec![0u8; LOG_SIZE];
+            attr.log_level = 1;
+            attr.log_size = log.len() as u32;
+            attr.log_buf = log.as_mut_ptr() as u64;
+            match bpf(BPF_PROG_LOAD, &mut attr, "bpf(BPF_PROG_LOAD)", &what) {
+                Ok(fd) => Ok(owned_fd(fd)),
+                Err(_) => {
+                    let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+                    let text = String::from_utf8_lossy(&log[..end]);
+                    let tail = &text[text.len().saturating_sub(LOG_TAIL)..];
+                    Err(SysError {
+                        call: first.call,
+                        what: format!("{what}; verifier log ends: {}", tail.trim()),
+                        source: first.source,
+                    })
+                }
+            }
+        }
+    }
+}
+
 /// A loaded tc (`BPF_PROG_TYPE_SCHED_CLS`) program.
 #[derive(Debug)]
 pub struct TcProgram {
@@ -485,39 +528,8 @@ impl TcProgram {
     /// Loads `insns` (GPL: the helpers it may call need no more); a program the verifier
     /// refuses is loaded again with the log on, and the log's end is in the error.
     pub fn load(name: &str, insns: &[Insn]) -> Result<Self> {
-        let license = b"GPL\0";
-        let mut attr = ProgLoadAttr {
-            prog_type: BPF_PROG_TYPE_SCHED_CLS,
-            insn_cnt: insns.len() as u32,
-            insns: insns.as_ptr() as u64,
-            license: license.as_ptr() as u64,
-            prog_name: name16(name),
-            expected_attach_type: BPF_TCX_INGRESS,
-            ..Default::default()
-        };
-        let what = format!("{name}, {} instructions", insns.len());
-        match bpf(BPF_PROG_LOAD, &mut attr, "bpf(BPF_PROG_LOAD)", &what) {
-            Ok(fd) => Ok(Self { fd: owned_fd(fd) }),
-            Err(first) => {
-                let mut log = vec![0u8; LOG_SIZE];
-                attr.log_level = 1;
-                attr.log_size = log.len() as u32;
-                attr.log_buf = log.as_mut_ptr() as u64;
-                match bpf(BPF_PROG_LOAD, &mut attr, "bpf(BPF_PROG_LOAD)", &what) {
-                    Ok(fd) => Ok(Self { fd: owned_fd(fd) }),
-                    Err(_) => {
-                        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-                        let text = String::from_utf8_lossy(&log[..end]);
-                        let tail = &text[text.len().saturating_sub(LOG_TAIL)..];
-                        Err(SysError {
-                            call: first.call,
-                            what: format!("{what}; verifier log ends: {}", tail.trim()),
-                            source: first.source,
-                        })
-                    }
-                }
-            }
-        }
+        let fd = load_program(BPF_PROG_TYPE_SCHED_CLS, BPF_TCX_INGRESS, name, insns)?;
+        Ok(Self { fd })
     }
 
     /// Runs the program `repeat` times on `frame` (an Ethernet frame, no device).
@@ -562,22 +574,13 @@ pub struct TcxLink {
 impl TcxLink {
     /// Attaches `prog` at the ingress of interface `ifindex`, after any TCX programs there.
     pub fn attach(prog: &TcProgram, ifindex: u32) -> Result<Self> {
-        let mut attr = LinkCreateAttr {
-            prog_fd: prog.fd.as_raw_fd() as u32,
-            target_ifindex: ifindex,
-            attach_type: BPF_TCX_INGRESS,
-            ..Default::default()
-        };
-        let fd = bpf(
-            BPF_LINK_CREATE,
-            &mut attr,
-            "bpf(BPF_LINK_CREATE, BPF_TCX_INGRESS)",
-            &format!("ifindex {ifindex}"),
-        )?;
-        Ok(Self {
-            fd: owned_fd(fd),
+        let fd = link_create(
+            &prog.fd,
             ifindex,
-        })
+            BPF_TCX_INGRESS,
+            "bpf(BPF_LINK_CREATE, BPF_TCX_INGRESS)",
+        )?;
+        Ok(Self { fd, ifindex })
     }
 
     /// Puts `prog` in the link's place: every packet after the swap runs `prog`, none runs
@@ -595,6 +598,59 @@ impl TcxLink {
             &format!("ifindex {}", self.ifindex),
         )
         .map(drop)
+    }
+}
+
+/// `BPF_LINK_CREATE` of `prog` at interface `ifindex` for `attach_type`: the link's fd.
+fn link_create(
+    prog: &OwnedFd,
+    ifindex: u32,
+    attach_type: u32,
+    call: &'static str,
+) -> Result<OwnedFd> {
+    let mut attr = LinkCreateAttr {
+        prog_fd: prog.as_raw_fd() as u32,
+        target_ifindex: ifindex,
+        attach_type,
+        ..Default::default()
+    };
+    let fd = bpf(
+        BPF_LINK_CREATE,
+        &mut attr,
+        call,
+        &format!("ifindex {ifindex}"),
+    )?;
+    Ok(owned_fd(fd))
+}
+
+/// A loaded XDP (`BPF_PROG_TYPE_XDP`) program.
+#[derive(Debug)]
+pub struct XdpProgram {
+    fd: OwnedFd,
+}
+
+impl XdpProgram {
+    /// Loads `insns` as an XDP program (see [`TcProgram::load`] for the license and the
+    /// verifier's log).
+    pub fn load(name: &str, insns: &[Insn]) -> Result<Self> {
+        let fd = load_program(BPF_PROG_TYPE_XDP, BPF_XDP, name, insns)?;
+        Ok(Self { fd })
+    }
+}
+
+/// An XDP program attached to an interface through a `BPF_XDP` link: the kernel picks the
+/// driver's native mode where there is one (veth has), and the program is detached when the
+/// link is dropped or the process dies, so nothing is left on the interface after a crash.
+#[derive(Debug)]
+pub struct XdpLink {
+    _fd: OwnedFd,
+}
+
+impl XdpLink {
+    /// Attaches `prog` to interface `ifindex`; fails if another XDP program is attached.
+    pub fn attach(prog: &XdpProgram, ifindex: u32) -> Result<Self> {
+        let fd = link_create(&prog.fd, ifindex, BPF_XDP, "bpf(BPF_LINK_CREATE, BPF_XDP)")?;
+        Ok(Self { _fd: fd })
     }
 }
 

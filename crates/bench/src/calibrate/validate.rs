@@ -110,7 +110,8 @@ pub fn scenario(row: &Row, pps: f64) -> Option<Scenario> {
         | Tool::Tshark
         | Tool::Forward
         | Tool::NetsniffFwd
-        | Tool::Bridge => return None,
+        | Tool::Bridge
+        | Tool::XdpRedirect => return None,
     };
     let multi = c.queues.is_some_and(|q| q > 1) || c.workers.is_some_and(|w| w > 1);
     if multi || c.inplace || c.backend.as_deref() == Some("af_xdp") {

@@ -3,8 +3,9 @@
 //! `prb1`; the sink captures them on `snk0` and the bench checks the file as `poolcap check`
 //! does (every frame once, reordering within a flow, one-way latency). Subjects doing the same
 //! job in the same lab: `poolcap forward` (AF_PACKET and AF_XDP backends; basic and buddy
-//! offload), netsniff-ng `--in/--out` and the Linux bridge (the kernel's forwarding floor).
-//! xdp-bench redirect is not a subject: see [`crate::forward_peers`].
+//! offload), netsniff-ng `--in/--out`, the Linux bridge (the kernel's forwarding floor) and
+//! an XDP redirect (the fast path's floor: [`crate::xdp_redirect`]; xdp-tools' `xdp-bench
+//! redirect` cannot load on this kernel, see [`crate::forward_peers`]).
 
 use std::fmt::Write as _;
 
@@ -24,9 +25,10 @@ The sender sends numbered frames stamped with their send time to the probe's `pr
 subject forwards them out of `prb1` to the sink, whose capture is checked like `poolcap check` \
 does: loss (frames that never reached the sink), duplicates, reordering within a flow, and \
 one-way latency percentiles. Subjects: `poolcap forward` (AF_PACKET and AF_XDP, basic and buddy \
-offload), netsniff-ng `--in prb0 --out prb1`, and the Linux bridge (kernel forwarding, the \
-slow path's floor). xdp-tools' `xdp-bench redirect` (Debian 12, 1.3.1) cannot load on this \
-kernel, so there is no XDP fast-path floor.";
+offload), netsniff-ng `--in prb0 --out prb1`, the Linux bridge (kernel forwarding, the \
+slow path's floor) and an XDP program on `prb0` that redirects every frame to `prb1` \
+(`bpf_redirect`, the fast path's floor; poolcap's own, since xdp-tools' `xdp-bench redirect` \
+(Debian 12, 1.3.1) cannot load on this kernel).";
 
 /// The fixed offered rate of the rate points and of the load and elephant points.
 pub const RATE: u64 = 50_000;
@@ -57,17 +59,22 @@ fn poolcap(backend: &str, load: u32, offload: Option<&str>) -> CaptureSpec {
     }
 }
 
+/// A peer forwarder: it has no per-packet work option, so it runs the same at every load.
+fn peer(tool: Tool) -> Subject {
+    Subject::capture(CaptureSpec::new(tool, BUFFER_KIB))
+}
+
+/// poolcap's two backends, then the XDP redirect floor (cheap, so also at the smoke point),
+/// then with `peers` netsniff-ng and the bridge.
 fn forwarders(load: u32, peers: bool) -> Vec<Subject> {
     let mut v = vec![
         Subject::named("poolcap af_packet", poolcap("af_packet", load, None)),
         Subject::named("poolcap af_xdp", poolcap("af_xdp", load, None)),
+        peer(Tool::XdpRedirect),
     ];
     if peers {
-        v.push(Subject::capture(CaptureSpec::new(
-            Tool::NetsniffFwd,
-            BUFFER_KIB,
-        )));
-        v.push(Subject::capture(CaptureSpec::new(Tool::Bridge, BUFFER_KIB)));
+        v.push(peer(Tool::NetsniffFwd));
+        v.push(peer(Tool::Bridge));
     }
     v
 }
@@ -105,10 +112,7 @@ pub fn plan(scale: Scale, c: &Calibration) -> Plan {
     let split = c.load_for(ELEPHANT_SHARE * RATE as f64);
     if scale != Scale::Smoke {
         let mut s = forwarders(heavy, false);
-        s.push(Subject::capture(CaptureSpec::new(
-            Tool::NetsniffFwd,
-            BUFFER_KIB,
-        )));
+        s.push(peer(Tool::NetsniffFwd));
         points.push(Point::new(
             format!("{LOAD} 64B {} x={heavy}", k(RATE)),
             traffic(64, Some(RATE), seconds * 2.0),
@@ -216,12 +220,20 @@ pub fn text(_meta: &Meta, rows: &[Row]) -> Text {
                  (it has no per-packet work option, so at the load point it forwards with no \
                  load: its loss there is a bar it clears more easily than poolcap)"
             ),
+            "xdp redirect: `poolcap bench-peer xdp-redirect -i prb0 -o prb1`, a 14-instruction \
+             XDP program (native mode, `BPF_XDP` link) that counts each frame per CPU and \
+             returns `bpf_redirect(prb1)`; it does no per-packet work, so like netsniff-ng \
+             and the bridge it has no load axis (at the load point it redirects with no \
+             load). A frame redirected into a veth is received by the peer's NAPI, which \
+             runs only with GRO (or XDP) on the peer: the bench turns GRO on at `snk0` for \
+             this subject and off after (without it the kernel drops every redirected frame)"
+                .into(),
             "loss = frames that never reached the sink (sink's distinct sequence numbers against \
              frames sent); forwarded pps = those frames per second of sending; latency = sink \
              capture time − generator send stamp (one clock); tool CPU per million frames \
              delivered; on veth the kernel's receive and transmit work for OUT runs on the \
-             forwarder's CPU, the bridge's entirely in the kernel on the sender's CPU (its tool \
-             CPU is the idle shell's)"
+             forwarder's CPU, the bridge's and the XDP redirect's entirely in the kernel on the \
+             sender's CPU (their tool CPU is that of an idle process)"
                 .into(),
         ],
         tables,
@@ -371,23 +383,27 @@ fn headline(rows: &[Row]) -> String {
                 .map_or("–".into(), |x| format!("{x:.0} µs"))
         )
     });
+    let tools = [
+        ("poolcap af_packet", "poolcap af_packet"),
+        ("af_xdp", "poolcap af_xdp"),
+        ("netsniff-ng", "netsniff-ng --in/--out"),
+        ("bridge", "linux bridge"),
+        ("xdp redirect", "xdp redirect"),
+    ];
+    let list = |f: &dyn Fn(&str) -> String| {
+        tools
+            .iter()
+            .map(|(label, s)| format!("{} ({label})", f(s)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     format!(
         "Worst poolcap point {worst}; median poolcap loss over all points {}. 64 B at top \
-         speed, no load: forwarded {} (poolcap af_packet), {} (af_xdp), {} (netsniff-ng), {} \
-         (bridge); loss {}, {}, {}, {}; p50 latency {}, {}, {}, {}.",
+         speed, no load: forwarded {}; loss {}; p50 latency {}.",
         pct_or_dash(mid.map(|s| s.median)),
-        super::kpps(at(top, "poolcap af_packet", "forwarded_pps")),
-        super::kpps(at(top, "poolcap af_xdp", "forwarded_pps")),
-        super::kpps(at(top, "netsniff-ng --in/--out", "forwarded_pps")),
-        super::kpps(at(top, "linux bridge", "forwarded_pps")),
-        pct_or_dash(at(top, "poolcap af_packet", "loss")),
-        pct_or_dash(at(top, "poolcap af_xdp", "loss")),
-        pct_or_dash(at(top, "netsniff-ng --in/--out", "loss")),
-        pct_or_dash(at(top, "linux bridge", "loss")),
-        lat("poolcap af_packet"),
-        lat("poolcap af_xdp"),
-        lat("netsniff-ng --in/--out"),
-        lat("linux bridge"),
+        list(&|s| super::kpps(at(top, s, "forwarded_pps"))),
+        list(&|s| pct_or_dash(at(top, s, "loss"))),
+        list(&lat),
     )
 }
 
@@ -432,7 +448,12 @@ mod tests {
         let c = super::super::tests::calibration(1.4, None);
         let smoke = plan(Scale::Smoke, &c).points;
         assert_eq!(smoke.len(), 1);
-        assert!(smoke[0].subjects.iter().all(|s| s.is_poolcap()));
+        let tools: Vec<Tool> = smoke[0]
+            .subjects
+            .iter()
+            .map(|s| s.capture.as_ref().unwrap().tool)
+            .collect();
+        assert_eq!(tools, [Tool::Forward, Tool::Forward, Tool::XdpRedirect]);
         let q = plan(Scale::Quick, &c).points;
         assert_eq!(q.len(), 8);
         let names: Vec<&str> = q[0].subjects.iter().map(|s| s.name.as_str()).collect();
@@ -441,8 +462,19 @@ mod tests {
             [
                 "poolcap af_packet",
                 "poolcap af_xdp",
+                "xdp redirect",
                 "netsniff-ng --in/--out",
                 "linux bridge"
+            ]
+        );
+        let at_load: Vec<&str> = q[6].subjects.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            at_load,
+            [
+                "poolcap af_packet",
+                "poolcap af_xdp",
+                "xdp redirect",
+                "netsniff-ng --in/--out"
             ]
         );
         let load = &q[6];

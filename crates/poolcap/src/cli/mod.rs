@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 use std::fmt;
 
 pub mod bench;
+pub mod bench_peer;
 pub mod calibrate;
 pub mod capture;
 pub mod check;
@@ -64,6 +65,9 @@ enum Command {
     Man(manual::ManArgs),
     /// Print a shell completion script (bash, zsh, fish, ...).
     Completions(manual::CompletionsArgs),
+    /// Helpers `poolcap bench` runs as subjects (not a user feature).
+    #[command(hide = true)]
+    BenchPeer(bench_peer::BenchPeerArgs),
 }
 
 /// Bad usage or input: exit code 2.
@@ -142,6 +146,7 @@ pub fn main() -> i32 {
         Command::Calibrate(a) => calibrate::run(a),
         Command::Man(a) => manual::run_man(a),
         Command::Completions(a) => manual::run_completions(a),
+        Command::BenchPeer(a) => bench_peer::run(a),
     };
     match result {
         Ok(()) => 0,

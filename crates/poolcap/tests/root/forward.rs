@@ -729,8 +729,78 @@ fn bidirectional_writes_each_direction_to_its_own_file() {
     }
 }
 
+/// The bench's XDP redirect floor (`poolcap bench-peer xdp-redirect`) with GRO on at the sink
+/// (which a veth peer needs to receive redirected frames): every frame reaches the sink once
+/// and in order, its own count is what was sent, and the program leaves `prb0` at SIGINT.
+/// A missing interface is refused on one line with exit code 2.
+fn xdp_redirect_delivers_every_frame_once_and_detaches() {
+    let lab = lab3(2);
+    let dir = tempdir();
+    let ns = &lab.probe.netns;
+    let out = poolcap_in(
+        ns,
+        &["bench-peer", "xdp-redirect", "-i", "prb0", "-o", "nosuch0"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim(), "poolcap: no interface `nosuch0`");
+    let gro = |state: &str| {
+        let st = netns_command(&sink(&lab).netns, "ethtool")
+            .args(["-K", "snk0", "gro", state])
+            .status()
+            .expect("ethtool");
+        assert!(st.success(), "ethtool gro {state}");
+    };
+    gro("on");
+    let (file, json) = (dir.path().join("sink.pcap"), dir.path().join("sink.json"));
+    let capture = sink_capture(&lab, &file, &json);
+    let mut cmd = netns_command(ns, "sh");
+    cmd.arg("-c").arg(format!(
+        "exec {} bench-peer xdp-redirect -i prb0 -o prb1 1>&2",
+        bin()
+    ));
+    let redirect = Background::start(cmd, "listening on");
+    let xdp_on_prb0 = || {
+        let out = Command::new("ip")
+            .args(["-n", ns, "link", "show", "prb0"])
+            .output()
+            .expect("ip link show");
+        String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
+    };
+    assert!(xdp_on_prb0(), "the program is attached");
+    let n = 5000;
+    gen(
+        &lab,
+        &["--count", &n.to_string(), "--rate", "20k", "--flows", "8"],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (code, text) = redirect.stop("INT");
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains(&format!("{n} frames redirected")), "{text}");
+    assert!(!xdp_on_prb0(), "the link went with the process");
+    let (code, text) = capture.stop("INT");
+    assert_eq!(code, Some(0), "{text}");
+    gro("off");
+    let out = Command::new(bin())
+        .arg("check")
+        .arg(&file)
+        .args(["--expect", &n.to_string()])
+        .output()
+        .expect("poolcap check");
+    assert!(
+        out.status.success(),
+        "every frame once at the sink: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 pub fn trials() -> Vec<Trial> {
     vec![
+        trial(
+            "forward_xdp_redirect_delivers_every_frame_once_and_detaches",
+            xdp_redirect_delivers_every_frame_once_and_detaches,
+        ),
         trial(
             "forward_every_frame_once_in_flow_order",
             forwards_every_frame_once_in_flow_order,
