@@ -67,10 +67,11 @@ pub fn completions(shell: Shell) -> Vec<u8> {
     out
 }
 
-/// The subcommands, as typed.
+/// The subcommands, as typed (not the hidden ones the bench rig runs).
 pub fn command_names() -> Vec<String> {
     Cli::command()
         .get_subcommands()
+        .filter(|c| !c.is_hide_set())
         .map(|c| c.get_name().to_owned())
         .collect()
 }
