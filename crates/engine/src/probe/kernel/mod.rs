@@ -80,18 +80,24 @@ fn user_only_action(rule: &poolcap_probe::Rule) -> Option<&'static str> {
 /// (one per generation) beside the counts and the generation word.
 pub const MAX_FLOW_RULES: usize = 31;
 
+/// Rules one program holds. The verifier walks at most 1M instructions of a program, and
+/// with `bench probe`'s port filters about 500 count rules passed that ("BPF program is too
+/// large"), so at most this many go into the kernel (well below the 511 slots of the counts
+/// map); `=auto` runs the rest on the workers.
+pub const MAX_KERNEL_RULES: usize = 255;
+
 /// Marks the rules of `config` that run in the kernel; `workers` says whether the probe
 /// has user-space workers for the others.
 pub fn place(config: &mut Config, mode: Mode, workers: bool) -> Result<(), String> {
     let (mut flow_rules, mut rules) = (0, 0);
     for r in &mut config.rules {
         let over = r.flows.is_some() && flow_rules == MAX_FLOW_RULES;
-        let full = rules + 1 == FLOW_SIDE as usize;
+        let full = rules == MAX_KERNEL_RULES;
         let blocker = user_only_action(r)
             .or(over.then_some("flows"))
             .or(full.then_some("count"));
         let why = if full {
-            format!("more than {} rules in the kernel", FLOW_SIDE - 1)
+            format!("more than {MAX_KERNEL_RULES} rules in one kernel program")
         } else if over {
             format!("more than {MAX_FLOW_RULES} flows rules (two maps each; 64 per program)")
         } else {
@@ -126,7 +132,7 @@ pub fn place(config: &mut Config, mode: Mode, workers: bool) -> Result<(), Strin
 pub fn all_in_kernel(config: &Config) -> bool {
     config.rules.iter().all(|r| user_only_action(r).is_none())
         && config.rules.iter().filter(|r| r.flows.is_some()).count() <= MAX_FLOW_RULES
-        && config.rules.len() < FLOW_SIDE as usize
+        && config.rules.len() <= MAX_KERNEL_RULES
 }
 
 /// One slot summed over the CPUs.
@@ -508,6 +514,24 @@ mod tests {
         let kernel = c.rules.iter().filter(|r| r.in_kernel).count();
         assert_eq!(kernel, MAX_FLOW_RULES);
         assert!(!c.rules[MAX_FLOW_RULES].in_kernel);
+    }
+
+    #[test]
+    fn rules_beyond_one_program_are_refused_or_run_in_user_space() {
+        let mut text = String::from("period = \"1s\"\n");
+        for i in 0..300 {
+            text += &format!(
+                "[[rule]]\nname = \"c{i}\"\nfilter = \"udp port {i}\"\nactions = [\"count\"]\n"
+            );
+        }
+        let mut c = poolcap_probe::config::parse(Path::new("t.toml"), &text).unwrap();
+        assert!(!all_in_kernel(&c));
+        let e = place(&mut c.clone(), Mode::On, true).unwrap_err();
+        assert!(e.contains(&format!("rule `c{MAX_KERNEL_RULES}`")), "{e}");
+        place(&mut c, Mode::Auto, true).unwrap();
+        let kernel: Vec<bool> = c.rules.iter().map(|r| r.in_kernel).collect();
+        assert!(kernel[..MAX_KERNEL_RULES].iter().all(|&k| k));
+        assert!(kernel[MAX_KERNEL_RULES..].iter().all(|&k| !k));
     }
 
     #[test]
