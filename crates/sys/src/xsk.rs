@@ -321,32 +321,42 @@ fn open_socket() -> Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
+/// Maps `cfg.frame_count` frames of anonymous memory and registers them as `fd`'s UMEM,
+/// with a fill ring of `entries`, a completion ring of 64 (this socket only receives) and an
+/// RX ring of `entries`; the rings are mapped by the caller.
+fn register_umem(fd: &OwnedFd, cfg: XskConfig, entries: u32) -> Result<Mmap> {
+    let umem_len = cfg.frame_size as usize * cfg.frame_count as usize;
+    let umem_map = Mmap::anonymous(umem_len)?;
+    let mut reg: libc::xdp_umem_reg = sockopt::zeroed();
+    reg.addr = umem_map.base().as_ptr() as u64;
+    reg.len = umem_len as u64;
+    reg.chunk_size = cfg.frame_size;
+    setsockopt(fd, libc::XDP_UMEM_REG, &reg, "setsockopt(XDP_UMEM_REG)")?;
+    for (opt, n, call) in [
+        (
+            libc::XDP_UMEM_FILL_RING,
+            entries,
+            "setsockopt(XDP_UMEM_FILL_RING)",
+        ),
+        (
+            libc::XDP_UMEM_COMPLETION_RING,
+            64,
+            "setsockopt(XDP_UMEM_COMPLETION_RING)",
+        ),
+        (libc::XDP_RX_RING, entries, "setsockopt(XDP_RX_RING)"),
+    ] {
+        setsockopt(fd, opt, &n, call)?;
+    }
+    Ok(umem_map)
+}
+
 impl Xsk {
     /// Creates a socket with a UMEM of `cfg.frame_count` frames, binds it to queue
     /// `queue_id` of `ifindex`, and gives every frame to the kernel through the fill ring.
     pub fn bind(ifindex: u32, queue_id: u32, cfg: XskConfig) -> Result<Self> {
         let entries = cfg.frame_count.next_power_of_two().max(64);
         let fd = open_socket()?;
-        let umem_len = cfg.frame_size as usize * cfg.frame_count as usize;
-        let umem_map = Mmap::anonymous(umem_len)?;
-        let mut reg: libc::xdp_umem_reg = sockopt::zeroed();
-        reg.addr = umem_map.base().as_ptr() as u64;
-        reg.len = umem_len as u64;
-        reg.chunk_size = cfg.frame_size;
-        setsockopt(&fd, libc::XDP_UMEM_REG, &reg, "setsockopt(XDP_UMEM_REG)")?;
-        setsockopt(
-            &fd,
-            libc::XDP_UMEM_FILL_RING,
-            &entries,
-            "setsockopt(XDP_UMEM_FILL_RING)",
-        )?;
-        setsockopt(
-            &fd,
-            libc::XDP_UMEM_COMPLETION_RING,
-            &64u32,
-            "setsockopt(XDP_UMEM_COMPLETION_RING)",
-        )?;
-        setsockopt(&fd, libc::XDP_RX_RING, &entries, "setsockopt(XDP_RX_RING)")?;
+        let umem_map = register_umem(&fd, cfg, entries)?;
         let off: libc::xdp_mmap_offsets =
             getsockopt(&fd, libc::XDP_MMAP_OFFSETS, "getsockopt(XDP_MMAP_OFFSETS)")?;
         let fill = map_ring(
