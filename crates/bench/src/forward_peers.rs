@@ -76,18 +76,13 @@ pub fn launch(
         Tool::Forward => {
             push(&[&exe.to_string_lossy(), "forward", "-i", inp, "-o", OUT]);
             push(&["-q", "-B", &kib]);
-            if let Some((m, r)) = spec.pool {
-                push(&["--pool", &format!("{m},{r}")]);
-            }
-            if let Some(q) = spec.queues {
-                push(&["--queues", &q.to_string()]);
-            }
-            if let Some(w) = spec.workers {
-                push(&["--workers", &w.to_string()]);
-            }
-            if spec.load > 0 {
-                push(&["--load", &spec.load.to_string()]);
-            }
+            push(
+                &spec
+                    .engine_args()
+                    .iter()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>(),
+            );
             for (flag, value) in [("--offload", &spec.offload), ("--backend", &spec.backend)] {
                 if let Some(x) = value {
                     push(&[flag, x]);

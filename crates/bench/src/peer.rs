@@ -128,6 +128,25 @@ pub struct CaptureSpec {
 }
 
 impl CaptureSpec {
+    /// The engine options every poolcap subject (capture, probe, forward) takes alike: pool,
+    /// queues, workers and x-loop load, each only when set.
+    pub fn engine_args(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if let Some((m, r)) = self.pool {
+            v.extend(["--pool".to_owned(), format!("{m},{r}")]);
+        }
+        if let Some(q) = self.queues {
+            v.extend(["--queues".to_owned(), q.to_string()]);
+        }
+        if let Some(w) = self.workers {
+            v.extend(["--workers".to_owned(), w.to_string()]);
+        }
+        if self.load > 0 {
+            v.extend(["--load".to_owned(), self.load.to_string()]);
+        }
+        v
+    }
+
     /// `tool` with a `buffer_kib` kernel buffer, counting only, every option at its default.
     pub fn new(tool: Tool, buffer_kib: u64) -> CaptureSpec {
         CaptureSpec {
@@ -335,18 +354,13 @@ impl Tool {
                 if let Some(s) = &snaplen {
                     push(&["-s", s]);
                 }
-                if let Some((m, r)) = spec.pool {
-                    push(&["--pool", &format!("{m},{r}")]);
-                }
-                if let Some(q) = spec.queues {
-                    push(&["--queues", &q.to_string()]);
-                }
-                if let Some(w) = spec.workers {
-                    push(&["--workers", &w.to_string()]);
-                }
-                if spec.load > 0 {
-                    push(&["--load", &spec.load.to_string()]);
-                }
+                push(
+                    &spec
+                        .engine_args()
+                        .iter()
+                        .map(String::as_str)
+                        .collect::<Vec<_>>(),
+                );
                 if spec.inplace {
                     push(&["--inplace"]);
                 }
