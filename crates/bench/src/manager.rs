@@ -41,6 +41,9 @@ pub struct Options {
     pub out: PathBuf,
     /// The command line, for the summary.
     pub command: String,
+    /// The poolcap executable measured and used as the generator (default: this one): a
+    /// build from before a change, for a before/after comparison on the same rig.
+    pub subject: Option<PathBuf>,
 }
 
 /// Runs the interleaved runs of `points`: for each point, run 1 of every subject, then run 2
@@ -122,6 +125,10 @@ pub fn run(opts: &Options, stop: Arc<AtomicBool>) -> anyhow::Result<Rendered> {
     std::fs::create_dir_all(&opts.out)
         .with_context(|| format!("cannot create {}", opts.out.display()))?;
     let (scratch, exe) = scratch_with_exe()?;
+    if let Some(other) = &opts.subject {
+        std::fs::copy(other, &exe)
+            .with_context(|| format!("--subject: cannot copy {}", other.display()))?;
+    }
     let result = run_in(opts, machine, &scratch, &exe, stop);
     let _ = std::fs::remove_dir_all(&scratch);
     result

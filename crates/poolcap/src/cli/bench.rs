@@ -138,6 +138,10 @@ pub struct BenchArgs {
     /// The folder for its figures, relative to the markdown file's folder.
     #[arg(long, default_value = "docs/bench")]
     figures: PathBuf,
+    /// Measure this poolcap executable (it also generates the traffic) instead of this one:
+    /// a build from before a change, for a before/after comparison on the same rig.
+    #[arg(long, value_name = "POOLCAP")]
+    subject: Option<PathBuf>,
 }
 
 /// `--minutes`: a positive number.
@@ -210,6 +214,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             .clone()
             .unwrap_or_else(|| manager::default_out(&args.results, suite)),
         command: command_line(),
+        subject: args.subject.clone(),
     };
     match args.target {
         Target::Suite(s) => bench::run(&template(s), stop).map(|_| ()),
