@@ -427,7 +427,7 @@ mod tests {
         assert!(n
             .argv
             .join(" ")
-            .contains("--in prb0 --out prb1 -s -A -b 1 -S 4096KiB"));
+            .contains("--in prb0 --out prb1 -s -A -k 100 -b 1 -S 4096KiB"));
         let b = launch(Tool::Bridge, &spec, "prb0", 1, Path::new("s"), exe).unwrap();
         assert!(b.argv[2].contains("ip link set prb0 master pcfwd0"));
         let x = launch(Tool::XdpRedirect, &spec, "prb0", 1, Path::new("s"), exe).unwrap();

@@ -216,7 +216,7 @@ pub fn text(_meta: &Meta, rows: &[Row]) -> Text {
             ),
             format!(
                 "poolcap forward: `--queues 2`, {BUFFER_KIB} KiB ring per queue, default pool; \
-                 under load `--workers 2`; netsniff-ng `-s -A -b {TOOL_CPU} -S {BUFFER_KIB}KiB` \
+                 under load `--workers 2`; netsniff-ng `-s -A -k 100 -b {TOOL_CPU} -S {BUFFER_KIB}KiB` \
                  (it has no per-packet work option, so at the load point it forwards with no \
                  load: its loss there is a bar it clears more easily than poolcap)"
             ),
