@@ -488,7 +488,10 @@ mod tests {
     #[test]
     fn collects_output_and_waits_for_ready() {
         let mut cmd = Command::new("sh");
-        cmd.args(["-c", "echo starting; echo ready >&2; exec sleep 5"]);
+        // Exits 3 by itself after 2 s: a shell started in the background by a
+        // non-interactive shell (`cmd &`, as CI may run the tests) ignores SIGINT, and so
+        // would a `sleep` it starts; either way the child must not end successfully.
+        cmd.args(["-c", "echo starting; echo ready >&2; sleep 2; exit 3"]);
         let mut r = Running::spawn(cmd, "sh").unwrap();
         let stop = AtomicBool::new(false);
         r.wait_ready("ready", Duration::from_secs(5), &stop)
