@@ -242,11 +242,15 @@ pub fn plan(scale: Scale, cal: &Calibration) -> Plan {
     let mut notes = vec![format!(
         "equal memory in front of the disk: poolcap a {} MiB kernel ring plus a pool of {}×{} \
          cells of {CELL_BYTES} B ({} MiB; a cell also holds the packet's record framing, a \
-         few bytes more); tcpdump, dumpcap and netsniff-ng a {} MiB kernel buffer (-B / -S)",
+         few bytes more), given as `-B {RING_KIB} --pool {},{}`: writing only, poolcap keeps 16 \
+         chunks (8 MiB) in the pool and puts the rest into its kernel ring (28 MiB), as its \
+         startup line says; tcpdump, dumpcap and netsniff-ng a {} MiB kernel buffer (-B / -S)",
         RING_KIB / 1024,
         POOL.1,
         POOL.0,
         POOL_BYTES >> 20,
+        POOL.0,
+        POOL.1,
         PEER_KIB / 1024
     )];
     notes.push(match cal.disk_mb_s {

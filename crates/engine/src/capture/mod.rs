@@ -75,7 +75,9 @@ use self::pool::{Pool, PoolSize};
 use self::queue::WaitStrategy;
 use self::sink::{Sink, SinkSpec};
 use self::source::Source;
-use self::start::{check_memory, open_input, open_sink, retire_tuning, InputPlan, Plan, Started};
+use self::start::{
+    check_memory, open_input, open_sink, retire_tuning, write_staging, InputPlan, Plan, Started,
+};
 use self::threads::Threads;
 use self::writer::BoxedOutput;
 use poolcap_sys::netdev;
@@ -452,6 +454,7 @@ impl Engine {
             capacity: &capacity,
             records,
             inbound_only,
+            write_staging: write_staging(&pipeline),
         };
         let opened = open_input(&cfg, input, &inputs)?;
         let if_before = opened

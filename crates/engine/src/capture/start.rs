@@ -123,6 +123,23 @@ pub(super) struct InputPlan<'a> {
     pub(super) records: Option<FileFormat>,
     /// Capture sockets ignore frames this host sends (forwarding: OUT may be IN's peer).
     pub(super) inbound_only: bool,
+    /// Pool chunks kept when packets are only written ([`write_staging`]).
+    pub(super) write_staging: Option<usize>,
+}
+
+/// Chunks a pool keeps when packets are only written to a file; the rest of its memory
+/// goes to the kernel ring ([`backend::write_split`]). Enough for the writer's batches in
+/// flight: a `--direct` batch of 2 MiB is four chunks of 256 cells, and it may wait for
+/// the device while the capture thread fills the next ones.
+const WRITE_STAGING_CHUNKS: usize = 16;
+
+/// [`WRITE_STAGING_CHUNKS`] when `pipeline` only writes packets to a file (no analysis, no
+/// forwarding).
+pub(super) fn write_staging(pipeline: &Pipeline<SinkSpec>) -> Option<usize> {
+    match pipeline {
+        Pipeline::Direct(sink) if !sink.forwards() => Some(WRITE_STAGING_CHUNKS),
+        _ => None,
+    }
 }
 
 /// Opens the sources and their pools: a file, the caller's sources, or the interface
@@ -139,6 +156,7 @@ pub(super) fn open_input(
         capacity,
         records,
         inbound_only,
+        write_staging,
     } = *plan;
     let local = |sources: Vec<Box<dyn Source>>, report: String| Opened {
         pools: backend::copy_pools(cfg.pool, capacity, records),
@@ -173,6 +191,7 @@ pub(super) fn open_input(
                 snaplen: cfg.snaplen,
                 records,
                 inbound_only,
+                write_staging,
             },
         )?,
     })
@@ -467,5 +486,27 @@ impl Started<'_> {
             threads.workers.push(h);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::Output;
+
+    fn file() -> Option<SinkSpec> {
+        Some(SinkSpec::File(Output::Stdout, FileFormat::Pcap))
+    }
+
+    #[test]
+    fn only_a_capture_that_just_writes_moves_pool_memory_into_the_ring() {
+        let writes = Pipeline::choose(false, 0, None, file());
+        assert_eq!(write_staging(&writes), Some(WRITE_STAGING_CHUNKS));
+        let analyses = Pipeline::choose(false, 1000, None, file());
+        let counts = Pipeline::choose(false, 0, None, None);
+        let in_place = Pipeline::choose(true, 0, None, file());
+        assert_eq!(write_staging(&analyses), None, "workers keep the pool");
+        assert_eq!(write_staging(&counts), None);
+        assert_eq!(write_staging(&in_place), None);
     }
 }

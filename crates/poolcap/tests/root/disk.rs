@@ -153,6 +153,11 @@ fn size_rotation_loses_and_repeats_nothing() {
     );
     // Everything captured went to a file.
     assert_eq!(num(&st, "not_written"), 0, "{st}");
+    // Writing only: the default pool's memory beyond 16 chunks is in the kernel ring.
+    assert!(
+        stderr.contains("kernel ring 28 MiB and pool 16 of 64 chunks"),
+        "{stderr}"
+    );
     let set = files(dir.path(), "r.pcapng");
     // tcpdump's names: r.pcapng, then r.pcapng1, r.pcapng2, ... with no gap.
     let want: Vec<PathBuf> = (0..set.len())
