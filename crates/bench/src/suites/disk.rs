@@ -210,7 +210,13 @@ pub fn plan(scale: Scale, cal: &Calibration) -> Plan {
             ),
         );
         for rps in [false, true] {
-            for &size in sizes {
+            // Quick: imix at top speed with rps off as well.
+            let imix: &[Size] = if scale == Scale::Quick && !rps {
+                &[Size::Imix]
+            } else {
+                &[]
+            };
+            for &size in sizes.iter().chain(imix) {
                 v.push(point(size, None, Output::Pcap, rps, scale));
                 // Quick: the fixed rate at 1514 B, where it means MB/s, and rps off only.
                 let fixed = scale == Scale::Full || (size == Size::Bytes(1514) && !rps);
@@ -514,8 +520,10 @@ mod tests {
     #[test]
     fn every_tool_gets_the_same_memory_and_its_own_way_to_write() {
         let q = plan(Scale::Quick, &cal()).points;
-        assert!(q.len() <= 8, "{}", q.len());
+        assert!(q.len() <= 9, "{}", q.len());
         assert!(q.iter().all(|p| p.traffic.count <= 1_500_000));
+        let imix = q.iter().find(|p| p.id == "imix top pcap rps off").unwrap();
+        assert!(imix.traffic.imix);
         let long = q.iter().find(|p| p.id == "1514B top pcap rps off").unwrap();
         assert_eq!(long.traffic.count, 1_500_000, "issue 13's length");
         let pcap = q.iter().find(|p| p.id == "1514B top pcap rps on").unwrap();
