@@ -246,6 +246,28 @@ fn share_key(s: &Scenario, cpu: &share::Cpu) -> String {
     }
 }
 
+/// Chunks poolcap's pool keeps when it only writes packets (no `--load`): the rest of the
+/// pool's memory is in the kernel ring (the engine's `backend::write_split`).
+pub const WRITE_STAGING_CHUNKS: usize = 16;
+
+/// The kernel ring's bytes and the pool's cells that buffer `s`'s packets: poolcap's pool
+/// only when it copies (analysis, or a file: with a file alone, the pool beyond
+/// [`WRITE_STAGING_CHUNKS`] is in the ring, in cells of 2 KiB, or of the snaplen when
+/// smaller); the peers' kernel buffer only.
+fn memory(s: &Scenario) -> (u64, usize) {
+    let (m, r) = s.pool;
+    match s.tool {
+        Tool::Poolcap if s.load > 0 => (s.buffer_bytes, m * r),
+        Tool::Poolcap if s.write => {
+            let kept = r.min(WRITE_STAGING_CHUNKS);
+            let cell = s.snaplen.clamp(64, 2048) as usize;
+            let moved = ((r - kept) * m * cell) as u64;
+            (s.buffer_bytes + moved, kept * m)
+        }
+        _ => (s.buffer_bytes, 0),
+    }
+}
+
 /// Predicts kernel and application loss of `s` on the machine `p` describes.
 pub fn predict(p: &Profile, s: &Scenario) -> Result<Prediction, ScenarioError> {
     if !(s.rate_pps.is_finite() && s.rate_pps > 0.0) {
@@ -304,12 +326,8 @@ pub fn predict(p: &Profile, s: &Scenario) -> Result<Prediction, ScenarioError> {
             (cap(tool_ns) * cpu_share * left, tool_ns)
         }
     };
-    let pool = if s.tool == Tool::Poolcap && (s.load > 0 || s.write) {
-        (s.pool.0 * s.pool.1) as f64
-    } else {
-        0.0
-    };
-    let buffer = (s.buffer_bytes as f64 / slot).floor() + pool;
+    let (ring_bytes, pool) = memory(s);
+    let buffer = (ring_bytes as f64 / slot).floor() + pool as f64;
     let r = s.rate_pps;
     let delivered = r.min(ck);
     let (burst, idle) = match s.burst {
@@ -530,6 +548,36 @@ mod tests {
         // Without a count, the asymptotic share.
         let p = predict(&profile(), &Scenario { count: None, ..s }).unwrap();
         assert!(close(p.app_loss, 0.6));
+    }
+
+    #[test]
+    fn writing_only_the_pool_beyond_the_staging_chunks_buffers_in_the_ring() {
+        // 64 B frames, 1 MiB ring (9362 frames of 112 B), pool (100, 20) of 2 KiB cells:
+        // 4 chunks (800 KiB) move into the ring, 16 chunks (1600 cells) stay.
+        let s = Scenario {
+            write: true,
+            pool: (100, 20),
+            count: Some(100_000),
+            ..scenario(Tool::Poolcap, 500_000.0)
+        };
+        let p = predict(&profile(), &s).unwrap();
+        let ring = ((1 << 20) + 4 * 100 * 2048) / 112;
+        assert!(close(p.buffer_frames, f64::from(ring) + 1600.0), "{p:?}");
+        // With analysis the pool stays whole; a peer has only its kernel buffer.
+        let analysed = Scenario {
+            load: 1,
+            ..s.clone()
+        };
+        let p = predict(&profile(), &analysed).unwrap();
+        assert!(close(p.buffer_frames, 9362.0 + 2000.0), "{p:?}");
+        let peer = Scenario {
+            tool: Tool::Tcpdump,
+            ..s
+        };
+        assert!(close(
+            predict(&profile(), &peer).unwrap().buffer_frames,
+            9362.0
+        ));
     }
 
     #[test]

@@ -75,6 +75,7 @@ use self::pool::{Pool, PoolSize};
 use self::queue::WaitStrategy;
 use self::sink::{Sink, SinkSpec};
 use self::source::Source;
+pub use self::start::WRITE_STAGING_CHUNKS;
 use self::start::{
     check_memory, open_input, open_sink, retire_tuning, write_staging, InputPlan, Plan, Started,
 };

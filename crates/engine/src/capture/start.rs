@@ -131,7 +131,7 @@ pub(super) struct InputPlan<'a> {
 /// goes to the kernel ring ([`backend::write_split`]). Enough for the writer's batches in
 /// flight: a `--direct` batch of 2 MiB is four chunks of 256 cells, and it may wait for
 /// the device while the capture thread fills the next ones.
-const WRITE_STAGING_CHUNKS: usize = 16;
+pub const WRITE_STAGING_CHUNKS: usize = 16;
 
 /// [`WRITE_STAGING_CHUNKS`] when `pipeline` only writes packets to a file (no analysis, no
 /// forwarding).

@@ -366,6 +366,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_model_keeps_the_pool_the_engine_keeps_when_writing() {
+        assert_eq!(
+            poolcap_doctor::predict::WRITE_STAGING_CHUNKS,
+            crate::capture::WRITE_STAGING_CHUNKS
+        );
+    }
+
+    #[test]
     fn sizes_tools_and_compression_keys_parse() {
         assert_eq!(parse_sizes("64"), Ok(Sizes(vec![(64.0, 1.0)])));
         assert_eq!(parse_sizes("IMIX").unwrap().0.len(), 3);
