@@ -570,6 +570,12 @@ impl Engine {
         &self.report
     }
 
+    /// The pool each queue has (R chunks of M cells): the one configured, or less of it
+    /// when only writing (see [`backend::write_split`]).
+    pub fn pool_size(&self) -> Option<PoolSize> {
+        self.pools.first().map(|p| p.size())
+    }
+
     fn snapshot(&self) -> Vec<QueueStats> {
         account::snapshots(&self.counters)
     }

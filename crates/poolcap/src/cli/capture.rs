@@ -493,6 +493,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
             });
         }
     };
+    let pool = engine.pool_size().unwrap_or(pool);
     let verb = if args.read.is_some() {
         "reading from file"
     } else {
