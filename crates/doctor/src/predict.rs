@@ -27,7 +27,9 @@
 //!    (calibrated); without it the tool has a core of its own. With analysis (`--load`)
 //!    poolcap's share is that of the calibration run with a saturated worker
 //!    ([`share::SATURATED`]). The receive work on the tool's CPU costs `kernel_rps` (that
-//!    CPU's softirq time per frame at an rps-on calibration point) when the profile has it.
+//!    CPU's softirq time per frame at an rps-on calibration point) when the profile has it;
+//!    the waits are then those of that rps-on point (the tool waits behind the receive
+//!    softirq and `ksoftirqd`, which rps-off calibration does not show).
 //!
 //! Traffic is a fluid: `rate` frames/s, optionally in bursts of `burst` frames followed by
 //! `idle` seconds of silence. Over each burst the backlog grows by `(min(rate, C_k) - C_a)`
@@ -352,13 +354,15 @@ pub fn predict(p: &Profile, s: &Scenario) -> Result<Prediction, ScenarioError> {
         )
     };
     // Waits for the CPU, at the core the tool needs for what it keeps up with.
-    let wait_loss = p.cpu.as_ref().zip(sharing).map_or(0.0, |(c, x)| {
+    // With the receive work on the tool's CPU, as the rps-on calibration waited.
+    let waits = p
+        .cpu
+        .as_ref()
+        .zip(key.as_ref())
+        .map(|(c, k)| c.waits(k, s.kernel_on_app_cpu));
+    let wait_loss = waits.map_or(0.0, |(x, tail_s)| {
         let demand = delivered.min(ca) * tool_ns / 1e9;
-        let lost = share::wait_loss(
-            share::waiting(demand, x.share),
-            buffer / delivered,
-            c.tail_s,
-        );
+        let lost = share::wait_loss(share::waiting(demand, x.share), buffer / delivered, tail_s);
         (1.0 - kernel_loss - app_loss) * lost
     });
     let app_loss = app_loss + wait_loss;
@@ -639,6 +643,7 @@ mod tests {
                     ("copy".to_owned(), at(1.0, 0.0)),
                 ]),
                 tail_s,
+                rps: None,
             }),
             ..profile()
         }
@@ -750,6 +755,24 @@ mod tests {
         assert!((d.loss / p.loss - (-3.0f64).exp()).abs() < 1e-3, "{d:?}");
         assert_eq!(predict(&profile(), &s).unwrap().loss, 0.0);
         assert_eq!(predict(&shared(1.0, depth), &s).unwrap().loss, 0.0);
+        // Behind the receive work (rps on) it waits as the rps-on calibration did: a core of
+        // its own there loses nothing; rps off keeps the configuration's waits.
+        let mut behind = shared(0.5, depth);
+        if let Some(c) = behind.cpu.as_mut() {
+            c.rps = Some(crate::share::RpsWaits {
+                sharing: crate::share::Sharing {
+                    share: 1.0,
+                    wait_s: 0.0,
+                },
+                tail_s: depth,
+            });
+        }
+        assert!(close(predict(&behind, &s).unwrap().wait_loss, p.wait_loss));
+        let rps = Scenario {
+            kernel_on_app_cpu: true,
+            ..s
+        };
+        assert_eq!(predict(&behind, &rps).unwrap().wait_loss, 0.0);
     }
 
     #[test]

@@ -68,6 +68,20 @@ pub struct Cpu {
     pub sharing: BTreeMap<String, Sharing>,
     /// Mean length of the waits for the CPU that outlast a buffer, seconds.
     pub tail_s: f64,
+    /// The same, measured with the kernel's receive work on the tool's CPU (rps on): a
+    /// tool then waits behind the receive softirq (and `ksoftirqd`), which its rps-off
+    /// runs do not show. `None` in a profile calibrated without an rps-on point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rps: Option<RpsWaits>,
+}
+
+/// How a tool waits for its CPU when the receive work runs there too (see [`Cpu::rps`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RpsWaits {
+    /// The calibration run's share when runnable and wait per timeslice.
+    pub sharing: Sharing,
+    /// Mean length of the waits that outlast a buffer, seconds.
+    pub tail_s: f64,
 }
 
 impl Cpu {
@@ -88,6 +102,15 @@ impl Cpu {
             share: 1.0,
             wait_s: 0.0,
         })
+    }
+
+    /// How configuration `key` waits for the CPU, and the waits' tail: with the receive
+    /// work on its CPU (`rps`), the rps-on calibration's when the profile has it.
+    pub fn waits(&self, key: &str, rps: bool) -> (Sharing, f64) {
+        match self.rps.filter(|_| rps) {
+            Some(r) => (r.sharing, r.tail_s),
+            None => (self.of(key), self.tail_s),
+        }
     }
 
     /// The share of the core configuration `key` gets with a backlog: the [`SATURATED`]
@@ -178,6 +201,7 @@ mod tests {
                 (SATURATED.to_owned(), at(0.6)),
             ]),
             tail_s: 0.01,
+            rps: None,
         };
         assert_eq!(cpu.of("copy").share, 0.1);
         // The saturated worker does not count: with it the median would be 0.6.
@@ -204,6 +228,7 @@ mod tests {
                 ),
             ]),
             tail_s: 0.01,
+            rps: None,
         };
         assert_eq!(cpu.capacity_share(SATURATED), 0.2);
         assert!(close(cpu.capacity_share("count"), 0.5));

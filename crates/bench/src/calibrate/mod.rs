@@ -25,9 +25,11 @@
 //! The CPU time of a child comes from `/proc/PID/stat` in clock ticks (10 ms), so a
 //! configuration must run long enough for hundreds of ticks to be precise.
 
+use std::collections::BTreeMap;
+
 use poolcap_doctor::predict;
 use poolcap_doctor::profile::{Profile, Samples};
-use poolcap_doctor::share::{self, Cpu, Sharing};
+use poolcap_doctor::share::{self, Cpu, RpsWaits, Sharing};
 
 use crate::meta::Meta;
 use crate::peer::{CaptureSpec, Generator, Tool, Traffic};
@@ -184,21 +186,41 @@ pub fn samples(rows: &[Row]) -> Samples {
     s
 }
 
-/// The CPU a capture got in the rps-off calibration rows among `rows`, for `p` (their
-/// costs): the median share when runnable and wait per timeslice of each configuration
-/// (the saturated worker's too) over the frame sizes, and the tail of
-/// the waits (`poolcap_doctor::share`) from the runs that lost frames, each run's measured
+/// The CPU a capture got in the calibration rows among `rows`, for `p` (their costs): from
+/// the rps-off rows, the median share when runnable and wait per timeslice of each
+/// configuration (the saturated worker's too) over the frame sizes, and the tail of the
+/// waits (`poolcap_doctor::share`) from the runs that lost frames, each run's measured
 /// waiting fraction and loss against the time its buffers held at its rate; without such a
-/// run, the mean wait per timeslice. `None` when no run has scheduler statistics.
+/// run, the mean wait per timeslice. The same from the rps-on rows ([`KERNEL_RPS`]) gives
+/// the waits behind the receive work ([`RpsWaits`]). `None` when no rps-off run has
+/// scheduler statistics.
 pub fn cpu(rows: &[Row], p: &Profile) -> Option<Cpu> {
-    let cal: Vec<&Row> = rows
-        .iter()
-        .filter(|r| r.point.starts_with(POINT_PREFIX) && !r.rps && r.subject != SENDER)
-        .collect();
+    let cal = |rps: bool| {
+        rows.iter()
+            .filter(move |r| r.point.starts_with(POINT_PREFIX) && r.rps == rps)
+            .filter(|r| r.subject != SENDER)
+    };
+    let (sharing, tail_s) = waits(cal(false), p)?;
+    let rps = waits(cal(true), p).and_then(|(by_key, tail_s)| {
+        let sharing = *by_key.get(KERNEL_RPS)?;
+        Some(RpsWaits { sharing, tail_s })
+    });
+    Some(Cpu {
+        sharing,
+        tail_s,
+        rps,
+    })
+}
+
+/// Each configuration's median sharing among `runs`, and the waits' tail (see [`cpu`]).
+fn waits<'a>(
+    runs: impl Iterator<Item = &'a Row>,
+    p: &Profile,
+) -> Option<(BTreeMap<String, Sharing>, f64)> {
     type Runs = (Vec<f64>, Vec<f64>);
-    let mut by_key: std::collections::BTreeMap<String, Runs> = Default::default();
+    let mut by_key: BTreeMap<String, Runs> = BTreeMap::new();
     let (mut tails, mut slices) = (Vec::new(), Vec::new());
-    for r in &cal {
+    for r in runs {
         let (Some(sh), Some(ms)) = (r.median("cpu_share"), r.median("wait_per_slice_ms")) else {
             continue;
         };
@@ -226,7 +248,7 @@ pub fn cpu(rows: &[Row], p: &Profile) -> Option<Cpu> {
             Some((k, Sharing { share, wait_s }))
         })
         .collect();
-    Some(Cpu { sharing, tail_s })
+    Some((sharing, tail_s))
 }
 
 /// The median of `v` (sorted in place), `None` when empty.
@@ -399,5 +421,19 @@ mod tests {
         let calm = crate::report::aggregate(&[run("count", 1_000_000, 1_000_000, 0.0)]);
         assert_eq!(cpu(&calm, &p).unwrap().tail_s, 0.00025);
         assert!(cpu(&rows[..0], &p).is_none());
+        // Only poolcap counting with rps on gives the waits behind the receive work.
+        assert_eq!(got.rps, None);
+        let mut behind = run(KERNEL_RPS, 1_000_000, 3_000_000, 0.0);
+        behind.rps = true;
+        let with = crate::report::aggregate(&[run("count", 1_000_000, 1_000_000, 0.0), behind]);
+        let w = cpu(&with, &p).unwrap().rps.unwrap();
+        assert_eq!((w.sharing.share, w.sharing.wait_s), (0.25, 0.00075));
+        assert_eq!(
+            w.tail_s, 0.00075,
+            "no lossy rps run: the wait per timeslice"
+        );
+        let c = cpu(&with, &p).unwrap();
+        assert_eq!(c.waits("count", true), (w.sharing, w.tail_s));
+        assert_eq!(c.waits("count", false), (c.sharing["count"], c.tail_s));
     }
 }
