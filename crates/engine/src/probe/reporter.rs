@@ -114,10 +114,11 @@ impl Reporter {
         change: Option<String>,
         handover: &mut dyn FnMut(),
     ) -> anyhow::Result<String> {
-        let (epoch, ran) = self.hub.switch(next);
+        // The kernel's period ends first: nothing between `now` and the flip.
         if let Some(k) = &mut self.kernel {
             k.install()?;
         }
+        let (epoch, ran) = self.hub.switch(next);
         handover();
         let mut tally = self.hub.collect(epoch, &ran, false, COLLECT_TIMEOUT)?;
         if let Some(k) = &mut self.kernel {
