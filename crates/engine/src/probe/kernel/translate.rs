@@ -750,6 +750,54 @@ mod tests {
     }
 
     #[test]
+    fn the_stamp_program_stamps_and_rule_programs_read_the_stamp() {
+        let dst = |i: &Insn| i.regs & 0x0f;
+        let src = |i: &Insn| i.regs >> 4;
+        let maps = |gen| Maps { counts: 3, gen };
+        let counts_lookups = |p: &[Insn]| {
+            p.iter()
+                .filter(|i| i.code == LD_IMM64 && i.imm == 3)
+                .count()
+        };
+        let stamp = program(&[], maps(Generation::Word(4)), Vlan::Skb).unwrap();
+        // The word (from map 4) into cb[0], the time into cb[1..3]; the total counted.
+        for off in [SKB_CB0, SKB_CB0 + 4, SKB_CB0 + 8] {
+            assert!(
+                stamp
+                    .iter()
+                    .any(|i| i.code == STX | MEM | W && dst(i) == CTX && i.off == off),
+                "writes cb at {off}"
+            );
+        }
+        assert!(stamp.iter().any(|i| i.code == LD_IMM64 && i.imm == 4));
+        assert_eq!(counts_lookups(&stamp), 1);
+
+        let all = [insn(0x06, 0, 0, 1)];
+        let rules = [KernelRule {
+            slot: 1,
+            filter: &all,
+            flows: None,
+        }];
+        let stamped = program(&rules, maps(Generation::Stamped { epoch: 5 }), Vlan::Skb).unwrap();
+        assert!(stamped
+            .iter()
+            .any(|i| i.code == LDX | MEM | W && src(i) == CTX && i.off == SKB_CB0));
+        // Its own epoch only, with a return right there (no jump to the far end).
+        let check = stamped
+            .iter()
+            .position(|i| i.code == JMP32 | JEQ | K && i.imm == 5)
+            .expect("epoch check");
+        assert_eq!(stamped[check + 2], Insn::new(JMP | EXIT, 0, 0, 0, 0));
+        // No total, no context write, no word.
+        assert_eq!(counts_lookups(&stamped), 1, "the rule's slot only");
+        assert!(!stamped
+            .iter()
+            .any(|i| i.code & 0x07 == STX && dst(i) == CTX));
+        let zero = program(&rules, maps(Generation::Zero), Vlan::Skb).unwrap();
+        assert_eq!(counts_lookups(&zero), 2, "the total and the rule's slot");
+    }
+
+    #[test]
     fn bad_programs_are_refused_not_miscompiled() {
         let out = [insn(0x15, 0, 9, 1), insn(0x06, 0, 0, 0)];
         let e = program(
