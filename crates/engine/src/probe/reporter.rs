@@ -122,7 +122,7 @@ impl Reporter {
         handover();
         let mut tally = self.hub.collect(epoch, &ran, false, COLLECT_TIMEOUT)?;
         if let Some(k) = &mut self.kernel {
-            k.add_to(&ran, &mut tally)?;
+            k.add_to(&ran, &mut tally, (self.start, now))?;
         }
         self.emit(&ran, &tally, now, accounting, false)?;
         let at = report::time(now);
@@ -145,7 +145,7 @@ impl Reporter {
         let mut tally = self.hub.collect(epoch, &ran, true, COLLECT_TIMEOUT)?;
         if let Some(k) = &mut self.kernel {
             k.detach();
-            k.add_to(&ran, &mut tally)?;
+            k.add_to(&ran, &mut tally, (self.start, now))?;
         }
         self.emit(&ran, &tally, now, accounting, true)
     }

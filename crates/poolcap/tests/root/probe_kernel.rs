@@ -267,9 +267,11 @@ fn kernel_flow_keys_equal_the_user_space_parser_frame_by_frame() {
             let side_before = Counts::read(&map, FLOW_SIDE).expect("side slot");
             prog.test_run(&data, 1).expect("BPF_PROG_TEST_RUN");
             let side = Counts::read(&map, FLOW_SIDE).expect("side slot");
+            // As the reporter reads it: flows seen since the last time, zeroed in place
+            // (a key seen again in a later frame gets its first seen again).
             let got: Vec<_> = flows
-                .drain()
-                .expect("drain")
+                .take()
+                .expect("take")
                 .iter()
                 .map(|(k, v)| flow_of(k, v, 0))
                 .collect();
@@ -836,8 +838,11 @@ fn many_rules_over_several_programs_count_as_probe_r_does() {
     }
     // A flow map without preallocation fails an insert when the kernel cannot allocate
     // the element in the packet's (atomic) context; the packet is then counted as evicted.
-    // With every period's flows deleted and inserted again in 187 maps, that happened to
-    // 0.2% of the packets run alone and to a third of them beside other tests.
+    // The reporter zeroes the flows that go on instead of deleting them, so that happens
+    // mostly to a flow's first packet in a map (600 new flows in up to 187 maps at once
+    // here): 0.3% to 6% of the packets beside the other probe_kernel tests (13% to a third
+    // when every period's flows were deleted and inserted again). No bound: it depends on
+    // the machine's load.
     eprintln!("in-kernel flow inserts that failed (evicted packets): {evicted} of {seen}");
     assert_eq!(counted, n, "every rule but `ghost` counted something");
 }

@@ -13,10 +13,12 @@
 //! here (the frame is keyed without ports instead): MACsec and IPv4's authentication
 //! header, which the user-space parser walks.
 //!
-//! A new flow is inserted with `BPF_NOEXIST`; when the map is full (the rule's flow cap) the
-//! packet goes to the rule's "evicted" counters instead, so flows + evicted + no_ip is every
-//! packet of the rule, as with the user-space table. Two maps per rule and the generation
-//! word let the reporter drain one map whole while the program fills the other.
+//! A new flow is inserted with `BPF_NOEXIST`; when the map is full (the rule's flow cap), or
+//! the kernel cannot allocate the element then, the packet goes to the rule's "evicted"
+//! counters instead, so flows + evicted + no_ip is every packet of the rule, as with the
+//! user-space table. A flow found with zero packets on this CPU (inserted by another CPU,
+//! or zeroed by the reporter) gets its first seen. Two maps per rule and the generation
+//! word let the reporter take one map whole while the program fills the other.
 
 use super::*;
 

@@ -29,8 +29,12 @@
 //! period end the reporter flips the word, waits for an RCU grace period (a packet runs the
 //! whole TCX chain inside one RCU read-side section, so after it no packet still counts in
 //! the old generation) and reads the old generation, whose counts and flows then stand
-//! still: the counts as differences of running sums, the flow maps drained (read and
-//! emptied). So a packet is in exactly one period, and a rule's packets equal its flows
+//! still: the counts as differences of running sums, the flow maps taken (the flows seen
+//! read and zeroed in place, the flows not seen since the last time deleted: a flow that
+//! goes on costs the kernel no allocation, which in softirq context can fail, and the
+//! packet would then count as evicted). A flow table near its cap therefore evicts a
+//! little earlier than in user space: the flows of the generation's previous period that
+//! have not come back yet hold places until this period's read. So a packet is in exactly one period, and a rule's packets equal its flows
 //! plus its evicted plus its no-IP packets in every period. A slot and its flow maps belong
 //! to a rule name for the whole run (a flow map keeps the cap it was made with).
 //!
@@ -52,6 +56,7 @@ pub mod translate;
 pub const VALUE_SIZE: u32 = (VALUE_WORDS * 8) as u32;
 
 use std::net::IpAddr;
+use std::time::SystemTime;
 
 use poolcap_probe::flows::{Evicted, FlowStats};
 use poolcap_probe::packet::FlowKey;
@@ -69,6 +74,10 @@ use crate::capture::filter::compile_offline;
 /// Map slots: two generations of the total, one per rule name seen during the run, and
 /// one per flows rule name's flow side.
 const SLOTS: u32 = 2 * GEN_STRIDE;
+
+/// How far outside its period a flow's time read at the flip may lie (see
+/// [`KernelRules::add_to`]).
+pub const FLIP_SLACK_NS: u64 = 1_000_000;
 
 /// Which rules `--in-kernel` runs in the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -607,8 +616,31 @@ impl KernelRules {
 
     /// Adds what the kernel counted in the period [`install`](Self::install) ended (or, if
     /// none did, in the one ending now) to the kernel rules of `tally` (made for `config`,
-    /// the configuration that ran).
-    pub fn add_to(&mut self, config: &Config, tally: &mut Tally) -> anyhow::Result<()> {
+    /// the configuration that ran); `period` is its start and end.
+    ///
+    /// The generation decides a flow's period; its times come from the kernel's clock and
+    /// the period's ends from the wall clock, read on different CPUs around the flip, so a
+    /// time within [`FLIP_SLACK_NS`] outside the period is moved to its edge.
+    pub fn add_to(
+        &mut self,
+        config: &Config,
+        tally: &mut Tally,
+        period: (SystemTime, SystemTime),
+    ) -> anyhow::Result<()> {
+        let ns = |t: SystemTime| {
+            t.duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+        };
+        let (start, end) = (ns(period.0), ns(period.1));
+        let edge = |t: u64| {
+            if t < start && start - t <= FLIP_SLACK_NS {
+                start
+            } else if t > end && t - end <= FLIP_SLACK_NS {
+                end
+            } else {
+                t
+            }
+        };
         self.flip()?;
         let old = self.unread.take().expect("flipped");
         // After a grace period no packet still counts in the old generation, nor runs the
@@ -620,7 +652,7 @@ impl KernelRules {
             let delta = self.take(old, slot)?;
             let named = &self.names[slot as usize - 1];
             let flows = match &named.flows {
-                Some((maps, _)) => maps[old as usize].drain()?,
+                Some((maps, _)) => maps[old as usize].take()?,
                 None => Vec::new(),
             };
             let side = match named.flows.as_ref().map(|f| f.1) {
@@ -646,7 +678,8 @@ impl KernelRules {
             if let Some(table) = &mut t.flows {
                 t.no_ip += side.word(flowkey::side::NO_IP);
                 for (key, values) in &flows {
-                    let (k, s) = flow_of(key, values, clock_offset);
+                    let (k, mut s) = flow_of(key, values, clock_offset);
+                    (s.first_ns, s.last_ns) = (edge(s.first_ns), edge(s.last_ns));
                     table.add_flow(k, s);
                 }
                 table.add_evicted(&Evicted {
