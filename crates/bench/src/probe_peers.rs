@@ -109,7 +109,7 @@ pub fn launch(
             if let Some(o) = &spec.offload {
                 push(&["--offload", o]);
             }
-            // auto: flows rules beyond what one program holds run on the worker.
+            // auto: rules beyond what the kernel programs hold run on the worker.
             if spec.in_kernel {
                 push(&["--in-kernel=auto"]);
             }

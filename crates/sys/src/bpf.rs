@@ -1,9 +1,9 @@
 //! eBPF through raw `bpf(2)` calls, for programs poolcap generates itself (the probe's
 //! in-kernel rules): per-CPU array maps, a plain array (the probe's generation word),
-//! per-CPU hash maps drained whole (its flow tables), an RCU grace period (so a drained map
-//! is no longer written), loading an instruction array with the verifier's
-//! log on failure, attaching at tc ingress through a TCX link (kernel 6.6+) that goes away
-//! with its fd, replacing the linked program atomically, and running a program on a given
+//! per-CPU hash maps taken whole (its flow tables), an RCU grace period (so a taken map is
+//! no longer written), loading an instruction array with the verifier's
+//! log on failure, attaching at tc ingress through TCX links (kernel 6.6+) that go away
+//! with their fds, and running a program on a given
 //! buffer (`BPF_PROG_TEST_RUN`) so generated code can be checked frame by frame. XDP programs
 //! (the bench's redirect floor) load and link the same way, with the XDP program and attach
 //! types: a `BPF_XDP` link, like a TCX one, detaches when its fd closes.
@@ -27,12 +27,13 @@ const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_PROG_TEST_RUN: libc::c_long = 10;
 const BPF_LINK_CREATE: libc::c_long = 28;
-const BPF_LINK_UPDATE: libc::c_long = 29;
 const BPF_MAP_TYPE_ARRAY: u32 = 2;
 const BPF_MAP_TYPE_PERCPU_HASH: u32 = 5;
 const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
 /// Hash elements allocated on insert, not all at creation: a cap is a bound, not a cost.
 const BPF_F_NO_PREALLOC: u32 = 1;
+/// `BPF_MAP_UPDATE_ELEM` of a key that must exist.
+const BPF_EXIST: u64 = 2;
 /// `membarrier(2)` command that waits for an RCU grace period on every CPU.
 const MEMBARRIER_CMD_GLOBAL: libc::c_long = 1;
 const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
@@ -142,15 +143,6 @@ struct LinkCreateAttr {
     relative_fd: u32,
     _pad: u32,
     expected_revision: u64,
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct LinkUpdateAttr {
-    link_fd: u32,
-    new_prog_fd: u32,
-    flags: u32,
-    old_prog_fd: u32,
 }
 
 /// Every `bpf(cmd, attr, sizeof attr)` goes through here (and the crate's chokepoint), returning the non-negative result.
@@ -391,7 +383,8 @@ impl Array {
 }
 
 /// A `BPF_MAP_TYPE_PERCPU_HASH` whose elements are allocated on insert: a program inserts
-/// with `BPF_NOEXIST` and finds it full at `entries`; user space drains it whole.
+/// with `BPF_NOEXIST` and finds it full at `entries`; user space takes what changed and
+/// zeroes it.
 #[derive(Debug)]
 pub struct PerCpuHash {
     fd: OwnedFd,
@@ -423,9 +416,39 @@ impl PerCpuHash {
         self.fd.as_raw_fd()
     }
 
-    /// Every key with every CPU's copy of its value, then the map emptied. Exact only when
-    /// no program writes the map meanwhile (see [`synchronize_rcu`]).
-    pub fn drain(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    /// Every key whose value is not zero on every CPU, with every CPU's copy of it; those
+    /// values are then zeroed in place and the all-zero keys (untouched since the last
+    /// call) deleted. So a key that stays in use is neither freed nor allocated again, which a program inserting from softirq context cannot
+    /// always do (the kernel allocates the element and its per-CPU values without
+    /// sleeping). Exact only when no program writes the map meanwhile.
+    pub fn take(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let stride = self.value_size.div_ceil(8) * 8;
+        let mut zero = vec![0u8; stride * self.cpus];
+        let mut out = Vec::new();
+        for key in self.keys()? {
+            let value = self.lookup(&key)?;
+            if value.iter().all(|&b| b == 0) {
+                self.delete(&key)?;
+                continue;
+            }
+            let what = || format!("key {} bytes", key.len());
+            let call = "bpf(BPF_MAP_UPDATE_ELEM)";
+            elem(
+                &self.fd,
+                BPF_MAP_UPDATE_ELEM,
+                call,
+                Some(&key),
+                Some(&mut zero),
+                BPF_EXIST,
+                &what,
+            )?;
+            out.push((key, value));
+        }
+        Ok(out)
+    }
+
+    /// Every key of the map.
+    fn keys(&self) -> Result<Vec<Vec<u8>>> {
         let mut keys: Vec<Vec<u8>> = Vec::new();
         loop {
             let mut next = vec![0u8; self.key_size];
@@ -442,27 +465,29 @@ impl PerCpuHash {
                 &what,
             ) {
                 Ok(()) => keys.push(next),
-                Err(e) if e.errno() == Some(libc::ENOENT) => break,
+                Err(e) if e.errno() == Some(libc::ENOENT) => return Ok(keys),
                 Err(e) => return Err(e),
             }
         }
-        let mut out = Vec::with_capacity(keys.len());
-        for key in keys {
-            let what = || format!("key {} bytes", key.len());
-            let value = lookup_per_cpu(&self.fd, &key, self.value_size, self.cpus, what)?;
-            let call = "bpf(BPF_MAP_DELETE_ELEM)";
-            elem(
-                &self.fd,
-                BPF_MAP_DELETE_ELEM,
-                call,
-                Some(&key),
-                None,
-                0,
-                &what,
-            )?;
-            out.push((key, value));
-        }
-        Ok(out)
+    }
+
+    fn lookup(&self, key: &[u8]) -> Result<Vec<u8>> {
+        let what = || format!("key {} bytes", key.len());
+        lookup_per_cpu(&self.fd, key, self.value_size, self.cpus, what)
+    }
+
+    fn delete(&self, key: &[u8]) -> Result<()> {
+        let what = || format!("key {} bytes", key.len());
+        let call = "bpf(BPF_MAP_DELETE_ELEM)";
+        elem(
+            &self.fd,
+            BPF_MAP_DELETE_ELEM,
+            call,
+            Some(key),
+            None,
+            0,
+            &what,
+        )
     }
 }
 
@@ -564,11 +589,10 @@ pub struct TestRun {
 }
 
 /// A program attached at tc ingress of an interface through a TCX link: detached when the
-/// link is dropped (or the process dies), replaced atomically by [`TcxLink::replace`].
+/// link is dropped (or the process dies).
 #[derive(Debug)]
 pub struct TcxLink {
-    fd: OwnedFd,
-    ifindex: u32,
+    _fd: OwnedFd,
 }
 
 impl TcxLink {
@@ -580,24 +604,7 @@ impl TcxLink {
             BPF_TCX_INGRESS,
             "bpf(BPF_LINK_CREATE, BPF_TCX_INGRESS)",
         )?;
-        Ok(Self { fd, ifindex })
-    }
-
-    /// Puts `prog` in the link's place: every packet after the swap runs `prog`, none runs
-    /// both.
-    pub fn replace(&self, prog: &TcProgram) -> Result<()> {
-        let mut attr = LinkUpdateAttr {
-            link_fd: self.fd.as_raw_fd() as u32,
-            new_prog_fd: prog.fd.as_raw_fd() as u32,
-            ..Default::default()
-        };
-        bpf(
-            BPF_LINK_UPDATE,
-            &mut attr,
-            "bpf(BPF_LINK_UPDATE)",
-            &format!("ifindex {}", self.ifindex),
-        )
-        .map(drop)
+        Ok(Self { _fd: fd })
     }
 }
 
@@ -688,7 +695,6 @@ mod tests {
         assert_eq!(std::mem::size_of::<ProgLoadAttr>(), 72);
         assert_eq!(std::mem::size_of::<TestRunAttr>(), 40);
         assert_eq!(std::mem::size_of::<LinkCreateAttr>(), 32);
-        assert_eq!(std::mem::size_of::<LinkUpdateAttr>(), 16);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! - [`live`]: the periodic action manager beside a running capture: the period clock, the
 //!   control socket, SIGHUP, and the final report after the engine has drained;
 //! - [`control`]: the control socket itself (mode 0600) and the `poolcap ctl` client;
-//! - [`kernel`]: `--in-kernel`, count and size rules as an eBPF program at tc ingress;
+//! - [`kernel`]: `--in-kernel`, count, size and flow rules as eBPF programs at tc ingress;
 //! - [`offline`]: `probe -r FILE`, the engine reading a capture file, with a period clock
 //!   that follows the packets' own timestamps.
 

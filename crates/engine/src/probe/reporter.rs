@@ -114,14 +114,15 @@ impl Reporter {
         change: Option<String>,
         handover: &mut dyn FnMut(),
     ) -> anyhow::Result<String> {
-        let (epoch, ran) = self.hub.switch(next);
+        // The kernel's period ends first: nothing between `now` and the flip.
         if let Some(k) = &mut self.kernel {
             k.install()?;
         }
+        let (epoch, ran) = self.hub.switch(next);
         handover();
         let mut tally = self.hub.collect(epoch, &ran, false, COLLECT_TIMEOUT)?;
         if let Some(k) = &mut self.kernel {
-            k.add_to(&ran, &mut tally)?;
+            k.add_to(&ran, &mut tally, (self.start, now))?;
         }
         self.emit(&ran, &tally, now, accounting, false)?;
         let at = report::time(now);
@@ -144,7 +145,7 @@ impl Reporter {
         let mut tally = self.hub.collect(epoch, &ran, true, COLLECT_TIMEOUT)?;
         if let Some(k) = &mut self.kernel {
             k.detach();
-            k.add_to(&ran, &mut tally)?;
+            k.add_to(&ran, &mut tally, (self.start, now))?;
         }
         self.emit(&ran, &tally, now, accounting, true)
     }

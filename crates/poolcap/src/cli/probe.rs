@@ -79,9 +79,10 @@ pub struct ProbeArgs {
     /// Stop after this long (e.g. 30s); otherwise at SIGINT or SIGTERM.
     #[arg(long, value_parser = units::parse_duration, conflicts_with = "read")]
     duration: Option<Duration>,
-    /// Count rules in an eBPF program at the interface's tc ingress instead of on the
-    /// workers: `--in-kernel` runs every rule there or refuses one it cannot (flows,
-    /// alert); `--in-kernel=auto` runs those in user space. With every rule in the kernel,
+    /// Count rules in eBPF programs at the interface's tc ingress instead of on the
+    /// workers: `--in-kernel` runs every rule there or refuses one it cannot (alert, or
+    /// beyond 2048 rules or 496 flows rules); `--in-kernel=auto` runs those in user space.
+    /// With every rule in the kernel,
     /// no `-w` and no `--metrics`, no capture socket is opened at all.
     #[arg(long, value_name = "on|auto", num_args = 0..=1, require_equals = true,
           default_missing_value = "on", conflicts_with = "read")]

@@ -318,8 +318,8 @@ fn rules_match_tcpdump_and_tshark_on_generator_traffic() {
 
 // ---------------------------------------------------------------------------------------------
 
-const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
-const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
+pub(crate) const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
+pub(crate) const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
 
 /// A capture with plain, VLAN-tagged and fragmented IPv4, IPv6 (TCP, and UDP in a VLAN),
 /// TCP conversations in both directions and ARP: what a real trace holds.
@@ -874,7 +874,12 @@ fn buddy_offload_under_load_analyses_every_captured_packet() {
 
 /// Runs `poolcap probe -q -c CONFIG --report OUT ARGS` (with `stdin` as its standard input)
 /// and returns its records.
-fn probe_file(cfg: &Path, out: &Path, args: &[&str], stdin: Option<&Path>) -> Vec<Value> {
+pub(crate) fn probe_file(
+    cfg: &Path,
+    out: &Path,
+    args: &[&str],
+    stdin: Option<&Path>,
+) -> Vec<Value> {
     let mut cmd = Command::new(bin());
     cmd.args(["probe", "-q", "-c", s(cfg), "--report", s(out)])
         .args(args);

@@ -4,23 +4,35 @@
 //! IPv6, TCP, UDP, fragments) must report identical packets, bytes and size histograms, and
 //! equal `tcpdump -r` on the probe's own capture; a probe with every rule in the kernel opens
 //! no capture socket, counts exactly what the generator sent and keeps counting exactly
-//! across `ctl` rule changes; what the kernel cannot run is refused.
+//! across `ctl` rule changes; hundreds of rules (`bench probe`'s mix) split over several
+//! programs count what `probe -r` counts on the probe's own capture, across rule changes
+//! that move rules between programs and change their number, and leave nothing attached;
+//! what the kernel cannot run is refused.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
+use etherparse::PacketBuilder;
 use libtest_mimic::Trial;
 use poolcap::capture::filter::compile_offline;
 use poolcap::probe::kernel::translate::flowkey::{FLOW_VALUE_SIZE, KEY_SIZE};
-use poolcap::probe::kernel::translate::{program, KernelRule, Maps, Vlan};
-use poolcap::probe::kernel::{flow_of, Counts, VALUE_SIZE};
+use poolcap::probe::kernel::translate::{
+    program, FlowMaps, Generation, KernelRule, Maps, Vlan, FLOW_SIDE,
+};
+use poolcap::probe::kernel::{flow_of, Counts, MAX_FLOW_RULES, VALUE_SIZE};
+use poolcap_bench::probe_peers::rule_set;
 use poolcap_sys::bpf::{PerCpuArray, PerCpuHash, TcProgram};
 use serde_json::Value;
 
-use crate::common::{bin, gen, lab, num, path_str as s, poolcap_in, start_probe, tempdir, trial};
+use crate::common::{
+    bin, gen, lab, num, path_str as s, poolcap_in, start_probe, tcpdump, tcpdump_count, tempdir,
+    trial,
+};
 use crate::probe::{
-    assert_flows_match_tshark, real_looking_frames, records, stop_probe, tcpdump_selects, totals,
-    write, write_pcap,
+    assert_flows_match_tshark, probe_file, real_looking_frames, records, stop_probe,
+    tcpdump_selects, totals, write, write_pcap, MAC_A, MAC_B,
 };
 
 pub fn trials() -> Vec<Trial> {
@@ -41,6 +53,10 @@ pub fn trials() -> Vec<Trial> {
         t(
             "every_rule_in_the_kernel_needs_no_socket_and_survives_ctl",
             every_rule_in_the_kernel_needs_no_socket_and_survives_ctl,
+        ),
+        t(
+            "many_rules_over_several_programs_count_as_probe_r_does",
+            many_rules_over_several_programs_count_as_probe_r_does,
         ),
         t(
             "what_the_kernel_cannot_run_is_refused",
@@ -106,7 +122,7 @@ fn load_first(n: usize, map: &PerCpuArray, vlan: Vlan) -> TcProgram {
         .collect();
     let maps = Maps {
         counts: map.raw_fd(),
-        gen: None,
+        gen: Generation::Zero,
     };
     let code = program(&rules, maps, vlan).expect("translates");
     TcProgram::load("probe_test", &code).unwrap_or_else(|e| panic!("load: {e}"))
@@ -206,18 +222,21 @@ fn flows_program(map: &PerCpuArray, flows: &PerCpuHash, vlan: Vlan) -> TcProgram
     let rule = KernelRule {
         slot: 1,
         filter: &all,
-        flows: Some([flows.raw_fd(), flows.raw_fd()]),
+        flows: Some(FlowMaps {
+            maps: [flows.raw_fd(), flows.raw_fd()],
+            side: FLOW_SIDE,
+        }),
     };
     let maps = Maps {
         counts: map.raw_fd(),
-        gen: None,
+        gen: Generation::Zero,
     };
     let code = program(&[rule], maps, vlan).expect("translates");
     TcProgram::load("probe_flows", &code).unwrap_or_else(|e| panic!("load: {e}"))
 }
 
 fn kernel_flow_keys_equal_the_user_space_parser_frame_by_frame() {
-    let map = PerCpuArray::create("probe_test", VALUE_SIZE, 2048).expect("map");
+    let map = PerCpuArray::create("probe_test", VALUE_SIZE, FLOW_SIDE + 1).expect("map");
     let flows = PerCpuHash::create("probe_flows", KEY_SIZE, FLOW_VALUE_SIZE, 64).expect("map");
     let mut frames = real_looking_frames();
     // QinQ, three and four tags (the parser looks through three), cut frames.
@@ -245,12 +264,14 @@ fn kernel_flow_keys_equal_the_user_space_parser_frame_by_frame() {
         }
         for (vlan, data) in views {
             let prog = flows_program(&map, &flows, vlan);
-            let side_before = Counts::read(&map, 512 + 1).expect("side slot");
+            let side_before = Counts::read(&map, FLOW_SIDE).expect("side slot");
             prog.test_run(&data, 1).expect("BPF_PROG_TEST_RUN");
-            let side = Counts::read(&map, 512 + 1).expect("side slot");
+            let side = Counts::read(&map, FLOW_SIDE).expect("side slot");
+            // As the reporter reads it: flows seen since the last time, zeroed in place
+            // (a key seen again in a later frame gets its first seen again).
             let got: Vec<_> = flows
-                .drain()
-                .expect("drain")
+                .take()
+                .expect("take")
                 .iter()
                 .map(|(k, v)| flow_of(k, v, 0))
                 .collect();
@@ -317,7 +338,11 @@ type FlowId = (String, String, u64, u64, u64);
 /// packets and were seen within it.
 fn flow_sums(recs: &[Value], rule: &str) -> std::collections::BTreeMap<FlowId, (u64, u64, String)> {
     let mut out = std::collections::BTreeMap::new();
-    for r in recs.iter().filter(|r| r["rule"] == rule) {
+    // A disabled rule's period has no flow table.
+    for r in recs
+        .iter()
+        .filter(|r| r["rule"] == rule && r["enabled"] != false)
+    {
         let list = r["flows"]["list"].as_array().expect("flow list");
         let listed: u64 = list.iter().map(|f| num(f, "packets")).sum();
         let (ev, no_ip) = (num(&r["flows"]["evicted"], "packets"), num(r, "no_ip"));
@@ -351,6 +376,41 @@ fn flow_sums(recs: &[Value], rule: &str) -> std::collections::BTreeMap<FlowId, (
         }
     }
     out
+}
+
+/// Checks that `rule`'s flows in `kernel` are those in `user`, less what the kernel
+/// counted as evicted (the user-space table here evicts nothing); returns the kernel's
+/// evicted packets.
+fn assert_flows_within(kernel: &[Value], user: &[Value], rule: &str) -> u64 {
+    let evicted = |recs: &[Value]| {
+        recs.iter()
+            .filter(|r| r["rule"] == rule && r["enabled"] != false)
+            .map(|r| &r["flows"]["evicted"])
+            .fold((0, 0), |(p, b), e| {
+                (p + num(e, "packets"), b + num(e, "bytes"))
+            })
+    };
+    assert_eq!(evicted(user), (0, 0), "{rule}: user space evicted flows");
+    let (k, mut u) = (flow_sums(kernel, rule), flow_sums(user, rule));
+    for (id, (packets, bytes, flags)) in &k {
+        let e = u
+            .get_mut(id)
+            .unwrap_or_else(|| panic!("{rule}: {id:?} not in user space"));
+        assert!(
+            *packets <= e.0 && *bytes <= e.1 && *flags == e.2,
+            "{rule}: {id:?} kernel {:?} vs user {e:?}",
+            (packets, bytes, flags)
+        );
+        e.0 -= packets;
+        e.1 -= bytes;
+    }
+    let missing = u.values().fold((0, 0), |(p, b), e| (p + e.0, b + e.1));
+    assert_eq!(
+        missing,
+        evicted(kernel),
+        "{rule}: kernel flows + evicted = user flows"
+    );
+    missing.0
 }
 
 fn sizes_total(recs: &[Value], rule: &str) -> Vec<u64> {
@@ -518,24 +578,15 @@ fn every_rule_in_the_kernel_needs_no_socket_and_survives_ctl() {
         );
         assert_eq!(num(&g, "frames"), n);
     };
-    let ctl = |words: &[&str]| {
-        let out = Command::new(bin())
-            .args(["ctl", s(&socket)])
-            .args(words)
-            .output()
-            .expect("poolcap ctl");
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(
-            out.status.success() && text.starts_with("ok"),
-            "ctl {words:?}: {text}"
-        );
-    };
+    // The stamp program and one rule program.
+    let progs = wait_for_links(bg.child.id(), 2);
     send(3000);
-    ctl(&["rule", "disable", "p9"]);
+    ctl(&socket, &["rule", "disable", "p9"]);
     send(2000);
-    ctl(&["rule", "enable", "p9"]);
+    ctl(&socket, &["rule", "enable", "p9"]);
     send(1000);
     stop_probe(bg);
+    assert_released(&progs);
     let recs = records(&report);
     assert_eq!(
         totals(&recs, "all"),
@@ -562,6 +613,238 @@ fn every_rule_in_the_kernel_needs_no_socket_and_survives_ctl() {
         6000,
         "200-byte frames: 128-255"
     );
+}
+
+/// `poolcap ctl SOCKET WORDS`, which must answer ok.
+fn ctl(socket: &Path, words: &[&str]) {
+    let out = Command::new(bin())
+        .args(["ctl", s(socket)])
+        .args(words)
+        .output()
+        .expect("poolcap ctl");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success() && text.starts_with("ok"),
+        "ctl {words:?}: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The program ids of the TCX links process `pid` holds (from its fds' fdinfo).
+fn tcx_links(pid: u32) -> Vec<u64> {
+    let dir = format!("/proc/{pid}/fdinfo");
+    let mut ids = Vec::new();
+    for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{dir}: {e}")) {
+        let Ok(text) = std::fs::read_to_string(e.expect("fdinfo entry").path()) else {
+            continue; // closed meanwhile
+        };
+        if text
+            .lines()
+            .any(|l| l.split_whitespace().eq(["link_type:", "tcx"]))
+        {
+            ids.extend(fdinfo_prog_id(&text));
+        }
+    }
+    ids
+}
+
+fn fdinfo_prog_id(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("prog_id:"))
+        .map(|v| v.trim().parse().expect("prog_id"))
+}
+
+/// Waits (up to 60 s: loading programs takes the verifier a while) until process `pid`
+/// holds `n` TCX links; returns their programs' ids.
+fn wait_for_links(pid: u32, n: usize) -> BTreeSet<u64> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ids = tcx_links(pid);
+        if ids.len() == n {
+            return ids.into_iter().collect();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the probe holds {} TCX links, not {n}",
+            ids.len()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Checks that no process holds a link to (or an fd of) any of `progs`: unpinned, they are
+/// gone, and so detached.
+fn assert_released(progs: &BTreeSet<u64>) {
+    let mut held = Vec::new();
+    for p in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(fds) = std::fs::read_dir(p.path().join("fdinfo")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let text = std::fs::read_to_string(fd.path()).unwrap_or_default();
+            if fdinfo_prog_id(&text).is_some_and(|id| progs.contains(&id)) {
+                held.push(fd.path());
+            }
+        }
+    }
+    assert!(held.is_empty(), "still held after exit: {held:?}");
+}
+
+/// `bench probe`'s rule mix of `n` rules, periods of 300 ms, behind a flows rule `ghost`
+/// that selects none of the test's (UDP) traffic: the first flows rule, so that disabling
+/// it moves every other flows rule to another place in the programs.
+fn mix_config(n: usize) -> String {
+    let mix = rule_set(n);
+    let (_, rules) = mix.split_once('\n').expect("period line");
+    format!(
+        "period = \"300ms\"\n[[rule]]\nname = \"ghost\"\nfilter = \"tcp\"\nactions = [\"flows\"]\n{rules}"
+    )
+}
+
+/// UDP frames from every source port and to every destination port the mix's port rules
+/// select, 42 to 1091 bytes long (the mix's `greater` rules).
+fn mix_frames(n: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|k| {
+            let mut v = Vec::new();
+            PacketBuilder::ethernet2(MAC_A, MAC_B)
+                .ipv4([10, 9, 0, 1], [10, 9, 0, 2], 64)
+                .udp(10_000 + (k % 600) as u16, 1 + (k * 7 % 600) as u16)
+                .write(&mut v, &vec![5u8; k * 37 % 1050])
+                .expect("build frame");
+            v
+        })
+        .collect()
+}
+
+fn many_rules_over_several_programs_count_as_probe_r_does() {
+    // 555 rules of the mix: 186 flows rules (6 programs of 31); with `ghost`, 7 programs.
+    let n = 555;
+    let dir = tempdir();
+    let trace = dir.path().join("mix.pcap");
+    write_pcap(&trace, &mix_frames(1200));
+    let cfg = write(dir.path(), "probe.toml", &mix_config(n));
+    let report = dir.path().join("report.jsonl");
+    let file = dir.path().join("tcpdump.pcap");
+    let socket = dir.path().join("ctl.sock");
+    let lab = lab(2);
+    // Every rule in the kernel and no socket (which also keeps the privileges that a rule
+    // change needs); tcpdump captures the same traffic for `probe -r`.
+    let dump = tcpdump(&lab, &["-B", "65536", "-w", s(&file)]);
+    let bg = start_probe(
+        &lab,
+        &[
+            "-c",
+            s(&cfg),
+            "--report",
+            s(&report),
+            "--ctl",
+            s(&socket),
+            "--in-kernel",
+        ],
+    );
+    let pid = bg.child.id();
+    let programs = |flows_rules: usize| 1 + flows_rules.div_ceil(MAX_FLOW_RULES);
+    let mut progs = wait_for_links(pid, programs(187));
+    assert_eq!(programs(187), 8, "the stamp and 7 rule programs");
+    std::thread::scope(|scope| {
+        // The trace at half its recorded pace (2.5k frames/s), 11.5 s, while the rules
+        // change (loading 6 or 7 programs takes the verifier about 3.5 s here).
+        let replay = scope.spawn(|| {
+            let out = poolcap_in(
+                &lab.sender.netns,
+                &[
+                    "gen",
+                    "-i",
+                    &lab.sender.iface,
+                    "--replay",
+                    s(&trace),
+                    "--speed",
+                    "0.5",
+                    "--loop",
+                    "24",
+                ],
+            );
+            assert!(
+                out.status.success(),
+                "gen: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        });
+        std::thread::sleep(Duration::from_millis(600));
+        ctl(&socket, &["rule", "disable", "ghost"]);
+        progs.extend(wait_for_links(pid, programs(186)));
+        ctl(&socket, &["rule", "enable", "ghost"]);
+        progs.extend(wait_for_links(pid, programs(187)));
+        assert!(!replay.is_finished(), "the rules changed under traffic");
+        replay.join().expect("replay thread");
+    });
+    let g = gen(
+        &lab,
+        &[
+            "--count", "3000", "--rate", "3k", "--flows", "600", "--size", "imix",
+        ],
+    );
+    assert_eq!(num(&g, "frames"), 3000);
+    stop_probe(bg);
+    assert_released(&progs);
+    let (_, dumped) = dump.stop("INT");
+    assert!(
+        dumped
+            .lines()
+            .any(|l| l.trim() == "0 packets dropped by kernel"),
+        "tcpdump lost packets (rerun when busy): {dumped}"
+    );
+
+    let kernel = records(&report);
+    assert!(kernel.iter().all(|r| r["ran"] == "kernel"));
+    let seen: u64 = kernel
+        .iter()
+        .filter(|r| r["rule"] == "ghost")
+        .map(|r| num(&r["accounting"], "captured"))
+        .sum();
+    assert_eq!(seen, tcpdump_count(&file, &[]), "the stamp program's total");
+    let user = probe_file(
+        &cfg,
+        &dir.path().join("user.jsonl"),
+        &["-r", s(&file)],
+        None,
+    );
+    let names: BTreeSet<&str> = kernel
+        .iter()
+        .map(|r| r["rule"].as_str().expect("rule"))
+        .collect();
+    assert_eq!(names.len(), n + 1, "every rule reported");
+    let (mut counted, mut evicted) = (0, 0);
+    for name in names {
+        let first = kernel.iter().find(|r| r["rule"] == name).expect("a record");
+        let k = totals(&kernel, name);
+        assert_eq!(
+            k,
+            totals(&user, name),
+            "{name}: kernel vs probe -r packets, bytes"
+        );
+        counted += usize::from(k.0 > 0);
+        if first["sizes"].is_object() {
+            assert_eq!(
+                sizes_total(&kernel, name),
+                sizes_total(&user, name),
+                "{name}: sizes"
+            );
+        }
+        if first["flows"].is_object() {
+            evicted += assert_flows_within(&kernel, &user, name);
+        }
+    }
+    // A flow map without preallocation fails an insert when the kernel cannot allocate
+    // the element in the packet's (atomic) context; the packet is then counted as evicted.
+    // The reporter zeroes the flows that go on instead of deleting them, so that happens
+    // mostly to a flow's first packet in a map (600 new flows in up to 187 maps at once
+    // here): 0.3% to 6% of the packets beside the other probe_kernel tests (13% to a third
+    // when every period's flows were deleted and inserted again). No bound: it depends on
+    // the machine's load.
+    eprintln!("in-kernel flow inserts that failed (evicted packets): {evicted} of {seen}");
+    assert_eq!(counted, n, "every rule but `ghost` counted something");
 }
 
 fn refused(args: &[&str], cfg: &Path) -> String {

@@ -13,10 +13,12 @@
 //! here (the frame is keyed without ports instead): MACsec and IPv4's authentication
 //! header, which the user-space parser walks.
 //!
-//! A new flow is inserted with `BPF_NOEXIST`; when the map is full (the rule's flow cap) the
-//! packet goes to the rule's "evicted" counters instead, so flows + evicted + no_ip is every
-//! packet of the rule, as with the user-space table. Two maps per rule and the generation
-//! word let the reporter drain one map whole while the program fills the other.
+//! A new flow is inserted with `BPF_NOEXIST`; when the map is full (the rule's flow cap), or
+//! the kernel cannot allocate the element then, the packet goes to the rule's "evicted"
+//! counters instead, so flows + evicted + no_ip is every packet of the rule, as with the
+//! user-space table. A flow found with zero packets on this CPU (inserted by another CPU,
+//! or zeroed by the reporter) gets its first seen. Two maps per rule and the generation
+//! word let the reporter take one map whole while the program fills the other.
 
 use super::*;
 
@@ -35,7 +37,6 @@ const NOW: i16 = END - 8;
 const SCRATCH: i16 = NOW - 8;
 const FRAG: i16 = SCRATCH - 8;
 
-const FN_KTIME_GET_NS: i32 = 5;
 const FN_MAP_UPDATE_ELEM: i32 = 2;
 const BPF_NOEXIST: i32 = 1;
 const JSLT: u8 = 0xc0;
@@ -80,7 +81,14 @@ impl Emitter {
         }
         self.emit(ST | MEM | DW, FP, 0, HASKEY, 0);
         self.emit(ST | MEM | DW, FP, 0, FRAG, 0);
-        self.call(FN_KTIME_GET_NS);
+        if self.stamped {
+            self.ldx(W, R0, CTX, SKB_CB0 + 4);
+            self.ldx(W, R1, CTX, SKB_CB0 + 8);
+            self.alu64_k(LSH, R1, 32);
+            self.alu64_x(OR, R0, R1);
+        } else {
+            self.call(FN_KTIME_GET_NS);
+        }
         self.stx(DW, FP, NOW, R0);
         let (nokey, keyed, v4, v6, l4) = (
             self.label(),
@@ -311,20 +319,20 @@ impl Emitter {
         self.goto(keyed);
     }
 
-    /// The flows action of the rule in counts slot `slot`, with its two maps (generation
-    /// 0 and 1); goes to `next`.
-    pub(super) fn flows(&mut self, slot: u32, maps: [i32; 2], next: usize) {
+    /// The flows action of a rule with flow-side slot `side_slot` and two maps (generation 0 and
+    /// 1); goes to `next`.
+    pub(super) fn flows(&mut self, side_slot: u32, maps: [i32; 2], next: usize) {
         let (keyed, second) = (self.label(), self.label());
         self.ldx(DW, R1, FP, HASKEY);
         self.jump_k(JMP, JNE, R1, 0, keyed);
-        self.side_add(slot, side::NO_IP, None, next);
+        self.side_add(side_slot, side::NO_IP, None, next);
         self.goto(next);
         self.bind(keyed);
         self.ldx(DW, R1, FP, GEN_OFF);
         self.jump_k(JMP, JNE, R1, 0, second);
-        self.flow_update(slot, maps[0], next);
+        self.flow_update(side_slot, maps[0], next);
         self.bind(second);
-        self.flow_update(slot, maps[1], next);
+        self.flow_update(side_slot, maps[1], next);
     }
 
     fn lookup_flow(&mut self, map: i32) {
@@ -335,7 +343,7 @@ impl Emitter {
         self.call(FN_MAP_LOOKUP_ELEM);
     }
 
-    fn flow_update(&mut self, slot: u32, map: i32, next: usize) {
+    fn flow_update(&mut self, side_slot: u32, map: i32, next: usize) {
         let (add, full) = (self.label(), self.label());
         self.lookup_flow(map);
         self.jump_k(JMP, JNE, R0, 0, add);
@@ -375,16 +383,16 @@ impl Emitter {
         self.stx(DW, R0, 32, R1);
         self.goto(next);
         self.bind(full);
-        self.side_add(slot, side::EVICTED_PACKETS, None, next);
+        self.side_add(side_slot, side::EVICTED_PACKETS, None, next);
         self.ldx(DW, R2, FP, WIRE_LEN);
         self.add_at(8 * side::EVICTED_BYTES as i16, Some(R2));
         self.goto(next);
     }
 
-    /// Adds 1 (or register `by`) to word `word` of the rule's flow-side slot; leaves the
+    /// Adds 1 (or register `by`) to word `word` of flow-side slot `side_slot`; leaves the
     /// slot's pointer in r0.
-    fn side_add(&mut self, slot: u32, word: usize, by: Option<u8>, skip: usize) {
-        self.slot_ptr(FLOW_SIDE + slot, skip);
+    fn side_add(&mut self, side_slot: u32, word: usize, by: Option<u8>, skip: usize) {
+        self.slot_ptr(side_slot, skip);
         self.add_at(8 * word as i16, by);
     }
 }

@@ -1,5 +1,5 @@
-//! Classic BPF rule filters translated into one eBPF tc program that counts, per rule, the
-//! packets, bytes and frame-size buckets of the frames it selects, in a per-CPU array map.
+//! Classic BPF rule filters translated into eBPF tc programs that count, per rule, the
+//! packets, bytes and frame-size buckets of the frames they select, in a per-CPU array map.
 //!
 //! The user-space probe runs libpcap's offline program (`tcpdump -r` semantics) on the frame
 //! as stored: an outer VLAN tag the kernel stripped is back in the data at byte 12. At tc
@@ -15,8 +15,15 @@
 //! M[0..16] and a few scratch words live on the stack. Classic semantics that eBPF lacks
 //! are spelt out: division by zero rejects, shifts by 32 or more give 0, comparisons are
 //! unsigned 32-bit (`JMP32`). Each rule's program ends in a jump to its "count" or "next
-//! rule" label; the program counts every packet in slot 0 (the total) and always returns
-//! `TCX_NEXT`, so the packet goes on as if nothing ran.
+//! rule" label. Every program returns `TCX_NEXT`, so the packet goes on as if nothing ran.
+//!
+//! The generation a packet counts in ([`Generation`]): the probe attaches a "stamp" program
+//! first, which reads the generation word once, writes it into the skb's `cb[0]` (scratch
+//! space of the tc layer, which TCX leaves alone between programs) and counts the packet
+//! in slot 0 (the total); the rule programs after it read the stamp, so every program sees
+//! the generation the first one read, and count only when the stamp's epoch is theirs. The
+//! stamp program also leaves the packet's time in `cb[1..3]`, so that a flow's first and
+//! last seen are the same in every program and taken after the generation was read.
 
 #[path = "flowkey.rs"]
 pub mod flowkey;
@@ -71,6 +78,7 @@ const LD_IMM64: u8 = 0x18;
 const PSEUDO_MAP_FD: u8 = 1;
 const FN_MAP_LOOKUP_ELEM: i32 = 1;
 const FN_SKB_LOAD_BYTES: i32 = 26;
+const FN_KTIME_GET_NS: i32 = 5;
 /// tcx: let the packet continue (`TC_ACT_UNSPEC`).
 const TCX_NEXT: i32 = -1;
 
@@ -79,6 +87,7 @@ const SKB_LEN: i16 = 0;
 const SKB_VLAN_PRESENT: i16 = 20;
 const SKB_VLAN_TCI: i16 = 24;
 const SKB_VLAN_PROTO: i16 = 28;
+const SKB_CB0: i16 = 48;
 const SKB_DATA: i16 = 76;
 const SKB_DATA_END: i16 = 80;
 
@@ -106,20 +115,37 @@ const LOAD_OFF: i16 = -96;
 /// This packet's generation's first slot in the counts map (0 or [`GEN_STRIDE`]).
 const GEN_OFF: i16 = -104;
 
-/// Counts-map slots per generation: the total (0), rules (1..FLOW_SIDE), and each flows
-/// rule's flow side (FLOW_SIDE + its slot: no-IP and evicted packets).
-pub const GEN_STRIDE: u32 = 1024;
-/// Where a rule's flow-side slot starts within a generation.
-pub const FLOW_SIDE: u32 = 512;
+/// Counts-map slots per generation: the total (0), rules (1..FLOW_SIDE), and the flows
+/// rules' flow sides (FLOW_SIDE..GEN_STRIDE: no-IP and evicted packets).
+pub const GEN_STRIDE: u32 = 3072;
+/// Where the flow-side slots start within a generation.
+pub const FLOW_SIDE: u32 = 2560;
+/// Epochs are 31 bits: the generation word is `epoch << 1 | generation`.
+pub const EPOCH_MASK: u32 = u32::MAX >> 1;
+
+/// Where a program takes the packet's generation from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Generation {
+    /// Generation 0 always (for `BPF_PROG_TEST_RUN`); counts the total.
+    Zero,
+    /// The stamp program: reads the generation word (an array of one u32, `epoch << 1 |
+    /// generation`, by fd) once, stamps it into `cb[0]` and counts the total.
+    Word(i32),
+    /// A rule program behind the stamp: takes the generation from `cb[0]` and counts only
+    /// packets stamped with `epoch` (the rule set it belongs to); no total.
+    Stamped {
+        /// This program's rule set (at most [`EPOCH_MASK`]).
+        epoch: u32,
+    },
+}
 
 /// The maps a program uses, by fd.
 #[derive(Debug, Clone, Copy)]
 pub struct Maps {
     /// The per-CPU counts array: two generations of [`GEN_STRIDE`] slots.
     pub counts: i32,
-    /// The generation word (an array of one u32: 0 or 1), or None for generation 0
-    /// always (for `BPF_PROG_TEST_RUN`).
-    pub gen: Option<i32>,
+    /// Where the packet's generation comes from.
+    pub gen: Generation,
 }
 
 /// Where the VLAN tag comes from.
@@ -139,8 +165,18 @@ pub struct KernelRule<'a> {
     pub slot: u32,
     /// The classic BPF program, checked (jumps inside, ends in a return, M index < 16).
     pub filter: &'a [BpfInsn],
-    /// With the flows action: the rule's flow maps for generation 0 and 1.
-    pub flows: Option<[i32; 2]>,
+    /// With the flows action: the rule's flow maps and flow-side slot.
+    pub flows: Option<FlowMaps>,
+}
+
+/// A flows rule's maps for generation 0 and 1 (by fd) and its flow-side slot
+/// (FLOW_SIDE..GEN_STRIDE).
+#[derive(Debug, Clone, Copy)]
+pub struct FlowMaps {
+    /// The flow maps of generation 0 and 1.
+    pub maps: [i32; 2],
+    /// The counts-map slot (within a generation) of its no-IP and evicted packets.
+    pub side: u32,
 }
 
 /// A jump whose target is a label, patched at the end.
@@ -154,6 +190,8 @@ struct Emitter {
     labels: Vec<Option<usize>>,
     fixups: Vec<Fixup>,
     map_fd: i32,
+    /// Behind the stamp program: the packet's time is in `cb[1..3]`.
+    stamped: bool,
 }
 
 impl Emitter {
@@ -227,6 +265,12 @@ impl Emitter {
                 .map_err(|_| "the rules make a program too long for eBPF jumps".to_string())?;
         }
         Ok(self.code)
+    }
+
+    /// Returns `TCX_NEXT`: the packet goes on.
+    fn exit(&mut self) {
+        self.alu64_k(MOV, R0, TCX_NEXT);
+        self.emit(JMP | EXIT, 0, 0, 0, 0);
     }
 
     /// `dst = n bytes of the stored frame at offset r2` (big-endian), or go to `reject`.
@@ -382,23 +426,55 @@ impl Emitter {
         self.stx(DW, FP, WIRE_LEN, R2);
     }
 
-    /// GEN_OFF = the generation word * GEN_STRIDE (0 without the word).
-    fn generation(&mut self, gen: Option<i32>) {
+    /// GEN_OFF = the packet's generation * GEN_STRIDE (see [`Generation`]); a rule
+    /// program returns at once for a packet stamped with another epoch (here: a jump to
+    /// the program's end could be too long for a jump's offset).
+    fn generation(&mut self, gen: Generation) {
         self.emit(ST | MEM | DW, FP, 0, GEN_OFF, 0);
-        let Some(fd) = gen else { return };
-        let none = self.label();
-        self.emit(ST | MEM | W, FP, 0, KEY, 0);
-        self.emit(LD_IMM64, R1, PSEUDO_MAP_FD, 0, fd);
-        self.emit(0, 0, 0, 0, 0);
-        self.alu64_x(MOV, R2, FP);
-        self.alu64_k(ADD, R2, i32::from(KEY));
-        self.call(FN_MAP_LOOKUP_ELEM);
-        self.jump_k(JMP, JEQ, R0, 0, none);
-        self.ldx(W, R1, R0, 0);
-        self.alu64_k(AND, R1, 1);
-        self.alu64_k(MUL, R1, GEN_STRIDE as i32);
-        self.stx(DW, FP, GEN_OFF, R1);
-        self.bind(none);
+        match gen {
+            Generation::Zero => {}
+            Generation::Word(fd) => {
+                // A stamp no rule set has, should the word be missing (it cannot).
+                let none = self.label();
+                self.alu32_k(MOV, R1, -1);
+                self.stx(W, CTX, SKB_CB0, R1);
+                self.emit(ST | MEM | W, FP, 0, KEY, 0);
+                self.emit(LD_IMM64, R1, PSEUDO_MAP_FD, 0, fd);
+                self.emit(0, 0, 0, 0, 0);
+                self.alu64_x(MOV, R2, FP);
+                self.alu64_k(ADD, R2, i32::from(KEY));
+                self.call(FN_MAP_LOOKUP_ELEM);
+                self.jump_k(JMP, JEQ, R0, 0, none);
+                self.ldx(W, R1, R0, 0);
+                self.stx(W, CTX, SKB_CB0, R1);
+                self.gen_off(R1);
+                self.bind(none);
+                // The packet's time for every program (flows' first and last seen), read
+                // after the word: a packet of the new generation is never older than the
+                // flip.
+                self.call(FN_KTIME_GET_NS);
+                self.stx(W, CTX, SKB_CB0 + 4, R0);
+                self.alu64_k(RSH, R0, 32);
+                self.stx(W, CTX, SKB_CB0 + 8, R0);
+            }
+            Generation::Stamped { epoch } => {
+                self.ldx(W, R1, CTX, SKB_CB0);
+                self.alu32_x(MOV, R2, R1);
+                self.alu32_k(RSH, R2, 1);
+                let ours = self.label();
+                self.jump_k(JMP32, JEQ, R2, (epoch & EPOCH_MASK) as i32, ours);
+                self.exit();
+                self.bind(ours);
+                self.gen_off(R1);
+            }
+        }
+    }
+
+    /// GEN_OFF = (bit 0 of `word`) * GEN_STRIDE; clobbers `word`.
+    fn gen_off(&mut self, word: u8) {
+        self.alu64_k(AND, word, 1);
+        self.alu64_k(MUL, word, GEN_STRIDE as i32);
+        self.stx(DW, FP, GEN_OFF, word);
     }
 
     /// One rule: its classic program, then the count.
@@ -458,8 +534,8 @@ impl Emitter {
         }
         self.bind(matched);
         self.count(rule.slot, next);
-        if let Some(maps) = rule.flows {
-            self.flows(rule.slot, maps, next);
+        if let Some(f) = rule.flows {
+            self.flows(f.side, f.maps, next);
         }
         self.bind(next);
         Ok(())
@@ -571,31 +647,41 @@ impl Emitter {
     }
 }
 
-/// The program counting `rules` into the per-CPU array `maps.counts` (slot 0 of each
-/// generation: every packet), and their flows into their flow maps.
+/// The program counting `rules` into the per-CPU array `maps.counts`, and their flows into
+/// their flow maps; unless [`Generation::Stamped`], also every packet in slot 0 of its
+/// generation (the total).
 pub fn program(rules: &[KernelRule<'_>], maps: Maps, vlan: Vlan) -> Result<Vec<Insn>, String> {
     if rules.iter().any(|r| r.slot == 0 || r.slot >= FLOW_SIDE) {
         return Err(format!("rule slots are 1..{FLOW_SIDE}"));
+    }
+    let sides = FLOW_SIDE..GEN_STRIDE;
+    if rules
+        .iter()
+        .any(|r| r.flows.is_some_and(|f| !sides.contains(&f.side)))
+    {
+        return Err(format!("flow-side slots are {FLOW_SIDE}..{GEN_STRIDE}"));
     }
     let mut e = Emitter {
         code: Vec::new(),
         labels: Vec::new(),
         fixups: Vec::new(),
         map_fd: maps.counts,
+        stamped: matches!(maps.gen, Generation::Stamped { .. }),
     };
     e.prologue(vlan);
     e.generation(maps.gen);
     if rules.iter().any(|r| r.flows.is_some()) {
         e.flow_key();
     }
-    let after_total = e.label();
-    e.count(0, after_total);
-    e.bind(after_total);
+    if !matches!(maps.gen, Generation::Stamped { .. }) {
+        let after_total = e.label();
+        e.count(0, after_total);
+        e.bind(after_total);
+    }
     for r in rules {
         e.rule(r)?;
     }
-    e.alu64_k(MOV, R0, TCX_NEXT);
-    e.emit(JMP | EXIT, 0, 0, 0, 0);
+    e.exit();
     e.finish()
 }
 
@@ -613,7 +699,7 @@ mod tests {
             &[],
             Maps {
                 counts: 7,
-                gen: None,
+                gen: Generation::Zero,
             },
             Vlan::Skb,
         )
@@ -644,7 +730,7 @@ mod tests {
             }],
             Maps {
                 counts: 3,
-                gen: None,
+                gen: Generation::Zero,
             },
             Vlan::Fixed(None),
         )
@@ -664,6 +750,54 @@ mod tests {
     }
 
     #[test]
+    fn the_stamp_program_stamps_and_rule_programs_read_the_stamp() {
+        let dst = |i: &Insn| i.regs & 0x0f;
+        let src = |i: &Insn| i.regs >> 4;
+        let maps = |gen| Maps { counts: 3, gen };
+        let counts_lookups = |p: &[Insn]| {
+            p.iter()
+                .filter(|i| i.code == LD_IMM64 && i.imm == 3)
+                .count()
+        };
+        let stamp = program(&[], maps(Generation::Word(4)), Vlan::Skb).unwrap();
+        // The word (from map 4) into cb[0], the time into cb[1..3]; the total counted.
+        for off in [SKB_CB0, SKB_CB0 + 4, SKB_CB0 + 8] {
+            assert!(
+                stamp
+                    .iter()
+                    .any(|i| i.code == STX | MEM | W && dst(i) == CTX && i.off == off),
+                "writes cb at {off}"
+            );
+        }
+        assert!(stamp.iter().any(|i| i.code == LD_IMM64 && i.imm == 4));
+        assert_eq!(counts_lookups(&stamp), 1);
+
+        let all = [insn(0x06, 0, 0, 1)];
+        let rules = [KernelRule {
+            slot: 1,
+            filter: &all,
+            flows: None,
+        }];
+        let stamped = program(&rules, maps(Generation::Stamped { epoch: 5 }), Vlan::Skb).unwrap();
+        assert!(stamped
+            .iter()
+            .any(|i| i.code == LDX | MEM | W && src(i) == CTX && i.off == SKB_CB0));
+        // Its own epoch only, with a return right there (no jump to the far end).
+        let check = stamped
+            .iter()
+            .position(|i| i.code == JMP32 | JEQ | K && i.imm == 5)
+            .expect("epoch check");
+        assert_eq!(stamped[check + 2], Insn::new(JMP | EXIT, 0, 0, 0, 0));
+        // No total, no context write, no word.
+        assert_eq!(counts_lookups(&stamped), 1, "the rule's slot only");
+        assert!(!stamped
+            .iter()
+            .any(|i| i.code & 0x07 == STX && dst(i) == CTX));
+        let zero = program(&rules, maps(Generation::Zero), Vlan::Skb).unwrap();
+        assert_eq!(counts_lookups(&zero), 2, "the total and the rule's slot");
+    }
+
+    #[test]
     fn bad_programs_are_refused_not_miscompiled() {
         let out = [insn(0x15, 0, 9, 1), insn(0x06, 0, 0, 0)];
         let e = program(
@@ -674,7 +808,7 @@ mod tests {
             }],
             Maps {
                 counts: 3,
-                gen: None,
+                gen: Generation::Zero,
             },
             Vlan::Skb,
         )
@@ -689,7 +823,7 @@ mod tests {
             }],
             Maps {
                 counts: 3,
-                gen: None,
+                gen: Generation::Zero,
             },
             Vlan::Skb,
         )
