@@ -262,7 +262,13 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         reporter.set_kernel(k);
     }
     let kept = [args.report.as_deref(), args.ctl.as_deref()];
+    // With rules in the kernel a rule change loads new programs (CAP_BPF), so, as with
+    // every rule there, the privileges go only when -Z asks.
+    let keep_privileges = args.in_kernel.is_some() && args.privileges.user.is_none();
     let engine = Engine::start(cfg, Arc::clone(&stop), |out| {
+        if keep_privileges {
+            return Ok(());
+        }
         let owned: Vec<_> = kept.into_iter().chain([out]).flatten().collect();
         privdrop::apply(&privileges, &owned)
     })

@@ -431,6 +431,7 @@ fn kernel_and_user_rules_count_the_same_traffic_alike() {
     let cfg = write(dir.path(), "probe.toml", &pair_config());
     let report = dir.path().join("report.jsonl");
     let file = dir.path().join("probe.pcapng");
+    let socket = dir.path().join("ctl.sock");
     let lab = lab(2);
     let bg = start_probe(
         &lab,
@@ -441,6 +442,8 @@ fn kernel_and_user_rules_count_the_same_traffic_alike() {
             s(&report),
             "-w",
             s(&file),
+            "--ctl",
+            s(&socket),
             "--in-kernel=auto",
         ],
     );
@@ -479,8 +482,14 @@ fn kernel_and_user_rules_count_the_same_traffic_alike() {
         ],
     );
     assert_eq!(num(&g, "frames"), generated);
+    // With a capture socket open too, the kernel rules can still change (no traffic now).
+    ctl(&socket, &["rule", "disable", "k_ip"]);
+    ctl(&socket, &["rule", "enable", "k_ip"]);
     let stderr = stop_probe(bg);
-    let recs = records(&report);
+    let mut recs = records(&report);
+    let disabled = |r: &Value| r["enabled"] == false && r["rule"] == "k_ip";
+    assert!(recs.iter().any(disabled), "the change took effect");
+    recs.retain(|r| !disabled(r));
     assert!(
         recs.len() > 2 * PAIRS.len(),
         "several periods: {}",
