@@ -40,7 +40,7 @@
 
 use serde::Serialize;
 
-use crate::profile::{Cost, Profile};
+use crate::profile::Profile;
 use crate::share;
 
 /// The capture tool.
@@ -198,12 +198,18 @@ fn app_stages(p: &Profile, s: &Scenario, caplen: f64) -> Result<Vec<StageCost>, 
             } else {
                 &p.dumpcap
             };
-            let (what, c): (&str, &Cost) = if s.write {
-                ("capture and write", &t.file)
-            } else {
-                ("capture to /dev/null", &t.null)
-            };
-            add(what, c.ns(caplen));
+            match (s.write, &t.null_rps) {
+                (true, _) => add("capture and write", t.file.ns(caplen)),
+                (false, Some(behind)) if s.kernel_on_app_cpu => {
+                    // Its CPU time there may hold the receive softirq that interrupted it,
+                    // which the kernel stage already counts: at most that much is taken
+                    // off, never below its rps-off cost.
+                    let kernel = p.kernel_on_tool_cpu().ns(caplen);
+                    let ns = (behind.ns(caplen) - kernel).max(t.null.ns(caplen));
+                    add("capture to /dev/null behind the receive work", ns);
+                }
+                (false, _) => add("capture to /dev/null", t.null.ns(caplen)),
+            }
         }
     }
     if let Some(level) = &s.compress {
@@ -453,7 +459,7 @@ fn fluid(f: Fluid, count: Option<f64>) -> (f64, f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::ToolCosts;
+    use crate::profile::{Cost, ToolCosts};
     use std::collections::BTreeMap;
 
     fn flat(ns: f64) -> Cost {
@@ -479,10 +485,12 @@ mod tests {
             tcpdump: ToolCosts {
                 null: flat(4000.0),
                 file: flat(5000.0),
+                null_rps: None,
             },
             dumpcap: ToolCosts {
                 null: flat(10_000.0),
                 file: flat(10_000.0),
+                null_rps: Some(flat(40_000.0)),
             },
             ring_slot_overhead: 48.0,
             cpu: None,
@@ -523,6 +531,27 @@ mod tests {
         // tcpdump at 4 µs.
         let p = predict(&profile(), &scenario(Tool::Tcpdump, 500_000.0)).unwrap();
         assert!(close(p.app_loss, 0.5));
+    }
+
+    #[test]
+    fn a_peer_counting_behind_the_receive_work_costs_what_its_rps_run_cost() {
+        // dumpcap: 10 µs with rps off, 40 µs measured with rps on (no kernel_rps here: the
+        // kernel stage is the rps-off 1 µs); tcpdump was not measured with rps on.
+        let rps = |tool| Scenario {
+            kernel_on_app_cpu: true,
+            ..scenario(tool, 10_000.0)
+        };
+        let d = predict(&profile(), &rps(Tool::Dumpcap)).unwrap();
+        assert_eq!(
+            d.stages[1].stage,
+            "capture to /dev/null behind the receive work"
+        );
+        // 40 µs less the kernel stage's 1 µs it may hold, plus that stage.
+        assert!(close(d.app_capacity_pps, 1e9 / 40_000.0), "{d:?}");
+        let off = predict(&profile(), &scenario(Tool::Dumpcap, 10_000.0)).unwrap();
+        assert!(close(off.app_capacity_pps, 1e5), "{off:?}");
+        let t = predict(&profile(), &rps(Tool::Tcpdump)).unwrap();
+        assert_eq!(t.stages[1].stage, "capture to /dev/null");
     }
 
     #[test]

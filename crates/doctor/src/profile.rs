@@ -63,6 +63,12 @@ pub struct ToolCosts {
     pub null: Cost,
     /// Writing a pcap file.
     pub file: Cost,
+    /// Writing to /dev/null with the kernel's receive work on the tool's CPU (rps on), as
+    /// its CPU time shows it there: a tool that wakes once per packet (dumpcap) pays each
+    /// wake-up behind the receive softirq, several times its cost with rps off (`None`:
+    /// not measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub null_rps: Option<Cost>,
 }
 
 /// The measured costs of this machine.
@@ -146,8 +152,8 @@ impl Profile {
 /// while poolcap counts: the difference is the kernel's receive work on veth), `count`,
 /// `copy` (poolcap with a 1-iteration x-loop: the pool copy), `write`, a compression level
 /// (`zstd:3`, measured writing), `tcpdump null`, `tcpdump file`, `dumpcap null`,
-/// `dumpcap file`, and `kernel rps` (the tool CPU's softirq ns per frame received with rps
-/// on).
+/// `dumpcap file`, `kernel rps` (the tool CPU's softirq ns per frame received with rps
+/// on), `tcpdump null rps` and `dumpcap null rps` (their CPU per packet with rps on).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Samples(BTreeMap<String, Vec<(f64, f64)>>);
 
@@ -233,6 +239,7 @@ impl Profile {
                 fit(&format!("{name} file")),
                 b.file,
             ),
+            null_rps: fit(&format!("{name} null rps")).or(b.null_rps),
         };
         let tcpdump = tool("tcpdump", &base.tcpdump);
         let dumpcap = tool("dumpcap", &base.dumpcap);

@@ -120,14 +120,23 @@ pub const SATURATED_LOAD: u32 = 20_000;
 pub fn points(sizes: &[usize], frames: u64, levels: &[&str], peers: bool) -> Vec<Point> {
     let count = || CaptureSpec::new(Tool::Poolcap, crate::suites::BUFFER_KIB);
     let mut v = Vec::new();
+    // The peers' counting runs with rps on too: a tool that wakes per packet pays more
+    // behind the receive softirq than its rps-off run shows.
+    let behind: Vec<Subject> = stages(&[], peers)
+        .into_iter()
+        .filter(|s| s.spec.tool != Tool::Poolcap && !s.spec.write)
+        .map(|s| Subject::named(format!("{} rps", s.key), s.spec))
+        .collect();
     for &size in sizes {
         let traffic = Traffic::top(size, frames);
+        let mut rps_subjects = vec![Subject::named(KERNEL_RPS, count())];
+        rps_subjects.extend(behind.iter().cloned());
         v.push(Point {
             rps: Some(true),
             ..Point::new(
                 format!("{POINT_PREFIX}rps {size}B"),
                 traffic.clone(),
-                vec![Subject::named(KERNEL_RPS, count())],
+                rps_subjects,
             )
         });
         let mut subjects = vec![Subject {
