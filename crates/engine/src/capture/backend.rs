@@ -92,10 +92,11 @@ pub struct Setup<'a> {
 /// that thread shares a core with the writer (and, with RPS or a NIC's interrupts there,
 /// with the receive work); the kernel fills its ring on the receiving core whether or not
 /// the capture thread runs, so memory in the ring absorbs the stalls of the capture core.
-/// Measured on the veth lab (1.5M frames of 1514 B at top speed to a file, rps off): a
-/// 4 MiB ring and 32 MiB pool lost 8.6%; a 32 MiB ring and 4 MiB pool lost 1.6–2.7% with
-/// buffered writes and nothing with `--direct`. Workers (`--load`, the probe) keep the
-/// pool as asked: there it absorbs what the analysis has not taken yet (WireCAP).
+/// Measured on the veth lab (1.5M frames of 1514 B at top speed to a file, rps off):
+/// `bench disk --quick` lost 0.4–16% with a 4 MiB ring and 32 MiB pool, and nothing in
+/// 3 of 3 runs, pcap and pcapng, with this split (a 28 MiB ring and 8 MiB pool), as
+/// netsniff-ng with its 36 MiB ring. Workers (`--load`, the probe) keep the pool as asked:
+/// there it absorbs what the analysis has not taken yet (WireCAP).
 pub fn write_split(ring: RingGeometry, pool: PoolSize, staging: usize) -> (RingGeometry, PoolSize) {
     let moved = pool.chunks.saturating_sub(staging);
     let bytes = (moved * pool.cells * pool.cell_size) as u64;
