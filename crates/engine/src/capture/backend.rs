@@ -93,7 +93,7 @@ pub struct Setup<'a> {
 /// with the receive work); the kernel fills its ring on the receiving core whether or not
 /// the capture thread runs, so memory in the ring absorbs the stalls of the capture core.
 /// Measured on the veth lab (1.5M frames of 1514 B at top speed to a file, rps off):
-/// `bench disk --quick` lost 0.4–16% with a 4 MiB ring and 32 MiB pool, and nothing in
+/// `bench disk --quick` lost 2.4–16% with a 4 MiB ring and 32 MiB pool, and nothing in
 /// 3 of 3 runs, pcap and pcapng, with this split (a 28 MiB ring and 8 MiB pool), as
 /// netsniff-ng with its 36 MiB ring. Workers (`--load`, the probe) keep the pool as asked:
 /// there it absorbs what the analysis has not taken yet (WireCAP).
