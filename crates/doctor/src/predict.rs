@@ -198,17 +198,21 @@ fn app_stages(p: &Profile, s: &Scenario, caplen: f64) -> Result<Vec<StageCost>, 
             } else {
                 &p.dumpcap
             };
-            match (s.write, &t.null_rps) {
-                (true, _) => add("capture and write", t.file.ns(caplen)),
-                (false, Some(behind)) if s.kernel_on_app_cpu => {
+            let (what, cost, behind) = if s.write {
+                ("capture and write", t.file, t.file_rps)
+            } else {
+                ("capture to /dev/null", t.null, t.null_rps)
+            };
+            match behind.filter(|_| s.kernel_on_app_cpu) {
+                Some(behind) => {
                     // Its CPU time there may hold the receive softirq that interrupted it,
                     // which the kernel stage already counts: at most that much is taken
                     // off, never below its rps-off cost.
                     let kernel = p.kernel_on_tool_cpu().ns(caplen);
-                    let ns = (behind.ns(caplen) - kernel).max(t.null.ns(caplen));
-                    add("capture to /dev/null behind the receive work", ns);
+                    let ns = (behind.ns(caplen) - kernel).max(cost.ns(caplen));
+                    add(&format!("{what} behind the receive work"), ns);
                 }
-                (false, _) => add("capture to /dev/null", t.null.ns(caplen)),
+                None => add(what, cost.ns(caplen)),
             }
         }
     }
@@ -408,6 +412,9 @@ pub fn remedy(stage: &str) -> &'static str {
         }
         "x-loop" => "lower --load, or give --workers more CPUs",
         s if s.starts_with("zstd") || s.starts_with("gzip") => "a faster --compress level (zstd:1)",
+        s if s.ends_with("behind the receive work") => {
+            "move the receive work off the capture CPU (RPS, IRQ affinity)"
+        }
         _ => "a larger buffer (it helps only against bursts)",
     }
 }
@@ -486,11 +493,13 @@ mod tests {
                 null: flat(4000.0),
                 file: flat(5000.0),
                 null_rps: None,
+                file_rps: Some(flat(20_000.0)),
             },
             dumpcap: ToolCosts {
                 null: flat(10_000.0),
                 file: flat(10_000.0),
                 null_rps: Some(flat(40_000.0)),
+                file_rps: None,
             },
             ring_slot_overhead: 48.0,
             cpu: None,
@@ -552,6 +561,20 @@ mod tests {
         assert!(close(off.app_capacity_pps, 1e5), "{off:?}");
         let t = predict(&profile(), &rps(Tool::Tcpdump)).unwrap();
         assert_eq!(t.stages[1].stage, "capture to /dev/null");
+        // tcpdump writing was measured with rps on: 20 µs.
+        let w = predict(
+            &profile(),
+            &Scenario {
+                write: true,
+                ..rps(Tool::Tcpdump)
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            w.stages[1].stage,
+            "capture and write behind the receive work"
+        );
+        assert!(close(w.app_capacity_pps, 1e9 / 20_000.0), "{w:?}");
     }
 
     #[test]
@@ -829,6 +852,7 @@ mod tests {
     fn every_bottleneck_has_a_remedy() {
         assert!(remedy("x-loop").contains("--load"));
         assert!(remedy("zstd:19").contains("zstd:1"));
+        assert!(remedy("capture to /dev/null behind the receive work").contains("RPS"));
         assert!(remedy("write").contains("-s 96"));
         assert!(remedy("kernel").contains("queues"));
     }

@@ -69,6 +69,9 @@ pub struct ToolCosts {
     /// not measured).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub null_rps: Option<Cost>,
+    /// Writing a pcap file with the receive work on the tool's CPU (as `null_rps`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_rps: Option<Cost>,
 }
 
 /// The measured costs of this machine.
@@ -153,7 +156,8 @@ impl Profile {
 /// `copy` (poolcap with a 1-iteration x-loop: the pool copy), `write`, a compression level
 /// (`zstd:3`, measured writing), `tcpdump null`, `tcpdump file`, `dumpcap null`,
 /// `dumpcap file`, `kernel rps` (the tool CPU's softirq ns per frame received with rps
-/// on), `tcpdump null rps` and `dumpcap null rps` (their CPU per packet with rps on).
+/// on), and `tcpdump null rps`, `tcpdump file rps`, `dumpcap null rps`, `dumpcap file rps`
+/// (their CPU per packet with rps on).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Samples(BTreeMap<String, Vec<(f64, f64)>>);
 
@@ -240,6 +244,7 @@ impl Profile {
                 b.file,
             ),
             null_rps: fit(&format!("{name} null rps")).or(b.null_rps),
+            file_rps: fit(&format!("{name} file rps")).or(b.file_rps),
         };
         let tcpdump = tool("tcpdump", &base.tcpdump);
         let dumpcap = tool("dumpcap", &base.dumpcap);

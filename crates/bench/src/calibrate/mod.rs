@@ -120,11 +120,11 @@ pub const SATURATED_LOAD: u32 = 20_000;
 pub fn points(sizes: &[usize], frames: u64, levels: &[&str], peers: bool) -> Vec<Point> {
     let count = || CaptureSpec::new(Tool::Poolcap, crate::suites::BUFFER_KIB);
     let mut v = Vec::new();
-    // The peers' counting runs with rps on too: a tool that wakes per packet pays more
-    // behind the receive softirq than its rps-off run shows.
+    // The peers run with rps on too: a tool that wakes per packet pays more behind the
+    // receive softirq than its rps-off run shows.
     let behind: Vec<Subject> = stages(&[], peers)
         .into_iter()
-        .filter(|s| s.spec.tool != Tool::Poolcap && !s.spec.write)
+        .filter(|s| s.spec.tool != Tool::Poolcap)
         .map(|s| Subject::named(format!("{} rps", s.key), s.spec))
         .collect();
     for &size in sizes {
