@@ -418,9 +418,10 @@ impl PerCpuHash {
 
     /// Every key whose value is not zero on every CPU, with every CPU's copy of it; those
     /// values are then zeroed in place and the all-zero keys (untouched since the last
-    /// call) deleted. So a key that stays in use is neither freed nor allocated again, which a program inserting from softirq context cannot
-    /// always do (the kernel allocates the element and its per-CPU values without
-    /// sleeping). Exact only when no program writes the map meanwhile.
+    /// call) deleted. So a key that stays in use is neither freed nor allocated again,
+    /// which a program inserting from softirq context cannot always do (the kernel
+    /// allocates the element and its per-CPU values without sleeping). Exact only when no
+    /// program writes the map meanwhile.
     pub fn take(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let stride = self.value_size.div_ceil(8) * 8;
         let mut zero = vec![0u8; stride * self.cpus];

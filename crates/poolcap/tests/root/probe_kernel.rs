@@ -28,7 +28,7 @@ use serde_json::Value;
 
 use crate::common::{
     bin, gen, lab, num, path_str as s, poolcap_in, start_probe, tcpdump, tcpdump_count, tempdir,
-    trial,
+    trial, Background, Lab,
 };
 use crate::probe::{
     assert_flows_match_tshark, probe_file, real_looking_frames, records, stop_probe,
@@ -561,18 +561,7 @@ fn every_rule_in_the_kernel_needs_no_socket_and_survives_ctl() {
     let report = dir.path().join("report.jsonl");
     let socket = dir.path().join("ctl.sock");
     let lab = lab(2);
-    let bg = start_probe(
-        &lab,
-        &[
-            "-c",
-            s(&cfg),
-            "--report",
-            s(&report),
-            "--ctl",
-            s(&socket),
-            "--in-kernel",
-        ],
-    );
+    let bg = start_in_kernel(&lab, &cfg, &report, &socket);
     // The probe's network namespace has no packet socket at all.
     let sockets = Command::new("ip")
         .args(["netns", "exec", &lab.probe.netns, "cat", "/proc/net/packet"])
@@ -622,6 +611,20 @@ fn every_rule_in_the_kernel_needs_no_socket_and_survives_ctl() {
         6000,
         "200-byte frames: 128-255"
     );
+}
+
+/// A probe with every rule of `cfg` in the kernel, its report and its control socket.
+fn start_in_kernel(lab: &Lab, cfg: &Path, report: &Path, socket: &Path) -> Background {
+    let args = [
+        "-c",
+        s(cfg),
+        "--report",
+        s(report),
+        "--ctl",
+        s(socket),
+        "--in-kernel",
+    ];
+    start_probe(lab, &args)
 }
 
 /// `poolcap ctl SOCKET WORDS`, which must answer ok.
@@ -740,18 +743,7 @@ fn many_rules_over_several_programs_count_as_probe_r_does() {
     // Every rule in the kernel and no socket (which also keeps the privileges that a rule
     // change needs); tcpdump captures the same traffic for `probe -r`.
     let dump = tcpdump(&lab, &["-B", "65536", "-w", s(&file)]);
-    let bg = start_probe(
-        &lab,
-        &[
-            "-c",
-            s(&cfg),
-            "--report",
-            s(&report),
-            "--ctl",
-            s(&socket),
-            "--in-kernel",
-        ],
-    );
+    let bg = start_in_kernel(&lab, &cfg, &report, &socket);
     let pid = bg.child.id();
     let programs = |flows_rules: usize| 1 + flows_rules.div_ceil(MAX_FLOW_RULES);
     let mut progs = wait_for_links(pid, programs(187));
