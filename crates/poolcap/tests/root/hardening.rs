@@ -64,7 +64,10 @@ fn ip(netns: &str, args: &[&str]) {
     );
 }
 
-/// Sets the probe's interface down or up; once up, waits until the link carries frames.
+/// Sets the probe's interface down or up; once up, waits until the link carries frames:
+/// both ends report `state UP`. The kernel's link watcher turns a veth end's carrier on (and
+/// gives it back its queueing discipline) asynchronously; until it has done so on the
+/// sender's end, the generator's frames are dropped there (`link_dropped`).
 fn set_probe_link(lab: &Lab, up: bool) {
     let state = if up { "up" } else { "down" };
     ip(&lab.probe.netns, &["link", "set", &lab.probe.iface, state]);
@@ -72,27 +75,18 @@ fn set_probe_link(lab: &Lab, up: bool) {
         return;
     }
     let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let out = Command::new("ip")
-            .args([
-                "-n",
-                &lab.probe.netns,
-                "-o",
-                "link",
-                "show",
-                &lab.probe.iface,
-            ])
-            .output()
-            .expect("ip link show");
-        if String::from_utf8_lossy(&out.stdout).contains("state UP") {
-            return;
+    for host in [&lab.probe, &lab.sender] {
+        loop {
+            let out = Command::new("ip")
+                .args(["-n", &host.netns, "-o", "link", "show", &host.iface])
+                .output()
+                .expect("ip link show");
+            if String::from_utf8_lossy(&out.stdout).contains("state UP") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{} never came up", host.iface);
+            std::thread::sleep(Duration::from_millis(20));
         }
-        assert!(
-            Instant::now() < deadline,
-            "{} never came up",
-            lab.probe.iface
-        );
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
