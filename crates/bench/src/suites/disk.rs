@@ -41,10 +41,13 @@ sustained MB/s is read against the device's own limit (`dd oflag=direct`, same r
 loss (captured = packets found in the file), CPU per packet, the sender's rate while the \
 tool writes, and MB/s written.";
 
-/// poolcap's kernel ring (KiB).
+/// poolcap's kernel ring (KiB), per queue with one queue.
 pub const RING_KIB: u64 = 4096;
-/// poolcap's pool (M, R): its default, 64 chunks of 256 cells of 2 KiB (32 MiB).
+/// poolcap's pool (M, R) with one queue: its default, 64 chunks of 256 cells of 2 KiB
+/// (32 MiB).
 pub const POOL: (usize, usize) = (256, 64);
+/// Flows of the 2-queue points: the sender's flow hash spreads them over both queues.
+const FLOWS_2Q: usize = 8;
 /// Cell size of a pool for 1514-byte frames (record framing adds a few bytes per cell).
 const CELL_BYTES: u64 = 2048;
 /// poolcap's pool in bytes.
@@ -89,8 +92,8 @@ impl Output {
 }
 
 /// poolcap writing `out` with `--direct` (O_DIRECT), beside its default buffered writes.
-fn direct_subject(out: Output) -> Subject {
-    let mut s = subject(Tool::Poolcap, out);
+fn direct_subject(out: Output, queues: u16) -> Subject {
+    let mut s = subject(Tool::Poolcap, out, queues);
     if let Some(spec) = s.capture.as_mut() {
         spec.direct = true;
     }
@@ -98,15 +101,19 @@ fn direct_subject(out: Output) -> Subject {
     s
 }
 
-/// `tool` writing its file `out`, with the suite's equal memory.
-fn subject(tool: Tool, out: Output) -> Subject {
+/// `tool` writing its file `out`, with the suite's equal memory; poolcap over `queues`
+/// fanout sockets, each with its share of that memory (`-B` and `--pool` are per queue), the
+/// peers on one socket, as they are run.
+fn subject(tool: Tool, out: Output, queues: u16) -> Subject {
+    let q = u64::from(queues);
     let buffer = if tool == Tool::Poolcap {
-        RING_KIB
+        RING_KIB / q
     } else {
         PEER_KIB
     };
     let spec = CaptureSpec {
-        pool: (tool == Tool::Poolcap).then_some(POOL),
+        pool: (tool == Tool::Poolcap).then_some((POOL.0, POOL.1 / queues as usize)),
+        queues: (tool == Tool::Poolcap).then_some(queues),
         pcapng: out == Output::Pcapng,
         compress: (out == Output::Zstd1).then(|| "zstd:1".to_owned()),
         ..spec(tool, buffer, true)
@@ -163,26 +170,41 @@ impl Size {
     }
 }
 
-/// A point: `size` at `rate` (top speed if none), written as `out`, rps on or off.
-fn point(size: Size, rate: Option<u64>, out: Output, rps: bool, scale: Scale) -> Point {
+/// A point: `size` at `rate` (top speed if none), written as `out`, rps on or off, poolcap
+/// on `queues` queues (with 2, over [`FLOWS_2Q`] flows).
+fn point(
+    size: Size,
+    rate: Option<u64>,
+    out: Output,
+    rps: bool,
+    queues: u16,
+    scale: Scale,
+) -> Point {
     let speed = rate.map_or("top".to_owned(), super::k);
-    let id = format!(
+    let mut id = format!(
         "{} {speed} {} rps {}",
         size.label(),
         out.name(),
         if rps { "on" } else { "off" }
     );
+    if queues > 1 {
+        id.push_str(&format!(" {queues} queues"));
+    }
     let tools = if scale == Scale::Smoke {
         &out.tools()[..2]
     } else {
         out.tools()
     };
-    let mut subjects: Vec<Subject> = tools.iter().map(|&t| subject(t, out)).collect();
+    let mut subjects: Vec<Subject> = tools.iter().map(|&t| subject(t, out, queues)).collect();
     // --direct writes pcap and pcapng, not compressed files.
     if out != Output::Zstd1 && scale != Scale::Smoke {
-        subjects.insert(1, direct_subject(out));
+        subjects.insert(1, direct_subject(out, queues));
     }
-    let mut p = Point::new(id, size.traffic(rate, scale), subjects);
+    let mut traffic = size.traffic(rate, scale);
+    if queues > 1 {
+        traffic.flows = FLOWS_2Q;
+    }
+    let mut p = Point::new(id, traffic, subjects);
     p.rps = Some(rps);
     p
 }
@@ -194,7 +216,7 @@ pub const SUSTAINED: &str = "1514B top pcap >20GB";
 pub fn plan(scale: Scale, cal: &Calibration) -> Plan {
     let mut v = Vec::new();
     if scale == Scale::Smoke {
-        v.push(point(Size::Bytes(64), None, Output::Pcap, false, scale));
+        v.push(point(Size::Bytes(64), None, Output::Pcap, false, 1, scale));
     } else {
         let (sizes, rates): (&[Size], &[u64]) = scale.pick(
             (&[], &[]),
@@ -217,11 +239,11 @@ pub fn plan(scale: Scale, cal: &Calibration) -> Plan {
                 &[]
             };
             for &size in sizes.iter().chain(imix) {
-                v.push(point(size, None, Output::Pcap, rps, scale));
+                v.push(point(size, None, Output::Pcap, rps, 1, scale));
                 // Quick: the fixed rate at 1514 B, where it means MB/s, and rps off only.
                 let fixed = scale == Scale::Full || (size == Size::Bytes(1514) && !rps);
                 for &rate in rates.iter().filter(|_| fixed) {
-                    v.push(point(size, Some(rate), Output::Pcap, rps, scale));
+                    v.push(point(size, Some(rate), Output::Pcap, rps, 1, scale));
                 }
             }
             let other: &[Size] = scale.pick(
@@ -233,13 +255,28 @@ pub fn plan(scale: Scale, cal: &Calibration) -> Plan {
                 // Quick: pcapng with rps on too, zstd with rps off only.
                 for out in [Output::Pcapng, Output::Zstd1] {
                     if scale == Scale::Full || !rps || out == Output::Pcapng {
-                        v.push(point(size, None, out, rps, scale));
+                        v.push(point(size, None, out, rps, 1, scale));
                     }
                 }
             }
         }
+        // 2 queues: 1514 B pcap at top speed with rps off; a full run adds rps on, pcapng
+        // and imix.
+        let two: &[(Size, Output, bool)] = scale.pick(
+            &[],
+            &[(Size::Bytes(1514), Output::Pcap, false)],
+            &[
+                (Size::Bytes(1514), Output::Pcap, false),
+                (Size::Bytes(1514), Output::Pcap, true),
+                (Size::Bytes(1514), Output::Pcapng, false),
+                (Size::Imix, Output::Pcap, false),
+            ],
+        );
+        for &(size, out, rps) in two {
+            v.push(point(size, None, out, rps, 2, scale));
+        }
         if scale == Scale::Full {
-            let mut p = point(Size::Bytes(1514), None, Output::Pcap, false, scale);
+            let mut p = point(Size::Bytes(1514), None, Output::Pcap, false, 1, scale);
             p.id = SUSTAINED.into();
             p.traffic.count = SUSTAINED_FRAMES;
             v.push(p);
@@ -250,14 +287,20 @@ pub fn plan(scale: Scale, cal: &Calibration) -> Plan {
          cells of {CELL_BYTES} B ({} MiB; a cell also holds the packet's record framing, a \
          few bytes more), given as `-B {RING_KIB} --pool {},{}`: writing only, poolcap keeps 16 \
          chunks (8 MiB) in the pool and puts the rest into its kernel ring (28 MiB), as its \
-         startup line says; tcpdump, dumpcap and netsniff-ng a {} MiB kernel buffer (-B / -S)",
+         startup line says; tcpdump, dumpcap and netsniff-ng a {} MiB kernel buffer (-B / -S); \
+         at the `2 queues` points poolcap captures with `--queues 2` (fanout, a capture thread \
+         per queue) and half of that memory per queue (`-B {} --pool {},{}`), the peers with \
+         their one socket as before, and the traffic has {FLOWS_2Q} flows",
         RING_KIB / 1024,
         POOL.1,
         POOL.0,
         POOL_BYTES >> 20,
         POOL.0,
         POOL.1,
-        PEER_KIB / 1024
+        PEER_KIB / 1024,
+        RING_KIB / 2,
+        POOL.0,
+        POOL.1 / 2
     )];
     notes.push(match cal.disk_mb_s {
         Some(mb) => format!(
@@ -350,8 +393,23 @@ fn table(title: &str, rows: &[Row], keep: impl Fn(&str) -> bool) -> Table {
     Table::new(
         title,
         rows_where(rows, |r| keep(&r.point)),
-        &[&ACCOUNTING[..], &["cpu_s_per_mpkt", "mb_per_s", "wall_s"]].concat(),
-        &["loss", "cpu_s_per_mpkt", "sender_pps", "mb_per_s"],
+        &[
+            &ACCOUNTING[..],
+            &[
+                "cpu_s_per_mpkt",
+                "cpu_busy_s_per_mpkt",
+                "mb_per_s",
+                "wall_s",
+            ],
+        ]
+        .concat(),
+        &[
+            "loss",
+            "cpu_s_per_mpkt",
+            "cpu_busy_s_per_mpkt",
+            "sender_pps",
+            "mb_per_s",
+        ],
     )
 }
 
@@ -392,6 +450,13 @@ pub fn text(meta: &Meta, rows: &[Row]) -> Text {
              so the zstd:1 points compare poolcap with `tcpdump -w - | zstd -1 -q -c`"
                 .into(),
             "MB/s written = size of the file (compressed, if so) / seconds of sending".into(),
+            format!(
+                "tool's CPU busy s/Mpkt = all the time CPU {TOOL_CPU} was busy between ready \
+                 and drained (the tool, the receive work rps on puts there, writeback it ran; \
+                 `/proc/stat`) per million captured packets; with rps on a task's own CPU time \
+                 (CPU s/Mpkt) also holds whatever softirq happened to interrupt it, so there \
+                 only this total compares tools fairly"
+            ),
         ],
         tables,
         sections,
@@ -520,7 +585,17 @@ mod tests {
     #[test]
     fn every_tool_gets_the_same_memory_and_its_own_way_to_write() {
         let q = plan(Scale::Quick, &cal()).points;
-        assert!(q.len() <= 9, "{}", q.len());
+        assert!(q.len() <= 10, "{}", q.len());
+        let two = q
+            .iter()
+            .find(|p| p.id == "1514B top pcap rps off 2 queues")
+            .unwrap();
+        assert_eq!(two.traffic.flows, FLOWS_2Q);
+        let c = two.subjects[0].capture.as_ref().unwrap();
+        assert_eq!(
+            (c.queues, c.buffer_kib, c.pool),
+            (Some(2), 2048, Some((256, 32)))
+        );
         assert!(q.iter().all(|p| p.traffic.count <= 1_500_000));
         let imix = q.iter().find(|p| p.id == "imix top pcap rps off").unwrap();
         assert!(imix.traffic.imix);
@@ -532,8 +607,12 @@ mod tests {
             let pool = c
                 .pool
                 .map_or(0, |(m, r)| (m * r) as u64 * CELL_BYTES / 1024);
-            c.buffer_kib + pool
+            (c.buffer_kib + pool) * u64::from(c.queues.unwrap_or(1))
         };
+        assert!(
+            two.subjects.iter().all(|s| mem(s) == PEER_KIB),
+            "equal memory"
+        );
         assert_eq!(pcap.subjects.len(), 5);
         assert_eq!(pcap.subjects[1].name, "poolcap --direct");
         assert!(

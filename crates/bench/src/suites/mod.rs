@@ -161,7 +161,7 @@ impl Suite {
     /// Receive queues of its lab.
     pub fn queues(self) -> u16 {
         match self {
-            Suite::Rates | Suite::Imbalance | Suite::Backends | Suite::Forward => 2,
+            Suite::Rates | Suite::Imbalance | Suite::Backends | Suite::Forward | Suite::Disk => 2,
             _ => 1,
         }
     }
