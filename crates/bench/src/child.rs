@@ -318,43 +318,20 @@ impl Drop for Running {
     }
 }
 
-/// One CPU's time so far, clock ticks, from its `cpuN` line in `/proc/stat`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CpuTicks {
-    /// The `softirq` column (the seventh number). With `rps_cpus` pointing at a CPU, the
-    /// kernel's receive work for the interface runs there in softirq, so the difference over
-    /// a run is that work's CPU time (and whatever other softirq the CPU ran meanwhile).
-    pub softirq: u64,
-    /// Every column but idle and iowait (user to steal): all the CPU did, whoever it was
-    /// charged to. A task's own CPU time includes the softirq that interrupted it (tick
-    /// accounting), so with rps on only this total compares tools fairly.
-    pub busy: u64,
+/// Softirq time of CPU `cpu` so far, clock ticks: the `softirq` column (the seventh number)
+/// of its `cpuN` line in `/proc/stat`. With `rps_cpus` pointing at a CPU, the kernel's
+/// receive work for the interface runs there in softirq, so the difference over a run is
+/// that work's CPU time (and whatever other softirq the CPU ran meanwhile).
+pub fn softirq_ticks(cpu: usize) -> Option<u64> {
+    softirq_ticks_of(&std::fs::read_to_string("/proc/stat").ok()?, cpu)
 }
 
-impl CpuTicks {
-    /// CPU `cpu` now.
-    pub fn now(cpu: usize) -> Option<Self> {
-        Self::of(&std::fs::read_to_string("/proc/stat").ok()?, cpu)
-    }
-
-    fn of(stat: &str, cpu: usize) -> Option<Self> {
-        let name = format!("cpu{cpu}");
-        let line = stat
-            .lines()
-            .find(|l| l.split_whitespace().next() == Some(name.as_str()))?;
-        let v: Vec<u64> = line
-            .split_whitespace()
-            .skip(1)
-            .take(8)
-            .map(str::parse)
-            .collect::<Result<_, _>>()
-            .ok()?;
-        let (idle, iowait) = (*v.get(3)?, *v.get(4)?);
-        Some(Self {
-            softirq: *v.get(6)?,
-            busy: v.iter().sum::<u64>() - idle - iowait,
-        })
-    }
+fn softirq_ticks_of(stat: &str, cpu: usize) -> Option<u64> {
+    let name = format!("cpu{cpu}");
+    let line = stat
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name.as_str()))?;
+    line.split_whitespace().nth(7)?.parse().ok()
 }
 
 /// A `/proc/PID/task/TID/schedstat` line (or a sum or difference of them): what the
@@ -473,14 +450,13 @@ mod tests {
     }
 
     #[test]
-    fn softirq_is_the_seventh_number_of_the_cpus_line_and_busy_all_but_idle() {
+    fn softirq_time_is_the_seventh_number_of_the_cpus_line() {
         let stat = "cpu  10 0 20 300 4 0 90 0 0 0\ncpu0 5 0 10 150 2 0 40 0 0 0\n\
-                    cpu1 5 0 10 150 2 1 50 3 0 0\nintr 1 2 3\n";
-        let t = |cpu| CpuTicks::of(stat, cpu).map(|t| (t.softirq, t.busy));
-        assert_eq!(t(1), Some((50, 69)));
-        assert_eq!(t(0), Some((40, 55)));
-        assert_eq!(t(2), None);
-        assert!(CpuTicks::now(0).is_some());
+                    cpu1 5 0 10 150 2 0 50 0 0 0\nintr 1 2 3\n";
+        assert_eq!(softirq_ticks_of(stat, 1), Some(50));
+        assert_eq!(softirq_ticks_of(stat, 0), Some(40));
+        assert_eq!(softirq_ticks_of(stat, 2), None);
+        assert!(softirq_ticks(0).is_some());
     }
 
     #[test]

@@ -31,7 +31,7 @@ use anyhow::{bail, Context};
 use poolcap_lab::{netns_command, Lab};
 use serde::{Deserialize, Serialize};
 
-use super::child::{CpuTicks, Finished, Running, Sched, TICKS_PER_SECOND};
+use super::child::{Finished, Running, Sched, TICKS_PER_SECOND};
 use super::filecount::count_file;
 use super::forward_peers::{out_tx, Sink, SinkGro};
 use super::peer::{self, CaptureSpec, Counts, Generator, Sent, Tool, Traffic};
@@ -243,10 +243,6 @@ pub struct Record {
     /// the kernel's receive work for the probe interface.
     #[serde(default)]
     pub softirq_s: Option<f64>,
-    /// Busy seconds of the tool's CPU over the same window (`/proc/stat`): the tool, the
-    /// receive work that runs there with rps on, and anything else it ran.
-    #[serde(default)]
-    pub cpu_busy_s: Option<f64>,
     /// Wall seconds of the whole run.
     pub wall_s: f64,
     /// Share of all CPUs busy just before the run (others' work on a shared machine).
@@ -387,7 +383,6 @@ impl Bench<'_> {
             involuntary_switches: None,
             sched: None,
             softirq_s: None,
-            cpu_busy_s: None,
             wall_s: 0.0,
             busy_before,
             samples: Vec::new(),
@@ -467,7 +462,7 @@ impl Bench<'_> {
         let cpu_before = tool.as_ref().and_then(|(_, r)| r.cpu_ticks());
         let sw_before = tool.as_ref().and_then(|(_, r)| r.switches());
         let sched_before = tool.as_ref().and_then(|(_, r)| r.schedstat());
-        let tool_cpu_before = CpuTicks::now(TOOL_CPU);
+        let softirq_before = super::child::softirq_ticks(TOOL_CPU);
         let window = Instant::now();
 
         let gen = subject.generator;
@@ -505,9 +500,8 @@ impl Bench<'_> {
         if let (Some(a), Some(b)) = (sched_before, tool.schedstat()) {
             rec.sched = Some((b.since(&a), window.elapsed().as_secs_f64()));
         }
-        if let (Some(a), Some(b)) = (tool_cpu_before, CpuTicks::now(TOOL_CPU)) {
-            rec.softirq_s = Some(b.softirq.saturating_sub(a.softirq) as f64 / TICKS_PER_SECOND);
-            rec.cpu_busy_s = Some(b.busy.saturating_sub(a.busy) as f64 / TICKS_PER_SECOND);
+        if let (Some(a), Some(b)) = (softirq_before, super::child::softirq_ticks(TOOL_CPU)) {
+            rec.softirq_s = Some(b.saturating_sub(a) as f64 / TICKS_PER_SECOND);
         }
         if let Some(p) = perf {
             let f = p.interrupt(Duration::from_secs(10))?;

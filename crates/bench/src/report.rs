@@ -226,13 +226,6 @@ pub const METRICS: &[Metric] = &[
         show: f3,
     },
     Metric {
-        key: "cpu_busy_s_per_mpkt",
-        title: "tool's CPU busy s/Mpkt",
-        better: Better::Lower,
-        get: |r| Some(r.cpu_busy_s? * 1e6 / r.captured().filter(|&c| c > 0)? as f64),
-        show: f3,
-    },
-    Metric {
         key: "cpu_share",
         title: "CPU share when runnable",
         better: Better::Higher,
@@ -869,7 +862,6 @@ mod tests {
             involuntary_switches: Some(0),
             sched: None,
             softirq_s: None,
-            cpu_busy_s: None,
             wall_s: 1.0,
             busy_before: None,
             samples: Vec::new(),

@@ -13,7 +13,8 @@
 //!    find the buffers full are *application loss*; Linux reports them as "dropped by
 //!    kernel" (ring full), but the application's speed is what caused them.
 //! 3. **Buffers**: the kernel ring holds `B / slot` frames (`slot` = captured bytes plus the
-//!    TPACKET_V3 header, 16-byte aligned); poolcap's pool adds R x M frames when it copies
+//!    TPACKET_V3 header in front of the MAC header, and for libpcap the 4 bytes it reserves
+//!    there to put a VLAN tag back, 8-byte aligned as the kernel packs a block); poolcap's pool adds R x M frames when it copies
 //!    (with analysis or a file), since its capture thread leaves blocks in the ring when the
 //!    pool is full, so the two add up.
 //!
@@ -280,6 +281,10 @@ fn memory(s: &Scenario) -> (u64, usize) {
     }
 }
 
+/// Bytes libpcap asks the kernel to leave free in front of each frame in the ring
+/// (`PACKET_RESERVE`), room to put a stripped VLAN tag back.
+const LIBPCAP_RESERVE: f64 = 4.0;
+
 /// Predicts kernel and application loss of `s` on the machine `p` describes.
 pub fn predict(p: &Profile, s: &Scenario) -> Result<Prediction, ScenarioError> {
     if !(s.rate_pps.is_finite() && s.rate_pps > 0.0) {
@@ -294,11 +299,16 @@ pub fn predict(p: &Profile, s: &Scenario) -> Result<Prediction, ScenarioError> {
     }
     let snap = f64::from(s.snaplen);
     let caplen = s.sizes.iter().map(|(b, w)| b.min(snap) * w).sum::<f64>() / total_w;
-    // TPACKET_V3 slots are 16-byte aligned; the mean of aligned slots over the size mix.
+    // A TPACKET_V3 block packs frames at 8-byte alignment; the mean slot over the size mix.
+    let reserve = if s.tool == Tool::Poolcap {
+        0.0
+    } else {
+        LIBPCAP_RESERVE
+    };
     let slot = s
         .sizes
         .iter()
-        .map(|(b, w)| ((p.ring_slot_overhead + b.min(snap)) / 16.0).ceil() * 16.0 * w)
+        .map(|(b, w)| ((p.ring_slot_overhead + reserve + b.min(snap)) / 8.0).ceil() * 8.0 * w)
         .sum::<f64>()
         / total_w;
     let mut stages = app_stages(p, s, caplen)?;
@@ -626,13 +636,14 @@ mod tests {
         };
         let p = predict(&profile(), &analysed).unwrap();
         assert!(close(p.buffer_frames, 9362.0 + 2000.0), "{p:?}");
+        // libpcap's 4 bytes of VLAN reserve make its slot align8(48 + 4 + 64) = 120 B.
         let peer = Scenario {
             tool: Tool::Tcpdump,
             ..s
         };
         assert!(close(
             predict(&profile(), &peer).unwrap().buffer_frames,
-            9362.0
+            8738.0
         ));
     }
 
@@ -792,8 +803,9 @@ mod tests {
     #[test]
     fn waits_longer_than_the_ring_lose_below_capacity() {
         // tcpdump 4 µs at 50k pps needs 20% of a core; at half a core it waits as long as it
-        // runs (20% of the time), and half the core is enough. The 1 MiB ring holds 9362 slots of 112 B: 187 ms at 50k.
-        let depth = (f64::from(1u32 << 20) / 112.0).floor() / 50_000.0;
+        // runs (20% of the time), and half the core is enough. The 1 MiB ring holds 8738
+        // slots of 120 B (libpcap reserves 4 bytes in each): 175 ms at 50k.
+        let depth = (f64::from(1u32 << 20) / 120.0).floor() / 50_000.0;
         let s = scenario(Tool::Tcpdump, 50_000.0);
         let p = predict(&shared(0.5, depth), &s).unwrap();
         assert!(close(p.wait_loss, 0.2 / std::f64::consts::E), "{p:?}");

@@ -106,8 +106,9 @@ pub struct Profile {
     pub tcpdump: ToolCosts,
     /// dumpcap's costs.
     pub dumpcap: ToolCosts,
-    /// Bytes of a TPACKET_V3 ring slot besides the captured bytes (header, sockaddr_ll,
-    /// alignment).
+    /// Bytes of a TPACKET_V3 ring slot in front of the captured bytes: the frame header,
+    /// sockaddr_ll and alignment up to the MAC header (`tp_mac`; 82 for a 14-byte link
+    /// header and no reserve).
     pub ring_slot_overhead: f64,
     /// The CPU share a capture gets here and how long it waits for it (`None`: a core of
     /// its own).
