@@ -241,6 +241,12 @@ pub fn run(mut cfg: GenConfig, stop: &AtomicBool) -> Result<GenReport, GenError>
         // burst exceeds one batch and the average rate is kept. Only a stall of more than
         // 20 ms is given up (the schedule moves), so it never turns into a long fast run.
         if cfg.timing.is_paced() {
+            if let Some(idle) = cfg.timing.silence_before(sent) {
+                // The silence follows the previous burst's actual end, however long the link
+                // took to carry it (the schedule moves by as much).
+                let end = start.elapsed().as_nanos() as u64;
+                late_ns = (end + idle).saturating_sub(cfg.timing.due_ns(sent));
+            }
             let due = cfg.timing.due_ns(sent) + late_ns;
             // Saturating: a schedule must not run backwards, but if one did, a wrapped period
             // would put the next batch centuries away.

@@ -16,7 +16,8 @@ pub enum Timing {
         /// Nanoseconds between frames.
         period_ns: f64,
     },
-    /// `len` frames (spaced by `period_ns`, 0 for top speed), then `idle_ns` of silence, repeated.
+    /// `len` frames (spaced by `period_ns`, 0 for top speed), then `idle_ns` of silence after
+    /// the burst's last frame went out, repeated.
     Burst {
         /// Frames per burst.
         len: u64,
@@ -65,6 +66,16 @@ impl Timing {
         }
     }
 
+    /// The silence due before frame `k` when it opens a burst other than the first. The
+    /// schedule cannot know how long a burst at top speed lasts (as long as the link takes),
+    /// so the send loop starts this silence at the previous burst's actual end.
+    pub fn silence_before(&self, k: u64) -> Option<u64> {
+        match self {
+            Timing::Burst { len, idle_ns, .. } if k > 0 && k % len == 0 => Some(*idle_ns),
+            _ => None,
+        }
+    }
+
     /// How many frames from `k` on may go in one batch without crossing a burst boundary.
     pub fn run_limit(&self, k: u64) -> u64 {
         match self {
@@ -110,6 +121,22 @@ mod tests {
         assert_eq!(t.due_ns(9), 2_000_000);
         assert_eq!(t.run_limit(0), 4);
         assert_eq!(t.run_limit(6), 2);
+        let silences: Vec<_> = (0..9).map(|k| t.silence_before(k)).collect();
+        assert_eq!(
+            silences,
+            [
+                None,
+                None,
+                None,
+                None,
+                Some(1_000_000),
+                None,
+                None,
+                None,
+                Some(1_000_000)
+            ]
+        );
+        assert_eq!(Timing::TopSpeed.silence_before(4), None);
     }
 
     #[test]
