@@ -71,7 +71,7 @@ impl Timing {
     /// so the send loop starts this silence at the previous burst's actual end.
     pub fn silence_before(&self, k: u64) -> Option<u64> {
         match self {
-            Timing::Burst { len, idle_ns, .. } if k > 0 && k % len == 0 => Some(*idle_ns),
+            Timing::Burst { len, idle_ns, .. } if k > 0 && k.is_multiple_of(*len) => Some(*idle_ns),
             _ => None,
         }
     }
