@@ -231,6 +231,8 @@ pub fn run(mut cfg: GenConfig, stop: &AtomicBool) -> Result<GenReport, GenError>
         if left == 0 {
             break;
         }
+        // Frames of the batch from `k`: never across the end of a burst.
+        let batch_len = |k: u64| (batch as u64).min(left).min(cfg.timing.run_limit(k));
         if let Some(d) = cfg.duration {
             if start.elapsed() >= d {
                 break;
@@ -248,12 +250,7 @@ pub fn run(mut cfg: GenConfig, stop: &AtomicBool) -> Result<GenReport, GenError>
                 late_ns = (end + idle).saturating_sub(cfg.timing.due_ns(sent));
             }
             let due = cfg.timing.due_ns(sent) + late_ns;
-            // Saturating: a schedule must not run backwards, but if one did, a wrapped period
-            // would put the next batch centuries away.
-            let period = cfg
-                .timing
-                .due_ns(sent + batch as u64)
-                .saturating_sub(cfg.timing.due_ns(sent));
+            let period = cfg.timing.span_ns(sent, batch_len(sent));
             let now_ns = start.elapsed().as_nanos() as u64;
             if now_ns > due + 20_000_000 {
                 late_ns += now_ns - due;
@@ -263,7 +260,7 @@ pub fn run(mut cfg: GenConfig, stop: &AtomicBool) -> Result<GenReport, GenError>
             wait_until(start + Duration::from_nanos(at), stop);
         }
         last_batch_ns = start.elapsed().as_nanos() as u64;
-        let n = (batch as u64).min(left).min(cfg.timing.run_limit(sent)) as usize;
+        let n = batch_len(sent) as usize;
         let sent_ns = realtime_ns();
         for i in 0..n {
             let len = cfg.frames.frame(sent + i as u64, tx.slot_mut(i), sent_ns);

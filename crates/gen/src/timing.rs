@@ -76,6 +76,16 @@ impl Timing {
         }
     }
 
+    /// Nanoseconds the `n` frames from `k` take by the schedule, not counting the silence
+    /// after a burst they end (a batch never crosses one, see [`Timing::run_limit`]).
+    /// Saturating: a schedule must not run backwards, but if one did, a wrapped span would
+    /// put the next batch centuries away.
+    pub fn span_ns(&self, k: u64, n: u64) -> u64 {
+        self.due_ns(k + n)
+            .saturating_sub(self.due_ns(k))
+            .saturating_sub(self.silence_before(k + n).unwrap_or(0))
+    }
+
     /// How many frames from `k` on may go in one batch without crossing a burst boundary.
     pub fn run_limit(&self, k: u64) -> u64 {
         match self {
@@ -137,6 +147,18 @@ mod tests {
             ]
         );
         assert_eq!(Timing::TopSpeed.silence_before(4), None);
+        // The last batch of a burst spans no time at top speed: the silence after it is the
+        // next burst's business, not a reason to hold the batch back.
+        assert_eq!(t.span_ns(2, 2), 0);
+        let paced = Timing::Burst {
+            len: 4,
+            idle_ns: 1_000_000,
+            period_ns: 10.0,
+        };
+        assert_eq!(paced.span_ns(2, 2), 20);
+        assert_eq!(paced.span_ns(4, 2), 20);
+        let rate = Timing::Rate { period_ns: 10.0 };
+        assert_eq!(rate.span_ns(3, 5), 50);
     }
 
     #[test]

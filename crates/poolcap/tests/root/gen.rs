@@ -601,6 +601,16 @@ fn bursts_send_everything() {
             "silence before frame {b}: {gap_ms:.1} ms after a burst of {burst_ms:.1} ms"
         );
     }
+    // Inside a burst frames go back to back: no batch waits for the silence that follows
+    // (a preemption of the sender takes a few ms at worst).
+    for (i, burst) in ts.chunks(20000).enumerate() {
+        let longest = burst.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+        assert!(
+            longest < 10_000_000,
+            "burst {i}: a pause of {:.1} ms inside it",
+            longest as f64 / 1e6
+        );
+    }
 }
 
 fn duration_stops() {
