@@ -16,7 +16,8 @@
 //!    TPACKET_V3 header in front of the MAC header, and for libpcap the 4 bytes it reserves
 //!    there to put a VLAN tag back, 8-byte aligned as the kernel packs a block); poolcap's pool adds R x M frames when it copies
 //!    (with analysis or a file), since its capture thread leaves blocks in the ring when the
-//!    pool is full, so the two add up.
+//!    pool is full, so the two add up; less the ring block the reader is emptying and the
+//!    chunk the worker is analysing, which are handed back only whole.
 //!
 //! 4. **CPU share** ([`crate::share`]): on a shared core a tool with a backlog runs a
 //!    timeslice `L` per wait `w`, so `C_a` is `L / (L + w) x 1e9 / app` (times the part of
@@ -281,6 +282,19 @@ fn memory(s: &Scenario) -> (u64, usize) {
     }
 }
 
+/// Bytes of one block of `tool`'s kernel ring of `buffer` bytes (`-B`): poolcap's a
+/// sixteenth of it within 16–256 KiB, in whole pages (the capture's ring geometry); libpcap's
+/// 256 KiB (its TPACKET_V3 "frame" is the largest snaplen).
+pub fn ring_block_bytes(tool: Tool, buffer: u64) -> u64 {
+    match tool {
+        Tool::Poolcap => (buffer / 16).clamp(16 << 10, 256 << 10) / 4096 * 4096,
+        Tool::Tcpdump | Tool::Dumpcap => 256 << 10,
+    }
+}
+
+/// The TPACKET_V3 block header in front of a block's frames.
+const BLOCK_HEADER: f64 = 48.0;
+
 /// Bytes libpcap asks the kernel to leave free in front of each frame in the ring
 /// (`PACKET_RESERVE`), room to put a stripped VLAN tag back.
 const LIBPCAP_RESERVE: f64 = 4.0;
@@ -349,7 +363,12 @@ pub fn predict(p: &Profile, s: &Scenario) -> Result<Prediction, ScenarioError> {
         }
     };
     let (ring_bytes, pool) = memory(s);
-    let buffer = (ring_bytes as f64 / slot).floor() + pool as f64;
+    // A reader hands a ring block back only once it has taken every frame in it, and
+    // poolcap's worker a chunk once it has analysed every packet in it: with the buffers
+    // full, the block and the chunk being emptied hold free room nobody can fill.
+    let block = ring_block_bytes(s.tool, s.buffer_bytes) as f64;
+    let held = ((block - BLOCK_HEADER) / slot).floor() + if pool > 0 { s.pool.0 } else { 0 } as f64;
+    let buffer = ((ring_bytes as f64 / slot).floor() + pool as f64 - held).max(0.0);
     let r = s.rate_pps;
     let delivered = r.min(ck);
     let (burst, idle) = match s.burst {
@@ -597,20 +616,18 @@ mod tests {
 
     #[test]
     fn buffers_absorb_a_finite_run_until_the_backlog_exceeds_them() {
-        // 64 B frames: slot = align16(48 + 64) = 112 B; 1 MiB ring = 9362 frames.
+        // 64 B frames: slot = align8(48 + 64) = 112 B; 1 MiB ring = 9362 frames, less one
+        // block of 64 KiB (584 frames) and one chunk (100) held while being emptied.
         let s = Scenario {
             load: 3000,
             count: Some(100_000),
             pool: (100, 10),
             ..scenario(Tool::Poolcap, 500_000.0)
         };
-        // app: 1 + 1 + 3 µs = 200k pps; 0.2 s of sending: 60k frames backlog - 10362 held.
+        // app: 1 + 1 + 3 µs = 200k pps; 0.2 s of sending: 60k frames backlog - 9678 held.
         let p = predict(&profile(), &s).unwrap();
-        assert!(close(p.buffer_frames, 9362.0 + 1000.0));
-        assert!(
-            close(p.app_loss, (60_000.0 - 10_362.0) / 100_000.0),
-            "{p:?}"
-        );
+        assert!(close(p.buffer_frames, 9362.0 + 1000.0 - 684.0));
+        assert!(close(p.app_loss, (60_000.0 - 9678.0) / 100_000.0), "{p:?}");
         // Without a count, the asymptotic share.
         let p = predict(&profile(), &Scenario { count: None, ..s }).unwrap();
         assert!(close(p.app_loss, 0.6));
@@ -619,7 +636,8 @@ mod tests {
     #[test]
     fn writing_only_the_pool_beyond_the_staging_chunks_buffers_in_the_ring() {
         // 64 B frames, 1 MiB ring (9362 frames of 112 B), pool (100, 20) of 2 KiB cells:
-        // 4 chunks (800 KiB) move into the ring, 16 chunks (1600 cells) stay.
+        // 4 chunks (800 KiB) move into the ring, 16 chunks (1600 cells) stay; a block of the
+        // ring (584 frames) and a chunk (100) are held while being emptied.
         let s = Scenario {
             write: true,
             pool: (100, 20),
@@ -628,22 +646,26 @@ mod tests {
         };
         let p = predict(&profile(), &s).unwrap();
         let ring = ((1 << 20) + 4 * 100 * 2048) / 112;
-        assert!(close(p.buffer_frames, f64::from(ring) + 1600.0), "{p:?}");
+        assert!(
+            close(p.buffer_frames, f64::from(ring) + 1600.0 - 684.0),
+            "{p:?}"
+        );
         // With analysis the pool stays whole; a peer has only its kernel buffer.
         let analysed = Scenario {
             load: 1,
             ..s.clone()
         };
         let p = predict(&profile(), &analysed).unwrap();
-        assert!(close(p.buffer_frames, 9362.0 + 2000.0), "{p:?}");
-        // libpcap's 4 bytes of VLAN reserve make its slot align8(48 + 4 + 64) = 120 B.
+        assert!(close(p.buffer_frames, 9362.0 + 2000.0 - 684.0), "{p:?}");
+        // libpcap's 4 bytes of VLAN reserve make its slot align8(48 + 4 + 64) = 120 B, and
+        // its blocks are 256 KiB (2184 frames, one held).
         let peer = Scenario {
             tool: Tool::Tcpdump,
             ..s
         };
         assert!(close(
             predict(&profile(), &peer).unwrap().buffer_frames,
-            8738.0
+            8738.0 - 2184.0
         ));
     }
 
@@ -659,16 +681,16 @@ mod tests {
         let p = predict(&profile(), &base).unwrap();
         assert_eq!(
             p.loss, 0.0,
-            "8000 backlog < 10362 frames, drained in the idle time"
+            "8000 backlog < 9678 frames, drained in the idle time"
         );
         let mb = p.max_burst.unwrap();
-        assert!(close(mb, 10_362.0 / 0.8), "{mb}");
+        assert!(close(mb, 9678.0 / 0.8), "{mb}");
         let big = Scenario {
             burst: Some((20_000, 0.1)),
             ..base.clone()
         };
         let p = predict(&profile(), &big).unwrap();
-        assert!(close(p.app_loss, (16_000.0 - 10_362.0) / 20_000.0), "{p:?}");
+        assert!(close(p.app_loss, (16_000.0 - 9678.0) / 20_000.0), "{p:?}");
         // Too little idle time to drain: the backlog carries over and the steady share of
         // loss is what the mean rate exceeds the capacity by.
         let short = Scenario {
@@ -804,19 +826,24 @@ mod tests {
     fn waits_longer_than_the_ring_lose_below_capacity() {
         // tcpdump 4 µs at 50k pps needs 20% of a core; at half a core it waits as long as it
         // runs (20% of the time), and half the core is enough. The 1 MiB ring holds 8738
-        // slots of 120 B (libpcap reserves 4 bytes in each): 175 ms at 50k.
-        let depth = (f64::from(1u32 << 20) / 120.0).floor() / 50_000.0;
+        // slots of 120 B (libpcap reserves 4 bytes in each), less a block of 2184 being
+        // read: 131 ms at 50k.
+        let held = 2184.0;
+        let frames = (f64::from(1u32 << 20) / 120.0).floor() - held;
+        let depth = frames / 50_000.0;
         let s = scenario(Tool::Tcpdump, 50_000.0);
         let p = predict(&shared(0.5, depth), &s).unwrap();
         assert!(close(p.wait_loss, 0.2 / std::f64::consts::E), "{p:?}");
         assert!(close(p.loss, p.wait_loss) && p.kernel_loss == 0.0);
-        // A ring 4 times as deep loses e^-3 of that; a core of its own loses nothing.
+        // A 4 MiB ring, 5 times as deep, loses e^-4 of that; a core of its own loses nothing.
         let deep = Scenario {
             buffer_bytes: 4 << 20,
             ..s.clone()
         };
         let d = predict(&shared(0.5, depth), &deep).unwrap();
-        assert!((d.loss / p.loss - (-3.0f64).exp()).abs() < 1e-3, "{d:?}");
+        let deep_frames = (f64::from(4u32 << 20) / 120.0).floor() - held;
+        let ratio = (-(deep_frames - frames) / frames).exp();
+        assert!((d.loss / p.loss - ratio).abs() < 1e-3, "{d:?}");
         assert_eq!(predict(&profile(), &s).unwrap().loss, 0.0);
         assert_eq!(predict(&shared(1.0, depth), &s).unwrap().loss, 0.0);
         // Behind the receive work (rps on) it waits as the rps-on calibration did: a core of

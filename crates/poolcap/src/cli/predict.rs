@@ -366,11 +366,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_model_keeps_the_pool_the_engine_keeps_when_writing() {
+    fn the_model_keeps_the_pool_and_the_ring_blocks_the_engine_keeps() {
         assert_eq!(
             poolcap_doctor::predict::WRITE_STAGING_CHUNKS,
             crate::capture::WRITE_STAGING_CHUNKS
         );
+        for kib in [64, 512, 2048, 4096, 5000, 65536] {
+            assert_eq!(
+                poolcap_doctor::predict::ring_block_bytes(Tool::Poolcap, kib << 10),
+                u64::from(crate::cli::capture::block_size(kib << 10)),
+                "-B {kib}"
+            );
+        }
     }
 
     #[test]
