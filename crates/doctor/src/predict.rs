@@ -14,10 +14,11 @@
 //!    kernel" (ring full), but the application's speed is what caused them.
 //! 3. **Buffers**: the kernel ring holds `B / slot` frames (`slot` = captured bytes plus the
 //!    TPACKET_V3 header in front of the MAC header, and for libpcap the 4 bytes it reserves
-//!    there to put a VLAN tag back, 8-byte aligned as the kernel packs a block); poolcap's pool adds R x M frames when it copies
-//!    (with analysis or a file), since its capture thread leaves blocks in the ring when the
-//!    pool is full, so the two add up; less the ring block the reader is emptying and the
-//!    chunk the worker is analysing, which are handed back only whole.
+//!    there to put a VLAN tag back, 8-byte aligned as the kernel packs a block); poolcap's
+//!    pool adds R x M frames when it copies (with analysis or a file), since its capture
+//!    thread leaves blocks in the ring when the pool is full, so the two add up; less the
+//!    ring block the reader is emptying and the chunk the worker is analysing, which are
+//!    handed back only whole.
 //!
 //! 4. **CPU share** ([`crate::share`]): on a shared core a tool with a backlog runs a
 //!    timeslice `L` per wait `w`, so `C_a` is `L / (L + w) x 1e9 / app` (times the part of

@@ -231,8 +231,8 @@ pub fn run(mut cfg: GenConfig, stop: &AtomicBool) -> Result<GenReport, GenError>
         if left == 0 {
             break;
         }
-        // Frames of the batch from `k`: never across the end of a burst.
-        let batch_len = |k: u64| (batch as u64).min(left).min(cfg.timing.run_limit(k));
+        // Frames of this batch: never across the end of a burst.
+        let n = (batch as u64).min(left).min(cfg.timing.run_limit(sent));
         if let Some(d) = cfg.duration {
             if start.elapsed() >= d {
                 break;
@@ -250,7 +250,7 @@ pub fn run(mut cfg: GenConfig, stop: &AtomicBool) -> Result<GenReport, GenError>
                 late_ns = (end + idle).saturating_sub(cfg.timing.due_ns(sent));
             }
             let due = cfg.timing.due_ns(sent) + late_ns;
-            let period = cfg.timing.span_ns(sent, batch_len(sent));
+            let period = cfg.timing.span_ns(sent, n);
             let now_ns = start.elapsed().as_nanos() as u64;
             if now_ns > due + 20_000_000 {
                 late_ns += now_ns - due;
@@ -260,7 +260,7 @@ pub fn run(mut cfg: GenConfig, stop: &AtomicBool) -> Result<GenReport, GenError>
             wait_until(start + Duration::from_nanos(at), stop);
         }
         last_batch_ns = start.elapsed().as_nanos() as u64;
-        let n = batch_len(sent) as usize;
+        let n = n as usize;
         let sent_ns = realtime_ns();
         for i in 0..n {
             let len = cfg.frames.frame(sent + i as u64, tx.slot_mut(i), sent_ns);
