@@ -27,8 +27,8 @@ use poolcap_sys::bpf::{PerCpuArray, PerCpuHash, TcProgram};
 use serde_json::Value;
 
 use crate::common::{
-    bin, gen, lab, num, path_str as s, poolcap_in, start_probe, tcpdump, tcpdump_count, tempdir,
-    trial, Background, Lab,
+    bin, gen, lab, num, path_str as s, start_probe, tcpdump, tcpdump_count, tempdir, trial,
+    Background, Lab,
 };
 use crate::probe::{
     assert_flows_match_tshark, probe_file, real_looking_frames, records, stop_probe,
@@ -448,23 +448,15 @@ fn kernel_and_user_rules_count_the_same_traffic_alike() {
         ],
     );
     let loops = 20;
-    let out = poolcap_in(
-        &lab.sender.netns,
+    gen(
+        &lab,
         &[
-            "gen",
-            "-i",
-            &lab.sender.iface,
             "--replay",
             s(&trace),
             "--topspeed",
             "--loop",
             &loops.to_string(),
         ],
-    );
-    assert!(
-        out.status.success(),
-        "gen: {}",
-        String::from_utf8_lossy(&out.stderr)
     );
     // Then the generator's flows (UDP over IPv4, 200 bytes: only `ip` and `udp` select them).
     let generated = 2000;
@@ -752,24 +744,9 @@ fn many_rules_over_several_programs_count_as_probe_r_does() {
         // The trace at half its recorded pace (2.5k frames/s), 11.5 s, while the rules
         // change (loading 6 or 7 programs takes the verifier about 3.5 s here).
         let replay = scope.spawn(|| {
-            let out = poolcap_in(
-                &lab.sender.netns,
-                &[
-                    "gen",
-                    "-i",
-                    &lab.sender.iface,
-                    "--replay",
-                    s(&trace),
-                    "--speed",
-                    "0.5",
-                    "--loop",
-                    "24",
-                ],
-            );
-            assert!(
-                out.status.success(),
-                "gen: {}",
-                String::from_utf8_lossy(&out.stderr)
+            gen(
+                &lab,
+                &["--replay", s(&trace), "--speed", "0.5", "--loop", "24"],
             );
         });
         std::thread::sleep(Duration::from_millis(600));
