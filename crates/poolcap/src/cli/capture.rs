@@ -10,7 +10,7 @@ use poolcap_sys::rx_ring::RingGeometry;
 use poolcap_sys::socket::FanoutMode;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
-use crate::capture::backend::{BackendConfig, BackendKind};
+use crate::capture::backend::{block_size, BackendConfig, BackendKind};
 use crate::capture::policy::{parse_buddy_groups, PolicySpec};
 use crate::capture::pool::PoolSize;
 use crate::capture::queue::WaitStrategy;
@@ -26,13 +26,6 @@ use poolcap_sys::xsk::ZeroCopy;
 pub const DEFAULT_CELLS: usize = 256;
 /// Default chunks per queue (R): with 2 KB cells, 256 x 64 x 2048 = 32 MiB per queue.
 pub const DEFAULT_CHUNKS: usize = 64;
-/// Kernel ring blocks: at least 16 per ring, so the kernel always has blocks to fill while
-/// the capture thread copies one out, and at most 256 KiB each. (Measured: 8 blocks of
-/// 512 KiB lost 8-19% writing 1514-byte frames at top speed where 16 of 256 KiB lost 0-0.5%.)
-pub fn block_size(buffer: u64) -> u32 {
-    let b = (buffer / 16).clamp(16 << 10, 256 << 10);
-    (b / 4096 * 4096) as u32
-}
 
 /// Arguments of `poolcap capture`.
 #[derive(Debug, Args)]

@@ -374,7 +374,7 @@ mod tests {
         for kib in [64, 512, 2048, 4096, 5000, 65536] {
             assert_eq!(
                 poolcap_doctor::predict::ring_block_bytes(Tool::Poolcap, kib << 10),
-                u64::from(crate::cli::capture::block_size(kib << 10)),
+                u64::from(crate::capture::backend::block_size(kib << 10)),
                 "-B {kib}"
             );
         }
