@@ -18,6 +18,9 @@ pub struct Mmap {
 // SAFETY: the mapping is plain memory owned by this value; access to its contents is
 // synchronised by the ring protocol (see rx_ring), not by the mapping itself.
 unsafe impl Send for Mmap {}
+// SAFETY: a shared `&Mmap` hands out only the base pointer and the length; whoever reads or
+// writes through that pointer follows the ring protocol, which gives each block one owner.
+unsafe impl Sync for Mmap {}
 
 impl Mmap {
     /// Maps `len` bytes of `fd` read-write and shared, pre-faulting the pages.
@@ -92,7 +95,8 @@ impl Mmap {
 impl Drop for Mmap {
     fn drop(&mut self) {
         // SAFETY: base/len describe exactly the mapping created in `shared`, and no view
-        // into it outlives `self` (views borrow the owning ring).
+        // into it outlives `self` (views borrow the owning ring, held blocks own a share of
+        // the mapping).
         unsafe {
             libc::munmap(self.base.as_ptr().cast(), self.len);
         }

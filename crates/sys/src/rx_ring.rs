@@ -5,7 +5,10 @@
 //! `TP_STATUS_KERNEL` (the kernel may write) or `TP_STATUS_USER` (retired, full or timed out,
 //! now ours). Blocks are handed over strictly in ring order, so holding one block stops the
 //! kernel at that block: the caller copies packets out and drops the [`Block`] guard at once,
-//! which returns it.
+//! which returns it. A [`HeldBlock`] is the other way: the block leaves the ring as an owned
+//! value, goes to another thread (the file writer frames records in place and writes them
+//! from the ring, with no copy) and returns to the kernel when dropped; held in ring order
+//! and dropped in that order, the held blocks are simply the oldest part of the ring.
 //!
 //! Memory ordering: the kernel fills a block, issues `smp_wmb()` and then stores
 //! `TP_STATUS_USER` (net/packet/af_packet.c `prb_close_block`), so we load the status with
@@ -17,8 +20,11 @@
 //! block before use, so a malformed block ends iteration instead of reading out of bounds.
 
 use std::marker::PhantomData;
+use std::ops::Range;
 use std::os::fd::AsFd;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 use crate::error::{Result, SysError};
 use crate::mmap::Mmap;
@@ -67,7 +73,7 @@ pub const TP_STATUS_VLAN_TPID_VALID: u32 = libc::TP_STATUS_VLAN_TPID_VALID;
 /// A mapped TPACKET_V3 receive ring.
 #[derive(Debug)]
 pub struct RxRing {
-    map: Mmap,
+    map: Arc<Mmap>,
     geometry: RingGeometry,
     next: u32,
 }
@@ -96,7 +102,7 @@ impl RxRing {
             tp_feature_req_word: 0,
         };
         sock.set_rx_ring(&req)?;
-        let map = Mmap::shared(sock.as_fd(), geometry.bytes())?;
+        let map = Arc::new(Mmap::shared(sock.as_fd(), geometry.bytes())?);
         Ok(Self {
             map,
             geometry,
@@ -120,10 +126,8 @@ impl RxRing {
     }
 
     fn status_word(&self, i: u32) -> &AtomicU32 {
-        // SAFETY: the status word is a 4-byte aligned u32 inside block i of our live mapping
-        // (blocks are page aligned); the kernel accesses it only atomically-by-word, and we
-        // only through this AtomicU32.
-        unsafe { AtomicU32::from_ptr(self.block_ptr(i).add(BD_BLOCK_STATUS).cast::<u32>()) }
+        // SAFETY: block i lies in our live mapping (see `status_at`).
+        unsafe { status_at(self.block_ptr(i)) }
     }
 
     /// True when the kernel has retired block `i` to user space. Acquire: the block's
@@ -176,6 +180,131 @@ impl RxRing {
             body,
             _not_send: PhantomData,
         })
+    }
+}
+
+/// The status word of the block at `block`.
+///
+/// # Safety
+/// `block` is the start of a block of a live ring mapping, and the returned reference does
+/// not outlive that mapping.
+unsafe fn status_at<'a>(block: *mut u8) -> &'a AtomicU32 {
+    // SAFETY: the status word is a 4-byte aligned u32 inside the block (blocks are page
+    // aligned), live as the caller promises; the kernel accesses it only atomically-by-word,
+    // and we only through this AtomicU32.
+    unsafe { AtomicU32::from_ptr(block.add(BD_BLOCK_STATUS).cast::<u32>()) }
+}
+
+impl RxRing {
+    /// True when the block before the next one is not back with the kernel (a
+    /// [`HeldBlock`] not yet dropped). The kernel's `poll` then says "readable" whether or
+    /// not another block has retired (it looks at that block), so it cannot be waited on.
+    pub fn last_taken_held(&self) -> bool {
+        let last = self
+            .next
+            .checked_sub(1)
+            .unwrap_or(self.geometry.block_nr - 1);
+        self.status_word(last).load(Ordering::Acquire) & libc::TP_STATUS_USER != 0
+    }
+
+    /// Takes the next block out of the ring if the kernel has retired it to user space: it
+    /// stays ours, wherever it goes, until the [`HeldBlock`] is dropped.
+    pub fn hold_next(&mut self) -> Option<HeldBlock> {
+        let i = self.next;
+        if !self.retired(i) {
+            return None;
+        }
+        let size = self.geometry.block_size as usize;
+        let (first, end) = body_bounds(
+            self.header_u32(i, BD_OFFSET_TO_FIRST_PKT),
+            self.header_u32(i, BD_BLK_LEN),
+            size,
+        );
+        let num_pkts = self.header_u32(i, BD_NUM_PKTS);
+        self.next = (i + 1) % self.geometry.block_nr;
+        // block_ptr is inside a live mapping, so never null.
+        let base = NonNull::new(self.block_ptr(i))?;
+        Some(HeldBlock {
+            _map: Arc::clone(&self.map),
+            base,
+            size,
+            first,
+            end,
+            num_pkts,
+        })
+    }
+}
+
+/// A retired block taken out of the ring: owned by user space, and by this value alone,
+/// until dropped. It keeps the mapping alive, so it may outlive the ring's socket.
+pub struct HeldBlock {
+    _map: Arc<Mmap>,
+    base: NonNull<u8>,
+    size: usize,
+    first: usize,
+    end: usize,
+    num_pkts: u32,
+}
+
+// SAFETY: the block is ours alone until `drop` hands it back (the kernel writes it only
+// after that store, the ring's other views never point into it), and the mapping it points
+// into lives as long as `_map`; moving that ownership to another thread is sound.
+unsafe impl Send for HeldBlock {}
+
+impl std::fmt::Debug for HeldBlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeldBlock")
+            .field("num_pkts", &self.num_pkts)
+            .field("used", &(self.first..self.end))
+            .finish()
+    }
+}
+
+impl HeldBlock {
+    /// The block's packets in arrival order; each says where its bytes lie in the block
+    /// ([`RxPacket::offset`]).
+    pub fn packets(&self) -> Packets<'_> {
+        Packets {
+            body: self.bytes(self.first..self.end),
+            first: self.first,
+            at: Some(self.first),
+            left: self.num_pkts,
+        }
+    }
+
+    /// Bytes `range` of the block (offsets from its start, past its header).
+    pub fn bytes(&self, range: Range<usize>) -> &[u8] {
+        self.check(&range);
+        // SAFETY: `check` keeps the range inside this block and past its header (so off the
+        // status word); the block is ours alone (see `Send`) and mapped while `_map` lives.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(range.start), range.len()) }
+    }
+
+    /// Bytes `range` of the block, to change in place (a record's framing, a VLAN tag put
+    /// back); the frames' own headers there are no longer read once walked.
+    pub fn bytes_mut(&mut self, range: Range<usize>) -> &mut [u8] {
+        self.check(&range);
+        // SAFETY: as in `bytes`; `&mut self` makes this the only view.
+        unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr().add(range.start), range.len()) }
+    }
+
+    /// Panics unless `range` lies inside the block and past its header.
+    fn check(&self, range: &Range<usize>) {
+        assert!(
+            range.start >= BD_BLK_LEN + 4 && range.start <= range.end && range.end <= self.size,
+            "{range:?} is outside block {}..{}",
+            BD_BLK_LEN + 4,
+            self.size
+        );
+    }
+}
+
+impl Drop for HeldBlock {
+    fn drop(&mut self) {
+        // SAFETY: the block lies in the mapping `_map` keeps alive.
+        let status = unsafe { status_at(self.base.as_ptr()) };
+        // Hand the block back after every read and write of it (see `Block`'s drop).
+        status.store(libc::TP_STATUS_KERNEL, Ordering::Release);
     }
 }
 
@@ -261,6 +390,8 @@ impl Drop for Block<'_> {
 pub struct RxPacket<'b> {
     /// The captured bytes (link layer onwards; VLAN tag stripped by the kernel if any).
     pub data: &'b [u8],
+    /// Where `data` starts, in bytes from the start of its block.
+    pub offset: usize,
     /// The frame's length on the wire (without a stripped VLAN tag).
     pub wire_len: u32,
     /// Kernel receive timestamp, seconds.
@@ -311,6 +442,7 @@ impl<'b> Iterator for Packets<'b> {
         let data = self.body.get(off + mac..off + mac + snap)?;
         let pkt = RxPacket {
             data,
+            offset: abs + mac,
             wire_len: u32_at(hdr, PH_LEN)?,
             sec: u32_at(hdr, PH_SEC)?,
             nsec: u32_at(hdr, PH_NSEC)?,

@@ -116,20 +116,56 @@ pub fn write_split(ring: RingGeometry, pool: PoolSize, staging: usize) -> (RingG
     if moved == 0 {
         return (ring, pool);
     }
-    let total = ring.bytes() as u64 + (moved * pool.cells * pool.cell_size) as u64;
-    let block = block_size(total).max(ring.block_size);
     (
-        RingGeometry {
-            block_size: block,
-            block_nr: (total / u64::from(block)).min(u64::from(u32::MAX)) as u32,
-            ..ring
-        },
+        grow(ring, (moved * pool.cells * pool.cell_size) as u64),
         PoolSize {
             chunks: pool.chunks - moved,
             ..pool
         },
     )
 }
+
+/// The pcap format packets are written in when the capture writes them from the kernel
+/// ring where they lie (see `pool`): packets only written (no analysis, no forwarding), in
+/// pcap, whose record header fits in the room the kernel leaves in front of each frame
+/// (pcapng's trailer after the frame does not).
+fn held_records(s: &Setup<'_>) -> Option<FileFormat> {
+    s.write_staging?;
+    s.records
+        .filter(|f| matches!(f, FileFormat::Pcap | FileFormat::PcapNs))
+}
+
+/// The ring and pool of a queue written from the ring: all of the pool's memory goes to the
+/// ring, whose blocks get the size its new size calls for ([`block_size`]), and the pool
+/// keeps its R chunks as handles of blocks in flight to the writer, each for as many frames
+/// as a block can hold (and no bytes of its own).
+pub fn hold_split(ring: RingGeometry, pool: PoolSize) -> (RingGeometry, PoolSize) {
+    let ring = grow(ring, pool.bytes());
+    (
+        ring,
+        PoolSize {
+            cells: ring.block_size as usize / MIN_FRAME_SLOT,
+            chunks: pool.chunks,
+            cell_size: 0,
+        },
+    )
+}
+
+/// `ring` grown by `bytes`, in the blocks its new size calls for ([`block_size`], never
+/// smaller than before), in whole blocks: the memory never grows past the sum.
+fn grow(ring: RingGeometry, bytes: u64) -> RingGeometry {
+    let total = ring.bytes() as u64 + bytes;
+    let block = block_size(total).max(ring.block_size);
+    RingGeometry {
+        block_size: block,
+        block_nr: (total / u64::from(block)).min(u64::from(u32::MAX)) as u32,
+        ..ring
+    }
+}
+
+/// The fewest bytes a frame takes in a TPACKET_V3 block: its header (48 bytes), the link
+/// address (20), and at least a byte of packet, 8-byte aligned.
+const MIN_FRAME_SLOT: usize = 72;
 
 /// The opened kernel side.
 pub struct Opened {
@@ -170,9 +206,11 @@ pub fn open(cfg: BackendConfig, s: &Setup<'_>) -> Result<Opened, CaptureError> {
 }
 
 fn open_af_packet(s: &Setup<'_>, why: &str) -> Result<Opened, CaptureError> {
-    let (ring, pool) = match s.write_staging {
-        Some(n) => write_split(s.ring, s.pool, n),
-        None => (s.ring, s.pool),
+    let held = held_records(s);
+    let (ring, pool) = match (held, s.write_staging) {
+        (Some(_), _) => hold_split(s.ring, s.pool),
+        (None, Some(n)) => write_split(s.ring, s.pool, n),
+        (None, None) => (s.ring, s.pool),
     };
     // Without an expression a filter only helps to cut packets to a short snaplen in the
     // kernel; otherwise it is per-packet work for nothing.
@@ -189,12 +227,29 @@ fn open_af_packet(s: &Setup<'_>, why: &str) -> Result<Opened, CaptureError> {
     let fanout = (s.queues > 1).then_some((group as u16, s.fanout));
     let sources = (0..s.queues)
         .map(|_| {
-            PacketSource::open(s.ifindex, ring, program.as_deref(), fanout, s.inbound_only)
-                .map(|p| Box::new(p) as Box<dyn Source>)
+            PacketSource::open(
+                s.ifindex,
+                ring,
+                program.as_deref(),
+                fanout,
+                s.inbound_only,
+                held.is_some(),
+            )
+            .map(|p| Box::new(p) as Box<dyn Source>)
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let pools = copy_pools(pool, &s.queue_capacity, s.records);
-    let split = if pool == s.pool {
+    let pools = match held {
+        Some(records) => block_pools(pool, &s.queue_capacity, records),
+        None => copy_pools(pool, &s.queue_capacity, s.records),
+    };
+    let split = if held.is_some() {
+        format!(
+            "; writing pcap from the ring: kernel ring {} MiB per queue, up to {} blocks \
+             in flight to the writer",
+            ring.bytes() >> 20,
+            pool.chunks
+        )
+    } else if pool == s.pool {
         String::new()
     } else {
         format!(
@@ -213,6 +268,15 @@ fn open_af_packet(s: &Setup<'_>, why: &str) -> Result<Opened, CaptureError> {
         kernel_filter: s.filter.is_some(),
         report: format!("backend {why}{split}"),
     })
+}
+
+/// One pool of chunks of ring blocks per queue, written as `records` in place.
+fn block_pools(pool: PoolSize, capacity: &[usize], records: FileFormat) -> Vec<Arc<Pool>> {
+    capacity
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| Arc::new(Pool::of_blocks(i, pool, c, records)))
+        .collect()
 }
 
 /// One pool of copies per queue (`capacity` has one entry per queue), with room for

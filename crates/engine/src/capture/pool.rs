@@ -21,8 +21,15 @@
 //! room before and after each packet for its pcap/pcapng record header and trailer. The file
 //! writer fills them in and hands the chunk's bytes to the kernel as they are (one vectored
 //! write per run of records), instead of copying every packet a second time into a write
-//! buffer, as netsniff-ng writes straight from its ring. A cell then holds a packet and its
-//! record framing.
+//! buffer. A cell then holds a packet and its record framing.
+//!
+//! Third storage, for pcap files written from AF_PACKET: a chunk holds one retired ring block
+//! itself ([`HeldBlock`]), as netsniff-ng writes straight from its ring. Each frame already
+//! has the kernel's header in front of it, room enough for a pcap record header, so the
+//! writer frames records where the frames lie and the packets are copied once, by the
+//! kernel's write. The block goes back to the kernel when the chunk comes home; the pool's
+//! memory is then in the ring, and its chunks are only handles (pcapng's trailer after a
+//! frame has no such room, so pcapng keeps the copies).
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -31,6 +38,7 @@ use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
 use poolcap_format::FileFormat;
+use poolcap_sys::rx_ring::HeldBlock;
 use poolcap_sys::xsk::{RxFrame, Umem};
 
 use super::doorbell::Doorbell;
@@ -62,6 +70,11 @@ enum Storage {
     Frames {
         umem: Arc<Umem>,
         frames: Vec<RxFrame>,
+    },
+    /// A retired ring block, its frames read and framed as `records` where they lie.
+    Held {
+        block: Option<HeldBlock>,
+        records: FileFormat,
     },
 }
 
@@ -110,6 +123,22 @@ impl Chunk {
         )
     }
 
+    /// A chunk that holds one ring block of up to `cells` frames, written as `records`.
+    pub fn of_block(home: usize, cells: usize, records: FileFormat) -> Self {
+        Self {
+            // A block of small frames holds thousands: the list grows on first use.
+            meta: Vec::new(),
+            ..Self::with(
+                home,
+                cells,
+                Storage::Held {
+                    block: None,
+                    records,
+                },
+            )
+        }
+    }
+
     fn with(home: usize, cells: usize, storage: Storage) -> Self {
         Self {
             home,
@@ -118,6 +147,49 @@ impl Chunk {
             meta: Vec::with_capacity(cells),
             cells,
         }
+    }
+
+    /// Takes a ring block to fill this chunk of blocks with (false, and the block goes back,
+    /// if this chunk is of another kind or holds one already).
+    pub fn hold(&mut self, held: HeldBlock) -> bool {
+        match &mut self.storage {
+            Storage::Held { block, .. } if block.is_none() => {
+                *block = Some(held);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The held block's bytes `range`, to change in place before its packets are pushed.
+    pub fn block_mut(&mut self, range: Range<usize>) -> Option<&mut [u8]> {
+        match &mut self.storage {
+            Storage::Held { block: Some(b), .. } => Some(b.bytes_mut(range)),
+            _ => None,
+        }
+    }
+
+    /// Appends a packet whose `caplen` bytes lie at `offset` in the held block. False,
+    /// storing nothing, when no block is held or its record's header would not fit in front.
+    #[inline]
+    pub fn push_held(&mut self, ts_ns: u64, offset: usize, caplen: usize, wire_len: u32) -> bool {
+        let Storage::Held {
+            block: Some(_),
+            records,
+        } = &self.storage
+        else {
+            return false;
+        };
+        if offset < records.record_head() + HELD_BLOCK_HEADER {
+            return false;
+        }
+        self.meta.push(PacketMeta {
+            ts_ns,
+            offset: offset as u32,
+            caplen: caplen as u32,
+            wire_len,
+        });
+        true
     }
 
     /// Appends a copy of a packet whose bytes are the concatenation of `parts` (at most
@@ -189,7 +261,7 @@ impl Chunk {
         self.meta.clear();
         let frames = match &mut self.storage {
             Storage::Frames { frames, .. } => Some(frames.drain(..)),
-            Storage::Copied { .. } => None,
+            Storage::Copied { .. } | Storage::Held { .. } => None,
         };
         frames.into_iter().flatten()
     }
@@ -211,6 +283,7 @@ impl Chunk {
                 buf.len() - records.map_or(0, |f| f.record_overhead().min(buf.len()))
             }
             Storage::Frames { umem, .. } => umem.frame_size() as usize,
+            Storage::Held { .. } => usize::MAX,
         }
     }
 
@@ -225,6 +298,9 @@ impl Chunk {
         match &self.storage {
             Storage::Copied { buf, .. } => &buf[m.offset as usize..(m.offset + m.caplen) as usize],
             Storage::Frames { umem, frames } => &umem.data(&frames[i])[..m.caplen as usize],
+            Storage::Held { block, .. } => block.as_ref().map_or(&[], |b| {
+                b.bytes(m.offset as usize..(m.offset + m.caplen) as usize)
+            }),
         }
     }
 
@@ -232,7 +308,7 @@ impl Chunk {
     pub fn frame(&self, i: usize) -> Option<&RxFrame> {
         match &self.storage {
             Storage::Frames { frames, .. } => frames.get(i),
-            Storage::Copied { .. } => None,
+            Storage::Copied { .. } | Storage::Held { .. } => None,
         }
     }
 
@@ -240,11 +316,12 @@ impl Chunk {
     /// records: the packet's bytes sit [`FileFormat::record_head`] bytes in. Consecutive
     /// packets' records are adjacent.
     pub fn record(&self, i: usize) -> Option<Range<usize>> {
-        let Storage::Copied {
-            records: Some(f), ..
-        } = &self.storage
-        else {
-            return None;
+        let f = match &self.storage {
+            Storage::Copied {
+                records: Some(f), ..
+            }
+            | Storage::Held { records: f, .. } => f,
+            _ => return None,
         };
         let m = self.meta[i];
         let start = m.offset as usize - f.record_head();
@@ -256,7 +333,8 @@ impl Chunk {
     pub fn records(&self, range: Range<usize>) -> &[u8] {
         match &self.storage {
             Storage::Copied { buf, .. } => &buf[range],
-            Storage::Frames { .. } => &[],
+            Storage::Held { block: Some(b), .. } => b.bytes(range),
+            Storage::Frames { .. } | Storage::Held { block: None, .. } => &[],
         }
     }
 
@@ -264,7 +342,8 @@ impl Chunk {
     pub fn records_mut(&mut self, range: Range<usize>) -> &mut [u8] {
         match &mut self.storage {
             Storage::Copied { buf, .. } => &mut buf[range],
-            Storage::Frames { .. } => &mut [],
+            Storage::Held { block: Some(b), .. } => b.bytes_mut(range),
+            Storage::Frames { .. } | Storage::Held { block: None, .. } => &mut [],
         }
     }
 
@@ -285,18 +364,24 @@ impl Chunk {
         }
     }
 
-    /// Empties a chunk of copies for reuse (frames must be taken out with `take_frames`).
+    /// Empties a chunk of copies for reuse, or hands its ring block back to the kernel
+    /// (frames must be taken out with `take_frames`).
     fn clear_copies(&mut self) {
-        if let Storage::Copied { used, .. } = &mut self.storage {
-            *used = 0;
-            self.meta.clear();
+        match &mut self.storage {
+            Storage::Copied { used, .. } => *used = 0,
+            Storage::Held { block, .. } => *block = None,
+            Storage::Frames { .. } => return,
         }
+        self.meta.clear();
     }
 
     fn holds_frames(&self) -> bool {
         matches!(&self.storage, Storage::Frames { frames, .. } if !frames.is_empty())
     }
 }
+
+/// Bytes at the start of a ring block (its `tpacket_block_desc`) that no record may cover.
+const HELD_BLOCK_HEADER: usize = 48;
 
 /// Pool geometry: `chunks` (R) chunks of `cells` (M) cells of `cell_size` bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -371,6 +456,22 @@ impl Pool {
         let chunks = size.chunks.max(1);
         Self::from_chunks(
             (0..chunks).map(|_| Chunk::new(home, size.cells.max(1), size.cell_size, records)),
+            size,
+            queue_capacity,
+        )
+    }
+
+    /// A pool of R chunks that each hold a ring block of up to M frames, written as pcap
+    /// `records` where they lie (see the module docs).
+    pub fn of_blocks(
+        home: usize,
+        size: PoolSize,
+        queue_capacity: usize,
+        records: FileFormat,
+    ) -> Self {
+        let chunks = size.chunks.max(1);
+        Self::from_chunks(
+            (0..chunks).map(|_| Chunk::of_block(home, size.cells.max(1), records)),
             size,
             queue_capacity,
         )

@@ -188,6 +188,39 @@ impl Filler {
         }
     }
 
+    /// Takes a packet that stays where it lies, at `offset` in the ring block `chunk`
+    /// holds ([`Chunk::push_held`]); `len` bytes lie there.
+    #[inline]
+    pub(crate) fn push_held(
+        &mut self,
+        chunk: &mut Chunk,
+        ts: u64,
+        offset: usize,
+        len: usize,
+        wire: u32,
+    ) {
+        if self.past_cut(ts) || !self.within_budget() {
+            return;
+        }
+        if chunk.push_held(ts, offset, len.min(self.snaplen), wire) {
+            self.tally.captured += 1;
+            self.tally.bytes += u64::from(wire);
+        } else {
+            self.tally.dropped_pool += 1;
+            self.refund();
+        }
+    }
+
+    /// Seals a chunk holding a ring block once its packets are pushed; one with none goes
+    /// home at once, which gives the block back.
+    pub(crate) fn seal_held(&mut self, pool: &Pool, chunk: Chunk) {
+        if chunk.is_empty() {
+            pool.recycle(chunk);
+        } else {
+            self.full.push(chunk);
+        }
+    }
+
     /// Puts a frame into a chunk; returns it if no chunk took it (it goes straight back to
     /// the kernel: counted, or dropped for want of a chunk).
     #[inline]

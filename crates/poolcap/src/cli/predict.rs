@@ -10,6 +10,7 @@ use clap::Args;
 use poolcap_doctor::predict::{self, Prediction, Scenario, Tool};
 use poolcap_doctor::profile::Profile;
 use poolcap_doctor::system::{RealSystem, System};
+use poolcap_format::FileFormat;
 
 use crate::calibrate::validate;
 use crate::capture::compress::Compression;
@@ -131,9 +132,13 @@ pub struct PredictArgs {
     /// Frames sent in all (default: an endless stream).
     #[arg(long, value_parser = units::parse_count)]
     count: Option<u64>,
-    /// The capture writes a pcap file.
+    /// The capture writes a file.
     #[arg(short = 'w')]
     write: bool,
+    /// Its format, as `poolcap capture --format`: pcap is written from the kernel ring,
+    /// pcapng through the pool (one more copy per packet).
+    #[arg(long, default_value = "pcapng", value_enum, requires = "write")]
+    format: FileFormat,
     /// Compression of the file: zstd[:L] or gzip[:L].
     #[arg(long, requires = "write")]
     compress: Option<Compression>,
@@ -241,6 +246,7 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         pool: args.pool,
         load: args.load,
         write: args.write,
+        pcapng: args.format == FileFormat::Pcapng,
         compress: args.compress.map(compression_key),
         burst: args.burst.zip(args.idle.map(|d| d.as_secs_f64())),
         count: args.count,
@@ -337,6 +343,7 @@ pub fn capture_warning(cfg: &CaptureConfig) -> Option<String> {
         pool: (cfg.pool.cells, cfg.pool.chunks),
         load: cfg.load,
         write: cfg.output.is_some(),
+        pcapng: matches!(cfg.output, Some((_, FileFormat::Pcapng))),
         compress: cfg.compress.map(compression_key),
         ..Scenario::steady(Tool::Poolcap, pps, 60.0)
     };

@@ -49,7 +49,49 @@ pub fn trials() -> Vec<Trial> {
             "direct_pcap_kill_9_cuts_only_the_last_record",
             direct_pcap_kill_9_cuts_only_the_last_record,
         ),
+        t(
+            "pcap_from_the_ring_is_the_wire_with_vlan_tags_and_snaplen",
+            pcap_from_the_ring_is_the_wire_with_vlan_tags_and_snaplen,
+        ),
     ]
+}
+
+/// pcap is written from the kernel ring where the frames lie (no copy): every replayed
+/// frame comes back byte for byte, the VLAN tags the kernel stripped put back in place,
+/// and a snaplen cuts tagged and untagged frames alike (orig_len stays the wire's).
+fn pcap_from_the_ring_is_the_wire_with_vlan_tags_and_snaplen() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let mix = dir.path().join("mix.pcap");
+    crate::mix::write_pcap(&mix);
+    for snaplen in [65535usize, 40] {
+        let file = dir.path().join(format!("ring-{snaplen}.pcap"));
+        let snap = snaplen.to_string();
+        let args = ["--format", "pcap", "-s", &snap, "-w", s(&file)];
+        let bg = capture(&lab, &args);
+        gen(&lab, &["--replay", s(&mix), "--topspeed"]);
+        std::thread::sleep(SETTLE);
+        let (code, stderr) = bg.stop("INT");
+        assert_eq!(code, Some(0), "-s {snap}: {stderr}");
+        assert!(
+            stderr.contains("writing pcap from the ring"),
+            "-s {snap}: not written from the ring: {stderr}"
+        );
+        let got = poolcap_format::read_file(&file)
+            .unwrap_or_else(|e| panic!("read {}: {e}", s(&file)))
+            .packets;
+        assert_eq!(got.len(), crate::mix::FRAMES as usize, "-s {snap}");
+        for (i, p) in got.iter().enumerate() {
+            let want = crate::mix::frame(i as u32);
+            let cut = want.len().min(snaplen);
+            assert_eq!(
+                (&p.data[..], p.orig_len as usize),
+                (&want[..cut], want.len()),
+                "-s {snap}: frame {i}"
+            );
+        }
+        assert_eq!(tcpdump_count(&file, &["vlan"]), 160, "-s {snap}: tagged");
+    }
 }
 
 /// Every file written with `--direct` is a whole number of these.
