@@ -76,11 +76,8 @@ pub struct Scenario {
     pub pool: (usize, usize),
     /// x-loop iterations per packet (poolcap).
     pub load: u32,
-    /// Write a file.
+    /// Write a file (poolcap writes it from the kernel ring where the frames lie).
     pub write: bool,
-    /// The file is pcapng: poolcap copies each packet into its pool to frame the record
-    /// around it. A pcap file it writes from the kernel ring where the frames lie.
-    pub pcapng: bool,
     /// Compression of the file (`zstd:3`).
     pub compress: Option<String>,
     /// Bursts of this many frames at `rate_pps`, each followed by `idle_s` of silence.
@@ -107,7 +104,6 @@ impl Scenario {
             pool: (256, 64),
             load: 0,
             write: false,
-            pcapng: false,
             compress: None,
             burst: None,
             count: None,
@@ -186,7 +182,7 @@ fn app_stages(p: &Profile, s: &Scenario, caplen: f64) -> Result<Vec<StageCost>, 
     match s.tool {
         Tool::Poolcap => {
             add("ring read", p.poolcap_count.ns(caplen));
-            if s.load > 0 || (s.write && s.pcapng) {
+            if s.load > 0 {
                 add("pool copy", p.pool_copy.ns(caplen));
             }
             if s.load > 0 {
@@ -265,26 +261,18 @@ fn share_key(s: &Scenario, cpu: &share::Cpu) -> String {
     }
 }
 
-/// Chunks poolcap's pool keeps when it only writes packets (no `--load`): the rest of the
-/// pool's memory is in the kernel ring (the engine's `backend::write_split`).
-pub const WRITE_STAGING_CHUNKS: usize = 16;
-
 /// The kernel ring's bytes and the pool's cells that buffer `s`'s packets: poolcap's pool
-/// only when it copies (analysis, or a pcapng file: with a file alone, the pool beyond
-/// [`WRITE_STAGING_CHUNKS`] is in the ring, in cells of 2 KiB, or of the snaplen when
-/// smaller); a pcap file alone is written from the ring, which has all of the pool's
-/// memory; the peers' kernel buffer only.
+/// when it copies (analysis); with a file alone it writes from the ring, which then has all
+/// of the pool's memory (cells of 2 KiB, or of the snaplen when smaller: the engine's
+/// `backend::hold_split`); the peers' kernel buffer only.
 fn memory(s: &Scenario) -> (u64, usize) {
     let (m, r) = s.pool;
-    let cell = s.snaplen.clamp(64, 2048) as usize;
     match s.tool {
         Tool::Poolcap if s.load > 0 => (s.buffer_bytes, m * r),
-        Tool::Poolcap if s.write && s.pcapng => {
-            let kept = r.min(WRITE_STAGING_CHUNKS);
-            let moved = ((r - kept) * m * cell) as u64;
-            (s.buffer_bytes + moved, kept * m)
+        Tool::Poolcap if s.write => {
+            let cell = s.snaplen.clamp(64, 2048) as usize;
+            (s.buffer_bytes + (r * m * cell) as u64, 0)
         }
-        Tool::Poolcap if s.write => (s.buffer_bytes + (r * m * cell) as u64, 0),
         _ => (s.buffer_bytes, 0),
     }
 }
@@ -565,20 +553,19 @@ mod tests {
 
     #[test]
     fn a_slow_application_loses_the_excess_of_an_endless_stream() {
-        // poolcap writing pcapng: 1 + 1 + 2 µs = 250k pps; offered 500k: half is lost.
+        // poolcap writing from the ring, with no copy: 1 + 2 µs = 333k pps; offered 500k: a
+        // third is lost.
         let s = Scenario {
             write: true,
-            pcapng: true,
             ..scenario(Tool::Poolcap, 500_000.0)
         };
         let p = predict(&profile(), &s).unwrap();
-        assert!(close(p.app_capacity_pps, 250_000.0));
-        assert!(close(p.app_loss, 0.5) && p.kernel_loss == 0.0);
+        assert!(close(p.app_capacity_pps, 1e6 / 3.0), "{p:?}");
+        assert!(
+            close(p.app_loss, 1.0 / 3.0) && p.kernel_loss == 0.0,
+            "{p:?}"
+        );
         assert_eq!(p.bottleneck, "write");
-        // pcap, from the ring without the copy: 3 µs, 333k pps; a third is lost.
-        let pcap = Scenario { pcapng: false, ..s };
-        let p = predict(&profile(), &pcap).unwrap();
-        assert!(close(p.app_loss, 1.0 / 3.0), "{p:?}");
         // tcpdump at 4 µs.
         let p = predict(&profile(), &scenario(Tool::Tcpdump, 500_000.0)).unwrap();
         assert!(close(p.app_loss, 0.5));
@@ -648,31 +635,16 @@ mod tests {
 
     #[test]
     fn writing_only_puts_the_pool_into_the_ring() {
-        // 64 B frames, 1 MiB ring (9362 frames of 112 B), pool (100, 20) of 2 KiB cells.
-        // pcapng: 4 chunks (800 KiB) move into the ring, 16 chunks (1600 cells) stay; a
-        // block of the grown ring (1.78 MiB / 16 = 112 KiB in whole pages: 1023 frames) and
-        // a chunk (100) are held while being emptied.
+        // 64 B frames, 1 MiB ring (9362 frames of 112 B), pool (100, 20) of 2 KiB cells: a
+        // file is written from the ring, which has all 20 chunks' memory and the pool none;
+        // a block of 256 KiB (2340 frames) is held while it is written. No pool copy.
         let s = Scenario {
             write: true,
-            pcapng: true,
             pool: (100, 20),
             count: Some(100_000),
             ..scenario(Tool::Poolcap, 500_000.0)
         };
         let p = predict(&profile(), &s).unwrap();
-        let ring = ((1 << 20) + 4 * 100 * 2048) / 112;
-        assert!(
-            close(p.buffer_frames, f64::from(ring) + 1600.0 - 1123.0),
-            "{p:?}"
-        );
-        assert!(p.stages.iter().any(|x| x.stage == "pool copy"), "{p:?}");
-        // pcap is written from the ring: all 20 chunks are in it and none in the pool; a
-        // block of 256 KiB (2340 frames) is held while it is written. No pool copy.
-        let pcap = Scenario {
-            pcapng: false,
-            ..s.clone()
-        };
-        let p = predict(&profile(), &pcap).unwrap();
         let ring = ((1 << 20) + 20 * 100 * 2048) / 112;
         assert!(close(p.buffer_frames, f64::from(ring) - 2340.0), "{p:?}");
         assert!(!p.stages.iter().any(|x| x.stage == "pool copy"), "{p:?}");

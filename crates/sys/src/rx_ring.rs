@@ -272,6 +272,11 @@ impl HeldBlock {
         }
     }
 
+    /// The block's size in bytes.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
     /// Bytes `range` of the block (offsets from its start, past its header).
     pub fn bytes(&self, range: Range<usize>) -> &[u8] {
         self.check(&range);

@@ -124,7 +124,6 @@ pub fn scenario(row: &Row, pps: f64) -> Option<Scenario> {
         pool: c.pool.unwrap_or((256, 64)),
         load: c.load,
         write: c.write || (c.dev_null && tool == ModelTool::Poolcap),
-        pcapng: c.pcapng,
         compress: c.compress.clone(),
         burst: t.burst.zip(t.idle).map(|(b, i)| (b, i.as_secs_f64())),
         count: row.median("offered").map(|n| n as u64),

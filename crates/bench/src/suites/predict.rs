@@ -333,12 +333,12 @@ const MODEL: &str = "Two stages in tandem with buffers between them (docs/predic
 kernel stage (receive work up to the capture ring) has capacity 1e9 / kernel(caplen) frames/s; \
 on veth with rps off it runs on the sender's CPU and slows the sender instead of dropping, \
 with rps on it runs on the tool's CPU at the cost the rps-on calibration point measured (that CPU's softirq time per frame). The application stage (the tool's CPU per packet on \
-one core: poolcap's ring read, pool copy (analysing or writing pcapng; pcap is written from \
-the ring), x-loop and write; tcpdump's and dumpcap's measured \
+one core: poolcap's ring read, pool copy (when it analyses; a file alone is written from the \
+ring), x-loop and write; tcpdump's and dumpcap's measured \
 cost) has capacity 1e9 / app(caplen). Each cost is linear in the captured bytes, fitted from \
 64 and 1514-byte frames. The ring holds B / slot frames (slot: the frame, its TPACKET_V3 \
 header and libpcap's 4-byte reserve, 8-byte aligned) and poolcap's pool adds R x M when it \
-copies (writing pcap alone its memory is in the ring), less the ring block and the chunk being emptied (handed back only whole). Traffic is a fluid: over a burst (or a whole finite run) the backlog grows at \
+copies (writing alone its memory is in the ring), less the ring block and the chunk being emptied (handed back only whole). Traffic is a fluid: over a burst (or a whole finite run) the backlog grows at \
 min(rate, C_k) - C_a, what exceeds the buffers is lost, idle time drains C_a x idle. On a shared \
 core (the calibration's schedstat) a busy tool runs a 3 ms timeslice per mean wait w for the \
 CPU: C_a is 3 / (3 + w) x 1e9 / app, of what rps-on receive work leaves (softirq runs first); \

@@ -3,7 +3,7 @@
 //! are the kernel's, and a VLAN tag the kernel stripped is put back, so the file shows the
 //! wire. The filter runs in the kernel (see `filter`).
 //!
-//! Writing pcap with nothing else to do, the source holds blocks instead (see `pool`): each
+//! Writing a file with nothing else to do, the source holds blocks instead (see `pool`): each
 //! retired block goes whole into a chunk, its frames where they lie, and back to the kernel
 //! once written. A stripped VLAN tag is put back in place: the frame's first 12 bytes move 4
 //! bytes forward, into the kernel's header room in front of it.
@@ -243,6 +243,8 @@ mod tests {
             block_nr: 2,
             retire_timeout_ms: 4,
         };
+        let fanout = Some((0x5a17, FanoutMode::Hash));
+        let open = || PacketSource::open(lo, geometry, None, fanout, false, false);
         for call in [
             "setsockopt(PACKET_RX_RING)",
             "mmap",
@@ -250,28 +252,12 @@ mod tests {
         ] {
             let before = packet_sockets();
             let plan = inject(call, libc::ENOMEM, 0, 1);
-            let e = PacketSource::open(
-                lo,
-                geometry,
-                None,
-                Some((0x5a17, FanoutMode::Hash)),
-                false,
-                false,
-            )
-            .expect_err("the planned failure");
+            let e = open().expect_err("the planned failure");
             drop(plan);
             assert_eq!((e.call, e.errno()), (call, Some(libc::ENOMEM)), "{e}");
             assert_eq!(packet_sockets(), before, "{call}: a socket leaked");
         }
         // With no fault the same queue opens.
-        PacketSource::open(
-            lo,
-            geometry,
-            None,
-            Some((0x5a17, FanoutMode::Hash)),
-            false,
-            false,
-        )
-        .unwrap();
+        open().unwrap();
     }
 }

@@ -78,9 +78,9 @@ pub struct Setup<'a> {
     /// Only frames that arrive, not those this host sends (a forwarder's IN, which with
     /// `--bidirectional` is also an OUT); AF_XDP sees only arriving frames anyway.
     pub inbound_only: bool,
-    /// Chunks a pool keeps when packets are only written to a file (AF_PACKET): the rest of
-    /// its memory goes to the kernel ring ([`write_split`]).
-    pub write_staging: Option<usize>,
+    /// Packets are only written to a file (no analysis, no forwarding): on AF_PACKET they
+    /// are written from the kernel ring ([`hold_split`]).
+    pub writes_only: bool,
 }
 
 /// Bytes per block of a kernel ring of `bytes`: at least 16 blocks per ring, so the kernel
@@ -92,53 +92,30 @@ pub fn block_size(bytes: u64) -> u32 {
     (b / 4096 * 4096) as u32
 }
 
-/// The ring and pool of a queue whose packets are only written to a file: the pool keeps
-/// `staging` chunks (those the writer holds while their records are written and the one
-/// the capture thread fills) and its other chunks' bytes go to the kernel ring, in whole
-/// blocks, so the queue has the same memory.
-///
-/// Why: with no analysis, the pool can only hold what the capture thread has copied, and
-/// that thread shares a core with the writer (and, with RPS or a NIC's interrupts there,
-/// with the receive work); the kernel fills its ring on the receiving core whether or not
-/// the capture thread runs, so memory in the ring absorbs the stalls of the capture core.
-/// Measured on the veth lab (1.5M frames of 1514 B at top speed to a file, rps off):
-/// `bench disk --quick` lost 2.4–16% with a 4 MiB ring and 32 MiB pool, and nothing in
-/// 3 of 3 runs, pcap and pcapng, with this split (a 28 MiB ring and 8 MiB pool), as
-/// netsniff-ng with its 36 MiB ring. Workers (`--load`, the probe) keep the pool as asked:
-/// there it absorbs what the analysis has not taken yet (WireCAP).
-///
-/// The larger ring gets the block size its size calls for ([`block_size`], never smaller
-/// than asked): a block retired is a wakeup of the capture thread, and a 2 MiB `-B` grown
-/// to 10 MiB in its 128 KiB blocks woke it twice as often as needed (2 queues, 1514 B at top
-/// speed: 11k wakeups per capture thread for 750k frames).
-pub fn write_split(ring: RingGeometry, pool: PoolSize, staging: usize) -> (RingGeometry, PoolSize) {
-    let moved = pool.chunks.saturating_sub(staging);
-    if moved == 0 {
-        return (ring, pool);
-    }
-    (
-        grow(ring, (moved * pool.cells * pool.cell_size) as u64),
-        PoolSize {
-            chunks: pool.chunks - moved,
-            ..pool
-        },
-    )
-}
-
-/// The pcap format packets are written in when the capture writes them from the kernel
-/// ring where they lie (see `pool`): packets only written (no analysis, no forwarding), in
-/// pcap, whose record header fits in the room the kernel leaves in front of each frame
-/// (pcapng's trailer after the frame does not).
+/// The format packets are written in when the capture writes them from the kernel ring
+/// where they lie (see `pool`): when they are only written (no analysis, no forwarding).
 fn held_records(s: &Setup<'_>) -> Option<FileFormat> {
-    s.write_staging?;
-    s.records
-        .filter(|f| matches!(f, FileFormat::Pcap | FileFormat::PcapNs))
+    s.records.filter(|_| s.writes_only)
 }
 
 /// The ring and pool of a queue written from the ring: all of the pool's memory goes to the
 /// ring, whose blocks get the size its new size calls for ([`block_size`]), and the pool
 /// keeps its R chunks as handles of blocks in flight to the writer, each for as many frames
-/// as a block can hold (and no bytes of its own).
+/// as a block can hold (and no bytes of its own), so the queue has the same memory.
+///
+/// Why all of it in the ring: with no analysis the pool would hold only what the capture
+/// thread has copied, and that thread shares a core with the writer (and, with RPS or a
+/// NIC's interrupts there, with the receive work), while the kernel fills its ring on the
+/// receiving core whether or not the capture thread runs: memory in the ring absorbs the
+/// stalls of the capture core. (Measured on the veth lab, 1.5M frames of 1514 B at top
+/// speed to a file, rps off, copying into the pool: `bench disk --quick` lost 2.4–16% with a
+/// 4 MiB ring and 32 MiB pool, nothing in 3 of 3 runs with a 28 MiB ring and 8 MiB pool,
+/// as netsniff-ng with its 36 MiB ring.) Workers (`--load`, the probe) keep the pool as
+/// asked: there it absorbs what the analysis has not taken yet (WireCAP).
+///
+/// Why larger blocks: a block retired is a wakeup of the capture thread, and a 2 MiB `-B`
+/// grown to 10 MiB in its 128 KiB blocks woke it twice as often as needed (2 queues, 1514 B
+/// at top speed: 11k wakeups per capture thread for 750k frames).
 pub fn hold_split(ring: RingGeometry, pool: PoolSize) -> (RingGeometry, PoolSize) {
     let ring = grow(ring, pool.bytes());
     (
@@ -207,10 +184,9 @@ pub fn open(cfg: BackendConfig, s: &Setup<'_>) -> Result<Opened, CaptureError> {
 
 fn open_af_packet(s: &Setup<'_>, why: &str) -> Result<Opened, CaptureError> {
     let held = held_records(s);
-    let (ring, pool) = match (held, s.write_staging) {
-        (Some(_), _) => hold_split(s.ring, s.pool),
-        (None, Some(n)) => write_split(s.ring, s.pool, n),
-        (None, None) => (s.ring, s.pool),
+    let (ring, pool) = match held {
+        Some(_) => hold_split(s.ring, s.pool),
+        None => (s.ring, s.pool),
     };
     // Without an expression a filter only helps to cut packets to a short snaplen in the
     // kernel; otherwise it is per-packet work for nothing.
@@ -244,21 +220,13 @@ fn open_af_packet(s: &Setup<'_>, why: &str) -> Result<Opened, CaptureError> {
     };
     let split = if held.is_some() {
         format!(
-            "; writing pcap from the ring: kernel ring {} MiB per queue, up to {} blocks \
-             in flight to the writer",
+            "; writing from the ring: kernel ring {} MiB per queue, up to {} blocks in \
+             flight to the writer",
             ring.bytes() >> 20,
             pool.chunks
         )
-    } else if pool == s.pool {
-        String::new()
     } else {
-        format!(
-            "; writing only: kernel ring {} MiB and pool {} of {} chunks per queue (the \
-             other chunks' memory is in the ring)",
-            ring.bytes() >> 20,
-            pool.chunks,
-            s.pool.chunks
-        )
+        String::new()
     };
     Ok(Opened {
         sources,
@@ -448,15 +416,16 @@ mod tests {
     }
 
     #[test]
-    fn writing_only_moves_the_pool_beyond_the_staging_chunks_into_the_ring() {
-        let (ring, p) = write_split(RING, pool(64), 16);
-        assert_eq!(p.chunks, 16);
+    fn writing_only_puts_the_whole_pool_into_the_ring_and_keeps_its_chunks_as_handles() {
+        let (ring, p) = hold_split(RING, pool(64));
         assert_eq!(
             ring.bytes(),
-            28 << 20,
-            "4 MiB asked for plus 48 chunks of 512 KiB"
+            36 << 20,
+            "4 MiB asked for plus 64 chunks of 512 KiB"
         );
         assert_eq!((ring.block_size, ring.retire_timeout_ms), (256 << 10, 50));
+        assert_eq!(p.chunks, 64, "a handle per chunk");
+        assert_eq!(p.cells, (256 << 10) / 72, "as many frames as a block holds");
         assert_eq!(bytes(ring, p), bytes(RING, pool(64)), "the same memory");
     }
 
@@ -468,27 +437,20 @@ mod tests {
             ..RING
         };
         assert_eq!(small.block_size, 128 << 10);
-        let (ring, p) = write_split(small, pool(32), 16);
-        assert_eq!(p.chunks, 16);
-        assert_eq!((ring.block_size, ring.block_nr), (256 << 10, 40), "10 MiB");
+        let (ring, p) = hold_split(small, pool(32));
+        assert_eq!((ring.block_size, ring.block_nr), (256 << 10, 72), "18 MiB");
         assert_eq!(bytes(ring, p), bytes(small, pool(32)), "the same memory");
     }
 
     #[test]
-    fn a_pool_no_larger_than_the_staging_stays_as_it_is() {
-        assert_eq!(write_split(RING, pool(16), 16), (RING, pool(16)));
-        assert_eq!(write_split(RING, pool(4), 16), (RING, pool(4)));
-    }
-
-    #[test]
-    fn only_whole_blocks_move_and_the_memory_never_grows() {
+    fn only_whole_blocks_grow_the_ring_and_the_memory_never_grows() {
         let ring = RingGeometry {
             block_size: 3 << 20,
             ..RING
         };
-        let (r, p) = write_split(ring, pool(20), 16);
-        assert_eq!(p.chunks, 16);
-        assert_eq!(r.block_nr, 16, "4 chunks (2 MiB) make no 3 MiB block");
-        assert!(bytes(r, p) <= bytes(ring, pool(20)));
+        let (r, p) = hold_split(ring, pool(5));
+        assert_eq!(r.block_size, 3 << 20, "a block is never made smaller");
+        assert_eq!(r.block_nr, 16, "5 chunks (2.5 MiB) make no 3 MiB block");
+        assert!(bytes(r, p) <= bytes(ring, pool(5)));
     }
 }

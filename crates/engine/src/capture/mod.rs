@@ -75,9 +75,8 @@ use self::pool::{Pool, PoolSize};
 use self::queue::WaitStrategy;
 use self::sink::{Sink, SinkSpec};
 use self::source::Source;
-pub use self::start::WRITE_STAGING_CHUNKS;
 use self::start::{
-    check_memory, open_input, open_sink, retire_tuning, write_staging, InputPlan, Plan, Started,
+    check_memory, open_input, open_sink, retire_tuning, writes_only, InputPlan, Plan, Started,
 };
 use self::threads::Threads;
 use self::writer::BoxedOutput;
@@ -455,7 +454,7 @@ impl Engine {
             capacity: &capacity,
             records,
             inbound_only,
-            write_staging: write_staging(&pipeline),
+            writes_only: writes_only(&pipeline),
         };
         let opened = open_input(&cfg, input, &inputs)?;
         let if_before = opened
@@ -570,8 +569,8 @@ impl Engine {
         &self.report
     }
 
-    /// The pool each queue has (R chunks of M cells): the one configured, or less of it
-    /// when only writing (see [`backend::write_split`]).
+    /// The pool each queue has (R chunks of M cells): the one configured, or, when only
+    /// writing, R handles of ring blocks (see [`backend::hold_split`]).
     pub fn pool_size(&self) -> Option<PoolSize> {
         self.pools.first().map(|p| p.size())
     }

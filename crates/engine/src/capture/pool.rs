@@ -23,13 +23,15 @@
 //! write per run of records), instead of copying every packet a second time into a write
 //! buffer. A cell then holds a packet and its record framing.
 //!
-//! Third storage, for pcap files written from AF_PACKET: a chunk holds one retired ring block
-//! itself ([`HeldBlock`]), as netsniff-ng writes straight from its ring. Each frame already
-//! has the kernel's header in front of it, room enough for a pcap record header, so the
-//! writer frames records where the frames lie and the packets are copied once, by the
-//! kernel's write. The block goes back to the kernel when the chunk comes home; the pool's
-//! memory is then in the ring, and its chunks are only handles (pcapng's trailer after a
-//! frame has no such room, so pcapng keeps the copies).
+//! Third storage, for files written from AF_PACKET with nothing else to do: a chunk holds one
+//! retired ring block itself ([`HeldBlock`]), as netsniff-ng writes straight from its ring.
+//! Each frame has the kernel's header in front of it (at least 68 bytes), room for a pcap
+//! record header or a pcapng block header, and a frame's record trailer (pcapng: padding and
+//! length, at most 7 bytes) fits before the next frame's data: it covers the start of that
+//! frame's kernel header, already read, and after a block's last frame the kernel always
+//! leaves 8 bytes or more. So the writer frames records where the frames lie and the packets
+//! are copied once, by the kernel's write. The block goes back to the kernel when the chunk
+//! comes home; the pool's memory is then in the ring, and its chunks are only handles.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -170,17 +172,20 @@ impl Chunk {
     }
 
     /// Appends a packet whose `caplen` bytes lie at `offset` in the held block. False,
-    /// storing nothing, when no block is held or its record's header would not fit in front.
+    /// storing nothing, when no block is held or its record would not fit around it in the
+    /// block (which the kernel's layout rules out; see the module docs).
     #[inline]
     pub fn push_held(&mut self, ts_ns: u64, offset: usize, caplen: usize, wire_len: u32) -> bool {
         let Storage::Held {
-            block: Some(_),
+            block: Some(b),
             records,
         } = &self.storage
         else {
             return false;
         };
-        if offset < records.record_head() + HELD_BLOCK_HEADER {
+        let head = records.record_head();
+        let end = offset - head.min(offset) + records.record_len(caplen);
+        if offset < head + HELD_BLOCK_HEADER || end > b.size() {
             return false;
         }
         self.meta.push(PacketMeta {
@@ -314,7 +319,8 @@ impl Chunk {
 
     /// Where packet `i`'s record goes in the chunk's bytes, when the chunk keeps room for
     /// records: the packet's bytes sit [`FileFormat::record_head`] bytes in. Consecutive
-    /// packets' records are adjacent.
+    /// packets' records are adjacent in a chunk of copies, apart in a ring block
+    /// ([`Chunk::records_apart`]).
     pub fn record(&self, i: usize) -> Option<Range<usize>> {
         let f = match &self.storage {
             Storage::Copied {
@@ -328,8 +334,14 @@ impl Chunk {
         Some(start..start + f.record_len(m.caplen as usize))
     }
 
-    /// Bytes `range` of records (ranges from [`Chunk::record`], which only chunks of copies
-    /// give; a chunk of frames has none).
+    /// True when consecutive packets' records are not adjacent (in a ring block, the
+    /// kernel's header of the next frame lies between them), so each is its own run.
+    pub fn records_apart(&self) -> bool {
+        matches!(self.storage, Storage::Held { .. })
+    }
+
+    /// Bytes `range` of records (ranges from [`Chunk::record`], which chunks of copies and
+    /// of ring blocks give; a chunk of frames has none).
     pub fn records(&self, range: Range<usize>) -> &[u8] {
         match &self.storage {
             Storage::Copied { buf, .. } => &buf[range],

@@ -123,23 +123,14 @@ pub(super) struct InputPlan<'a> {
     pub(super) records: Option<FileFormat>,
     /// Capture sockets ignore frames this host sends (forwarding: OUT may be IN's peer).
     pub(super) inbound_only: bool,
-    /// Pool chunks kept when packets are only written ([`write_staging`]).
-    pub(super) write_staging: Option<usize>,
+    /// Packets are only written to a file ([`writes_only`]).
+    pub(super) writes_only: bool,
 }
 
-/// Chunks a pool keeps when packets are only written to a file; the rest of its memory
-/// goes to the kernel ring ([`backend::write_split`]). Enough for the writer's batches in
-/// flight: a `--direct` batch of 2 MiB is four chunks of 256 cells, and it may wait for
-/// the device while the capture thread fills the next ones.
-pub const WRITE_STAGING_CHUNKS: usize = 16;
-
-/// [`WRITE_STAGING_CHUNKS`] when `pipeline` only writes packets to a file (no analysis, no
-/// forwarding).
-pub(super) fn write_staging(pipeline: &Pipeline<SinkSpec>) -> Option<usize> {
-    match pipeline {
-        Pipeline::Direct(sink) if !sink.forwards() => Some(WRITE_STAGING_CHUNKS),
-        _ => None,
-    }
+/// True when `pipeline` only writes packets to a file (no analysis, no forwarding): the
+/// backend then writes them from its kernel ring (`backend::hold_split`).
+pub(super) fn writes_only(pipeline: &Pipeline<SinkSpec>) -> bool {
+    matches!(pipeline, Pipeline::Direct(sink) if !sink.forwards())
 }
 
 /// Opens the sources and their pools: a file, the caller's sources, or the interface
@@ -156,7 +147,7 @@ pub(super) fn open_input(
         capacity,
         records,
         inbound_only,
-        write_staging,
+        writes_only,
     } = *plan;
     let local = |sources: Vec<Box<dyn Source>>, report: String| Opened {
         pools: backend::copy_pools(cfg.pool, capacity, records),
@@ -191,7 +182,7 @@ pub(super) fn open_input(
                 snaplen: cfg.snaplen,
                 records,
                 inbound_only,
-                write_staging,
+                writes_only,
             },
         )?,
     })
@@ -499,14 +490,14 @@ mod tests {
     }
 
     #[test]
-    fn only_a_capture_that_just_writes_moves_pool_memory_into_the_ring() {
+    fn only_a_capture_that_just_writes_writes_from_the_ring() {
         let writes = Pipeline::choose(false, 0, None, file());
-        assert_eq!(write_staging(&writes), Some(WRITE_STAGING_CHUNKS));
+        assert!(writes_only(&writes));
         let analyses = Pipeline::choose(false, 1000, None, file());
         let counts = Pipeline::choose(false, 0, None, None);
         let in_place = Pipeline::choose(true, 0, None, file());
-        assert_eq!(write_staging(&analyses), None, "workers keep the pool");
-        assert_eq!(write_staging(&counts), None);
-        assert_eq!(write_staging(&in_place), None);
+        assert!(!writes_only(&analyses), "workers keep the pool");
+        assert!(!writes_only(&counts));
+        assert!(!writes_only(&in_place));
     }
 }

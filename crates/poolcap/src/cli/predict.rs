@@ -10,7 +10,6 @@ use clap::Args;
 use poolcap_doctor::predict::{self, Prediction, Scenario, Tool};
 use poolcap_doctor::profile::Profile;
 use poolcap_doctor::system::{RealSystem, System};
-use poolcap_format::FileFormat;
 
 use crate::calibrate::validate;
 use crate::capture::compress::Compression;
@@ -135,10 +134,6 @@ pub struct PredictArgs {
     /// The capture writes a file.
     #[arg(short = 'w')]
     write: bool,
-    /// Its format, as `poolcap capture --format`: pcap is written from the kernel ring,
-    /// pcapng through the pool (one more copy per packet).
-    #[arg(long, default_value = "pcapng", value_enum, requires = "write")]
-    format: FileFormat,
     /// Compression of the file: zstd[:L] or gzip[:L].
     #[arg(long, requires = "write")]
     compress: Option<Compression>,
@@ -246,7 +241,6 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         pool: args.pool,
         load: args.load,
         write: args.write,
-        pcapng: args.format == FileFormat::Pcapng,
         compress: args.compress.map(compression_key),
         burst: args.burst.zip(args.idle.map(|d| d.as_secs_f64())),
         count: args.count,
@@ -343,7 +337,6 @@ pub fn capture_warning(cfg: &CaptureConfig) -> Option<String> {
         pool: (cfg.pool.cells, cfg.pool.chunks),
         load: cfg.load,
         write: cfg.output.is_some(),
-        pcapng: matches!(cfg.output, Some((_, FileFormat::Pcapng))),
         compress: cfg.compress.map(compression_key),
         ..Scenario::steady(Tool::Poolcap, pps, 60.0)
     };
@@ -373,11 +366,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_model_keeps_the_pool_and_the_ring_blocks_the_engine_keeps() {
-        assert_eq!(
-            poolcap_doctor::predict::WRITE_STAGING_CHUNKS,
-            crate::capture::WRITE_STAGING_CHUNKS
-        );
+    fn the_model_keeps_the_ring_blocks_the_engine_keeps() {
         for kib in [64, 512, 2048, 4096, 5000, 65536] {
             assert_eq!(
                 poolcap_doctor::predict::ring_block_bytes(Tool::Poolcap, kib << 10),

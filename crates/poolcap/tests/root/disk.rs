@@ -50,31 +50,38 @@ pub fn trials() -> Vec<Trial> {
             direct_pcap_kill_9_cuts_only_the_last_record,
         ),
         t(
-            "pcap_from_the_ring_is_the_wire_with_vlan_tags_and_snaplen",
-            pcap_from_the_ring_is_the_wire_with_vlan_tags_and_snaplen,
+            "files_from_the_ring_are_the_wire_with_vlan_tags_and_snaplen",
+            files_from_the_ring_are_the_wire_with_vlan_tags_and_snaplen,
         ),
     ]
 }
 
-/// pcap is written from the kernel ring where the frames lie (no copy): every replayed
-/// frame comes back byte for byte, the VLAN tags the kernel stripped put back in place,
-/// and a snaplen cuts tagged and untagged frames alike (orig_len stays the wire's).
-fn pcap_from_the_ring_is_the_wire_with_vlan_tags_and_snaplen() {
+/// Files are written from the kernel ring where the frames lie (no copy): every replayed
+/// frame comes back byte for byte, in pcap and pcapng (whose record trailer lies past the
+/// frame), the VLAN tags the kernel stripped put back in place, and a snaplen cuts tagged
+/// and untagged frames alike (orig_len stays the wire's).
+fn files_from_the_ring_are_the_wire_with_vlan_tags_and_snaplen() {
     let lab = lab(1);
     let dir = tempdir();
     let mix = dir.path().join("mix.pcap");
     crate::mix::write_pcap(&mix);
-    for snaplen in [65535usize, 40] {
-        let file = dir.path().join(format!("ring-{snaplen}.pcap"));
-        let snap = snaplen.to_string();
-        let args = ["--format", "pcap", "-s", &snap, "-w", s(&file)];
+    for (format, snaplen) in [
+        ("pcap", 65535usize),
+        ("pcap", 40),
+        ("pcapng", 65535),
+        ("pcapng", 41),
+    ] {
+        let file = dir.path().join(format!("ring-{snaplen}.{format}"));
+        let snap = format!("{snaplen} ({format})");
+        let snaplen_arg = snaplen.to_string();
+        let args = ["--format", format, "-s", &snaplen_arg, "-w", s(&file)];
         let bg = capture(&lab, &args);
         gen(&lab, &["--replay", s(&mix), "--topspeed"]);
         std::thread::sleep(SETTLE);
         let (code, stderr) = bg.stop("INT");
         assert_eq!(code, Some(0), "-s {snap}: {stderr}");
         assert!(
-            stderr.contains("writing pcap from the ring"),
+            stderr.contains("writing from the ring"),
             "-s {snap}: not written from the ring: {stderr}"
         );
         let got = poolcap_format::read_file(&file)
@@ -195,9 +202,9 @@ fn size_rotation_loses_and_repeats_nothing() {
     );
     // Everything captured went to a file.
     assert_eq!(num(&st, "not_written"), 0, "{st}");
-    // Writing only: the default pool's memory beyond 16 chunks is in the kernel ring.
+    // Writing only: written from the kernel ring, which has the default pool's memory.
     assert!(
-        stderr.contains("kernel ring 28 MiB and pool 16 of 64 chunks"),
+        stderr.contains("writing from the ring: kernel ring 36 MiB per queue"),
         "{stderr}"
     );
     let set = files(dir.path(), "r.pcapng");
