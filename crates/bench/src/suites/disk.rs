@@ -295,9 +295,9 @@ pub fn plan(scale: Scale, cal: &Calibration) -> Plan {
     let mut notes = vec![format!(
         "equal memory in front of the disk: poolcap a {} MiB kernel ring plus a pool of {}×{} \
          cells of {CELL_BYTES} B ({} MiB; a cell also holds the packet's record framing, a \
-         few bytes more), given as `-B {RING_KIB} --pool {},{}`: writing only, poolcap keeps 16 \
-         chunks (8 MiB) in the pool and puts the rest into its kernel ring (28 MiB), as its \
-         startup line says; tcpdump, dumpcap and netsniff-ng a {} MiB kernel buffer (-B / -S); \
+         few bytes more), given as `-B {RING_KIB} --pool {},{}`: writing only, poolcap writes \
+         from its kernel ring, which then has all of that memory (its chunks are handles of \
+         ring blocks), as its startup line says; tcpdump, dumpcap and netsniff-ng a {} MiB kernel buffer (-B / -S); \
          at the `2 queues` points poolcap captures with `--queues 2` (fanout, a capture thread \
          per queue) and half of that memory per queue (`-B {} --pool {},{}`), the peers with \
          their one socket as before, and the traffic has {FLOWS_2Q} flows",
