@@ -106,7 +106,8 @@ impl PacketSource {
             wire: pkt.wire_len,
             tag: stripped_tag(&pkt),
         }));
-        chunk.hold(block);
+        let holds = chunk.hold(block);
+        debug_assert!(holds, "a free chunk holds no block");
         for p in &self.held {
             let (mut offset, mut len, mut wire) = (p.offset, p.len, p.wire);
             if let Some(tag) = p.tag {
