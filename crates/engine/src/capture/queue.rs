@@ -131,7 +131,10 @@ impl CaptureThread {
     fn seal(&self, mut chunk: Chunk, t: &mut Turns) {
         chunk.seq = t.seq;
         t.seq += 1;
-        let last = chunk.packets().last().map_or(0, |(m, _)| m.ts_ns);
+        let last = chunk
+            .len()
+            .checked_sub(1)
+            .map_or(0, |i| chunk.meta(i).ts_ns);
         // Cannot fail: the sink's queue holds every chunk of every pool, and a capture queue
         // every chunk of its buddy group.
         match &self.handoff {
