@@ -156,29 +156,65 @@ impl RxRing {
 
     /// Takes the next block if the kernel has retired it to user space.
     pub fn try_next_block(&mut self) -> Option<Block<'_>> {
-        let i = self.next;
-        if !self.retired(i) {
-            return None;
-        }
+        let (i, first, end, num_pkts) = self.take_retired()?;
         let base = self.block_ptr(i);
-        let (first, end) = body_bounds(
-            self.header_u32(i, BD_OFFSET_TO_FIRST_PKT),
-            self.header_u32(i, BD_BLK_LEN),
-            self.geometry.block_size as usize,
-        );
         // SAFETY: [first, end) lies inside block i (body_bounds keeps it within block_size),
         // which the kernel does not write until we store TP_STATUS_KERNEL in Block::drop; the
         // slice does not cover the status word (first > BD_BLOCK_STATUS + 4), and it cannot
         // outlive the Block guard.
         let body = unsafe { std::slice::from_raw_parts(base.add(first), end - first) };
-        self.next = (i + 1) % self.geometry.block_nr;
         Some(Block {
             ring: self,
             index: i,
-            num_pkts: self.header_u32(i, BD_NUM_PKTS),
+            num_pkts,
             first,
             body,
             _not_send: PhantomData,
+        })
+    }
+
+    /// True when the block before the next one is not back with the kernel (a
+    /// [`HeldBlock`] not yet dropped). The kernel's `poll` then says "readable" whether or
+    /// not another block has retired (it looks at that block), so it cannot be waited on.
+    pub fn last_taken_held(&self) -> bool {
+        let last = self
+            .next
+            .checked_sub(1)
+            .unwrap_or(self.geometry.block_nr - 1);
+        self.status_word(last).load(Ordering::Acquire) & libc::TP_STATUS_USER != 0
+    }
+
+    /// If the kernel has retired the next block to user space: moves on past it and says
+    /// which it is, where its packets lie (`[first, end)`, see [`body_bounds`]) and how many
+    /// the header claims.
+    fn take_retired(&mut self) -> Option<(u32, usize, usize, u32)> {
+        let i = self.next;
+        if !self.retired(i) {
+            return None;
+        }
+        let (first, end) = body_bounds(
+            self.header_u32(i, BD_OFFSET_TO_FIRST_PKT),
+            self.header_u32(i, BD_BLK_LEN),
+            self.geometry.block_size as usize,
+        );
+        self.next = (i + 1) % self.geometry.block_nr;
+        Some((i, first, end, self.header_u32(i, BD_NUM_PKTS)))
+    }
+
+    /// Takes the next block out of the ring if the kernel has retired it to user space: it
+    /// stays ours, wherever it goes, until the [`HeldBlock`] is dropped.
+    pub fn hold_next(&mut self) -> Option<HeldBlock> {
+        let (i, first, end, num_pkts) = self.take_retired()?;
+        let size = self.geometry.block_size as usize;
+        // block_ptr is inside a live mapping, so never null.
+        let base = NonNull::new(self.block_ptr(i))?;
+        Some(HeldBlock {
+            _map: Arc::clone(&self.map),
+            base,
+            size,
+            first,
+            end,
+            num_pkts,
         })
     }
 }
@@ -193,46 +229,6 @@ unsafe fn status_at<'a>(block: *mut u8) -> &'a AtomicU32 {
     // aligned), live as the caller promises; the kernel accesses it only atomically-by-word,
     // and we only through this AtomicU32.
     unsafe { AtomicU32::from_ptr(block.add(BD_BLOCK_STATUS).cast::<u32>()) }
-}
-
-impl RxRing {
-    /// True when the block before the next one is not back with the kernel (a
-    /// [`HeldBlock`] not yet dropped). The kernel's `poll` then says "readable" whether or
-    /// not another block has retired (it looks at that block), so it cannot be waited on.
-    pub fn last_taken_held(&self) -> bool {
-        let last = self
-            .next
-            .checked_sub(1)
-            .unwrap_or(self.geometry.block_nr - 1);
-        self.status_word(last).load(Ordering::Acquire) & libc::TP_STATUS_USER != 0
-    }
-
-    /// Takes the next block out of the ring if the kernel has retired it to user space: it
-    /// stays ours, wherever it goes, until the [`HeldBlock`] is dropped.
-    pub fn hold_next(&mut self) -> Option<HeldBlock> {
-        let i = self.next;
-        if !self.retired(i) {
-            return None;
-        }
-        let size = self.geometry.block_size as usize;
-        let (first, end) = body_bounds(
-            self.header_u32(i, BD_OFFSET_TO_FIRST_PKT),
-            self.header_u32(i, BD_BLK_LEN),
-            size,
-        );
-        let num_pkts = self.header_u32(i, BD_NUM_PKTS);
-        self.next = (i + 1) % self.geometry.block_nr;
-        // block_ptr is inside a live mapping, so never null.
-        let base = NonNull::new(self.block_ptr(i))?;
-        Some(HeldBlock {
-            _map: Arc::clone(&self.map),
-            base,
-            size,
-            first,
-            end,
-            num_pkts,
-        })
-    }
 }
 
 /// A retired block taken out of the ring: owned by user space, and by this value alone,
@@ -264,12 +260,7 @@ impl HeldBlock {
     /// The block's packets in arrival order; each says where its bytes lie in the block
     /// ([`RxPacket::offset`]).
     pub fn packets(&self) -> Packets<'_> {
-        Packets {
-            body: self.bytes(self.first..self.end),
-            first: self.first,
-            at: Some(self.first),
-            left: self.num_pkts,
-        }
+        Packets::new(self.bytes(self.first..self.end), self.first, self.num_pkts)
     }
 
     /// The block's size in bytes.
@@ -335,12 +326,7 @@ pub fn block_packets(block: &[u8]) -> Packets<'_> {
         field(BD_BLK_LEN),
         block.len(),
     );
-    Packets {
-        body: &block[first..end],
-        first,
-        at: Some(first),
-        left: field(BD_NUM_PKTS),
-    }
+    Packets::new(&block[first..end], first, field(BD_NUM_PKTS))
 }
 
 /// A retired block, owned by user space until dropped.
@@ -370,12 +356,7 @@ impl<'r> Block<'r> {
 
     /// The block's packets in arrival order.
     pub fn packets(&self) -> Packets<'_> {
-        Packets {
-            body: self.body,
-            first: self.first,
-            at: Some(self.first),
-            left: self.num_pkts,
-        }
+        Packets::new(self.body, self.first, self.num_pkts)
     }
 }
 
@@ -418,6 +399,18 @@ pub struct Packets<'b> {
     first: usize,
     at: Option<usize>,
     left: u32,
+}
+
+impl<'b> Packets<'b> {
+    /// The walk over `left` packets of a block body that starts `first` bytes into its block.
+    fn new(body: &'b [u8], first: usize, left: u32) -> Self {
+        Packets {
+            body,
+            first,
+            at: Some(first),
+            left,
+        }
+    }
 }
 
 fn u32_at(b: &[u8], off: usize) -> Option<u32> {
