@@ -14,7 +14,8 @@ use crate::report::Row;
 pub const INTRO: &str = "Braun et al. (IMC 2010), Figs 10-11: the application is the main \
 cause of loss. The application here is compression of the written file, at zstd levels 1, 3, \
 9, 19 and gzip levels 1, 6, 9, with 64, 256 and 512-byte frames at top speed. poolcap \
-compresses in its writer thread (`-w FILE --compress zstd:L`), fed from its pool; tcpdump has \
+compresses as it writes (`-w FILE --compress zstd:L`), from its kernel ring, which has the pool's \
+memory; tcpdump has \
 no compression option, so it writes its pcap stream to a pipe into the `zstd` (or `gzip`) \
 program, both on the same CPU. Read: loss against level (captured = packets found in the \
 decompressed file): a bigger buffer in front of the application (poolcap's pool) only helps \
@@ -78,7 +79,7 @@ pub fn text(meta: &Meta, rows: &[Row]) -> Text {
         settings: vec![
             format!(
                 "poolcap: `-w FILE --format pcap --compress ALGO:L`, default pool (256×64 cells) \
-                 and a {BUFFER_KIB} KiB ring, no x-loop; capture thread and writer share CPU \
+                 and a {BUFFER_KIB} KiB ring, no x-loop; its one capture thread writes and compresses, on CPU \
                  {TOOL_CPU}"
             ),
             format!(

@@ -283,6 +283,36 @@ mod tests {
     }
 
     #[test]
+    fn one_queue_that_only_writes_runs_the_writer_on_its_capture_thread() {
+        let faults = Faults {
+            drop_every: Some(7),
+            stall_every: Some(4),
+            ..Faults::default()
+        };
+        failpoint::fail_at(None);
+        let (r, file) = run(vec![MemSource::new(packets(0, 1000), 50, faults)], None, 0);
+        assert_eq!(failpoint::spawned(), 1, "the capture thread only: {r:?}");
+        assert_eq!(r.captured, 1000 - 1000 / 7, "{r:?}");
+        assert_eq!((r.written, r.not_written), (r.captured, 0), "{r:?}");
+        let mut seen: Vec<u32> = file
+            .iter()
+            .map(|p| u32::from_be_bytes([p.data[1], p.data[2], p.data[3], p.data[4]]))
+            .collect();
+        seen.sort_unstable();
+        let want: Vec<u32> = (0..1000).filter(|i| (i + 1) % 7 != 0).collect();
+        assert_eq!(seen, want, "every packet not dropped is in the file once");
+        // With a load the writer has its own thread, behind the worker.
+        failpoint::fail_at(None);
+        let (r, file) = run(vec![MemSource::new(packets(0, 100), 50, faults)], None, 10);
+        assert_eq!(
+            failpoint::spawned(),
+            3,
+            "capture thread, writer, worker: {r:?}"
+        );
+        assert_eq!(file.len() as u64, r.captured);
+    }
+
+    #[test]
     fn injected_drops_reorders_and_stalls_add_up_exactly() {
         let faults = Faults {
             drop_every: Some(7),

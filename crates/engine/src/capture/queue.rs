@@ -35,6 +35,7 @@ use super::pipeline::Handoff;
 use super::policy::Policy;
 use super::pool::{Chunk, Pool};
 use super::source::{now_ns, Filler, Source};
+use super::writer::{InlineWriter, WriterOutcome};
 
 /// How the capture thread waits when the kernel has nothing for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +98,18 @@ pub struct CaptureThread {
     pub budget: Option<Arc<Budget>>,
     /// True while the interface is down (set by the supervisor, and on `ENETDOWN`).
     pub link_down: Arc<AtomicBool>,
+    /// The file writer, when this thread runs it itself after each turn (one queue that
+    /// only writes; see [`InlineWriter`]). Its chunks still go through the sink's input.
+    pub writer: Option<InlineWriter>,
+}
+
+/// How a capture thread ended: its failure, if any, and what its inline writer wrote.
+#[derive(Debug)]
+pub struct CaptureEnd {
+    /// `Err`: the thread failed (the capture stops; what was taken is drained and written).
+    pub result: Result<(), SysError>,
+    /// What the inline writer wrote, when the thread ran one.
+    pub written: Option<WriterOutcome>,
 }
 
 /// The shell's state between turns.
@@ -196,8 +209,9 @@ impl CaptureThread {
     }
 
     /// Runs until stopped; then drains what the kernel still holds (waiting for the last
-    /// partial block to become visible), seals the open chunk and reads the final statistics.
-    pub fn run(mut self) -> Result<(), SysError> {
+    /// partial block to become visible), seals the open chunk, reads the final statistics
+    /// and, running the writer, writes the rest and closes the file.
+    pub fn run(mut self) -> CaptureEnd {
         let t0 = Instant::now();
         let setup = decide::Setup {
             queue: self.queue,
@@ -226,13 +240,22 @@ impl CaptureThread {
         };
         self.pool.room_answered_by_this_thread();
         let result = loop {
-            match self.turn(&mut t) {
+            let turn = self.turn(&mut t);
+            if let Some(w) = &mut self.writer {
+                w.pump();
+            }
+            match turn {
                 Ok(true) => {}
                 Ok(false) => break Ok(()),
                 Err(e) => break Err(e),
             }
         };
-        self.end(t, result)
+        let writer = self.writer.take();
+        let result = self.end(t, result);
+        CaptureEnd {
+            result,
+            written: writer.map(InlineWriter::finish),
+        }
     }
 
     /// One turn: see `decide`. False once the capture is over.
@@ -260,9 +283,13 @@ impl CaptureThread {
             Step::Finish => return Ok(false),
             Step::Hold(what) => {
                 // Leave the packets to the kernel, which counts what it cannot hold, and wake
-                // when a worker makes room. The open chunk goes on, so that room can come.
+                // when a worker makes room. The open chunk goes on, so that room can come;
+                // an inline writer makes it now (the wait then returns at once).
                 if let Some(c) = t.filler.open.take_if(|c| !c.is_empty()) {
                     self.seal(c, t);
+                }
+                if let Some(w) = &mut self.writer {
+                    w.pump();
                 }
                 if self.pool.wait_for_room(what, room_seen, decide::ROOM_WAIT) {
                     QueueCounters::add(&self.counters.syscalls, 1);

@@ -4,6 +4,8 @@
 //! Why a trait: the engine starts, feeds and stops every sink the same way (one thread that
 //! takes chunks from one input queue, sends them home to their pools, and ends once the
 //! workers are done), so a new sink is one type here, not a new path through the start-up.
+//! One exception: a single queue that only writes runs the file writer on its capture thread
+//! ([`Sink::inline`], see `writer::InlineWriter`), fed through the same input queue.
 //! Counting only is no sink at all (see `pipeline`): chunks go home from the capture thread
 //! or the worker. Each sink is a thin adapter: the writer and the forwarder keep their own
 //! modules and their own loops.
@@ -20,11 +22,11 @@ use super::forward::{AllForwardCounters, ForwardSetup, Forwarder, WriteFeed};
 use super::pool::{Chunk, Pool};
 use super::queue::Progress;
 use super::savefile::Savefiles;
-use super::writer::{self, FileWriter, WriterOutcome, Written};
+use super::writer::{self, FileWriter, InlineWriter, WriterOutcome, Written};
 use super::Output;
 
 /// What a sink thread is given by the engine.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct SinkIo {
     /// Chunks to take (room for every chunk of every pool).
     pub input: Arc<ArrayQueue<Chunk>>,
@@ -62,6 +64,10 @@ pub trait Sink: Send + std::fmt::Debug {
     /// Takes chunks until the workers are done and every chunk is handled; a sink that
     /// writes files says what it wrote.
     fn run(self: Box<Self>, io: SinkIo) -> Option<WriterOutcome>;
+
+    /// The sink as a writer that the one capture thread runs itself between batches, when
+    /// the sink can be one (a file; see [`writer::InlineWriter`]); `Err` gives it back.
+    fn inline(self: Box<Self>, io: &SinkIo) -> Result<InlineWriter, Box<dyn Sink>>;
 }
 
 /// A sink as the command line describes it, before it is opened (the output file is
@@ -117,7 +123,21 @@ impl Sink for FileSink {
     }
 
     fn run(self: Box<Self>, io: SinkIo) -> Option<WriterOutcome> {
-        let fw = FileWriter {
+        let counters = Arc::clone(&io.counters);
+        Some(self.writer(io).run(move || if_stats(&counters)))
+    }
+
+    fn inline(self: Box<Self>, io: &SinkIo) -> Result<InlineWriter, Box<dyn Sink>> {
+        let counters = Arc::clone(&io.counters);
+        let stats = Box::new(move || if_stats(&counters));
+        Ok(self.writer(io.clone()).inline(stats))
+    }
+}
+
+impl FileSink {
+    /// The file writer over `io`.
+    fn writer(self, io: SinkIo) -> FileWriter {
+        FileWriter {
             out: self.out,
             input: io.input,
             pools: io.pools,
@@ -130,9 +150,7 @@ impl Sink for FileSink {
             min_write: writer::min_write(self.direct),
             failed: io.failed,
             written: io.written,
-        };
-        let counters = io.counters;
-        Some(fw.run(move || if_stats(&counters)))
+        }
     }
 }
 
@@ -211,6 +229,11 @@ impl Sink for ForwardSink {
                 None
             }
         }
+    }
+
+    /// The forwarder sends at once, on its own thread: never inline.
+    fn inline(self: Box<Self>, _io: &SinkIo) -> Result<InlineWriter, Box<dyn Sink>> {
+        Err(self)
     }
 }
 

@@ -26,7 +26,7 @@ use super::sink::{FileSink, ForwardSink, Sink, SinkIo, SinkSpec};
 use super::source::Source;
 use super::threads::{spawn, Threads};
 use super::worker::{served_queues, Next, Worker};
-use super::writer;
+use super::writer::{self, InlineWriter};
 use super::{file, filter, rotate, savefile, CaptureConfig, CaptureError, Input, Output};
 
 /// Block retire timeout when no analysis waits for packets (they are only counted, or only
@@ -380,8 +380,21 @@ impl Started<'_> {
         pipeline: Pipeline<Box<dyn Sink>>,
     ) -> Result<(), SysError> {
         let merged = pipeline.sink().is_some_and(|s| s.merges_queues()) && self.q > 1;
-        self.captures(threads, sources, &self.plan.handoff(&pipeline), merged)?;
+        let handoff = self.plan.handoff(&pipeline);
         let (analysis, sink) = pipeline.into_parts();
+        // One queue that only writes: its capture thread runs the writer (see `InlineWriter`).
+        let (sink, writer) = match sink {
+            Some(s) if analysis.is_none() && self.q == 1 => match self.sink_io(threads) {
+                Some(io) => match s.inline(&io) {
+                    Ok(w) => (None, Some(w)),
+                    Err(s) => (Some(s), None),
+                },
+                None => (Some(s), None),
+            },
+            sink => (sink, None),
+        };
+        threads.inline_writer = writer.is_some();
+        self.captures(threads, sources, &handoff, merged, writer)?;
         let next = self.sink(threads, sink)?;
         if let Some(a) = analysis {
             self.workers(threads, &a, &next)?;
@@ -389,13 +402,15 @@ impl Started<'_> {
         Ok(())
     }
 
-    /// One capture thread per source; `merged`: a writer merges the queues.
+    /// One capture thread per source; `merged`: a writer merges the queues; `writer`: the
+    /// one capture thread runs it.
     fn captures(
         &self,
         threads: &mut Threads,
         sources: Vec<Box<dyn Source>>,
         handoff: &Handoff,
         merged: bool,
+        mut writer: Option<InlineWriter>,
     ) -> Result<(), SysError> {
         let (cfg, plan) = (self.cfg, self.plan);
         for (i, source) in sources.into_iter().enumerate() {
@@ -417,6 +432,7 @@ impl Started<'_> {
                 cut: Arc::clone(&plan.cut),
                 budget: plan.budget.clone(),
                 link_down: Arc::clone(self.link_down),
+                writer: writer.take(),
             };
             let cpus = cfg.cpus.clone();
             let h = spawn(format!("capture-{i}"), "capture thread", move || {
@@ -428,13 +444,11 @@ impl Started<'_> {
         Ok(())
     }
 
-    /// The sink's thread, if any; returns where workers pass chunks.
-    fn sink(&self, threads: &mut Threads, sink: Option<Box<dyn Sink>>) -> Result<Next, SysError> {
-        let (Some(sink), Some(input)) = (sink, self.plan.sink_input.clone()) else {
-            return Ok(Next::Recycle);
-        };
-        let io = SinkIo {
-            input: Arc::clone(&input),
+    /// What a sink is given, when the pipeline has one.
+    fn sink_io(&self, threads: &Threads) -> Option<SinkIo> {
+        let input = self.plan.sink_input.clone()?;
+        Some(SinkIo {
+            input,
             pools: Arc::clone(self.pools),
             progress: self.plan.progress.clone(),
             counters: Arc::clone(&self.plan.counters),
@@ -444,7 +458,15 @@ impl Started<'_> {
             limit: self.cfg.count,
             failed: Arc::clone(&self.plan.write_failed),
             written: Arc::clone(&self.plan.written),
+        })
+    }
+
+    /// The sink's thread, if any; returns where workers pass chunks.
+    fn sink(&self, threads: &mut Threads, sink: Option<Box<dyn Sink>>) -> Result<Next, SysError> {
+        let (Some(sink), Some(io)) = (sink, self.sink_io(threads)) else {
+            return Ok(Next::Recycle);
         };
+        let input = Arc::clone(&io.input);
         let name = sink.name();
         let h = spawn(name.into(), &format!("{name} thread"), move || sink.run(io))?;
         threads.sink = Some((name, h));

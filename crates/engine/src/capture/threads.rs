@@ -12,15 +12,18 @@ use std::thread::JoinHandle;
 use poolcap_sys::SysError;
 
 use super::doorbell::Doorbell;
+use super::queue::CaptureEnd;
 use super::writer::WriterOutcome;
 use super::CaptureError;
 
 /// The running threads and the signals that stop them.
 pub(super) struct Threads {
-    pub(super) captures: Vec<JoinHandle<Result<(), SysError>>>,
+    pub(super) captures: Vec<JoinHandle<CaptureEnd>>,
     pub(super) workers: Vec<JoinHandle<()>>,
     /// The sink's thread and its name.
     pub(super) sink: Option<(&'static str, JoinHandle<Option<WriterOutcome>>)>,
+    /// The one capture thread runs the file writer itself (no sink thread).
+    pub(super) inline_writer: bool,
     pub(super) stop: Arc<AtomicBool>,
     pub(super) captures_done: Arc<AtomicBool>,
     pub(super) workers_done: Arc<AtomicBool>,
@@ -46,6 +49,7 @@ impl Threads {
             captures: Vec::new(),
             workers: Vec::new(),
             sink: None,
+            inline_writer: false,
             stop,
             captures_done: Arc::default(),
             workers_done: Arc::default(),
@@ -62,11 +66,16 @@ impl Threads {
     /// Stops every thread in pipeline order and joins it.
     pub(super) fn stop_and_join(self) -> Joined {
         self.stop.store(true, Ordering::Relaxed);
-        let mut failure = None;
+        let (mut failure, mut inline_written) = (None, None);
         for (queue, h) in self.captures.into_iter().enumerate() {
             let source = match h.join() {
-                Ok(Ok(())) => continue,
-                Ok(Err(e)) => e,
+                Ok(CaptureEnd { result, written }) => {
+                    inline_written = inline_written.or(written);
+                    match result {
+                        Ok(()) => continue,
+                        Err(e) => e,
+                    }
+                }
                 Err(_) => SysError {
                     call: "capture thread",
                     what: "panicked".into(),
@@ -86,7 +95,9 @@ impl Threads {
         self.sink_bell.ring();
         let written = self
             .sink
-            .and_then(|(name, h)| h.join().map_err(|_| name).transpose());
+            .and_then(|(name, h)| h.join().map_err(|_| name).transpose())
+            .or(inline_written.map(Ok))
+            .or(self.inline_writer.then_some(Err("capture thread")));
         Joined { failure, written }
     }
 }

@@ -218,6 +218,52 @@ pub struct WriterOutcome {
     pub post_rotate_failed: usize,
 }
 
+/// What one round of the writer did.
+struct Round {
+    /// It took packets.
+    progressed: bool,
+    /// Everything has arrived and is written: the writer is done.
+    done: bool,
+}
+
+/// The file writer run by the capture thread itself, after each batch it takes, when one
+/// queue only writes (see `sink::Sink::inline`). Writing from the ring, a capture thread
+/// only hands blocks on: the ring is the buffer, whoever writes. A second thread added
+/// nothing but a wakeup per block and a second runnable thread on the core the kernel's
+/// receive work also wants (with RPS on the capture core), and it kept the capture thread
+/// from blocking in `poll` while the writer held the newest block.
+pub struct InlineWriter {
+    fw: FileWriter,
+    m: Merge,
+    stats: Box<dyn Fn() -> IfStats + Send>,
+}
+
+impl std::fmt::Debug for InlineWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InlineWriter")
+            .field("fw", &self.fw)
+            .finish()
+    }
+}
+
+impl InlineWriter {
+    /// Writes what the capture thread has sealed so far, without waiting; lets the file
+    /// set rotate by time when there was nothing.
+    pub fn pump(&mut self) {
+        let round = self.fw.round(&mut self.m, false, &self.stats);
+        if !round.progressed {
+            self.fw.tick(&mut self.m);
+        }
+    }
+
+    /// After the capture thread's last seal: writes everything and closes the last file.
+    pub fn finish(mut self) -> WriterOutcome {
+        while !self.fw.round(&mut self.m, true, &self.stats).done {}
+        let stats = (self.stats)();
+        self.fw.finish(self.m, stats)
+    }
+}
+
 /// What became of one packet.
 enum Put {
     Written,
@@ -298,32 +344,48 @@ impl FileWriter {
         let mut m = Merge::new(self.pools.len());
         self.bell.answer_from_this_thread();
         loop {
-            self.receive(&mut m.queues);
-            let last_round = self.workers_done.load(Ordering::Acquire) && self.input.is_empty();
-            let bound = if last_round {
-                u64::MAX
-            } else {
-                self.bound(&m.queues)
-            };
-            let progressed = self.take(&mut m, bound, last_round, &stats);
-            if last_round || self.write_due(&m.queues, &m.batch) {
-                if let Err(e) = self.write_batch(&mut m.queues, &mut m.batch) {
-                    m.error.get_or_insert_with(|| self.failure(&e));
-                }
-            }
-            self.publish();
-            if last_round
-                && m.queues
-                    .iter()
-                    .all(|q| q.ready.is_empty() && q.waiting.is_empty())
-            {
+            let upstream_done = self.workers_done.load(Ordering::Acquire);
+            let round = self.round(&mut m, upstream_done, &stats);
+            if round.done {
                 break;
             }
-            if !progressed {
-                self.idle(&mut m);
+            if !round.progressed {
+                self.tick(&mut m);
+                self.idle(&m);
             }
         }
         self.finish(m, stats())
+    }
+
+    /// The writer run by the one capture thread between its batches ([`InlineWriter`]).
+    pub fn inline(self, stats: Box<dyn Fn() -> IfStats + Send>) -> InlineWriter {
+        let m = Merge::new(self.pools.len());
+        InlineWriter { fw: self, m, stats }
+    }
+
+    /// One round: takes what arrived, writes what can be written, and writes the batch
+    /// when it is due. `upstream_done`: nothing more will be put into the input once it
+    /// is empty (read before the input is).
+    fn round(&mut self, m: &mut Merge, upstream_done: bool, stats: &impl Fn() -> IfStats) -> Round {
+        self.receive(&mut m.queues);
+        let last_round = upstream_done && self.input.is_empty();
+        let bound = if last_round {
+            u64::MAX
+        } else {
+            self.bound(&m.queues)
+        };
+        let progressed = self.take(m, bound, last_round, stats);
+        if last_round || self.write_due(&m.queues, &m.batch) {
+            if let Err(e) = self.write_batch(&mut m.queues, &mut m.batch) {
+                m.error.get_or_insert_with(|| self.failure(&e));
+            }
+        }
+        self.publish();
+        let done = last_round
+            && m.queues
+                .iter()
+                .all(|q| q.ready.is_empty() && q.waiting.is_empty());
+        Round { progressed, done }
     }
 
     /// Takes the chunks the workers passed on and lines each queue's up in sealed order.
@@ -390,13 +452,17 @@ impl FileWriter {
         }
     }
 
-    /// Nothing to take: lets the file set rotate by time, then waits for a chunk.
-    fn idle(&mut self, m: &mut Merge) {
+    /// Nothing to take: lets the file set rotate by time.
+    fn tick(&mut self, m: &mut Merge) {
         if m.error.is_none() {
             if let Err(e) = self.out.tick() {
                 m.error = Some(self.failure(&e));
             }
         }
+    }
+
+    /// Waits for a chunk.
+    fn idle(&self, m: &Merge) {
         // Rung on every new chunk; the timeout lets an idle queue's watermark move on when
         // queues are merged, and otherwise only bounds how late the end is seen.
         self.bell.wait(if m.queues.len() > 1 {
@@ -737,6 +803,61 @@ mod tests {
         let (times, outcome) = write_two_queues(format, Some(format), Some(3), None);
         assert_eq!(times, [10, 20, 30]);
         assert_eq!((outcome.written, outcome.not_written), (3, 4));
+    }
+
+    #[test]
+    fn an_inline_writer_writes_each_chunk_when_pumped_and_sends_it_home() {
+        let format = FileFormat::PcapNs;
+        let size = PoolSize {
+            cells: 4,
+            chunks: 4,
+            cell_size: 64,
+        }
+        .for_records(Some(format));
+        let pool = Arc::new(Pool::new(0, size, 4, Some(format)));
+        let input = Arc::new(ArrayQueue::new(4));
+        let progress = Arc::new(Mutex::new(Progress::default()));
+        let file = Shared::default();
+        let spec = file_spec(format);
+        let fw = FileWriter {
+            out: Savefiles::new(
+                spec.clone(),
+                spec.start(Box::new(file.clone())).unwrap(),
+                None,
+                None,
+            ),
+            input: Arc::clone(&input),
+            pools: Arc::new(vec![Arc::clone(&pool)]),
+            progress: vec![Arc::clone(&progress)],
+            // Never set: the capture thread says when it is done by finishing.
+            workers_done: Arc::new(AtomicBool::new(false)),
+            limit: None,
+            stop: Arc::new(AtomicBool::new(false)),
+            bell: Arc::default(),
+            batch_bytes: BATCH_BYTES,
+            min_write: 0,
+            failed: Arc::default(),
+            written: Arc::default(),
+        };
+        let mut w = fw.inline(Box::new(IfStats::default));
+        let in_file = || poolcap_format::read_bytes(&file.bytes()).unwrap().packets;
+        for seq in 0..3u64 {
+            let ts = [10 * seq + 1, 10 * seq + 2];
+            input.push(chunk(&pool, seq, &ts)).unwrap();
+            progress.lock().unwrap().sealed = seq + 1;
+            w.pump();
+            assert_eq!(pool.in_use(), 0, "chunk {seq} went home once pumped");
+            assert_eq!(
+                in_file().len(),
+                2 * (seq as usize + 1),
+                "chunk {seq} is in the file"
+            );
+        }
+        w.pump(); // nothing new: no packet twice
+        let outcome = w.finish();
+        assert_eq!((outcome.written, outcome.not_written), (6, 0));
+        let times: Vec<u64> = in_file().iter().map(|p| p.ts_ns).collect();
+        assert_eq!(times, [1, 2, 11, 12, 21, 22]);
     }
 
     /// A size rotation in a scratch directory.
