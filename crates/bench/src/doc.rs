@@ -78,8 +78,9 @@ fn common_settings(m: &Meta, rows: &[Row]) -> Vec<String> {
         "loss = (offered − captured) / offered; captured = packets in the written file for \
          writing runs, the tool's own count otherwise"
             .to_owned(),
-        "tool CPU = utime + stime from /proc/PID/stat (10 ms ticks) between the ready line and \
-         1.2 s after the sender finished; CPU s/Mpkt = that per million captured packets"
+        "tool CPU = run time of all its threads (and child processes) from \
+         /proc/PID/task/*/schedstat (nanoseconds) between the ready line and 1.2 s after the sender \
+         finished; CPU s/Mpkt = that per million captured packets"
             .to_owned(),
     ]
 }
@@ -303,8 +304,9 @@ pub fn benchmarks(
            drift hits all alike; tables give the median and the min–max over the runs. Before \
            each run the rig waits (up to 60 s) until at most {:.0}% of all CPUs are busy.\n\
          - loss = (offered − captured) / offered, where captured is what is in the written \
-           file for writing runs and the tool's own count otherwise. Tool CPU = utime + stime \
-           of all its threads between its ready line and 1.2 s after the sender finished.\n\
+           file for writing runs and the tool's own count otherwise. Tool CPU = scheduler run \
+           time of all its threads (schedstat, nanoseconds; utime + stime in 10 ms ticks \
+           where there is none) between its ready line and 1.2 s after the sender finished.\n\
          - \"poolcap / best peer\" tables give, at each point, poolcap's median over the best \
            peer's median on that metric (lower is better for loss and CPU, higher for rates); \
            `both 0` means neither lost anything, `∞` that only poolcap did. The plain fanout \
