@@ -9,8 +9,9 @@
 //! - *drain* before stopping: libpcap (tcpdump, dumpcap) hands a partly filled TPACKET_V3
 //!   block to the application only when its 1 s timeout expires, and stops without reading it,
 //!   so stopping 300 ms after the sender finished under-counts tcpdump by up to a block.
-//! - CPU time is the difference of `/proc/PID/stat` (utime + stime, all threads) between the
-//!   ready line and the end of the drain, so start-up work (ring and pool allocation) is not
+//! - CPU time is the difference of the scheduler's run time summed over every thread
+//!   (`/proc/PID/task/*/schedstat`, nanoseconds; utime + stime in 10 ms ticks where there is
+//!   none) between the ready line and the end of the drain, so start-up work (ring and pool allocation) is not
 //!   charged per packet. On veth the kernel's receive work, including the copy into capture
 //!   rings, runs on the *sender's* CPU (see `shared/design.md`): it shows up as a lower sender
 //!   rate, not here — unless `--rps` moves it to the tool's CPU.
