@@ -306,7 +306,8 @@ pub fn benchmarks(
          - loss = (offered − captured) / offered, where captured is what is in the written \
            file for writing runs and the tool's own count otherwise. Tool CPU = scheduler run \
            time of all its threads (schedstat, nanoseconds; utime + stime in 10 ms ticks \
-           where there is none) between its ready line and 1.2 s after the sender finished.\n\
+           where there is none, and in suites run before 2026-11-26 03:00 UTC) between its ready line \
+           and 1.2 s after the sender finished.\n\
          - \"poolcap / best peer\" tables give, at each point, poolcap's median over the best \
            peer's median on that metric (lower is better for loss and CPU, higher for rates); \
            `both 0` means neither lost anything, `∞` that only poolcap did. The plain fanout \
