@@ -32,7 +32,7 @@ pub(super) struct Threads {
 }
 
 /// What the stopped threads left: the first capture thread failure and what the sink wrote
-/// (`Err`: the named sink thread panicked).
+/// (`Err`: the named thread that wrote panicked: the sink, or the capture thread running it).
 pub(super) struct Joined {
     pub(super) failure: Option<CaptureError>,
     pub(super) written: Option<Result<WriterOutcome, &'static str>>,
@@ -97,7 +97,7 @@ impl Threads {
             .sink
             .and_then(|(name, h)| h.join().map_err(|_| name).transpose())
             .or(inline_written.map(Ok))
-            .or(self.inline_writer.then_some(Err("capture thread")));
+            .or(self.inline_writer.then_some(Err("capture")));
         Joined { failure, written }
     }
 }
