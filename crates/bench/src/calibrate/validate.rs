@@ -83,6 +83,8 @@ pub struct Compared {
     pub offered: f64,
     /// Median measured loss.
     pub measured: f64,
+    /// The lowest and highest loss of a run: how far the runs themselves spread.
+    pub measured_range: (f64, f64),
     /// Predicted loss.
     pub predicted: f64,
     /// Predicted kernel share.
@@ -156,7 +158,8 @@ pub fn compare(rows: &[Row], profile: &Profile) -> Vec<Compared> {
     rows.iter()
         .filter(|r| r.ok > 0 && !r.point.starts_with(super::POINT_PREFIX))
         .filter_map(|r| {
-            let measured = r.median("loss")?.max(0.0);
+            let loss = r.get("loss")?;
+            let measured = loss.median.max(0.0);
             let pps = offered_pps(r)?;
             let offered = r.median("offered")?;
             let s = scenario(r, pps)?;
@@ -170,6 +173,7 @@ pub fn compare(rows: &[Row], profile: &Profile) -> Vec<Compared> {
                 offered_pps: pps,
                 offered,
                 measured,
+                measured_range: (loss.min.max(0.0), loss.max.max(0.0)),
                 predicted: p.loss,
                 kernel: p.kernel_loss,
                 app: p.app_loss,
@@ -178,6 +182,15 @@ pub fn compare(rows: &[Row], profile: &Profile) -> Vec<Compared> {
             })
         })
         .collect()
+}
+
+impl Compared {
+    /// A judged point (measured loss ≥ 1%) whose prediction lies between its lowest and
+    /// highest run: a miss there is no larger than the runs' own spread.
+    pub fn within_runs(&self) -> bool {
+        let (lo, hi) = self.measured_range;
+        self.rel_error.is_some() && (lo..=hi).contains(&self.predicted)
+    }
 }
 
 /// The verdicts of a set of compared points.
@@ -189,6 +202,8 @@ pub struct Tally {
     pub judged: usize,
     /// ... of which predicted within 20%.
     pub within: usize,
+    /// ... of which predicted between the lowest and highest run ([`Compared::within_runs`]).
+    pub within_runs: usize,
     /// Points with no measured loss.
     pub no_loss: usize,
     /// ... of which loss was predicted (misses of the no-loss verdict).
@@ -212,6 +227,7 @@ impl Tally {
             points: rows.len(),
             judged: errors.len(),
             within: errors.iter().filter(|e| **e <= TOLERANCE).count(),
+            within_runs: count(&|r| r.within_runs()),
             no_loss: count(&|r| r.measured == 0.0),
             no_loss_misses: count(&|r| r.measured == 0.0 && r.verdict == Verdict::Miss),
             loss_missed: count(&|r| {
@@ -228,17 +244,28 @@ impl Tally {
         let e = |x: Option<f64>| x.map_or("–".to_owned(), |x| format!("{:.0}%", x * 100.0));
         format!(
             "{} points: {} of {} with measured loss ≥ 1% predicted within 20% (worst error \
-             {}, median {}; {} of them predicted as no loss); {} of {} without loss \
-             predicted to lose (no-loss misses)",
+             {}, median {}; {} of them predicted as no loss; {} between the point's lowest \
+             and highest run); {} of {} without loss predicted to lose (no-loss misses)",
             self.points,
             self.within,
             self.judged,
             e(self.worst),
             e(self.median),
             self.loss_missed,
+            self.within_runs,
             self.no_loss_misses,
             self.no_loss
         )
+    }
+}
+
+/// The median loss, and the runs' lowest and highest where they differ.
+fn measured(r: &Compared) -> String {
+    let (lo, hi) = r.measured_range;
+    if lo == hi {
+        pct(r.measured)
+    } else {
+        format!("{} ({}–{})", pct(r.measured), pct(lo), pct(hi))
     }
 }
 
@@ -266,7 +293,7 @@ pub fn markdown(rows: &[Compared]) -> String {
             if r.rps { "on" } else { "off" },
             r.runs,
             r.offered_pps / 1e3,
-            pct(r.measured),
+            measured(r),
             pct(r.predicted),
             pct(r.kernel),
             pct(r.app),
@@ -281,12 +308,13 @@ pub fn markdown(rows: &[Compared]) -> String {
 /// `rows` as CSV.
 pub fn csv(rows: &[Compared]) -> String {
     let mut s = String::from(
-        "point,subject,tool,rps,runs,offered_pps,measured,predicted,kernel,app,rel_error,verdict\n",
+        "point,subject,tool,rps,runs,offered_pps,measured,measured_min,measured_max,predicted,\
+         kernel,app,rel_error,verdict\n",
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{:.0},{:.6},{:.6},{:.6},{:.6},{},{:?}",
+            "{},{},{},{},{},{:.0},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{},{:?}",
             crate::report::csv_field(&r.point),
             crate::report::csv_field(&r.subject),
             r.tool,
@@ -294,6 +322,8 @@ pub fn csv(rows: &[Compared]) -> String {
             r.runs,
             r.offered_pps,
             r.measured,
+            r.measured_range.0,
+            r.measured_range.1,
             r.predicted,
             r.kernel,
             r.app,
@@ -409,7 +439,12 @@ pub(crate) mod tests {
         let c = compare(&rows, &Profile::built_in());
         assert_eq!(c.len(), 1);
         assert_eq!((c[0].runs, c[0].measured), (3, 0.2));
-        assert!(markdown(&c).contains("| B=1000 | poolcap | off | 3 | 300k | 20.00% |"));
+        assert_eq!(c[0].measured_range, (0.0, 0.3));
+        let table = markdown(&c);
+        assert!(
+            table.contains("| B=1000 | poolcap | off | 3 | 300k | 20.00% (0–30.00%) |"),
+            "{table}"
+        );
         assert_eq!(csv(&c).lines().count(), 2);
         assert_eq!(series(&c).len(), 2);
     }
@@ -424,6 +459,7 @@ pub(crate) mod tests {
             offered_pps: 1e5,
             offered: 1e5,
             measured,
+            measured_range: (measured * 0.5, measured * 1.5),
             predicted,
             kernel: 0.0,
             app: predicted,
@@ -450,6 +486,8 @@ pub(crate) mod tests {
             (8, 4, 1, 3, 1)
         );
         assert_eq!(t.loss_missed, 2);
+        // Runs from 5% to 15%: 11% and 15% lie between them, 0 and 0.0005% do not.
+        assert_eq!(t.within_runs, 2);
         assert!((t.worst.unwrap() - 1.0).abs() < 1e-9);
         assert!((t.median.unwrap() - 1.0).abs() < 1e-3);
         assert!(t.line().starts_with("8 points: 1 of 4"), "{}", t.line());

@@ -249,8 +249,9 @@ fn judged(meta: &Meta, rows: &[Row]) -> (Profile, Vec<validate::Compared>) {
 /// One line per session: points, within 20%, no-loss misses.
 fn per_session(compared: &[validate::Compared]) -> String {
     let mut s = String::from(
-        "| session | points | loss ≥ 1%: within 20% | worst error | median error | no loss \
-         measured: predicted to lose |\n|---|---|---|---|---|---|\n",
+        "| session | points | loss ≥ 1%: within 20% | loss ≥ 1%: between the lowest and highest \
+         run | worst error | median error | no loss measured: predicted to lose \
+         |\n|---|---|---|---|---|---|---|\n",
     );
     let mut names: Vec<&str> = compared.iter().map(|c| session(&c.point)).collect();
     names.dedup();
@@ -263,9 +264,11 @@ fn per_session(compared: &[validate::Compared]) -> String {
         );
         let _ = writeln!(
             s,
-            "| {name} | {} | {} of {} | {} | {} | {} of {} |",
+            "| {name} | {} | {} of {} | {} of {} | {} | {} | {} of {} |",
             t.points,
             t.within,
+            t.judged,
+            t.within_runs,
             t.judged,
             e(t.worst),
             e(t.median),
