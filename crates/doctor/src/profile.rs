@@ -64,10 +64,9 @@ pub struct ToolCosts {
     /// Writing a pcap file.
     pub file: Cost,
     /// Writing to /dev/null with the kernel's receive work on the tool's CPU (rps on), as
-    /// its CPU time shows it there, or, from a calibration run that lost frames, as the rate
-    /// it kept gives it: a tool that wakes once per packet (dumpcap) pays each wake-up
-    /// behind the receive softirq, several times its cost with rps off (`None`: not
-    /// measured).
+    /// its CPU time shows it there: a tool that wakes once per packet (dumpcap) pays each
+    /// wake-up behind the receive softirq, several times its cost with rps off (`None`:
+    /// not measured).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub null_rps: Option<Cost>,
     /// Writing a pcap file with the receive work on the tool's CPU (as `null_rps`).

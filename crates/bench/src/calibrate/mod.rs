@@ -168,13 +168,7 @@ pub fn points(sizes: &[usize], frames: u64, levels: &[&str], peers: bool) -> Vec
 /// sent (`kernel rps`), medians over the runs, keyed by the frame size.
 pub fn samples(rows: &[Row]) -> Samples {
     let mut s = Samples::default();
-    let calibration = || rows.iter().filter(|r| r.point.starts_with(POINT_PREFIX));
-    // The receive work's softirq ns per frame at each rps-on point.
-    let receive: Vec<(&str, f64)> = calibration()
-        .filter(|r| r.subject == KERNEL_RPS)
-        .filter_map(|r| Some((r.point.as_str(), r.median("softirq_ns_per_frame")?)))
-        .collect();
-    for r in calibration() {
+    for r in rows.iter().filter(|r| r.point.starts_with(POINT_PREFIX)) {
         let bytes = r.traffic.size as f64;
         let sender_ns = r.median("sender_pps").map(|pps| 1e9 / pps);
         match r.subject.as_str() {
@@ -192,12 +186,8 @@ pub fn samples(rows: &[Row]) -> Samples {
                 if let (Some(ns), "count") = (sender_ns, key) {
                     s.add("sender+capture", bytes, ns);
                 }
-                let kernel = receive.iter().find(|(p, _)| *p == r.point).map(|x| x.1);
                 // CPU s per million packets = ns per packet / 1000.
-                let ns = kernel
-                    .and_then(|k| behind_from_throughput(r, k))
-                    .or_else(|| r.median("cpu_s_per_mpkt").map(|x| x * 1e3));
-                if let Some(ns) = ns {
+                if let Some(ns) = r.median("cpu_s_per_mpkt").map(|x| x * 1e3) {
                     s.add(key, bytes, ns);
                 }
             }
@@ -205,32 +195,6 @@ pub fn samples(rows: &[Row]) -> Samples {
     }
     s
 }
-
-/// A peer's run with the receive work on its CPU ([`points`]' `... rps` subjects) that lost
-/// at least [`SATURATED_LOSS`] kept up with all it could: the cost per packet "behind the
-/// receive work" that makes the model's capacity there (the core the receive work leaves,
-/// `1 - rate x kernel`, over the tool's cost) equal to what it kept per second, plus the
-/// `kernel` ns per frame the model takes off again (the tool's share of the core when
-/// runnable, 99% for the peers here, is left out). Its CPU time per packet cannot give
-/// that cost: it holds the softirq that ran in its context for every frame, kept or
-/// dropped, and ksoftirqd's runs hold the rest (dumpcap at 64 B: 3.5-4.6 µs per packet
-/// kept, while its rate gives 2.5 µs). `None` for other runs.
-fn behind_from_throughput(r: &Row, kernel: f64) -> Option<f64> {
-    if !r.subject.ends_with(" rps") || r.subject == KERNEL_RPS {
-        return None;
-    }
-    let (pps, sent) = (r.median("sender_pps")?, r.median("offered")?);
-    let kept = r.median("captured")?;
-    if r.median("loss")? < SATURATED_LOSS || kept <= 0.0 || pps <= 0.0 {
-        return None;
-    }
-    let kept_pps = kept / (sent / pps);
-    let left = (1.0 - pps * kernel / 1e9).max(0.0);
-    Some(kernel + left * 1e9 / kept_pps)
-}
-
-/// Loss from which a calibration run is taken to have run at its capacity.
-const SATURATED_LOSS: f64 = 0.05;
 
 /// The CPU a capture got in the calibration rows among `rows`, for `p` (their costs): from
 /// the rps-off rows, the median share when runnable and wait per timeslice of each
@@ -423,57 +387,6 @@ mod tests {
         let p = profile(&s, 1.5, "test".into());
         assert!(close(p.kernel.ns(64.0), 500.0) && p.x_loop_ns == 1.5);
         assert_eq!(p.load_average, None);
-    }
-
-    #[test]
-    fn a_saturated_peer_behind_the_receive_work_costs_what_its_rate_kept_gives() {
-        // 3000 frames at 600k pps with 500 ns of receive work each on the tool's CPU: the
-        // work leaves 70% of the core. dumpcap kept 1200 of them (loss 60%), 240k per
-        // second: 2917 ns each, whatever its CPU time per packet says (10 µs here).
-        let run = |subject: &str, kept: u64, cpu: f64| {
-            let mut r = super::validate::tests::record("calibrate rps 64B", "dumpcap", 0.0);
-            r.subject = subject.to_owned();
-            r.rps = true;
-            r.traffic.burst = None;
-            r.sent.as_mut().unwrap().pps = 600e3;
-            r.cpu_s = Some(cpu);
-            r.in_file = Some(kept);
-            r.loss = Some(1.0 - kept as f64 / 3000.0);
-            r.softirq_s = Some(3000.0 * 500e-9);
-            r
-        };
-        let mut count = run(KERNEL_RPS, 3000, 0.0001);
-        count.capture.as_mut().unwrap().tool = Tool::Poolcap;
-        let rows = crate::report::aggregate(&[
-            count,
-            run("dumpcap null rps", 1200, 0.012),
-            run("tcpdump null rps", 2940, 0.003),
-        ]);
-        let s = samples(&rows);
-        let ns = |key: &str| s.fit(key).unwrap().ns(64.0);
-        assert!((ns("dumpcap null rps") - (500.0 + 0.7e9 / 240e3)).abs() < 1e-6);
-        // 2% lost is not a saturated run: its CPU time per packet stands (3 ms / 2940).
-        assert!((ns("tcpdump null rps") - 0.003e9 / 2940.0).abs() < 1e-6);
-        // The model, sharing the core with the receive work (as a calibrated profile does),
-        // then keeps 240k per second at that rate.
-        let mut p = profile(&s, 1.5, "test".into());
-        let whole = share::Sharing {
-            share: 1.0,
-            wait_s: 0.0,
-        };
-        p.cpu = Some(Cpu {
-            sharing: [("dumpcap null".to_owned(), whole)].into(),
-            tail_s: 0.0,
-            rps: None,
-        });
-        let mut sc = poolcap_doctor::predict::Scenario::steady(
-            poolcap_doctor::predict::Tool::Dumpcap,
-            600e3,
-            64.0,
-        );
-        sc.kernel_on_app_cpu = true;
-        let got = predict::predict(&p, &sc).unwrap();
-        assert!((got.app_capacity_pps - 240e3).abs() < 1.0, "{got:?}");
     }
 
     #[test]

@@ -338,8 +338,7 @@ on veth with rps off it runs on the sender's CPU and slows the sender instead of
 with rps on it runs on the tool's CPU at the cost the rps-on calibration point measured (that CPU's softirq time per frame). The application stage (the tool's CPU per packet on \
 one core: poolcap's ring read, pool copy (when it analyses; a file alone is written from the \
 ring), x-loop and write; tcpdump's and dumpcap's measured \
-cost, with rps on the one their rps-on calibration run kept up with when it lost 5% or more) \
-has capacity 1e9 / app(caplen). Each cost is linear in the captured bytes, fitted from \
+cost) has capacity 1e9 / app(caplen). Each cost is linear in the captured bytes, fitted from \
 64 and 1514-byte frames. The ring holds B / slot frames (slot: the frame, its TPACKET_V3 \
 header and libpcap's 4-byte reserve, 8-byte aligned) and poolcap's pool adds R x M when it \
 copies (writing alone its memory is in the ring), less the ring block and the chunk being emptied (handed back only whole). Traffic is a fluid: over a burst (or a whole finite run) the backlog grows at \
