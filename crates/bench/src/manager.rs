@@ -130,16 +130,19 @@ pub fn run(opts: &Options, stop: Arc<AtomicBool>) -> anyhow::Result<Rendered> {
             .with_context(|| format!("--subject: cannot copy {}", other.display()))?;
     }
     let result = run_in(opts, machine, &scratch, &exe, stop);
-    let _ = std::fs::remove_dir_all(&scratch);
+    remove_scratch(&scratch);
     result
 }
+
+/// Where every bench process keeps its scratch directory.
+const SCRATCH_ROOT: &str = "/var/tmp/poolcap-bench";
 
 /// Creates this process's scratch directory (capture files, stats; not tmpfs) with a copy
 /// of this executable in it, and returns both paths. Children run the copy, so a rebuild
 /// during a long bench (others build on this machine too) neither breaks nor changes what is
-/// measured. The caller removes the directory.
+/// measured. The caller removes the directory ([`remove_scratch`]).
 pub fn scratch_with_exe() -> anyhow::Result<(PathBuf, PathBuf)> {
-    let scratch = PathBuf::from(format!("/var/tmp/poolcap-bench/{}", std::process::id()));
+    let scratch = Path::new(SCRATCH_ROOT).join(std::process::id().to_string());
     std::fs::create_dir_all(&scratch)
         .with_context(|| format!("cannot create {}", scratch.display()))?;
     let exe = scratch.join("poolcap");
@@ -147,6 +150,13 @@ pub fn scratch_with_exe() -> anyhow::Result<(PathBuf, PathBuf)> {
         .and_then(|me| std::fs::copy(me, &exe))
         .context("cannot copy the poolcap executable")?;
     Ok((scratch, exe))
+}
+
+/// Removes a scratch directory of [`scratch_with_exe`], and the directory above it once no
+/// other bench process has one there.
+pub fn remove_scratch(scratch: &Path) {
+    let _ = std::fs::remove_dir_all(scratch);
+    let _ = std::fs::remove_dir(SCRATCH_ROOT);
 }
 
 /// Peer programs whose version goes into `meta.json`.

@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::bail;
 use poolcap_lab::Lab;
 
-use crate::manager::scratch_with_exe;
+use crate::manager::{remove_scratch, scratch_with_exe};
 use crate::point::Bench;
 use crate::report::{aggregate, Row};
 use crate::suites::{self, QUIET_BELOW};
@@ -42,7 +42,7 @@ pub fn measure(opts: &LabOptions, stop: Arc<AtomicBool>) -> anyhow::Result<(Vec<
     poolcap_sys::privilege::check_lab()?;
     let (scratch, exe) = scratch_with_exe()?;
     let result = measure_in(opts, stop, &scratch, &exe);
-    let _ = std::fs::remove_dir_all(&scratch);
+    remove_scratch(&scratch);
     result
 }
 

@@ -13,7 +13,7 @@ use anyhow::{bail, Context};
 use poolcap_doctor::profile::Samples;
 
 use crate::child::{Running, TICKS_PER_SECOND};
-use crate::manager::scratch_with_exe;
+use crate::manager::{remove_scratch, scratch_with_exe};
 use crate::peer::CaptureSpec;
 use poolcap_sys::netdev;
 
@@ -50,7 +50,7 @@ pub fn measure(opts: &LiveOptions, stop: &AtomicBool) -> anyhow::Result<(Samples
     poolcap_sys::privilege::check_raw_sockets("calibrating on an interface")?;
     let (scratch, exe) = scratch_with_exe()?;
     let result = measure_in(opts, stop, &scratch, &exe);
-    let _ = std::fs::remove_dir_all(&scratch);
+    remove_scratch(&scratch);
     result
 }
 
