@@ -382,20 +382,19 @@ impl Started<'_> {
         let merged = pipeline.sink().is_some_and(|s| s.merges_queues()) && self.q > 1;
         let handoff = self.plan.handoff(&pipeline);
         let (analysis, sink) = pipeline.into_parts();
+        let io = self.sink_io(threads);
         // One queue that only writes: its capture thread runs the writer (see `InlineWriter`).
-        let (sink, writer) = match sink {
-            Some(s) if analysis.is_none() && self.q == 1 => match self.sink_io(threads) {
-                Some(io) => match s.inline(&io) {
-                    Ok(w) => (None, Some(w)),
-                    Err(s) => (Some(s), None),
-                },
-                None => (Some(s), None),
+        let inline = analysis.is_none() && self.q == 1;
+        let (sink, writer) = match (sink, &io) {
+            (Some(s), Some(io)) if inline => match s.inline(io) {
+                Ok(w) => (None, Some(w)),
+                Err(s) => (Some(s), None),
             },
-            sink => (sink, None),
+            (sink, _) => (sink, None),
         };
         threads.inline_writer = writer.is_some();
         self.captures(threads, sources, &handoff, merged, writer)?;
-        let next = self.sink(threads, sink)?;
+        let next = self.sink(threads, sink, io)?;
         if let Some(a) = analysis {
             self.workers(threads, &a, &next)?;
         }
@@ -461,9 +460,14 @@ impl Started<'_> {
         })
     }
 
-    /// The sink's thread, if any; returns where workers pass chunks.
-    fn sink(&self, threads: &mut Threads, sink: Option<Box<dyn Sink>>) -> Result<Next, SysError> {
-        let (Some(sink), Some(io)) = (sink, self.sink_io(threads)) else {
+    /// The sink's thread over `io`, if any; returns where workers pass chunks.
+    fn sink(
+        &self,
+        threads: &mut Threads,
+        sink: Option<Box<dyn Sink>>,
+        io: Option<SinkIo>,
+    ) -> Result<Next, SysError> {
+        let (Some(sink), Some(io)) = (sink, io) else {
             return Ok(Next::Recycle);
         };
         let input = Arc::clone(&io.input);
