@@ -268,6 +268,12 @@ impl HeldBlock {
         self.size
     }
 
+    /// Where the block's packets begin (its `offset_to_first_pkt`): before it lies the
+    /// kernel's block descriptor.
+    pub fn body_start(&self) -> usize {
+        self.first
+    }
+
     /// Bytes `range` of the block (offsets from its start, past its header).
     pub fn bytes(&self, range: Range<usize>) -> &[u8] {
         self.check(&range);

@@ -185,7 +185,7 @@ impl Chunk {
         };
         let head = records.record_head();
         let end = offset - head.min(offset) + records.record_len(caplen);
-        if offset < head + HELD_BLOCK_HEADER || end > b.size() {
+        if offset < head + b.body_start() || end > b.size() {
             return false;
         }
         self.meta.push(PacketMeta {
@@ -391,9 +391,6 @@ impl Chunk {
         matches!(&self.storage, Storage::Frames { frames, .. } if !frames.is_empty())
     }
 }
-
-/// Bytes at the start of a ring block (its `tpacket_block_desc`) that no record may cover.
-const HELD_BLOCK_HEADER: usize = 48;
 
 /// Pool geometry: `chunks` (R) chunks of `cells` (M) cells of `cell_size` bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
