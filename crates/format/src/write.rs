@@ -422,20 +422,33 @@ impl<O: Output> CaptureWriter<O> {
         if !self.buf.is_empty() && self.buf.len() + record_len > self.buf_limit {
             self.flush_buf()?;
         }
-        let at = self.buf.len();
-        let head = [0u8; EPB_FIXED - 4];
-        self.buf
-            .extend_from_slice(&head[..self.format.record_head()]);
-        self.buf.extend_from_slice(data);
-        self.buf.resize(at + record_len, 0);
-        frame(
+        append(
             self.format,
-            &mut self.buf[at..],
+            &mut self.buf,
+            record_len,
             ts_ns,
-            data.len(),
+            data,
             orig_len,
         );
         self.packets += 1;
+        Ok(())
+    }
+
+    /// Appends the record of a packet to `records`, a buffer of whole records for
+    /// [`write_records`](Self::write_records), as [`write_packet`](Self::write_packet)
+    /// would buffer it and rejecting what it rejects. For small packets that lie where a
+    /// framed record would have to be written into memory someone else owns (a capture
+    /// ring): the header is made here, and only the packet's bytes are read there.
+    pub fn append_record(
+        &self,
+        records: &mut Vec<u8>,
+        ts_ns: u64,
+        data: &[u8],
+        orig_len: u32,
+    ) -> Result<(), WriteError> {
+        self.check_usable()?;
+        let record_len = self.check_record(ts_ns, data.len(), orig_len)?;
+        append(self.format, records, record_len, ts_ns, data, orig_len);
         Ok(())
     }
 
@@ -674,6 +687,25 @@ fn frame(format: FileFormat, record: &mut [u8], ts_ns: u64, caplen: usize, orig_
     }
 }
 
+/// Appends the `record_len`-byte record of `data` to `buf` (the lengths and time were
+/// checked, as for [`frame`]).
+fn append(
+    format: FileFormat,
+    buf: &mut Vec<u8>,
+    record_len: usize,
+    ts_ns: u64,
+    data: &[u8],
+    orig_len: u32,
+) {
+    let at = buf.len();
+    buf.reserve(record_len);
+    let head = [0u8; EPB_FIXED - 4];
+    buf.extend_from_slice(&head[..format.record_head()]);
+    buf.extend_from_slice(data);
+    buf.resize(at + record_len, 0);
+    frame(format, &mut buf[at..], ts_ns, data.len(), orig_len);
+}
+
 /// Writes `words` at the start of `out` (which must hold them); returns the bytes written.
 fn put_words(out: &mut [u8], words: &[u32]) -> usize {
     for (w, at) in words.iter().zip(out.chunks_exact_mut(4)) {
@@ -907,22 +939,29 @@ pub(crate) mod tests {
         Buffered(usize),
         /// Records made in place, this many per `write_records` call, two per slice.
         InPlace(usize),
+        /// As `InPlace`, the records made by `append_record`.
+        Appended(usize),
     }
 
-    /// `packets` as records made in place by `writer`: one buffer, records back to back,
-    /// and where each record ends.
+    /// `packets` as records made in place by `writer` (or appended, with `append`): one
+    /// buffer, records back to back, and where each record ends.
     fn records_in_place<O: Output>(
         writer: &CaptureWriter<O>,
         packets: &[RecordedPacket],
+        append: bool,
     ) -> Result<(Vec<u8>, Vec<usize>), WriteError> {
         let format = writer.format;
         let (mut bytes, mut ends) = (Vec::new(), Vec::new());
         for p in packets {
-            let start = bytes.len();
-            bytes.resize(start + format.record_len(p.data.len()), 0xee);
-            let at = start + format.record_head();
-            bytes[at..at + p.data.len()].copy_from_slice(&p.data);
-            writer.frame_record(&mut bytes[start..], p.ts_ns, p.data.len(), p.orig_len)?;
+            if append {
+                writer.append_record(&mut bytes, p.ts_ns, &p.data, p.orig_len)?;
+            } else {
+                let start = bytes.len();
+                bytes.resize(start + format.record_len(p.data.len()), 0xee);
+                let at = start + format.record_head();
+                bytes[at..at + p.data.len()].copy_from_slice(&p.data);
+                writer.frame_record(&mut bytes[start..], p.ts_ns, p.data.len(), p.orig_len)?;
+            }
             ends.push(bytes.len());
         }
         Ok((bytes, ends))
@@ -938,8 +977,9 @@ pub(crate) mod tests {
             Feed::Buffered(_) => packets
                 .iter()
                 .try_for_each(|p| writer.write_packet(p.ts_ns, &p.data, p.orig_len)),
-            Feed::InPlace(_) => {
-                let (bytes, ends) = records_in_place(writer, packets)?;
+            Feed::InPlace(_) | Feed::Appended(_) => {
+                let append = matches!(feed, Feed::Appended(_));
+                let (bytes, ends) = records_in_place(writer, packets, append)?;
                 let mut slices = Vec::new();
                 let mut start = 0;
                 for pair in ends.chunks(2) {
@@ -969,7 +1009,7 @@ pub(crate) mod tests {
                 writer = writer.with_buffer_size(buffer);
                 1
             }
-            Feed::InPlace(group) => group,
+            Feed::InPlace(group) | Feed::Appended(group) => group,
         };
         for group in packets.chunks(step) {
             if let Err(e) = feed(&mut writer, how, group) {
@@ -989,7 +1029,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn records_made_in_place_are_the_bytes_write_packet_makes() {
+    fn records_made_in_place_or_appended_are_the_bytes_write_packet_makes() {
         let packets = sample_packets();
         for format in FORMATS {
             let expected = encode(format, &packets, None);
@@ -1000,8 +1040,13 @@ pub(crate) mod tests {
                 writer
                     .write_packet(p0.ts_ns, &p0.data, p0.orig_len)
                     .unwrap();
-                for g in packets[1..].chunks(group) {
-                    feed(&mut writer, Feed::InPlace(group), g).unwrap();
+                for (i, g) in packets[1..].chunks(group).enumerate() {
+                    let how = if i % 2 == 0 {
+                        Feed::InPlace(group)
+                    } else {
+                        Feed::Appended(group)
+                    };
+                    feed(&mut writer, how, g).unwrap();
                 }
                 assert_eq!(writer.packets_written(), packets.len() as u64);
                 assert_eq!(writer.bytes_written(), expected.len() as u64);
@@ -1015,7 +1060,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn framing_in_place_rejects_what_write_packet_rejects() {
+    fn framing_in_place_or_appending_rejects_what_write_packet_rejects() {
         let p = &sample_packets()[0];
         for format in FORMATS {
             let writer = CaptureWriter::new(Vec::new(), format, SNAPLEN, "eth0").unwrap();
@@ -1030,6 +1075,10 @@ pub(crate) mod tests {
                 record.iter().all(|&b| b == 7),
                 "a rejected record is left alone"
             );
+            let mut records = vec![7u8; 3];
+            let too_long = writer.append_record(&mut records, p.ts_ns, &p.data, 10);
+            assert!(matches!(too_long, Err(WriteError::BadLength { .. })));
+            assert_eq!(records, [7; 3], "a rejected record is not appended");
         }
     }
 
@@ -1210,6 +1259,7 @@ pub(crate) mod tests {
                 Feed::Buffered(DEFAULT_BUFFER),
                 Feed::InPlace(1),
                 Feed::InPlace(4),
+                Feed::Appended(3),
             ];
             for how in feeds {
                 for budget in 0..=total {
