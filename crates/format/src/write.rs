@@ -417,7 +417,6 @@ impl<O: Output> CaptureWriter<O> {
         data: &[u8],
         orig_len: u32,
     ) -> Result<(), WriteError> {
-        self.check_usable()?;
         let record_len = self.check_record(ts_ns, data.len(), orig_len)?;
         if !self.buf.is_empty() && self.buf.len() + record_len > self.buf_limit {
             self.flush_buf()?;
@@ -446,7 +445,6 @@ impl<O: Output> CaptureWriter<O> {
         data: &[u8],
         orig_len: u32,
     ) -> Result<(), WriteError> {
-        self.check_usable()?;
         let record_len = self.check_record(ts_ns, data.len(), orig_len)?;
         append(self.format, records, record_len, ts_ns, data, orig_len);
         Ok(())
@@ -464,7 +462,6 @@ impl<O: Output> CaptureWriter<O> {
         caplen: usize,
         orig_len: u32,
     ) -> Result<(), WriteError> {
-        self.check_usable()?;
         if record.len() != self.check_record(ts_ns, caplen, orig_len)? {
             return Err(WriteError::BadLength {
                 caplen,
@@ -494,8 +491,10 @@ impl<O: Output> CaptureWriter<O> {
         self.hand_over(records)
     }
 
-    /// The length of the record of a packet, or why it cannot be written.
+    /// The length of the record of a packet, or why it cannot be written (an earlier I/O
+    /// error first).
     fn check_record(&self, ts_ns: u64, caplen: usize, orig_len: u32) -> Result<usize, WriteError> {
+        self.check_usable()?;
         let bad_length = || WriteError::BadLength {
             caplen,
             orig_len,
