@@ -290,6 +290,38 @@ pub fn ring_block_bytes(tool: Tool, buffer: u64) -> u64 {
 /// The TPACKET_V3 block header in front of a block's frames.
 const BLOCK_HEADER: f64 = 48.0;
 
+/// Seconds the kernel lets `s`'s open ring block fill before it hands it over, full or not
+/// (TPACKET_V3's `tp_retire_blk_tov`): poolcap's 4 ms when workers analyse (the capture's
+/// ring geometry) and 50 ms when it only counts or writes (`NO_ANALYSIS_RETIRE_MS` in the
+/// engine); libpcap passes the tool's read timeout, tcpdump's 1000 ms and dumpcap's 250 ms.
+/// Measured: a stopped tcpdump's 4 MiB ring holds the same 27584 frames of 64 B at 100k and
+/// 567k pps, and so does dumpcap's (26205) at 100k: their timeouts are well beyond a block's
+/// filling time.
+fn retire_timeout_s(s: &Scenario) -> f64 {
+    match s.tool {
+        Tool::Poolcap if s.load > 0 => 0.004,
+        Tool::Poolcap => 0.050,
+        Tool::Tcpdump => 1.0,
+        Tool::Dumpcap => 0.250,
+    }
+}
+
+/// Frames a ring block of `frames` slots holds when frames arrive at `rate` per second and
+/// the kernel retires the open block every `tov` seconds whether it is full or not (its
+/// retire timer runs periodically on this kernel, 6.18): the blocks opened within one period
+/// share its `rate x tov` frames, so each holds `rate x tov / ceil(tov / fill)`, where `fill
+/// = frames / rate` is the time a block takes to fill. A ring whose reader is behind is
+/// then fuller in blocks than in frames. Measured with a stopped poolcap analysing (4 ms,
+/// 16 blocks of 1724 slots for 64 B frames): 379, 1136, 919 and 1228 frames a block at 100k,
+/// 300k, 450k and 687k pps, against 400, 1200, 900 and 1374 from this rule.
+pub fn frames_per_block(frames: f64, rate: f64, tov: f64) -> f64 {
+    if !(rate > 0.0 && tov > 0.0 && frames > 0.0) {
+        return frames.max(0.0);
+    }
+    let blocks_a_period = (tov * rate / frames).ceil().max(1.0);
+    (rate * tov / blocks_a_period).min(frames)
+}
+
 /// Bytes libpcap asks the kernel to leave free in front of each frame in the ring
 /// (`PACKET_RESERVE`), room to put a stripped VLAN tag back.
 const LIBPCAP_RESERVE: f64 = 4.0;
@@ -358,15 +390,22 @@ pub fn predict(p: &Profile, s: &Scenario) -> Result<Prediction, ScenarioError> {
         }
     };
     let (ring_bytes, pool) = memory(s);
-    // A reader hands a ring block back only once it has taken every frame in it, and
-    // poolcap's worker a chunk once it has analysed every packet in it: with the buffers
-    // full, the block and the chunk being emptied hold free room nobody can fill. (A ring
-    // grown by the pool has the blocks of its grown size.)
-    let block = ring_block_bytes(s.tool, ring_bytes) as f64;
-    let held = ((block - BLOCK_HEADER) / slot).floor() + if pool > 0 { s.pool.0 } else { 0 } as f64;
-    let buffer = ((ring_bytes as f64 / slot).floor() + pool as f64 - held).max(0.0);
     let r = s.rate_pps;
     let delivered = r.min(ck);
+    // The ring's frames: whole blocks (a ring grown by the pool has the blocks of its grown
+    // size), each as full as the retire timer lets it get at the delivered rate. A reader
+    // hands a ring block back only once it has taken every frame in it, and poolcap's worker
+    // a chunk once it has analysed every packet in it: with the buffers full, the block and
+    // the chunk being emptied hold free room nobody can fill.
+    let block = ring_block_bytes(s.tool, ring_bytes);
+    let per_block = frames_per_block(
+        ((block as f64 - BLOCK_HEADER) / slot).floor(),
+        delivered,
+        retire_timeout_s(s),
+    );
+    let ring_frames = (ring_bytes / block).max(1) as f64 * per_block;
+    let held = per_block + if pool > 0 { s.pool.0 } else { 0 } as f64;
+    let buffer = (ring_frames + pool as f64 - held).max(0.0);
     let (burst, idle) = match s.burst {
         Some((b, i)) if b > 0 => (b as f64, i.max(0.0)),
         Some(_) => return err("a burst must have at least one frame"),
@@ -616,28 +655,75 @@ mod tests {
 
     #[test]
     fn buffers_absorb_a_finite_run_until_the_backlog_exceeds_them() {
-        // 64 B frames: slot = align8(48 + 64) = 112 B; 1 MiB ring = 9362 frames, less one
-        // block of 64 KiB (584 frames) and one chunk (100) held while being emptied.
+        // 64 B frames: slot = align8(48 + 64) = 112 B; 1 MiB ring = 16 blocks of 64 KiB, 584
+        // slots each, which at 500k pps fill in 1.17 ms: the 4 ms retire timer of an
+        // analysing capture closes four blocks a period, 500 frames each. 8000 frames, less
+        // one block (500) and one chunk (100) held while being emptied.
         let s = Scenario {
             load: 3000,
             count: Some(100_000),
             pool: (100, 10),
             ..scenario(Tool::Poolcap, 500_000.0)
         };
-        // app: 1 + 1 + 3 µs = 200k pps; 0.2 s of sending: 60k frames backlog - 9678 held.
+        // app: 1 + 1 + 3 µs = 200k pps; 0.2 s of sending: 60k frames backlog - 8400 held.
         let p = predict(&profile(), &s).unwrap();
-        assert!(close(p.buffer_frames, 9362.0 + 1000.0 - 684.0));
-        assert!(close(p.app_loss, (60_000.0 - 9678.0) / 100_000.0), "{p:?}");
+        assert!(close(p.buffer_frames, 8000.0 + 1000.0 - 600.0), "{p:?}");
+        assert!(close(p.app_loss, (60_000.0 - 8400.0) / 100_000.0), "{p:?}");
         // Without a count, the asymptotic share.
         let p = predict(&profile(), &Scenario { count: None, ..s }).unwrap();
         assert!(close(p.app_loss, 0.6));
     }
 
     #[test]
+    fn a_block_holds_what_arrives_before_the_retire_timer_closes_it() {
+        // Measured with a stopped poolcap analysing 64 B frames (16 blocks of 1724 slots, a
+        // 4 ms timer): 379, 1136, 919 and 1228 frames a block at 100k, 300k, 450k and 687k
+        // pps. The rule: 400, 1200, 900 and 1374.
+        let at = |pps: f64| frames_per_block(1724.0, pps, 0.004);
+        assert!(close(at(100_000.0), 400.0));
+        assert!(close(at(300_000.0), 1200.0));
+        assert!(close(at(450_000.0), 900.0), "two blocks a period");
+        assert!(close(at(687_000.0), 687_000.0 * 0.004 / 2.0));
+        // Blocks that fill within a long period are all but one full; past the timer's
+        // rate nothing arrives, a block never holds more than its slots.
+        assert!(close(frames_per_block(1724.0, 1e6, 1.0), 1e6 / 581.0));
+        assert!(close(frames_per_block(1724.0, 0.0, 0.004), 1724.0));
+        assert!(close(
+            frames_per_block(1724.0, 1e9, 0.004),
+            1e9 * 0.004 / 2321.0
+        ));
+    }
+
+    #[test]
+    fn an_analysing_ring_buffers_fewer_frames_at_low_rates_and_a_peers_does_not() {
+        // A 4 MiB ring: 16 blocks of 2340 slots of align8(48 + 60) = 112 B (libpcap's 4-byte
+        // reserve fits in the same 112); the pool's one chunk is the one held.
+        let s = |tool: Tool, rate: f64| Scenario {
+            tool,
+            load: u32::from(tool == Tool::Poolcap),
+            buffer_bytes: 4 << 20,
+            pool: (100, 1),
+            count: Some(1_000_000),
+            ..Scenario::steady(tool, rate, 60.0)
+        };
+        let frames =
+            |tool: Tool, rate: f64| predict(&profile(), &s(tool, rate)).unwrap().buffer_frames;
+        // poolcap analysing: 4 ms of frames a block at 100k pps (400); at 1M pps a block
+        // fills in 2.34 ms, two a period, 2000 frames each. One block is held.
+        assert!(close(frames(Tool::Poolcap, 100_000.0), 15.0 * 400.0));
+        assert!(close(frames(Tool::Poolcap, 1e6), 15.0 * 2000.0));
+        // tcpdump's 1 s timer: 2340 slots a block at 100k pps too, all but a sliver.
+        let tcpdump = frames(Tool::Tcpdump, 100_000.0);
+        assert!(tcpdump > 15.0 * 2300.0, "{tcpdump}");
+    }
+
+    #[test]
     fn writing_only_puts_the_pool_into_the_ring() {
-        // 64 B frames, 1 MiB ring (9362 frames of 112 B), pool (100, 20) of 2 KiB cells: a
-        // file is written from the ring, which has all 20 chunks' memory and the pool none;
-        // a block of 256 KiB (2340 frames) is held while it is written. No pool copy.
+        // 64 B frames of 112 B slots, 1 MiB ring, pool (100, 20) of 2 KiB cells: a file is
+        // written from the ring, which has all 20 chunks' memory and the pool none: 19 whole
+        // blocks of 256 KiB (2340 slots, 4.68 ms at 500k pps), which the 50 ms retire timer
+        // of a capture that only writes closes eleven a period (2272.7 frames each); one is
+        // held while it is written. No pool copy.
         let s = Scenario {
             write: true,
             pool: (100, 20),
@@ -645,8 +731,8 @@ mod tests {
             ..scenario(Tool::Poolcap, 500_000.0)
         };
         let p = predict(&profile(), &s).unwrap();
-        let ring = ((1 << 20) + 20 * 100 * 2048) / 112;
-        assert!(close(p.buffer_frames, f64::from(ring) - 2340.0), "{p:?}");
+        let block = 500_000.0 * 0.05 / 11.0;
+        assert!(close(p.buffer_frames, 18.0 * block), "{p:?}");
         assert!(!p.stages.iter().any(|x| x.stage == "pool copy"), "{p:?}");
         // With analysis the pool stays whole; a peer has only its kernel buffer.
         let analysed = Scenario {
@@ -654,16 +740,17 @@ mod tests {
             ..s.clone()
         };
         let p = predict(&profile(), &analysed).unwrap();
-        assert!(close(p.buffer_frames, 9362.0 + 2000.0 - 684.0), "{p:?}");
+        assert!(close(p.buffer_frames, 8000.0 + 2000.0 - 600.0), "{p:?}");
         // libpcap's 4 bytes of VLAN reserve make its slot align8(48 + 4 + 64) = 120 B, and
-        // its blocks are 256 KiB (2184 frames, one held).
+        // its blocks are 256 KiB (2184 slots, 4.37 ms at 500k pps; tcpdump's 1 s timer closes
+        // 229 a period, 2183.4 frames each), one held.
         let peer = Scenario {
             tool: Tool::Tcpdump,
             ..s
         };
         assert!(close(
             predict(&profile(), &peer).unwrap().buffer_frames,
-            8738.0 - 2184.0
+            3.0 * 500_000.0 / 229.0
         ));
     }
 
@@ -676,19 +763,23 @@ mod tests {
             burst: Some((10_000, 0.1)),
             ..scenario(Tool::Poolcap, 1e6)
         };
+        // The ring's 16 blocks of 584 slots fill in 0.58 ms at 1 Mpps: seven a 4 ms retire
+        // period, 571.4 frames each; one is held, and a chunk of 100.
+        let buffer = 15.0 * 4000.0 / 7.0 + 900.0;
         let p = predict(&profile(), &base).unwrap();
+        assert!(close(p.buffer_frames, buffer), "{p:?}");
         assert_eq!(
             p.loss, 0.0,
-            "8000 backlog < 9678 frames, drained in the idle time"
+            "8000 backlog < 9471 frames, drained in the idle time"
         );
         let mb = p.max_burst.unwrap();
-        assert!(close(mb, 9678.0 / 0.8), "{mb}");
+        assert!(close(mb, buffer / 0.8), "{mb}");
         let big = Scenario {
             burst: Some((20_000, 0.1)),
             ..base.clone()
         };
         let p = predict(&profile(), &big).unwrap();
-        assert!(close(p.app_loss, (16_000.0 - 9678.0) / 20_000.0), "{p:?}");
+        assert!(close(p.app_loss, (16_000.0 - buffer) / 20_000.0), "{p:?}");
         // Too little idle time to drain: the backlog carries over and the steady share of
         // loss is what the mean rate exceeds the capacity by.
         let short = Scenario {
@@ -823,11 +914,12 @@ mod tests {
     #[test]
     fn waits_longer_than_the_ring_lose_below_capacity() {
         // tcpdump 4 µs at 50k pps needs 20% of a core; at half a core it waits as long as it
-        // runs (20% of the time), and half the core is enough. The 1 MiB ring holds 8738
-        // slots of 120 B (libpcap reserves 4 bytes in each), less a block of 2184 being
-        // read: 131 ms at 50k.
-        let held = 2184.0;
-        let frames = (f64::from(1u32 << 20) / 120.0).floor() - held;
+        // runs (20% of the time), and half the core is enough. The 1 MiB ring holds 4 blocks
+        // of 2184 slots of 120 B (libpcap reserves 4 bytes in each), which fill in 43.7 ms
+        // at 50k pps, 23 a 1 s retire period: 2173.9 frames each, one of them held while it
+        // is read. 130 ms at 50k.
+        let held = 50_000.0 / 23.0;
+        let frames = 3.0 * held;
         let depth = frames / 50_000.0;
         let s = scenario(Tool::Tcpdump, 50_000.0);
         let p = predict(&shared(0.5, depth), &s).unwrap();
@@ -839,7 +931,7 @@ mod tests {
             ..s.clone()
         };
         let d = predict(&shared(0.5, depth), &deep).unwrap();
-        let deep_frames = (f64::from(4u32 << 20) / 120.0).floor() - held;
+        let deep_frames = 15.0 * held;
         let ratio = (-(deep_frames - frames) / frames).exp();
         assert!((d.loss / p.loss - ratio).abs() < 1e-3, "{d:?}");
         assert_eq!(predict(&profile(), &s).unwrap().loss, 0.0);

@@ -337,10 +337,14 @@ kernel stage (receive work up to the capture ring) has capacity 1e9 / kernel(cap
 on veth with rps off it runs on the sender's CPU and slows the sender instead of dropping, \
 with rps on it runs on the tool's CPU at the cost the rps-on calibration point measured (that CPU's softirq time per frame). The application stage (the tool's CPU per packet on \
 one core: poolcap's ring read, pool copy (when it analyses; a file alone is written from the \
-ring), x-loop and write; tcpdump's and dumpcap's measured \
+ring), x-loop (at the cost per iteration its saturated calibration worker paid) and write; \
+tcpdump's and dumpcap's measured \
 cost) has capacity 1e9 / app(caplen). Each cost is linear in the captured bytes, fitted from \
-64 and 1514-byte frames. The ring holds B / slot frames (slot: the frame, its TPACKET_V3 \
-header and libpcap's 4-byte reserve, 8-byte aligned) and poolcap's pool adds R x M when it \
+64 and 1514-byte frames. The ring holds its blocks' slots (slot: the frame, its TPACKET_V3 \
+header and libpcap's 4-byte reserve, 8-byte aligned), each block only as full as the frames \
+that arrive before the kernel's periodic retire timer closes it (poolcap 4 ms when it \
+analyses, 50 ms otherwise; tcpdump 1 s, dumpcap 250 ms): rate x tov / ceil(tov x rate / \
+slots) frames a block; poolcap's pool adds R x M when it \
 copies (writing alone its memory is in the ring), less the ring block and the chunk being emptied (handed back only whole). Traffic is a fluid: over a burst (or a whole finite run) the backlog grows at \
 min(rate, C_k) - C_a, what exceeds the buffers is lost, idle time drains C_a x idle. On a shared \
 core (the calibration's schedstat) a busy tool runs a 3 ms timeslice per mean wait w for the \
