@@ -434,9 +434,12 @@ pub fn predict(p: &Profile, s: &Scenario) -> Result<Prediction, ScenarioError> {
         .as_ref()
         .zip(key.as_ref())
         .map(|(c, k)| c.waits(k, s.kernel_on_app_cpu));
+    // Frames arrive for a burst's length at a time (a finite steady run: its whole length).
+    let arrivals_s = burst / r;
     let wait_loss = waits.map_or(0.0, |(x, tail_s)| {
         let demand = delivered.min(ca) * tool_ns / 1e9;
-        let lost = share::wait_loss(share::waiting(demand, x.share), buffer / delivered, tail_s);
+        let waiting = share::waiting(demand, x.share);
+        let lost = share::wait_loss(waiting, buffer / delivered, tail_s, arrivals_s);
         (1.0 - kernel_loss - app_loss) * lost
     });
     let app_loss = app_loss + wait_loss;
@@ -936,6 +939,18 @@ mod tests {
         assert!((d.loss / p.loss - ratio).abs() < 1e-3, "{d:?}");
         assert_eq!(predict(&profile(), &s).unwrap().loss, 0.0);
         assert_eq!(predict(&shared(1.0, depth), &s).unwrap().loss, 0.0);
+        // Bursts the ring holds whole lose nothing to waits; longer ones lose what arrives
+        // beyond the ring's depth before the burst ends.
+        let bursts = |frames: u64| Scenario {
+            burst: Some((frames, 0.1)),
+            ..s.clone()
+        };
+        let short = predict(&shared(0.5, depth), &bursts(6000)).unwrap();
+        assert_eq!(short.wait_loss, 0.0, "{short:?}");
+        let long = predict(&shared(0.5, depth), &bursts(13_000)).unwrap();
+        let e = std::f64::consts::E;
+        let within = 0.2 * (1.0 / e - (-13_000.0 / frames).exp());
+        assert!(close(long.wait_loss, within), "{long:?}");
         // Behind the receive work (rps on) it waits as the rps-on calibration did: a core of
         // its own there loses nothing; rps off keeps the configuration's waits.
         let mut behind = shared(0.5, depth);

@@ -135,17 +135,24 @@ pub fn waiting(demand: f64, share: f64) -> f64 {
 }
 
 /// The fraction of frames lost to waits longer than `depth_s` (the time the buffers hold)
-/// when `waiting` of the time is spent waiting in waits of mean `tail_s`.
-pub fn wait_loss(waiting: f64, depth_s: f64, tail_s: f64) -> f64 {
-    if tail_s.is_nan() || tail_s <= 0.0 {
+/// when `waiting` of the time is spent waiting in waits of mean `tail_s`, and frames
+/// arrive in stretches of at most `arrivals_s` (a burst's length; infinite for a steady
+/// stream): a wait loses what arrives beyond the buffers' depth and before the arrivals
+/// stop, so a wait `W` loses `(min(W, arrivals) - depth)+` of arrival time, which over
+/// exponential waits is `e^(-depth / tail) - e^(-arrivals / tail)` of the time waited. A
+/// burst the buffers hold whole loses nothing to a wait, however long.
+pub fn wait_loss(waiting: f64, depth_s: f64, tail_s: f64, arrivals_s: f64) -> f64 {
+    if tail_s.is_nan() || tail_s <= 0.0 || arrivals_s <= depth_s {
         return 0.0;
     }
-    (waiting * (-depth_s.max(0.0) / tail_s).exp()).clamp(0.0, 1.0)
+    let beyond = |t: f64| (-t.max(0.0) / tail_s).exp();
+    (waiting * (beyond(depth_s) - beyond(arrivals_s))).clamp(0.0, 1.0)
 }
 
 /// The tail that explains a run's `loss` given the `waiting` fraction it measured and its
-/// buffers' `depth_s` ([`wait_loss`] inverted); `None` when the loss is 0 or not below the
-/// waiting fraction (then waits alone do not explain it).
+/// buffers' `depth_s` ([`wait_loss`] of a steady stream inverted: a calibration run's
+/// frames arrive for hundreds of times its buffers' depth); `None` when the loss is 0 or
+/// not below the waiting fraction (then waits alone do not explain it).
 pub fn tail_of(waiting: f64, loss: f64, depth_s: f64) -> Option<f64> {
     (loss > 0.0 && waiting > loss && depth_s > 0.0).then(|| depth_s / (waiting / loss).ln())
 }
@@ -171,18 +178,34 @@ mod tests {
 
     #[test]
     fn waits_lose_what_outlasts_the_buffer() {
+        let steady = f64::INFINITY;
         // 20% waiting in 10 ms waits, a 10 ms buffer: 0.2 / e.
-        assert!(close(wait_loss(0.2, 0.01, 0.01), 0.2 / std::f64::consts::E));
+        assert!(close(
+            wait_loss(0.2, 0.01, 0.01, steady),
+            0.2 / std::f64::consts::E
+        ));
         // No buffer: everything that arrives while waiting; a deep one: almost nothing.
-        assert!(close(wait_loss(0.2, 0.0, 0.01), 0.2));
-        assert!(wait_loss(0.2, 1.0, 0.01) < 1e-40);
-        assert_eq!(wait_loss(0.2, 0.01, 0.0), 0.0);
+        assert!(close(wait_loss(0.2, 0.0, 0.01, steady), 0.2));
+        assert!(wait_loss(0.2, 1.0, 0.01, steady) < 1e-40);
+        assert_eq!(wait_loss(0.2, 0.01, 0.0, steady), 0.0);
+    }
+
+    #[test]
+    fn a_wait_loses_only_what_arrives_before_the_burst_ends() {
+        // Bursts of 20 ms into a 10 ms buffer: a wait loses at most 10 ms of arrivals,
+        // 0.2 (1/e - 1/e^2) over 10 ms waits.
+        let e = std::f64::consts::E;
+        let got = wait_loss(0.2, 0.01, 0.01, 0.02);
+        assert!(close(got, 0.2 * (1.0 / e - 1.0 / (e * e))), "{got}");
+        // A burst the buffer holds whole loses nothing, however long the waits.
+        assert_eq!(wait_loss(0.2, 0.01, 1.0, 0.01), 0.0);
+        assert_eq!(wait_loss(0.2, 0.01, 1.0, 0.005), 0.0);
     }
 
     #[test]
     fn the_tail_inverts_the_wait_loss() {
         let tail = tail_of(0.3, 0.05, 0.02).unwrap();
-        assert!(close(wait_loss(0.3, 0.02, tail), 0.05));
+        assert!(close(wait_loss(0.3, 0.02, tail, f64::INFINITY), 0.05));
         assert_eq!(tail_of(0.3, 0.0, 0.02), None);
         assert_eq!(tail_of(0.05, 0.3, 0.02), None);
     }

@@ -466,7 +466,7 @@ mod tests {
         let pps = validate::offered_pps(&rows[0]).unwrap();
         let s = validate::scenario(&rows[0], pps).unwrap();
         let depth = predict::predict(&p, &s).unwrap().buffer_frames / pps;
-        let back = share::wait_loss(0.0015, depth, got.tail_s);
+        let back = share::wait_loss(0.0015, depth, got.tail_s, f64::INFINITY);
         assert!((back - 0.0005).abs() < 1e-12, "{back} {got:?}");
         // Without a lossy run the tail is the mean wait per timeslice (0.25 or 0.75 ms).
         let calm = crate::report::aggregate(&[run("count", 1_000_000, 1_000_000, 0.0)]);
