@@ -436,10 +436,10 @@ pub fn predict(p: &Profile, s: &Scenario) -> Result<Prediction, ScenarioError> {
         .map(|(c, k)| c.waits(k, s.kernel_on_app_cpu));
     // Frames arrive for a burst's length at a time (a finite steady run: its whole length).
     let arrivals_s = burst / r;
-    let wait_loss = waits.map_or(0.0, |(x, tail_s)| {
+    let wait_loss = waits.map_or(0.0, |(x, waits)| {
         let demand = delivered.min(ca) * tool_ns / 1e9;
         let waiting = share::waiting(demand, x.share);
-        let lost = share::wait_loss(waiting, buffer / delivered, tail_s, arrivals_s);
+        let lost = waits.lost(waiting, buffer / delivered, arrivals_s);
         (1.0 - kernel_loss - app_loss) * lost
     });
     let app_loss = app_loss + wait_loss;
@@ -961,6 +961,7 @@ mod tests {
                     wait_s: 0.0,
                 },
                 tail_s: depth,
+                longest_s: None,
             });
         }
         assert!(close(predict(&behind, &s).unwrap().wait_loss, p.wait_loss));
@@ -969,6 +970,25 @@ mod tests {
             ..s
         };
         assert_eq!(predict(&behind, &rps).unwrap().wait_loss, 0.0);
+        // Behind the receive work no wait outlasts the softirq's time budget: a ring deeper
+        // than it loses nothing to waits, a shallower one less than unbounded waits lose.
+        let mut budget = shared(0.5, depth);
+        if let Some(c) = budget.cpu.as_mut() {
+            c.rps = Some(crate::share::RpsWaits {
+                sharing: crate::share::Sharing {
+                    share: 0.5,
+                    wait_s: 0.0,
+                },
+                tail_s: depth,
+                longest_s: Some(depth * 0.9),
+            });
+        }
+        assert_eq!(predict(&budget, &rps).unwrap().wait_loss, 0.0);
+        if let Some(r) = budget.cpu.as_mut().and_then(|c| c.rps.as_mut()) {
+            r.longest_s = Some(depth * 2.0);
+        }
+        let cut = predict(&budget, &rps).unwrap().wait_loss;
+        assert!(cut > 0.0 && cut < p.wait_loss, "{cut} {}", p.wait_loss);
     }
 
     #[test]

@@ -202,23 +202,29 @@ pub fn samples(rows: &[Row]) -> Samples {
 /// waits (`poolcap_doctor::share`) from the runs that lost frames, each run's measured
 /// waiting fraction and loss against the time its buffers held at its rate; without such a
 /// run, the mean wait per timeslice. The same from the rps-on rows ([`KERNEL_RPS`]) gives
-/// the waits behind the receive work ([`RpsWaits`]). `None` when no rps-off run has
+/// the waits behind the receive work ([`RpsWaits`]), none longer than `rps_longest_s`
+/// (the softirq's time budget, [`netdev_budget_s`]). `None` when no rps-off run has
 /// scheduler statistics.
-pub fn cpu(rows: &[Row], p: &Profile) -> Option<Cpu> {
+pub fn cpu(rows: &[Row], p: &Profile, rps_longest_s: Option<f64>) -> Option<Cpu> {
     let cal = |rps: bool| {
         rows.iter()
             .filter(move |r| r.point.starts_with(POINT_PREFIX) && r.rps == rps)
             .filter(|r| r.subject != SENDER)
     };
-    let (sharing, tail_s) = waits(cal(false), p)?;
+    let (sharing, tail_s) = waits(cal(false), p, f64::INFINITY)?;
     // Only poolcap counting: the peers' rps-on runs cost more per frame than their rps-off
     // costs plus the receive work (tcpdump writing 64 B frames: 0.9-1.2 us against 0.7), so
     // the loss that adds is not a wait's, and taken as one it made the tail swing from 2 to
     // 65 ms between two runs of the rig.
     let kernel_rps = cal(true).filter(|r| r.subject == KERNEL_RPS);
-    let rps = waits(kernel_rps, p).and_then(|(by_key, tail_s)| {
+    let longest = rps_longest_s.unwrap_or(f64::INFINITY);
+    let rps = waits(kernel_rps, p, longest).and_then(|(by_key, tail_s)| {
         let sharing = *by_key.get(KERNEL_RPS)?;
-        Some(RpsWaits { sharing, tail_s })
+        Some(RpsWaits {
+            sharing,
+            tail_s,
+            longest_s: rps_longest_s,
+        })
     });
     Some(Cpu {
         sharing,
@@ -227,10 +233,12 @@ pub fn cpu(rows: &[Row], p: &Profile) -> Option<Cpu> {
     })
 }
 
-/// Each configuration's median sharing among `runs`, and the waits' tail (see [`cpu`]).
+/// Each configuration's median sharing among `runs`, and the tail of waits of at most
+/// `longest_s` (see [`cpu`]).
 fn waits<'a>(
     runs: impl Iterator<Item = &'a Row>,
     p: &Profile,
+    longest_s: f64,
 ) -> Option<(BTreeMap<String, Sharing>, f64)> {
     type Runs = (Vec<f64>, Vec<f64>);
     let mut by_key: BTreeMap<String, Runs> = BTreeMap::new();
@@ -252,7 +260,7 @@ fn waits<'a>(
         if let (Some(q), Some(loss), Some(d), true) =
             (r.median("cpu_wait"), r.median("loss"), depth, waits)
         {
-            tails.extend(share::tail_of(q, loss, d));
+            tails.extend(share::tail_of(q, loss, d, longest_s));
         }
     }
     let tail_s = median(&mut tails).or_else(|| median(&mut slices))?;
@@ -275,8 +283,19 @@ fn median(v: &mut [f64]) -> Option<f64> {
 /// The profile of calibration rows: their costs, the x-loop cost and the CPU they got.
 pub fn of_rows(rows: &[Row], x_loop_ns: f64, source: String) -> Profile {
     let mut p = profile(&samples(rows), x_loop_ns, source);
-    p.cpu = cpu(rows, &p);
+    p.cpu = cpu(rows, &p, netdev_budget_s());
     p
+}
+
+/// This machine's `net.core.netdev_budget_usecs` in seconds: the longest one run of the
+/// receive softirq takes before it leaves the rest to `ksoftirqd`, and so the longest a tool
+/// behind the receive work waits for its CPU ([`RpsWaits::longest_s`]). Read where the
+/// profile is built, which is where it was calibrated (`poolcap predict --validate DIR`
+/// rebuilds a run's profile on the machine it reads it on).
+fn netdev_budget_s() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/sys/net/core/netdev_budget_usecs").ok()?;
+    let usecs: f64 = text.trim().parse().ok()?;
+    (usecs > 0.0).then_some(usecs / 1e6)
 }
 
 /// The profile calibrated by a bench run with calibration points ([`points`], as
@@ -456,7 +475,7 @@ mod tests {
             rps,
         ]);
         let p = Profile::built_in();
-        let got = cpu(&rows, &p).unwrap();
+        let got = cpu(&rows, &p, None).unwrap();
         assert_eq!(got.capacity_share(share::SATURATED), 0.2);
         assert!(!got.sharing.contains_key("copy"));
         assert_eq!(got.sharing["tcpdump null"].share, 0.25);
@@ -466,12 +485,16 @@ mod tests {
         let pps = validate::offered_pps(&rows[0]).unwrap();
         let s = validate::scenario(&rows[0], pps).unwrap();
         let depth = predict::predict(&p, &s).unwrap().buffer_frames / pps;
-        let back = share::wait_loss(0.0015, depth, got.tail_s, f64::INFINITY);
+        let unbounded = |tail_s| share::Waits {
+            tail_s,
+            longest_s: f64::INFINITY,
+        };
+        let back = unbounded(got.tail_s).lost(0.0015, depth, f64::INFINITY);
         assert!((back - 0.0005).abs() < 1e-12, "{back} {got:?}");
         // Without a lossy run the tail is the mean wait per timeslice (0.25 or 0.75 ms).
         let calm = crate::report::aggregate(&[run("count", 1_000_000, 1_000_000, 0.0)]);
-        assert_eq!(cpu(&calm, &p).unwrap().tail_s, 0.00025);
-        assert!(cpu(&rows[..0], &p).is_none());
+        assert_eq!(cpu(&calm, &p, None).unwrap().tail_s, 0.00025);
+        assert!(cpu(&rows[..0], &p, None).is_none());
         // Only poolcap counting with rps on gives the waits behind the receive work.
         assert_eq!(got.rps, None);
         let mut behind = run(KERNEL_RPS, 1_000_000, 3_000_000, 0.0);
@@ -481,14 +504,37 @@ mod tests {
         peer.rps = true;
         let with =
             crate::report::aggregate(&[run("count", 1_000_000, 1_000_000, 0.0), behind, peer]);
-        let w = cpu(&with, &p).unwrap().rps.unwrap();
+        let w = cpu(&with, &p, None).unwrap().rps.unwrap();
         assert_eq!((w.sharing.share, w.sharing.wait_s), (0.25, 0.00075));
         assert_eq!(
             w.tail_s, 0.00075,
             "no lossy rps run: the wait per timeslice"
         );
-        let c = cpu(&with, &p).unwrap();
-        assert_eq!(c.waits("count", true), (w.sharing, w.tail_s));
-        assert_eq!(c.waits("count", false), (c.sharing["count"], c.tail_s));
+        let c = cpu(&with, &p, None).unwrap();
+        assert_eq!(c.waits("count", true), (w.sharing, unbounded(w.tail_s)));
+        assert_eq!(
+            c.waits("count", false),
+            (c.sharing["count"], unbounded(c.tail_s))
+        );
+        // A lossy run behind the receive work, with waits of at most twice its buffers'
+        // depth: the tail that reproduces its loss under that bound, which the profile
+        // keeps.
+        let mut lossy = run(KERNEL_RPS, 1_000_000, 3_000_000, 0.0005);
+        lossy.rps = true;
+        let with = crate::report::aggregate(&[run("count", 1_000_000, 1_000_000, 0.0), lossy]);
+        let r = with.iter().find(|r| r.subject == KERNEL_RPS).unwrap();
+        let pps = validate::offered_pps(r).unwrap();
+        let s = validate::scenario(r, pps).unwrap();
+        let depth = predict::predict(&p, &s).unwrap().buffer_frames / pps;
+        let longest = 2.0 * depth;
+        let (sharing, waits) = cpu(&with, &p, Some(longest)).unwrap().waits("count", true);
+        assert_eq!((sharing.share, waits.longest_s), (0.25, longest));
+        let back = waits.lost(0.0015, depth, f64::INFINITY);
+        assert!((back - 0.0005).abs() < 1e-9, "{back} {waits:?}");
+        let free = cpu(&with, &p, None).unwrap().rps.unwrap().tail_s;
+        assert!(
+            waits.tail_s > free,
+            "cut waits must be longer to lose as much"
+        );
     }
 }

@@ -326,6 +326,19 @@ fn costs(p: &Profile) -> String {
             shares.join(", "),
             cpu.tail_s * 1e3
         );
+        if let Some(r) = &cpu.rps {
+            let longest = r.longest_s.map_or_else(
+                || "unbounded".to_owned(),
+                |l| format!("at most {:.1} ms", l * 1e3),
+            );
+            let _ = writeln!(
+                s,
+                "- behind the receive work (rps on, poolcap counting): share when runnable                  {:.1}% ({:.2} ms a timeslice); waits' tail {:.2} ms, {longest} (the                  softirq's time budget, `netdev_budget_usecs`)",
+                r.sharing.share * 100.0,
+                r.sharing.wait_s * 1e3,
+                r.tail_s * 1e3
+            );
+        }
     }
     let _ = writeln!(s, "- source: {}", p.source);
     s
@@ -353,8 +366,9 @@ with an x-loop load poolcap's share is the one its saturated worker ran when run
 calibration; \
 below that it waits u (1 - s) / s of the time (u: the core it needs, s: its share when \
 runnable in calibration), and a wait longer than the buffers' depth (frames held / rate) \
-loses what arrives beyond it; with waits exponential of a calibrated tail that is \
-q e^(-depth / tail). A prediction of fewer than one lost frame over a point's offered frames \
+loses what arrives beyond it before the burst ends; with waits exponential of a calibrated \
+tail that is q e^(-depth / tail) (less what arrives after the burst; behind the receive work \
+no wait outlasts the softirq's time budget, netdev_budget_usecs). A prediction of fewer than one lost frame over a point's offered frames \
 is a \"no loss\" verdict (the fluid's fractions of a frame are not losses).";
 
 /// The busy share of all CPUs before the runs of the rows passing `keep` (median of the
