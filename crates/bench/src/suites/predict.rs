@@ -333,7 +333,9 @@ fn costs(p: &Profile) -> String {
             );
             let _ = writeln!(
                 s,
-                "- behind the receive work (rps on, poolcap counting): share when runnable                  {:.1}% ({:.2} ms a timeslice); waits' tail {:.2} ms, {longest} (the                  softirq's time budget, `netdev_budget_usecs`)",
+                "- behind the receive work (rps on, poolcap counting): share when runnable \
+                 {:.1}% ({:.2} ms a timeslice); waits' tail {:.2} ms, {longest} (the \
+                 softirq's time budget, `netdev_budget_usecs`)",
                 r.sharing.share * 100.0,
                 r.sharing.wait_s * 1e3,
                 r.tail_s * 1e3
