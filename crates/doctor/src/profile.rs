@@ -324,7 +324,11 @@ mod tests {
         assert!(close(p.kernel.ns(64.0), 300.0));
         let rps = p.kernel_on_tool_cpu();
         assert!(close(rps.ns_per_packet, 400.0) && close(rps.ns_per_byte, 0.5));
-        assert_eq!(base.kernel_on_tool_cpu(), base.kernel);
+        let unmeasured = Profile {
+            kernel_rps: None,
+            ..base.clone()
+        };
+        assert_eq!(unmeasured.kernel_on_tool_cpu(), unmeasured.kernel);
         assert_eq!(p.tcpdump, base.tcpdump);
         assert_eq!(p.compress["zstd:3"], base.compress["zstd:3"]);
         assert!(p
