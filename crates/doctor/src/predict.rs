@@ -687,8 +687,8 @@ mod tests {
         assert!(close(at(300_000.0), 1200.0));
         assert!(close(at(450_000.0), 900.0), "two blocks a period");
         assert!(close(at(687_000.0), 687_000.0 * 0.004 / 2.0));
-        // Blocks that fill within a long period are all but one full; past the timer's
-        // rate nothing arrives, a block never holds more than its slots.
+        // Within a long period every block but the last fills; with nothing arriving a
+        // block keeps its slots; at any rate it holds no more than them.
         assert!(close(frames_per_block(1724.0, 1e6, 1.0), 1e6 / 581.0));
         assert!(close(frames_per_block(1724.0, 0.0, 0.004), 1724.0));
         assert!(close(
