@@ -144,6 +144,25 @@ impl Running {
         v
     }
 
+    /// Stops every process of this run (SIGSTOP) until [`Running::resume`]; dropping a
+    /// stopped run still kills it.
+    pub fn suspend(&self) -> anyhow::Result<()> {
+        for pid in self.pids() {
+            poolcap_sys::process::suspend(pid)
+                .with_context(|| format!("cannot stop {}", self.name))?;
+        }
+        Ok(())
+    }
+
+    /// Lets a run stopped by [`Running::suspend`] go on.
+    pub fn resume(&self) -> anyhow::Result<()> {
+        for pid in self.pids() {
+            poolcap_sys::process::resume(pid)
+                .with_context(|| format!("cannot resume {}", self.name))?;
+        }
+        Ok(())
+    }
+
     /// The child's PID (the tool's, see the module docs).
     pub fn pid(&self) -> u32 {
         self.pid

@@ -125,6 +125,10 @@ pub struct CaptureSpec {
     /// poolcap only, when writing pcapng: `--direct` (O_DIRECT writes).
     #[serde(default)]
     pub direct: bool,
+    /// The tool is stopped (SIGSTOP) from its ready line until the sender is done, then
+    /// resumed: what it captures is what its kernel ring held (calibration of the ring).
+    #[serde(default)]
+    pub stopped: bool,
 }
 
 impl CaptureSpec {
@@ -172,6 +176,7 @@ impl CaptureSpec {
             direct: false,
             rules: None,
             in_kernel: false,
+            stopped: false,
         }
     }
 

@@ -444,6 +444,9 @@ impl Bench<'_> {
                 };
                 r.wait_ready(c.tool.ready_marker(), Duration::from_secs(30), &self.stop)?;
                 std::thread::sleep(self.settle);
+                if c.stopped {
+                    r.suspend()?;
+                }
                 Some((c, r))
             }
             None => None,
@@ -495,6 +498,9 @@ impl Bench<'_> {
         let Some((spec, tool)) = tool else {
             return Ok(());
         };
+        if spec.stopped {
+            tool.resume()?;
+        }
         std::thread::sleep(self.drain);
         rec.samples = sampler.map(Sampler::finish).unwrap_or_default();
         let cpu_after = tool.cpu_ticks();

@@ -326,6 +326,35 @@ pub fn frames_per_block(frames: f64, rate: f64, tov: f64) -> f64 {
 /// (`PACKET_RESERVE`), room to put a stripped VLAN tag back.
 const LIBPCAP_RESERVE: f64 = 4.0;
 
+/// The mean bytes a frame of `s`'s size mix takes in a TPACKET_V3 block: the captured bytes,
+/// the header in front of them (and libpcap's reserve), 8-byte aligned as the kernel packs a
+/// block.
+fn slot_bytes(p: &Profile, s: &Scenario) -> f64 {
+    let snap = f64::from(s.snaplen);
+    let reserve = if s.tool == Tool::Poolcap {
+        0.0
+    } else {
+        LIBPCAP_RESERVE
+    };
+    let total_w: f64 = s.sizes.iter().map(|(_, w)| w).sum();
+    s.sizes
+        .iter()
+        .map(|(b, w)| ((p.ring_slot_overhead + reserve + b.min(snap)) / 8.0).ceil() * 8.0 * w)
+        .sum::<f64>()
+        / total_w
+}
+
+/// `s`'s kernel ring when frames arrive at `rate` per second: the frames it holds (whole
+/// blocks, a ring grown by the pool having the blocks of its grown size, each as full as the
+/// retire timer lets it get; [`frames_per_block`]) and the frames one block holds.
+pub fn ring_frames(p: &Profile, s: &Scenario, rate: f64) -> (f64, f64) {
+    let (ring_bytes, _) = memory(s);
+    let block = ring_block_bytes(s.tool, ring_bytes);
+    let slots = ((block as f64 - BLOCK_HEADER) / slot_bytes(p, s)).floor();
+    let per_block = frames_per_block(slots, rate, retire_timeout_s(s));
+    ((ring_bytes / block).max(1) as f64 * per_block, per_block)
+}
+
 /// Predicts kernel and application loss of `s` on the machine `p` describes.
 pub fn predict(p: &Profile, s: &Scenario) -> Result<Prediction, ScenarioError> {
     if !(s.rate_pps.is_finite() && s.rate_pps > 0.0) {
@@ -340,18 +369,6 @@ pub fn predict(p: &Profile, s: &Scenario) -> Result<Prediction, ScenarioError> {
     }
     let snap = f64::from(s.snaplen);
     let caplen = s.sizes.iter().map(|(b, w)| b.min(snap) * w).sum::<f64>() / total_w;
-    // A TPACKET_V3 block packs frames at 8-byte alignment; the mean slot over the size mix.
-    let reserve = if s.tool == Tool::Poolcap {
-        0.0
-    } else {
-        LIBPCAP_RESERVE
-    };
-    let slot = s
-        .sizes
-        .iter()
-        .map(|(b, w)| ((p.ring_slot_overhead + reserve + b.min(snap)) / 8.0).ceil() * 8.0 * w)
-        .sum::<f64>()
-        / total_w;
     let mut stages = app_stages(p, s, caplen)?;
     let cap = |ns: f64| if ns > 0.0 { 1e9 / ns } else { f64::INFINITY };
     let ck = if s.kernel_on_app_cpu {
@@ -389,21 +406,13 @@ pub fn predict(p: &Profile, s: &Scenario) -> Result<Prediction, ScenarioError> {
             (cap(tool_ns) * cpu_share * left, tool_ns)
         }
     };
-    let (ring_bytes, pool) = memory(s);
+    let (_, pool) = memory(s);
     let r = s.rate_pps;
     let delivered = r.min(ck);
-    // The ring's frames: whole blocks (a ring grown by the pool has the blocks of its grown
-    // size), each as full as the retire timer lets it get at the delivered rate. A reader
-    // hands a ring block back only once it has taken every frame in it, and poolcap's worker
-    // a chunk once it has analysed every packet in it: with the buffers full, the block and
-    // the chunk being emptied hold free room nobody can fill.
-    let block = ring_block_bytes(s.tool, ring_bytes);
-    let per_block = frames_per_block(
-        ((block as f64 - BLOCK_HEADER) / slot).floor(),
-        delivered,
-        retire_timeout_s(s),
-    );
-    let ring_frames = (ring_bytes / block).max(1) as f64 * per_block;
+    // A reader hands a ring block back only once it has taken every frame in it, and
+    // poolcap's worker a chunk once it has analysed every packet in it: with the buffers
+    // full, the block and the chunk being emptied hold free room nobody can fill.
+    let (ring_frames, per_block) = ring_frames(p, s, delivered);
     let held = per_block + if pool > 0 { s.pool.0 } else { 0 } as f64;
     let buffer = (ring_frames + pool as f64 - held).max(0.0);
     let (burst, idle) = match s.burst {
@@ -571,6 +580,7 @@ mod tests {
             ring_slot_overhead: 48.0,
             cpu: None,
             kernel_rps: None,
+            rings: Vec::new(),
         }
     }
 

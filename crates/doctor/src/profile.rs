@@ -114,6 +114,27 @@ pub struct Profile {
     /// its own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<Cpu>,
+    /// Kernel rings measured full, each beside the model's rule (empty: not measured).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rings: Vec<RingFill>,
+}
+
+/// A kernel ring measured full: its capture was stopped while more frames arrived than it
+/// holds, then let go and counted what it had.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RingFill {
+    /// The capture: `poolcap analysing` (its 4 ms retire timer), `tcpdump` (libpcap's 1 s).
+    pub capture: String,
+    /// Ring bytes (`-B`).
+    pub ring_bytes: u64,
+    /// Bytes of each frame.
+    pub frame_bytes: f64,
+    /// Frames per second they arrived at (median of the runs).
+    pub rate_pps: f64,
+    /// Frames the ring held (median of the runs).
+    pub held: f64,
+    /// Frames the model's rule says it holds at that rate ([`crate::predict::ring_frames`]).
+    pub rule: f64,
 }
 
 /// The built-in profile's numbers: `poolcap calibrate` in a veth lab on the 2-core

@@ -55,6 +55,17 @@ pub fn interrupt(pid: u32) -> std::io::Result<()> {
     send_signal(pid, libc::SIGINT)
 }
 
+/// Stops process `pid` (SIGSTOP) until [`resume`]: it keeps its sockets, and the kernel
+/// keeps filling their rings.
+pub fn suspend(pid: u32) -> std::io::Result<()> {
+    send_signal(pid, libc::SIGSTOP)
+}
+
+/// Lets a process stopped by [`suspend`] run again (SIGCONT).
+pub fn resume(pid: u32) -> std::io::Result<()> {
+    send_signal(pid, libc::SIGCONT)
+}
+
 /// Sends signal `sig` (e.g. `libc::SIGTERM`) to process `pid`.
 pub fn send_signal(pid: u32, sig: libc::c_int) -> std::io::Result<()> {
     let pid = libc::pid_t::try_from(pid)

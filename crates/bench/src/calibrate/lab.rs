@@ -91,6 +91,14 @@ fn measure_in(
                         "calibrate: {size} B sender alone: {:.0} ns per frame",
                         rec.sent.as_ref().map_or(f64::NAN, |s| 1e9 / s.pps)
                     ),
+                    (None, Some(c)) if c.stopped => eprintln!(
+                        "calibrate: {size} B {}, stopped while {} frames came at {:.0}k pps: its \
+                         ring held {}",
+                        subject.name,
+                        rec.sent.as_ref().map_or(0, |s| s.frames),
+                        rec.sent.as_ref().map_or(f64::NAN, |s| s.pps / 1e3),
+                        rec.captured().unwrap_or(0)
+                    ),
                     (None, Some(_)) => eprintln!(
                         "calibrate: {size} B {}: {:.0} ns per packet (cpu {:.2} s, {} captured, \
                          loss {:.2}%)",

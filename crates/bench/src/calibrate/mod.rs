@@ -29,7 +29,7 @@
 use std::collections::BTreeMap;
 
 use poolcap_doctor::predict;
-use poolcap_doctor::profile::{Profile, Samples};
+use poolcap_doctor::profile::{Profile, RingFill, Samples};
 use poolcap_doctor::share::{self, Cpu, RpsWaits, Sharing};
 
 use crate::meta::Meta;
@@ -105,6 +105,12 @@ const SENDER: &str = "sender";
 /// work runs on its CPU; its key in [`Samples`] is that CPU's softirq ns per frame.
 const KERNEL_RPS: &str = "kernel rps";
 
+/// Id of the ring point (see [`points`]).
+pub const RING_POINT: &str = "calibrate ring 64B";
+
+/// Frames sent at the ring point: twice what a 4 MiB ring holds of 64 B frames (27584).
+const RING_FRAMES: u64 = 60_000;
+
 /// x-loop iterations per packet of the saturated-worker run: at the x-loop's 1-2 ns per
 /// iteration, 20-40 µs per packet, so one core analyses at most 25-50k pps, below the
 /// sender's top speed at either frame size (76k pps and more even on a machine at load 18).
@@ -117,7 +123,11 @@ pub const SATURATED_LOAD: u32 = 20_000;
 /// - `calibrate {size}B`, rps off: the sender alone, every configuration of [`stages`] (the
 ///   subject's name is its key in [`Samples`]) and poolcap with a saturated worker
 ///   ([`SATURATED_LOAD`]). The kernel's receive work must stay on the sender's CPU for the
-///   sender's slowdown to measure it.
+///   sender's slowdown to measure it;
+/// - [`RING_POINT`], rps off: poolcap analysing (1-iteration x-loop) and, with `peers`,
+///   tcpdump, each stopped (SIGSTOP) while [`RING_FRAMES`] frames of 64 B arrive at top
+///   speed (at most `frames`), then let go: what it captures is what its ring held
+///   ([`rings`]).
 pub fn points(sizes: &[usize], frames: u64, levels: &[&str], peers: bool) -> Vec<Point> {
     let count = || CaptureSpec::new(Tool::Poolcap, crate::suites::BUFFER_KIB);
     let mut v = Vec::new();
@@ -159,7 +169,49 @@ pub fn points(sizes: &[usize], frames: u64, levels: &[&str], peers: bool) -> Vec
             ..Point::new(format!("{POINT_PREFIX}{size}B"), traffic, subjects)
         });
     }
+    let stopped = |tool: Tool, load: u32| CaptureSpec {
+        load,
+        stopped: true,
+        ..CaptureSpec::new(tool, crate::suites::BUFFER_KIB)
+    };
+    let mut rings = vec![Subject::named(RING_POOLCAP, stopped(Tool::Poolcap, 1))];
+    let tcpdump = stopped(Tool::Tcpdump, 0);
+    if peers && crate::peer::missing(&tcpdump.programs()).is_none() {
+        rings.push(Subject::named(RING_TCPDUMP, tcpdump));
+    }
+    v.push(Point {
+        rps: Some(false),
+        ..Point::new(RING_POINT, Traffic::top(64, RING_FRAMES.min(frames)), rings)
+    });
     v
+}
+
+/// Subject of the ring point: poolcap analysing, whose blocks retire after 4 ms.
+const RING_POOLCAP: &str = "poolcap analysing";
+
+/// Subject of the ring point: tcpdump, whose blocks retire after 1 s.
+const RING_TCPDUMP: &str = "tcpdump";
+
+/// The rings the ring point measured full (the capture kept fewer frames than were sent),
+/// each beside what `p`'s rule says at the rate the frames came ([`predict::ring_frames`]).
+/// A ring that kept everything says only that it holds at least that much: left out.
+pub fn rings(rows: &[Row], p: &Profile) -> Vec<RingFill> {
+    rows.iter()
+        .filter(|r| r.point == RING_POINT)
+        .filter_map(|r| {
+            let (held, offered) = (r.median("captured")?, r.median("offered")?);
+            let pps = validate::offered_pps(r)?;
+            let s = validate::scenario(r, pps)?;
+            (held < offered).then(|| RingFill {
+                capture: r.subject.clone(),
+                ring_bytes: s.buffer_bytes,
+                frame_bytes: r.traffic.size as f64,
+                rate_pps: pps,
+                held,
+                rule: predict::ring_frames(p, &s, pps).0,
+            })
+        })
+        .collect()
 }
 
 /// The samples of the calibration rows among `rows` (points of [`points`]): the sender's ns
@@ -168,7 +220,10 @@ pub fn points(sizes: &[usize], frames: u64, levels: &[&str], peers: bool) -> Vec
 /// sent (`kernel rps`), medians over the runs, keyed by the frame size.
 pub fn samples(rows: &[Row]) -> Samples {
     let mut s = Samples::default();
-    for r in rows.iter().filter(|r| r.point.starts_with(POINT_PREFIX)) {
+    for r in rows
+        .iter()
+        .filter(|r| r.point.starts_with(POINT_PREFIX) && r.point != RING_POINT)
+    {
         let bytes = r.traffic.size as f64;
         let sender_ns = r.median("sender_pps").map(|pps| 1e9 / pps);
         match r.subject.as_str() {
@@ -209,6 +264,7 @@ pub fn cpu(rows: &[Row], p: &Profile, rps_longest_s: Option<f64>) -> Option<Cpu>
     let cal = |rps: bool| {
         rows.iter()
             .filter(move |r| r.point.starts_with(POINT_PREFIX) && r.rps == rps)
+            .filter(|r| r.point != RING_POINT)
             .filter(|r| r.subject != SENDER)
     };
     let (sharing, tail_s) = waits(cal(false), p, f64::INFINITY)?;
@@ -284,6 +340,7 @@ fn median(v: &mut [f64]) -> Option<f64> {
 pub fn of_rows(rows: &[Row], x_loop_ns: f64, source: String) -> Profile {
     let mut p = profile(&samples(rows), x_loop_ns, source);
     p.cpu = cpu(rows, &p, netdev_budget_s());
+    p.rings = rings(rows, &p);
     p
 }
 
@@ -378,10 +435,28 @@ mod tests {
                 "calibrate rps 64B",
                 "calibrate 64B",
                 "calibrate rps 1514B",
-                "calibrate 1514B"
+                "calibrate 1514B",
+                RING_POINT
             ]
         );
         assert_eq!((points[0].rps, points[1].rps), (Some(true), Some(false)));
+        // The ring point: poolcap analysing and tcpdump, stopped, sent 60k frames at most.
+        let ring = &points[4];
+        let specs: Vec<_> = ring
+            .subjects
+            .iter()
+            .map(|s| s.capture.clone().unwrap())
+            .collect();
+        assert!(specs.iter().all(|c| c.stopped), "{specs:?}");
+        assert_eq!((specs[0].tool, specs[0].load), (Tool::Poolcap, 1));
+        assert_eq!(
+            ring.traffic.count, 1000,
+            "no more than the other points send"
+        );
+        assert_eq!(
+            super::points(&SIZES, 500_000, &[], true)[4].traffic.count,
+            RING_FRAMES
+        );
         let names: Vec<&str> = points[1].subjects.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names[..4], ["sender", "count", "copy", "write"]);
         assert_eq!(names.last(), Some(&share::SATURATED));
@@ -423,6 +498,55 @@ mod tests {
         let p = profile(&s, 1.5, "test".into());
         assert!(close(p.kernel.ns(64.0), 500.0) && p.x_loop_ns == 1.5);
         assert_eq!(p.load_average, None);
+    }
+
+    #[test]
+    fn a_stopped_ring_that_overflowed_is_measured_beside_the_rule_and_nothing_else() {
+        // poolcap analysing, 4 MiB, stopped while 60000 frames of 64 B came at 600k pps: it
+        // kept 20000. tcpdump kept all it was sent: that says only "at least".
+        let stopped = |tool: &str, subject: &str, captured: u64| {
+            let mut r: crate::point::Record = serde_json::from_value(serde_json::json!({
+                "suite": "predict", "point": RING_POINT, "subject": subject,
+                "poolcap": tool == "poolcap", "run": 1, "rps": false,
+                "traffic": {"size": 64, "count": 60000, "rate": null, "burst": null,
+                            "idle": null, "flows": 1, "skew": null, "batch": null},
+                "generator": "poolcap",
+                "capture": {"tool": tool, "buffer_kib": 4096, "write": false,
+                            "pcap_ns": false, "pool": null, "load": u32::from(tool == "poolcap"),
+                            "snaplen": null, "compress": null, "queues": null,
+                            "workers": null, "offload": null, "wait": null, "backend": null,
+                            "cpus": null, "taskset": null, "stopped": true},
+                "sent": {"frames": 60000, "pps": 600000.0, "seconds": 0.1, "batch": null},
+                "counts": {"captured": captured, "dropped": 60000 - captured,
+                           "received": null, "extra": {}},
+                "in_file": null, "loss": null, "cpu_s": null, "cpu_total_s": null,
+                "spacing": null, "syscalls": null, "voluntary_switches": null,
+                "involuntary_switches": null, "wall_s": 2.0, "busy_before": null,
+                "error": null
+            }))
+            .unwrap();
+            r.loss = Some(1.0 - captured as f64 / 60_000.0);
+            r
+        };
+        let rows = crate::report::aggregate(&[
+            stopped("poolcap", RING_POOLCAP, 20_000),
+            stopped("tcpdump", RING_TCPDUMP, 60_000),
+        ]);
+        let p = Profile::built_in();
+        let got = rings(&rows, &p);
+        assert_eq!(got.len(), 1, "{got:?}");
+        let r = &got[0];
+        assert_eq!(
+            (r.capture.as_str(), r.ring_bytes, r.held),
+            (RING_POOLCAP, 4 << 20, 20_000.0)
+        );
+        assert!((r.rate_pps - 600_000.0).abs() < 1e-6, "{r:?}");
+        // 16 blocks of 1724 slots of 152 B, which fill in 2.87 ms at 600k pps: the 4 ms
+        // timer closes two a period, 1200 frames each.
+        assert!((r.rule - 16.0 * 1200.0).abs() < 1e-6, "{r:?}");
+        // The ring point feeds no cost and no CPU share.
+        assert_eq!(samples(&rows).keys().count(), 0);
+        assert!(cpu(&rows, &p, None).is_none());
     }
 
     #[test]

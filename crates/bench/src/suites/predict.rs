@@ -342,6 +342,20 @@ fn costs(p: &Profile) -> String {
             );
         }
     }
+    for r in &p.rings {
+        let _ = writeln!(
+            s,
+            "- kernel ring measured full ({} stopped while {:.0}k frames of {:.0} B a second \
+             arrived): {} KiB held {:.0} frames; the model's rule {:.0} ({:+.0}%)",
+            r.capture,
+            r.rate_pps / 1e3,
+            r.frame_bytes,
+            r.ring_bytes >> 10,
+            r.held,
+            r.rule,
+            (r.rule / r.held - 1.0) * 100.0
+        );
+    }
     let _ = writeln!(s, "- source: {}", p.source);
     s
 }
@@ -517,7 +531,11 @@ mod tests {
             .iter()
             .position(|p| !p.id.starts_with(calibrate::POINT_PREFIX))
             .unwrap();
-        assert_eq!(first_other, 2 * calibrate::SIZES.len());
+        assert_eq!(
+            first_other,
+            2 * calibrate::SIZES.len() + 1,
+            "two per size and the ring point"
+        );
         assert!(q[first_other..]
             .iter()
             .all(|p| !p.id.starts_with(calibrate::POINT_PREFIX)));
@@ -535,6 +553,10 @@ mod tests {
         assert_eq!(burst.subjects[0].capture.as_ref().unwrap().load, 4000);
         assert_eq!(burst.rps, Some(false));
         let smoke = plan(Scale::Smoke, &c).points;
-        assert_eq!(smoke.len(), 3);
+        assert_eq!(
+            smoke.len(),
+            4,
+            "two calibration points, the ring point, S1 64B"
+        );
     }
 }

@@ -73,17 +73,39 @@ fn check_levels(levels: &[String]) -> anyhow::Result<Vec<String>> {
 fn buffers(p: &Profile) -> Vec<String> {
     [64.0, 1514.0]
         .iter()
-        .filter_map(|&size| {
-            let s = Scenario::steady(Tool::Poolcap, 1.0, size);
-            let r = predict::predict(p, &s).ok()?;
-            Some(format!(
-                "a 4 MiB ring holds {:.0} frames of {size:.0} B",
-                r.buffer_frames
-            ))
+        .map(|&size| {
+            // A block holds what arrives before its retire timer: at the line rate.
+            let pps = p.top_pps(size);
+            let counting = Scenario::steady(Tool::Poolcap, pps, size);
+            let analysing = Scenario {
+                load: 1,
+                ..counting.clone()
+            };
+            let (c, a) = (
+                predict::ring_frames(p, &counting, pps).0,
+                predict::ring_frames(p, &analysing, pps).0,
+            );
+            format!(
+                "a 4 MiB ring holds {c:.0} frames of {size:.0} B at {:.0}k pps ({a:.0} when \
+                 poolcap analyses: its blocks retire after 4 ms)",
+                pps / 1e3
+            )
         })
         .chain(std::iter::once(
             "poolcap's default pool (256,64) adds 16384 packets when it copies".to_owned(),
         ))
+        .chain(p.rings.iter().map(|r| {
+            format!(
+                "measured: {} stopped while {:.0}k frames of {:.0} B a second arrived kept \
+                 {:.0} in {} KiB of ring (the rule: {:.0})",
+                r.capture,
+                r.rate_pps / 1e3,
+                r.frame_bytes,
+                r.held,
+                r.ring_bytes >> 10,
+                r.rule
+            )
+        }))
         .collect()
 }
 

@@ -328,6 +328,15 @@ fn calibrate_in_its_own_lab_saves_a_profile_predict_reads() {
         runs, 12,
         "count with rps on; sender, count, copy, write, saturated at 64 and 1514 B: {err}"
     );
+    // The ring point: poolcap analysing, stopped while the frames came; a ring it measured
+    // full is kept beside the rule (20k frames fill it below about 700k pps).
+    let ring: Vec<&str> = err.lines().filter(|l| l.contains("ring held")).collect();
+    assert_eq!(ring.len(), 1, "{err}");
+    for r in p["rings"].as_array().into_iter().flatten() {
+        let (held, rule) = (r["held"].as_f64().unwrap(), r["rule"].as_f64().unwrap());
+        assert!(held < 20_000.0 && rule > 0.0, "{r}");
+        assert_eq!(r["capture"], "poolcap analysing", "{r}");
+    }
     // The rps-on points measured the receive work as CPU time on the tool's CPU.
     assert!(p["kernel_rps"].is_object(), "{p}");
     let pred = predict(&[
