@@ -963,17 +963,20 @@ mod tests {
         assert!(close(long.wait_loss, within), "{long:?}");
         // Behind the receive work (rps on) it waits as the rps-on calibration did: a core of
         // its own there loses nothing; rps off keeps the configuration's waits.
-        let mut behind = shared(0.5, depth);
-        if let Some(c) = behind.cpu.as_mut() {
-            c.rps = Some(crate::share::RpsWaits {
-                sharing: crate::share::Sharing {
-                    share: 1.0,
-                    wait_s: 0.0,
-                },
-                tail_s: depth,
-                longest_s: None,
-            });
-        }
+        // Calibrated at 50% rps off, and behind the receive work at `share`, waits of at
+        // most `longest_s`.
+        let with_rps = |share: f64, longest_s: Option<f64>| {
+            let mut p = shared(0.5, depth);
+            if let Some(c) = p.cpu.as_mut() {
+                c.rps = Some(crate::share::RpsWaits {
+                    sharing: crate::share::Sharing { share, wait_s: 0.0 },
+                    tail_s: depth,
+                    longest_s,
+                });
+            }
+            p
+        };
+        let behind = with_rps(1.0, None);
         assert!(close(predict(&behind, &s).unwrap().wait_loss, p.wait_loss));
         let rps = Scenario {
             kernel_on_app_cpu: true,
@@ -982,22 +985,11 @@ mod tests {
         assert_eq!(predict(&behind, &rps).unwrap().wait_loss, 0.0);
         // Behind the receive work no wait outlasts the softirq's time budget: a ring deeper
         // than it loses nothing to waits, a shallower one less than unbounded waits lose.
-        let mut budget = shared(0.5, depth);
-        if let Some(c) = budget.cpu.as_mut() {
-            c.rps = Some(crate::share::RpsWaits {
-                sharing: crate::share::Sharing {
-                    share: 0.5,
-                    wait_s: 0.0,
-                },
-                tail_s: depth,
-                longest_s: Some(depth * 0.9),
-            });
-        }
-        assert_eq!(predict(&budget, &rps).unwrap().wait_loss, 0.0);
-        if let Some(r) = budget.cpu.as_mut().and_then(|c| c.rps.as_mut()) {
-            r.longest_s = Some(depth * 2.0);
-        }
-        let cut = predict(&budget, &rps).unwrap().wait_loss;
+        let shallow = with_rps(0.5, Some(depth * 0.9));
+        assert_eq!(predict(&shallow, &rps).unwrap().wait_loss, 0.0);
+        let cut = predict(&with_rps(0.5, Some(depth * 2.0)), &rps)
+            .unwrap()
+            .wait_loss;
         assert!(cut > 0.0 && cut < p.wait_loss, "{cut} {}", p.wait_loss);
     }
 

@@ -86,9 +86,10 @@ pub struct RpsWaits {
     /// `net.core.netdev_budget_usecs` when calibrated, the time one run of the receive
     /// softirq may take before it leaves the rest to `ksoftirqd`, a thread the scheduler
     /// then interleaves with the tool. Measured here (budget 8 ms, its minimum at HZ 250):
-    /// poolcap counting 1M frames of 64 B at 400k pps with rps on lost 0.06-0.19% with a
-    /// ring 4 ms deep, 0-0.04% at 6 ms and nothing at 8 and 12 ms in six runs each, where
-    /// the exponential tail fitted at 2-4 ms predicts some 50 frames a run at 8 ms.
+    /// poolcap counting 1M frames of 64 B at 400k pps with rps on lost 0.01-0.19% with a
+    /// ring 4 ms deep (7 runs), 0.04% in one run of six at 6 ms and nothing in seven at 8 ms
+    /// and three at 12 ms, where the exponential tail fitted at 2-4 ms predicts about 45
+    /// frames a run at 8 ms (docs/predict.md).
     /// `None`: unbounded (a profile from before 2026-11-26).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub longest_s: Option<f64>,

@@ -214,16 +214,19 @@ pub fn rings(rows: &[Row], p: &Profile) -> Vec<RingFill> {
         .collect()
 }
 
+/// True for a calibration row that measures costs and CPU (every calibration point but the
+/// ring point, whose capture was stopped on purpose).
+fn measures_costs(r: &Row) -> bool {
+    r.point.starts_with(POINT_PREFIX) && r.point != RING_POINT
+}
+
 /// The samples of the calibration rows among `rows` (points of [`points`]): the sender's ns
 /// per frame, the sender's while poolcap counts (`sender+capture`), each configuration's
 /// CPU ns per captured packet and, at the rps-on points, the tool CPU's softirq ns per frame
 /// sent (`kernel rps`), medians over the runs, keyed by the frame size.
 pub fn samples(rows: &[Row]) -> Samples {
     let mut s = Samples::default();
-    for r in rows
-        .iter()
-        .filter(|r| r.point.starts_with(POINT_PREFIX) && r.point != RING_POINT)
-    {
+    for r in rows.iter().filter(|r| measures_costs(r)) {
         let bytes = r.traffic.size as f64;
         let sender_ns = r.median("sender_pps").map(|pps| 1e9 / pps);
         match r.subject.as_str() {
@@ -263,8 +266,7 @@ pub fn samples(rows: &[Row]) -> Samples {
 pub fn cpu(rows: &[Row], p: &Profile, rps_longest_s: Option<f64>) -> Option<Cpu> {
     let cal = |rps: bool| {
         rows.iter()
-            .filter(move |r| r.point.starts_with(POINT_PREFIX) && r.rps == rps)
-            .filter(|r| r.point != RING_POINT)
+            .filter(move |r| measures_costs(r) && r.rps == rps)
             .filter(|r| r.subject != SENDER)
     };
     let (sharing, tail_s) = waits(cal(false), p, f64::INFINITY)?;
