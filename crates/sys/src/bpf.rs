@@ -520,14 +520,14 @@ fn load_program(prog_type: u32, attach_type: u32, name: &str, insns: &[Insn]) ->
         ..Default::default()
     };
     let what = format!("{name}, {} instructions", insns.len());
-    match bpf(BPF_PROG_LOAD, &mut attr, "bpf(BPF_PROG_LOAD)", &what) {
+    match prog_load(&mut attr, &what) {
         Ok(fd) => Ok(owned_fd(fd)),
         Err(first) => {
             let mut log = vec![0u8; LOG_SIZE];
             attr.log_level = 1;
             attr.log_size = log.len() as u32;
             attr.log_buf = log.as_mut_ptr() as u64;
-            match bpf(BPF_PROG_LOAD, &mut attr, "bpf(BPF_PROG_LOAD)", &what) {
+            match prog_load(&mut attr, &what) {
                 Ok(fd) => Ok(owned_fd(fd)),
                 Err(_) => {
                     let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
@@ -540,6 +540,26 @@ fn load_program(prog_type: u32, attach_type: u32, name: &str, insns: &[Insn]) ->
                     })
                 }
             }
+        }
+    }
+}
+
+/// How many times a load the verifier gave up on with `EAGAIN` is tried (libbpf tries 5).
+const PROG_LOAD_ATTEMPTS: u32 = 5;
+
+/// `BPF_PROG_LOAD`, tried again while the verifier answers `EAGAIN`: it checks for a pending
+/// signal between instructions and gives up with `EAGAIN` when one is, whatever the program
+/// (seen under the root test suite: a 5357-instruction program refused twice in a row after
+/// 33 instructions). A short pause lets a burst of signals pass.
+fn prog_load(attr: &mut ProgLoadAttr, what: &str) -> Result<i64> {
+    let mut attempt = 1;
+    loop {
+        match bpf(BPF_PROG_LOAD, attr, "bpf(BPF_PROG_LOAD)", what) {
+            Err(e) if e.errno() == Some(libc::EAGAIN) && attempt < PROG_LOAD_ATTEMPTS => {
+                std::thread::sleep(std::time::Duration::from_millis(10 * u64::from(attempt)));
+                attempt += 1;
+            }
+            done => return done,
         }
     }
 }
@@ -704,6 +724,40 @@ mod tests {
         assert_eq!(parse_cpu_list("0"), Some(1));
         assert_eq!(parse_cpu_list("0-3,6"), Some(7));
         assert_eq!(parse_cpu_list("x"), None);
+    }
+
+    /// `r0 = 0; exit`: the least program the verifier accepts.
+    fn return_zero() -> [Insn; 2] {
+        [Insn::new(0xb7, 0, 0, 0, 0), Insn::new(0x95, 0, 0, 0, 0)]
+    }
+
+    #[test]
+    fn a_load_interrupted_by_signals_is_tried_again_a_few_times() {
+        // Every attempt but the last is refused with EAGAIN; the last reaches the kernel,
+        // which loads the program (root) or refuses it for want of privileges, never EAGAIN.
+        let _plan = crate::fault::inject(
+            "bpf(BPF_PROG_LOAD)",
+            libc::EAGAIN,
+            0,
+            PROG_LOAD_ATTEMPTS - 1,
+        );
+        match TcProgram::load("retry_test", &return_zero()) {
+            Ok(_) => {}
+            Err(e) => assert_ne!(e.errno(), Some(libc::EAGAIN), "{e}"),
+        }
+    }
+
+    #[test]
+    fn a_load_interrupted_every_time_fails_with_eagain() {
+        // Both the plain load and the one with the log give up after their attempts.
+        let _plan = crate::fault::inject(
+            "bpf(BPF_PROG_LOAD)",
+            libc::EAGAIN,
+            0,
+            2 * PROG_LOAD_ATTEMPTS,
+        );
+        let e = TcProgram::load("retry_test", &return_zero()).unwrap_err();
+        assert_eq!(e.errno(), Some(libc::EAGAIN), "{e}");
     }
 
     #[test]
