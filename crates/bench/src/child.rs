@@ -337,20 +337,23 @@ impl Drop for Running {
     }
 }
 
-/// Softirq time of CPU `cpu` so far, clock ticks: the `softirq` column (the seventh number)
-/// of its `cpuN` line in `/proc/stat`. With `rps_cpus` pointing at a CPU, the kernel's
-/// receive work for the interface runs there in softirq, so the difference over a run is
-/// that work's CPU time (and whatever other softirq the CPU ran meanwhile).
-pub fn softirq_ticks(cpu: usize) -> Option<u64> {
-    softirq_ticks_of(&std::fs::read_to_string("/proc/stat").ok()?, cpu)
+/// Idle time of CPU `cpu` so far, clock ticks: the `idle` and `iowait` columns (the fourth
+/// and fifth numbers) of its `cpuN` line in `/proc/stat`. With a tickless idle, the kernel
+/// measures these to the nanosecond (each interrupt stops the clock), so a window's wall time
+/// less them is what the CPU ran, softirq included, to a tick. The `softirq` column is no
+/// measure of that: it is sampled by the tick, which an idle CPU stops, and undercounted a
+/// tool CPU's receive work 2-4 times against softirq tracepoints (docs/predict.md).
+pub fn idle_ticks(cpu: usize) -> Option<u64> {
+    idle_ticks_of(&std::fs::read_to_string("/proc/stat").ok()?, cpu)
 }
 
-fn softirq_ticks_of(stat: &str, cpu: usize) -> Option<u64> {
+fn idle_ticks_of(stat: &str, cpu: usize) -> Option<u64> {
     let name = format!("cpu{cpu}");
     let line = stat
         .lines()
         .find(|l| l.split_whitespace().next() == Some(name.as_str()))?;
-    line.split_whitespace().nth(7)?.parse().ok()
+    let mut n = line.split_whitespace().skip(4).map(str::parse::<u64>);
+    Some(n.next()?.ok()? + n.next()?.ok()?)
 }
 
 /// A `/proc/PID/task/TID/schedstat` line (or a sum or difference of them): what the
@@ -469,13 +472,13 @@ mod tests {
     }
 
     #[test]
-    fn softirq_time_is_the_seventh_number_of_the_cpus_line() {
+    fn idle_time_is_the_fourth_and_fifth_numbers_of_the_cpus_line() {
         let stat = "cpu  10 0 20 300 4 0 90 0 0 0\ncpu0 5 0 10 150 2 0 40 0 0 0\n\
-                    cpu1 5 0 10 150 2 0 50 0 0 0\nintr 1 2 3\n";
-        assert_eq!(softirq_ticks_of(stat, 1), Some(50));
-        assert_eq!(softirq_ticks_of(stat, 0), Some(40));
-        assert_eq!(softirq_ticks_of(stat, 2), None);
-        assert!(softirq_ticks(0).is_some());
+                    cpu1 5 0 10 150 3 0 50 0 0 0\nintr 1 2 3\n";
+        assert_eq!(idle_ticks_of(stat, 1), Some(153));
+        assert_eq!(idle_ticks_of(stat, 0), Some(152));
+        assert_eq!(idle_ticks_of(stat, 2), None);
+        assert!(idle_ticks(0).is_some());
     }
 
     #[test]

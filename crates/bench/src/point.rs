@@ -241,10 +241,11 @@ pub struct Record {
     /// wall seconds: the CPU share it got and how long it waited for the CPU.
     #[serde(default)]
     pub sched: Option<(Sched, f64)>,
-    /// Softirq seconds of the tool's CPU over the same window (`/proc/stat`): with rps on,
-    /// the kernel's receive work for the probe interface.
+    /// Seconds the tool's CPU was busy over the same window (its wall time less the CPU's
+    /// idle time in `/proc/stat`, to a 10 ms tick): the tool and, with rps on, the kernel's
+    /// receive work for the probe interface, which runs there in softirq.
     #[serde(default)]
-    pub softirq_s: Option<f64>,
+    pub busy_s: Option<f64>,
     /// Wall seconds of the whole run.
     pub wall_s: f64,
     /// Share of all CPUs busy just before the run (others' work on a shared machine).
@@ -384,7 +385,7 @@ impl Bench<'_> {
             voluntary_switches: None,
             involuntary_switches: None,
             sched: None,
-            softirq_s: None,
+            busy_s: None,
             wall_s: 0.0,
             busy_before,
             samples: Vec::new(),
@@ -467,7 +468,7 @@ impl Bench<'_> {
         let cpu_before = tool.as_ref().and_then(|(_, r)| r.cpu_ticks());
         let sw_before = tool.as_ref().and_then(|(_, r)| r.switches());
         let sched_before = tool.as_ref().and_then(|(_, r)| r.schedstat());
-        let softirq_before = super::child::softirq_ticks(TOOL_CPU);
+        let idle_before = super::child::idle_ticks(TOOL_CPU);
         let window = Instant::now();
 
         let gen = subject.generator;
@@ -508,8 +509,9 @@ impl Bench<'_> {
         if let (Some(a), Some(b)) = (sched_before, tool.schedstat()) {
             rec.sched = Some((b.since(&a), window.elapsed().as_secs_f64()));
         }
-        if let (Some(a), Some(b)) = (softirq_before, super::child::softirq_ticks(TOOL_CPU)) {
-            rec.softirq_s = Some(b.saturating_sub(a) as f64 / TICKS_PER_SECOND);
+        if let (Some(a), Some(b)) = (idle_before, super::child::idle_ticks(TOOL_CPU)) {
+            let idle = b.saturating_sub(a) as f64 / TICKS_PER_SECOND;
+            rec.busy_s = Some((window.elapsed().as_secs_f64() - idle).max(0.0));
         }
         if let Some(p) = perf {
             let f = p.interrupt(Duration::from_secs(10))?;

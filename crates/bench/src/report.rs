@@ -247,10 +247,10 @@ pub const METRICS: &[Metric] = &[
         show: pct,
     },
     Metric {
-        key: "softirq_ns_per_frame",
-        title: "tool CPU softirq ns/frame",
+        key: "busy_ns_per_frame",
+        title: "tool CPU busy ns/frame",
         better: Better::Lower,
-        get: |r| Some(r.softirq_s? * 1e9 / r.sent.as_ref()?.frames.max(1) as f64),
+        get: |r| Some(r.busy_s? * 1e9 / r.sent.as_ref()?.frames.max(1) as f64),
         show: n0,
     },
     Metric {
@@ -861,7 +861,7 @@ mod tests {
             voluntary_switches: Some(10),
             involuntary_switches: Some(0),
             sched: None,
-            softirq_s: None,
+            busy_s: None,
             wall_s: 1.0,
             busy_before: None,
             samples: Vec::new(),

@@ -63,10 +63,10 @@ pub struct ToolCosts {
     pub null: Cost,
     /// Writing a pcap file.
     pub file: Cost,
-    /// Writing to /dev/null with the kernel's receive work on the tool's CPU (rps on), as
-    /// its CPU time shows it there: a tool that wakes once per packet (dumpcap) pays each
-    /// wake-up behind the receive softirq, several times its cost with rps off (`None`:
-    /// not measured).
+    /// Writing to /dev/null with the kernel's receive work on the tool's CPU (rps on), per
+    /// captured packet: that CPU's busy time less the receive work's (`kernel_rps` for each
+    /// frame sent). A tool that wakes once per packet (dumpcap) pays each wake-up behind the
+    /// receive softirq, twice its cost with rps off (`None`: not measured).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub null_rps: Option<Cost>,
     /// Writing a pcap file with the receive work on the tool's CPU (as `null_rps`).
@@ -88,8 +88,9 @@ pub struct Profile {
     /// Kernel receive work per frame up to the capture ring (`bytes` = captured length).
     pub kernel: Cost,
     /// The same work measured where it runs when rps (or the NIC's interrupt) sends it to
-    /// the tool's CPU: that CPU's softirq time per frame received (`None`: not measured;
-    /// [`Profile::kernel_on_tool_cpu`] falls back to `kernel`).
+    /// the tool's CPU: that CPU's busy time per frame received while poolcap counts, less
+    /// poolcap's own (`None`: not measured; [`Profile::kernel_on_tool_cpu`] falls back to
+    /// `kernel`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_rps: Option<Cost>,
     /// poolcap counting in the kernel ring (no copy).
@@ -177,9 +178,9 @@ impl Profile {
 /// while poolcap counts: the difference is the kernel's receive work on veth), `count`,
 /// `copy` (poolcap with a 1-iteration x-loop: the pool copy), `write`, a compression level
 /// (`zstd:3`, measured writing), `tcpdump null`, `tcpdump file`, `dumpcap null`,
-/// `dumpcap file`, `kernel rps` (the tool CPU's softirq ns per frame received with rps
+/// `dumpcap file`, `kernel rps` (the receive work's ns per frame on the tool's CPU with rps
 /// on), and `tcpdump null rps`, `tcpdump file rps`, `dumpcap null rps`, `dumpcap file rps`
-/// (their CPU per packet with rps on).
+/// (their own CPU per captured packet behind that work).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Samples(BTreeMap<String, Vec<(f64, f64)>>);
 

@@ -9,7 +9,8 @@
 //!   every configuration run once per frame size and repeat. Here the kernel's receive work
 //!   runs on the sender's CPU (design.md), so the sender's slowdown while poolcap captures
 //!   measures it; a point with rps on (`rps_cpus` = the tool's CPU) measures the same work
-//!   where it then runs, as the tool CPU's softirq time per frame (`kernel rps`), and a run
+//!   where it then runs, as the tool CPU's busy time per frame less poolcap's (`kernel rps`),
+//!   and the peers' own cost behind it, and a run
 //!   with a saturated analysis worker ([`SATURATED_LOAD`]) measures the share of the core a
 //!   busy nice-10 worker gets (`poolcap_doctor::share::SATURATED`);
 //! - [`live`]: a real interface with traffic the user sends; each configuration captures
@@ -102,7 +103,7 @@ pub const POINT_PREFIX: &str = "calibrate ";
 const SENDER: &str = "sender";
 
 /// Subject of the rps-on calibration points: poolcap counting while the kernel's receive
-/// work runs on its CPU; its key in [`Samples`] is that CPU's softirq ns per frame.
+/// work runs on its CPU; its key in [`Samples`] is that work's ns per frame there.
 const KERNEL_RPS: &str = "kernel rps";
 
 /// Id of the ring point (see [`points`]).
@@ -118,8 +119,8 @@ pub const SATURATED_LOAD: u32 = 20_000;
 
 /// The calibration in the lab as bench points, two per frame size of `sizes` (normally
 /// [`SIZES`]; one size fits per-packet costs only), `frames` frames at top speed each:
-/// - `calibrate rps {size}B`, rps on: poolcap counting ([`KERNEL_RPS`]), for the softirq
-///   time the kernel's receive work takes on the tool's CPU;
+/// - `calibrate rps {size}B`, rps on: poolcap counting ([`KERNEL_RPS`]), for the time
+///   the kernel's receive work takes on the tool's CPU, and the peers, for theirs behind it;
 /// - `calibrate {size}B`, rps off: the sender alone, every configuration of [`stages`] (the
 ///   subject's name is its key in [`Samples`]) and poolcap with a saturated worker
 ///   ([`SATURATED_LOAD`]). The kernel's receive work must stay on the sender's CPU for the
@@ -222,11 +223,27 @@ fn measures_costs(r: &Row) -> bool {
 
 /// The samples of the calibration rows among `rows` (points of [`points`]): the sender's ns
 /// per frame, the sender's while poolcap counts (`sender+capture`), each configuration's
-/// CPU ns per captured packet and, at the rps-on points, the tool CPU's softirq ns per frame
-/// sent (`kernel rps`), medians over the runs, keyed by the frame size.
+/// CPU ns per captured packet, medians over the runs, keyed by the frame size. At the rps-on
+/// points, where the tool CPU also runs the kernel's receive work, that CPU's busy time
+/// splits the two: poolcap counting leaves the receive work's ns per frame sent (`kernel
+/// rps`, its busy time less its own), and a peer its own ns per captured packet behind that
+/// work (its busy time less the receive work's for every frame sent). A tool's scheduler
+/// time is no measure of its own there: it holds the softirq that interrupted it.
 pub fn samples(rows: &[Row]) -> Samples {
     let mut s = Samples::default();
-    for r in rows.iter().filter(|r| measures_costs(r)) {
+    let costs = || rows.iter().filter(|r| measures_costs(r));
+    let busy = |r: &Row| r.median("busy_ns_per_frame");
+    let kept = |r: &Row| Some(r.median("captured")? / r.median("offered")?);
+    let mut kernel_rps = BTreeMap::new();
+    for r in costs().filter(|r| r.rps && r.subject == KERNEL_RPS) {
+        let own = r.median("cpu_s_per_mpkt").map(|x| x * 1e3);
+        if let (Some(busy), Some(own), Some(kept)) = (busy(r), own, kept(r)) {
+            let ns = (busy - own * kept).max(0.0);
+            kernel_rps.insert(r.traffic.size, ns);
+            s.add(KERNEL_RPS, r.traffic.size as f64, ns);
+        }
+    }
+    for r in costs() {
         let bytes = r.traffic.size as f64;
         let sender_ns = r.median("sender_pps").map(|pps| 1e9 / pps);
         match r.subject.as_str() {
@@ -235,9 +252,11 @@ pub fn samples(rows: &[Row]) -> Samples {
                     s.add("sender", bytes, ns);
                 }
             }
-            KERNEL_RPS => {
-                if let Some(ns) = r.median("softirq_ns_per_frame") {
-                    s.add(KERNEL_RPS, bytes, ns);
+            KERNEL_RPS => {}
+            key if r.rps => {
+                let kernel = kernel_rps.get(&r.traffic.size);
+                if let (Some(busy), Some(kernel), Some(kept)) = (busy(r), kernel, kept(r)) {
+                    s.add(key, bytes, ((busy - kernel) / kept.max(1e-9)).max(0.0));
                 }
             }
             key => {
@@ -484,15 +503,23 @@ mod tests {
         let s = samples(&rows);
         let keys: Vec<&str> = s.keys().collect();
         assert_eq!(keys, ["count", "sender", "sender+capture"]);
-        // With rps on, 3000 frames sent and 1.5 ms of the tool CPU's softirq: 500 ns each.
-        let mut rps = run("calibrate rps 64B", KERNEL_RPS, 300e3, Some(0.01));
+        // With rps on, 3000 frames sent: the tool CPU busy 3 ms while poolcap ran 1.5 ms of
+        // it leaves the receive work 500 ns a frame. dumpcap's CPU busy 6 ms while it kept
+        // 1500 of them: (6 ms - 3000 x 500 ns) / 1500, 3000 ns a packet of its own.
+        let mut rps = run("calibrate rps 64B", KERNEL_RPS, 300e3, Some(0.0015));
         rps.rps = true;
-        rps.softirq_s = Some(0.0015);
-        let with_rps = samples(&crate::report::aggregate(&[rps]));
+        rps.busy_s = Some(0.003);
+        let mut dumpcap = run("calibrate rps 64B", "dumpcap null rps", 300e3, Some(0.005));
+        dumpcap.rps = true;
+        dumpcap.busy_s = Some(0.006);
+        dumpcap.in_file = Some(1500);
+        let with_rps = samples(&crate::report::aggregate(&[rps, dumpcap]));
         let keys: Vec<&str> = with_rps.keys().collect();
-        assert_eq!(keys, [KERNEL_RPS]);
+        assert_eq!(keys, ["dumpcap null rps", KERNEL_RPS]);
         let k = profile(&with_rps, 1.5, "test".into()).kernel_on_tool_cpu();
         assert!((k.ns(64.0) - 500.0).abs() < 1e-6, "{k:?}");
+        let d = with_rps.fit("dumpcap null rps").unwrap();
+        assert!((d.ns(64.0) - 3000.0).abs() < 1e-6, "{d:?}");
         let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
         assert!(close(s.fit("sender").unwrap().ns(64.0), 2000.0));
         assert!(close(s.fit("sender+capture").unwrap().ns(64.0), 2500.0));

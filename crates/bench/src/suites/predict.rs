@@ -25,7 +25,7 @@ use poolcap_doctor::profile::Profile;
 pub const INTRO: &str = "Issue 16: `poolcap predict` against measurement. One run \
 calibrates this machine's stage costs (the calibration points, as `poolcap calibrate`: the \
 sender alone, each capture configuration and poolcap with a saturated worker at 64 and 1514 B, \
-rps off; poolcap counting with rps on for the receive work's softirq time) and then measures \
+rps off; poolcap counting with rps on for the receive work's time on the tool's CPU) and then measures \
 paper 002's four sessions with rps on (frame sizes at top speed with a 2 MB buffer; a larger \
 kernel buffer; a larger capture buffer; snaplength 96 with tuned buffers), a burst grid and a \
 load grid, for poolcap, tcpdump and dumpcap. Every measured point is predicted from the \
@@ -302,7 +302,7 @@ fn costs(p: &Profile) -> String {
     if let Some(k) = p.kernel_rps {
         let _ = writeln!(
             s,
-            "- kernel receive work with rps on (CPU {TOOL_CPU}'s softirq per frame): {}",
+            "- kernel receive work with rps on (CPU {TOOL_CPU}'s busy time per frame less poolcap's): {}",
             c(k)
         );
     }
@@ -364,11 +364,11 @@ fn costs(p: &Profile) -> String {
 const MODEL: &str = "Two stages in tandem with buffers between them (docs/predict.md). The \
 kernel stage (receive work up to the capture ring) has capacity 1e9 / kernel(caplen) frames/s; \
 on veth with rps off it runs on the sender's CPU and slows the sender instead of dropping, \
-with rps on it runs on the tool's CPU at the cost the rps-on calibration point measured (that CPU's softirq time per frame). The application stage (the tool's CPU per packet on \
+with rps on it runs on the tool's CPU at the cost the rps-on calibration point measured (that CPU's busy time per frame, less poolcap's own). The application stage (the tool's CPU per packet on \
 one core: poolcap's ring read, pool copy (when it analyses; a file alone is written from the \
 ring), x-loop (at the cost per iteration its saturated calibration worker paid) and write; \
 tcpdump's and dumpcap's measured \
-cost) has capacity 1e9 / app(caplen). Each cost is linear in the captured bytes, fitted from \
+cost; with rps on, their CPU's busy time less the receive work's, per captured packet) has capacity 1e9 / app(caplen). Each cost is linear in the captured bytes, fitted from \
 64 and 1514-byte frames. The ring holds its blocks' slots (slot: the frame, its TPACKET_V3 \
 header and libpcap's 4-byte reserve, 8-byte aligned), each block only as full as the frames \
 that arrive before the kernel's periodic retire timer closes it (poolcap 4 ms when it \
@@ -431,7 +431,7 @@ pub fn text(meta: &Meta, rows: &[Row]) -> Text {
         settings: vec![
             format!(
                 "calibration points (`{}64B`, `{}1514B`) run with rps off and feed the profile \
-                 (`{}rps 64B` and `1514B` with rps on, for the receive work's softirq time); \
+                 (`{}rps 64B` and `1514B` with rps on, for the receive work's time on the tool's CPU); \
                  sessions S1-S4 and the peers' burst and load points run with rps on (the \
                  kernel's receive work on CPU {TOOL_CPU}, the tool's, as in paper 002), \
                  poolcap's burst and load points with rps off and an x-loop load",

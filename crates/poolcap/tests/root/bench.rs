@@ -217,9 +217,10 @@ fn predict_smoke_run_calibrates_first_and_predicts_every_other_point() {
         );
     }
 
-    // The receive work with rps on, as the tool CPU's softirq time per frame: measured (the
-    // rps calibration points ran) and less than the sender's 20k frames' whole run. It may be
-    // 0 here: softirq time comes in 10 ms ticks, and a smoke run's 20k frames take few.
+    // The receive work with rps on, as the tool CPU's busy time per frame less poolcap's:
+    // measured (the rps calibration points ran) and less than the sender's 20k frames' whole
+    // run. It may be 0 here: idle time comes in 10 ms ticks, and a smoke run's 20k frames
+    // take few.
     let rps = cpu["kernel_rps"]["ns_per_packet"].as_f64();
     assert!(rps.is_some_and(|ns| (0.0..1e6).contains(&ns)), "{profile}");
 
