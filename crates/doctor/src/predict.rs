@@ -969,6 +969,7 @@ mod tests {
             if let Some(c) = p.cpu.as_mut() {
                 c.rps = Some(crate::share::RpsWaits {
                     sharing: crate::share::Sharing { share, wait_s: 0.0 },
+                    by_key: Default::default(),
                     tail_s: depth,
                     longest_s,
                 });
@@ -990,6 +991,25 @@ mod tests {
             .unwrap()
             .wait_loss;
         assert!(cut > 0.0 && cut < p.wait_loss, "{cut} {}", p.wait_loss);
+        // A configuration measured behind the receive work waits at its own share there:
+        // tcpdump to /dev/null ran whenever runnable, so it loses nothing to waits where
+        // poolcap counting's half share loses; tcpdump writing, not measured, waits as
+        // poolcap counting did.
+        let mut own = with_rps(0.5, None);
+        if let Some(r) = own.cpu.as_mut().and_then(|c| c.rps.as_mut()) {
+            let ran = crate::share::Sharing {
+                share: 1.0,
+                wait_s: 0.0,
+            };
+            r.by_key.insert("tcpdump null".to_owned(), ran);
+        }
+        assert!(predict(&with_rps(0.5, None), &rps).unwrap().wait_loss > 0.0);
+        assert_eq!(predict(&own, &rps).unwrap().wait_loss, 0.0);
+        let writing = Scenario {
+            write: true,
+            ..rps.clone()
+        };
+        assert!(predict(&own, &writing).unwrap().wait_loss > 0.0);
     }
 
     #[test]

@@ -76,10 +76,18 @@ pub struct Cpu {
 }
 
 /// How a tool waits for its CPU when the receive work runs there too (see [`Cpu::rps`]).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RpsWaits {
-    /// The calibration run's share when runnable and wait per timeslice.
+    /// The calibration run's share when runnable and wait per timeslice (poolcap counting):
+    /// that of any configuration not in `by_key`.
     pub sharing: Sharing,
+    /// The peers' configurations (`tcpdump null`, `dumpcap file`...) measured behind the
+    /// receive work. A tool that wakes for every packet poolcap reads in a batch waits
+    /// behind the softirq far more often: poolcap counting ran 59% of its runnable time
+    /// there, tcpdump 93-95%, and a tcpdump taken to wait as poolcap did was predicted to
+    /// lose 20% where it lost 0-0.5% (docs/predict.md).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_key: BTreeMap<String, Sharing>,
     /// Mean length of the waits that outlast a buffer, seconds.
     pub tail_s: f64,
     /// The longest wait behind the receive work, seconds: the kernel's
@@ -128,9 +136,9 @@ impl Cpu {
     /// How configuration `key` waits for the CPU, and how long its waits are: with the
     /// receive work on its CPU (`rps`), the rps-on calibration's when the profile has it.
     pub fn waits(&self, key: &str, rps: bool) -> (Sharing, Waits) {
-        match self.rps.filter(|_| rps) {
+        match self.rps.as_ref().filter(|_| rps) {
             Some(r) => (
-                r.sharing,
+                r.by_key.get(key).copied().unwrap_or(r.sharing),
                 Waits {
                     tail_s: r.tail_s,
                     longest_s: r.longest_s.unwrap_or(f64::INFINITY),

@@ -289,16 +289,21 @@ pub fn cpu(rows: &[Row], p: &Profile, rps_longest_s: Option<f64>) -> Option<Cpu>
             .filter(|r| r.subject != SENDER)
     };
     let (sharing, tail_s) = waits(cal(false), p, f64::INFINITY)?;
-    // Only poolcap counting: the peers' rps-on runs cost more per frame than their rps-off
-    // costs plus the receive work (tcpdump writing 64 B frames: 0.9-1.2 us against 0.7), so
-    // the loss that adds is not a wait's, and taken as one it made the tail swing from 2 to
-    // 65 ms between two runs of the rig.
+    // The tail from poolcap counting only: the peers' rps-on runs lose by capacity too
+    // (dumpcap, tcpdump writing), and taken as a wait's that loss made the tail swing from 2
+    // to 65 ms between two runs of the rig. Their share when runnable is their own.
     let kernel_rps = cal(true).filter(|r| r.subject == KERNEL_RPS);
     let longest = rps_longest_s.unwrap_or(f64::INFINITY);
+    let peers: BTreeMap<String, Sharing> =
+        sharing_of(cal(true).filter(|r| r.subject != KERNEL_RPS))
+            .into_iter()
+            .filter_map(|(k, s)| Some((k.strip_suffix(" rps")?.to_owned(), s)))
+            .collect();
     let rps = waits(kernel_rps, p, longest).and_then(|(by_key, tail_s)| {
         let sharing = *by_key.get(KERNEL_RPS)?;
         Some(RpsWaits {
             sharing,
+            by_key: peers,
             tail_s,
             longest_s: rps_longest_s,
         })
@@ -310,23 +315,37 @@ pub fn cpu(rows: &[Row], p: &Profile, rps_longest_s: Option<f64>) -> Option<Cpu>
     })
 }
 
-/// Each configuration's median sharing among `runs`, and the tail of waits of at most
-/// `longest_s` (see [`cpu`]).
+/// Each configuration's median share when runnable and wait per timeslice among `runs`.
+fn sharing_of<'a>(runs: impl Iterator<Item = &'a Row>) -> BTreeMap<String, Sharing> {
+    let mut by_key: BTreeMap<String, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+    for r in runs {
+        if let (Some(sh), Some(ms)) = (r.median("cpu_share"), r.median("wait_per_slice_ms")) {
+            let e = by_key.entry(r.subject.clone()).or_default();
+            e.0.push(sh);
+            e.1.push(ms / 1e3);
+        }
+    }
+    by_key
+        .into_iter()
+        .filter_map(|(k, (mut s, mut w))| {
+            let (share, wait_s) = (median(&mut s)?, median(&mut w)?);
+            Some((k, Sharing { share, wait_s }))
+        })
+        .collect()
+}
+
+/// Each configuration's median sharing among `runs` ([`sharing_of`]), and the tail of waits of
+/// at most `longest_s` (see [`cpu`]).
 fn waits<'a>(
-    runs: impl Iterator<Item = &'a Row>,
+    runs: impl Iterator<Item = &'a Row> + Clone,
     p: &Profile,
     longest_s: f64,
 ) -> Option<(BTreeMap<String, Sharing>, f64)> {
-    type Runs = (Vec<f64>, Vec<f64>);
-    let mut by_key: BTreeMap<String, Runs> = BTreeMap::new();
     let (mut tails, mut slices) = (Vec::new(), Vec::new());
-    for r in runs {
-        let (Some(sh), Some(ms)) = (r.median("cpu_share"), r.median("wait_per_slice_ms")) else {
+    for r in runs.clone() {
+        let (Some(_), Some(ms)) = (r.median("cpu_share"), r.median("wait_per_slice_ms")) else {
             continue;
         };
-        let e = by_key.entry(r.subject.clone()).or_default();
-        e.0.push(sh);
-        e.1.push(ms / 1e3);
         slices.push(ms / 1e3);
         let depth = validate::offered_pps(r).and_then(|pps| {
             let s = validate::scenario(r, pps)?;
@@ -341,14 +360,7 @@ fn waits<'a>(
         }
     }
     let tail_s = median(&mut tails).or_else(|| median(&mut slices))?;
-    let sharing = by_key
-        .into_iter()
-        .filter_map(|(k, (mut s, mut w))| {
-            let (share, wait_s) = (median(&mut s)?, median(&mut w)?);
-            Some((k, Sharing { share, wait_s }))
-        })
-        .collect();
-    Some((sharing, tail_s))
+    Some((sharing_of(runs), tail_s))
 }
 
 /// The median of `v` (sorted in place), `None` when empty.
@@ -652,8 +664,9 @@ mod tests {
         assert_eq!(got.rps, None);
         let mut behind = run(KERNEL_RPS, 1_000_000, 3_000_000, 0.0);
         behind.rps = true;
-        // A peer's lossy rps-on run neither: its loss is not a wait's (see `cpu`).
-        let mut peer = run("tcpdump file", 1_000_000, 3_000_000, 0.0005);
+        // A peer's lossy rps-on run neither: its loss is not a wait's (see `cpu`); it gives
+        // only its own share there (ran 1 ms, waited 2 ms).
+        let mut peer = run("tcpdump file rps", 1_000_000, 2_000_000, 0.0005);
         peer.rps = true;
         let with =
             crate::report::aggregate(&[run("count", 1_000_000, 1_000_000, 0.0), behind, peer]);
@@ -665,6 +678,10 @@ mod tests {
         );
         let c = cpu(&with, &p, None).unwrap();
         assert_eq!(c.waits("count", true), (w.sharing, unbounded(w.tail_s)));
+        let own = w.by_key["tcpdump file"];
+        assert!((own.share - 1.0 / 3.0).abs() < 1e-12, "{own:?}");
+        assert_eq!(c.waits("tcpdump file", true), (own, unbounded(w.tail_s)));
+        assert_eq!(w.by_key.len(), 1);
         assert_eq!(
             c.waits("count", false),
             (c.sharing["count"], unbounded(c.tail_s))
