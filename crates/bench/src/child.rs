@@ -147,18 +147,18 @@ impl Running {
     /// Stops every process of this run (SIGSTOP) until [`Running::resume`]; dropping a
     /// stopped run still kills it.
     pub fn suspend(&self) -> anyhow::Result<()> {
-        for pid in self.pids() {
-            poolcap_sys::process::suspend(pid)
-                .with_context(|| format!("cannot stop {}", self.name))?;
-        }
-        Ok(())
+        self.each_pid("stop", poolcap_sys::process::suspend)
     }
 
     /// Lets a run stopped by [`Running::suspend`] go on.
     pub fn resume(&self) -> anyhow::Result<()> {
+        self.each_pid("resume", poolcap_sys::process::resume)
+    }
+
+    /// Applies `f` to every process of this run; the first failure says "cannot `verb`".
+    fn each_pid(&self, verb: &str, f: fn(u32) -> std::io::Result<()>) -> anyhow::Result<()> {
         for pid in self.pids() {
-            poolcap_sys::process::resume(pid)
-                .with_context(|| format!("cannot resume {}", self.name))?;
+            f(pid).with_context(|| format!("cannot {verb} {}", self.name))?;
         }
         Ok(())
     }
