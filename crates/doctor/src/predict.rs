@@ -77,8 +77,12 @@ pub struct Scenario {
     pub pool: (usize, usize),
     /// x-loop iterations per packet (poolcap).
     pub load: u32,
+    /// `poolcap probe`'s rules run on the worker for each packet (0: a capture, no probe).
+    pub rules: usize,
     /// Write a file (poolcap writes it from the kernel ring where the frames lie).
     pub write: bool,
+    /// poolcap writes pcapng (its default) rather than pcap.
+    pub pcapng: bool,
     /// Compression of the file (`zstd:3`).
     pub compress: Option<String>,
     /// Bursts of this many frames at `rate_pps`, each followed by `idle_s` of silence.
@@ -94,7 +98,7 @@ pub struct Scenario {
 impl Scenario {
     /// An endless steady stream of `size`-byte frames at `rate_pps` into `tool` with every
     /// setting at poolcap's default: full frames, a 4 MiB ring, the (256,64) pool, no load,
-    /// no file, the kernel's receive work on its own CPU.
+    /// no probe, no file (pcap when there is one), the kernel's receive work on its own CPU.
     pub fn steady(tool: Tool, rate_pps: f64, size: f64) -> Scenario {
         Scenario {
             tool,
@@ -104,12 +108,20 @@ impl Scenario {
             buffer_bytes: 4 << 20,
             pool: (256, 64),
             load: 0,
+            rules: 0,
             write: false,
+            pcapng: false,
             compress: None,
             burst: None,
             count: None,
             kernel_on_app_cpu: false,
         }
+    }
+
+    /// poolcap copies every packet into the pool for its workers: an x-loop load or probe
+    /// rules to run.
+    fn analyses(&self) -> bool {
+        self.tool == Tool::Poolcap && (self.load > 0 || self.rules > 0)
     }
 }
 
@@ -183,19 +195,28 @@ fn app_stages(p: &Profile, s: &Scenario, caplen: f64) -> Result<Vec<StageCost>, 
     match s.tool {
         Tool::Poolcap => {
             add("ring read", p.poolcap_count.ns(caplen));
-            if s.load > 0 {
+            if s.analyses() {
                 add("pool copy", p.pool_copy.ns(caplen));
+            }
+            if s.rules > 0 {
+                let Some(probe) = &p.probe else {
+                    return err("the profile has no cost for probe rules (calibrate again)");
+                };
+                add("probe rules", probe.ns(s.rules, caplen));
             }
             if s.load > 0 {
                 add("x-loop", f64::from(s.load) * p.x_loop_ns);
             }
             if s.write {
-                add("write", p.write.ns(caplen));
+                add("write", p.write_cost(s.pcapng).ns(caplen));
             }
         }
         Tool::Tcpdump | Tool::Dumpcap => {
             if s.load > 0 {
                 return err("--load is poolcap's x-loop: tcpdump and dumpcap have none");
+            }
+            if s.rules > 0 {
+                return err("probe rules run in poolcap: tcpdump and dumpcap have none");
             }
             let t = if s.tool == Tool::Tcpdump {
                 &p.tcpdump
@@ -242,10 +263,10 @@ fn app_stages(p: &Profile, s: &Scenario, caplen: f64) -> Result<Vec<StageCost>, 
 /// `write`; a peer's `null` or `file`.
 fn share_key(s: &Scenario, cpu: &share::Cpu) -> String {
     match s.tool {
-        Tool::Poolcap if s.load > 0 && cpu.sharing.contains_key(share::SATURATED) => {
+        Tool::Poolcap if s.analyses() && cpu.sharing.contains_key(share::SATURATED) => {
             share::SATURATED.to_owned()
         }
-        Tool::Poolcap if s.load > 0 => "copy".to_owned(),
+        Tool::Poolcap if s.analyses() => "copy".to_owned(),
         Tool::Poolcap if s.write => "write".to_owned(),
         Tool::Poolcap => "count".to_owned(),
         Tool::Tcpdump | Tool::Dumpcap => format!(
@@ -267,7 +288,7 @@ fn share_key(s: &Scenario, cpu: &share::Cpu) -> String {
 fn memory(s: &Scenario) -> (u64, usize) {
     let (m, r) = s.pool;
     match s.tool {
-        Tool::Poolcap if s.load > 0 => (s.buffer_bytes, m * r),
+        Tool::Poolcap if s.analyses() => (s.buffer_bytes, m * r),
         Tool::Poolcap if s.write => {
             let cell = s.snaplen.clamp(64, 2048) as usize;
             (s.buffer_bytes + (r * m * cell) as u64, 0)
@@ -298,7 +319,7 @@ const BLOCK_HEADER: f64 = 48.0;
 /// filling time.
 fn retire_timeout_s(s: &Scenario) -> f64 {
     match s.tool {
-        Tool::Poolcap if s.load > 0 => 0.004,
+        Tool::Poolcap if s.analyses() => 0.004,
         Tool::Poolcap => 0.050,
         Tool::Tcpdump => 1.0,
         Tool::Dumpcap => 0.250,
@@ -486,6 +507,9 @@ pub fn remedy(stage: &str) -> &'static str {
             "keep fewer bytes per packet (-s 96)"
         }
         "x-loop" => "lower --load, or give --workers more CPUs",
+        "probe rules" => {
+            "fewer rules, more --workers on more CPUs, or count them in the kernel (--in-kernel)"
+        }
         s if s.starts_with("zstd") || s.starts_with("gzip") => "a faster --compress level (zstd:1)",
         s if s.ends_with("behind the receive work") => {
             "move the receive work off the capture CPU (RPS, IRQ affinity)"
@@ -541,7 +565,7 @@ fn fluid(f: Fluid, count: Option<f64>) -> (f64, f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{Cost, ToolCosts};
+    use crate::profile::{Cost, ProbeCosts, ToolCosts};
     use std::collections::BTreeMap;
 
     fn flat(ns: f64) -> Cost {
@@ -552,7 +576,8 @@ mod tests {
     }
 
     /// Round numbers: kernel 1 µs (1 Mpps), poolcap count 1 µs, copy 1 µs, write 2 µs per
-    /// byte-free packet, x-loop 1 ns, zstd:3 1 µs, tcpdump 4 µs to /dev/null.
+    /// byte-free packet (pcapng 1.5 µs), x-loop 1 ns, the probe's first rule 0.5 µs and each
+    /// further one 0.1 µs, zstd:3 1 µs, tcpdump 4 µs to /dev/null.
     fn profile() -> Profile {
         Profile {
             source: "test".into(),
@@ -562,6 +587,11 @@ mod tests {
             poolcap_count: flat(1000.0),
             pool_copy: flat(1000.0),
             write: flat(2000.0),
+            pcapng: Some(flat(1500.0)),
+            probe: Some(ProbeCosts {
+                first_rule: flat(500.0),
+                per_rule: flat(100.0),
+            }),
             compress: BTreeMap::from([("zstd:3".to_owned(), flat(1000.0))]),
             x_loop_ns: 1.0,
             tcpdump: ToolCosts {
@@ -764,6 +794,68 @@ mod tests {
             predict(&profile(), &peer).unwrap().buffer_frames,
             3.0 * 500_000.0 / 229.0
         ));
+    }
+
+    #[test]
+    fn a_probe_pays_its_first_rule_and_each_further_one_beyond_the_pool_copy() {
+        // 11 rules: ring read 1 µs + copy 1 µs + 0.5 µs + 10 x 0.1 µs = 3.5 µs a packet.
+        let s = Scenario {
+            rules: 11,
+            ..scenario(Tool::Poolcap, 500_000.0)
+        };
+        let p = predict(&profile(), &s).unwrap();
+        let names: Vec<&str> = p.stages.iter().map(|x| x.stage.as_str()).collect();
+        assert_eq!(names, ["ring read", "pool copy", "probe rules"]);
+        assert!(close(p.app_capacity_pps, 1e9 / 3500.0), "{p:?}");
+        assert!(close(p.loss, (500_000.0 - 1e9 / 3500.0) / 500_000.0));
+        assert_eq!(p.bottleneck, "probe rules");
+        assert!(remedy("probe rules").contains("--in-kernel"));
+        // Its workers analyse: the pool buffers too, as with an x-loop load.
+        let loaded = Scenario {
+            rules: 0,
+            load: 1,
+            ..s.clone()
+        };
+        let analysing = predict(&profile(), &loaded).unwrap();
+        assert!(close(p.buffer_frames, analysing.buffer_frames));
+        // A peer has no rules; a profile without probe costs cannot answer.
+        let peer = Scenario {
+            tool: Tool::Tcpdump,
+            ..s.clone()
+        };
+        assert!(predict(&profile(), &peer)
+            .unwrap_err()
+            .0
+            .contains("tcpdump"));
+        let unmeasured = Profile {
+            probe: None,
+            ..profile()
+        };
+        let e = predict(&unmeasured, &s).unwrap_err();
+        assert!(e.0.contains("no cost for probe rules"), "{e}");
+    }
+
+    #[test]
+    fn pcapng_costs_what_was_measured_for_it_else_what_pcap_costs() {
+        let pcap = Scenario {
+            write: true,
+            ..scenario(Tool::Poolcap, 100_000.0)
+        };
+        let pcapng = Scenario {
+            pcapng: true,
+            ..pcap.clone()
+        };
+        let write = |p: &Profile, s: &Scenario| {
+            let r = predict(p, s).unwrap();
+            r.stages.iter().find(|x| x.stage == "write").unwrap().ns
+        };
+        assert_eq!(write(&profile(), &pcap), 2000.0);
+        assert_eq!(write(&profile(), &pcapng), 1500.0);
+        let unmeasured = Profile {
+            pcapng: None,
+            ..profile()
+        };
+        assert_eq!(write(&unmeasured, &pcapng), 2000.0);
     }
 
     #[test]

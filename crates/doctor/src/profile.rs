@@ -74,6 +74,26 @@ pub struct ToolCosts {
     pub file_rps: Option<Cost>,
 }
 
+/// What `poolcap probe`'s rules cost on the analysis worker, beyond the pool copy every
+/// analysis has: a rule set of one rule (`count` and `flows` of all IP traffic, which every
+/// packet matches) and each further rule, measured with the bench's generated rule set
+/// (filters on ports and frame lengths that the generator's packets mostly miss, actions
+/// cycling through count, sizes and flows: a rule's cost is mostly its filter's).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+pub struct ProbeCosts {
+    /// The rule engine with its one matching rule, per packet.
+    pub first_rule: Cost,
+    /// Each further rule, per packet.
+    pub per_rule: Cost,
+}
+
+impl ProbeCosts {
+    /// Nanoseconds `rules` rules cost for one packet of `bytes` bytes (at least one rule).
+    pub fn ns(&self, rules: usize, bytes: f64) -> f64 {
+        self.first_rule.ns(bytes) + rules.saturating_sub(1) as f64 * self.per_rule.ns(bytes)
+    }
+}
+
 /// The measured costs of this machine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Profile {
@@ -99,6 +119,13 @@ pub struct Profile {
     pub pool_copy: Cost,
     /// poolcap writing a pcap record (increment).
     pub write: Cost,
+    /// poolcap writing a pcapng block instead, its default format (increment over counting;
+    /// `None`: not measured, [`Profile::write_cost`] falls back to `write`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcapng: Option<Cost>,
+    /// `poolcap probe`'s rules on the analysis worker (`None`: not measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<ProbeCosts>,
     /// Compression (`zstd:1`, `gzip:6`) of a written record (increment).
     pub compress: BTreeMap<String, Cost>,
     /// x-loop cost per iteration, ns.
@@ -160,6 +187,15 @@ impl Profile {
         self.kernel_rps.unwrap_or(self.kernel)
     }
 
+    /// What writing a record costs poolcap in pcapng (`pcapng`) or pcap: the measured
+    /// pcapng cost, else the pcap one.
+    pub fn write_cost(&self, pcapng: bool) -> Cost {
+        match self.pcapng {
+            Some(c) if pcapng => c,
+            _ => self.write,
+        }
+    }
+
     /// The sender's top speed (frames per second) for frames of `bytes` bytes.
     pub fn top_pps(&self, bytes: f64) -> f64 {
         let ns = self.sender.ns(bytes);
@@ -176,7 +212,8 @@ impl Profile {
 ///
 /// Keys: `sender` (the generator alone, ns per frame sent), `sender+capture` (the generator
 /// while poolcap counts: the difference is the kernel's receive work on veth), `count`,
-/// `copy` (poolcap with a 1-iteration x-loop: the pool copy), `write`, a compression level
+/// `copy` (poolcap with a 1-iteration x-loop: the pool copy), `write` (pcap), `pcapng`,
+/// `probe 1r` and `probe 100r` (`poolcap probe` with that many rules: [`probe_key`]), a compression level
 /// (`zstd:3`, measured writing), `tcpdump null`, `tcpdump file`, `dumpcap null`,
 /// `dumpcap file`, `kernel rps` (the receive work's ns per frame on the tool's CPU with rps
 /// on), and `tcpdump null rps`, `tcpdump file rps`, `dumpcap null rps`, `dumpcap file rps`
@@ -247,6 +284,8 @@ impl Profile {
         let pool_copy = pick("copy", diff("copy", "count"), base.pool_copy);
         // A pcap file alone is written from the kernel ring: no pool copy in between.
         let write = pick("write", diff("write", "count"), base.write);
+        let pcapng = diff("pcapng", "count").or(base.pcapng);
+        let probe = probe_costs(samples, &diff).or(base.probe);
         let mut compress = BTreeMap::new();
         for (level, c) in &base.compress {
             compress.insert(level.clone(), pick(level, diff(level, "write"), *c));
@@ -289,12 +328,56 @@ impl Profile {
             poolcap_count,
             pool_copy,
             write,
+            pcapng,
+            probe,
             compress,
             tcpdump,
             dumpcap,
             ..base.clone()
         }
     }
+}
+
+/// The key in [`Samples`] of `poolcap probe` with `rules` rules.
+pub fn probe_key(rules: usize) -> String {
+    format!("probe {rules}r")
+}
+
+/// The rule counts measured in `samples` (keys `probe {n}r`), fewest first.
+fn probe_rule_counts(samples: &Samples) -> Vec<usize> {
+    let mut v: Vec<usize> = samples
+        .keys()
+        .filter_map(|k| k.strip_prefix("probe ")?.strip_suffix('r')?.parse().ok())
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// The probe's costs from its runs with the fewest and the most rules: each further rule
+/// the slope between them, the first rule the fewest's increment over the pool copy less
+/// its further rules (`diff(a, b)`: `a`'s increment over `b`, see
+/// [`Profile::from_samples`]). `None` without two rule counts.
+fn probe_costs(samples: &Samples, diff: &dyn Fn(&str, &str) -> Option<Cost>) -> Option<ProbeCosts> {
+    let counts = probe_rule_counts(samples);
+    let (&few, &many) = (counts.first()?, counts.last()?);
+    if many <= few {
+        return None;
+    }
+    let further = diff(&probe_key(many), &probe_key(few))?;
+    let per_rule = Cost {
+        ns_per_packet: further.ns_per_packet / (many - few) as f64,
+        ns_per_byte: further.ns_per_byte / (many - few) as f64,
+    };
+    let base = diff(&probe_key(few), "copy")?;
+    let extra = (few - 1) as f64;
+    let first_rule = Cost {
+        ns_per_packet: base.ns_per_packet - extra * per_rule.ns_per_packet,
+        ns_per_byte: base.ns_per_byte - extra * per_rule.ns_per_byte,
+    };
+    Some(ProbeCosts {
+        first_rule,
+        per_rule,
+    })
 }
 
 #[cfg(test)]
@@ -326,6 +409,10 @@ mod tests {
             // pcap is written from the ring: its increment is over counting, not the copy.
             s.add("write", bytes, base + bytes);
             s.add("zstd:1", bytes, base + 3.0 * bytes);
+            s.add("pcapng", bytes, base + bytes / 2.0);
+            // The probe copies into the pool (50 ns), then its rules: 300 ns + 20 per further.
+            s.add(&probe_key(1), bytes, base + 50.0 + 300.0);
+            s.add(&probe_key(100), bytes, base + 50.0 + 300.0 + 99.0 * 20.0);
             s.add("sender", bytes, 2000.0);
             s.add("sender+capture", bytes, 2300.0);
             s.add("kernel rps", bytes, 400.0 + bytes / 2.0);
@@ -343,6 +430,13 @@ mod tests {
         assert!(close(p.pool_copy.ns(1000.0), 50.0));
         assert!(close(p.write.ns_per_byte, 1.0) && close(p.write.ns_per_packet, 0.0));
         assert!(close(p.compress["zstd:1"].ns_per_byte, 2.0));
+        let pcapng = p.write_cost(true);
+        assert!(close(pcapng.ns_per_byte, 0.5) && close(pcapng.ns_per_packet, 0.0));
+        assert_eq!(p.write_cost(false), p.write);
+        let probe = p.probe.unwrap();
+        assert!(close(probe.first_rule.ns(1514.0), 300.0));
+        assert!(close(probe.per_rule.ns(64.0), 20.0));
+        assert!(close(probe.ns(11, 64.0), 500.0));
         assert!(close(p.kernel.ns(64.0), 300.0));
         let rps = p.kernel_on_tool_cpu();
         assert!(close(rps.ns_per_packet, 400.0) && close(rps.ns_per_byte, 0.5));
@@ -360,6 +454,30 @@ mod tests {
         assert!(close(p.compress["gzip:1"].ns(64.0), 36.0));
         assert!(close(p.compress["gzip:1"].ns(1514.0), 0.0));
         assert!(!p.source.contains("zstd:1"));
+    }
+
+    #[test]
+    fn the_probes_first_rule_is_what_its_fewest_rules_cost_less_the_further_ones() {
+        let mut s = Samples::default();
+        for bytes in [64.0, 1514.0] {
+            s.add("copy", bytes, 100.0);
+            s.add(&probe_key(10), bytes, 100.0 + 400.0 + 9.0 * 30.0);
+            s.add(&probe_key(50), bytes, 100.0 + 400.0 + 49.0 * 30.0);
+        }
+        let p = Profile::from_samples(&s, &Profile::built_in(), "test")
+            .probe
+            .unwrap();
+        assert!((p.first_rule.ns(64.0) - 400.0).abs() < 1e-6, "{p:?}");
+        assert!((p.per_rule.ns(1514.0) - 30.0).abs() < 1e-6, "{p:?}");
+        // One rule count alone says nothing of the further rules: the base's costs stand.
+        let mut one = Samples::default();
+        one.add("copy", 64.0, 100.0);
+        one.add(&probe_key(10), 64.0, 900.0);
+        let base = Profile {
+            probe: None,
+            ..Profile::built_in()
+        };
+        assert_eq!(Profile::from_samples(&one, &base, "test").probe, None);
     }
 
     #[test]

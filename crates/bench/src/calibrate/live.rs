@@ -1,8 +1,9 @@
 //! Calibration on a real interface with traffic the user sends: each configuration of
 //! [`super::stages`] captures for `window` at snaplength 64 and at full length, and its CPU
-//! time over the window is divided by the frames the interface received in it (its own
+//! time (the scheduler's, in nanoseconds) over the window is divided by the frames the interface received in it (its own
 //! counters, which also give their mean size). Two snaplengths stand in for two frame sizes:
-//! the captured bytes are what copies, writes and compression pay for.
+//! the captured bytes are what copies, writes and compression pay for (the probe, which
+//! keeps whole frames, runs once and gets per-packet costs only).
 
 use std::path::Path;
 use std::process::Command;
@@ -12,9 +13,9 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use poolcap_doctor::profile::Samples;
 
-use crate::child::{Running, TICKS_PER_SECOND};
+use crate::child::{Running, Sched, TICKS_PER_SECOND};
 use crate::manager::{remove_scratch, scratch_with_exe};
-use crate::peer::CaptureSpec;
+use crate::peer::{CaptureSpec, Tool};
 use poolcap_sys::netdev;
 
 /// What to measure.
@@ -64,7 +65,13 @@ fn measure_in(
     let mut samples = Samples::default();
     let (mut frames, mut bytes) = (0u64, 0u64);
     for stage in super::stages(&levels, opts.peers) {
-        for snaplen in [Some(SMALL_SNAPLEN), None] {
+        // The probe keeps whole frames (it has no snaplength): one window, per-packet costs.
+        let snaplens: &[Option<u32>] = if stage.spec.tool == Tool::Probe {
+            &[None]
+        } else {
+            &[Some(SMALL_SNAPLEN), None]
+        };
+        for &snaplen in snaplens {
             if stop.load(Ordering::Relaxed) {
                 bail!("interrupted");
             }
@@ -113,9 +120,9 @@ fn window(
     r.wait_ready(spec.tool.ready_marker(), Duration::from_secs(30), stop)?;
     std::thread::sleep(Duration::from_millis(300));
     let (p0, b0) = received(&opts.iface)?;
-    let t0 = r.cpu_ticks().context("cannot read the tool's CPU time")?;
+    let t0 = CpuTime::of(&r)?;
     std::thread::sleep(opts.window);
-    let t1 = r.cpu_ticks().context("cannot read the tool's CPU time")?;
+    let t1 = CpuTime::of(&r)?;
     let (p1, b1) = received(&opts.iface)?;
     let fin = r.interrupt(Duration::from_secs(60))?;
     let _ = std::fs::remove_file(&file);
@@ -130,6 +137,29 @@ fn window(
             opts.window
         );
     }
-    let cpu_ns = (t1.saturating_sub(t0)) as f64 / TICKS_PER_SECOND * 1e9;
-    Ok((cpu_ns / n as f64, n, b1.saturating_sub(b0)))
+    Ok((t1.ns_since(&t0) / n as f64, n, b1.saturating_sub(b0)))
+}
+
+/// A tool's CPU time so far: the scheduler's nanoseconds over all its threads, and its
+/// 10 ms ticks for where there are none (a light configuration runs a few ticks a window).
+struct CpuTime {
+    sched: Option<Sched>,
+    ticks: u64,
+}
+
+impl CpuTime {
+    fn of(r: &Running) -> anyhow::Result<CpuTime> {
+        Ok(CpuTime {
+            sched: r.schedstat(),
+            ticks: r.cpu_ticks().context("cannot read the tool's CPU time")?,
+        })
+    }
+
+    /// Nanoseconds from `before` to `self`.
+    fn ns_since(&self, before: &CpuTime) -> f64 {
+        match (&self.sched, &before.sched) {
+            (Some(a), Some(b)) => a.since(b).run_ns as f64,
+            _ => self.ticks.saturating_sub(before.ticks) as f64 / TICKS_PER_SECOND * 1e9,
+        }
+    }
 }

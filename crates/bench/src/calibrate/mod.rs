@@ -30,7 +30,7 @@
 use std::collections::BTreeMap;
 
 use poolcap_doctor::predict;
-use poolcap_doctor::profile::{Profile, RingFill, Samples};
+use poolcap_doctor::profile::{self, Profile, RingFill, Samples};
 use poolcap_doctor::share::{self, Cpu, RpsWaits, Sharing};
 
 use crate::meta::Meta;
@@ -51,9 +51,10 @@ pub struct Stage {
 }
 
 /// The configurations, cheapest first (each poolcap stage adds one thing to the previous):
-/// poolcap counting, copying (a 1-iteration x-loop makes it copy into the pool), writing,
-/// compressing at `levels`; then tcpdump and dumpcap writing to /dev/null and to a file, when
-/// `peers`.
+/// poolcap counting, copying (a 1-iteration x-loop makes it copy into the pool), writing
+/// pcap, writing pcapng, compressing at `levels`; `poolcap probe` with each of
+/// [`PROBE_RULES`] rules (the bench's generated rule set); then tcpdump and dumpcap writing
+/// to /dev/null and to a file, when `peers`.
 pub fn stages(levels: &[&str], peers: bool) -> Vec<Stage> {
     let poolcap = |key: &str, f: &dyn Fn(&mut CaptureSpec)| {
         let mut spec = CaptureSpec::new(Tool::Poolcap, crate::suites::BUFFER_KIB);
@@ -67,12 +68,25 @@ pub fn stages(levels: &[&str], peers: bool) -> Vec<Stage> {
         poolcap("count", &|_| {}),
         poolcap("copy", &|s| s.load = 1),
         poolcap("write", &|s| s.write = true),
+        poolcap("pcapng", &|s| {
+            s.write = true;
+            s.pcapng = true;
+        }),
     ];
     for level in levels {
         v.push(poolcap(level, &|s| {
             s.write = true;
             s.compress = Some((*level).to_owned());
         }));
+    }
+    for rules in PROBE_RULES {
+        v.push(Stage {
+            key: profile::probe_key(rules),
+            spec: CaptureSpec {
+                rules: Some(rules),
+                ..CaptureSpec::new(Tool::Probe, crate::suites::BUFFER_KIB)
+            },
+        });
     }
     if peers {
         for tool in [Tool::Tcpdump, Tool::Dumpcap] {
@@ -92,6 +106,10 @@ pub fn stages(levels: &[&str], peers: bool) -> Vec<Stage> {
     }
     v
 }
+
+/// Rule counts `poolcap probe` is calibrated with: the first rule alone, and enough more
+/// (at about 30 ns each here) that their cost stands well above the runs' noise.
+pub const PROBE_RULES: [usize; 2] = [1, 100];
 
 /// Frame sizes measured: the smallest common one and the MTU's.
 pub const SIZES: [usize; 2] = [64, 1514];
@@ -136,7 +154,7 @@ pub fn points(sizes: &[usize], frames: u64, levels: &[&str], peers: bool) -> Vec
     // receive softirq than its rps-off run shows.
     let behind: Vec<Subject> = stages(&[], peers)
         .into_iter()
-        .filter(|s| s.spec.tool != Tool::Poolcap)
+        .filter(|s| matches!(s.spec.tool, Tool::Tcpdump | Tool::Dumpcap))
         .map(|s| Subject::named(format!("{} rps", s.key), s.spec))
         .collect();
     for &size in sizes {
@@ -450,12 +468,29 @@ mod tests {
     fn each_poolcap_stage_adds_one_thing_to_the_previous() {
         let v = stages(&["zstd:1"], false);
         let keys: Vec<&str> = v.iter().map(|s| s.key.as_str()).collect();
-        assert_eq!(keys, ["count", "copy", "write", "zstd:1"]);
+        assert_eq!(
+            keys,
+            [
+                "count",
+                "copy",
+                "write",
+                "pcapng",
+                "zstd:1",
+                "probe 1r",
+                "probe 100r"
+            ]
+        );
         assert_eq!((v[0].spec.load, v[0].spec.write), (0, false));
         assert_eq!((v[1].spec.load, v[1].spec.write), (1, false));
-        assert_eq!((v[2].spec.load, v[2].spec.write), (0, true));
-        assert_eq!(v[3].spec.compress.as_deref(), Some("zstd:1"));
-        assert!(v.iter().all(|s| s.spec.tool == Tool::Poolcap));
+        assert_eq!(
+            (v[2].spec.load, v[2].spec.write, v[2].spec.pcapng),
+            (0, true, false)
+        );
+        assert_eq!((v[3].spec.write, v[3].spec.pcapng), (true, true));
+        assert_eq!(v[4].spec.compress.as_deref(), Some("zstd:1"));
+        assert!(v[..5].iter().all(|s| s.spec.tool == Tool::Poolcap));
+        assert!(v[5..].iter().all(|s| s.spec.tool == Tool::Probe));
+        assert_eq!((v[5].spec.rules, v[6].spec.rules), (Some(1), Some(100)));
     }
 
     #[test]

@@ -97,17 +97,20 @@ pub struct Compared {
     pub verdict: Verdict,
 }
 
+/// `poolcap probe`'s kernel ring in KiB: `poolcap capture`'s default `-B`, as the probe
+/// takes no option for it.
+const PROBE_RING_KIB: u64 = 4096;
+
 /// The scenario a row measured, with the offered rate `pps` (`None`: the tool or setting is
-/// outside the model: netsniff-ng, the analysis tools, several queues, AF_XDP, the in-place
-/// reader).
+/// outside the model: netsniff-ng, pmacct and tshark, probe rules in the kernel, several
+/// queues, AF_XDP, the in-place reader).
 pub fn scenario(row: &Row, pps: f64) -> Option<Scenario> {
     let c = row.capture.as_ref()?;
     let tool = match c.tool {
-        Tool::Poolcap => ModelTool::Poolcap,
+        Tool::Poolcap | Tool::Probe => ModelTool::Poolcap,
         Tool::Tcpdump => ModelTool::Tcpdump,
         Tool::Dumpcap => ModelTool::Dumpcap,
         Tool::NetsniffNg
-        | Tool::Probe
         | Tool::Pmacct
         | Tool::Tshark
         | Tool::Forward
@@ -116,16 +119,25 @@ pub fn scenario(row: &Row, pps: f64) -> Option<Scenario> {
         | Tool::XdpRedirect => return None,
     };
     let multi = c.queues.is_some_and(|q| q > 1) || c.workers.is_some_and(|w| w > 1);
-    if multi || c.inplace || c.backend.as_deref() == Some("af_xdp") {
+    if multi || c.inplace || c.backend.as_deref() == Some("af_xdp") || c.in_kernel {
         return None;
     }
+    // The probe's rules, on its one worker (at least its first rule), and its ring: it
+    // takes no -B, so it has `poolcap capture`'s default.
+    let (rules, buffer_kib) = if c.tool == Tool::Probe {
+        (c.rules.unwrap_or(1).max(1), PROBE_RING_KIB)
+    } else {
+        (0, c.buffer_kib)
+    };
     let t = &row.traffic;
     Some(Scenario {
         snaplen: c.snaplen.unwrap_or(262_144),
-        buffer_bytes: c.buffer_kib * 1024,
+        buffer_bytes: buffer_kib * 1024,
         pool: c.pool.unwrap_or((256, 64)),
         load: c.load,
+        rules,
         write: c.write || (c.dev_null && tool == ModelTool::Poolcap),
+        pcapng: c.pcapng,
         compress: c.compress.clone(),
         burst: t.burst.zip(t.idle).map(|(b, i)| (b, i.as_secs_f64())),
         count: row.median("offered").map(|n| n as u64),

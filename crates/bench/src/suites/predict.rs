@@ -2,7 +2,8 @@
 //! points of [`calibrate::points`], as `poolcap calibrate` does), then measures the
 //! points the model is judged on: paper 002's four sessions (frame sizes at top speed, a
 //! larger kernel buffer, a larger capture buffer, snaplength 96 with tuned buffers), a burst
-//! grid and a load grid, for poolcap, tcpdump and dumpcap. The summary predicts every
+//! grid and a load grid, for poolcap, tcpdump and dumpcap, and a probe grid (`poolcap probe`
+//! with more and more rules). The summary predicts every
 //! measured point from the profile built out of the calibration rows alone (the prediction
 //! never sees the measurement) and judges it with [`validate`]: relative error ≤ 20% where
 //! the measured loss is ≥ 1%, "no loss" (fewer than one frame predicted lost) where none
@@ -24,11 +25,13 @@ use poolcap_doctor::profile::Profile;
 /// For BENCHMARKS.md.
 pub const INTRO: &str = "Issue 16: `poolcap predict` against measurement. One run \
 calibrates this machine's stage costs (the calibration points, as `poolcap calibrate`: the \
-sender alone, each capture configuration and poolcap with a saturated worker at 64 and 1514 B, \
-rps off; poolcap counting with rps on for the receive work's time on the tool's CPU) and then measures \
+sender alone, each capture configuration (poolcap counting, copying, writing pcap and pcapng, \
+its probe with 1 and 100 rules; tcpdump and dumpcap) and poolcap with a saturated worker at 64 \
+and 1514 B, rps off; poolcap counting with rps on for the receive work's time on the tool's CPU) and then measures \
 paper 002's four sessions with rps on (frame sizes at top speed with a 2 MB buffer; a larger \
 kernel buffer; a larger capture buffer; snaplength 96 with tuned buffers), a burst grid and a \
-load grid, for poolcap, tcpdump and dumpcap. Every measured point is predicted from the \
+load grid, for poolcap, tcpdump and dumpcap, and a probe grid (`poolcap probe` with 16, 64 and \
+256 rules, rps off). Every measured point is predicted from the \
 profile of the calibration rows only. Target: relative error ≤ 20% where the measured loss is \
 ≥ 1%, and a correct \"no loss\" (under one frame predicted lost) where none was measured. Read: which kinds of point the model \
 gets right, and by how much it misses the others.";
@@ -187,6 +190,26 @@ fn load_grid(shares: &[f64], frames: u64, c: &Calibration) -> Vec<Point> {
     v
 }
 
+/// The probe grid at top speed with 64-byte frames: `poolcap probe` with each of `rules`
+/// rules of the bench's generated rule set on its one worker (rps off).
+fn probe_grid(rules: &[usize], frames: u64) -> Vec<Point> {
+    rules
+        .iter()
+        .map(|&n| {
+            let spec = CaptureSpec {
+                rules: Some(n),
+                ..CaptureSpec::new(Tool::Probe, super::BUFFER_KIB)
+            };
+            point(
+                format!("probe {n}r"),
+                Traffic::top(64, frames),
+                vec![Subject::capture(spec)],
+                false,
+            )
+        })
+        .collect()
+}
+
 /// The points: calibration first, then what is validated.
 pub fn plan(scale: Scale, c: &Calibration) -> Plan {
     let frames = scale.pick(20_000, 300_000, 1_000_000);
@@ -212,6 +235,7 @@ pub fn plan(scale: Scale, c: &Calibration) -> Plan {
             // 100k frames: the generator must finish within its timeout, which assumes
             // 50k pps, while a saturated capture on a busy machine slows it to ~10k pps.
             v.extend(load_grid(&[0.5, 0.8], 100_000, c));
+            v.extend(probe_grid(&[16, 64, 256], frames));
         }
         Scale::Full => {
             let grid = [64, 256, 512, 1024, 1514];
@@ -222,6 +246,7 @@ pub fn plan(scale: Scale, c: &Calibration) -> Plan {
             ));
             v.extend(burst_grid(&[1024, 4096, 16384, 65536], 5, c));
             v.extend(load_grid(&[0.25, 0.5, 0.75, 0.9, 1.5], frames, c));
+            v.extend(probe_grid(&[1, 16, 64, 256, 1000], frames));
         }
     }
     Plan {
@@ -233,7 +258,7 @@ pub fn plan(scale: Scale, c: &Calibration) -> Plan {
     }
 }
 
-/// The session of a point id: `S1`..`S4`, `burst`, `load`.
+/// The session of a point id: `S1`..`S4`, `burst`, `load`, `probe`.
 fn session(point: &str) -> &str {
     point.split(' ').next().unwrap_or(point)
 }
@@ -299,6 +324,17 @@ fn costs(p: &Profile) -> String {
         c(p.dumpcap.null),
         c(p.dumpcap.file)
     );
+    if let Some(w) = p.pcapng {
+        let _ = writeln!(s, "- poolcap writing pcapng instead of pcap: {}", c(w));
+    }
+    if let Some(r) = p.probe {
+        let _ = writeln!(
+            s,
+            "- poolcap probe's rules (beyond the pool copy): the first {}, each further {}",
+            c(r.first_rule),
+            c(r.per_rule)
+        );
+    }
     if let Some(k) = p.kernel_rps {
         let _ = writeln!(
             s,
@@ -366,7 +402,9 @@ kernel stage (receive work up to the capture ring) has capacity 1e9 / kernel(cap
 on veth with rps off it runs on the sender's CPU and slows the sender instead of dropping, \
 with rps on it runs on the tool's CPU at the cost the rps-on calibration point measured (that CPU's busy time per frame, less poolcap's own). The application stage (the tool's CPU per packet on \
 one core: poolcap's ring read, pool copy (when it analyses; a file alone is written from the \
-ring), x-loop (at the cost per iteration its saturated calibration worker paid) and write; \
+ring), x-loop (at the cost per iteration its saturated calibration worker paid), the probe's \
+rules (its first rule's cost and each further one's, from its calibration with 1 and 100 rules) \
+and write (pcap or pcapng); \
 tcpdump's and dumpcap's measured \
 cost; with rps on, their CPU's busy time less the receive work's, per captured packet) has capacity 1e9 / app(caplen). Each cost is linear in the captured bytes, fitted from \
 64 and 1514-byte frames. The ring holds its blocks' slots (slot: the frame, its TPACKET_V3 \

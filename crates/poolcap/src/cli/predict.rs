@@ -10,6 +10,7 @@ use clap::Args;
 use poolcap_doctor::predict::{self, Prediction, Scenario, Tool};
 use poolcap_doctor::profile::Profile;
 use poolcap_doctor::system::{RealSystem, System};
+use poolcap_format::FileFormat;
 
 use crate::calibrate::validate;
 use crate::capture::compress::Compression;
@@ -97,6 +98,7 @@ fractions of the offered frames.
 Examples:
   poolcap predict --rate 300k --size 64 --load 3000
   poolcap predict --rate 1Gbit --size imix -w --compress zstd:3 --json
+  poolcap predict --rate 500k --size 64 --probe probe.toml
   poolcap predict --tool tcpdump --rate 400k --size 1514 --burst 50k --idle 100ms"
 )]
 pub struct PredictArgs {
@@ -122,6 +124,13 @@ pub struct PredictArgs {
     /// x-loop iterations per packet (poolcap).
     #[arg(long, default_value_t = 0)]
     load: u32,
+    /// `poolcap probe` with this configuration: its rules run on the worker for every
+    /// packet (rules the probe counts in the kernel, `--in-kernel`, are not modelled).
+    #[arg(long, value_name = "CONFIG", conflicts_with = "rules")]
+    probe: Option<PathBuf>,
+    /// `poolcap probe` with this many rules (as --probe, without a file).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    rules: Option<u32>,
     /// Bursts of this many frames at --rate...
     #[arg(long, value_parser = units::parse_count, requires = "idle")]
     burst: Option<u64>,
@@ -134,6 +143,9 @@ pub struct PredictArgs {
     /// The capture writes a file.
     #[arg(short = 'w')]
     write: bool,
+    /// Its format (as `poolcap capture --format`).
+    #[arg(long, default_value = "pcapng", value_enum, requires = "write")]
+    format: FileFormat,
     /// Compression of the file: zstd[:L] or gzip[:L].
     #[arg(long, requires = "write")]
     compress: Option<Compression>,
@@ -232,6 +244,16 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         Tool::Poolcap => 4 << 20,
         Tool::Tcpdump | Tool::Dumpcap => 2 << 20,
     });
+    let rules = match (&args.probe, args.rules) {
+        (Some(file), _) => probe_rules(file)?,
+        (None, Some(n)) => n as usize,
+        (None, None) => 0,
+    };
+    if rules > 0 && args.tool != Tool::Poolcap {
+        return Err(usage(
+            "--probe and --rules describe `poolcap probe`: drop --tool",
+        ));
+    }
     let s = Scenario {
         tool: args.tool,
         rate_pps: rate.pps(mean_size(&sizes)),
@@ -240,7 +262,9 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         buffer_bytes: buffer,
         pool: args.pool,
         load: args.load,
+        rules,
         write: args.write,
+        pcapng: args.format == FileFormat::Pcapng,
         compress: args.compress.map(compression_key),
         burst: args.burst.zip(args.idle.map(|d| d.as_secs_f64())),
         count: args.count,
@@ -255,6 +279,16 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         print_text(&p, &note);
     }
     Ok(())
+}
+
+/// The rules of the probe configuration `file` that run on the workers (all of them: the
+/// probe counts rules in the kernel only with `--in-kernel`).
+fn probe_rules(file: &Path) -> anyhow::Result<usize> {
+    let config = poolcap_probe::config::load(file).map_err(|e| usage(e.to_string()))?;
+    if config.rules.is_empty() {
+        return Err(usage(format!("{}: no rules", file.display())));
+    }
+    Ok(config.rules.len())
 }
 
 /// `--validate DIR`: predicted against measured loss for every point of a bench result,
@@ -337,6 +371,10 @@ pub fn capture_warning(cfg: &CaptureConfig) -> Option<String> {
         pool: (cfg.pool.cells, cfg.pool.chunks),
         load: cfg.load,
         write: cfg.output.is_some(),
+        pcapng: cfg
+            .output
+            .as_ref()
+            .is_some_and(|(_, f)| *f == FileFormat::Pcapng),
         compress: cfg.compress.map(compression_key),
         ..Scenario::steady(Tool::Poolcap, pps, 60.0)
     };

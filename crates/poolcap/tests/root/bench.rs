@@ -148,14 +148,14 @@ fn predict_smoke_run_calibrates_first_and_predicts_every_other_point() {
         .iter()
         .map(|r| r["point"].as_str().unwrap())
         .collect();
-    // poolcap counting with rps on; the sender alone and count, copy, write and the
-    // saturated worker at 64 B; poolcap analysing, stopped, at the ring point; then poolcap
-    // and tcpdump at S1 64B.
+    // poolcap counting with rps on; the sender alone and count, copy, write (pcap and
+    // pcapng), the probe with 1 and 100 rules and the saturated worker at 64 B; poolcap
+    // analysing, stopped, at the ring point; then poolcap and tcpdump at S1 64B.
     assert_eq!(
         points,
         ["calibrate rps 64B"]
             .into_iter()
-            .chain(["calibrate 64B"; 5])
+            .chain(["calibrate 64B"; 8])
             .chain(["calibrate ring 64B"])
             .chain(["S1 64B"; 2])
             .collect::<Vec<_>>(),
@@ -216,6 +216,11 @@ fn predict_smoke_run_calibrates_first_and_predicts_every_other_point() {
             "{key}: {profile}"
         );
     }
+
+    // pcapng's cost, and the probe's: 99 more rules cost more than nothing.
+    assert!(cpu["pcapng"]["ns_per_packet"].is_number(), "{profile}");
+    let per_rule = cpu["probe"]["per_rule"]["ns_per_packet"].as_f64();
+    assert!(per_rule.is_some_and(|ns| ns > 0.0), "{profile}");
 
     // The receive work with rps on, as the tool CPU's busy time per frame less poolcap's:
     // measured (the rps calibration points ran) and less than the sender's 20k frames' whole

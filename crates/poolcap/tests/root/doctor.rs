@@ -275,10 +275,20 @@ fn calibrate_on_an_interface_measures_the_traffic_sent_to_it() {
         source.contains("sender, kernel"),
         "not measured live: {source}"
     );
-    // Six windows: three configurations at two snaplengths, each with frames counted.
+    // Ten windows: four configurations at two snaplengths, each with frames counted, and
+    // the probe (whole frames) with 1 and 100 rules once each.
     let windows: Vec<&str> = err.lines().filter(|l| l.contains("B captured:")).collect();
-    assert_eq!(windows.len(), 6, "{err}");
+    assert_eq!(windows.len(), 10, "{err}");
     assert!(windows[1].contains("at 100 B captured"), "{err}");
+    assert!(
+        windows[8].starts_with("calibrate: probe 1r at 100 B"),
+        "{err}"
+    );
+    assert!(
+        windows[9].starts_with("calibrate: probe 100r at 100 B"),
+        "{err}"
+    );
+    assert!(p["probe"]["per_rule"].is_object(), "{p}");
     // What it printed is what it saved.
     let printed: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
     assert_eq!(printed, p);
@@ -325,8 +335,9 @@ fn calibrate_in_its_own_lab_saves_a_profile_predict_reads() {
         .filter(|l| l.contains("ns per packet") || l.contains("sender alone"))
         .count();
     assert_eq!(
-        runs, 12,
-        "count with rps on; sender, count, copy, write, saturated at 64 and 1514 B: {err}"
+        runs, 18,
+        "count with rps on; sender, count, copy, write, pcapng, probe 1r and 100r, saturated \
+         at 64 and 1514 B: {err}"
     );
     // The ring point: poolcap analysing, stopped while the frames came; a ring it measured
     // full is kept beside the rule (20k frames fill it below about 700k pps).
@@ -358,4 +369,21 @@ fn calibrate_in_its_own_lab_saves_a_profile_predict_reads() {
         "{text}"
     );
     assert!(text.contains("predicted loss 0.00%"), "{text}");
+    // The probe's rules were measured: 100 of them cost more than one.
+    let probe = &p["probe"];
+    let rule = probe["per_rule"]["ns_per_packet"].as_f64().unwrap()
+        + 64.0 * probe["per_rule"]["ns_per_byte"].as_f64().unwrap();
+    assert!(rule > 0.0, "{probe}");
+    let pred = predict(&[
+        "--profile",
+        out.to_str().unwrap(),
+        "--rate",
+        "1k",
+        "--size",
+        "64",
+        "--rules",
+        "100",
+    ]);
+    let text = String::from_utf8_lossy(&pred.stdout);
+    assert!(text.contains("probe rules"), "{text}");
 }
