@@ -486,6 +486,7 @@ mod tests {
         assert!(p.source.starts_with("built-in"));
         assert!(p.x_loop_ns > 0.0 && p.top_pps(64.0) > 1e4);
         assert!(p.compress.contains_key("zstd:3"));
+        assert!(p.pcapng.is_some() && p.probe.is_some_and(|r| r.per_rule.ns(64.0) > 0.0));
         let back = Profile::from_json(&serde_json::to_string(&p).unwrap()).unwrap();
         assert_eq!(back, p);
         assert!(Profile::from_json("{}")

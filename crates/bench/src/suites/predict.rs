@@ -30,8 +30,8 @@ its probe with 1 and 100 rules; tcpdump and dumpcap) and poolcap with a saturate
 and 1514 B, rps off; poolcap counting with rps on for the receive work's time on the tool's CPU) and then measures \
 paper 002's four sessions with rps on (frame sizes at top speed with a 2 MB buffer; a larger \
 kernel buffer; a larger capture buffer; snaplength 96 with tuned buffers), a burst grid and a \
-load grid, for poolcap, tcpdump and dumpcap, and a probe grid (`poolcap probe` with 16, 64 and \
-256 rules, rps off). Every measured point is predicted from the \
+load grid, for poolcap, tcpdump and dumpcap, and a probe grid (`poolcap probe` with 16, 256 and \
+1000 rules, rps off). Every measured point is predicted from the \
 profile of the calibration rows only. Target: relative error ≤ 20% where the measured loss is \
 ≥ 1%, and a correct \"no loss\" (under one frame predicted lost) where none was measured. Read: which kinds of point the model \
 gets right, and by how much it misses the others.";
@@ -235,7 +235,7 @@ pub fn plan(scale: Scale, c: &Calibration) -> Plan {
             // 100k frames: the generator must finish within its timeout, which assumes
             // 50k pps, while a saturated capture on a busy machine slows it to ~10k pps.
             v.extend(load_grid(&[0.5, 0.8], 100_000, c));
-            v.extend(probe_grid(&[16, 64, 256], frames));
+            v.extend(probe_grid(&[16, 256, 1000], frames));
         }
         Scale::Full => {
             let grid = [64, 256, 512, 1024, 1514];

@@ -467,7 +467,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     });
     // SIGHUP too: a capture in a closed terminal or an ended ssh session stops as cleanly.
     let stop = crate::cli::flag_on(&[SIGINT, SIGTERM, SIGHUP])?;
-    let warning = crate::cli::predict::capture_warning(&cfg);
+    let warning = crate::cli::predict::capture_warning(&cfg, 0);
     let (iface, snaplen, queues, pool) = (cfg.iface.clone(), cfg.snaplen, cfg.queues, cfg.pool);
     let stats_path = stats.as_ref().map(|s| s.path().to_owned());
     let started = Engine::start(cfg, stop, |out| {

@@ -359,10 +359,11 @@ fn line_rate(iface: &str, profile: &Profile) -> (f64, String) {
     }
 }
 
-/// The one-line warning `poolcap capture` prints at start when the profile predicts loss
-/// for `cfg` at the interface's line rate of minimum-size frames (`None`: no loss predicted,
-/// or the capture is not one the model describes).
-pub fn capture_warning(cfg: &CaptureConfig) -> Option<String> {
+/// The one-line warning `poolcap capture` (and `poolcap probe`, with its `rules` on the
+/// workers) prints at start when the profile predicts loss for `cfg` at the interface's line
+/// rate of minimum-size frames (`None`: no loss predicted, or the capture is not one the
+/// model describes).
+pub fn capture_warning(cfg: &CaptureConfig, rules: usize) -> Option<String> {
     let (profile, _) = load_profile(None).ok()?;
     let (pps, what) = line_rate(&cfg.iface, &profile);
     let s = Scenario {
@@ -370,6 +371,7 @@ pub fn capture_warning(cfg: &CaptureConfig) -> Option<String> {
         buffer_bytes: u64::from(cfg.ring.block_size) * u64::from(cfg.ring.block_nr),
         pool: (cfg.pool.cells, cfg.pool.chunks),
         load: cfg.load,
+        rules,
         write: cfg.output.is_some(),
         pcapng: cfg
             .output
@@ -388,10 +390,11 @@ pub fn capture_warning(cfg: &CaptureConfig) -> Option<String> {
     }
     let loss = 1.0 - per_queue / pps;
     Some(format!(
-        "poolcap: warning: at {} ({} of 60 B frames) this capture is predicted to lose {} \
+        "poolcap: warning: at {} ({} of 60 B frames) this {} is predicted to lose {} \
          (loss starts at {}, bottleneck {}); to avoid: {} (`poolcap predict` for details)",
         what,
         rate(pps),
+        if rules > 0 { "probe" } else { "capture" },
         pct(loss),
         rate(per_queue),
         p.bottleneck,

@@ -250,6 +250,12 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         .in_kernel
         .map(|mode| KernelRules::start(mode, &iface, &config, true))
         .transpose()?;
+    // The model knows rules on the workers only: with rules in the kernel, no warning.
+    let warning = args
+        .in_kernel
+        .is_none()
+        .then(|| crate::cli::predict::capture_warning(&cfg, config.rules.len()))
+        .flatten();
     let hub = Hub::new(config);
     cfg.probe = Some(Arc::clone(&hub));
     let socket = args.ctl.as_deref().map(ControlSocket::bind).transpose()?;
@@ -305,6 +311,9 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         if workers == 1 { "" } else { "s" },
     );
     eprintln!("{}", engine.backend_report());
+    if let Some(w) = &warning {
+        eprintln!("{w}");
+    }
     let report = engine.run();
     engine_done.store(true, Ordering::Release);
     let last = manager

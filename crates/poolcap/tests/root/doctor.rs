@@ -173,7 +173,62 @@ fn predict_gives_loss_keys_in_json_and_refuses_bad_input() {
     };
     assert_eq!(burst("20k"), 0.0);
     assert!(burst("200k") > 0.0);
+    // A probe configuration's rules cost what as many --rules cost, on top of the pool copy.
+    let dir = tempdir();
+    let config = dir.path().join("probe.toml");
+    std::fs::write(
+        &config,
+        "period = \"1s\"\n[[rule]]\nname = \"a\"\nfilter = \"ip\"\nactions = [\"count\", \"flows\"]\n\
+         [[rule]]\nname = \"b\"\nfilter = \"udp\"\nactions = [\"sizes\"]\n\
+         [[rule]]\nname = \"c\"\nfilter = \"tcp port 80\"\nactions = [\"count\"]\n",
+    )
+    .unwrap();
+    let stage = |v: &serde_json::Value, name: &str| {
+        v["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["stage"] == name)
+            .map(|s| s["ns"].as_f64().unwrap())
+    };
+    let probe = ["--rate", "100k", "--size", "64", "--json"];
+    let from_file = json(&predict(
+        &[&probe[..], &["--probe", config.to_str().unwrap()]].concat(),
+    ));
+    let counted = json(&predict(&[&probe[..], &["--rules", "3"]].concat()));
+    let one = json(&predict(&[&probe[..], &["--rules", "1"]].concat()));
+    assert_eq!(from_file, counted);
+    assert!(stage(&counted, "pool copy").is_some(), "{counted}");
+    assert!(
+        stage(&counted, "probe rules") > stage(&one, "probe rules"),
+        "{counted}"
+    );
+    // pcapng (the default, as for capture) has a cost of its own in the built-in profile.
+    let write = |extra: &[&str]| {
+        let v = json(&predict(
+            &[
+                &["--rate", "1k", "--size", "1514", "-w", "--json"][..],
+                extra,
+            ]
+            .concat(),
+        ));
+        stage(&v, "write").unwrap()
+    };
+    assert_ne!(write(&[]), write(&["--format", "pcap"]));
     for bad in [
+        &[
+            "--rate",
+            "1k",
+            "--size",
+            "64",
+            "--probe",
+            "/nonexistent.toml",
+        ][..],
+        &["--rate", "1k", "--size", "64", "--rules", "0"],
+        &[
+            "--rate", "1k", "--size", "64", "--tool", "tcpdump", "--rules", "5",
+        ],
+        &["--rate", "1k", "--size", "64", "--format", "pcap"],
         &["--rate", "1k", "--size", "59"][..],
         &["--rate", "fast", "--size", "64"],
         &[
@@ -219,6 +274,40 @@ fn capture_warns_at_start_only_when_the_profile_predicts_loss() {
     let c = capture(&lab, &[]);
     let (code, _) = c.stop("INT");
     assert_eq!(code, Some(0));
+
+    // The probe warns as the capture does, for its rules on the worker: 1000 rules do not
+    // keep up with the lab's top speed (about 30 ns each), one rule does.
+    let dir = tempdir();
+    let probe = |rules: usize| -> String {
+        let config = dir.path().join(format!("probe-{rules}.toml"));
+        let mut text = String::from("period = \"1s\"\n");
+        for i in 0..rules {
+            text.push_str(&format!(
+                "[[rule]]\nname = \"r{i}\"\nfilter = \"udp dst port {}\"\nactions = [\"count\"]\n",
+                i + 1
+            ));
+        }
+        std::fs::write(&config, text).unwrap();
+        let mut cmd = netns_command(&lab.probe.netns, bin());
+        cmd.args(["probe", "-i", &lab.probe.iface, "-q", "-c"])
+            .arg(&config)
+            .env("POOLCAP_PROFILE", "/nonexistent/poolcap-profile.json");
+        let bg = Background::start(cmd, "probing on");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let (code, err) = bg.stop("INT");
+        assert_eq!(code, Some(0), "{err}");
+        err
+    };
+    let err = probe(1000);
+    let warnings: Vec<&str> = err.lines().filter(|l| l.contains("warning")).collect();
+    assert_eq!(warnings.len(), 1, "{err}");
+    assert!(
+        warnings[0].contains("this probe is predicted to lose"),
+        "{err}"
+    );
+    assert!(warnings[0].contains("bottleneck probe rules"), "{err}");
+    let err = probe(1);
+    assert!(!err.contains("warning"), "one rule keeps up: {err}");
 }
 
 /// The generator in the background, stopped (by its PID) when the test is done with it.
