@@ -119,6 +119,11 @@ pub struct Profile {
     pub pool_copy: Cost,
     /// poolcap writing a pcap record (increment).
     pub write: Cost,
+    /// poolcap writing its pcap stream to /dev/null, as the bench's sessions run it: the
+    /// records and the write calls without the page cache's copy (increment over counting;
+    /// `None`: not measured, [`Profile::write_cost`] falls back to `write`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_null: Option<Cost>,
     /// poolcap writing a pcapng block instead, its default format (increment over counting;
     /// `None`: not measured, [`Profile::write_cost`] falls back to `write`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -187,11 +192,12 @@ impl Profile {
         self.kernel_rps.unwrap_or(self.kernel)
     }
 
-    /// What writing a record costs poolcap in pcapng (`pcapng`) or pcap: the measured
-    /// pcapng cost, else the pcap one.
-    pub fn write_cost(&self, pcapng: bool) -> Cost {
-        match self.pcapng {
-            Some(c) if pcapng => c,
+    /// What writing a record costs poolcap in pcapng (`pcapng`) or pcap, to a file or to
+    /// /dev/null (`null`, pcap): each measured cost, else the pcap file's.
+    pub fn write_cost(&self, pcapng: bool, null: bool) -> Cost {
+        match (self.pcapng, self.write_null) {
+            (_, Some(c)) if null => c,
+            (Some(c), _) if pcapng && !null => c,
             _ => self.write,
         }
     }
@@ -212,7 +218,8 @@ impl Profile {
 ///
 /// Keys: `sender` (the generator alone, ns per frame sent), `sender+capture` (the generator
 /// while poolcap counts: the difference is the kernel's receive work on veth), `count`,
-/// `copy` (poolcap with a 1-iteration x-loop: the pool copy), `write` (pcap), `pcapng`,
+/// `null` (poolcap writing pcap to /dev/null), `copy` (poolcap with a 1-iteration x-loop:
+/// the pool copy), `write` (pcap), `pcapng`,
 /// `probe 1r` and `probe 100r` (`poolcap probe` with that many rules: [`probe_key`]), a compression level
 /// (`zstd:3`, measured writing), `tcpdump null`, `tcpdump file`, `dumpcap null`,
 /// `dumpcap file`, `kernel rps` (the receive work's ns per frame on the tool's CPU with rps
@@ -285,6 +292,7 @@ impl Profile {
         // A pcap file alone is written from the kernel ring: no pool copy in between.
         let write = pick("write", diff("write", "count"), base.write);
         let pcapng = diff("pcapng", "count").or(base.pcapng);
+        let write_null = diff("null", "count").or(base.write_null);
         let probe = probe_costs(samples, &diff).or(base.probe);
         let mut compress = BTreeMap::new();
         for (level, c) in &base.compress {
@@ -328,6 +336,7 @@ impl Profile {
             poolcap_count,
             pool_copy,
             write,
+            write_null,
             pcapng,
             probe,
             compress,
@@ -343,12 +352,15 @@ pub fn probe_key(rules: usize) -> String {
     format!("probe {rules}r")
 }
 
+/// The rules of the probe configuration whose key is `key` ([`probe_key`]; `None`: not a
+/// probe's).
+pub fn probe_rules_of(key: &str) -> Option<usize> {
+    key.strip_prefix("probe ")?.strip_suffix('r')?.parse().ok()
+}
+
 /// The rule counts measured in `samples` (keys `probe {n}r`), fewest first.
 fn probe_rule_counts(samples: &Samples) -> Vec<usize> {
-    let mut v: Vec<usize> = samples
-        .keys()
-        .filter_map(|k| k.strip_prefix("probe ")?.strip_suffix('r')?.parse().ok())
-        .collect();
+    let mut v: Vec<usize> = samples.keys().filter_map(probe_rules_of).collect();
     v.sort_unstable();
     v
 }
@@ -410,6 +422,7 @@ mod tests {
             s.add("write", bytes, base + bytes);
             s.add("zstd:1", bytes, base + 3.0 * bytes);
             s.add("pcapng", bytes, base + bytes / 2.0);
+            s.add("null", bytes, base + 10.0);
             // The probe copies into the pool (50 ns), then its rules: 300 ns + 20 per further.
             s.add(&probe_key(1), bytes, base + 50.0 + 300.0);
             s.add(&probe_key(100), bytes, base + 50.0 + 300.0 + 99.0 * 20.0);
@@ -430,9 +443,11 @@ mod tests {
         assert!(close(p.pool_copy.ns(1000.0), 50.0));
         assert!(close(p.write.ns_per_byte, 1.0) && close(p.write.ns_per_packet, 0.0));
         assert!(close(p.compress["zstd:1"].ns_per_byte, 2.0));
-        let pcapng = p.write_cost(true);
+        let pcapng = p.write_cost(true, false);
         assert!(close(pcapng.ns_per_byte, 0.5) && close(pcapng.ns_per_packet, 0.0));
-        assert_eq!(p.write_cost(false), p.write);
+        assert_eq!(p.write_cost(false, false), p.write);
+        let null = p.write_cost(false, true);
+        assert!(close(null.ns(1514.0), 10.0) && close(null.ns(64.0), 10.0));
         let probe = p.probe.unwrap();
         assert!(close(probe.first_rule.ns(1514.0), 300.0));
         assert!(close(probe.per_rule.ns(64.0), 20.0));

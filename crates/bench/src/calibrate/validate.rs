@@ -138,6 +138,7 @@ pub fn scenario(row: &Row, pps: f64) -> Option<Scenario> {
         rules,
         write: c.write || (c.dev_null && tool == ModelTool::Poolcap),
         pcapng: c.pcapng,
+        dev_null: c.dev_null && !c.write,
         compress: c.compress.clone(),
         burst: t.burst.zip(t.idle).map(|(b, i)| (b, i.as_secs_f64())),
         count: row.median("offered").map(|n| n as u64),

@@ -324,6 +324,13 @@ fn costs(p: &Profile) -> String {
         c(p.dumpcap.null),
         c(p.dumpcap.file)
     );
+    if let Some(w) = p.write_null {
+        let _ = writeln!(
+            s,
+            "- poolcap writing its pcap stream to /dev/null: {}",
+            c(w)
+        );
+    }
     if let Some(w) = p.pcapng {
         let _ = writeln!(s, "- poolcap writing pcapng instead of pcap: {}", c(w));
     }

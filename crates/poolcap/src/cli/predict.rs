@@ -265,6 +265,7 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         rules,
         write: args.write,
         pcapng: args.format == FileFormat::Pcapng,
+        dev_null: false,
         compress: args.compress.map(compression_key),
         burst: args.burst.zip(args.idle.map(|d| d.as_secs_f64())),
         count: args.count,

@@ -364,17 +364,17 @@ fn calibrate_on_an_interface_measures_the_traffic_sent_to_it() {
         source.contains("sender, kernel"),
         "not measured live: {source}"
     );
-    // Ten windows: four configurations at two snaplengths, each with frames counted, and
+    // Twelve windows: five configurations at two snaplengths, each with frames counted, and
     // the probe (whole frames) with 1 and 100 rules once each.
     let windows: Vec<&str> = err.lines().filter(|l| l.contains("B captured:")).collect();
-    assert_eq!(windows.len(), 10, "{err}");
+    assert_eq!(windows.len(), 12, "{err}");
     assert!(windows[1].contains("at 100 B captured"), "{err}");
     assert!(
-        windows[8].starts_with("calibrate: probe 1r at 100 B"),
+        windows[10].starts_with("calibrate: probe 1r at 100 B"),
         "{err}"
     );
     assert!(
-        windows[9].starts_with("calibrate: probe 100r at 100 B"),
+        windows[11].starts_with("calibrate: probe 100r at 100 B"),
         "{err}"
     );
     assert!(p["probe"]["per_rule"].is_object(), "{p}");
@@ -424,9 +424,9 @@ fn calibrate_in_its_own_lab_saves_a_profile_predict_reads() {
         .filter(|l| l.contains("ns per packet") || l.contains("sender alone"))
         .count();
     assert_eq!(
-        runs, 18,
-        "count with rps on; sender, count, copy, write, pcapng, probe 1r and 100r, saturated \
-         at 64 and 1514 B: {err}"
+        runs, 20,
+        "count with rps on; sender, count, null, copy, write, pcapng, probe 1r and 100r, \
+         saturated at 64 and 1514 B: {err}"
     );
     // The ring point: poolcap analysing, stopped while the frames came; a ring it measured
     // full is kept beside the rule (20k frames fill it below about 700k pps).
