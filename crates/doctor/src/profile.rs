@@ -268,13 +268,6 @@ impl Profile {
     /// saying so in `source`).
     pub fn from_samples(samples: &Samples, base: &Profile, source: &str) -> Profile {
         let mut kept = Vec::new();
-        let mut pick = |name: &str, c: Option<Cost>, fallback: Cost| match c {
-            Some(c) => c,
-            None => {
-                kept.push(name.to_owned());
-                fallback
-            }
-        };
         let fit = |k: &str| samples.fit(k);
         // An increment is measured at each size and never negative: on a busy machine a
         // configuration with one more stage can come out cheaper than the one without it.
@@ -284,6 +277,29 @@ impl Profile {
             let (lo, hi) = samples.span(a)?;
             Some(Cost::fit(inc(lo), inc(hi)))
         };
+        // Costs a profile may lack: the base's where it has them, and said so.
+        let pcapng = diff("pcapng", "count");
+        let write_null = diff("null", "count");
+        let probe = probe_costs(samples, &diff);
+        for (name, measured, in_base) in [
+            ("pcapng", pcapng.is_some(), base.pcapng.is_some()),
+            ("null", write_null.is_some(), base.write_null.is_some()),
+            ("probe", probe.is_some(), base.probe.is_some()),
+        ] {
+            if !measured && in_base {
+                kept.push(name.to_owned());
+            }
+        }
+        let pcapng = pcapng.or(base.pcapng);
+        let write_null = write_null.or(base.write_null);
+        let probe = probe.or(base.probe);
+        let mut pick = |name: &str, c: Option<Cost>, fallback: Cost| match c {
+            Some(c) => c,
+            None => {
+                kept.push(name.to_owned());
+                fallback
+            }
+        };
         let sender = pick("sender", fit("sender"), base.sender);
         let kernel = pick("kernel", diff("sender+capture", "sender"), base.kernel);
         let kernel_rps = fit("kernel rps").or(base.kernel_rps);
@@ -291,9 +307,6 @@ impl Profile {
         let pool_copy = pick("copy", diff("copy", "count"), base.pool_copy);
         // A pcap file alone is written from the kernel ring: no pool copy in between.
         let write = pick("write", diff("write", "count"), base.write);
-        let pcapng = diff("pcapng", "count").or(base.pcapng);
-        let write_null = diff("null", "count").or(base.write_null);
-        let probe = probe_costs(samples, &diff).or(base.probe);
         let mut compress = BTreeMap::new();
         for (level, c) in &base.compress {
             compress.insert(level.clone(), pick(level, diff(level, "write"), *c));
@@ -466,6 +479,11 @@ mod tests {
             .source
             .starts_with("calibrate test; not measured, from built-in"));
         assert!(p.source.contains("zstd:3") && p.source.contains("tcpdump null"));
+        let kept = p.source.rsplit(": ").next().unwrap();
+        assert!(
+            !kept.contains("probe") && !kept.contains("pcapng"),
+            "{kept}"
+        );
         assert!(close(p.compress["gzip:1"].ns(64.0), 36.0));
         assert!(close(p.compress["gzip:1"].ns(1514.0), 0.0));
         assert!(!p.source.contains("zstd:1"));
@@ -493,6 +511,14 @@ mod tests {
             ..Profile::built_in()
         };
         assert_eq!(Profile::from_samples(&one, &base, "test").probe, None);
+        // With a base that has them, its costs stand, and the source says so.
+        let kept = Profile::from_samples(&one, &Profile::built_in(), "test");
+        assert_eq!(kept.probe, Profile::built_in().probe);
+        assert!(
+            kept.source.contains("pcapng, null, probe"),
+            "{}",
+            kept.source
+        );
     }
 
     #[test]

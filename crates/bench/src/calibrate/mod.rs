@@ -240,6 +240,14 @@ fn measures_costs(r: &Row) -> bool {
     r.point.starts_with(POINT_PREFIX) && r.point != RING_POINT
 }
 
+/// What a difference of busy times that came out at or below zero is recorded as: the
+/// receive work's spread between runs (0.72-1.1 µs a frame at 64 B) can exceed a light
+/// tool's own cost, and a point dropped from a fit would leave the other frame size to stand
+/// for both (tcpdump writing a file behind the receive work then cost 3.8 µs at 64 B, its
+/// 1514 B figure, where it had measured nothing; the model never charges a peer less than
+/// its rps-off cost).
+const MEASURED_NOTHING_NS: f64 = 1.0;
+
 /// The samples of the calibration rows among `rows` (points of [`points`]): the sender's ns
 /// per frame, the sender's while poolcap counts (`sender+capture`), each configuration's
 /// CPU ns per captured packet, medians over the runs, keyed by the frame size. At the rps-on
@@ -257,7 +265,7 @@ pub fn samples(rows: &[Row]) -> Samples {
     for r in costs().filter(|r| r.rps && r.subject == KERNEL_RPS) {
         let own = r.median("cpu_s_per_mpkt").map(|x| x * 1e3);
         if let (Some(busy), Some(own), Some(kept)) = (busy(r), own, kept(r)) {
-            let ns = (busy - own * kept).max(0.0);
+            let ns = (busy - own * kept).max(MEASURED_NOTHING_NS);
             kernel_rps.insert(r.traffic.size, ns);
             s.add(KERNEL_RPS, r.traffic.size as f64, ns);
         }
@@ -275,7 +283,8 @@ pub fn samples(rows: &[Row]) -> Samples {
             key if r.rps => {
                 let kernel = kernel_rps.get(&r.traffic.size);
                 if let (Some(busy), Some(kernel), Some(kept)) = (busy(r), kernel, kept(r)) {
-                    s.add(key, bytes, ((busy - kernel) / kept.max(1e-9)).max(0.0));
+                    let own = (busy - kernel) / kept.max(1e-9);
+                    s.add(key, bytes, own.max(MEASURED_NOTHING_NS));
                 }
             }
             key => {
@@ -568,9 +577,16 @@ mod tests {
         dumpcap.rps = true;
         dumpcap.busy_s = Some(0.006);
         dumpcap.in_file = Some(1500);
-        let with_rps = samples(&crate::report::aggregate(&[rps, dumpcap]));
+        // tcpdump's CPU busy 1 ms: less than the receive work alone measured elsewhere, which
+        // is recorded as nothing (1 ns), not dropped.
+        let mut tcpdump = run("calibrate rps 64B", "tcpdump null rps", 300e3, Some(0.0005));
+        tcpdump.rps = true;
+        tcpdump.busy_s = Some(0.001);
+        let with_rps = samples(&crate::report::aggregate(&[rps, dumpcap, tcpdump]));
         let keys: Vec<&str> = with_rps.keys().collect();
-        assert_eq!(keys, ["dumpcap null rps", KERNEL_RPS]);
+        assert_eq!(keys, ["dumpcap null rps", KERNEL_RPS, "tcpdump null rps"]);
+        let t = with_rps.fit("tcpdump null rps").unwrap();
+        assert_eq!(t.ns(64.0), MEASURED_NOTHING_NS);
         let k = profile(&with_rps, 1.5, "test".into()).kernel_on_tool_cpu();
         assert!((k.ns(64.0) - 500.0).abs() < 1e-6, "{k:?}");
         let d = with_rps.fit("dumpcap null rps").unwrap();
