@@ -439,20 +439,21 @@ fn calibrate_in_its_own_lab_saves_a_profile_predict_reads() {
     }
     // The rps-on points measured the receive work as CPU time on the tool's CPU.
     assert!(p["kernel_rps"].is_object(), "{p}");
-    let pred = predict(&[
-        "--profile",
-        out.to_str().unwrap(),
-        "--rate",
-        "1k",
-        "--size",
-        "64",
-    ]);
-    let text = String::from_utf8_lossy(&pred.stdout);
-    assert!(
-        pred.status.success(),
-        "{}",
-        String::from_utf8_lossy(&pred.stderr)
-    );
+    let with_profile = |extra: &[&str]| {
+        let base = [
+            "--profile",
+            out.to_str().unwrap(),
+            "--rate",
+            "1k",
+            "--size",
+            "64",
+        ];
+        let pred = predict(&[&base[..], extra].concat());
+        let err = String::from_utf8_lossy(&pred.stderr);
+        assert!(pred.status.success(), "{err}");
+        String::from_utf8_lossy(&pred.stdout).into_owned()
+    };
+    let text = with_profile(&[]);
     assert!(
         text.starts_with("profile: poolcap calibrate in a veth lab"),
         "{text}"
@@ -463,16 +464,6 @@ fn calibrate_in_its_own_lab_saves_a_profile_predict_reads() {
     let rule = probe["per_rule"]["ns_per_packet"].as_f64().unwrap()
         + 64.0 * probe["per_rule"]["ns_per_byte"].as_f64().unwrap();
     assert!(rule > 0.0, "{probe}");
-    let pred = predict(&[
-        "--profile",
-        out.to_str().unwrap(),
-        "--rate",
-        "1k",
-        "--size",
-        "64",
-        "--rules",
-        "100",
-    ]);
-    let text = String::from_utf8_lossy(&pred.stdout);
+    let text = with_profile(&["--rules", "100"]);
     assert!(text.contains("probe rules"), "{text}");
 }
