@@ -29,7 +29,8 @@ sender alone, each capture configuration (poolcap counting, copying, writing pca
 its probe with 1 and 100 rules; tcpdump and dumpcap) and poolcap with a saturated worker at 64 \
 and 1514 B, rps off; poolcap counting with rps on for the receive work's time on the tool's CPU) and then measures \
 paper 002's four sessions with rps on (frame sizes at top speed with a 2 MB buffer; a larger \
-kernel buffer; a larger capture buffer; snaplength 96 with tuned buffers), a burst grid and a \
+kernel buffer; a larger capture buffer; snaplength 96 with tuned buffers), session 1 at a fixed \
+450k pps (S5, not the paper's: the same offered rate for every tool and run), a burst grid and a \
 load grid, for poolcap, tcpdump and dumpcap, and a probe grid (`poolcap probe` with 16, 256 and \
 1000 rules, rps off). Every measured point is predicted from the \
 profile of the calibration rows only. Target: relative error ≤ 20% where the measured loss is \
@@ -190,6 +191,30 @@ fn load_grid(shares: &[f64], frames: u64, c: &Calibration) -> Vec<Point> {
     v
 }
 
+/// Session 5 (not the paper's): session 1 at a fixed `pps` instead of top speed, so that
+/// every tool and run is offered the same rate (at top speed the sender's rate moves with
+/// the tool and the run, and the receive work's cost on the tool's CPU with it).
+fn fixed_rate(sizes: &[usize], pps: u64, frames: u64) -> Vec<Point> {
+    sizes
+        .iter()
+        .map(|&s| {
+            point(
+                format!("S5 {s}B {}k", pps / 1000),
+                Traffic {
+                    rate: Some(pps),
+                    ..Traffic::top(s, frames)
+                },
+                tools(PAPER_KIB, None, None),
+                true,
+            )
+        })
+        .collect()
+}
+
+/// The offered rate of session 5: below the sender's top speed at 1514 B with the receive
+/// work on the tool's CPU (509-717k pps in the runs of 2026-11-26).
+const S5_PPS: u64 = 450_000;
+
 /// The probe grid at top speed with 64-byte frames: `poolcap probe` with each of `rules`
 /// rules of the bench's generated rule set on its one worker (rps off).
 fn probe_grid(rules: &[usize], frames: u64) -> Vec<Point> {
@@ -231,6 +256,7 @@ pub fn plan(scale: Scale, c: &Calibration) -> Plan {
         }
         Scale::Quick => {
             v.extend(sessions(&[64, 512, 1514], &[64], frames));
+            v.extend(fixed_rate(&[64, 1514], S5_PPS, frames));
             v.extend(burst_grid(&[2048, 32768], 3, c));
             // 100k frames: the generator must finish within its timeout, which assumes
             // 50k pps, while a saturated capture on a busy machine slows it to ~10k pps.
@@ -244,6 +270,7 @@ pub fn plan(scale: Scale, c: &Calibration) -> Plan {
                 &grid,
                 frames,
             ));
+            v.extend(fixed_rate(&[64, 512, 1514], S5_PPS, frames));
             v.extend(burst_grid(&[1024, 4096, 16384, 65536], 5, c));
             v.extend(load_grid(&[0.25, 0.5, 0.75, 0.9, 1.5], frames, c));
             v.extend(probe_grid(&[1, 16, 64, 256, 1000], frames));
@@ -258,7 +285,7 @@ pub fn plan(scale: Scale, c: &Calibration) -> Plan {
     }
 }
 
-/// The session of a point id: `S1`..`S4`, `burst`, `load`, `probe`.
+/// The session of a point id: `S1`..`S5`, `burst`, `load`, `probe`.
 fn session(point: &str) -> &str {
     point.split(' ').next().unwrap_or(point)
 }
@@ -584,9 +611,19 @@ mod tests {
         assert!(q[first_other..]
             .iter()
             .all(|p| !p.id.starts_with(calibrate::POINT_PREFIX)));
-        for s in ["S1", "S2", "S3", "S4", "burst", "load"] {
+        for s in ["S1", "S2", "S3", "S4", "S5", "burst", "load", "probe"] {
             assert!(q.iter().any(|p| session(&p.id) == s), "{s}");
         }
+        // Session 5 offers every tool the same fixed rate, with the receive work on its CPU.
+        let s5 = q.iter().find(|p| session(&p.id) == "S5").unwrap();
+        assert_eq!((s5.traffic.rate, s5.rps), (Some(S5_PPS), Some(true)));
+        assert_eq!(s5.subjects.len(), 3);
+        let probe = q.iter().find(|p| p.id == "probe 1000r").unwrap();
+        let spec = probe.subjects[0].capture.as_ref().unwrap();
+        assert_eq!(
+            (spec.tool, spec.rules, probe.rps),
+            (Tool::Probe, Some(1000), Some(false))
+        );
         let s4 = q.iter().find(|p| session(&p.id) == "S4").unwrap();
         let pc = s4.subjects[0].capture.as_ref().unwrap();
         assert_eq!(
