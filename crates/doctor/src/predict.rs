@@ -580,8 +580,8 @@ mod tests {
     }
 
     /// Round numbers: kernel 1 µs (1 Mpps), poolcap count 1 µs, copy 1 µs, write 2 µs per
-    /// byte-free packet (pcapng 1.5 µs, to /dev/null 0.3 µs), x-loop 1 ns, the probe's first rule 0.5 µs and each
-    /// further one 0.1 µs, zstd:3 1 µs, tcpdump 4 µs to /dev/null.
+    /// byte-free packet (pcapng 1.5 µs, to /dev/null 0.3 µs), x-loop 1 ns, the probe's first
+    /// rule 0.5 µs and each further one 0.1 µs, zstd:3 1 µs, tcpdump 4 µs to /dev/null.
     fn profile() -> Profile {
         Profile {
             source: "test".into(),

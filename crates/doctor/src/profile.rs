@@ -47,6 +47,14 @@ impl Cost {
         }
     }
 
+    /// `self` times `k`, per packet and per byte.
+    pub fn times(&self, k: f64) -> Cost {
+        Cost {
+            ns_per_packet: self.ns_per_packet * k,
+            ns_per_byte: self.ns_per_byte * k,
+        }
+    }
+
     /// `self - other`, stage by stage (an increment over a cheaper configuration).
     pub fn minus(&self, other: &Cost) -> Cost {
         Cost {
@@ -195,11 +203,14 @@ impl Profile {
     /// What writing a record costs poolcap in pcapng (`pcapng`) or pcap, to a file or to
     /// /dev/null (`null`, pcap): each measured cost, else the pcap file's.
     pub fn write_cost(&self, pcapng: bool, null: bool) -> Cost {
-        match (self.pcapng, self.write_null) {
-            (_, Some(c)) if null => c,
-            (Some(c), _) if pcapng && !null => c,
-            _ => self.write,
-        }
+        let measured = if null {
+            self.write_null
+        } else if pcapng {
+            self.pcapng
+        } else {
+            None
+        };
+        measured.unwrap_or(self.write)
     }
 
     /// The sender's top speed (frames per second) for frames of `bytes` bytes.
@@ -219,8 +230,8 @@ impl Profile {
 /// Keys: `sender` (the generator alone, ns per frame sent), `sender+capture` (the generator
 /// while poolcap counts: the difference is the kernel's receive work on veth), `count`,
 /// `null` (poolcap writing pcap to /dev/null), `copy` (poolcap with a 1-iteration x-loop:
-/// the pool copy), `write` (pcap), `pcapng`,
-/// `probe 1r` and `probe 100r` (`poolcap probe` with that many rules: [`probe_key`]), a compression level
+/// the pool copy), `write` (pcap), `pcapng`, `probe 1r` and `probe 100r` (`poolcap probe`
+/// with that many rules: [`probe_key`]), a compression level
 /// (`zstd:3`, measured writing), `tcpdump null`, `tcpdump file`, `dumpcap null`,
 /// `dumpcap file`, `kernel rps` (the receive work's ns per frame on the tool's CPU with rps
 /// on), and `tcpdump null rps`, `tcpdump file rps`, `dumpcap null rps`, `dumpcap file rps`
@@ -388,17 +399,8 @@ fn probe_costs(samples: &Samples, diff: &dyn Fn(&str, &str) -> Option<Cost>) -> 
     if many <= few {
         return None;
     }
-    let further = diff(&probe_key(many), &probe_key(few))?;
-    let per_rule = Cost {
-        ns_per_packet: further.ns_per_packet / (many - few) as f64,
-        ns_per_byte: further.ns_per_byte / (many - few) as f64,
-    };
-    let base = diff(&probe_key(few), "copy")?;
-    let extra = (few - 1) as f64;
-    let first_rule = Cost {
-        ns_per_packet: base.ns_per_packet - extra * per_rule.ns_per_packet,
-        ns_per_byte: base.ns_per_byte - extra * per_rule.ns_per_byte,
-    };
+    let per_rule = diff(&probe_key(many), &probe_key(few))?.times(1.0 / (many - few) as f64);
+    let first_rule = diff(&probe_key(few), "copy")?.minus(&per_rule.times((few - 1) as f64));
     Some(ProbeCosts {
         first_rule,
         per_rule,

@@ -1,9 +1,10 @@
 //! Calibration on a real interface with traffic the user sends: each configuration of
 //! [`super::stages`] captures for `window` at snaplength 64 and at full length, and its CPU
 //! time (the scheduler's, in nanoseconds) over the window is divided by the frames the
-//! interface received in it (its own counters, which also give their mean size). Two snaplengths stand in for two frame sizes:
-//! the captured bytes are what copies, writes and compression pay for (the probe, which
-//! keeps whole frames, runs once and gets per-packet costs only).
+//! interface received in it (its own counters, which also give their mean size). Two
+//! snaplengths stand in for two frame sizes: the captured bytes are what copies, writes and
+//! compression pay for (the probe, which keeps whole frames, runs once and gets per-packet
+//! costs only).
 
 use std::path::Path;
 use std::process::Command;
