@@ -44,7 +44,7 @@
 
 use serde::Serialize;
 
-use crate::profile::Profile;
+use crate::profile::{Cost, Profile};
 use crate::share;
 
 /// The capture tool.
@@ -79,13 +79,9 @@ pub struct Scenario {
     pub load: u32,
     /// `poolcap probe`'s rules run on the worker for each packet (0: a capture, no probe).
     pub rules: usize,
-    /// Write a file (poolcap writes it from the kernel ring where the frames lie).
-    pub write: bool,
-    /// poolcap writes pcapng (its default) rather than pcap.
-    pub pcapng: bool,
-    /// The file is /dev/null (the bench's sessions write poolcap's pcap stream there): the
-    /// records and write calls without the page cache's copy.
-    pub dev_null: bool,
+    /// Where the packets go (poolcap writes a file from the kernel ring where the frames
+    /// lie).
+    pub output: Output,
     /// Compression of the file (`zstd:3`).
     pub compress: Option<String>,
     /// Bursts of this many frames at `rate_pps`, each followed by `idle_s` of silence.
@@ -112,9 +108,7 @@ impl Scenario {
             pool: (256, 64),
             load: 0,
             rules: 0,
-            write: false,
-            pcapng: false,
-            dev_null: false,
+            output: Output::Nothing,
             compress: None,
             burst: None,
             count: None,
@@ -126,6 +120,43 @@ impl Scenario {
     /// rules to run.
     fn analyses(&self) -> bool {
         self.tool == Tool::Poolcap && (self.load > 0 || self.rules > 0)
+    }
+}
+
+/// Where a capture's packets go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// Nowhere: poolcap counts them (a peer always writes something: read as /dev/null).
+    Nothing,
+    /// A pcap stream to /dev/null, as the bench's sessions write: the records and the write
+    /// calls without the page cache's copy.
+    DevNull,
+    /// A pcap file.
+    Pcap,
+    /// A pcapng file (poolcap's default format).
+    Pcapng,
+}
+
+impl Output {
+    /// poolcap formats and writes records (to a file or to /dev/null).
+    fn writes(self) -> bool {
+        self != Output::Nothing
+    }
+
+    /// A file on disk: a peer's `file` costs rather than its `null` ones.
+    fn is_file(self) -> bool {
+        matches!(self, Output::Pcap | Output::Pcapng)
+    }
+
+    /// What writing a record costs poolcap here: the cost measured for this output, else
+    /// (a profile without pcapng or /dev/null costs) the pcap file's.
+    fn write_cost(self, p: &Profile) -> Cost {
+        let measured = match self {
+            Output::DevNull => p.write_null,
+            Output::Pcapng => p.pcapng,
+            Output::Nothing | Output::Pcap => None,
+        };
+        measured.unwrap_or(p.write)
     }
 }
 
@@ -211,8 +242,8 @@ fn app_stages(p: &Profile, s: &Scenario, caplen: f64) -> Result<Vec<StageCost>, 
             if s.load > 0 {
                 add("x-loop", f64::from(s.load) * p.x_loop_ns);
             }
-            if s.write {
-                add("write", p.write_cost(s.pcapng, s.dev_null).ns(caplen));
+            if s.output.writes() {
+                add("write", s.output.write_cost(p).ns(caplen));
             }
         }
         Tool::Tcpdump | Tool::Dumpcap => {
@@ -227,7 +258,7 @@ fn app_stages(p: &Profile, s: &Scenario, caplen: f64) -> Result<Vec<StageCost>, 
             } else {
                 &p.dumpcap
             };
-            let (what, cost, behind) = if s.write {
+            let (what, cost, behind) = if s.output.is_file() {
                 ("capture and write", t.file, t.file_rps)
             } else {
                 ("capture to /dev/null", t.null, t.null_rps)
@@ -244,7 +275,7 @@ fn app_stages(p: &Profile, s: &Scenario, caplen: f64) -> Result<Vec<StageCost>, 
         }
     }
     if let Some(level) = &s.compress {
-        if !s.write {
+        if !s.output.writes() {
             return err("compression needs a written file (-w)");
         }
         if s.tool == Tool::Dumpcap {
@@ -271,7 +302,7 @@ fn share_key(s: &Scenario, cpu: &share::Cpu) -> String {
             share::SATURATED.to_owned()
         }
         Tool::Poolcap if s.analyses() => "copy".to_owned(),
-        Tool::Poolcap if s.write => "write".to_owned(),
+        Tool::Poolcap if s.output.writes() => "write".to_owned(),
         Tool::Poolcap => "count".to_owned(),
         Tool::Tcpdump | Tool::Dumpcap => format!(
             "{} {}",
@@ -280,7 +311,7 @@ fn share_key(s: &Scenario, cpu: &share::Cpu) -> String {
             } else {
                 "dumpcap"
             },
-            if s.write { "file" } else { "null" }
+            if s.output.is_file() { "file" } else { "null" }
         ),
     }
 }
@@ -293,7 +324,7 @@ fn memory(s: &Scenario) -> (u64, usize) {
     let (m, r) = s.pool;
     match s.tool {
         Tool::Poolcap if s.analyses() => (s.buffer_bytes, m * r),
-        Tool::Poolcap if s.write => {
+        Tool::Poolcap if s.output.writes() => {
             let cell = s.snaplen.clamp(64, 2048) as usize;
             (s.buffer_bytes + (r * m * cell) as u64, 0)
         }
@@ -596,6 +627,7 @@ mod tests {
             probe: Some(ProbeCosts {
                 first_rule: flat(500.0),
                 per_rule: flat(100.0),
+                beyond: Vec::new(),
             }),
             compress: BTreeMap::from([("zstd:3".to_owned(), flat(1000.0))]),
             x_loop_ns: 1.0,
@@ -642,7 +674,7 @@ mod tests {
         // poolcap writing from the ring, with no copy: 1 + 2 µs = 333k pps; offered 500k: a
         // third is lost.
         let s = Scenario {
-            write: true,
+            output: Output::Pcap,
             ..scenario(Tool::Poolcap, 500_000.0)
         };
         let p = predict(&profile(), &s).unwrap();
@@ -680,7 +712,7 @@ mod tests {
         let w = predict(
             &profile(),
             &Scenario {
-                write: true,
+                output: Output::Pcap,
                 ..rps(Tool::Tcpdump)
             },
         )
@@ -772,7 +804,7 @@ mod tests {
         // of a capture that only writes closes eleven a period (2272.7 frames each); one is
         // held while it is written. No pool copy.
         let s = Scenario {
-            write: true,
+            output: Output::Pcap,
             pool: (100, 20),
             count: Some(100_000),
             ..scenario(Tool::Poolcap, 500_000.0)
@@ -843,11 +875,11 @@ mod tests {
     #[test]
     fn pcapng_and_dev_null_cost_what_was_measured_for_them_else_what_pcap_costs() {
         let pcap = Scenario {
-            write: true,
+            output: Output::Pcap,
             ..scenario(Tool::Poolcap, 100_000.0)
         };
         let pcapng = Scenario {
-            pcapng: true,
+            output: Output::Pcapng,
             ..pcap.clone()
         };
         let write = |p: &Profile, s: &Scenario| {
@@ -855,7 +887,7 @@ mod tests {
             r.stages.iter().find(|x| x.stage == "write").unwrap().ns
         };
         let null = Scenario {
-            dev_null: true,
+            output: Output::DevNull,
             ..pcap.clone()
         };
         assert_eq!(write(&profile(), &pcap), 2000.0);
@@ -1110,7 +1142,7 @@ mod tests {
         assert!(predict(&with_rps(0.5, None), &rps).unwrap().wait_loss > 0.0);
         assert_eq!(predict(&own, &rps).unwrap().wait_loss, 0.0);
         let writing = Scenario {
-            write: true,
+            output: Output::Pcap,
             ..rps.clone()
         };
         assert!(predict(&own, &writing).unwrap().wait_loss > 0.0);
@@ -1124,7 +1156,7 @@ mod tests {
             ns_per_byte: 10.0,
         };
         let s = Scenario {
-            write: true,
+            output: Output::Pcap,
             snaplen: 96,
             sizes: vec![(60.0, 7.0), (590.0, 4.0), (1514.0, 1.0)],
             ..scenario(Tool::Poolcap, 1000.0)
@@ -1162,7 +1194,7 @@ mod tests {
         })
         .contains("-w"));
         assert!(bad(Scenario {
-            write: true,
+            output: Output::Pcap,
             compress: Some("zstd:19".into()),
             ..scenario(Tool::Poolcap, 1.0)
         })

@@ -17,7 +17,7 @@
 
 use std::fmt::Write as _;
 
-use poolcap_doctor::predict::{self, Scenario, Tool as ModelTool};
+use poolcap_doctor::predict::{self, Output, Scenario, Tool as ModelTool};
 use poolcap_doctor::profile::Profile;
 use serde::Serialize;
 
@@ -136,9 +136,12 @@ pub fn scenario(row: &Row, pps: f64) -> Option<Scenario> {
         pool: c.pool.unwrap_or((256, 64)),
         load: c.load,
         rules,
-        write: c.write || (c.dev_null && tool == ModelTool::Poolcap),
-        pcapng: c.pcapng,
-        dev_null: c.dev_null && !c.write,
+        output: match (c.write, c.dev_null, c.pcapng) {
+            (true, _, true) => Output::Pcapng,
+            (true, _, false) => Output::Pcap,
+            (false, true, _) => Output::DevNull,
+            (false, false, _) => Output::Nothing,
+        },
         compress: c.compress.clone(),
         burst: t.burst.zip(t.idle).map(|(b, i)| (b, i.as_secs_f64())),
         count: row.median("offered").map(|n| n as u64),
@@ -434,9 +437,18 @@ pub(crate) mod tests {
         );
         assert_eq!(s.burst, Some((1000, 0.495)));
         assert_eq!(
-            (s.count, s.write, s.kernel_on_app_cpu),
-            (Some(3000), false, false)
+            (s.count, s.output, s.kernel_on_app_cpu),
+            (Some(3000), Output::Nothing, false)
         );
+        // The sessions' `-w /dev/null` is an output of its own; a file is one whatever else.
+        let mut r = record("B=1000", "poolcap", 0.0);
+        r.capture.as_mut().unwrap().dev_null = true;
+        let null = scenario(&aggregate(&[r.clone()])[0], pps).unwrap();
+        assert_eq!(null.output, Output::DevNull);
+        let c = r.capture.as_mut().unwrap();
+        (c.write, c.pcapng) = (true, true);
+        let file = scenario(&aggregate(&[r])[0], pps).unwrap();
+        assert_eq!(file.output, Output::Pcapng);
         let other = aggregate(&[record("B=1000", "netsniff-ng", 0.0)]);
         assert!(scenario(&other[0], pps).is_none());
     }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use poolcap_doctor::predict::{self, Prediction, Scenario, Tool};
+use poolcap_doctor::predict::{self, Output, Prediction, Scenario, Tool};
 use poolcap_doctor::profile::Profile;
 use poolcap_doctor::system::{RealSystem, System};
 use poolcap_format::FileFormat;
@@ -263,9 +263,11 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         pool: args.pool,
         load: args.load,
         rules,
-        write: args.write,
-        pcapng: args.format == FileFormat::Pcapng,
-        dev_null: false,
+        output: match (args.write, args.format) {
+            (false, _) => Output::Nothing,
+            (true, FileFormat::Pcapng) => Output::Pcapng,
+            (true, _) => Output::Pcap,
+        },
         compress: args.compress.map(compression_key),
         burst: args.burst.zip(args.idle.map(|d| d.as_secs_f64())),
         count: args.count,
@@ -373,11 +375,11 @@ pub fn capture_warning(cfg: &CaptureConfig, rules: usize) -> Option<String> {
         pool: (cfg.pool.cells, cfg.pool.chunks),
         load: cfg.load,
         rules,
-        write: cfg.output.is_some(),
-        pcapng: cfg
-            .output
-            .as_ref()
-            .is_some_and(|(_, f)| *f == FileFormat::Pcapng),
+        output: match &cfg.output {
+            None => Output::Nothing,
+            Some((_, FileFormat::Pcapng)) => Output::Pcapng,
+            Some(_) => Output::Pcap,
+        },
         compress: cfg.compress.map(compression_key),
         ..Scenario::steady(Tool::Poolcap, pps, 60.0)
     };
