@@ -627,7 +627,6 @@ mod tests {
             probe: Some(ProbeCosts {
                 first_rule: flat(500.0),
                 per_rule: flat(100.0),
-                beyond: Vec::new(),
             }),
             compress: BTreeMap::from([("zstd:3".to_owned(), flat(1000.0))]),
             x_loop_ns: 1.0,

@@ -87,41 +87,18 @@ pub struct ToolCosts {
 /// packet matches) and each further rule, measured with the bench's generated rule set
 /// (filters on ports and frame lengths that the generator's packets mostly miss, actions
 /// cycling through count, sizes and flows: a rule's cost is mostly its filter's).
-///
-/// A further rule's cost is a slope between two measured rule counts, and it grows a little
-/// with their number (more filter programs than the caches hold: here 10 ns a rule up to
-/// 100 rules, 11 from there on), so each measured count past the second starts a slope of
-/// its own ([`ProbeCosts::beyond`]): between counts the cost is interpolated, past the last
-/// one extrapolated along the last slope.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 pub struct ProbeCosts {
     /// The rule engine with its one matching rule, per packet.
     pub first_rule: Cost,
-    /// Each further rule, per packet, up to the first of `beyond`'s counts.
-    pub per_rule: Cost,
-    /// The slopes between the further measured rule counts, fewest rules first.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub beyond: Vec<RuleSlope>,
-}
-
-/// From `from` rules on, each further rule costs `per_rule` (until the next slope's `from`).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct RuleSlope {
-    /// The rule count where this slope starts.
-    pub from: usize,
-    /// Each rule past `from`, per packet.
+    /// Each further rule, per packet.
     pub per_rule: Cost,
 }
 
 impl ProbeCosts {
     /// Nanoseconds `rules` rules cost for one packet of `bytes` bytes (at least one rule).
     pub fn ns(&self, rules: usize, bytes: f64) -> f64 {
-        let (mut ns, mut at, mut slope) = (self.first_rule.ns(bytes), 1, self.per_rule);
-        for s in self.beyond.iter().take_while(|s| s.from < rules) {
-            ns += s.from.saturating_sub(at) as f64 * slope.ns(bytes);
-            (at, slope) = (s.from, s.per_rule);
-        }
-        ns + rules.saturating_sub(at) as f64 * slope.ns(bytes)
+        self.first_rule.ns(bytes) + rules.saturating_sub(1) as f64 * self.per_rule.ns(bytes)
     }
 }
 
@@ -313,7 +290,7 @@ impl Profile {
         }
         let pcapng = pcapng.or(base.pcapng);
         let write_null = write_null.or(base.write_null);
-        let probe = probe.or_else(|| base.probe.clone());
+        let probe = probe.or(base.probe);
         let mut pick = |name: &str, c: Option<Cost>, fallback: Cost| match c {
             Some(c) => c,
             None => {
@@ -394,40 +371,26 @@ pub fn probe_rules_of(key: &str) -> Option<usize> {
 
 /// The rule counts measured in `samples` (keys `probe {n}r`), fewest first.
 fn probe_rule_counts(samples: &Samples) -> Vec<usize> {
-    let mut v: Vec<usize> = samples
-        .keys()
-        .filter_map(probe_rules_of)
-        .filter(|&n| n > 0)
-        .collect();
+    let mut v: Vec<usize> = samples.keys().filter_map(probe_rules_of).collect();
     v.sort_unstable();
     v
 }
 
-/// The probe's costs from its runs with each rule count: each further rule the slope between
-/// the two fewest, the first rule the fewest's increment over the pool copy less its further
-/// rules, and a slope of [`ProbeCosts::beyond`] between each later pair (`diff(a, b)`: `a`'s
-/// increment over `b`, see [`Profile::from_samples`]). `None` without two rule counts.
+/// The probe's costs from its runs with the fewest and the most rules: each further rule
+/// the slope between them, the first rule the fewest's increment over the pool copy less
+/// its further rules (`diff(a, b)`: `a`'s increment over `b`, see
+/// [`Profile::from_samples`]). `None` without two rule counts.
 fn probe_costs(samples: &Samples, diff: &dyn Fn(&str, &str) -> Option<Cost>) -> Option<ProbeCosts> {
     let counts = probe_rule_counts(samples);
-    let slope = |few: usize, many: usize| {
-        Some(diff(&probe_key(many), &probe_key(few))?.times(1.0 / (many - few) as f64))
-    };
-    let (&few, &next) = (counts.first()?, counts.get(1)?);
-    let per_rule = slope(few, next)?;
+    let (&few, &many) = (counts.first()?, counts.last()?);
+    if many <= few {
+        return None;
+    }
+    let per_rule = diff(&probe_key(many), &probe_key(few))?.times(1.0 / (many - few) as f64);
     let first_rule = diff(&probe_key(few), "copy")?.minus(&per_rule.times((few - 1) as f64));
-    let beyond = counts[1..]
-        .windows(2)
-        .map(|w| {
-            Some(RuleSlope {
-                from: w[0],
-                per_rule: slope(w[0], w[1])?,
-            })
-        })
-        .collect::<Option<Vec<_>>>()?;
     Some(ProbeCosts {
         first_rule,
         per_rule,
-        beyond,
     })
 }
 
@@ -486,7 +449,7 @@ mod tests {
         assert!(close(pcapng.ns_per_byte, 0.5) && close(pcapng.ns_per_packet, 0.0));
         let null = p.write_null.unwrap();
         assert!(close(null.ns(1514.0), 10.0) && close(null.ns(64.0), 10.0));
-        let probe = p.probe.clone().unwrap();
+        let probe = p.probe.unwrap();
         assert!(close(probe.first_rule.ns(1514.0), 300.0));
         assert!(close(probe.per_rule.ns(64.0), 20.0));
         assert!(close(probe.ns(11, 64.0), 500.0));
@@ -547,45 +510,12 @@ mod tests {
     }
 
     #[test]
-    fn each_measured_rule_count_past_the_second_starts_a_slope_of_its_own() {
-        let mut s = Samples::default();
-        for bytes in [64.0, 1514.0] {
-            // The first rule 400 ns, each further one 10 ns up to 100 rules, 12 ns beyond.
-            s.add("copy", bytes, 100.0);
-            s.add(&probe_key(1), bytes, 100.0 + 400.0);
-            s.add(&probe_key(100), bytes, 100.0 + 400.0 + 99.0 * 10.0);
-            s.add(&probe_key(400), bytes, 100.0 + 1390.0 + 300.0 * 12.0);
-        }
-        let p = Profile::from_samples(&s, &Profile::built_in(), "test")
-            .probe
-            .unwrap();
-        let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
-        assert_eq!(p.beyond.len(), 1, "{p:?}");
-        assert_eq!(p.beyond[0].from, 100);
-        assert!(close(p.beyond[0].per_rule.ns(1514.0), 12.0), "{p:?}");
-        // Through every measured count, interpolated between them, extrapolated beyond.
-        assert!(close(p.ns(1, 64.0), 400.0));
-        assert!(close(p.ns(100, 64.0), 1390.0));
-        assert!(close(p.ns(400, 1514.0), 1390.0 + 3600.0));
-        assert!(close(p.ns(256, 64.0), 1390.0 + 156.0 * 12.0));
-        assert!(close(p.ns(1000, 64.0), 1390.0 + 900.0 * 12.0));
-        assert!(close(p.ns(50, 64.0), 400.0 + 49.0 * 10.0));
-        // A profile saved before the slopes beyond existed reads as one slope.
-        let one: ProbeCosts = serde_json::from_str(
-            r#"{"first_rule": {"ns_per_packet": 400, "ns_per_byte": 0},
-                "per_rule": {"ns_per_packet": 10, "ns_per_byte": 0}}"#,
-        )
-        .unwrap();
-        assert!(one.beyond.is_empty() && close(one.ns(1000, 64.0), 400.0 + 9990.0));
-    }
-
-    #[test]
     fn the_built_in_profile_reads_and_round_trips() {
         let p = Profile::built_in();
         assert!(p.source.starts_with("built-in"));
         assert!(p.x_loop_ns > 0.0 && p.top_pps(64.0) > 1e4);
         assert!(p.compress.contains_key("zstd:3"));
-        assert!(p.pcapng.is_some() && p.probe.as_ref().is_some_and(|r| r.per_rule.ns(64.0) > 0.0));
+        assert!(p.pcapng.is_some() && p.probe.is_some_and(|r| r.per_rule.ns(64.0) > 0.0));
         let back = Profile::from_json(&serde_json::to_string(&p).unwrap()).unwrap();
         assert_eq!(back, p);
         assert!(Profile::from_json("{}")

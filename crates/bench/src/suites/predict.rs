@@ -26,7 +26,7 @@ use poolcap_doctor::profile::Profile;
 pub const INTRO: &str = "Issue 16: `poolcap predict` against measurement. One run \
 calibrates this machine's stage costs (the calibration points, as `poolcap calibrate`: the \
 sender alone, each capture configuration (poolcap counting, copying, writing pcap and pcapng, \
-its probe with 1, 100 and 400 rules; tcpdump and dumpcap) and poolcap with a saturated worker at 64 \
+its probe with 1 and 100 rules; tcpdump and dumpcap) and poolcap with a saturated worker at 64 \
 and 1514 B, rps off; poolcap counting with rps on for the receive work's time on the tool's CPU) and then measures \
 paper 002's four sessions with rps on (frame sizes at top speed with a 2 MB buffer; a larger \
 kernel buffer; a larger capture buffer; snaplength 96 with tuned buffers), session 1 at a fixed \
@@ -361,15 +361,10 @@ fn costs(p: &Profile) -> String {
     if let Some(w) = p.pcapng {
         let _ = writeln!(s, "- poolcap writing pcapng instead of pcap: {}", c(w));
     }
-    if let Some(r) = &p.probe {
-        let beyond: String = r
-            .beyond
-            .iter()
-            .map(|b| format!(", from {} rules each further {}", b.from, c(b.per_rule)))
-            .collect();
+    if let Some(r) = p.probe {
         let _ = writeln!(
             s,
-            "- poolcap probe's rules (beyond the pool copy): the first {}, each further {}{beyond}",
+            "- poolcap probe's rules (beyond the pool copy): the first {}, each further {}",
             c(r.first_rule),
             c(r.per_rule)
         );
@@ -442,7 +437,7 @@ on veth with rps off it runs on the sender's CPU and slows the sender instead of
 with rps on it runs on the tool's CPU at the cost the rps-on calibration point measured (that CPU's busy time per frame, less poolcap's own). The application stage (the tool's CPU per packet on \
 one core: poolcap's ring read, pool copy (when it analyses; a file alone is written from the \
 ring), x-loop (at the cost per iteration its saturated calibration worker paid), the probe's \
-rules (its first rule's cost and each further one's, from its calibration with 1, 100 and 400 rules, interpolated between them) \
+rules (its first rule's cost and each further one's, from its calibration with 1 and 100 rules) \
 and write (pcap or pcapng); \
 tcpdump's and dumpcap's measured \
 cost; with rps on, their CPU's busy time less the receive work's, per captured packet) has capacity 1e9 / app(caplen). Each cost is linear in the captured bytes, fitted from \
