@@ -79,6 +79,15 @@ fn parse_sizes(s: &str) -> Result<Sizes, String> {
     }
 }
 
+/// The model's output for a capture that writes a file in `format` (`None`: no file).
+fn output_of(format: Option<FileFormat>) -> Output {
+    match format {
+        None => Output::Nothing,
+        Some(FileFormat::Pcapng) => Output::Pcapng,
+        Some(_) => Output::Pcap,
+    }
+}
+
 /// The profile's key for a compression choice (`zstd:3`).
 fn compression_key(c: Compression) -> String {
     match c {
@@ -263,11 +272,7 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         pool: args.pool,
         load: args.load,
         rules,
-        output: match (args.write, args.format) {
-            (false, _) => Output::Nothing,
-            (true, FileFormat::Pcapng) => Output::Pcapng,
-            (true, _) => Output::Pcap,
-        },
+        output: output_of(args.write.then_some(args.format)),
         compress: args.compress.map(compression_key),
         burst: args.burst.zip(args.idle.map(|d| d.as_secs_f64())),
         count: args.count,
@@ -375,11 +380,7 @@ pub fn capture_warning(cfg: &CaptureConfig, rules: usize) -> Option<String> {
         pool: (cfg.pool.cells, cfg.pool.chunks),
         load: cfg.load,
         rules,
-        output: match &cfg.output {
-            None => Output::Nothing,
-            Some((_, FileFormat::Pcapng)) => Output::Pcapng,
-            Some(_) => Output::Pcap,
-        },
+        output: output_of(cfg.output.as_ref().map(|(_, f)| *f)),
         compress: cfg.compress.map(compression_key),
         ..Scenario::steady(Tool::Poolcap, pps, 60.0)
     };
