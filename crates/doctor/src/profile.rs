@@ -80,6 +80,16 @@ pub struct ToolCosts {
     /// Writing a pcap file with the receive work on the tool's CPU (as `null_rps`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file_rps: Option<Cost>,
+    /// `null_rps` measured at a light rate the tool keeps up with (`null_rps` is measured at
+    /// the sender's top speed, where it falls behind): keeping up, it reads each frame soon
+    /// after the receive work wrote it on the same CPU, and pays less for it. Between the
+    /// two capacities a capture keeps up or falls behind for good
+    /// ([`crate::predict::Edge`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub null_rps_light: Option<Cost>,
+    /// `file_rps` measured at a light rate (as `null_rps_light`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_rps_light: Option<Cost>,
 }
 
 /// What `poolcap probe`'s rules cost on the analysis worker, beyond the pool copy every
@@ -222,7 +232,8 @@ impl Profile {
 /// (`zstd:3`, measured writing), `tcpdump null`, `tcpdump file`, `dumpcap null`,
 /// `dumpcap file`, `kernel rps` (the receive work's ns per frame on the tool's CPU with rps
 /// on), and `tcpdump null rps`, `tcpdump file rps`, `dumpcap null rps`, `dumpcap file rps`
-/// (their own CPU per captured packet behind that work).
+/// (their own CPU per captured packet behind that work), the same with ` light` at a rate
+/// they keep up with.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Samples(BTreeMap<String, Vec<(f64, f64)>>);
 
@@ -314,6 +325,12 @@ impl Profile {
                 compress.insert(level.to_owned(), c);
             }
         }
+        // A light cost only from both sizes: a size whose run fell behind is left out, and a
+        // flat cost from the other would stand for it.
+        let light = |k: &str| {
+            let (lo, hi) = samples.span(k)?;
+            (hi > lo).then(|| fit(k)).flatten()
+        };
         let mut tool = |name: &str, b: &ToolCosts| ToolCosts {
             null: pick(
                 &format!("{name} null"),
@@ -327,6 +344,8 @@ impl Profile {
             ),
             null_rps: fit(&format!("{name} null rps")).or(b.null_rps),
             file_rps: fit(&format!("{name} file rps")).or(b.file_rps),
+            null_rps_light: light(&format!("{name} null rps light")).or(b.null_rps_light),
+            file_rps_light: light(&format!("{name} file rps light")).or(b.file_rps_light),
         };
         let tcpdump = tool("tcpdump", &base.tcpdump);
         let dumpcap = tool("dumpcap", &base.dumpcap);
@@ -412,6 +431,22 @@ mod tests {
         };
         assert_eq!(negative.ns(64.0), 0.0);
         assert_eq!(c.minus(&c), Cost::default());
+    }
+
+    #[test]
+    fn a_light_cost_needs_both_frame_sizes() {
+        // One size kept up, the other fell behind (left out): no light cost, not a flat one.
+        let mut s = Samples::default();
+        s.add("dumpcap null rps light", 64.0, 1200.0);
+        let base = Profile::built_in();
+        assert_eq!(base.dumpcap.null_rps_light, None);
+        let p = Profile::from_samples(&s, &base, "test");
+        assert_eq!(p.dumpcap.null_rps_light, None);
+        s.add("dumpcap null rps light", 1514.0, 1500.0);
+        let p = Profile::from_samples(&s, &base, "test");
+        let c = p.dumpcap.null_rps_light.expect("both sizes measured");
+        assert!((c.ns(1514.0) - 1500.0).abs() < 1e-9, "{c:?}");
+        assert_eq!(p.dumpcap.file_rps_light, None);
     }
 
     #[test]

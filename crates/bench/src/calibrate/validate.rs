@@ -87,6 +87,10 @@ pub struct Compared {
     pub measured_range: (f64, f64),
     /// Predicted loss.
     pub predicted: f64,
+    /// The loss predicted if the tool keeps up, where the model puts the point at the edge
+    /// (`poolcap_doctor::predict::Edge`): the measured loss may then lie anywhere between it
+    /// and `predicted`.
+    pub keeping_up: Option<f64>,
     /// Predicted kernel share.
     pub kernel: f64,
     /// Predicted application share.
@@ -191,6 +195,7 @@ pub fn compare(rows: &[Row], profile: &Profile) -> Vec<Compared> {
                 measured,
                 measured_range: (loss.min.max(0.0), loss.max.max(0.0)),
                 predicted: p.loss,
+                keeping_up: p.edge.map(|e| e.loss_keeping_up),
                 kernel: p.kernel_loss,
                 app: p.app_loss,
                 rel_error: relative_error(measured, p.loss),
@@ -201,6 +206,18 @@ pub fn compare(rows: &[Row], profile: &Profile) -> Vec<Compared> {
 }
 
 impl Compared {
+    /// A point at the edge whose measured loss lies between the loss keeping up and the loss
+    /// once behind, each widened by the tolerance (a measured 0 where no loss is predicted
+    /// keeping up).
+    pub fn within_edge(&self) -> bool {
+        let Some(low) = self.keeping_up else {
+            return false;
+        };
+        let above = self.measured >= low * (1.0 - TOLERANCE)
+            || (self.measured == 0.0 && predicts_no_loss(low, self.offered));
+        above && self.measured <= self.predicted * (1.0 + TOLERANCE)
+    }
+
     /// A judged point (measured loss ≥ 1%) whose prediction lies between its lowest and
     /// highest run: a miss there is no larger than the runs' own spread.
     pub fn within_runs(&self) -> bool {
@@ -226,6 +243,12 @@ pub struct Tally {
     pub no_loss_misses: usize,
     /// Points with a measured loss of at least 1% predicted as no loss (under one frame).
     pub loss_missed: usize,
+    /// Points the model put at the edge (keeping up or falling behind).
+    pub edge: usize,
+    /// ... of which measured between the two ([`Compared::within_edge`]).
+    pub within_edge: usize,
+    /// Misses (judged or no-loss) among the points at the edge.
+    pub edge_misses: usize,
     /// Largest relative error.
     pub worst: Option<f64>,
     /// Median relative error.
@@ -249,19 +272,31 @@ impl Tally {
             loss_missed: count(&|r| {
                 r.rel_error.is_some() && predicts_no_loss(r.predicted, r.offered)
             }),
+            edge: count(&|r| r.keeping_up.is_some()),
+            within_edge: count(&|r| r.within_edge()),
+            edge_misses: count(&|r| r.keeping_up.is_some() && r.verdict == Verdict::Miss),
             worst: errors.last().copied(),
             median: (!errors.is_empty()).then(|| errors[errors.len() / 2]),
         }
     }
 
     /// `12 points: 3 of 5 with loss ≥ 1% within 20% (worst 45%, median 12%); 1 of 6
-    /// without loss predicted to lose`.
+    /// without loss predicted to lose`, and the points at the edge when there are any.
     pub fn line(&self) -> String {
         let e = |x: Option<f64>| x.map_or("–".to_owned(), |x| format!("{:.0}%", x * 100.0));
+        let edge = if self.edge > 0 {
+            format!(
+                "; {} at the edge (keeping up or falling behind; {} of the misses above), {} \
+                 of them measured between the two",
+                self.edge, self.edge_misses, self.within_edge
+            )
+        } else {
+            String::new()
+        };
         format!(
             "{} points: {} of {} with measured loss ≥ 1% predicted within 20% (worst error \
              {}, median {}; {} of them predicted as no loss; {} between the point's lowest \
-             and highest run); {} of {} without loss predicted to lose (no-loss misses)",
+             and highest run); {} of {} without loss predicted to lose (no-loss misses){}",
             self.points,
             self.within,
             self.judged,
@@ -270,7 +305,8 @@ impl Tally {
             self.loss_missed,
             self.within_runs,
             self.no_loss_misses,
-            self.no_loss
+            self.no_loss,
+            edge
         )
     }
 }
@@ -303,7 +339,7 @@ pub fn markdown(rows: &[Compared]) -> String {
     for r in rows {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {:.0}k | {} | {} ({} + {}) | {} | {:?} |",
+            "| {} | {} | {} | {} | {:.0}k | {} | {} ({} + {}{}) | {} | {:?} |",
             md_cell(&r.point),
             md_cell(&r.subject),
             if r.rps { "on" } else { "off" },
@@ -313,6 +349,8 @@ pub fn markdown(rows: &[Compared]) -> String {
             pct(r.predicted),
             pct(r.kernel),
             pct(r.app),
+            r.keeping_up
+                .map_or(String::new(), |x| format!("; keeping up {}", pct(x))),
             r.rel_error
                 .map_or("–".to_owned(), |e| format!("{:.0}%", e * 100.0)),
             r.verdict
@@ -325,12 +363,12 @@ pub fn markdown(rows: &[Compared]) -> String {
 pub fn csv(rows: &[Compared]) -> String {
     let mut s = String::from(
         "point,subject,tool,rps,runs,offered_pps,measured,measured_min,measured_max,predicted,\
-         kernel,app,rel_error,verdict\n",
+         kernel,app,rel_error,verdict,keeping_up\n",
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{:.0},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{},{:?}",
+            "{},{},{},{},{},{:.0},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{},{:?},{}",
             crate::report::csv_field(&r.point),
             crate::report::csv_field(&r.subject),
             r.tool,
@@ -344,7 +382,8 @@ pub fn csv(rows: &[Compared]) -> String {
             r.kernel,
             r.app,
             r.rel_error.map_or(String::new(), |e| format!("{e:.4}")),
-            r.verdict
+            r.verdict,
+            r.keeping_up.map_or(String::new(), |x| format!("{x:.6}"))
         );
     }
     s
@@ -490,6 +529,7 @@ pub(crate) mod tests {
             app: predicted,
             rel_error: relative_error(measured, predicted),
             verdict: verdict(measured, predicted, 1e5),
+            keeping_up: None,
         }
     }
 
@@ -516,5 +556,40 @@ pub(crate) mod tests {
         assert!((t.worst.unwrap() - 1.0).abs() < 1e-9);
         assert!((t.median.unwrap() - 1.0).abs() < 1e-3);
         assert!(t.line().starts_with("8 points: 1 of 4"), "{}", t.line());
+        assert_eq!(t.edge, 0);
+        assert!(!t.line().contains("edge"), "{}", t.line());
+    }
+
+    #[test]
+    fn points_at_the_edge_are_judged_against_both_losses() {
+        let edge = |measured, keeping_up, behind| Compared {
+            keeping_up: Some(keeping_up),
+            ..compared(measured, behind)
+        };
+        let rows = [
+            // Kept up: nothing lost, none predicted keeping up (a no-loss miss all the same).
+            edge(0.0, 0.0, 0.3),
+            // Fell behind part-way: between the two, a miss of the 20% target.
+            edge(0.1, 0.0, 0.3),
+            // Fell behind at once: within 20% of the loss once behind.
+            edge(0.33, 0.0, 0.3),
+            // Beyond both.
+            edge(0.5, 0.0, 0.3),
+            // Less than the loss keeping up.
+            edge(0.01, 0.05, 0.3),
+        ];
+        let within: Vec<bool> = rows.iter().map(Compared::within_edge).collect();
+        assert_eq!(within, [true, true, true, false, false]);
+        let t = Tally::of(&rows);
+        assert_eq!((t.edge, t.within_edge, t.edge_misses), (5, 3, 4));
+        assert!(
+            t.line().ends_with(
+                "; 5 at the edge (keeping up or falling behind; 4 of the misses above), 3 of \
+                 them measured between the two"
+            ),
+            "{}",
+            t.line()
+        );
+        assert!(markdown(&rows[..1]).contains("30.00% (0 + 30.00%; keeping up 0)"));
     }
 }

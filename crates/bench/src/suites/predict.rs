@@ -605,8 +605,8 @@ mod tests {
             .unwrap();
         assert_eq!(
             first_other,
-            2 * calibrate::SIZES.len() + 1,
-            "two per size and the ring point"
+            3 * calibrate::SIZES.len() + 1,
+            "three per size (rps on at top speed and at a light rate, rps off) and the ring point"
         );
         assert!(q[first_other..]
             .iter()

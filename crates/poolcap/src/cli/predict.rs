@@ -221,6 +221,15 @@ fn print_text(p: &Prediction, note: &str) {
         pct(p.app_loss),
         rate(p.loss_starts_pps)
     );
+    if let Some(e) = &p.edge {
+        println!(
+            "at the edge: it keeps up to {} at its light cost and then loses {}, but once a \
+             stall puts it behind it stays behind and loses {}: a run may go either way",
+            rate(e.keeps_up_to_pps),
+            pct(e.loss_keeping_up),
+            pct(p.loss)
+        );
+    }
     if let Some(b) = p.max_burst {
         println!("longest burst absorbed at this rate: {b:.0} frames");
     }
