@@ -27,14 +27,17 @@ pub const INTRO: &str = "Issue 16: `poolcap predict` against measurement. One ru
 calibrates this machine's stage costs (the calibration points, as `poolcap calibrate`: the \
 sender alone, each capture configuration (poolcap counting, copying, writing pcap and pcapng, \
 its probe with 1 and 100 rules; tcpdump and dumpcap) and poolcap with a saturated worker at 64 \
-and 1514 B, rps off; poolcap counting with rps on for the receive work's time on the tool's CPU) and then measures \
+and 1514 B, rps off; poolcap counting with rps on for the receive work's time on the tool's CPU, and \
+the peers behind it at top speed, where they fall behind, and at 250k pps, where they keep up) and then measures \
 paper 002's four sessions with rps on (frame sizes at top speed with a 2 MB buffer; a larger \
 kernel buffer; a larger capture buffer; snaplength 96 with tuned buffers), session 1 at a fixed \
 450k pps (S5, not the paper's: the same offered rate for every tool and run), a burst grid and a \
 load grid, for poolcap, tcpdump and dumpcap, and a probe grid (`poolcap probe` with 16, 256 and \
 1000 rules, rps off). Every measured point is predicted from the \
 profile of the calibration rows only. Target: relative error ≤ 20% where the measured loss is \
-≥ 1%, and a correct \"no loss\" (under one frame predicted lost) where none was measured. Read: which kinds of point the model \
+≥ 1%, and a correct \"no loss\" (under one frame predicted lost) where none was measured. A peer offered a rate \
+between its two capacities is at the edge: it may keep up or fall behind for good, and the loss predicted is \
+the one behind; the tally counts those points and whether they lay between the two. Read: which kinds of point the model \
 gets right, and by how much it misses the others.";
 
 /// Paper 002's default capture buffer: 2 MB.
