@@ -438,8 +438,9 @@ mod tests {
         // One size kept up, the other fell behind (left out): no light cost, not a flat one.
         let mut s = Samples::default();
         s.add("dumpcap null rps light", 64.0, 1200.0);
-        let base = Profile::built_in();
-        assert_eq!(base.dumpcap.null_rps_light, None);
+        let mut base = Profile::built_in();
+        base.dumpcap.null_rps_light = None;
+        base.dumpcap.file_rps_light = None;
         let p = Profile::from_samples(&s, &base, "test");
         assert_eq!(p.dumpcap.null_rps_light, None);
         s.add("dumpcap null rps light", 1514.0, 1500.0);

@@ -372,6 +372,21 @@ fn costs(p: &Profile) -> String {
             c(r.per_rule)
         );
     }
+    for (name, t) in [("tcpdump", &p.tcpdump), ("dumpcap", &p.dumpcap)] {
+        let both =
+            |a: Option<poolcap_doctor::profile::Cost>, b| a.zip(b).map(|(x, y)| (c(x), c(y)));
+        if let Some((null, file)) = both(t.null_rps, t.file_rps) {
+            let light = both(t.null_rps_light, t.file_rps_light).map_or_else(
+                || "not measured".to_owned(),
+                |(n, f)| format!("/dev/null {n}, file {f}"),
+            );
+            let _ = writeln!(
+                s,
+                "- {name} behind the receive work (rps on, its own per captured packet): \
+                 fallen behind /dev/null {null}, file {file}; keeping up {light}"
+            );
+        }
+    }
     if let Some(k) = p.kernel_rps {
         let _ = writeln!(
             s,
@@ -443,7 +458,11 @@ ring), x-loop (at the cost per iteration its saturated calibration worker paid),
 rules (its first rule's cost and each further one's, from its calibration with 1 and 100 rules) \
 and write (pcap or pcapng); \
 tcpdump's and dumpcap's measured \
-cost; with rps on, their CPU's busy time less the receive work's, per captured packet) has capacity 1e9 / app(caplen). Each cost is linear in the captured bytes, fitted from \
+cost; with rps on, their CPU's busy time less the receive work's, per captured packet, in a \
+run that fell behind at top speed) has capacity 1e9 / app(caplen). A peer with rps on also has \
+its cost keeping up (at 250k pps): offered a rate between the two capacities it is at the edge, \
+keeping up until a stall puts it behind for good, and its loss lies between the two \
+predictions (the one behind is the one judged). Each cost is linear in the captured bytes, fitted from \
 64 and 1514-byte frames. The ring holds its blocks' slots (slot: the frame, its TPACKET_V3 \
 header and libpcap's 4-byte reserve, 8-byte aligned), each block only as full as the frames \
 that arrive before the kernel's periodic retire timer closes it (poolcap 4 ms when it \

@@ -223,8 +223,8 @@ fn print_text(p: &Prediction, note: &str) {
     );
     if let Some(e) = &p.edge {
         println!(
-            "at the edge: it keeps up to {} at its light cost and then loses {}, but once a \
-             stall puts it behind it stays behind and loses {}: a run may go either way",
+            "at the edge: keeping up (as it can up to {}) it loses {}, but once a stall puts \
+             it behind it stays behind and loses {}: a run may go either way",
             rate(e.keeps_up_to_pps),
             pct(e.loss_keeping_up),
             pct(p.loss)

@@ -215,6 +215,35 @@ fn predict_gives_loss_keys_in_json_and_refuses_bad_input() {
         stage(&v, "write").unwrap()
     };
     assert_ne!(write(&[]), write(&["--format", "pcap"]));
+    // dumpcap behind the receive work: between its capacity once behind and its capacity
+    // keeping up (the built-in profile has both), a run may go either way, and `edge` says
+    // so; beyond both it falls behind for sure.
+    let dumpcap = |rate: &str, json_out: bool| {
+        let mut args = vec![
+            "--rate",
+            rate,
+            "--size",
+            "64",
+            "--tool",
+            "dumpcap",
+            "--kernel-on-cpu",
+        ];
+        if json_out {
+            args.push("--json");
+        }
+        predict(&args)
+    };
+    let top = json(&dumpcap("5M", true));
+    assert!(top["edge"].is_null(), "{top}");
+    let behind = top["app_capacity_pps"].as_f64().unwrap();
+    let rate = format!("{:.0}", behind * 1.1);
+    let at = json(&dumpcap(&rate, true));
+    assert!(at["loss"].as_f64().unwrap() > 0.0, "{at}");
+    assert_eq!(at["edge"]["loss_keeping_up"], 0.0, "{at}");
+    let up = at["edge"]["keeps_up_to_pps"].as_f64().unwrap();
+    assert!(up > behind * 1.1 && up < 5e6, "{at}");
+    let text = String::from_utf8(dumpcap(&rate, false).stdout).unwrap();
+    assert!(text.contains("\nat the edge: keeping up"), "{text}");
     for bad in [
         &[
             "--rate",
