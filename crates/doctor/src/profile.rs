@@ -302,12 +302,15 @@ impl Profile {
         let pcapng = pcapng.or(base.pcapng);
         let write_null = write_null.or(base.write_null);
         let probe = probe.or(base.probe);
-        let mut pick = |name: &str, c: Option<Cost>, fallback: Cost| match c {
-            Some(c) => c,
-            None => {
+        // A cost not measured is the base's, when it has one, and said so.
+        let mut take = |name: &str, c: Option<Cost>, fallback: Option<Cost>| {
+            if c.is_none() && fallback.is_some() {
                 kept.push(name.to_owned());
-                fallback
             }
+            c.or(fallback)
+        };
+        let mut pick = |name: &str, c: Option<Cost>, fallback: Cost| {
+            take(name, c, Some(fallback)).unwrap_or(fallback)
         };
         let sender = pick("sender", fit("sender"), base.sender);
         let kernel = pick("kernel", diff("sender+capture", "sender"), base.kernel);
@@ -331,21 +334,28 @@ impl Profile {
             let (lo, hi) = samples.span(k)?;
             (hi > lo).then(|| fit(k)).flatten()
         };
-        let mut tool = |name: &str, b: &ToolCosts| ToolCosts {
-            null: pick(
-                &format!("{name} null"),
-                fit(&format!("{name} null")),
-                b.null,
-            ),
-            file: pick(
-                &format!("{name} file"),
-                fit(&format!("{name} file")),
-                b.file,
-            ),
-            null_rps: fit(&format!("{name} null rps")).or(b.null_rps),
-            file_rps: fit(&format!("{name} file rps")).or(b.file_rps),
-            null_rps_light: light(&format!("{name} null rps light")).or(b.null_rps_light),
-            file_rps_light: light(&format!("{name} file rps light")).or(b.file_rps_light),
+        let mut tool = |name: &str, b: &ToolCosts| {
+            let mut cost = |what: &str, c: Option<Cost>, fallback: Option<Cost>| {
+                take(&format!("{name} {what}"), c, fallback)
+            };
+            let fit_of = |what: &str| fit(&format!("{name} {what}"));
+            let light_of = |what: &str| light(&format!("{name} {what}"));
+            ToolCosts {
+                null: cost("null", fit_of("null"), Some(b.null)).unwrap_or(b.null),
+                file: cost("file", fit_of("file"), Some(b.file)).unwrap_or(b.file),
+                null_rps: cost("null rps", fit_of("null rps"), b.null_rps),
+                file_rps: cost("file rps", fit_of("file rps"), b.file_rps),
+                null_rps_light: cost(
+                    "null rps light",
+                    light_of("null rps light"),
+                    b.null_rps_light,
+                ),
+                file_rps_light: cost(
+                    "file rps light",
+                    light_of("file rps light"),
+                    b.file_rps_light,
+                ),
+            }
         };
         let tcpdump = tool("tcpdump", &base.tcpdump);
         let dumpcap = tool("dumpcap", &base.dumpcap);
