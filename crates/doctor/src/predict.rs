@@ -35,6 +35,12 @@
 //!    the waits are then those of that rps-on point (the tool waits behind the receive
 //!    softirq and `ksoftirqd`, which rps-off calibration does not show).
 //!
+//! 5. **The edge** ([`Edge`]): tcpdump and dumpcap behind the receive work cost less while
+//!    they keep up (each frame read soon after it was written, on the same CPU) than once
+//!    behind. The prediction uses the cost behind; when the profile also has the cost
+//!    keeping up and the rate lies between the two capacities, it says the capture may go
+//!    either way, and what it loses keeping up.
+//!
 //! Traffic is a fluid: `rate` frames/s, optionally in bursts of `burst` frames followed by
 //! `idle` seconds of silence. Over each burst the backlog grows by `(min(rate, C_k) - C_a)`
 //! per second, whatever exceeds the buffers is lost, and the idle time drains `C_a x idle`.
