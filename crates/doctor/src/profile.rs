@@ -276,7 +276,7 @@ impl Profile {
     /// A profile from `samples`, taking from `base` every cost that was not measured (and
     /// saying so in `source`).
     pub fn from_samples(samples: &Samples, base: &Profile, source: &str) -> Profile {
-        let mut kept = Vec::new();
+        let mut kept = Kept::default();
         let fit = |k: &str| samples.fit(k);
         // An increment is measured at each size and never negative: on a busy machine a
         // configuration with one more stage can come out cheaper than the one without it.
@@ -287,41 +287,19 @@ impl Profile {
             Some(Cost::fit(inc(lo), inc(hi)))
         };
         // Costs a profile may lack: the base's where it has them, and said so.
-        let pcapng = diff("pcapng", "count");
-        let write_null = diff("null", "count");
-        let probe = probe_costs(samples, &diff);
-        for (name, measured, in_base) in [
-            ("pcapng", pcapng.is_some(), base.pcapng.is_some()),
-            ("null", write_null.is_some(), base.write_null.is_some()),
-            ("probe", probe.is_some(), base.probe.is_some()),
-        ] {
-            if !measured && in_base {
-                kept.push(name.to_owned());
-            }
-        }
-        let pcapng = pcapng.or(base.pcapng);
-        let write_null = write_null.or(base.write_null);
-        let probe = probe.or(base.probe);
-        // A cost not measured is the base's, when it has one, and said so.
-        let mut take = |name: &str, c: Option<Cost>, fallback: Option<Cost>| {
-            if c.is_none() && fallback.is_some() {
-                kept.push(name.to_owned());
-            }
-            c.or(fallback)
-        };
-        let mut pick = |name: &str, c: Option<Cost>, fallback: Cost| {
-            take(name, c, Some(fallback)).unwrap_or(fallback)
-        };
-        let sender = pick("sender", fit("sender"), base.sender);
-        let kernel = pick("kernel", diff("sender+capture", "sender"), base.kernel);
+        let pcapng = kept.or_base("pcapng", diff("pcapng", "count"), base.pcapng);
+        let write_null = kept.or_base("null", diff("null", "count"), base.write_null);
+        let probe = kept.or_base("probe", probe_costs(samples, &diff), base.probe);
+        let sender = kept.pick("sender", fit("sender"), base.sender);
+        let kernel = kept.pick("kernel", diff("sender+capture", "sender"), base.kernel);
         let kernel_rps = fit("kernel rps").or(base.kernel_rps);
-        let poolcap_count = pick("count", fit("count"), base.poolcap_count);
-        let pool_copy = pick("copy", diff("copy", "count"), base.pool_copy);
+        let poolcap_count = kept.pick("count", fit("count"), base.poolcap_count);
+        let pool_copy = kept.pick("copy", diff("copy", "count"), base.pool_copy);
         // A pcap file alone is written from the kernel ring: no pool copy in between.
-        let write = pick("write", diff("write", "count"), base.write);
+        let write = kept.pick("write", diff("write", "count"), base.write);
         let mut compress = BTreeMap::new();
         for (level, c) in &base.compress {
-            compress.insert(level.clone(), pick(level, diff(level, "write"), *c));
+            compress.insert(level.clone(), kept.pick(level, diff(level, "write"), *c));
         }
         for level in samples.keys().filter(|k| k.contains(':')) {
             if let Some(c) = diff(level, "write") {
@@ -335,22 +313,23 @@ impl Profile {
             (hi > lo).then(|| fit(k)).flatten()
         };
         let mut tool = |name: &str, b: &ToolCosts| {
-            let mut cost = |what: &str, c: Option<Cost>, fallback: Option<Cost>| {
-                take(&format!("{name} {what}"), c, fallback)
+            let key = |what: &str| format!("{name} {what}");
+            let mut or_base = |what: &str, c: Option<Cost>, fallback: Option<Cost>| {
+                kept.or_base(&key(what), c, fallback)
             };
-            let fit_of = |what: &str| fit(&format!("{name} {what}"));
-            let light_of = |what: &str| light(&format!("{name} {what}"));
+            let fit_of = |what: &str| fit(&key(what));
+            let light_of = |what: &str| light(&key(what));
             ToolCosts {
-                null: cost("null", fit_of("null"), Some(b.null)).unwrap_or(b.null),
-                file: cost("file", fit_of("file"), Some(b.file)).unwrap_or(b.file),
-                null_rps: cost("null rps", fit_of("null rps"), b.null_rps),
-                file_rps: cost("file rps", fit_of("file rps"), b.file_rps),
-                null_rps_light: cost(
+                null: or_base("null", fit_of("null"), Some(b.null)).unwrap_or(b.null),
+                file: or_base("file", fit_of("file"), Some(b.file)).unwrap_or(b.file),
+                null_rps: or_base("null rps", fit_of("null rps"), b.null_rps),
+                file_rps: or_base("file rps", fit_of("file rps"), b.file_rps),
+                null_rps_light: or_base(
                     "null rps light",
                     light_of("null rps light"),
                     b.null_rps_light,
                 ),
-                file_rps_light: cost(
+                file_rps_light: or_base(
                     "file rps light",
                     light_of("file rps light"),
                     b.file_rps_light,
@@ -359,13 +338,13 @@ impl Profile {
         };
         let tcpdump = tool("tcpdump", &base.tcpdump);
         let dumpcap = tool("dumpcap", &base.dumpcap);
-        let source = if kept.is_empty() {
+        let source = if kept.0.is_empty() {
             source.to_owned()
         } else {
             format!(
                 "{source}; not measured, from {}: {}",
                 base.source,
-                kept.join(", ")
+                kept.0.join(", ")
             )
         };
         Profile {
@@ -384,6 +363,26 @@ impl Profile {
             dumpcap,
             ..base.clone()
         }
+    }
+}
+
+/// The names of the costs a profile took from its base because they were not measured.
+#[derive(Default)]
+struct Kept(Vec<String>);
+
+impl Kept {
+    /// `measured`, else the base's cost (`None` when it has none), noting `name` when the
+    /// base's is taken.
+    fn or_base<T>(&mut self, name: &str, measured: Option<T>, base: Option<T>) -> Option<T> {
+        if measured.is_none() && base.is_some() {
+            self.0.push(name.to_owned());
+        }
+        measured.or(base)
+    }
+
+    /// [`Kept::or_base`] for a cost every profile has.
+    fn pick<T: Copy>(&mut self, name: &str, measured: Option<T>, base: T) -> T {
+        self.or_base(name, measured, Some(base)).unwrap_or(base)
     }
 }
 

@@ -131,6 +131,9 @@ const KERNEL_RPS: &str = "kernel rps";
 /// receive work's ns per frame at that rate, from which the peers' own cost there is taken.
 const KERNEL_RPS_LIGHT: &str = "kernel rps light";
 
+/// Suffix of a peer's subject (and key in [`Samples`]) at the rps-on points at top speed.
+const RPS: &str = " rps";
+
 /// Suffix of a peer's subject (and key in [`Samples`]) at the light rps-on points.
 const LIGHT: &str = " rps light";
 
@@ -189,7 +192,7 @@ pub fn points(sizes: &[usize], frames: u64, levels: &[&str], peers: bool) -> Vec
     for &size in sizes {
         let traffic = Traffic::top(size, frames);
         let mut rps_subjects = vec![Subject::named(KERNEL_RPS, count())];
-        rps_subjects.extend(behind(" rps"));
+        rps_subjects.extend(behind(RPS));
         v.push(Point {
             rps: Some(true),
             ..Point::new(
@@ -395,7 +398,7 @@ pub fn cpu(rows: &[Row], p: &Profile, rps_longest_s: Option<f64>) -> Option<Cpu>
     let peers: BTreeMap<String, Sharing> =
         sharing_of(cal(true).filter(|r| r.subject != KERNEL_RPS))
             .into_iter()
-            .filter_map(|(k, s)| Some((k.strip_suffix(" rps")?.to_owned(), s)))
+            .filter_map(|(k, s)| Some((k.strip_suffix(RPS)?.to_owned(), s)))
             .collect();
     let rps = waits(kernel_rps, p, longest).and_then(|(by_key, tail_s)| {
         let sharing = *by_key.get(KERNEL_RPS)?;
@@ -626,7 +629,7 @@ mod tests {
                 "dumpcap file rps light"
             ][..names(top).len()]
         );
-        assert!(names(top)[1..].iter().all(|n| n.ends_with(" rps")));
+        assert!(names(top)[1..].iter().all(|n| n.ends_with(RPS)));
         // Without the peers there is nothing to measure at a light rate.
         assert_eq!(super::points(&SIZES, 1000, &[], false).len(), 5);
         // The ring point: poolcap analysing and tcpdump, stopped, sent 60k frames at most.
