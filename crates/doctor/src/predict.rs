@@ -38,8 +38,9 @@
 //! 5. **The edge** ([`Edge`]): tcpdump and dumpcap behind the receive work cost less while
 //!    they keep up (each frame read soon after it was written, on the same CPU) than once
 //!    behind. The prediction uses the cost behind; when the profile also has the cost
-//!    keeping up and the rate lies between the two capacities, it says the capture may go
-//!    either way, and what it loses keeping up.
+//!    keeping up and the rate lies between the two capacities, the capture falls behind
+//!    only if a wait for its CPU outlasts its buffers, and the prediction is the likelier of
+//!    the two, with both losses beside it.
 //!
 //! Traffic is a fluid: `rate` frames/s, optionally in bursts of `burst` frames followed by
 //! `idle` seconds of silence. Over each burst the backlog grows by `(min(rate, C_k) - C_a)`
@@ -439,39 +440,71 @@ pub fn ring_frames(p: &Profile, s: &Scenario, rate: f64) -> (f64, f64) {
 }
 
 /// Predicts kernel and application loss of `s` on the machine `p` describes. A peer behind
-/// the receive work is predicted at its cost once behind; where the profile also has its
-/// cost keeping up and the offered rate lies between the two capacities, the prediction
-/// says so ([`Edge`]).
+/// the receive work whose offered rate lies between its capacity once behind and its
+/// capacity keeping up (where the profile has both) is at the edge ([`Edge`]): it is
+/// predicted behind when a wait for its CPU is likely to outlast its buffers during the run,
+/// else keeping up, and the prediction says so.
 pub fn predict(p: &Profile, s: &Scenario) -> Result<Prediction, ScenarioError> {
-    let mut behind = predict_at(p, s, Pace::Behind)?;
-    if s.tool != Tool::Poolcap && s.kernel_on_app_cpu {
-        let up = predict_at(p, s, Pace::KeepingUp)?;
-        let delivered = behind.offered_pps.min(behind.kernel_capacity_pps);
-        if behind.app_capacity_pps < delivered
-            && delivered <= up.app_capacity_pps
-            && up.loss < behind.loss
-        {
-            behind.edge = Some(Edge {
-                loss_keeping_up: up.loss,
-                keeps_up_to_pps: up.app_capacity_pps,
-            });
-        }
+    let behind = predict_at(p, s, Pace::Behind)?;
+    if s.tool == Tool::Poolcap || !s.kernel_on_app_cpu {
+        return Ok(behind);
     }
-    Ok(behind)
+    let up = predict_at(p, s, Pace::KeepingUp)?;
+    let delivered = behind.offered_pps.min(behind.kernel_capacity_pps);
+    if !(behind.app_capacity_pps < delivered
+        && delivered <= up.app_capacity_pps
+        && up.loss < behind.loss)
+    {
+        return Ok(behind);
+    }
+    let falls_behind = falls_behind(p, s, behind.buffer_frames / delivered);
+    let edge = Edge {
+        loss_keeping_up: up.loss,
+        loss_behind: behind.loss,
+        keeps_up_to_pps: up.app_capacity_pps,
+        falls_behind,
+    };
+    let mut likelier = if falls_behind >= 0.5 { behind } else { up };
+    likelier.edge = Some(edge);
+    Ok(likelier)
+}
+
+/// The chance that a capture of `s` falls behind during its run: that one of its waits for
+/// the CPU outlasts `depth_s`, the time its buffers hold at the rate delivered. A wait that
+/// long fills them; the reader then takes frames written long before, which cost it more,
+/// and it stays behind. Waits are exponential of the mean the tool waited per timeslice
+/// behind the receive work in calibration (`w`), one per timeslice and wait
+/// ([`share::SLICE_S`] + `w`) while frames arrive: `1 - exp(-n e^(-depth / w))` for `n` of
+/// them (Poisson). An endless capture, or a profile without the tool's waits: 1 (it falls
+/// behind sooner or later, or nothing says it does not).
+fn falls_behind(p: &Profile, s: &Scenario, depth_s: f64) -> f64 {
+    let waits = p.cpu.as_ref().and_then(|c| {
+        let r = c.rps.as_ref()?;
+        r.by_key.get(&share_key(s, c)).map(|x| x.wait_s)
+    });
+    let (Some(w), Some(count)) = (waits.filter(|w| *w > 0.0), s.count) else {
+        return 1.0;
+    };
+    let n = count as f64 / s.rate_pps / (share::SLICE_S + w);
+    1.0 - (-n * (-depth_s.max(0.0) / w).exp()).exp()
 }
 
 /// A capture at the edge: a peer behind the receive work whose offered rate lies between
-/// its capacity once behind (the prediction's) and its capacity keeping up. Measured with
-/// dumpcap at 450k frames of 64 B a second: ten runs lost 0-33%, each keeping up until a
-/// stall let a backlog build, after which every frame it read had long left the cache and
-/// cost it 30-80% more, so it stayed behind. Which way a run goes, and when, is not in the
-/// profile: the loss lies between `loss_keeping_up` and the prediction's `loss`.
+/// its capacity once behind and its capacity keeping up. Measured with dumpcap at 450k
+/// frames of 64 B a second: ten runs lost 0-33%, each keeping up until a stall let a backlog
+/// build, after which every frame it read had long left the cache and cost it 30-80% more,
+/// so it stayed behind. The prediction is the likelier of the two by `falls_behind`; the
+/// measured loss may lie anywhere between `loss_keeping_up` and `loss_behind`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Edge {
     /// The loss if it keeps up the whole run (waits for the CPU only).
     pub loss_keeping_up: f64,
+    /// The loss once behind, from the start of the run.
+    pub loss_behind: f64,
     /// The rate it keeps up with at its light cost, frames/s.
     pub keeps_up_to_pps: f64,
+    /// The chance that it falls behind during the run ([`falls_behind`]).
+    pub falls_behind: f64,
 }
 
 /// [`predict`] with a peer behind the receive work at `pace`.
@@ -826,6 +859,65 @@ mod tests {
             ..scenario(Tool::Tcpdump, 40_000.0)
         };
         assert_eq!(predict(&profile(), &t).unwrap().edge, None);
+    }
+
+    #[test]
+    fn at_the_edge_a_capture_falls_behind_when_a_wait_outlasts_its_buffers() {
+        // dumpcap at 40k pps, between its capacities (24.4k behind, 50k keeping up), 40k
+        // frames (a 1 s run); it waited 2 ms a timeslice behind the receive work, so a run
+        // holds 1 s / 5 ms = 200 waits. The share when runnable is 1 (no capacity share).
+        let mut p = profile();
+        p.cpu = Some(crate::share::Cpu {
+            sharing: BTreeMap::new(),
+            tail_s: 0.0,
+            rps: Some(crate::share::RpsWaits {
+                sharing: crate::share::Sharing {
+                    share: 1.0,
+                    wait_s: 0.0,
+                },
+                by_key: BTreeMap::from([(
+                    "dumpcap null".to_owned(),
+                    crate::share::Sharing {
+                        share: 1.0,
+                        wait_s: 0.002,
+                    },
+                )]),
+                tail_s: 0.0,
+                longest_s: None,
+            }),
+        });
+        let at = |p: &Profile, ring_kib: u64, count: Option<u64>| {
+            let s = Scenario {
+                kernel_on_app_cpu: true,
+                buffer_bytes: ring_kib << 10,
+                count,
+                ..scenario(Tool::Dumpcap, 40_000.0)
+            };
+            predict(p, &s).unwrap()
+        };
+        // A 1 MiB ring of 64 B frames holds 150 ms at 40k pps (three of its four blocks):
+        // e^-75 a wait, no chance in 200. Predicted keeping up: nothing lost, and the loss
+        // behind beside it.
+        let deep = at(&p, 1024, Some(40_000));
+        let e = deep.edge.clone().expect("at the edge");
+        let depth = deep.buffer_frames / 40_000.0;
+        let chance = 1.0 - (-200.0 * (-depth / 0.002_f64).exp()).exp();
+        assert!(close(depth, 0.150), "{deep:?}");
+        assert!(close(e.falls_behind, chance) && chance < 1e-6, "{e:?}");
+        assert_eq!((deep.loss, e.loss_keeping_up), (0.0, 0.0));
+        assert!(close(deep.app_capacity_pps, e.keeps_up_to_pps), "{deep:?}");
+        assert!(e.loss_behind > 0.0, "{e:?}");
+        // The smallest ring: one block of 256 KiB, none beyond the one held: no depth, so it
+        // falls behind, and the loss is the one behind.
+        let shallow = at(&p, 256, Some(40_000));
+        let e = shallow.edge.clone().expect("at the edge");
+        assert!(close(e.falls_behind, 1.0), "{e:?}");
+        assert!(close(shallow.loss, e.loss_behind) && shallow.loss > 0.0);
+        // Endless, or without the tool's waits: it falls behind sooner or later.
+        assert!(close(at(&p, 1024, None).edge.unwrap().falls_behind, 1.0));
+        p.cpu = None;
+        let e = at(&p, 1024, Some(40_000)).edge.unwrap();
+        assert!(close(e.falls_behind, 1.0), "{e:?}");
     }
 
     #[test]

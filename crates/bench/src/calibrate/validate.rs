@@ -87,10 +87,10 @@ pub struct Compared {
     pub measured_range: (f64, f64),
     /// Predicted loss.
     pub predicted: f64,
-    /// The loss predicted if the tool keeps up, where the model puts the point at the edge
-    /// (`poolcap_doctor::predict::Edge`): the measured loss may then lie anywhere between it
-    /// and `predicted`.
-    pub keeping_up: Option<f64>,
+    /// Where the model puts the point at the edge (`poolcap_doctor::predict::Edge`): the
+    /// loss if the tool keeps up, the loss once behind, and the chance it falls behind; the
+    /// measured loss may then lie anywhere between the two, and `predicted` is the likelier.
+    pub edge: Option<EdgeLoss>,
     /// Predicted kernel share.
     pub kernel: f64,
     /// Predicted application share.
@@ -195,7 +195,11 @@ pub fn compare(rows: &[Row], profile: &Profile) -> Vec<Compared> {
                 measured,
                 measured_range: (loss.min.max(0.0), loss.max.max(0.0)),
                 predicted: p.loss,
-                keeping_up: p.edge.map(|e| e.loss_keeping_up),
+                edge: p.edge.map(|e| EdgeLoss {
+                    keeping_up: e.loss_keeping_up,
+                    behind: e.loss_behind,
+                    falls_behind: e.falls_behind,
+                }),
                 kernel: p.kernel_loss,
                 app: p.app_loss,
                 rel_error: relative_error(measured, p.loss),
@@ -205,17 +209,28 @@ pub fn compare(rows: &[Row], profile: &Profile) -> Vec<Compared> {
         .collect()
 }
 
+/// A point's two predictions at the edge.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct EdgeLoss {
+    /// The loss keeping up.
+    pub keeping_up: f64,
+    /// The loss once behind.
+    pub behind: f64,
+    /// The chance of falling behind during the run.
+    pub falls_behind: f64,
+}
+
 impl Compared {
     /// A point at the edge whose measured loss lies between the loss keeping up and the loss
     /// once behind, each widened by the tolerance (a measured 0 where no loss is predicted
     /// keeping up).
     pub fn within_edge(&self) -> bool {
-        let Some(low) = self.keeping_up else {
+        let Some(e) = self.edge else {
             return false;
         };
-        let above = self.measured >= low * (1.0 - TOLERANCE)
-            || (self.measured == 0.0 && predicts_no_loss(low, self.offered));
-        above && self.measured <= self.predicted * (1.0 + TOLERANCE)
+        let above = self.measured >= e.keeping_up * (1.0 - TOLERANCE)
+            || (self.measured == 0.0 && predicts_no_loss(e.keeping_up, self.offered));
+        above && self.measured <= e.behind * (1.0 + TOLERANCE)
     }
 
     /// A judged point (measured loss ≥ 1%) whose prediction lies between its lowest and
@@ -272,9 +287,9 @@ impl Tally {
             loss_missed: count(&|r| {
                 r.rel_error.is_some() && predicts_no_loss(r.predicted, r.offered)
             }),
-            edge: count(&|r| r.keeping_up.is_some()),
+            edge: count(&|r| r.edge.is_some()),
             within_edge: count(&|r| r.within_edge()),
-            edge_misses: count(&|r| r.keeping_up.is_some() && r.verdict == Verdict::Miss),
+            edge_misses: count(&|r| r.edge.is_some() && r.verdict == Verdict::Miss),
             worst: errors.last().copied(),
             median: (!errors.is_empty()).then(|| errors[errors.len() / 2]),
         }
@@ -349,8 +364,12 @@ pub fn markdown(rows: &[Compared]) -> String {
             pct(r.predicted),
             pct(r.kernel),
             pct(r.app),
-            r.keeping_up
-                .map_or(String::new(), |x| format!("; keeping up {}", pct(x))),
+            r.edge.map_or(String::new(), |e| format!(
+                "; keeping up {}, behind {}, falls behind {:.0}%",
+                pct(e.keeping_up),
+                pct(e.behind),
+                e.falls_behind * 100.0
+            )),
             r.rel_error
                 .map_or("–".to_owned(), |e| format!("{:.0}%", e * 100.0)),
             r.verdict
@@ -363,7 +382,7 @@ pub fn markdown(rows: &[Compared]) -> String {
 pub fn csv(rows: &[Compared]) -> String {
     let mut s = String::from(
         "point,subject,tool,rps,runs,offered_pps,measured,measured_min,measured_max,predicted,\
-         kernel,app,rel_error,verdict,keeping_up\n",
+         kernel,app,rel_error,verdict,keeping_up,behind,falls_behind\n",
     );
     for r in rows {
         let _ = writeln!(
@@ -383,7 +402,10 @@ pub fn csv(rows: &[Compared]) -> String {
             r.app,
             r.rel_error.map_or(String::new(), |e| format!("{e:.4}")),
             r.verdict,
-            r.keeping_up.map_or(String::new(), |x| format!("{x:.6}"))
+            r.edge.map_or(",,".to_owned(), |e| format!(
+                "{:.6},{:.6},{:.4}",
+                e.keeping_up, e.behind, e.falls_behind
+            ))
         );
     }
     s
@@ -529,7 +551,7 @@ pub(crate) mod tests {
             app: predicted,
             rel_error: relative_error(measured, predicted),
             verdict: verdict(measured, predicted, 1e5),
-            keeping_up: None,
+            edge: None,
         }
     }
 
@@ -562,8 +584,13 @@ pub(crate) mod tests {
 
     #[test]
     fn points_at_the_edge_are_judged_against_both_losses() {
+        // Each predicted behind (likelier), but for the last, predicted keeping up.
         let edge = |measured, keeping_up, behind| Compared {
-            keeping_up: Some(keeping_up),
+            edge: Some(EdgeLoss {
+                keeping_up,
+                behind,
+                falls_behind: 0.9,
+            }),
             ..compared(measured, behind)
         };
         let rows = [
@@ -577,19 +604,33 @@ pub(crate) mod tests {
             edge(0.5, 0.0, 0.3),
             // Less than the loss keeping up.
             edge(0.01, 0.05, 0.3),
+            // Predicted to keep up, and it did: a hit, between the two.
+            Compared {
+                edge: Some(EdgeLoss {
+                    keeping_up: 0.0,
+                    behind: 0.3,
+                    falls_behind: 0.2,
+                }),
+                ..compared(0.0, 0.0)
+            },
         ];
         let within: Vec<bool> = rows.iter().map(Compared::within_edge).collect();
-        assert_eq!(within, [true, true, true, false, false]);
+        assert_eq!(within, [true, true, true, false, false, true]);
         let t = Tally::of(&rows);
-        assert_eq!((t.edge, t.within_edge, t.edge_misses), (5, 3, 4));
+        assert_eq!((t.edge, t.within_edge, t.edge_misses), (6, 4, 4));
         assert!(
             t.line().ends_with(
-                "; 5 at the edge (keeping up or falling behind; 4 of the misses above), 3 of \
+                "; 6 at the edge (keeping up or falling behind; 4 of the misses above), 4 of \
                  them measured between the two"
             ),
             "{}",
             t.line()
         );
-        assert!(markdown(&rows[..1]).contains("30.00% (0 + 30.00%; keeping up 0)"));
+        assert!(markdown(&rows[..1])
+            .contains("30.00% (0 + 30.00%; keeping up 0, behind 30.00%, falls behind 90%)"));
+        assert!(csv(&rows[5..]).ends_with(",Hit,0.000000,0.300000,0.2000\n"));
+        assert!(csv(&rows[..0])
+            .trim_end()
+            .ends_with("keeping_up,behind,falls_behind"));
     }
 }

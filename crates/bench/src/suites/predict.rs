@@ -37,7 +37,8 @@ load grid, for poolcap, tcpdump and dumpcap, and a probe grid (`poolcap probe` w
 profile of the calibration rows only. Target: relative error ≤ 20% where the measured loss is \
 ≥ 1%, and a correct \"no loss\" (under one frame predicted lost) where none was measured. A peer offered a rate \
 between its two capacities is at the edge: it may keep up or fall behind for good, and the loss predicted is \
-the one behind; the tally counts those points and whether they lay between the two. Read: which kinds of point the model \
+the likelier of the two (behind when a wait for its CPU is likely to outlast its buffers during the run); the \
+tally counts those points and whether they lay between the two. Read: which kinds of point the model \
 gets right, and by how much it misses the others.";
 
 /// Paper 002's default capture buffer: 2 MB.
@@ -461,8 +462,10 @@ tcpdump's and dumpcap's measured \
 cost; with rps on, their CPU's busy time less the receive work's, per captured packet, in a \
 run that fell behind at top speed) has capacity 1e9 / app(caplen). A peer with rps on also has \
 its cost keeping up (at 250k pps): offered a rate between the two capacities it is at the edge, \
-keeping up until a stall puts it behind for good, and its loss lies between the two \
-predictions (the one behind is the one judged). Each cost is linear in the captured bytes, fitted from \
+keeping up until a wait for its CPU outlasts its buffers and puts it behind for good, and its loss lies \
+between the two predictions. The one judged is the likelier: behind when the chance that one of the run's \
+waits (exponential of the mean wait per timeslice the tool had behind the receive work in calibration, one per \
+3 ms timeslice and wait) outlasts the buffers' depth, 1 - exp(-n e^(-depth / w)), is at least one half. Each cost is linear in the captured bytes, fitted from \
 64 and 1514-byte frames. The ring holds its blocks' slots (slot: the frame, its TPACKET_V3 \
 header and libpcap's 4-byte reserve, 8-byte aligned), each block only as full as the frames \
 that arrive before the kernel's periodic retire timer closes it (poolcap 4 ms when it \

@@ -223,11 +223,18 @@ fn print_text(p: &Prediction, note: &str) {
     );
     if let Some(e) = &p.edge {
         println!(
-            "at the edge: keeping up (as it can up to {}) it loses {}, but once a stall puts \
-             it behind it stays behind and loses {}: a run may go either way",
+            "at the edge: keeping up (as it can up to {}) it loses {}, but once a wait for its \
+             CPU outlasts its buffers it stays behind and loses {}; the chance of that in this \
+             run is {:.0}%, so the prediction is the loss {}",
             rate(e.keeps_up_to_pps),
             pct(e.loss_keeping_up),
-            pct(p.loss)
+            pct(e.loss_behind),
+            e.falls_behind * 100.0,
+            if e.falls_behind >= 0.5 {
+                "behind"
+            } else {
+                "keeping up"
+            }
         );
     }
     if let Some(b) = p.max_burst {

@@ -240,6 +240,9 @@ fn predict_gives_loss_keys_in_json_and_refuses_bad_input() {
     let at = json(&dumpcap(&rate, true));
     assert!(at["loss"].as_f64().unwrap() > 0.0, "{at}");
     assert_eq!(at["edge"]["loss_keeping_up"], 0.0, "{at}");
+    // An endless capture falls behind sooner or later: the loss is the one behind.
+    assert_eq!(at["edge"]["falls_behind"], 1.0, "{at}");
+    assert_eq!(at["edge"]["loss_behind"], at["loss"], "{at}");
     let up = at["edge"]["keeps_up_to_pps"].as_f64().unwrap();
     assert!(up > behind * 1.1 && up < 5e6, "{at}");
     let text = String::from_utf8(dumpcap(&rate, false).stdout).unwrap();
