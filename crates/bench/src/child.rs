@@ -163,6 +163,12 @@ impl Running {
         Ok(())
     }
 
+    /// Asks the child to print its statistics (SIGUSR1).
+    pub fn ask_stats(&self) -> anyhow::Result<()> {
+        poolcap_sys::process::ask_stats(self.pid)
+            .with_context(|| format!("cannot ask {} for its statistics", self.name))
+    }
+
     /// The child's PID (the tool's, see the module docs).
     pub fn pid(&self) -> u32 {
         self.pid

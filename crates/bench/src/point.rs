@@ -496,7 +496,7 @@ impl Bench<'_> {
         let offered = sent.frames;
         rec.sent = Some(sent);
 
-        let Some((spec, tool)) = tool else {
+        let Some((spec, mut tool)) = tool else {
             return Ok(());
         };
         if spec.stopped {
@@ -524,8 +524,16 @@ impl Bench<'_> {
         // A compressor may still hold tens of MB to compress at a slow level (zstd -19
         // compresses about 2 MB/s here): give it time to finish rather than lose the file.
         let finish = if spec.compress.is_some() { 300 } else { 60 };
+        if spec.tool == Tool::Pmacct {
+            // Its counters before it is asked to stop: see `probe_peers::pmacct_stopped`.
+            tool.ask_stats()?;
+            let marker = super::probe_peers::PMACCT_COUNTERS;
+            tool.wait_ready(marker, Duration::from_secs(5), &self.stop)?;
+        }
         let fin = tool.interrupt(Duration::from_secs(finish))?;
-        check_exit(spec.tool.name(), &fin)?;
+        if !(spec.tool == Tool::Pmacct && super::probe_peers::pmacct_stopped(&fin)) {
+            check_exit(spec.tool.name(), &fin)?;
+        }
         rec.cpu_total_s = cpu_after.map(|t| t as f64 / TICKS_PER_SECOND);
         // The scheduler's nanoseconds where it has them: ticks of 10 ms made ratios of a
         // tool that runs 0.1 s per point move by 10% on their own.

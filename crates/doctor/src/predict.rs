@@ -863,7 +863,7 @@ mod tests {
 
     #[test]
     fn at_the_edge_a_capture_falls_behind_when_a_wait_outlasts_its_buffers() {
-        // dumpcap at 40k pps, between its capacities (24.4k behind, 50k keeping up), 40k
+        // dumpcap at 40k pps, between its capacities (about 24k behind, 50k keeping up), 40k
         // frames (a 1 s run); it waited 2 ms a timeslice behind the receive work, so a run
         // holds 1 s / 5 ms = 200 waits. The share when runnable is 1 (no capacity share).
         let mut p = profile();

@@ -55,6 +55,11 @@ pub fn interrupt(pid: u32) -> std::io::Result<()> {
     send_signal(pid, libc::SIGINT)
 }
 
+/// Asks process `pid` to print its statistics (SIGUSR1, as pmacctd and dd take it).
+pub fn ask_stats(pid: u32) -> std::io::Result<()> {
+    send_signal(pid, libc::SIGUSR1)
+}
+
 /// Stops process `pid` (SIGSTOP) until [`resume`]: it keeps its sockets, and the kernel
 /// keeps filling their rings.
 pub fn suspend(pid: u32) -> std::io::Result<()> {
