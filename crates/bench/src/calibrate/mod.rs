@@ -134,6 +134,11 @@ const KERNEL_RPS_LIGHT: &str = "kernel rps light";
 /// Suffix of a peer's subject (and key in [`Samples`]) at the rps-on points at top speed.
 const RPS: &str = " rps";
 
+/// The peers' ring (`-B`, KiB) at the rps-on points at top speed: paper 002's default (S1's),
+/// shallow enough that tcpdump falls behind there at every frame size (on the Intel VM,
+/// 2026-11-26: with 4 MiB it kept up at 64 B, and its cost behind was not measured).
+const BEHIND_RING_KIB: u64 = 2048;
+
 /// Suffix of a peer's subject (and key in [`Samples`]) at the light rps-on points.
 const LIGHT: &str = " rps light";
 
@@ -192,7 +197,12 @@ pub fn points(sizes: &[usize], frames: u64, levels: &[&str], peers: bool) -> Vec
     for &size in sizes {
         let traffic = Traffic::top(size, frames);
         let mut rps_subjects = vec![Subject::named(KERNEL_RPS, count())];
-        rps_subjects.extend(behind(RPS));
+        rps_subjects.extend(behind(RPS).into_iter().map(|mut s| {
+            if let Some(c) = &mut s.capture {
+                c.buffer_kib = BEHIND_RING_KIB;
+            }
+            s
+        }));
         v.push(Point {
             rps: Some(true),
             ..Point::new(

@@ -28,7 +28,7 @@ calibrates this machine's stage costs (the calibration points, as `poolcap calib
 sender alone, each capture configuration (poolcap counting, copying, writing pcap and pcapng, \
 its probe with 1 and 100 rules; tcpdump and dumpcap) and poolcap with a saturated worker at 64 \
 and 1514 B, rps off; poolcap counting with rps on for the receive work's time on the tool's CPU, and \
-the peers behind it at top speed, where they fall behind, and at 250k pps, where they keep up) and then measures \
+the peers behind it at top speed with 2 MiB rings, where they fall behind, and at 250k pps, where they keep up) and then measures \
 paper 002's four sessions with rps on (frame sizes at top speed with a 2 MB buffer; a larger \
 kernel buffer; a larger capture buffer; snaplength 96 with tuned buffers), session 1 at a fixed \
 450k pps (S5, not the paper's: the same offered rate for every tool and run), a burst grid and a \
@@ -460,7 +460,7 @@ rules (its first rule's cost and each further one's, from its calibration with 1
 and write (pcap or pcapng); \
 tcpdump's and dumpcap's measured \
 cost; with rps on, their CPU's busy time less the receive work's, per captured packet, in a \
-run that fell behind at top speed) has capacity 1e9 / app(caplen). A peer with rps on also has \
+run that fell behind at top speed with a 2 MiB ring) has capacity 1e9 / app(caplen). A peer with rps on also has \
 its cost keeping up (at 250k pps): offered a rate between the two capacities it is at the edge, \
 keeping up until a wait for its CPU outlasts its buffers and puts it behind for good, and its loss lies \
 between the two predictions. The one judged is the likelier: behind when the chance that one of the run's \
