@@ -524,14 +524,15 @@ impl Bench<'_> {
         // A compressor may still hold tens of MB to compress at a slow level (zstd -19
         // compresses about 2 MB/s here): give it time to finish rather than lose the file.
         let finish = if spec.compress.is_some() { 300 } else { 60 };
-        if spec.tool == Tool::Pmacct {
+        let pmacct = spec.tool == Tool::Pmacct;
+        if pmacct {
             // Its counters before it is asked to stop: see `probe_peers::pmacct_stopped`.
             tool.ask_stats()?;
             let marker = super::probe_peers::PMACCT_COUNTERS;
             tool.wait_ready(marker, Duration::from_secs(5), &self.stop)?;
         }
         let fin = tool.interrupt(Duration::from_secs(finish))?;
-        if !(spec.tool == Tool::Pmacct && super::probe_peers::pmacct_stopped(&fin)) {
+        if !(pmacct && super::probe_peers::pmacct_stopped(&fin)) {
             check_exit(spec.tool.name(), &fin)?;
         }
         rec.cpu_total_s = cpu_after.map(|t| t as f64 / TICKS_PER_SECOND);

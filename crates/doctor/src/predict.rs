@@ -495,7 +495,7 @@ fn falls_behind(p: &Profile, s: &Scenario, depth_s: f64) -> f64 {
 /// build, after which every frame it read had long left the cache and cost it 30-80% more,
 /// so it stayed behind. The prediction is the likelier of the two by `falls_behind`; the
 /// measured loss may lie anywhere between `loss_keeping_up` and `loss_behind`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Edge {
     /// The loss if it keeps up the whole run (waits for the CPU only).
     pub loss_keeping_up: f64,
@@ -834,7 +834,7 @@ mod tests {
             predict(&profile(), &s).unwrap()
         };
         let below = at(20_000.0);
-        assert_eq!((below.loss, below.edge.clone()), (0.0, None));
+        assert_eq!((below.loss, below.edge), (0.0, None));
         // At 40k pps: a steady loss of 1 - 24.4/40 once behind, none keeping up.
         let edge = at(40_000.0);
         assert!(
@@ -899,7 +899,7 @@ mod tests {
         // e^-75 a wait, no chance in 200. Predicted keeping up: nothing lost, and the loss
         // behind beside it.
         let deep = at(&p, 1024, Some(40_000));
-        let e = deep.edge.clone().expect("at the edge");
+        let e = deep.edge.expect("at the edge");
         let depth = deep.buffer_frames / 40_000.0;
         let chance = 1.0 - (-200.0 * (-depth / 0.002_f64).exp()).exp();
         assert!(close(depth, 0.150), "{deep:?}");
@@ -910,7 +910,7 @@ mod tests {
         // The smallest ring: one block of 256 KiB, none beyond the one held: no depth, so it
         // falls behind, and the loss is the one behind.
         let shallow = at(&p, 256, Some(40_000));
-        let e = shallow.edge.clone().expect("at the edge");
+        let e = shallow.edge.expect("at the edge");
         assert!(close(e.falls_behind, 1.0), "{e:?}");
         assert!(close(shallow.loss, e.loss_behind) && shallow.loss > 0.0);
         // Endless, or without the tool's waits: it falls behind sooner or later.

@@ -168,7 +168,8 @@ pub const SATURATED_LOAD: u32 = 20_000;
 /// The calibration in the lab as bench points, two per frame size of `sizes` (normally
 /// [`SIZES`]; one size fits per-packet costs only), `frames` frames at top speed each:
 /// - `calibrate rps {size}B`, rps on: poolcap counting ([`KERNEL_RPS`]), for the time
-///   the kernel's receive work takes on the tool's CPU, and the peers, for theirs behind it;
+///   the kernel's receive work takes on the tool's CPU, and the peers (with rings of
+///   [`BEHIND_RING_KIB`]), for theirs behind it;
 /// - `calibrate rps light {size}B`, with `peers`: the same at [`LIGHT_PPS`], for the
 ///   peers' cost behind the receive work while they keep up;
 /// - `calibrate {size}B`, rps off: the sender alone, every configuration of [`stages`] (the
@@ -188,21 +189,22 @@ pub fn points(sizes: &[usize], frames: u64, levels: &[&str], peers: bool) -> Vec
         .into_iter()
         .filter(|s| matches!(s.spec.tool, Tool::Tcpdump | Tool::Dumpcap))
         .collect();
-    let behind = |suffix: &str| -> Vec<Subject> {
+    let behind = |suffix: &str, buffer_kib: u64| -> Vec<Subject> {
         peer_stages
             .iter()
-            .map(|s| Subject::named(format!("{}{suffix}", s.key), s.spec.clone()))
+            .map(|s| {
+                let spec = CaptureSpec {
+                    buffer_kib,
+                    ..s.spec.clone()
+                };
+                Subject::named(format!("{}{suffix}", s.key), spec)
+            })
             .collect()
     };
     for &size in sizes {
         let traffic = Traffic::top(size, frames);
         let mut rps_subjects = vec![Subject::named(KERNEL_RPS, count())];
-        rps_subjects.extend(behind(RPS).into_iter().map(|mut s| {
-            if let Some(c) = &mut s.capture {
-                c.buffer_kib = BEHIND_RING_KIB;
-            }
-            s
-        }));
+        rps_subjects.extend(behind(RPS, BEHIND_RING_KIB));
         v.push(Point {
             rps: Some(true),
             ..Point::new(
@@ -213,7 +215,7 @@ pub fn points(sizes: &[usize], frames: u64, levels: &[&str], peers: bool) -> Vec
         });
         if !peer_stages.is_empty() {
             let mut light = vec![Subject::named(KERNEL_RPS_LIGHT, count())];
-            light.extend(behind(LIGHT));
+            light.extend(behind(LIGHT, crate::suites::BUFFER_KIB));
             let paced = Traffic {
                 rate: Some(LIGHT_PPS),
                 ..traffic.clone()
@@ -640,6 +642,16 @@ mod tests {
             ][..names(top).len()]
         );
         assert!(names(top)[1..].iter().all(|n| n.ends_with(RPS)));
+        // The peers fall behind at top speed in S1's shallow ring; the light point keeps the
+        // bench's.
+        let rings = |p: &Point| -> Vec<u64> {
+            p.subjects[1..]
+                .iter()
+                .map(|s| s.capture.as_ref().unwrap().buffer_kib)
+                .collect()
+        };
+        assert!(rings(top).iter().all(|&k| k == BEHIND_RING_KIB));
+        assert!(rings(light).iter().all(|&k| k == crate::suites::BUFFER_KIB));
         // Without the peers there is nothing to measure at a light rate.
         assert_eq!(super::points(&SIZES, 1000, &[], false).len(), 5);
         // The ring point: poolcap analysing and tcpdump, stopped, sent 60k frames at most.

@@ -17,7 +17,7 @@
 
 use std::fmt::Write as _;
 
-use poolcap_doctor::predict::{self, Output, Scenario, Tool as ModelTool};
+use poolcap_doctor::predict::{self, Edge, Output, Scenario, Tool as ModelTool};
 use poolcap_doctor::profile::Profile;
 use serde::Serialize;
 
@@ -90,7 +90,7 @@ pub struct Compared {
     /// Where the model puts the point at the edge (`poolcap_doctor::predict::Edge`): the
     /// loss if the tool keeps up, the loss once behind, and the chance it falls behind; the
     /// measured loss may then lie anywhere between the two, and `predicted` is the likelier.
-    pub edge: Option<EdgeLoss>,
+    pub edge: Option<Edge>,
     /// Predicted kernel share.
     pub kernel: f64,
     /// Predicted application share.
@@ -195,11 +195,7 @@ pub fn compare(rows: &[Row], profile: &Profile) -> Vec<Compared> {
                 measured,
                 measured_range: (loss.min.max(0.0), loss.max.max(0.0)),
                 predicted: p.loss,
-                edge: p.edge.map(|e| EdgeLoss {
-                    keeping_up: e.loss_keeping_up,
-                    behind: e.loss_behind,
-                    falls_behind: e.falls_behind,
-                }),
+                edge: p.edge,
                 kernel: p.kernel_loss,
                 app: p.app_loss,
                 rel_error: relative_error(measured, p.loss),
@@ -207,17 +203,6 @@ pub fn compare(rows: &[Row], profile: &Profile) -> Vec<Compared> {
             })
         })
         .collect()
-}
-
-/// A point's two predictions at the edge.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct EdgeLoss {
-    /// The loss keeping up.
-    pub keeping_up: f64,
-    /// The loss once behind.
-    pub behind: f64,
-    /// The chance of falling behind during the run.
-    pub falls_behind: f64,
 }
 
 impl Compared {
@@ -228,9 +213,9 @@ impl Compared {
         let Some(e) = self.edge else {
             return false;
         };
-        let above = self.measured >= e.keeping_up * (1.0 - TOLERANCE)
-            || (self.measured == 0.0 && predicts_no_loss(e.keeping_up, self.offered));
-        above && self.measured <= e.behind * (1.0 + TOLERANCE)
+        let above = self.measured >= e.loss_keeping_up * (1.0 - TOLERANCE)
+            || (self.measured == 0.0 && predicts_no_loss(e.loss_keeping_up, self.offered));
+        above && self.measured <= e.loss_behind * (1.0 + TOLERANCE)
     }
 
     /// A judged point (measured loss ≥ 1%) whose prediction lies between its lowest and
@@ -366,8 +351,8 @@ pub fn markdown(rows: &[Compared]) -> String {
             pct(r.app),
             r.edge.map_or(String::new(), |e| format!(
                 "; keeping up {}, behind {}, falls behind {:.0}%",
-                pct(e.keeping_up),
-                pct(e.behind),
+                pct(e.loss_keeping_up),
+                pct(e.loss_behind),
                 e.falls_behind * 100.0
             )),
             r.rel_error
@@ -404,7 +389,7 @@ pub fn csv(rows: &[Compared]) -> String {
             r.verdict,
             r.edge.map_or(",,".to_owned(), |e| format!(
                 "{:.6},{:.6},{:.4}",
-                e.keeping_up, e.behind, e.falls_behind
+                e.loss_keeping_up, e.loss_behind, e.falls_behind
             ))
         );
     }
@@ -586,9 +571,10 @@ pub(crate) mod tests {
     fn points_at_the_edge_are_judged_against_both_losses() {
         // Each predicted behind (likelier), but for the last, predicted keeping up.
         let edge = |measured, keeping_up, behind| Compared {
-            edge: Some(EdgeLoss {
-                keeping_up,
-                behind,
+            edge: Some(Edge {
+                loss_keeping_up: keeping_up,
+                loss_behind: behind,
+                keeps_up_to_pps: 2e5,
                 falls_behind: 0.9,
             }),
             ..compared(measured, behind)
@@ -606,9 +592,10 @@ pub(crate) mod tests {
             edge(0.01, 0.05, 0.3),
             // Predicted to keep up, and it did: a hit, between the two.
             Compared {
-                edge: Some(EdgeLoss {
-                    keeping_up: 0.0,
-                    behind: 0.3,
+                edge: Some(Edge {
+                    loss_keeping_up: 0.0,
+                    loss_behind: 0.3,
+                    keeps_up_to_pps: 2e5,
                     falls_behind: 0.2,
                 }),
                 ..compared(0.0, 0.0)
