@@ -473,14 +473,20 @@ pub fn predict(p: &Profile, s: &Scenario) -> Result<Prediction, ScenarioError> {
 /// the CPU outlasts `depth_s`, the time its buffers hold at the rate delivered. A wait that
 /// long fills them; the reader then takes frames written long before, which cost it more,
 /// and it stays behind. Waits are exponential of the mean the tool waited per timeslice
-/// behind the receive work in calibration (`w`), one per timeslice and wait
-/// ([`share::SLICE_S`] + `w`) while frames arrive: `1 - exp(-n e^(-depth / w))` for `n` of
-/// them (Poisson). An endless capture, or a profile without the tool's waits: 1 (it falls
-/// behind sooner or later, or nothing says it does not).
+/// while it kept up at top speed behind the receive work in calibration
+/// ([`share::RpsWaits::keeping_up`]; without it, its mean wait per timeslice behind), `w`,
+/// one per timeslice and wait ([`share::SLICE_S`] + `w`) while frames arrive:
+/// `1 - exp(-n e^(-depth / w))` for `n` of them (Poisson). An endless capture, or a profile
+/// without the tool's waits: 1 (it falls behind sooner or later, or nothing says it does
+/// not).
 fn falls_behind(p: &Profile, s: &Scenario, depth_s: f64) -> f64 {
     let waits = p.cpu.as_ref().and_then(|c| {
         let r = c.rps.as_ref()?;
-        r.by_key.get(&share_key(s, c)).map(|x| x.wait_s)
+        let key = share_key(s, c);
+        r.keeping_up
+            .get(&key)
+            .copied()
+            .or_else(|| r.by_key.get(&key).map(|x| x.wait_s))
     });
     let (Some(w), Some(count)) = (waits.filter(|w| *w > 0.0), s.count) else {
         return 1.0;
@@ -882,6 +888,7 @@ mod tests {
                         wait_s: 0.002,
                     },
                 )]),
+                keeping_up: BTreeMap::new(),
                 tail_s: 0.0,
                 longest_s: None,
             }),
@@ -907,6 +914,19 @@ mod tests {
         assert_eq!((deep.loss, e.loss_keeping_up), (0.0, 0.0));
         assert!(close(deep.app_capacity_pps, e.keeps_up_to_pps), "{deep:?}");
         assert!(e.loss_behind > 0.0, "{e:?}");
+        // Its waits while keeping up, where calibration measured them, decide instead: 20 ms
+        // a timeslice, 43 of them in the run (1 s / 23 ms), e^-7.5 a wait, 2% in all.
+        let mut kept = p.clone();
+        if let Some(r) = kept.cpu.as_mut().and_then(|c| c.rps.as_mut()) {
+            r.keeping_up.insert("dumpcap null".to_owned(), 0.020);
+        }
+        let n = 1.0 / (share::SLICE_S + 0.020);
+        let chance = 1.0 - (-n * (-depth / 0.020_f64).exp()).exp();
+        let e = at(&kept, 1024, Some(40_000)).edge.unwrap();
+        assert!(
+            close(e.falls_behind, chance) && (0.01..0.05).contains(&chance),
+            "{e:?}"
+        );
         // The smallest ring: one block of 256 KiB, none beyond the one held: no depth, so it
         // falls behind, and the loss is the one behind.
         let shallow = at(&p, 256, Some(40_000));
@@ -1302,6 +1322,7 @@ mod tests {
                 c.rps = Some(crate::share::RpsWaits {
                     sharing: crate::share::Sharing { share, wait_s: 0.0 },
                     by_key: Default::default(),
+                    keeping_up: Default::default(),
                     tail_s: depth,
                     longest_s,
                 });

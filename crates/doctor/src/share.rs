@@ -88,6 +88,15 @@ pub struct RpsWaits {
     /// lose 20% where it lost 0-0.5% (docs/predict.md).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub by_key: BTreeMap<String, Sharing>,
+    /// A peer's mean wait per timeslice while it keeps up at top speed behind the receive
+    /// work (a ring deep enough for it), seconds, by configuration: the waits that put a
+    /// tool at the edge behind (`crate::predict::Edge`). Once behind it is runnable
+    /// throughout and waits in short stretches between softirqs: tcpdump to /dev/null at
+    /// 64 B waited 0.8 ms a timeslice behind in a 2 MiB ring and 2.9-4.2 ms keeping up in
+    /// 8-32 MiB rings (Intel VM, 2026-11-26), and with the first it was given a 1-19% chance
+    /// of falling behind at points where every run fell behind.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub keeping_up: BTreeMap<String, f64>,
     /// Mean length of the waits that outlast a buffer, seconds.
     pub tail_s: f64,
     /// The longest wait behind the receive work, seconds: the kernel's

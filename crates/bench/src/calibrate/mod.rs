@@ -142,6 +142,19 @@ const BEHIND_RING_KIB: u64 = 2048;
 /// Suffix of a peer's subject (and key in [`Samples`]) at the light rps-on points.
 const LIGHT: &str = " rps light";
 
+/// Suffix of tcpdump's subjects at the deep rps-on point ([`DEEP_POINT`]).
+const DEEP: &str = " rps deep";
+
+/// Id of the deep rps-on point: tcpdump at top speed behind the receive work with rings of
+/// [`DEEP_RING_KIB`], where it keeps up, for its waits for the CPU while it does
+/// ([`RpsWaits::keeping_up`]).
+const DEEP_POINT: &str = "calibrate rps deep 64B";
+
+/// tcpdump's ring at [`DEEP_POINT`], KiB: paper 002's S3 (32 MiB), where tcpdump kept up
+/// with 64 B frames at top speed behind the receive work in every run (Intel VM,
+/// 2026-11-26: 1.65-1.82M pps; 8 MiB did too, 2 MiB fell behind in every run).
+const DEEP_RING_KIB: u64 = 32 << 10;
+
 /// Frames a second of the light rps-on points: a rate tcpdump and dumpcap keep up with
 /// behind the receive work on the 2-core VMs poolcap is developed on (dumpcap's dearest
 /// point, a pcap file of 1514 B frames, then holds about 400k). Keeping up, a peer reads
@@ -179,7 +192,9 @@ pub const SATURATED_LOAD: u32 = 20_000;
 /// - [`RING_POINT`], rps off: poolcap analysing (1-iteration x-loop) and, with `peers`,
 ///   tcpdump, each stopped (SIGSTOP) while [`RING_FRAMES`] frames of 64 B arrive at top
 ///   speed (at most `frames`), then let go: what it captures is what its ring held
-///   ([`rings`]).
+///   ([`rings`]);
+/// - [`DEEP_POINT`], rps on, with `peers` and 64 B among `sizes`: tcpdump's configurations
+///   with rings of [`DEEP_RING_KIB`] at top speed.
 pub fn points(sizes: &[usize], frames: u64, levels: &[&str], peers: bool) -> Vec<Point> {
     let count = || CaptureSpec::new(Tool::Poolcap, crate::suites::BUFFER_KIB);
     let mut v = Vec::new();
@@ -258,6 +273,16 @@ pub fn points(sizes: &[usize], frames: u64, levels: &[&str], peers: bool) -> Vec
         rps: Some(false),
         ..Point::new(RING_POINT, Traffic::top(64, RING_FRAMES.min(frames)), rings)
     });
+    let deep: Vec<Subject> = behind(DEEP, DEEP_RING_KIB)
+        .into_iter()
+        .filter(|s| s.capture.as_ref().is_some_and(|c| c.tool == Tool::Tcpdump))
+        .collect();
+    if sizes.contains(&64) && !deep.is_empty() {
+        v.push(Point {
+            rps: Some(true),
+            ..Point::new(DEEP_POINT, Traffic::top(64, frames), deep)
+        });
+    }
     v
 }
 
@@ -290,9 +315,10 @@ pub fn rings(rows: &[Row], p: &Profile) -> Vec<RingFill> {
 }
 
 /// True for a calibration row that measures costs and CPU (every calibration point but the
-/// ring point, whose capture was stopped on purpose).
+/// ring point, whose capture was stopped on purpose, and the deep point, which measures
+/// waits only).
 fn measures_costs(r: &Row) -> bool {
-    r.point.starts_with(POINT_PREFIX) && r.point != RING_POINT
+    r.point.starts_with(POINT_PREFIX) && r.point != RING_POINT && r.point != DEEP_POINT
 }
 
 /// What a difference of busy times that came out at or below zero is recorded as: the
@@ -417,6 +443,7 @@ pub fn cpu(rows: &[Row], p: &Profile, rps_longest_s: Option<f64>) -> Option<Cpu>
         Some(RpsWaits {
             sharing,
             by_key: peers,
+            keeping_up: keeping_up(rows),
             tail_s,
             longest_s: rps_longest_s,
         })
@@ -426,6 +453,19 @@ pub fn cpu(rows: &[Row], p: &Profile, rps_longest_s: Option<f64>) -> Option<Cpu>
         tail_s,
         rps,
     })
+}
+
+/// tcpdump's mean wait per timeslice at [`DEEP_POINT`] by configuration, seconds, where the
+/// median run kept up ([`KEPT_UP`]): a run that fell behind waited as a tool behind does.
+fn keeping_up(rows: &[Row]) -> BTreeMap<String, f64> {
+    rows.iter()
+        .filter(|r| r.point == DEEP_POINT)
+        .filter(|r| r.median("loss").is_some_and(|l| l <= 1.0 - KEPT_UP))
+        .filter_map(|r| {
+            let key = r.subject.strip_suffix(DEEP)?;
+            Some((key.to_owned(), r.median("wait_per_slice_ms")? / 1e3))
+        })
+        .collect()
 }
 
 /// Each configuration's median share when runnable and wait per timeslice among `runs`.
@@ -618,7 +658,8 @@ mod tests {
                 "calibrate rps 1514B",
                 "calibrate rps light 1514B",
                 "calibrate 1514B",
-                RING_POINT
+                RING_POINT,
+                DEEP_POINT
             ]
         );
         let rps: Vec<_> = points.iter().map(|p| p.rps).collect();
@@ -652,8 +693,19 @@ mod tests {
         };
         assert!(rings(top).iter().all(|&k| k == BEHIND_RING_KIB));
         assert!(rings(light).iter().all(|&k| k == crate::suites::BUFFER_KIB));
-        // Without the peers there is nothing to measure at a light rate.
+        // Without the peers there is nothing to measure at a light rate, nor deep.
         assert_eq!(super::points(&SIZES, 1000, &[], false).len(), 5);
+        // The deep point: tcpdump alone, at 64 B and top speed, in S3's ring.
+        let deep = &points[7];
+        assert_eq!((deep.rps, deep.traffic.rate), (Some(true), None));
+        assert_eq!(deep.traffic.size, 64);
+        assert!(deep.subjects.iter().all(|s| {
+            let c = s.capture.as_ref().unwrap();
+            s.name.ends_with(DEEP) && c.tool == Tool::Tcpdump && c.buffer_kib == DEEP_RING_KIB
+        }));
+        assert!(super::points(&[1514], 1000, &[], true)
+            .iter()
+            .all(|p| p.id != DEEP_POINT));
         // The ring point: poolcap analysing and tcpdump, stopped, sent 60k frames at most.
         let ring = &points[6];
         let specs: Vec<_> = ring
@@ -944,5 +996,24 @@ mod tests {
             waits.tail_s > free,
             "cut waits must be longer to lose as much"
         );
+        // The deep point: tcpdump to /dev/null kept up and waited 0.75 ms a timeslice (3 ms
+        // in 4), which the profile keeps; writing a file it fell behind (lost 2%): nothing.
+        let deep = |subject: &str, loss| {
+            let mut r = run(subject, 1_000_000, 3_000_000, loss);
+            (r.point, r.rps) = (DEEP_POINT.to_owned(), true);
+            r
+        };
+        let mut counting = run(KERNEL_RPS, 1_000_000, 3_000_000, 0.0);
+        counting.rps = true;
+        let with = crate::report::aggregate(&[
+            run("count", 1_000_000, 1_000_000, 0.0),
+            counting,
+            deep("tcpdump null rps deep", 0.0),
+            deep("tcpdump file rps deep", 0.02),
+        ]);
+        let kept = cpu(&with, &p, None).unwrap().rps.unwrap().keeping_up;
+        assert_eq!(kept, BTreeMap::from([("tcpdump null".to_owned(), 0.00075)]));
+        // And it measures no cost.
+        assert!(samples(&with).keys().all(|k| !k.contains("deep")));
     }
 }

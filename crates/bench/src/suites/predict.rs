@@ -28,7 +28,8 @@ calibrates this machine's stage costs (the calibration points, as `poolcap calib
 sender alone, each capture configuration (poolcap counting, copying, writing pcap and pcapng, \
 its probe with 1 and 100 rules; tcpdump and dumpcap) and poolcap with a saturated worker at 64 \
 and 1514 B, rps off; poolcap counting with rps on for the receive work's time on the tool's CPU, and \
-the peers behind it at top speed with 2 MiB rings, where they fall behind, and at 250k pps, where they keep up) and then measures \
+the peers behind it at top speed with 2 MiB rings, where they fall behind, and at 250k pps, where they keep up; tcpdump at top speed \
+with 32 MiB rings at 64 B, where it keeps up, for its waits for the CPU while it does) and then measures \
 paper 002's four sessions with rps on (frame sizes at top speed with a 2 MB buffer; a larger \
 kernel buffer; a larger capture buffer; snaplength 96 with tuned buffers), session 1 at a fixed \
 450k pps (S5, not the paper's: the same offered rate for every tool and run), a burst grid and a \
@@ -464,7 +465,8 @@ run that fell behind at top speed with a 2 MiB ring) has capacity 1e9 / app(capl
 its cost keeping up (at 250k pps): offered a rate between the two capacities it is at the edge, \
 keeping up until a wait for its CPU outlasts its buffers and puts it behind for good, and its loss lies \
 between the two predictions. The one judged is the likelier: behind when the chance that one of the run's \
-waits (exponential of the mean wait per timeslice the tool had behind the receive work in calibration, one per \
+waits (exponential of the mean wait per timeslice the tool had keeping up at top speed behind the receive work in \
+calibration, else behind it, one per \
 3 ms timeslice and wait) outlasts the buffers' depth, 1 - exp(-n e^(-depth / w)), is at least one half. Each cost is linear in the captured bytes, fitted from \
 64 and 1514-byte frames. The ring holds its blocks' slots (slot: the frame, its TPACKET_V3 \
 header and libpcap's 4-byte reserve, 8-byte aligned), each block only as full as the frames \
