@@ -174,11 +174,23 @@ impl Running {
         self.pid
     }
 
-    /// Waits until a line containing `marker` appears; fails if the child exits first, after
-    /// `timeout`, or when `stop` is set.
+    /// Waits until the tool prints the line that says it is capturing (`marker`): as
+    /// [`Running::wait_for`] its "ready line".
     pub fn wait_ready(
         &mut self,
         marker: &str,
+        timeout: Duration,
+        stop: &AtomicBool,
+    ) -> anyhow::Result<()> {
+        self.wait_for(marker, "ready line", timeout, stop)
+    }
+
+    /// Waits until a line containing `marker` appears, the child's `what` (a noun, for the
+    /// error); fails if the child exits first, after `timeout`, or when `stop` is set.
+    pub fn wait_for(
+        &mut self,
+        marker: &str,
+        what: &str,
         timeout: Duration,
         stop: &AtomicBool,
     ) -> anyhow::Result<()> {
@@ -198,7 +210,7 @@ impl Running {
                 .and_then(|c| c.try_wait().ok().flatten())
             {
                 bail!(
-                    "{} exited before it was ready ({st}): {}",
+                    "{} exited before it printed its {what} ({st}): {}",
                     self.name,
                     self.tail()
                 );
@@ -208,7 +220,7 @@ impl Running {
             bail!("interrupted");
         }
         bail!(
-            "{} was not ready within {timeout:?}: {}",
+            "{} printed no {what} within {timeout:?}: {}",
             self.name,
             self.tail()
         )
@@ -571,6 +583,10 @@ mod tests {
         let e = r
             .wait_ready("ready", Duration::from_secs(5), &AtomicBool::new(false))
             .unwrap_err();
-        assert!(e.to_string().contains("exited before"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("exited before it printed its ready line"),
+            "{e}"
+        );
     }
 }

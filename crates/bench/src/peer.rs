@@ -30,12 +30,15 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use serde::{Deserialize, Serialize};
 
 use poolcap_gen::frame::{FlowAddr, FrameTemplate};
+
+use crate::child::{Finished, Running};
 
 /// A capture tool under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -290,6 +293,23 @@ impl Tool {
             Tool::NetsniffNg => &["netsniff-ng", "stdbuf"],
             Tool::Dumpcap => &["dumpcap"],
         }
+    }
+
+    /// Stops the `running` tool as a user stops a capture (SIGINT), gives it `finish` to
+    /// write what it holds and exit, and fails unless it ended well. pmacctd is first asked
+    /// for its counters ([`crate::probe_peers::stop_pmacct`]).
+    pub fn stop(
+        self,
+        running: Running,
+        finish: Duration,
+        stop: &AtomicBool,
+    ) -> anyhow::Result<Finished> {
+        if self == Tool::Pmacct {
+            return crate::probe_peers::stop_pmacct(running, finish, stop);
+        }
+        let fin = running.interrupt(finish)?;
+        check_exit(self.name(), &fin)?;
+        Ok(fin)
     }
 
     /// The substring of an output line that says the tool is capturing.
@@ -855,6 +875,16 @@ impl Generator {
             }
         }
     }
+}
+
+/// Fails when `f`, the run of `name`, did not end well, with its last telling lines.
+pub fn check_exit(name: &str, f: &Finished) -> anyhow::Result<()> {
+    if !f.status.success() {
+        let tail: Vec<&str> = f.text.lines().filter(|l| !is_noise(l)).collect();
+        let tail = &tail[tail.len().saturating_sub(4)..];
+        bail!("{name} failed ({}): {}", f.status, tail.join(" | "));
+    }
+    Ok(())
 }
 
 /// Output lines that say nothing about a failure: netsniff-ng and trafgen cannot tune the root

@@ -32,7 +32,7 @@ use anyhow::{bail, Context};
 use poolcap_lab::{netns_command, Lab};
 use serde::{Deserialize, Serialize};
 
-use super::child::{Finished, Running, Sched, TICKS_PER_SECOND};
+use super::child::{Running, Sched, TICKS_PER_SECOND};
 use super::filecount::count_file;
 use super::forward_peers::{out_tx, Sink, SinkGro};
 use super::peer::{self, CaptureSpec, Counts, Generator, Sent, Tool, Traffic};
@@ -330,15 +330,6 @@ fn remove_with_rotated(file: &Path) {
     }
 }
 
-fn check_exit(name: &str, f: &Finished) -> anyhow::Result<()> {
-    if !f.status.success() {
-        let tail: Vec<&str> = f.text.lines().filter(|l| !peer::is_noise(l)).collect();
-        let tail = &tail[tail.len().saturating_sub(4)..];
-        bail!("{name} failed ({}): {}", f.status, tail.join(" | "));
-    }
-    Ok(())
-}
-
 impl Bench<'_> {
     /// Waits until others leave the machine quiet enough (or `quiet_wait` passed); returns the
     /// busy share last measured.
@@ -491,12 +482,12 @@ impl Bench<'_> {
         if self.stop.load(Ordering::Relaxed) {
             bail!("interrupted");
         }
-        check_exit(gen.name(), &done)?;
+        peer::check_exit(gen.name(), &done)?;
         let sent = gen.parse(&done.text)?;
         let offered = sent.frames;
         rec.sent = Some(sent);
 
-        let Some((spec, mut tool)) = tool else {
+        let Some((spec, tool)) = tool else {
             return Ok(());
         };
         if spec.stopped {
@@ -524,17 +515,9 @@ impl Bench<'_> {
         // A compressor may still hold tens of MB to compress at a slow level (zstd -19
         // compresses about 2 MB/s here): give it time to finish rather than lose the file.
         let finish = if spec.compress.is_some() { 300 } else { 60 };
-        let pmacct = spec.tool == Tool::Pmacct;
-        if pmacct {
-            // Its counters before it is asked to stop: see `probe_peers::pmacct_stopped`.
-            tool.ask_stats()?;
-            let marker = super::probe_peers::PMACCT_COUNTERS;
-            tool.wait_ready(marker, Duration::from_secs(5), &self.stop)?;
-        }
-        let fin = tool.interrupt(Duration::from_secs(finish))?;
-        if !(pmacct && super::probe_peers::pmacct_stopped(&fin)) {
-            check_exit(spec.tool.name(), &fin)?;
-        }
+        let fin = spec
+            .tool
+            .stop(tool, Duration::from_secs(finish), &self.stop)?;
         rec.cpu_total_s = cpu_after.map(|t| t as f64 / TICKS_PER_SECOND);
         // The scheduler's nanoseconds where it has them: ticks of 10 ms made ratios of a
         // tool that runs 0.1 s per point move by 10% on their own.

@@ -27,8 +27,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context};
 
-use super::child::Finished;
-use super::peer::{number_before, CaptureSpec, Counts, Launch, Tool};
+use std::sync::atomic::AtomicBool;
+
+use super::child::{Finished, Running};
+use super::peer::{check_exit, number_before, CaptureSpec, Counts, Launch, Tool};
 
 /// The report period of every analysis tool, in seconds.
 pub const PERIOD_S: u32 = 1;
@@ -233,7 +235,23 @@ fn pmacct_final_packets(path: &Path, received: u64) -> anyhow::Result<u64> {
 }
 
 /// What pmacctd's counter lines hold (at exit, and when asked with SIGUSR1).
-pub const PMACCT_COUNTERS: &str = "received_packets=";
+const PMACCT_COUNTERS: &str = "received_packets=";
+
+/// Stops pmacctd ([`Tool::stop`]): asks for its counters (SIGUSR1) and waits for them
+/// before SIGINT, and takes an exit status 1 as a clean stop when [`pmacct_stopped`].
+pub fn stop_pmacct(
+    mut running: Running,
+    finish: Duration,
+    stop: &AtomicBool,
+) -> anyhow::Result<Finished> {
+    running.ask_stats()?;
+    running.wait_for(PMACCT_COUNTERS, "counters", Duration::from_secs(5), stop)?;
+    let fin = running.interrupt(finish)?;
+    if !pmacct_stopped(&fin) {
+        check_exit(Tool::Pmacct.name(), &fin)?;
+    }
+    Ok(fin)
+}
 
 /// True when pmacctd, asked to stop, exited with status 1 because its plugins quit first,
 /// after it had printed its counters. Its SIGINT handler tells the plugins to purge and
@@ -242,7 +260,7 @@ pub const PMACCT_COUNTERS: &str = "received_packets=";
 /// and exit with 1 at once, without them (once in a CI run on 2026-11-26). The bench asks
 /// for the counters (SIGUSR1) after the drain, before stopping it, so nothing is lost then:
 /// the counters are printed and the plugins have purged their caches.
-pub fn pmacct_stopped(fin: &Finished) -> bool {
+fn pmacct_stopped(fin: &Finished) -> bool {
     fin.status.code() == Some(1)
         && fin.text.contains("no more plugins active")
         && pmacct_totals(&fin.text).is_ok()

@@ -306,9 +306,9 @@ fn judged(meta: &Meta, rows: &[Row]) -> (Profile, Vec<validate::Compared>) {
 /// One line per session: points, within 20%, no-loss misses.
 fn per_session(compared: &[validate::Compared]) -> String {
     let mut s = String::from(
-        "| session | points | loss ≥ 1%: within 20% | loss ≥ 1%: between the lowest and highest \
-         run | worst error | median error | no loss measured: predicted to lose \
-         |\n|---|---|---|---|---|---|---|\n",
+        "| session | points | loss ≥ 1%: within 20% | loss ≥ 1%, runs within 20% of their \
+         median: within 20% | loss ≥ 1%: between the lowest and highest run | worst error | \
+         median error | no loss measured: predicted to lose |\n|---|---|---|---|---|---|---|---|\n",
     );
     let mut names: Vec<&str> = compared.iter().map(|c| session(&c.point)).collect();
     names.dedup();
@@ -321,10 +321,12 @@ fn per_session(compared: &[validate::Compared]) -> String {
         );
         let _ = writeln!(
             s,
-            "| {name} | {} | {} of {} | {} of {} | {} | {} | {} of {} |",
+            "| {name} | {} | {} of {} | {} of {} | {} of {} | {} | {} | {} of {} |",
             t.points,
             t.within,
             t.judged,
+            t.within_repeatable,
+            t.repeatable,
             t.within_runs,
             t.judged,
             e(t.worst),
@@ -632,8 +634,9 @@ mod tests {
             .unwrap();
         assert_eq!(
             first_other,
-            3 * calibrate::SIZES.len() + 1,
-            "three per size (rps on at top speed and at a light rate, rps off) and the ring point"
+            calibrate::points(&calibrate::SIZES, 500_000, &[], true).len(),
+            "three per size (rps on at top speed and at a light rate, rps off), the ring point \
+             and, with tcpdump installed, the deep point"
         );
         assert!(q[first_other..]
             .iter()
