@@ -476,7 +476,8 @@ that arrive before the kernel's periodic retire timer closes it (poolcap 4 ms wh
 analyses, 50 ms otherwise; tcpdump 1 s, dumpcap 250 ms): rate x tov / ceil(tov x rate / \
 slots) frames a block; poolcap's pool adds R x M when it \
 copies (writing alone its memory is in the ring), less the ring block and the chunk being emptied (handed back only whole). Traffic is a fluid: over a burst (or a whole finite run) the backlog grows at \
-min(rate, C_k) - C_a, what exceeds the buffers is lost, idle time drains C_a x idle. On a shared \
+min(rate, C_k) - C_a, what exceeds the buffers is lost, idle time drains C_a x idle (C_a without the receive work \
+on the tool's CPU: no frame arrives then). On a shared \
 core (the calibration's schedstat) a busy tool runs a 3 ms timeslice per mean wait w for the \
 CPU: C_a is 3 / (3 + w) x 1e9 / app, of what rps-on receive work leaves (softirq runs first); \
 with an x-loop load poolcap's share is the one its saturated worker ran when runnable in \
