@@ -530,12 +530,18 @@ fn predict_at(p: &Profile, s: &Scenario, pace: Pace) -> Result<Prediction, Scena
     let caplen = s.sizes.iter().map(|(b, w)| b.min(snap) * w).sum::<f64>() / total_w;
     let mut stages = app_stages(p, s, caplen, pace)?;
     let cap = |ns: f64| if ns > 0.0 { 1e9 / ns } else { f64::INFINITY };
+    // The receive work on the tool's CPU, per frame (none elsewhere).
+    let kernel_ns = if s.kernel_on_app_cpu {
+        p.kernel_on_tool_cpu().ns(caplen)
+    } else {
+        0.0
+    };
     let ck = if s.kernel_on_app_cpu {
         stages.insert(
             0,
             StageCost {
                 stage: "kernel".to_owned(),
-                ns: p.kernel_on_tool_cpu().ns(caplen),
+                ns: kernel_ns,
             },
         );
         f64::INFINITY
@@ -558,11 +564,6 @@ fn predict_at(p: &Profile, s: &Scenario, pace: Pace) -> Result<Prediction, Scena
     // burst's capacity, dumpcap behind the receive work in bursts of 4096 frames of 64 B
     // (1.65M pps, 5.6 ms apart, a 1 MiB ring) was predicted to lose 34% where its runs lost
     // nothing.
-    let kernel_ns = if s.kernel_on_app_cpu {
-        p.kernel_on_tool_cpu().ns(caplen)
-    } else {
-        0.0
-    };
     let (ca, idle_ca, tool_ns) = match sharing {
         None => (cap(app_ns), cap(app_ns - kernel_ns), app_ns),
         Some(_) => {
