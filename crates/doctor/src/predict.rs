@@ -323,6 +323,25 @@ fn app_stages(
     Ok(v)
 }
 
+/// The share of its CPU a peer gets once behind the receive work there
+/// (`ToolCosts::null_rps_left`), when `s` has it behind at `pace` and the profile measured it.
+fn left_behind(p: &Profile, s: &Scenario, caplen: f64, pace: Pace) -> Option<f64> {
+    let t = match s.tool {
+        Tool::Tcpdump => &p.tcpdump,
+        Tool::Dumpcap => &p.dumpcap,
+        Tool::Poolcap => return None,
+    };
+    let left = if s.output.is_file() {
+        t.file_rps_left
+    } else {
+        t.null_rps_left
+    };
+    (pace == Pace::Behind && s.kernel_on_app_cpu)
+        .then_some(left)
+        .flatten()
+        .map(|c| c.ns(caplen).clamp(0.0, 1.0))
+}
+
 /// The calibration configuration whose CPU share `s` runs at: poolcap's `count`, with
 /// analysis the saturated worker's ([`share::SATURATED`]; `copy` in a profile without it) or
 /// `write`; a peer's `null` or `file`.
@@ -567,7 +586,8 @@ fn predict_at(p: &Profile, s: &Scenario, pace: Pace) -> Result<Prediction, Scena
     let (ca, idle_ca, tool_ns) = match sharing {
         None => (cap(app_ns), cap(app_ns - kernel_ns), app_ns),
         Some(_) => {
-            let left = (1.0 - s.rate_pps * kernel_ns / 1e9).max(0.0);
+            let left = left_behind(p, s, caplen, pace)
+                .unwrap_or_else(|| (1.0 - s.rate_pps * kernel_ns / 1e9).max(0.0));
             let tool_ns = app_ns - kernel_ns;
             let alone = cap(tool_ns) * cpu_share;
             (alone * left, alone, tool_ns)
@@ -723,7 +743,7 @@ mod tests {
     fn flat(ns: f64) -> Cost {
         Cost {
             ns_per_packet: ns,
-            ns_per_byte: 0.0,
+            ..Cost::default()
         }
     }
 
@@ -951,6 +971,32 @@ mod tests {
         p.cpu = None;
         let e = at(&p, 1024, Some(40_000)).edge.unwrap();
         assert!(close(e.falls_behind, 1.0), "{e:?}");
+    }
+
+    #[test]
+    fn behind_the_receive_work_a_peer_keeps_its_measured_share_whatever_the_rate() {
+        // dumpcap behind the receive work: 40 µs a packet of its own, the receive work 1 µs a
+        // frame, on a shared core (a `cpu` that says nothing of its waits).
+        let mut p = profile();
+        p.cpu = Some(crate::share::Cpu {
+            sharing: BTreeMap::new(),
+            tail_s: 0.0,
+            rps: None,
+        });
+        let behind = |p: &Profile, rate: f64| {
+            let s = Scenario {
+                kernel_on_app_cpu: true,
+                ..scenario(Tool::Dumpcap, rate)
+            };
+            predict(p, &s).unwrap().app_capacity_pps
+        };
+        // The receive work first: 25k pps of what 60k and 100k frames a second leave.
+        assert!(close(behind(&p, 60e3), 25e3 * 0.94));
+        assert!(close(behind(&p, 100e3), 25e3 * 0.9));
+        // With the share calibration measured (half the CPU): the same at either rate.
+        p.dumpcap.null_rps_left = Some(flat(0.5));
+        assert!(close(behind(&p, 60e3), 12_500.0));
+        assert!(close(behind(&p, 100e3), 12_500.0));
     }
 
     #[test]
@@ -1401,8 +1447,8 @@ mod tests {
     fn snaplen_and_imix_set_the_captured_bytes() {
         let mut p = profile();
         p.write = Cost {
-            ns_per_packet: 0.0,
             ns_per_byte: 10.0,
+            ..Cost::default()
         };
         let s = Scenario {
             output: Output::Pcap,

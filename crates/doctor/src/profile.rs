@@ -2,7 +2,8 @@
 //! `poolcap predict` reads (JSON).
 //!
 //! Every stage cost is linear in the bytes it touches, `ns_per_packet + ns_per_byte x bytes`
-//! ([`Cost`]), fitted from two frame sizes (64 and 1514 bytes): per-packet work (wake-ups,
+//! ([`Cost`]), fitted from the smallest and largest frame sizes measured (64 and 1514 bytes),
+//! and bent where a size between them was measured too ([`Bend`]): per-packet work (wake-ups,
 //! headers, bookkeeping) and per-byte work (copies, checksums of compression) are what the
 //! papers vary with frame size and snaplength. Costs are CPU time on one core, so a stage's
 //! capacity is `1e9 / cost` packets per second. Stage costs are increments: the pool copy
@@ -15,20 +16,70 @@ use serde::{Deserialize, Serialize};
 
 use crate::share::Cpu;
 
-/// A stage's CPU cost for one packet of `bytes` bytes.
+/// A stage's CPU cost for one packet of `bytes` bytes: a line through the smallest and the
+/// largest size measured, bent at a size measured between them when there is one ([`Bend`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 pub struct Cost {
     /// Nanoseconds per packet, whatever its size.
     pub ns_per_packet: f64,
     /// Nanoseconds per byte the stage touches.
     pub ns_per_byte: f64,
+    /// Where a size measured between the line's ends lies off it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bend: Option<Bend>,
+}
+
+/// `46 ns + 0.31 ns/B`, and where it bends `(+291 ns at 512 B)`.
+impl std::fmt::Display for Cost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.0} ns + {:.2} ns/B",
+            self.ns_per_packet, self.ns_per_byte
+        )?;
+        match self.bend {
+            Some(b) => write!(f, " ({:+.0} ns at {:.0} B)", b.ns, b.at),
+            None => Ok(()),
+        }
+    }
+}
+
+/// How far a cost measured at `at` bytes lies above the line through the costs at `from`
+/// and `to` bytes (`ns`; below it when negative). The cost is then two lines meeting there.
+/// A cost is not linear in the bytes everywhere: behind the receive work on the Intel VM,
+/// tcpdump's CPU per packet rose from 0.36 µs at 64 B to 0.92 µs at 512 B and 1.10 µs at
+/// 1514 B, where the line through the ends says 0.59 µs at 512 B.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Bend {
+    /// The smallest size measured, bytes.
+    pub from: f64,
+    /// The size measured between, bytes.
+    pub at: f64,
+    /// The largest size measured, bytes.
+    pub to: f64,
+    /// Its cost less the line's there, nanoseconds.
+    pub ns: f64,
+}
+
+impl Bend {
+    /// What the bend adds at `bytes`: all of it at `at`, falling to nothing at either end
+    /// and beyond.
+    fn ns(&self, bytes: f64) -> f64 {
+        let share = if bytes <= self.at {
+            (bytes - self.from) / (self.at - self.from)
+        } else {
+            (self.to - bytes) / (self.to - self.at)
+        };
+        self.ns * share.clamp(0.0, 1.0)
+    }
 }
 
 impl Cost {
     /// Nanoseconds for one packet of `bytes` bytes (never negative: a fit from noisy
     /// measurements may extrapolate below zero).
     pub fn ns(&self, bytes: f64) -> f64 {
-        (self.ns_per_packet + self.ns_per_byte * bytes).max(0.0)
+        let bend = self.bend.map_or(0.0, |b| b.ns(bytes));
+        (self.ns_per_packet + self.ns_per_byte * bytes + bend).max(0.0)
     }
 
     /// The line through two measurements `(bytes, ns)`; with equal sizes, a per-packet cost
@@ -37,14 +88,34 @@ impl Cost {
         if (b.0 - a.0).abs() < f64::EPSILON {
             return Cost {
                 ns_per_packet: (a.1 + b.1) / 2.0,
-                ns_per_byte: 0.0,
+                ..Cost::default()
             };
         }
         let per_byte = (b.1 - a.1) / (b.0 - a.0);
         Cost {
             ns_per_packet: a.1 - per_byte * a.0,
             ns_per_byte: per_byte,
+            bend: None,
         }
+    }
+
+    /// The cost through measurements `(bytes, ns)`, one per size: the line through the
+    /// smallest and the largest, bent at the middle one of three or more ([`Bend`]).
+    pub fn through(points: &[(f64, f64)]) -> Option<Cost> {
+        let mut v = points.to_vec();
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (first, last) = (*v.first()?, *v.last()?);
+        let mut c = Cost::fit(first, last);
+        if v.len() >= 3 {
+            let (at, ns) = v[v.len() / 2];
+            c.bend = Some(Bend {
+                from: first.0,
+                at,
+                to: last.0,
+                ns: ns - c.ns_per_packet - c.ns_per_byte * at,
+            });
+        }
+        Some(c)
     }
 
     /// `self` times `k`, per packet and per byte.
@@ -52,14 +123,25 @@ impl Cost {
         Cost {
             ns_per_packet: self.ns_per_packet * k,
             ns_per_byte: self.ns_per_byte * k,
+            bend: self.bend.map(|b| Bend { ns: b.ns * k, ..b }),
         }
     }
 
-    /// `self - other`, stage by stage (an increment over a cheaper configuration).
+    /// `self - other`, stage by stage (an increment over a cheaper configuration, measured
+    /// at the same sizes).
     pub fn minus(&self, other: &Cost) -> Cost {
+        let bend = match (self.bend, other.bend) {
+            (Some(a), o) => Some(Bend {
+                ns: a.ns - o.map_or(0.0, |b| b.ns(a.at)),
+                ..a
+            }),
+            (None, Some(b)) => Some(Bend { ns: -b.ns, ..b }),
+            (None, None) => None,
+        };
         Cost {
             ns_per_packet: self.ns_per_packet - other.ns_per_packet,
             ns_per_byte: self.ns_per_byte - other.ns_per_byte,
+            bend,
         }
     }
 }
@@ -90,6 +172,19 @@ pub struct ToolCosts {
     /// `file_rps` measured at a light rate (as `null_rps_light`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file_rps_light: Option<Cost>,
+    /// The share of its CPU's busy time the tool got where `null_rps` was measured (its busy
+    /// time less the receive work's, over its busy time), by frame size: a fraction, fitted
+    /// as a cost is. Behind at top speed the CPU is busy throughout, the scheduler splits it
+    /// between the receive softirq and the tool, and the sender goes as fast as the receive
+    /// work's backlog lets it: a slower sender does not leave the tool more. tcpdump at 64 B
+    /// captured 1.27-1.39M pps offered 1.55-1.64M in two calibration runs and their S1
+    /// points (Intel VM, 2026-11-26), where the receive work taking `rate x kernel_rps` first
+    /// said 1.6 fewer frames captured for each frame more offered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub null_rps_left: Option<Cost>,
+    /// The same where `file_rps` was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_rps_left: Option<Cost>,
 }
 
 /// What `poolcap probe`'s rules cost on the analysis worker, beyond the pool copy every
@@ -245,8 +340,7 @@ impl Samples {
         }
     }
 
-    /// The cost line through the smallest and the largest size of `key` (each the median of
-    /// its repeats).
+    /// The cost of `key` through the median of its repeats at each size ([`Cost::through`]).
     pub fn fit(&self, key: &str) -> Option<Cost> {
         let v = self.0.get(key)?;
         let at = |bytes: f64| {
@@ -254,8 +348,19 @@ impl Samples {
             ns.sort_by(f64::total_cmp);
             (bytes, ns[ns.len() / 2])
         };
-        let (lo, hi) = self.span(key)?;
-        Some(Cost::fit(at(lo), at(hi)))
+        let points: Vec<(f64, f64)> = self.sizes(key).into_iter().map(at).collect();
+        Cost::through(&points)
+    }
+
+    /// The sizes measured for `key`, smallest first, each once.
+    pub fn sizes(&self, key: &str) -> Vec<f64> {
+        let mut v: Vec<f64> = self
+            .0
+            .get(key)
+            .map_or(Vec::new(), |v| v.iter().map(|s| s.0).collect());
+        v.sort_by(f64::total_cmp);
+        v.dedup();
+        v
     }
 
     /// The smallest and largest size measured for `key`.
@@ -283,8 +388,8 @@ impl Profile {
         let diff = |a: &str, b: &str| {
             let (ca, cb) = (fit(a)?, fit(b)?);
             let inc = |x: f64| (x, (ca.ns(x) - cb.ns(x)).max(0.0));
-            let (lo, hi) = samples.span(a)?;
-            Some(Cost::fit(inc(lo), inc(hi)))
+            let points: Vec<(f64, f64)> = samples.sizes(a).into_iter().map(inc).collect();
+            Cost::through(&points)
         };
         // Costs a profile may lack: the base's where it has them, and said so.
         let pcapng = kept.or_base("pcapng", diff("pcapng", "count"), base.pcapng);
@@ -334,6 +439,8 @@ impl Profile {
                     light_of("file rps light"),
                     b.file_rps_light,
                 ),
+                null_rps_left: fit_of("null rps left").or(b.null_rps_left),
+                file_rps_left: fit_of("file rps left").or(b.file_rps_left),
             }
         };
         let tcpdump = tool("tcpdump", &base.tcpdump);
@@ -437,9 +544,44 @@ mod tests {
         let negative = Cost {
             ns_per_packet: -50.0,
             ns_per_byte: 0.01,
+            bend: None,
         };
         assert_eq!(negative.ns(64.0), 0.0);
         assert_eq!(c.minus(&c), Cost::default());
+    }
+
+    #[test]
+    fn a_third_size_bends_the_cost_through_it() {
+        // tcpdump behind the receive work at S1 (µs per packet at 64, 512 and 1514 B).
+        let points = [(512.0, 920.0), (64.0, 360.0), (1514.0, 1100.0)];
+        let c = Cost::through(&points).unwrap();
+        for (b, ns) in points {
+            assert!((c.ns(b) - ns).abs() < 1e-9, "{b}: {} {c:?}", c.ns(b));
+        }
+        // Straight between the measured sizes, and the ends' line beyond them.
+        let mid = (c.ns(64.0) + c.ns(512.0)) / 2.0;
+        assert!((c.ns(288.0) - mid).abs() < 1e-9);
+        let line = Cost::fit((64.0, 360.0), (1514.0, 1100.0));
+        assert!((c.ns(9000.0) - line.ns(9000.0)).abs() < 1e-9);
+        // Scaled and subtracted size by size.
+        let half = c.times(0.5);
+        let other = Cost::through(&[(64.0, 100.0), (512.0, 100.0), (1514.0, 400.0)]).unwrap();
+        for b in [64.0, 300.0, 512.0, 1000.0, 1514.0] {
+            assert!((half.ns(b) - c.ns(b) / 2.0).abs() < 1e-9);
+            assert!(
+                (c.minus(&other).ns(b) - (c.ns(b) - other.ns(b))).abs() < 1e-9,
+                "{b}"
+            );
+        }
+        assert_eq!(c.to_string(), "327 ns + 0.51 ns/B (+331 ns at 512 B)");
+        assert_eq!(line.to_string(), "327 ns + 0.51 ns/B");
+        // Two sizes: a line, as before; none: nothing.
+        assert_eq!(Cost::through(&points[1..]).unwrap().bend, None);
+        assert_eq!(Cost::through(&[]), None);
+        // A profile without bends reads as before, and one with a bend round-trips.
+        let json = serde_json::to_string(&c).unwrap();
+        assert_eq!(serde_json::from_str::<Cost>(&json).unwrap(), c);
+        assert!(!serde_json::to_string(&line).unwrap().contains("bend"));
     }
 
     #[test]

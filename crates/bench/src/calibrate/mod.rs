@@ -114,8 +114,10 @@ pub fn stages(levels: &[&str], peers: bool) -> Vec<Stage> {
 /// 99 more, against a spread of tens of ns).
 pub const PROBE_RULES: [usize; 2] = [1, 100];
 
-/// Frame sizes measured: the smallest common one and the MTU's.
-pub const SIZES: [usize; 2] = [64, 1514];
+/// Frame sizes measured: the smallest common one, the MTU's, and one between where the costs
+/// bend ([`poolcap_doctor::profile::Bend`]): behind the receive work tcpdump's CPU per packet
+/// at 512 B lay 56% above the line through the other two (Intel VM, 2026-11-26).
+pub const SIZES: [usize; 3] = [64, 512, 1514];
 
 /// Id prefix of the calibration points.
 pub const POINT_PREFIX: &str = "calibrate ";
@@ -141,6 +143,10 @@ const BEHIND_RING_KIB: u64 = 2048;
 
 /// Suffix of a peer's subject (and key in [`Samples`]) at the light rps-on points.
 const LIGHT: &str = " rps light";
+
+/// Suffix of the key in [`Samples`] of a peer's share of its CPU's busy time at the rps-on
+/// points at top speed (`null_rps_left` of its `ToolCosts`).
+const LEFT: &str = " left";
 
 /// Suffix of tcpdump's subjects at the deep rps-on point ([`DEEP_POINT`]).
 const DEEP: &str = " rps deep";
@@ -377,6 +383,9 @@ pub fn samples(rows: &[Row]) -> Samples {
                 if let (Some((busy, kept)), Some(kernel)) = (run, kernel) {
                     let own = (busy - kernel) / kept.max(1e-9);
                     s.add(key, bytes, own.max(MEASURED_NOTHING_NS));
+                    if !key.ends_with(LIGHT) {
+                        s.add(&format!("{key}{LEFT}"), bytes, 1.0 - kernel / busy);
+                    }
                 }
             }
             key => {
@@ -647,7 +656,16 @@ mod tests {
 
     #[test]
     fn calibration_rows_become_samples_and_the_others_are_ignored() {
+        // Two sizes keep the list short; SIZES adds a third between them.
+        const SIZES: [usize; 2] = [64, 1514];
         let points = points(&SIZES, 1000, &[], true);
+        let ids = |sizes: &[usize]| -> Vec<String> {
+            super::points(sizes, 1000, &[], true)
+                .into_iter()
+                .map(|p| p.id)
+                .collect()
+        };
+        assert!(ids(&super::SIZES).contains(&"calibrate rps 512B".to_owned()));
         let ids: Vec<&str> = points.iter().map(|p| p.id.as_str()).collect();
         assert_eq!(
             ids,
@@ -765,7 +783,21 @@ mod tests {
         tcpdump.busy_s = Some(0.001);
         let with_rps = samples(&crate::report::aggregate(&[rps, dumpcap, tcpdump]));
         let keys: Vec<&str> = with_rps.keys().collect();
-        assert_eq!(keys, ["dumpcap null rps", KERNEL_RPS, "tcpdump null rps"]);
+        assert_eq!(
+            keys,
+            [
+                "dumpcap null rps",
+                "dumpcap null rps left",
+                KERNEL_RPS,
+                "tcpdump null rps"
+            ]
+        );
+        // dumpcap had 4.5 ms of its CPU's 6 ms busy time: three quarters, which the profile
+        // keeps as its share behind (tcpdump, less than the receive work's, has none).
+        let left = with_rps.fit("dumpcap null rps left").unwrap();
+        assert!((left.ns(64.0) - 0.75).abs() < 1e-9, "{left:?}");
+        let kept = profile(&with_rps, 1.5, "test".into()).dumpcap.null_rps_left;
+        assert_eq!(kept, Some(left));
         let t = with_rps.fit("tcpdump null rps").unwrap();
         assert_eq!(t.ns(64.0), MEASURED_NOTHING_NS);
         let k = profile(&with_rps, 1.5, "test".into()).kernel_on_tool_cpu();

@@ -26,8 +26,8 @@ use poolcap_doctor::profile::Profile;
 pub const INTRO: &str = "Issue 16: `poolcap predict` against measurement. One run \
 calibrates this machine's stage costs (the calibration points, as `poolcap calibrate`: the \
 sender alone, each capture configuration (poolcap counting, copying, writing pcap and pcapng, \
-its probe with 1 and 100 rules; tcpdump and dumpcap) and poolcap with a saturated worker at 64 \
-and 1514 B, rps off; poolcap counting with rps on for the receive work's time on the tool's CPU, and \
+its probe with 1 and 100 rules; tcpdump and dumpcap) and poolcap with a saturated worker at 64, \
+512 and 1514 B, rps off; poolcap counting with rps on for the receive work's time on the tool's CPU, and \
 the peers behind it at top speed with 2 MiB rings, where they fall behind, and at 250k pps, where they keep up; tcpdump at top speed \
 with 32 MiB rings at 64 B, where it keeps up, for its waits for the CPU while it does) and then measures \
 paper 002's four sessions with rps on (frame sizes at top speed with a 2 MB buffer; a larger \
@@ -340,9 +340,7 @@ fn per_session(compared: &[validate::Compared]) -> String {
 
 /// The calibrated costs, as the model uses them.
 fn costs(p: &Profile) -> String {
-    let c = |x: poolcap_doctor::profile::Cost| {
-        format!("{:.0} ns + {:.2} ns/B", x.ns_per_packet, x.ns_per_byte)
-    };
+    let c = |x: poolcap_doctor::profile::Cost| x.to_string();
     let mut s = format!(
         "- sender alone: {} per frame; kernel receive work (the sender's slowdown while poolcap \
          counts): {}\n- poolcap: ring read {}, pool copy {}, write {}; x-loop {:.3} ns per \
@@ -469,8 +467,8 @@ keeping up until a wait for its CPU outlasts its buffers and puts it behind for 
 between the two predictions. The one judged is the likelier: behind when the chance that one of the run's \
 waits (exponential of the mean wait per timeslice the tool had keeping up at top speed behind the receive work in \
 calibration, else behind it, one per \
-3 ms timeslice and wait) outlasts the buffers' depth, 1 - exp(-n e^(-depth / w)), is at least one half. Each cost is linear in the captured bytes, fitted from \
-64 and 1514-byte frames. The ring holds its blocks' slots (slot: the frame, its TPACKET_V3 \
+3 ms timeslice and wait) outlasts the buffers' depth, 1 - exp(-n e^(-depth / w)), is at least one half. Each cost is linear in the captured bytes between the frame sizes \
+measured (64, 512 and 1514 B): the line through 64 and 1514 B, bent through 512 B. The ring holds its blocks' slots (slot: the frame, its TPACKET_V3 \
 header and libpcap's 4-byte reserve, 8-byte aligned), each block only as full as the frames \
 that arrive before the kernel's periodic retire timer closes it (poolcap 4 ms when it \
 analyses, 50 ms otherwise; tcpdump 1 s, dumpcap 250 ms): rate x tov / ceil(tov x rate / \
@@ -532,14 +530,13 @@ pub fn text(meta: &Meta, rows: &[Row]) -> Text {
     Text {
         settings: vec![
             format!(
-                "calibration points (`{}64B`, `{}1514B`) run with rps off and feed the profile \
-                 (`{}rps 64B` and `1514B` with rps on, for the receive work's time on the tool's CPU); \
-                 sessions S1-S4 and the peers' burst and load points run with rps on (the \
+                "calibration points (`{p}SIZEB` for SIZE {sizes}) run with rps off and feed the \
+                 profile (`{p}rps SIZEB` with rps on, for the receive work's time on the tool's \
+                 CPU); sessions S1-S4 and the peers' burst and load points run with rps on (the \
                  kernel's receive work on CPU {TOOL_CPU}, the tool's, as in paper 002), \
                  poolcap's burst and load points with rps off and an x-loop load",
-                calibrate::POINT_PREFIX,
-                calibrate::POINT_PREFIX,
-                calibrate::POINT_PREFIX
+                p = calibrate::POINT_PREFIX,
+                sizes = calibrate::SIZES.map(|b| b.to_string()).join(", "),
             ),
             format!(
                 "session buffers: S1 -B {} MiB (paper 002's default); S2 -B {} MiB (its larger \

@@ -19,8 +19,8 @@ use crate::units;
 #[derive(Debug, Args)]
 #[command(
     after_help = "Without -i, builds a veth lab (two namespaces, removed at the end), \
-sends 64 and 1514 B frames at top speed and runs each configuration once per size: about \
-2 minutes. With -i IF, captures the traffic you send to IF for --window per configuration \
+sends 64, 512 and 1514 B frames at top speed and runs each configuration once per size: \
+about 3 minutes. With -i IF, captures the traffic you send to IF for --window per configuration \
 and snaplength (64 and full); the kernel's and sender's costs then come from the built-in \
 profile. Calibrate on a quiet machine: others' work makes every stage look slower."
 )]
