@@ -115,8 +115,9 @@ pub fn stages(levels: &[&str], peers: bool) -> Vec<Stage> {
 pub const PROBE_RULES: [usize; 2] = [1, 100];
 
 /// Frame sizes measured: the smallest common one, the MTU's, and one between where the costs
-/// bend ([`poolcap_doctor::profile::Bend`]): behind the receive work tcpdump's CPU per packet
-/// at 512 B lay 56% above the line through the other two (Intel VM, 2026-11-26).
+/// bend ([`poolcap_doctor::profile::Bend`]): with rps on, the receive work cost 92 ns a frame
+/// (20%) more at 512 B than the line through the other two says, and tcpdump's own cost
+/// behind it 103 ns less (Intel VM, 2026-11-27).
 pub const SIZES: [usize; 3] = [64, 512, 1514];
 
 /// Id prefix of the calibration points.
