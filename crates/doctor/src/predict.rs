@@ -52,7 +52,7 @@
 
 use serde::Serialize;
 
-use crate::profile::{Cost, Profile};
+use crate::profile::{Cost, Profile, ToolCosts};
 use crate::share;
 
 /// The capture tool.
@@ -253,8 +253,9 @@ fn app_stages(
             ns,
         });
     };
-    match s.tool {
-        Tool::Poolcap => {
+    match peer_costs(p, s.tool) {
+        // poolcap
+        None => {
             add("ring read", p.poolcap_count.ns(caplen));
             if s.analyses() {
                 add("pool copy", p.pool_copy.ns(caplen));
@@ -272,18 +273,13 @@ fn app_stages(
                 add("write", s.output.write_cost(p).ns(caplen));
             }
         }
-        Tool::Tcpdump | Tool::Dumpcap => {
+        Some(t) => {
             if s.load > 0 {
                 return err("--load is poolcap's x-loop: tcpdump and dumpcap have none");
             }
             if s.rules > 0 {
                 return err("probe rules run in poolcap: tcpdump and dumpcap have none");
             }
-            let t = if s.tool == Tool::Tcpdump {
-                &p.tcpdump
-            } else {
-                &p.dumpcap
-            };
             let (what, cost, behind, light) = if s.output.is_file() {
                 ("capture and write", t.file, t.file_rps, t.file_rps_light)
             } else {
@@ -323,23 +319,28 @@ fn app_stages(
     Ok(v)
 }
 
+/// A peer's costs (`None` for poolcap).
+fn peer_costs(p: &Profile, tool: Tool) -> Option<&ToolCosts> {
+    match tool {
+        Tool::Tcpdump => Some(&p.tcpdump),
+        Tool::Dumpcap => Some(&p.dumpcap),
+        Tool::Poolcap => None,
+    }
+}
+
 /// The share of its CPU a peer gets once behind the receive work there
 /// (`ToolCosts::null_rps_left`), when `s` has it behind at `pace` and the profile measured it.
 fn left_behind(p: &Profile, s: &Scenario, caplen: f64, pace: Pace) -> Option<f64> {
-    let t = match s.tool {
-        Tool::Tcpdump => &p.tcpdump,
-        Tool::Dumpcap => &p.dumpcap,
-        Tool::Poolcap => return None,
-    };
+    if pace != Pace::Behind || !s.kernel_on_app_cpu {
+        return None;
+    }
+    let t = peer_costs(p, s.tool)?;
     let left = if s.output.is_file() {
         t.file_rps_left
     } else {
         t.null_rps_left
-    };
-    (pace == Pace::Behind && s.kernel_on_app_cpu)
-        .then_some(left)
-        .flatten()
-        .map(|c| c.ns(caplen).clamp(0.0, 1.0))
+    }?;
+    Some(left.ns(caplen).clamp(0.0, 1.0))
 }
 
 /// The calibration configuration whose CPU share `s` runs at: poolcap's `count`, with
@@ -576,7 +577,9 @@ fn predict_at(p: &Profile, s: &Scenario, pace: Pace) -> Result<Prediction, Scena
         .zip(key.as_ref())
         .map_or(1.0, |(c, k)| c.capacity_share(k));
     // On a shared core the receive work on the tool's CPU runs in softirq, before any task:
-    // the tool gets its share of what it leaves. On a core of its own the two costs add.
+    // the tool gets its share of what it leaves, or, for a peer behind it, the share of its
+    // CPU calibration measured there ([`left_behind`]). On a core of its own the two costs
+    // add.
     //
     // Between bursts no frame arrives and the receive work leaves the CPU to the tool: it
     // drains its backlog at its capacity without that work (`idle_ca`). Drained at the
@@ -900,32 +903,38 @@ mod tests {
         assert_eq!(predict(&profile(), &t).unwrap().edge, None);
     }
 
+    /// A shared core whose rps-off calibration says nothing of waits or shares, with `rps`'s
+    /// waits behind the receive work.
+    fn shared_core(rps: Option<crate::share::RpsWaits>) -> crate::share::Cpu {
+        crate::share::Cpu {
+            sharing: BTreeMap::new(),
+            tail_s: 0.0,
+            rps,
+        }
+    }
+
     #[test]
     fn at_the_edge_a_capture_falls_behind_when_a_wait_outlasts_its_buffers() {
         // dumpcap at 40k pps, between its capacities (about 24k behind, 50k keeping up), 40k
         // frames (a 1 s run); it waited 2 ms a timeslice behind the receive work, so a run
         // holds 1 s / 5 ms = 200 waits. The share when runnable is 1 (no capacity share).
         let mut p = profile();
-        p.cpu = Some(crate::share::Cpu {
-            sharing: BTreeMap::new(),
-            tail_s: 0.0,
-            rps: Some(crate::share::RpsWaits {
-                sharing: crate::share::Sharing {
+        p.cpu = Some(shared_core(Some(crate::share::RpsWaits {
+            sharing: crate::share::Sharing {
+                share: 1.0,
+                wait_s: 0.0,
+            },
+            by_key: BTreeMap::from([(
+                "dumpcap null".to_owned(),
+                crate::share::Sharing {
                     share: 1.0,
-                    wait_s: 0.0,
+                    wait_s: 0.002,
                 },
-                by_key: BTreeMap::from([(
-                    "dumpcap null".to_owned(),
-                    crate::share::Sharing {
-                        share: 1.0,
-                        wait_s: 0.002,
-                    },
-                )]),
-                keeping_up: BTreeMap::new(),
-                tail_s: 0.0,
-                longest_s: None,
-            }),
-        });
+            )]),
+            keeping_up: BTreeMap::new(),
+            tail_s: 0.0,
+            longest_s: None,
+        })));
         let at = |p: &Profile, ring_kib: u64, count: Option<u64>| {
             let s = Scenario {
                 kernel_on_app_cpu: true,
@@ -978,11 +987,7 @@ mod tests {
         // dumpcap behind the receive work: 40 µs a packet of its own, the receive work 1 µs a
         // frame, on a shared core (a `cpu` that says nothing of its waits).
         let mut p = profile();
-        p.cpu = Some(crate::share::Cpu {
-            sharing: BTreeMap::new(),
-            tail_s: 0.0,
-            rps: None,
-        });
+        p.cpu = Some(shared_core(None));
         let behind = |p: &Profile, rate: f64| {
             let s = Scenario {
                 kernel_on_app_cpu: true,
