@@ -419,6 +419,38 @@ impl<'b> Packets<'b> {
     }
 }
 
+/// How many frames ahead of the one it reads the walk asks for a header ([`prefetch`]).
+/// The walk is a chain (each header says where the next one is), so without a hint every
+/// header is a cache miss waited for in turn: a line the receive work wrote on another core
+/// (rps off), or one that left the cache while the reader was behind in a ring larger than
+/// it (rps on). Frames of one size lie `next` bytes apart, so the guess is exact for a
+/// steady stream and harmless otherwise. Writing pcap to /dev/null at top speed on the veth
+/// lab (Intel VM, 2 MiB L2, 2026-11-27, 3 runs each), poolcap's CPU per packet with rps off
+/// went from 63-67 / 116-119 / 160-171 ns at 64 / 512 / 1514 B to 50-56 / 79-89 / 126-132 ns
+/// (32 frames ahead: no better); with rps on and `-B 2048`, its loss at top speed went from
+/// 38-43% to 13-23% at 512 B and from 8-18% to 2-6% at 1514 B.
+const PREFETCH_AHEAD: usize = 16;
+
+/// Asks the CPU to fetch the two cache lines at `off` in `b` (a frame's header and the line
+/// after it, where its link header and, written in place, its pcap record header lie), if
+/// `off` lies in `b`. Only a hint: nothing is read.
+fn prefetch(b: &[u8], off: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for line in [off, off + 64] {
+        if let Some(x) = b.get(line) {
+            // SAFETY: `_mm_prefetch` needs SSE, which every x86_64 CPU has; a prefetch
+            // reads and writes nothing and never faults, and the address lies in `b`.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                    std::ptr::from_ref(x).cast::<i8>(),
+                );
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (b, off);
+}
+
 fn u32_at(b: &[u8], off: usize) -> Option<u32> {
     b.get(off..off + 4)
         .map(|s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
@@ -455,6 +487,9 @@ impl<'b> Iterator for Packets<'b> {
             vlan_tpid: u16_at(hdr, PH_VLAN_TPID)?,
         };
         self.left -= 1;
+        if next != 0 {
+            prefetch(self.body, off + PREFETCH_AHEAD * next);
+        }
         self.at = if next == 0 {
             None
         } else {
