@@ -67,7 +67,7 @@ pub fn stages(levels: &[&str], peers: bool) -> Vec<Stage> {
     };
     let mut v = vec![
         poolcap("count", &|_| {}),
-        poolcap(NULL, &|s| s.dev_null = true),
+        poolcap("null", &|s| s.dev_null = true),
         poolcap("copy", &|s| s.load = 1),
         poolcap("write", &|s| s.write = true),
         poolcap("pcapng", &|s| {
@@ -108,9 +108,6 @@ pub fn stages(levels: &[&str], peers: bool) -> Vec<Stage> {
     }
     v
 }
-
-/// Key of poolcap writing its pcap stream to /dev/null, as the sessions run it.
-const NULL: &str = "null";
 
 /// Rule counts `poolcap probe` is calibrated with: the first rule alone, and enough more that
 /// their cost stands well above the runs' noise (about 10 ns each here: 1 µs a packet for
@@ -191,10 +188,10 @@ pub const SATURATED_LOAD: u32 = 20_000;
 /// The calibration in the lab as bench points, two per frame size of `sizes` (normally
 /// [`SIZES`]; one size fits per-packet costs only), `frames` frames at top speed each:
 /// - `calibrate rps {size}B`, rps on: poolcap counting ([`KERNEL_RPS`]), for the time
-///   the kernel's receive work takes on the tool's CPU, and poolcap writing to /dev/null
-///   and the peers (with rings of [`BEHIND_RING_KIB`]), for theirs behind it;
-/// - `calibrate rps light {size}B`: the same at [`LIGHT_PPS`], for their cost behind the
-///   receive work while they keep up;
+///   the kernel's receive work takes on the tool's CPU, and the peers (with rings of
+///   [`BEHIND_RING_KIB`]), for theirs behind it;
+/// - `calibrate rps light {size}B`, with `peers`: the same at [`LIGHT_PPS`], for the
+///   peers' cost behind the receive work while they keep up;
 /// - `calibrate {size}B`, rps off: the sender alone, every configuration of [`stages`] (the
 ///   subject's name is its key in [`Samples`]) and poolcap with a saturated worker
 ///   ([`SATURATED_LOAD`]). The kernel's receive work must stay on the sender's CPU for the
@@ -208,15 +205,14 @@ pub const SATURATED_LOAD: u32 = 20_000;
 pub fn points(sizes: &[usize], frames: u64, levels: &[&str], peers: bool) -> Vec<Point> {
     let count = || CaptureSpec::new(Tool::Poolcap, crate::suites::BUFFER_KIB);
     let mut v = Vec::new();
-    // The captures the sessions run behind the receive work run with rps on too (poolcap
-    // writing its pcap stream to /dev/null, the peers): a tool pays more behind the receive
-    // softirq than its rps-off run shows, and once behind, more again.
-    let behind_stages: Vec<Stage> = stages(&[], peers)
+    // The peers run with rps on too: a tool that wakes per packet pays more behind the
+    // receive softirq than its rps-off run shows.
+    let peer_stages: Vec<Stage> = stages(&[], peers)
         .into_iter()
-        .filter(|s| s.key == NULL || matches!(s.spec.tool, Tool::Tcpdump | Tool::Dumpcap))
+        .filter(|s| matches!(s.spec.tool, Tool::Tcpdump | Tool::Dumpcap))
         .collect();
     let behind = |suffix: &str, buffer_kib: u64| -> Vec<Subject> {
-        behind_stages
+        peer_stages
             .iter()
             .map(|s| {
                 let spec = CaptureSpec {
@@ -239,7 +235,7 @@ pub fn points(sizes: &[usize], frames: u64, levels: &[&str], peers: bool) -> Vec
                 rps_subjects,
             )
         });
-        if !behind_stages.is_empty() {
+        if !peer_stages.is_empty() {
             let mut light = vec![Subject::named(KERNEL_RPS_LIGHT, count())];
             light.extend(behind(LIGHT, crate::suites::BUFFER_KIB));
             let paced = Traffic {
@@ -699,7 +695,6 @@ mod tests {
             names(light),
             [
                 KERNEL_RPS_LIGHT,
-                "null rps light",
                 "tcpdump null rps light",
                 "tcpdump file rps light",
                 "dumpcap null rps light",
@@ -717,10 +712,8 @@ mod tests {
         };
         assert!(rings(top).iter().all(|&k| k == BEHIND_RING_KIB));
         assert!(rings(light).iter().all(|&k| k == crate::suites::BUFFER_KIB));
-        // Without the peers poolcap alone is measured at a light rate, and nothing deep.
-        let alone = super::points(&SIZES, 1000, &[], false);
-        assert_eq!(alone.len(), 7);
-        assert_eq!(names(&alone[0]), [KERNEL_RPS, "null rps"]);
+        // Without the peers there is nothing to measure at a light rate, nor deep.
+        assert_eq!(super::points(&SIZES, 1000, &[], false).len(), 5);
         // The deep point: tcpdump alone, at 64 B and top speed, in S3's ring.
         let deep = &points[7];
         assert_eq!((deep.rps, deep.traffic.rate), (Some(true), None));

@@ -665,8 +665,8 @@ mod tests {
         let smoke = plan(Scale::Smoke, &c).points;
         assert_eq!(
             smoke.len(),
-            5,
-            "three calibration points (top speed and light with rps on, rps off), the ring point, S1 64B"
+            4,
+            "two calibration points, the ring point, S1 64B"
         );
     }
 }

@@ -456,9 +456,9 @@ fn calibrate_in_its_own_lab_saves_a_profile_predict_reads() {
         .filter(|l| l.contains("ns per packet") || l.contains("sender alone"))
         .count();
     assert_eq!(
-        runs, 39,
-        "count and null with rps on at top speed and at a light rate; sender, count, null, \
-         copy, write, pcapng, probe 1r and 100r, saturated at 64, 512 and 1514 B: {err}"
+        runs, 30,
+        "count with rps on; sender, count, null, copy, write, pcapng, probe 1r and 100r, \
+         saturated at 64, 512 and 1514 B: {err}"
     );
     // The ring point: poolcap analysing, stopped while the frames came; a ring it measured
     // full is kept beside the rule (20k frames fill it below about 700k pps).
