@@ -436,7 +436,7 @@ const PREFETCH_AHEAD: usize = 16;
 /// `off` lies in `b`. Only a hint: nothing is read.
 fn prefetch(b: &[u8], off: usize) {
     #[cfg(target_arch = "x86_64")]
-    for line in [off, off + 64] {
+    for line in [off, off.saturating_add(64)] {
         if let Some(x) = b.get(line) {
             // SAFETY: `_mm_prefetch` needs SSE, which every x86_64 CPU has; a prefetch
             // reads and writes nothing and never faults, and the address lies in `b`.
@@ -488,7 +488,10 @@ impl<'b> Iterator for Packets<'b> {
         };
         self.left -= 1;
         if next != 0 {
-            prefetch(self.body, off + PREFETCH_AHEAD * next);
+            prefetch(
+                self.body,
+                off.saturating_add(next.saturating_mul(PREFETCH_AHEAD)),
+            );
         }
         self.at = if next == 0 {
             None
