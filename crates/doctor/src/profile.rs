@@ -365,10 +365,8 @@ impl Samples {
 
     /// The smallest and largest size measured for `key`.
     pub fn span(&self, key: &str) -> Option<(f64, f64)> {
-        let v = self.0.get(key)?;
-        let lo = v.iter().map(|s| s.0).fold(f64::INFINITY, f64::min);
-        let hi = v.iter().map(|s| s.0).fold(f64::NEG_INFINITY, f64::max);
-        Some((lo, hi))
+        let v = self.sizes(key);
+        Some((*v.first()?, *v.last()?))
     }
 
     /// Keys measured.

@@ -487,15 +487,13 @@ impl<'b> Iterator for Packets<'b> {
             vlan_tpid: u16_at(hdr, PH_VLAN_TPID)?,
         };
         self.left -= 1;
-        if next != 0 {
+        self.at = if next == 0 {
+            None
+        } else {
             prefetch(
                 self.body,
                 off.saturating_add(next.saturating_mul(PREFETCH_AHEAD)),
             );
-        }
-        self.at = if next == 0 {
-            None
-        } else {
             abs.checked_add(next)
         };
         Some(pkt)
