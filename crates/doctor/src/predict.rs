@@ -909,6 +909,7 @@ mod tests {
         crate::share::Cpu {
             sharing: BTreeMap::new(),
             tail_s: 0.0,
+            longest_s: None,
             rps,
         }
     }
@@ -1264,6 +1265,7 @@ mod tests {
                     ("copy".to_owned(), at(1.0, 0.0)),
                 ]),
                 tail_s,
+                longest_s: None,
                 rps: None,
             }),
             ..profile()
@@ -1383,6 +1385,13 @@ mod tests {
         assert!((d.loss / p.loss - ratio).abs() < 1e-3, "{d:?}");
         assert_eq!(predict(&profile(), &s).unwrap().loss, 0.0);
         assert_eq!(predict(&shared(1.0, depth), &s).unwrap().loss, 0.0);
+        // No wait outlasts the longest calibration allowed: a ring deeper than it loses
+        // nothing to waits.
+        let mut bounded = shared(0.5, depth);
+        if let Some(c) = bounded.cpu.as_mut() {
+            c.longest_s = Some(depth * 0.9);
+        }
+        assert_eq!(predict(&bounded, &s).unwrap().wait_loss, 0.0);
         // Bursts the ring holds whole lose nothing to waits; longer ones lose what arrives
         // beyond the ring's depth before the burst ends.
         let bursts = |frames: u64| Scenario {

@@ -68,6 +68,15 @@ pub struct Cpu {
     pub sharing: BTreeMap<String, Sharing>,
     /// Mean length of the waits for the CPU that outlast a buffer, seconds.
     pub tail_s: f64,
+    /// The longest wait for the CPU, seconds: the longest the calibration runs' losses
+    /// allow (a run that lost `n` frames at `r` a second with buffers `depth` deep waited at
+    /// most `depth + n / r` at once). No kernel setting bounds these waits as the softirq's
+    /// budget bounds those behind the receive work ([`RpsWaits::longest_s`]), and an
+    /// exponential fitted to waits of 2-3 ms gave 20-90 frames lost a run to buffers 30 ms
+    /// deep, which lost none (poolcap analysing at 64 B; docs/predict.md). `None`: unbounded
+    /// (no calibration run lost frames to a wait, or a profile from before 2026-11-27).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub longest_s: Option<f64>,
     /// The same, measured with the kernel's receive work on the tool's CPU (rps on): a
     /// tool then waits behind the receive softirq (and `ksoftirqd`), which its rps-off
     /// runs do not show. `None` in a profile calibrated without an rps-on point.
@@ -157,7 +166,7 @@ impl Cpu {
                 self.of(key),
                 Waits {
                     tail_s: self.tail_s,
-                    longest_s: f64::INFINITY,
+                    longest_s: self.longest_s.unwrap_or(f64::INFINITY),
                 },
             ),
         }
@@ -335,6 +344,7 @@ mod tests {
                 (SATURATED.to_owned(), at(0.6)),
             ]),
             tail_s: 0.01,
+            longest_s: None,
             rps: None,
         };
         assert_eq!(cpu.of("copy").share, 0.1);
@@ -362,6 +372,7 @@ mod tests {
                 ),
             ]),
             tail_s: 0.01,
+            longest_s: None,
             rps: None,
         };
         assert_eq!(cpu.capacity_share(SATURATED), 0.2);

@@ -427,40 +427,44 @@ fn behind_run(r: &Row) -> Option<(f64, f64)> {
 /// configuration (the saturated worker's too) over the frame sizes, and the tail of the
 /// waits (`poolcap_doctor::share`) from the runs that lost frames, each run's measured
 /// waiting fraction and loss against the time its buffers held at its rate; without such a
-/// run, the mean wait per timeslice. The same from the rps-on rows ([`KERNEL_RPS`]) gives
-/// the waits behind the receive work ([`RpsWaits`]), none longer than `rps_longest_s`
-/// (the softirq's time budget, [`netdev_budget_s`]). `None` when no rps-off run has
-/// scheduler statistics.
+/// run, the mean wait per timeslice; none longer than those runs' losses allow ([`waits`]).
+/// The same from the rps-on rows ([`KERNEL_RPS`]) gives the waits behind the receive work
+/// ([`RpsWaits`]), none longer than `rps_longest_s` (the softirq's time budget,
+/// [`netdev_budget_s`]). `None` when no rps-off run has scheduler statistics.
 pub fn cpu(rows: &[Row], p: &Profile, rps_longest_s: Option<f64>) -> Option<Cpu> {
     let cal = |rps: bool| {
         rows.iter()
             .filter(move |r| measures_costs(r) && r.rps == rps)
             .filter(|r| r.subject != SENDER)
     };
-    let (sharing, tail_s) = waits(cal(false), p, f64::INFINITY)?;
+    let Waited {
+        sharing,
+        tail_s,
+        longest_s,
+    } = waits(cal(false), p, None)?;
     // The tail from poolcap counting only: the peers' rps-on runs lose by capacity too
     // (dumpcap, tcpdump writing), and taken as a wait's that loss made the tail swing from 2
     // to 65 ms between two runs of the rig. Their share when runnable is their own.
     let kernel_rps = cal(true).filter(|r| r.subject == KERNEL_RPS);
-    let longest = rps_longest_s.unwrap_or(f64::INFINITY);
     let peers: BTreeMap<String, Sharing> =
         sharing_of(cal(true).filter(|r| r.subject != KERNEL_RPS))
             .into_iter()
             .filter_map(|(k, s)| Some((k.strip_suffix(RPS)?.to_owned(), s)))
             .collect();
-    let rps = waits(kernel_rps, p, longest).and_then(|(by_key, tail_s)| {
-        let sharing = *by_key.get(KERNEL_RPS)?;
+    let rps = waits(kernel_rps, p, rps_longest_s).and_then(|w| {
+        let sharing = *w.sharing.get(KERNEL_RPS)?;
         Some(RpsWaits {
             sharing,
             by_key: peers,
             keeping_up: keeping_up(rows),
-            tail_s,
-            longest_s: rps_longest_s,
+            tail_s: w.tail_s,
+            longest_s: w.longest_s,
         })
     });
     Some(Cpu {
         sharing,
         tail_s,
+        longest_s,
         rps,
     })
 }
@@ -503,15 +507,33 @@ fn sharing_of<'a>(runs: impl Iterator<Item = &'a Row>) -> BTreeMap<String, Shari
 /// with gzip:6 at 1514 B, offered 1.8 times its capacity, lost 43%.
 const NEAR_CAPACITY: f64 = 0.15;
 
-/// Each configuration's median sharing among `runs` ([`sharing_of`]), and the tail of waits of
-/// at most `longest_s` (see [`cpu`]), from the runs offered less than their capacity by
-/// [`NEAR_CAPACITY`] or more.
+/// What [`waits`] found in a set of calibration runs.
+struct Waited {
+    /// Each configuration's median sharing.
+    sharing: BTreeMap<String, Sharing>,
+    /// The mean length of the waits that outlast a buffer, seconds.
+    tail_s: f64,
+    /// The longest wait, seconds (`None`: unbounded).
+    longest_s: Option<f64>,
+}
+
+/// Each configuration's median sharing among `runs` ([`sharing_of`]), and the tail of waits
+/// from the runs offered less than their capacity by [`NEAR_CAPACITY`] or more (see [`cpu`]):
+/// waits of at most `budget` seconds, or without one, of at most what those runs' losses
+/// allow. A run whose buffers held `depth` seconds of frames and that lost `n` of them at `r`
+/// a second waited at most `depth + n / r` at once (all its loss from one wait), so the
+/// longest of these bounds every wait the runs saw (runs writing a file left out: their
+/// writer also waits for the disk); none lost a frame: unbounded. At 1514 B (Intel VM,
+/// 2026-11-27) poolcap copying into its pool lost up to 0.37% with buffers 16 ms deep: no
+/// wait longer than 20 ms, where pcapng to a file, 8% lost, would have allowed 95 ms.
 fn waits<'a>(
     runs: impl Iterator<Item = &'a Row> + Clone,
     p: &Profile,
-    longest_s: f64,
-) -> Option<(BTreeMap<String, Sharing>, f64)> {
-    let (mut tails, mut slices) = (Vec::new(), Vec::new());
+    budget: Option<f64>,
+) -> Option<Waited> {
+    // (waiting fraction, median loss, depth s) of the runs that measure waits, and the
+    // longest wait their losses allow.
+    let (mut lossy, mut slices, mut allowed) = (Vec::new(), Vec::new(), None::<f64>);
     for r in runs.clone() {
         let (Some(_), Some(ms)) = (r.median("cpu_share"), r.median("wait_per_slice_ms")) else {
             continue;
@@ -521,21 +543,41 @@ fn waits<'a>(
             let s = validate::scenario(r, pps)?;
             Some((pps, predict::predict(p, &s).ok()?))
         });
-        let depth = predicted.as_ref().map(|(pps, x)| x.buffer_frames / pps);
         // A run over or near its capacity loses by capacity, not by waiting (the saturated
         // worker by design, gzip:6 and the probe with 100 rules at 1514 B): taken as a
         // wait's, the probe's loss made the tail 23 ms instead of 0.01.
-        let waits = predicted.as_ref().is_some_and(|(pps, x)| {
+        let Some((pps, x)) = predicted.filter(|(pps, x)| {
             *pps <= x.app_capacity_pps.min(x.kernel_capacity_pps) * (1.0 - NEAR_CAPACITY)
-        });
-        if let (Some(q), Some(loss), Some(d), true) =
-            (r.median("cpu_wait"), r.median("loss"), depth, waits)
-        {
-            tails.extend(share::tail_of(q, loss, d, longest_s));
+        }) else {
+            continue;
+        };
+        let depth = x.buffer_frames / pps;
+        // A file's writer also waits for the disk: its loss bounds no wait for the CPU.
+        let to_file = r.capture.as_ref().is_some_and(|c| c.write && !c.dev_null);
+        let worst = r
+            .get("loss")
+            .map(|l| l.max)
+            .filter(|l| *l > 0.0 && !to_file);
+        if let (Some(worst), Some(frames)) = (worst, r.median("offered")) {
+            let wait = depth + worst * frames / pps;
+            allowed = Some(allowed.map_or(wait, |a: f64| a.max(wait)));
+        }
+        if let (Some(q), Some(loss)) = (r.median("cpu_wait"), r.median("loss")) {
+            lossy.push((q, loss, depth));
         }
     }
+    let longest_s = budget.or(allowed);
+    let bound = longest_s.unwrap_or(f64::INFINITY);
+    let mut tails: Vec<f64> = lossy
+        .into_iter()
+        .filter_map(|(q, loss, depth)| share::tail_of(q, loss, depth, bound))
+        .collect();
     let tail_s = median(&mut tails).or_else(|| median(&mut slices))?;
-    Some((sharing_of(runs), tail_s))
+    Some(Waited {
+        sharing: sharing_of(runs),
+        tail_s,
+        longest_s,
+    })
 }
 
 /// The median of `v` (sorted in place), `None` when empty.
@@ -928,8 +970,8 @@ mod tests {
     fn calibration_runs_give_each_configuration_its_share_and_lossy_runs_the_wait_tail() {
         use crate::child::Sched;
         // 64 B, 3000 frames sent in 10 ms bursts (see `record`): tcpdump ran 1 ms and waited
-        // 3 ms of a 2 s window (share 25%, waiting 0.15%) and lost 0.05%; count ran 1 ms,
-        // waited 1 ms in 4 slices and lost nothing.
+        // 1.2 s of a 2 s window (waiting 60%) and lost 0.05%; count ran 1 ms, waited 1 ms in
+        // 4 slices and lost nothing.
         let run = |subject: &str, run_ns, wait_ns, loss| {
             let mut r = super::validate::tests::record("calibrate 64B", "tcpdump", loss);
             r.subject = subject.to_owned();
@@ -955,30 +997,45 @@ mod tests {
             (c.tool, c.load, c.rules) = (tool, load, rules);
             r
         };
-        let rows = crate::report::aggregate(&[
-            run("tcpdump null", 1_000_000, 3_000_000, 0.0005),
+        let records = [
+            run("tcpdump null", 1_000_000, 1_200_000_000, 0.0005),
             run("count", 1_000_000, 1_000_000, 0.0),
             over(share::SATURATED, Tool::Poolcap, SATURATED_LOAD, None),
             rps,
             over(&profile::probe_key(1000), Tool::Probe, 0, Some(1000)),
-        ]);
+        ];
+        let rows = crate::report::aggregate(&records);
         let p = Profile::built_in();
         let got = cpu(&rows, &p, None).unwrap();
         assert_eq!(got.capacity_share(share::SATURATED), 0.2);
         assert!(!got.sharing.contains_key("copy"));
-        assert_eq!(got.sharing["tcpdump null"].share, 0.25);
+        assert_eq!(got.sharing["tcpdump null"].share, 1.0 / 1201.0);
         assert_eq!(got.sharing["count"].share, 0.5);
         assert_eq!(got.sharing["count"].wait_s, 0.00025);
-        // The tail reproduces the lossy run's loss at its buffer's depth.
+        // No wait was longer than the lossy run's buffers' depth and the time its 1.5 lost
+        // frames took to arrive, and waits cut there reproduce its loss.
         let pps = validate::offered_pps(&rows[0]).unwrap();
         let s = validate::scenario(&rows[0], pps).unwrap();
         let depth = predict::predict(&p, &s).unwrap().buffer_frames / pps;
+        let longest_s = depth + 0.0005 * 3000.0 / pps;
+        assert!(
+            (got.longest_s.unwrap() - longest_s).abs() < 1e-12,
+            "{got:?}"
+        );
+        // A run writing a file waits for the disk too (the kernel throttles a writer whose
+        // dirty pages outrun writeback): its loss bounds nothing.
+        let mut file = run("tcpdump file", 1_000_000, 1_200_000_000, 0.01);
+        file.capture.as_mut().unwrap().write = true;
+        let with_file = crate::report::aggregate(&[&records[..], &[file]].concat());
+        assert_eq!(cpu(&with_file, &p, None).unwrap().longest_s, got.longest_s);
+        let (_, waits) = got.waits("tcpdump null", false);
+        assert_eq!(waits.longest_s, got.longest_s.unwrap());
+        let back = waits.lost(0.6, depth, f64::INFINITY);
+        assert!((back - 0.0005).abs() < 1e-9, "{back} {got:?}");
         let unbounded = |tail_s| share::Waits {
             tail_s,
             longest_s: f64::INFINITY,
         };
-        let back = unbounded(got.tail_s).lost(0.0015, depth, f64::INFINITY);
-        assert!((back - 0.0005).abs() < 1e-12, "{back} {got:?}");
         // Without a lossy run the tail is the mean wait per timeslice (0.25 or 0.75 ms).
         let calm = crate::report::aggregate(&[run("count", 1_000_000, 1_000_000, 0.0)]);
         assert_eq!(cpu(&calm, &p, None).unwrap().tail_s, 0.00025);
