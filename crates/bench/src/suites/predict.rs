@@ -409,18 +409,23 @@ fn costs(p: &Profile) -> String {
                 )
             })
             .collect();
+        let at_most = |longest: Option<f64>| {
+            longest.map_or_else(
+                || "unbounded".to_owned(),
+                |l| format!("at most {:.1} ms", l * 1e3),
+            )
+        };
         let _ = writeln!(
             s,
             "- CPU share when runnable (mean wait per timeslice, share of a busy thread): {}; \
-             tail of the waits for the CPU {:.2} ms",
+             tail of the waits for the CPU {:.2} ms, {} (the longest the calibration runs' \
+             losses allow)",
             shares.join(", "),
-            cpu.tail_s * 1e3
+            cpu.tail_s * 1e3,
+            at_most(cpu.longest_s)
         );
         if let Some(r) = &cpu.rps {
-            let longest = r.longest_s.map_or_else(
-                || "unbounded".to_owned(),
-                |l| format!("at most {:.1} ms", l * 1e3),
-            );
+            let longest = at_most(r.longest_s);
             let _ = writeln!(
                 s,
                 "- behind the receive work (rps on, poolcap counting): share when runnable \
@@ -484,8 +489,10 @@ below that it waits u (1 - s) / s of the time (u: the core it needs, s: its shar
 runnable in calibration), and a wait longer than the buffers' depth (frames held / rate) \
 loses what arrives beyond it before the burst ends; with waits exponential of a calibrated \
 tail that is q e^(-depth / tail) (less what arrives after the burst; behind the receive work \
-no wait outlasts the softirq's time budget, netdev_budget_usecs). A prediction of fewer than one lost frame over a point's offered frames \
-is a \"no loss\" verdict (the fluid's fractions of a frame are not losses).";
+no wait outlasts the softirq's time budget, netdev_budget_usecs, and with rps off none \
+outlasts the longest a calibration run's loss allows, its buffers' depth plus the time its \
+lost frames took to arrive, runs writing a file left out). A prediction of fewer than one \
+lost frame over a point's offered frames is a \"no loss\" verdict (the fluid's fractions of a frame are not losses).";
 
 /// The busy share of all CPUs before the runs of the rows passing `keep` (median of the
 /// medians), as a percentage.

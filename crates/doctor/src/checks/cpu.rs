@@ -120,10 +120,11 @@ fn steering(
     let check = format!("{iface} {short}");
     let why = if short == "rps" {
         "RPS moves receive work of each rx queue to the CPUs in rps_cpus; on a capture \
-         thread's CPU it competes with the capture, and a capture ring larger than that \
-         CPU's cache then loses more (veth lab, 2 MiB L2, 512 B frames at top speed, a run \
-         each: 1% lost with a 2 MiB ring, 21% with 34 MiB); where it must stay there, keep \
-         -B and --pool small"
+         thread's CPU it takes most of that CPU at high rates and the capture loses what \
+         it cannot read in the rest (veth lab, 512 B frames at top speed, 3 runs each: \
+         poolcap writing lost 6-9% with a 2 MiB ring, 1-14% with 8-16 MiB, 8-26% with 32 \
+         MiB; tcpdump 26-39%); where it must stay there, a ring of a few MiB (-B, and \
+         --pool when only writing) loses least"
     } else {
         "XPS picks the tx queue by sending CPU; it matters for capture only through \
          locally sent traffic"
