@@ -115,8 +115,9 @@ pub struct RpsWaits {
     /// poolcap counting 1M frames of 64 B at 400k pps with rps on lost 0.01-0.19% with a
     /// ring 4 ms deep (7 runs), 0.04% in one run of six at 6 ms and nothing in seven at 8 ms
     /// and three at 12 ms, where the exponential tail fitted at 2-4 ms predicts about 45
-    /// frames a run at 8 ms (docs/predict.md).
-    /// `None`: unbounded (a profile from before 2026-11-26).
+    /// frames a run at 8 ms (docs/predict.md). Where the budget cannot be read, the longest
+    /// the rps-on calibration runs' losses allow (as [`Cpu::longest_s`]).
+    /// `None`: unbounded (neither known, or a profile from before 2026-11-26).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub longest_s: Option<f64>,
 }
