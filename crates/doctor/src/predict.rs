@@ -530,7 +530,7 @@ pub struct Edge {
     pub loss_behind: f64,
     /// The rate it keeps up with at its light cost, frames/s.
     pub keeps_up_to_pps: f64,
-    /// The chance that it falls behind during the run ([`falls_behind`]).
+    /// The chance that it falls behind during the run (the model's `falls_behind`).
     pub falls_behind: f64,
 }
 
