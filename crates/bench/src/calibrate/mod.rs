@@ -533,7 +533,7 @@ fn waits<'a>(
 ) -> Option<Waited> {
     // (waiting fraction, median loss, depth s) of the runs that measure waits, and the
     // longest wait their losses allow.
-    let (mut lossy, mut slices, mut allowed) = (Vec::new(), Vec::new(), None::<f64>);
+    let (mut measuring, mut slices, mut allowed) = (Vec::new(), Vec::new(), None::<f64>);
     for r in runs.clone() {
         let (Some(_), Some(ms)) = (r.median("cpu_share"), r.median("wait_per_slice_ms")) else {
             continue;
@@ -563,12 +563,12 @@ fn waits<'a>(
             allowed = Some(allowed.map_or(wait, |a: f64| a.max(wait)));
         }
         if let (Some(q), Some(loss)) = (r.median("cpu_wait"), r.median("loss")) {
-            lossy.push((q, loss, depth));
+            measuring.push((q, loss, depth));
         }
     }
     let longest_s = budget.or(allowed);
     let bound = longest_s.unwrap_or(f64::INFINITY);
-    let mut tails: Vec<f64> = lossy
+    let mut tails: Vec<f64> = measuring
         .into_iter()
         .filter_map(|(q, loss, depth)| share::tail_of(q, loss, depth, bound))
         .collect();

@@ -124,7 +124,7 @@ fn steering(
          it cannot read in the rest (veth lab, 512 B frames at top speed, 3 runs each: \
          poolcap writing lost 6-9% with a 2 MiB ring, 1-14% with 8-16 MiB, 8-26% with 32 \
          MiB; tcpdump 26-39%); where it must stay there, a ring of a few MiB (-B, and \
-         --pool when only writing) loses least"
+         --pool when only writing) loses less than a large one"
     } else {
         "XPS picks the tx queue by sending CPU; it matters for capture only through \
          locally sent traffic"
