@@ -50,6 +50,10 @@ pub struct CaptureFile {
     pub packets: Vec<RecordedPacket>,
     /// From the last pcapng Interface Statistics Block; a counter it lacks reads as 0.
     pub if_stats: Option<IfStats>,
+    /// pcap records whose sub-second field is a second or more (a million microseconds or
+    /// more): read as they say, the time running into the following seconds, as tcpdump
+    /// and Wireshark show them; the caller warns.
+    pub odd_timestamps: u64,
 }
 
 /// Why a capture file could not be read.
@@ -152,6 +156,7 @@ fn read_pcap(bytes: &[u8], header: &PcapHeader) -> Result<CaptureFile, ReadError
     };
     let max_caplen = header.snaplen.max(MAX_PCAP_CAPLEN);
     let mut packets = Vec::new();
+    let mut odd_timestamps = 0;
     let mut offset = header.size();
     while offset < bytes.len() {
         let at = Position {
@@ -167,10 +172,8 @@ fn read_pcap(bytes: &[u8], header: &PcapHeader) -> Result<CaptureFile, ReadError
             .get(..record_len)
             .ok_or_else(|| at.truncated())?;
         let (_, frame) = parse(record).map_err(|_| at.malformed("unparsable packet record"))?;
-        // A sub-second field of a second or more is not a time: it would move the packet up
-        // to 71 minutes (2^32 us) away from its neighbours, and a replay would wait that long.
         if u64::from(frame.ts_usec) * frac_ns >= NS_PER_SEC {
-            return Err(at.malformed("timestamp fraction is one second or more"));
+            odd_timestamps += 1;
         }
         let data = frame
             .data
@@ -193,6 +196,7 @@ fn read_pcap(bytes: &[u8], header: &PcapHeader) -> Result<CaptureFile, ReadError
         snaplen: header.snaplen,
         packets,
         if_stats: None,
+        odd_timestamps,
     })
 }
 
@@ -219,6 +223,7 @@ fn read_pcapng(bytes: &[u8]) -> Result<CaptureFile, ReadError> {
         snaplen: 0,
         packets: Vec::new(),
         if_stats: None,
+        odd_timestamps: 0,
     };
     let mut first_interface_seen = false;
     let mut interfaces: Vec<Interface> = Vec::new();
@@ -428,11 +433,17 @@ mod tests {
                 other => panic!("unexpected block type {other}"),
             };
             while option < pos + len - 4 {
-                let option_len = ne16(ours, option + 2);
+                let (code, option_len) = (ne16(ours, option), ne16(ours, option + 2));
                 swap(option, 2);
                 swap(option + 2, 2);
-                if block_type == 5 && option_len == 8 {
-                    swap(option + 4, 8); // isb_ifrecv, isb_ifdrop
+                match (block_type, code) {
+                    // isb_starttime, isb_endtime: two 32-bit halves.
+                    (5, 2 | 3) => [option + 4, option + 8]
+                        .into_iter()
+                        .for_each(|a| swap(a, 4)),
+                    // isb_ifrecv, isb_ifdrop.
+                    (5, 4 | 5) => swap(option + 4, 8),
+                    _ => {}
                 }
                 option += 4 + option_len.next_multiple_of(4);
             }
@@ -703,23 +714,36 @@ mod tests {
         );
     }
 
+    /// tcpdump and Wireshark read such a record and show the odd time; so does poolcap,
+    /// counting it for a warning.
     #[test]
-    fn pcap_timestamp_fraction_of_a_second_or_more_is_malformed() {
-        for (format, limit) in [
-            (FileFormat::Pcap, 1_000_000u32),
-            (FileFormat::PcapNs, 1_000_000_000),
+    fn pcap_timestamp_fraction_of_a_second_or_more_is_read_and_counted() {
+        for (format, limit, unit) in [
+            (FileFormat::Pcap, 1_000_000u32, 1000),
+            (FileFormat::PcapNs, 1_000_000_000, 1),
         ] {
             let mut bytes = encode(format, &sample_packets()[..2], None);
             let second = 24 + 16 + ne32(&bytes, 24 + 8);
+            let secs = ne32(&bytes, second) as u64;
             bytes[second + 4..second + 8].copy_from_slice(&(limit - 1).to_ne_bytes());
-            assert_eq!(read_bytes(&bytes).unwrap().packets.len(), 2, "{format}");
+            let file = read_bytes(&bytes).unwrap();
+            assert_eq!(
+                (file.packets.len(), file.odd_timestamps),
+                (2, 0),
+                "{format}"
+            );
             for bad in [limit, 2_000_000_000] {
                 bytes[second + 4..second + 8].copy_from_slice(&bad.to_ne_bytes());
-                let err = read_bytes(&bytes).unwrap_err();
-                assert!(
-                    matches!(err, ReadError::Malformed { packets: 1, offset, reason }
-                        if offset == second && reason.contains("one second or more")),
-                    "{format} fraction {bad}: {err}"
+                let file = read_bytes(&bytes).unwrap();
+                assert_eq!(
+                    (file.packets.len(), file.odd_timestamps),
+                    (2, 1),
+                    "{format}"
+                );
+                assert_eq!(
+                    file.packets[1].ts_ns,
+                    secs * NS_PER_SEC + u64::from(bad) * unit,
+                    "{format} fraction {bad}: the time runs on"
                 );
             }
         }

@@ -4,8 +4,8 @@
 //! nothing else: AF_PACKET sockets and their socket options ([`socket`]), the TPACKET_V3
 //! receive ring ([`rx_ring`]), waiting on capture sockets ([`poll`]), the forwarder's sender
 //! ([`tx`]), AF_XDP sockets for capture and for forwarding from the UMEM ([`xsk`]), generated
-//! eBPF programs and maps ([`bpf`]), shared memory mappings (module `mmap`) and a handful of
-//! process facts ([`process`]).
+//! eBPF programs and maps ([`bpf`]), shared memory mappings (module `mmap`), a handful of
+//! process facts ([`process`]) and libpcap's version ([`libpcap`]).
 //! Pipeline logic lives in the `poolcap` crate, which forbids `unsafe`.
 //!
 //! Every wrapper passes `error::enter` right before its system call: one chokepoint where
@@ -18,6 +18,7 @@
 pub mod bpf;
 pub mod error;
 pub mod fault;
+pub mod libpcap;
 pub(crate) mod mmap;
 pub mod netdev;
 pub mod poll;

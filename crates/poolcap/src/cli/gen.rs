@@ -144,6 +144,13 @@ fn replay_frames(a: &GenArgs, path: &std::path::Path) -> anyhow::Result<(Frames,
     let cannot =
         |e: &dyn std::fmt::Display| usage(format!("cannot replay {}: {e}", path.display()));
     let file = poolcap_format::read_file(path).map_err(|e| cannot(&e))?;
+    // Such a time is up to 71 minutes (2^32 us) from its neighbours: a replay would wait.
+    if file.odd_timestamps > 0 {
+        return Err(cannot(&format!(
+            "{} records have a timestamp fraction of a second or more",
+            file.odd_timestamps
+        )));
+    }
     if !(a.speed > 0.0 && a.speed.is_finite()) {
         return Err(usage("--speed must be a positive number"));
     }

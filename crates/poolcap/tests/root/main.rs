@@ -11,6 +11,7 @@ mod common;
 mod disk;
 mod doctor;
 mod export;
+mod field;
 mod forward;
 mod forward_xdp;
 mod gen;
@@ -31,6 +32,7 @@ fn main() {
     trials.extend(gen::trials());
     trials.extend(replay::trials());
     trials.extend(capture::trials());
+    trials.extend(field::trials());
     trials.extend(disk::trials());
     trials.extend(offload::trials());
     trials.extend(xdp::trials());
