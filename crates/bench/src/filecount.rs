@@ -3,14 +3,14 @@
 //!
 //! Why a stream and not `poolcap_format::read_bytes`: the disk suite writes files of several
 //! GB (and one of over 20 GB), which must not be read into memory to be counted. The file
-//! goes through a bounded buffer (pcap-parser's streaming reader), decompressed on the way
+//! goes through a bounded buffer (`poolcap_format::PacketReader`), decompressed on the way
 //! when it was written compressed; timestamps are kept only when asked for (frame spacing).
 
 use std::io::Read;
 use std::path::Path;
 
 use anyhow::{bail, Context};
-use pcap_parser::{create_reader, Block, PcapBlockOwned, PcapError};
+use poolcap_format::{PacketReader, ReadError};
 
 use super::peer;
 
@@ -54,72 +54,35 @@ pub fn count_file(
     Ok(count)
 }
 
-/// Nanoseconds from a timestamp of `units` per second.
-fn to_ns(value: u64, units_per_sec: u64) -> u64 {
-    (u128::from(value) * 1_000_000_000 / u128::from(units_per_sec.max(1))) as u64
-}
-
-/// Counts the whole packets of a pcap or pcapng stream.
-fn count_stream(r: impl Read + Send, timestamps: bool) -> anyhow::Result<FileCount> {
-    let mut reader = match create_reader(BUFFER, r) {
+/// Counts the whole packets of a pcap or pcapng stream (poolcap-format's streaming reader,
+/// the decoder `poolcap check` and every reader of poolcap's own use).
+fn count_stream(r: impl Read, timestamps: bool) -> anyhow::Result<FileCount> {
+    let mut reader = match PacketReader::new(r) {
         Ok(r) => r,
-        Err(PcapError::Eof | PcapError::Incomplete(_)) => {
+        Err(ReadError::Truncated { .. }) => {
             return Ok(FileCount {
                 truncated: true,
                 ..FileCount::default()
             })
         }
-        Err(e) => bail!("not a pcap or pcapng file: {e}"),
+        Err(e) => bail!("{e}"),
     };
     let mut c = FileCount::default();
-    // pcap: units per second of the header; pcapng: of each interface, in order.
-    let mut pcap_units = 1_000_000;
-    let mut if_units: Vec<u64> = Vec::new();
     loop {
-        match reader.next() {
-            Ok((offset, block)) => {
-                match block {
-                    PcapBlockOwned::LegacyHeader(h) => {
-                        if h.is_nanosecond_precision() {
-                            pcap_units = 1_000_000_000;
-                        }
-                    }
-                    PcapBlockOwned::Legacy(b) => {
-                        c.packets += 1;
-                        if timestamps {
-                            let sub = to_ns(u64::from(b.ts_usec), pcap_units);
-                            c.ts_ns.push(u64::from(b.ts_sec) * 1_000_000_000 + sub);
-                        }
-                    }
-                    PcapBlockOwned::NG(Block::InterfaceDescription(idb)) => {
-                        if_units.push(idb.ts_resolution().unwrap_or(1_000_000));
-                    }
-                    PcapBlockOwned::NG(Block::EnhancedPacket(epb)) => {
-                        c.packets += 1;
-                        if timestamps {
-                            let units = if_units.get(epb.if_id as usize).copied();
-                            let raw = (u64::from(epb.ts_high) << 32) | u64::from(epb.ts_low);
-                            c.ts_ns.push(to_ns(raw, units.unwrap_or(1_000_000)));
-                        }
-                    }
-                    PcapBlockOwned::NG(Block::SimplePacket(_)) => c.packets += 1,
-                    PcapBlockOwned::NG(_) => {}
+        match reader.next_packet() {
+            Ok(Some(p)) => {
+                c.packets += 1;
+                if timestamps {
+                    c.ts_ns.push(p.ts_ns);
                 }
-                reader.consume(offset);
             }
-            Err(PcapError::Eof) => break,
-            Err(PcapError::Incomplete(_)) => {
-                reader.refill().map_err(|e| anyhow::anyhow!("{e}"))?;
-            }
-            Err(PcapError::UnexpectedEof) => {
+            Ok(None) => break,
+            Err(ReadError::Truncated { .. }) => {
                 c.truncated = true;
                 c.ts_ns.clear();
                 break;
             }
-            Err(e) => {
-                return Err(anyhow::anyhow!("{e}"))
-                    .with_context(|| format!("bad record after {} packets", c.packets))
-            }
+            Err(e) => return Err(e).with_context(|| format!("after {} packets", c.packets)),
         }
     }
     Ok(c)
