@@ -59,7 +59,8 @@ impl Reporter {
             Some(p) => Some((
                 p.to_owned(),
                 BufWriter::new(
-                    File::create(p).with_context(|| format!("cannot write {}", p.display()))?,
+                    crate::outfile::create(p, crate::outfile::Existing::Truncate)
+                        .with_context(|| format!("cannot write {}", p.display()))?,
                 ),
             )),
             None => None,

@@ -333,7 +333,9 @@ fn validate(dir: &Path, profile: Option<&Path>) -> anyhow::Result<()> {
     let (profile, note) = match own {
         Some(p) => {
             let file = dir.join("profile.json");
-            std::fs::write(&file, serde_json::to_string_pretty(&p)? + "\n")?;
+            let text = serde_json::to_string_pretty(&p)? + "\n";
+            crate::outfile::write(&file, text.as_bytes())
+                .with_context(|| format!("cannot write {}", file.display()))?;
             let note = format!("profile: {} (saved to {})", p.source, file.display());
             (p, note)
         }
@@ -343,7 +345,9 @@ fn validate(dir: &Path, profile: Option<&Path>) -> anyhow::Result<()> {
     println!("{note}");
     print!("{}", validate::markdown(&compared));
     println!("{}", validate::Tally::of(&compared).line());
-    std::fs::write(dir.join("predict.csv"), validate::csv(&compared))?;
+    let csv = dir.join("predict.csv");
+    crate::outfile::write(&csv, validate::csv(&compared).as_bytes())
+        .with_context(|| format!("cannot write {}", csv.display()))?;
     Chart::new(
         "Predicted against measured loss",
         "measured loss (%)",

@@ -21,6 +21,7 @@ mod mix;
 mod offload;
 mod privileges;
 mod probe;
+mod probe_faults;
 mod probe_kernel;
 mod replay;
 mod xdp;
@@ -35,6 +36,7 @@ fn main() {
     trials.extend(offload::trials());
     trials.extend(xdp::trials());
     trials.extend(probe::trials());
+    trials.extend(probe_faults::trials());
     trials.extend(probe_kernel::trials());
     trials.extend(export::trials());
     trials.extend(hardening::trials());
