@@ -19,6 +19,7 @@ use poolcap_probe::report::{time_ns, RuleRecord};
 use poolcap_probe::{Config, Hub};
 
 use super::live::accounting;
+use super::report_file::Unwritten;
 use super::reporter::Reporter;
 use crate::capture::account::QueueCounters;
 use crate::capture::file::{FileSource, Gate};
@@ -27,14 +28,15 @@ use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Input};
 
 /// Runs `config`'s rules over the file `cfg` reads (`Input::File`, as `capture -r`
 /// resolves it), records to `report` and, with `table`, stdout; returns the engine's
-/// report once the file is read and the last period written.
+/// report once the file is read and the last period written, and the periods a full disk
+/// kept out of `report`.
 pub fn run(
     mut cfg: CaptureConfig,
     config: Config,
     report: Option<&Path>,
     table: bool,
     stop: Arc<AtomicBool>,
-) -> anyhow::Result<CaptureReport> {
+) -> anyhow::Result<(CaptureReport, Option<Unwritten>)> {
     let Input::File { path, speed } = std::mem::replace(&mut cfg.input, Input::Live) else {
         anyhow::bail!("probe -r needs a file");
     };
@@ -66,10 +68,13 @@ pub fn run(
         })?;
     let report = engine.run();
     engine_done.store(true, Ordering::Release);
-    clock
+    let clocked = clock
         .join()
-        .map_err(|_| anyhow::anyhow!("the probe clock panicked"))??;
-    Ok(report)
+        .map_err(|_| anyhow::anyhow!("the probe clock panicked"))?;
+    match clocked {
+        Ok(_) => Ok((report, None)),
+        Err(e) => e.downcast::<Unwritten>().map(|u| (report, Some(u))),
+    }
 }
 
 /// How often the clock looks at the gate and the pools.

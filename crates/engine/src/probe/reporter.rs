@@ -1,22 +1,22 @@
 //! Ends periods and writes their reports. A period ends by switching the hub to the next
 //! configuration, then collecting every worker's tally of the closed epoch; the records of
-//! each rule go to the JSON Lines file (flushed per period, so a reader sees whole
-//! periods) and a table to stdout. With `--in-kernel`, the rules the eBPF program counts
+//! each rule go to the JSON Lines file (written a whole period at a time, so a reader sees
+//! whole periods, and a period a full disk refused is counted: [`super::report_file`]) and a
+//! table to stdout. With `--in-kernel`, the rules the eBPF program counts
 //! get its counts for the period added to the merged tally before the records are made, so
 //! the records are the same either way, and each JSON line says where its rule `ran`.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use anyhow::Context;
 use poolcap_probe::report::{self, Accounting, Change, Period, RuleRecord};
 use poolcap_probe::{Config, Hub};
 use serde::Serialize;
 
 use super::kernel::KernelRules;
+use super::report_file::ReportFile;
 
 /// How long the reporter waits for every worker's tally: a worker answers at its next chunk
 /// boundary or within its idle wait, so this only bounds a stuck worker.
@@ -32,18 +32,27 @@ pub struct Reporter {
     start: SystemTime,
     changes: Vec<Change>,
     accounting_at_start: Accounting,
-    jsonl: Option<(PathBuf, BufWriter<File>)>,
+    jsonl: Option<ReportFile>,
     table: bool,
     hooks: Vec<PeriodHook>,
     kernel: Option<KernelRules>,
 }
 
-/// A JSON line of an `--in-kernel` probe: the record and where its rule ran.
+/// A JSON line: the record, with what only the file's reader needs.
 #[derive(Serialize)]
-struct PlacedRecord<'a> {
+struct Line<'a> {
     #[serde(flatten)]
     record: &'a RuleRecord,
-    ran: &'static str,
+    /// Where the rule ran, with `--in-kernel`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ran: Option<&'static str>,
+    /// Earlier periods whose lines a full disk kept out of the file.
+    #[serde(skip_serializing_if = "is_zero")]
+    periods_unwritten: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Reporter {
@@ -55,16 +64,7 @@ impl Reporter {
         jsonl: Option<&Path>,
         table: bool,
     ) -> anyhow::Result<Self> {
-        let jsonl = match jsonl {
-            Some(p) => Some((
-                p.to_owned(),
-                BufWriter::new(
-                    crate::outfile::create(p, crate::outfile::Existing::Truncate)
-                        .with_context(|| format!("cannot write {}", p.display()))?,
-                ),
-            )),
-            None => None,
-        };
+        let jsonl = jsonl.map(ReportFile::create).transpose()?;
         Ok(Self {
             hub,
             start,
@@ -148,7 +148,11 @@ impl Reporter {
             k.detach();
             k.add_to(&ran, &mut tally, (self.start, now))?;
         }
-        self.emit(&ran, &tally, now, accounting, true)
+        let records = self.emit(&ran, &tally, now, accounting, true)?;
+        if let Some(file) = self.jsonl.take() {
+            file.close()?;
+        }
+        Ok(records)
     }
 
     fn emit(
@@ -168,20 +172,18 @@ impl Reporter {
         };
         let records = report::records(config, tally, &period);
         let placed = self.kernel.is_some();
-        if let Some((path, out)) = &mut self.jsonl {
-            let mut write = || -> std::io::Result<()> {
-                for (r, rule) in records.iter().zip(&config.rules) {
-                    if placed {
-                        let ran = if rule.in_kernel { "kernel" } else { "user" };
-                        serde_json::to_writer(&mut *out, &PlacedRecord { record: r, ran })?;
-                    } else {
-                        serde_json::to_writer(&mut *out, r)?;
-                    }
-                    out.write_all(b"\n")?;
-                }
-                out.flush()
-            };
-            write().with_context(|| format!("cannot write {}", path.display()))?;
+        if let Some(file) = &mut self.jsonl {
+            let mut lines = Vec::new();
+            for (record, rule) in records.iter().zip(&config.rules) {
+                let line = Line {
+                    record,
+                    ran: placed.then_some(if rule.in_kernel { "kernel" } else { "user" }),
+                    periods_unwritten: file.unwritten(),
+                };
+                serde_json::to_writer(&mut lines, &line)?;
+                lines.push(b'\n');
+            }
+            file.write_period(&lines);
         }
         if self.table {
             let mut stdout = std::io::stdout().lock();

@@ -204,7 +204,8 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         let cfg = engine_config(&args, "")?;
         let stop =
             crate::cli::flag_on(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
-        let report = probe::offline::run(cfg, config, args.report.as_deref(), !args.quiet, stop)
+        let (report, unwritten) =
+            probe::offline::run(cfg, config, args.report.as_deref(), !args.quiet, stop)
             .map_err(|e| match e.downcast::<CaptureError>() {
                 Ok(c) => engine_error(c),
                 Err(e) => e,
@@ -214,7 +215,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         if let Some(e) = &report.capture_error {
             anyhow::bail!("{e}");
         }
-        return Ok(());
+        return unwritten.map_or(Ok(()), |u| Err(u.into()));
     }
     let iface = args.iface.clone().unwrap_or_default();
     let kernel_only = match args.in_kernel {

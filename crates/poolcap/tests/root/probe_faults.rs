@@ -4,12 +4,15 @@
 //! held up, every packet counted once and every unwritten report counted.
 
 use std::os::unix::net::UnixStream;
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use libtest_mimic::Trial;
 
-use crate::common::{bin, lab, netns_command, path_str as s, start_probe, tempdir, trial};
+use crate::common::{
+    bin, lab, netns_command, num, path_str as s, start_probe, tempdir, trial, SmallFs,
+};
 use crate::probe::{records, stop_probe, write, write_pcap};
 
 pub fn trials() -> Vec<Trial> {
@@ -27,7 +30,37 @@ pub fn trials() -> Vec<Trial> {
             "silent_ctl_clients_hold_up_no_command_or_stop",
             silent_ctl_clients_hold_up_no_command_or_stop,
         ),
+        t(
+            "a_full_report_disk_keeps_whole_lines_and_counts_the_rest",
+            a_full_report_disk_keeps_whole_lines_and_counts_the_rest,
+        ),
     ]
+}
+
+const MS: u64 = 1_000_000;
+const T0: u64 = 1_700_000_000_000_000_000;
+
+/// A UDP frame from 10.9.0.1:`sport` to 10.9.0.2:9.
+fn udp(sport: u16) -> Vec<u8> {
+    let mut v = Vec::new();
+    etherparse::PacketBuilder::ethernet2(crate::probe::MAC_A, crate::probe::MAC_B)
+        .ipv4([10, 9, 0, 1], [10, 9, 0, 2], 64)
+        .udp(sport, 9)
+        .write(&mut v, &[0u8; 18])
+        .expect("frame");
+    v
+}
+
+/// Writes `packets` (timestamp in ns, frame) as a pcapng file, in the order given.
+fn write_at(path: &Path, packets: &[(u64, Vec<u8>)]) {
+    let out = std::fs::File::create(path).expect("create capture");
+    let mut w =
+        poolcap_format::CaptureWriter::new(out, poolcap_format::FileFormat::Pcapng, 65535, "t")
+            .expect("header");
+    for (ts, f) in packets {
+        w.write_packet(*ts, f, f.len() as u32).expect("packet");
+    }
+    w.finish(None).expect("finish");
 }
 
 const CONFIG: &str = "period = \"1s\"\n\
@@ -236,4 +269,63 @@ fn silent_ctl_clients_hold_up_no_command_or_stop() {
     drop((silent, silent_more));
     let recs = records(&report);
     assert!(recs.last().is_some_and(|r| r["last"] == true), "final report written");
+}
+
+/// `probe -r` with its report on a 64 KiB file system: ten 100 ms periods of 60 flows each
+/// (some 15 KiB of JSON a period), then one of a single packet. The periods that fit are
+/// in the file, whole; the first that does not is cut back out, so the file ends with a
+/// whole line; the probe goes on, writes the small last period that still fits, whose lines
+/// say how many periods are missing, and exits 1 saying how many of how many it could not
+/// write.
+fn a_full_report_disk_keeps_whole_lines_and_counts_the_rest() {
+    let dir = tempdir();
+    let fs = SmallFs::mount("64k");
+    let cfg = write(
+        dir.path(),
+        "probe.toml",
+        "period = \"100ms\"\n\
+         [[rule]]\nname = \"flows\"\nfilter = \"udp\"\nactions = [\"flows\"]\n\
+         [[rule]]\nname = \"all\"\nfilter = \"\"\nactions = [\"count\"]\n",
+    );
+    let mut packets = Vec::new();
+    for p in 0..10u64 {
+        for i in 0..60u64 {
+            packets.push((T0 + p * 100 * MS + i * MS, udp(1000 + i as u16)));
+        }
+    }
+    packets.push((T0 + 1000 * MS + MS, udp(7)));
+    let trace = dir.path().join("t.pcapng");
+    write_at(&trace, &packets);
+    let report = fs.path("r.jsonl");
+    let out = Command::new(bin())
+        .args(["probe", "-q", "-c", s(&cfg), "-r", s(&trace), "--report", s(&report)])
+        .output()
+        .expect("probe -r");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let body = std::fs::read_to_string(&report).expect("report");
+    assert!(body.ends_with('\n'), "the file ends with a whole line");
+    let recs = records(&report);
+    assert_eq!(recs.len() % 2, 0, "whole periods only: {} lines", recs.len());
+    let written = recs.len() as u64 / 2;
+    assert!(
+        (1..11).contains(&written),
+        "the disk holds some periods, not all: {written}"
+    );
+    let last = &recs[recs.len() - 1];
+    assert_eq!(last["last"], true, "the small last period fits: {last}");
+    assert_eq!(num(last, "packets"), 1);
+    let missing = num(last, "periods_unwritten");
+    assert_eq!(written + missing, 11, "every period written or counted");
+    for r in &recs[..recs.len() - 2] {
+        assert_eq!(num(r, "packets"), 60, "{r}");
+    }
+    assert!(
+        err.contains(&format!("{missing} of 11 periods could not be written to {}", s(&report)))
+            && err.contains("No space left on device"),
+        "{err}"
+    );
+    // The capture's own accounting still covers every packet.
+    assert!(err.contains("601 packets captured"), "{err}");
 }
