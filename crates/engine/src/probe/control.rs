@@ -123,10 +123,8 @@ fn clear_stale(path: &Path) -> anyhow::Result<()> {
             "--ctl {}: another probe is listening on it (stop it or choose another path)",
             path.display()
         ),
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-            std::fs::remove_file(path)
-                .with_context(|| format!("cannot remove stale control socket {}", path.display()))
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => std::fs::remove_file(path)
+            .with_context(|| format!("cannot remove stale control socket {}", path.display())),
         Err(e) => Err(e).with_context(|| {
             format!(
                 "--ctl {}: cannot tell whether the socket there is in use",
@@ -250,7 +248,9 @@ mod tests {
         drop(UnixListener::bind(&path).expect("bind"));
         assert!(path.exists());
         let live = ControlSocket::bind(&path).expect("a dead socket is replaced");
-        let e = ControlSocket::bind(&path).err().expect("a live socket is refused");
+        let e = ControlSocket::bind(&path)
+            .err()
+            .expect("a live socket is refused");
         assert!(e.to_string().contains("listening"), "{e}");
         drop(live);
         std::fs::write(&path, b"data").expect("file");

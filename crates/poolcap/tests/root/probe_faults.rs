@@ -34,6 +34,10 @@ pub fn trials() -> Vec<Trial> {
             "a_full_report_disk_keeps_whole_lines_and_counts_the_rest",
             a_full_report_disk_keeps_whole_lines_and_counts_the_rest,
         ),
+        t(
+            "silent_runs_say_why_and_bad_names_are_refused",
+            silent_runs_say_why_and_bad_names_are_refused,
+        ),
     ]
 }
 
@@ -164,7 +168,11 @@ fn output_files_are_never_written_through_a_link() {
         .output()
         .expect("poolcap man");
     assert!(!out.status.success(), "man wrote through a link");
-    assert!(text(&out.stderr).contains("symbolic link"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("symbolic link"),
+        "{}",
+        text(&out.stderr)
+    );
     assert_eq!(std::fs::read(&victim).expect("victim"), b"secret");
 }
 
@@ -198,14 +206,30 @@ fn a_dead_ctl_socket_is_replaced_a_live_one_refused() {
     status();
     // While it runs, another probe on the same socket is refused.
     let out = netns_command(&lab.probe.netns, bin())
-        .args(["probe", "-i", "prb0", "-q", "-c", s(&cfg), "--ctl", s(&socket)])
+        .args([
+            "probe",
+            "-i",
+            "prb0",
+            "-q",
+            "-c",
+            s(&cfg),
+            "--ctl",
+            s(&socket),
+        ])
         .args(["--duration", "1s"])
         .output()
         .expect("probe");
     assert!(!out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("another probe is listening"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("another probe is listening"),
+        "{}",
+        text(&out.stderr)
+    );
     stop_probe(second);
-    assert!(socket.exists(), "-Z's user cannot remove a socket from a root-owned directory");
+    assert!(
+        socket.exists(),
+        "-Z's user cannot remove a socket from a root-owned directory"
+    );
     let third = probe(&[]);
     status();
     stop_probe(third);
@@ -213,12 +237,25 @@ fn a_dead_ctl_socket_is_replaced_a_live_one_refused() {
 
     std::fs::write(&socket, b"not a socket").expect("file");
     let out = netns_command(&lab.probe.netns, bin())
-        .args(["probe", "-i", "prb0", "-q", "-c", s(&cfg), "--ctl", s(&socket)])
+        .args([
+            "probe",
+            "-i",
+            "prb0",
+            "-q",
+            "-c",
+            s(&cfg),
+            "--ctl",
+            s(&socket),
+        ])
         .args(["--duration", "1s"])
         .output()
         .expect("probe");
     assert!(!out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("not a socket"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("not a socket"),
+        "{}",
+        text(&out.stderr)
+    );
     assert_eq!(std::fs::read(&socket).expect("file"), b"not a socket");
 }
 
@@ -254,7 +291,9 @@ fn silent_ctl_clients_hold_up_no_command_or_stop() {
         .map(|_| UnixStream::connect(&socket).expect("connect"))
         .collect();
     let pid = bg.child.id();
-    let _ = Command::new("kill").args(["-INT", &pid.to_string()]).status();
+    let _ = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status();
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut bg = bg;
     while bg.child.try_wait().expect("try_wait").is_none() {
@@ -268,7 +307,10 @@ fn silent_ctl_clients_hold_up_no_command_or_stop() {
     assert_eq!(code, Some(0), "{stderr}");
     drop((silent, silent_more));
     let recs = records(&report);
-    assert!(recs.last().is_some_and(|r| r["last"] == true), "final report written");
+    assert!(
+        recs.last().is_some_and(|r| r["last"] == true),
+        "final report written"
+    );
 }
 
 /// `probe -r` with its report on a 64 KiB file system: ten 100 ms periods of 60 flows each
@@ -298,7 +340,16 @@ fn a_full_report_disk_keeps_whole_lines_and_counts_the_rest() {
     write_at(&trace, &packets);
     let report = fs.path("r.jsonl");
     let out = Command::new(bin())
-        .args(["probe", "-q", "-c", s(&cfg), "-r", s(&trace), "--report", s(&report)])
+        .args([
+            "probe",
+            "-q",
+            "-c",
+            s(&cfg),
+            "-r",
+            s(&trace),
+            "--report",
+            s(&report),
+        ])
         .output()
         .expect("probe -r");
     let err = text(&out.stderr);
@@ -307,7 +358,12 @@ fn a_full_report_disk_keeps_whole_lines_and_counts_the_rest() {
     let body = std::fs::read_to_string(&report).expect("report");
     assert!(body.ends_with('\n'), "the file ends with a whole line");
     let recs = records(&report);
-    assert_eq!(recs.len() % 2, 0, "whole periods only: {} lines", recs.len());
+    assert_eq!(
+        recs.len() % 2,
+        0,
+        "whole periods only: {} lines",
+        recs.len()
+    );
     let written = recs.len() as u64 / 2;
     assert!(
         (1..11).contains(&written),
@@ -322,10 +378,107 @@ fn a_full_report_disk_keeps_whole_lines_and_counts_the_rest() {
         assert_eq!(num(r, "packets"), 60, "{r}");
     }
     assert!(
-        err.contains(&format!("{missing} of 11 periods could not be written to {}", s(&report)))
-            && err.contains("No space left on device"),
+        err.contains(&format!(
+            "{missing} of 11 periods could not be written to {}",
+            s(&report)
+        )) && err.contains("No space left on device"),
         "{err}"
     );
     // The capture's own accounting still covers every packet.
     assert!(err.contains("601 packets captured"), "{err}");
+}
+
+/// Small ones: a run that will export or report nothing says why in one line at start
+/// (no rules; `--ipfix` and no flows rule), and survives a stderr whose reader has gone;
+/// a Kafka topic Kafka refuses and `forward --drop ''` (which would drop everything) are
+/// refused before anything starts; `predict --count 0` is refused, not `NaN%`.
+fn silent_runs_say_why_and_bad_names_are_refused() {
+    use std::io::{BufRead, BufReader};
+    let lab = lab(1);
+    let dir = tempdir();
+    let none = write(dir.path(), "none.toml", "period = \"1s\"\n");
+    let trace = dir.path().join("t.pcap");
+    write_pcap(&trace, &crate::probe::real_looking_frames());
+    let out = Command::new(bin())
+        .args(["probe", "-q", "-r", s(&trace), "-c", s(&none)])
+        .output()
+        .expect("probe");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("has no rules: reports hold only the capture's accounting"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // --ipfix with count rules only, stderr read to the first line and then closed.
+    let cfg = write(dir.path(), "probe.toml", CONFIG);
+    let mut child = netns_command(&lab.probe.netns, bin())
+        .args([
+            "probe",
+            "-i",
+            "prb0",
+            "-q",
+            "-c",
+            s(&cfg),
+            "--duration",
+            "1500ms",
+        ])
+        .args(["--ipfix", "127.0.0.1:4739"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("probe");
+    let mut err = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut first = String::new();
+    err.read_line(&mut first).expect("first line");
+    assert!(
+        first.starts_with("ipfix: no rule in")
+            && first.contains("no flow records will be exported"),
+        "{first}"
+    );
+    drop(err);
+    let (code, _) = wait_guarded(child, Duration::from_secs(30), "probe --ipfix");
+    assert_eq!(
+        code, 0,
+        "a closed stderr must not end the probe (101: a panic)"
+    );
+
+    for (topic, why) in [("a b", "` ` is not allowed"), ("", "1 to 249")] {
+        let out = netns_command(&lab.probe.netns, bin())
+            .args([
+                "probe",
+                "-i",
+                "prb0",
+                "-q",
+                "-c",
+                s(&cfg),
+                "--duration",
+                "1s",
+            ])
+            .args(["--kafka", "127.0.0.1:9092", "--topic", topic])
+            .output()
+            .expect("probe");
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "topic {topic:?}: {err}");
+        assert!(
+            err.contains("--topic") && err.contains(why),
+            "{topic:?}: {err}"
+        );
+    }
+    for empty in ["", "  "] {
+        let out = netns_command(&lab.probe.netns, bin())
+            .args(["forward", "-i", "prb0", "-o", "prb0", "--drop", empty])
+            .output()
+            .expect("forward");
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "--drop {empty:?}: {err}");
+        assert!(err.contains("matches every frame"), "{err}");
+    }
+    let out = Command::new(bin())
+        .args(["predict", "--rate", "100k", "--size", "64", "--count", "0"])
+        .output()
+        .expect("predict");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    assert!(!text(&out.stdout).contains("NaN"));
 }
