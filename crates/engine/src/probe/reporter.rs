@@ -22,6 +22,9 @@ use super::report_file::ReportFile;
 /// boundary or within its idle wait, so this only bounds a stuck worker.
 const COLLECT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Empty periods in a row reported a record each; a longer run is one record.
+const EMPTY_ONE_BY_ONE: u64 = 1000;
+
 /// Called with each period's records once they are written (the exporters); it must not
 /// wait for anything.
 pub type PeriodHook = Box<dyn FnMut(&[RuleRecord]) + Send>;
@@ -36,6 +39,8 @@ pub struct Reporter {
     table: bool,
     hooks: Vec<PeriodHook>,
     kernel: Option<KernelRules>,
+    /// Late packets of the current period (a file's).
+    late: u64,
 }
 
 /// A JSON line: the record, with what only the file's reader needs.
@@ -49,6 +54,13 @@ struct Line<'a> {
     /// Earlier periods whose lines a full disk kept out of the file.
     #[serde(skip_serializing_if = "is_zero")]
     periods_unwritten: u64,
+    /// Packets counted in this period though stamped before its start (a file whose time
+    /// steps back).
+    #[serde(skip_serializing_if = "is_zero")]
+    late: u64,
+    /// This record stands for this many empty periods in a row (a gap in a file).
+    #[serde(skip_serializing_if = "is_zero")]
+    empty_periods: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -74,6 +86,7 @@ impl Reporter {
             table,
             hooks: Vec::new(),
             kernel: None,
+            late: 0,
         })
     }
 
@@ -125,7 +138,7 @@ impl Reporter {
         if let Some(k) = &mut self.kernel {
             k.add_to(&ran, &mut tally, (self.start, now))?;
         }
-        self.emit(&ran, &tally, now, accounting, false)?;
+        self.emit(&ran, &tally, now, accounting, false, 0)?;
         let at = report::time(now);
         if let Some(what) = change {
             self.changes.push(Change {
@@ -136,19 +149,63 @@ impl Reporter {
         Ok(at)
     }
 
-    /// Ends the last period at `now`, once every worker has stopped; returns its records.
+    /// Adds `n` packets to the current period's late ones: counted in it though stamped
+    /// before its start (a file whose time steps back).
+    pub fn late(&mut self, n: u64) {
+        self.late += n;
+    }
+
+    /// Reports `n` periods of `period` with no packet, from the current period's start,
+    /// without a round through the workers (their open tally stays empty, so the next
+    /// period's collect covers the next period alone). Up to [`EMPTY_ONE_BY_ONE`] get a
+    /// record each; a longer run is one record per rule, with `empty_periods`, and a line
+    /// on stderr.
+    pub fn empty_periods(
+        &mut self,
+        n: u64,
+        period: Duration,
+        accounting: Accounting,
+    ) -> anyhow::Result<()> {
+        let config = self.running();
+        let none = poolcap_probe::tally::Tally::new(&config);
+        if n <= EMPTY_ONE_BY_ONE {
+            for _ in 0..n {
+                let end = self.start + period;
+                self.emit(&config, &none, end, accounting, false, 0)?;
+            }
+            return Ok(());
+        }
+        let span = Duration::from_nanos(
+            u64::try_from(period.as_nanos())
+                .unwrap_or(u64::MAX)
+                .saturating_mul(n),
+        );
+        let end = self.start + span;
+        crate::say!(
+            "probe: no packets from {} to {}: {n} empty periods reported as one",
+            report::time(self.start),
+            report::time(end)
+        );
+        self.emit(&config, &none, end, accounting, false, n)?;
+        Ok(())
+    }
+
+    /// Ends the last period at `now` (or at its start, if `now` is earlier: a file whose
+    /// last packets are stamped before the open period), once every worker has stopped;
+    /// returns its records.
     pub fn finish(
         mut self,
         now: SystemTime,
         accounting: Accounting,
     ) -> anyhow::Result<Vec<RuleRecord>> {
+        let now = now.max(self.start);
         let (epoch, ran) = self.hub.current();
         let mut tally = self.hub.collect(epoch, &ran, true, COLLECT_TIMEOUT)?;
         if let Some(k) = &mut self.kernel {
             k.detach();
             k.add_to(&ran, &mut tally, (self.start, now))?;
         }
-        let records = self.emit(&ran, &tally, now, accounting, true)?;
+        let records = self.emit(&ran, &tally, now, accounting, true, 0)?;
         if let Some(file) = self.jsonl.take() {
             file.close()?;
         }
@@ -162,7 +219,9 @@ impl Reporter {
         end: SystemTime,
         accounting: Accounting,
         last: bool,
+        empty_periods: u64,
     ) -> anyhow::Result<Vec<RuleRecord>> {
+        let late = std::mem::take(&mut self.late);
         let period = Period {
             start: self.start,
             end,
@@ -179,6 +238,8 @@ impl Reporter {
                     record,
                     ran: placed.then_some(if rule.in_kernel { "kernel" } else { "user" }),
                     periods_unwritten: file.unwritten(),
+                    late,
+                    empty_periods,
                 };
                 serde_json::to_writer(&mut lines, &line)?;
                 lines.push(b'\n');

@@ -38,6 +38,14 @@ pub fn trials() -> Vec<Trial> {
             "silent_runs_say_why_and_bad_names_are_refused",
             silent_runs_say_why_and_bad_names_are_refused,
         ),
+        t(
+            "gaps_in_a_file_cost_no_wait_and_years_are_one_record",
+            gaps_in_a_file_cost_no_wait_and_years_are_one_record,
+        ),
+        t(
+            "a_file_whose_time_steps_back_counts_late_packets",
+            a_file_whose_time_steps_back_counts_late_packets,
+        ),
     ]
 }
 
@@ -481,4 +489,144 @@ fn silent_runs_say_why_and_bad_names_are_refused() {
         .expect("predict");
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
     assert!(!text(&out.stdout).contains("NaN"));
+}
+
+/// `probe -r` with `--report`: the records of `trace` under a one-rule ("all") configuration
+/// with `period`, and stderr; fails after `guard` (hang guard).
+fn probe_trace(trace: &Path, period: &str, guard: Duration) -> (Vec<serde_json::Value>, String) {
+    let dir = tempdir();
+    let cfg = write(
+        dir.path(),
+        "probe.toml",
+        &format!("period = \"{period}\"\n[[rule]]\nname = \"all\"\nfilter = \"\"\nactions = [\"count\"]\n"),
+    );
+    let report = dir.path().join("r.jsonl");
+    let child = Command::new(bin())
+        .args([
+            "probe",
+            "-q",
+            "-c",
+            s(&cfg),
+            "-r",
+            s(trace),
+            "--report",
+            s(&report),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("probe -r");
+    let (code, err) = wait_guarded(child, guard, "probe -r");
+    assert_eq!(code, 0, "{err}");
+    (records(&report), err)
+}
+
+/// Nanoseconds since the epoch of an RFC 3339 time in a record.
+fn ns_of(r: &serde_json::Value, key: &str) -> u64 {
+    let t = humantime::parse_rfc3339(r[key].as_str().expect("time")).expect("rfc3339");
+    t.duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos() as u64
+}
+
+/// Periods tile the time: each starts where the one before ended and none ends before it
+/// starts.
+fn assert_contiguous(recs: &[serde_json::Value]) {
+    for (i, r) in recs.iter().enumerate() {
+        assert!(ns_of(r, "period_end") >= ns_of(r, "period_start"), "{r}");
+        if i > 0 {
+            assert_eq!(r["period_start"], recs[i - 1]["period_end"], "record {i}");
+        }
+    }
+}
+
+/// Each empty period of a file cost a round through the workers (some 20 ms): a 600 s gap
+/// with 100 ms periods took 121 s, a gap of years never ended. Now a gap of 30 periods gives
+/// 30 empty records at once, and gaps of 600 s and of three years one record each, with
+/// `empty_periods` and a line on stderr; every packet is counted (hang guard: 60 s).
+fn gaps_in_a_file_cost_no_wait_and_years_are_one_record() {
+    let dir = tempdir();
+    const S: u64 = 1_000_000_000;
+    const YEARS: u64 = 3 * 365 * 24 * 3600 * S;
+    let mut packets = Vec::new();
+    let mut burst = |at: u64| {
+        for i in 0..5 {
+            packets.push((at + i * MS, udp(1000)));
+        }
+    };
+    burst(T0);
+    burst(T0 + 3 * S + 50 * MS); // 29 empty periods between
+    burst(T0 + 603 * S + 50 * MS); // 5999 between
+    burst(T0 + 603 * S + 50 * MS + YEARS);
+    let trace = dir.path().join("gaps.pcapng");
+    write_at(&trace, &packets);
+    let (recs, err) = probe_trace(&trace, "100ms", Duration::from_secs(60));
+    assert_contiguous(&recs);
+    let total: u64 = recs.iter().map(|r| num(r, "packets")).sum();
+    assert_eq!(total, 20, "every packet once");
+    let with = |n: u64| recs.iter().filter(|r| num(r, "packets") == n).count();
+    assert_eq!(with(5), 4, "the four bursts");
+    let merged: Vec<u64> = recs
+        .iter()
+        .filter_map(|r| r.get("empty_periods").and_then(serde_json::Value::as_u64))
+        .collect();
+    assert_eq!(merged, vec![5999, YEARS / (100 * MS) - 1], "{err}");
+    // The short gap: its empty periods one by one.
+    assert_eq!(with(0), 29 + 2, "{recs:?}");
+    assert_eq!(
+        err.matches("empty periods reported as one").count(),
+        2,
+        "{err}"
+    );
+}
+
+/// Three recordings appended in the order 100 s, 200 s, 150 s (as `mergecap -a` does):
+/// the file is read in its order, so a packet stamped before the open period is counted
+/// in that period and as `late` there. Every period's count equals that reading of the
+/// file, late packets included, and no period ends before it starts (the last one did).
+fn a_file_whose_time_steps_back_counts_late_packets() {
+    let dir = tempdir();
+    const S: u64 = 1_000_000_000;
+    let part = |from: u64| -> Vec<(u64, Vec<u8>)> {
+        (0..40)
+            .map(|i| (T0 + from * S + i * 250 * MS, udp(2000)))
+            .collect()
+    };
+    let mut packets = part(100);
+    packets.extend(part(200));
+    packets.extend(part(150));
+    let trace = dir.path().join("appended.pcapng");
+    write_at(&trace, &packets);
+    let (recs, _) = probe_trace(&trace, "1s", Duration::from_secs(60));
+    assert_contiguous(&recs);
+    // The definition, applied to the file in its order: periods of 1 s from the first
+    // packet; a packet at or past the open period's end closes it (and any empty ones).
+    let mut want: Vec<(u64, u64)> = vec![(0, 0)];
+    let (mut start, period) = (packets[0].0, S);
+    for (ts, _) in &packets {
+        while *ts >= start + period {
+            start += period;
+            want.push((0, 0));
+        }
+        let open = want.last_mut().expect("open period");
+        open.0 += 1;
+        if *ts < start {
+            open.1 += 1;
+        }
+    }
+    let got: Vec<(u64, u64)> = recs
+        .iter()
+        .map(|r| {
+            (
+                num(r, "packets"),
+                r.get("late").map_or(0, |l| l.as_u64().unwrap()),
+            )
+        })
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(
+        want.last(),
+        Some(&(4 + 40, 40)),
+        "the 150 s part is late, in the last period"
+    );
 }
