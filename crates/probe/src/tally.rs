@@ -165,10 +165,15 @@ impl RuleTally {
 
 /// Every rule's counts of one worker (or, merged, of all workers) in one period; indexed
 /// like the rules of the configuration it was made for.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Tally {
     /// Per rule, in configuration order.
     pub rules: Vec<RuleTally>,
+    /// Packets analysed, whether a rule matched or not: the period's captured packets, cut
+    /// at the same switch as the rules' counts.
+    pub analysed: u64,
+    /// Their wire bytes.
+    pub analysed_bytes: u64,
 }
 
 impl Tally {
@@ -195,11 +200,17 @@ impl Tally {
                 }
             })
             .collect();
-        Self { rules }
+        Self {
+            rules,
+            analysed: 0,
+            analysed_bytes: 0,
+        }
     }
 
     /// Adds another tally made for the same configuration.
     pub fn absorb(&mut self, other: Tally) {
+        self.analysed += other.analysed;
+        self.analysed_bytes += other.analysed_bytes;
         for (a, b) in self.rules.iter_mut().zip(other.rules) {
             a.absorb(b);
         }

@@ -222,10 +222,17 @@ impl Reporter {
         empty_periods: u64,
     ) -> anyhow::Result<Vec<RuleRecord>> {
         let late = std::mem::take(&mut self.late);
+        let mut counted = accounting.since(&self.accounting_at_start);
+        if self.hub.members() > 0 {
+            // What the workers analysed in the period, cut at the same switch as the rules'
+            // counts; the capture counters run ahead of the workers by what the pools hold.
+            counted.captured = tally.analysed;
+            counted.bytes = tally.analysed_bytes;
+        }
         let period = Period {
             start: self.start,
             end,
-            accounting: accounting.since(&self.accounting_at_start),
+            accounting: counted,
             changes: std::mem::take(&mut self.changes),
             last,
         };
