@@ -59,7 +59,7 @@ pub struct KeyCounts {
 impl KeyCounts {
     fn new(limit: usize) -> Self {
         Self {
-            map: HashMap::with_capacity_and_hasher(limit, Default::default()),
+            map: HashMap::with_hasher(Default::default()),
             limit: limit.max(1),
             untracked: 0,
         }
@@ -177,7 +177,8 @@ pub struct Tally {
 }
 
 impl Tally {
-    /// Empty tables for `config`'s rules (allocated now; disabled rules get none).
+    /// Empty tables for `config`'s rules (they grow as packets come; disabled rules get
+    /// none).
     pub fn new(config: &Config) -> Self {
         let rules = config
             .rules

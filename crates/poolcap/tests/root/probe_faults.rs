@@ -50,6 +50,10 @@ pub fn trials() -> Vec<Trial> {
             "each_periods_accounting_covers_its_rules_packets_under_ctl",
             each_periods_accounting_covers_its_rules_packets_under_ctl,
         ),
+        t(
+            "idle_flows_rules_cost_no_more_memory_than_count_rules",
+            idle_flows_rules_cost_no_more_memory_than_count_rules,
+        ),
     ]
 }
 
@@ -718,4 +722,47 @@ fn each_periods_accounting_covers_its_rules_packets_under_ctl() {
     );
     let total: u64 = all.iter().map(|r| num(r, "packets")).sum();
     assert!(total > 0, "traffic was captured");
+}
+
+/// Resident memory of process `pid`, bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmRSS");
+    kb << 10
+}
+
+/// 1,000 `flows` rules and no traffic hold about what 1,000 count rules hold: flow tables
+/// grow with the flows seen. Sized for the cap (65,536 flows) up front, 5,000 idle flows
+/// rules sat at 3.4 GB against 108 MB for count rules. Measured after a period switch, which
+/// makes every worker's tables anew.
+fn idle_flows_rules_cost_no_more_memory_than_count_rules() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let resident = |action: &str| {
+        let mut text = String::from("period = \"200ms\"\n");
+        for i in 0..1000 {
+            text += &format!(
+                "[[rule]]\nname = \"r{i}\"\nfilter = \"udp port {}\"\nactions = [\"{action}\"]\n",
+                1000 + i
+            );
+        }
+        let cfg = write(dir.path(), &format!("{action}.toml"), &text);
+        let bg = start_probe(&lab, &["-c", s(&cfg), "--workers", "2"]);
+        std::thread::sleep(Duration::from_millis(700));
+        let bytes = rss(bg.child.id());
+        stop_probe(bg);
+        bytes
+    };
+    let count = resident("count");
+    let flows = resident("flows");
+    assert!(
+        flows < count + (64 << 20),
+        "1000 idle flows rules: {} MiB resident, count rules {} MiB",
+        flows >> 20,
+        count >> 20
+    );
 }
