@@ -491,6 +491,21 @@ fn silent_runs_say_why_and_bad_names_are_refused() {
         assert_eq!(out.status.code(), Some(2), "--drop {empty:?}: {err}");
         assert!(err.contains("matches every frame"), "{err}");
     }
+    // A profile path that cannot be written fails before the minutes of measuring.
+    let child = Command::new(bin())
+        .args([
+            "calibrate",
+            "--no-peers",
+            "-o",
+            "/proc/self/nope/profile.json",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("calibrate");
+    let (code, err) = wait_guarded(child, Duration::from_secs(30), "calibrate -o");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("/proc/self/nope/profile.json"), "{err}");
     let out = Command::new(bin())
         .args(["predict", "--rate", "100k", "--size", "64", "--count", "0"])
         .output()
