@@ -35,6 +35,10 @@ pub fn trials() -> Vec<Trial> {
             a_full_report_disk_keeps_whole_lines_and_counts_the_rest,
         ),
         t(
+            "a_live_probe_goes_on_past_a_full_report_disk",
+            a_live_probe_goes_on_past_a_full_report_disk,
+        ),
+        t(
             "silent_runs_say_why_and_bad_names_are_refused",
             silent_runs_say_why_and_bad_names_are_refused,
         ),
@@ -780,4 +784,51 @@ fn idle_flows_rules_cost_no_more_memory_than_count_rules() {
         flows >> 20,
         count >> 20
     );
+}
+
+/// The live form of the full report disk: 4,096 flows a period into a 64 KiB file system
+/// ended the capture after the first period with a cut line. Now the probe runs until
+/// SIGINT, captures every frame, the file ends with a whole line, and the exit (1) says how
+/// many periods were not written.
+fn a_live_probe_goes_on_past_a_full_report_disk() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let fs = SmallFs::mount("64k");
+    let cfg = write(
+        dir.path(),
+        "probe.toml",
+        "period = \"300ms\"\n[[rule]]\nname = \"flows\"\nfilter = \"udp\"\nactions = [\"flows\"]\n",
+    );
+    let report = fs.path("r.jsonl");
+    let bg = start_probe(&lab, &["-c", s(&cfg), "--report", s(&report)]);
+    let g = crate::common::gen(
+        &lab,
+        &["--count", "40000", "--rate", "20k", "--flows", "4096"],
+    );
+    std::thread::sleep(Duration::from_millis(400));
+    let (code, stderr) = bg.stop("INT");
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        stderr.contains("periods could not be written to") && stderr.contains("No space left"),
+        "{stderr}"
+    );
+    let term = |what: &str| -> u64 {
+        stderr
+            .lines()
+            .find_map(|l| {
+                l.split_once(what)
+                    .map(|(n, _)| n.trim().parse().expect("count"))
+            })
+            .unwrap_or_else(|| panic!("no `{what}` in {stderr}"))
+    };
+    let captured = term(" packets captured");
+    assert_eq!(
+        captured + term(" packets dropped by kernel") + term(" packets dropped by pool"),
+        crate::common::on_wire(&g),
+        "the capture went on after the disk filled: {stderr}"
+    );
+    let body = std::fs::read_to_string(&report).expect("report");
+    assert!(body.is_empty() || body.ends_with('\n'), "a cut line");
+    records(&report);
 }
