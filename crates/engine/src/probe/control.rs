@@ -1,8 +1,9 @@
 //! The control socket of a running probe and its client, `poolcap ctl`.
 //!
 //! A Unix stream socket; each connection carries one command line and gets one reply line,
-//! starting `ok` or `error`. The socket is bound under a temporary name, given mode 0600
-//! and only then renamed into place, so no other user can ever connect to it. A socket left
+//! starting `ok` or `error`. The socket is bound in a new private directory, given mode
+//! 0600 and only then renamed into place, so no other user can ever connect to it or swap
+//! it for a link. A socket left
 //! at the path by a probe that could not remove it (killed, or running as `-Z`'s user in a
 //! directory only root may change) is replaced once a connection shows nothing listens.
 //!
@@ -13,7 +14,7 @@
 //! therefore delays no period, report or stop.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -51,12 +52,28 @@ impl ControlSocket {
     /// nothing listens on it; a live one, or any other kind of file, is refused.
     pub fn bind(path: &Path) -> anyhow::Result<Self> {
         clear_stale(path)?;
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        let listener = UnixListener::bind(&tmp)
-            .with_context(|| format!("cannot create control socket {}", tmp.display()))?;
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
-            .and_then(|()| std::fs::rename(&tmp, path))
-            .with_context(|| format!("cannot create control socket {}", path.display()))?;
+        // Bound and made 0600 in a directory of our own (mode 0700, made new: never an
+        // existing one or a link), so no one can swap the socket for a link between the
+        // bind and the chmod; then renamed into place.
+        let parent = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let private = parent.join(format!(".poolcap-ctl.{}", std::process::id()));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&private)
+            .with_context(|| format!("cannot create {}", private.display()))?;
+        let tmp = private.join("ctl.sock");
+        let bound = UnixListener::bind(&tmp).and_then(|listener| {
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
+            std::fs::rename(&tmp, path)?;
+            Ok(listener)
+        });
+        let _ = std::fs::remove_file(&tmp);
+        let _ = std::fs::remove_dir(&private);
+        let listener =
+            bound.with_context(|| format!("cannot create control socket {}", path.display()))?;
         listener.set_nonblocking(true)?;
         Ok(Self {
             path: path.to_owned(),
@@ -248,6 +265,13 @@ mod tests {
         drop(UnixListener::bind(&path).expect("bind"));
         assert!(path.exists());
         let live = ControlSocket::bind(&path).expect("a dead socket is replaced");
+        let mode = std::fs::symlink_metadata(&path)
+            .expect("socket")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let left: Vec<_> = std::fs::read_dir(dir.path()).expect("dir").collect();
+        assert_eq!(left.len(), 1, "only the socket: {left:?}");
         let e = ControlSocket::bind(&path)
             .err()
             .expect("a live socket is refused");
