@@ -74,12 +74,24 @@ impl Bend {
     }
 }
 
+/// The largest frame a calibration measures (a full Ethernet frame without FCS), where a
+/// cost says no larger size it was measured at.
+pub const LARGEST_MEASURED: f64 = 1514.0;
+
 impl Cost {
-    /// Nanoseconds for one packet of `bytes` bytes (never negative: a fit from noisy
-    /// measurements may extrapolate below zero).
+    /// Nanoseconds for one packet of `bytes` bytes, never negative. A fit from noisy
+    /// measurements may fall with size (the built-in `kernel_rps` loses 0.15 ns a byte):
+    /// beyond the largest size measured such a slope is not followed, the cost stays at
+    /// the largest size's, where the line would reach zero at a jumbo frame.
     pub fn ns(&self, bytes: f64) -> f64 {
-        let bend = self.bend.map_or(0.0, |b| b.ns(bytes));
-        (self.ns_per_packet + self.ns_per_byte * bytes + bend).max(0.0)
+        let largest = self.bend.map_or(LARGEST_MEASURED, |b| b.to);
+        let at = if self.ns_per_byte < 0.0 {
+            bytes.min(largest.max(0.0))
+        } else {
+            bytes
+        };
+        let bend = self.bend.map_or(0.0, |b| b.ns(at));
+        (self.ns_per_packet + self.ns_per_byte * at + bend).max(0.0)
     }
 
     /// The line through two measurements `(bytes, ns)`; with equal sizes, a per-packet cost
@@ -546,6 +558,36 @@ mod tests {
         };
         assert_eq!(negative.ns(64.0), 0.0);
         assert_eq!(c.minus(&c), Cost::default());
+    }
+
+    #[test]
+    fn a_falling_cost_is_not_extrapolated_past_the_largest_size_measured() {
+        // The built-in kernel_rps: 985 ns - 0.151 ns/B, zero by 6.5 KB on the line.
+        let c = Cost {
+            ns_per_packet: 985.0,
+            ns_per_byte: -0.151,
+            bend: None,
+        };
+        let at_1514 = c.ns(1514.0);
+        assert!(at_1514 > 700.0, "{at_1514}");
+        assert_eq!(c.ns(9000.0), at_1514, "held at the largest size measured");
+        assert!(
+            c.ns(64.0) > at_1514,
+            "within the measured sizes the line holds"
+        );
+        // A rising cost goes on rising; no cost is ever negative.
+        let up = Cost {
+            ns_per_packet: 10.0,
+            ns_per_byte: 0.5,
+            bend: None,
+        };
+        assert_eq!(up.ns(9000.0), 10.0 + 4500.0);
+        let below = Cost {
+            ns_per_packet: -100.0,
+            ns_per_byte: -1.0,
+            bend: None,
+        };
+        assert_eq!(below.ns(9000.0), 0.0);
     }
 
     #[test]

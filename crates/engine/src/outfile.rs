@@ -46,6 +46,12 @@ pub fn create_with(path: &Path, existing: Existing, flags: i32) -> io::Result<Fi
         })
 }
 
+/// Writes `bytes` as the whole of `path` ([`create`], so never through a link).
+pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    create(path, Existing::Truncate)?.write_all(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,6 +65,9 @@ mod tests {
         let link = dir.path().join("link.pcapng");
         std::os::unix::fs::symlink(&victim, &link).expect("symlink");
         let e = create(&link, Existing::Truncate).expect_err("a link must be refused");
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert_eq!(std::fs::read(&victim).expect("victim"), b"keep me");
+        let e = write(&link, b"report").expect_err("a link must be refused");
         assert!(e.to_string().contains("symbolic link"), "{e}");
         assert_eq!(std::fs::read(&victim).expect("victim"), b"keep me");
     }

@@ -37,7 +37,7 @@ pub const MIN_PERIOD: Duration = Duration::from_millis(100);
 
 /// A configuration that cannot be used, with where it went wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}:{line}: {}{message}", file.display(), rule.as_ref().map(|r| format!("rule `{r}`: ")).unwrap_or_default())]
+#[error("{}:{line}: {}{}", file.display(), rule.as_ref().map(|r| format!("rule `{}`: ", printable(r))).unwrap_or_default(), printable(message))]
 pub struct ConfigError {
     /// The configuration file.
     pub file: PathBuf,
@@ -167,6 +167,20 @@ fn yes() -> bool {
     true
 }
 
+/// `s` with control characters escaped (`\u{1b}`): what the file holds may not drive the
+/// terminal an error is shown on.
+fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// Reads and checks the configuration file at `path`.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
@@ -222,10 +236,10 @@ pub fn parse(file: &Path, text: &str) -> Result<Config, ConfigError> {
         let r = spanned.into_inner();
         let name = r.name.clone();
         let here = |s: Range<usize>, m: String| err(s, Some(&name), m);
-        if name.trim().is_empty() || name.chars().any(char::is_whitespace) {
+        if name.trim().is_empty() || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(here(
                 span,
-                "a rule name must be non-empty, without spaces".into(),
+                "a rule name must be non-empty, without spaces or control characters".into(),
             ));
         }
         if rules.iter().any(|o| o.name == name) {
@@ -400,6 +414,16 @@ mod tests {
             parse_str(&text.replace("[\"count\"]\n[[rule]]", "[\"cnt\"]\n[[rule]]")).unwrap_err();
         assert_eq!((e.line, e.rule.as_deref()), (5, Some("a")), "{e}");
         assert!(e.message.contains("unknown action `cnt`"), "{e}");
+    }
+
+    #[test]
+    fn control_characters_in_names_are_refused_and_never_printed() {
+        let text = "period = \"1s\"\n[[rule]]\nname = \"a\\u001b[2Jb\"\nfilter = \"udp\"\nactions = [\"count\"]\n";
+        let e = parse_str(text).unwrap_err();
+        let shown = e.to_string();
+        assert!(shown.contains("control characters"), "{shown}");
+        assert!(!shown.chars().any(char::is_control), "{shown:?}");
+        assert!(shown.contains("a\\u{1b}[2Jb"), "{shown}");
     }
 
     #[test]

@@ -105,6 +105,11 @@ impl Hub {
         }
     }
 
+    /// Workers attached.
+    pub fn members(&self) -> usize {
+        lock(&self.collecting).members
+    }
+
     /// The running configuration and its epoch.
     pub fn current(&self) -> (u64, Arc<Config>) {
         lock(&self.current).clone()
@@ -215,6 +220,8 @@ impl Analyzer {
     /// Runs every enabled rule over one frame (as stored, VLAN tags in place).
     #[inline]
     pub fn observe(&mut self, frame: &[u8], wire_len: u32, ts_ns: u64) {
+        self.tally.analysed += 1;
+        self.tally.analysed_bytes += u64::from(wire_len);
         let mut parsed = None;
         let mut parsed_yet = false;
         for (filter, rule) in self.filters.iter().zip(self.tally.rules.iter_mut()) {
@@ -257,7 +264,7 @@ impl Analyzer {
 impl Drop for Analyzer {
     /// A stopping worker (also one that unwinds) hands over what it counted last.
     fn drop(&mut self) {
-        let tally = std::mem::replace(&mut self.tally, Tally { rules: Vec::new() });
+        let tally = std::mem::take(&mut self.tally);
         let _ = self.tx.send(Handover {
             member: self.member,
             epoch: self.epoch,
@@ -304,6 +311,7 @@ mod tests {
             a.sync();
         }
         let mut total = (0, 0);
+        let mut analysed = 0;
         let mut epoch_cfg = hub2.current();
         for round in 0..5 {
             let (e, ran) = hub2.switch(config(round % 2 == 0));
@@ -312,6 +320,8 @@ mod tests {
             let m = hub2.collect(e, &ran, false, T).unwrap();
             total.0 += m.rules[0].packets;
             total.1 += m.rules[1].packets;
+            assert_eq!(m.analysed, m.rules[0].packets, "every frame is udp");
+            analysed += m.analysed;
             epoch_cfg = hub2.current();
         }
         t.join().unwrap();
@@ -320,7 +330,9 @@ mod tests {
         let m = hub2.collect(last.0, &last.1, true, T).unwrap();
         total.0 += m.rules[0].packets;
         total.1 += m.rules[1].packets;
+        analysed += m.analysed;
         assert_eq!(total.0, 1003, "every packet in exactly one epoch");
+        assert_eq!(analysed, 1003, "analysed cut at the same switches");
         assert!(total.1 <= 1000, "port 9 only while enabled: {}", total.1);
     }
 

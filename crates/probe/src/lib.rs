@@ -4,7 +4,7 @@
 //!
 //! Pure logic, no I/O but reading the configuration file: [`config`] parses and checks it,
 //! [`hub`] gives each worker an [`hub::Analyzer`] whose per-packet path takes no lock and
-//! allocates nothing, and switches periods and rule sets without losing or double-counting
+//! allocates only when a flow or key table grows, and switches periods and rule sets without losing or double-counting
 //! a packet; [`tally`] and [`flows`] hold the counts, [`report`] turns merged tallies into
 //! JSON Lines records and tables, and [`control`] is the language of `poolcap ctl`.
 #![forbid(unsafe_code)]

@@ -59,7 +59,7 @@ pub struct KeyCounts {
 impl KeyCounts {
     fn new(limit: usize) -> Self {
         Self {
-            map: HashMap::with_capacity_and_hasher(limit, Default::default()),
+            map: HashMap::with_hasher(Default::default()),
             limit: limit.max(1),
             untracked: 0,
         }
@@ -165,14 +165,20 @@ impl RuleTally {
 
 /// Every rule's counts of one worker (or, merged, of all workers) in one period; indexed
 /// like the rules of the configuration it was made for.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Tally {
     /// Per rule, in configuration order.
     pub rules: Vec<RuleTally>,
+    /// Packets analysed, whether a rule matched or not: the period's captured packets, cut
+    /// at the same switch as the rules' counts.
+    pub analysed: u64,
+    /// Their wire bytes.
+    pub analysed_bytes: u64,
 }
 
 impl Tally {
-    /// Empty tables for `config`'s rules (allocated now; disabled rules get none).
+    /// Empty tables for `config`'s rules (they grow as packets come; disabled rules get
+    /// none).
     pub fn new(config: &Config) -> Self {
         let rules = config
             .rules
@@ -195,11 +201,17 @@ impl Tally {
                 }
             })
             .collect();
-        Self { rules }
+        Self {
+            rules,
+            analysed: 0,
+            analysed_bytes: 0,
+        }
     }
 
     /// Adds another tally made for the same configuration.
     pub fn absorb(&mut self, other: Tally) {
+        self.analysed += other.analysed;
+        self.analysed_bytes += other.analysed_bytes;
         for (a, b) in self.rules.iter_mut().zip(other.rules) {
             a.absorb(b);
         }

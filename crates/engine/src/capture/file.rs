@@ -54,14 +54,25 @@ pub struct Gate {
     until: AtomicU64,
     /// The recorded time of the next packet not yet taken (`u64::MAX` once none is left).
     next: AtomicU64,
-    /// The recorded time of the last packet taken (the first packet's before any is).
+    /// The latest recorded time of the packets taken (the first packet's before any is).
     last: AtomicU64,
+    /// Packets taken stamped before this time (the open period's start) are late.
+    from: AtomicU64,
+    /// Late packets taken so far (not those the filter rejected).
+    late: AtomicU64,
 }
 
 impl Gate {
-    /// Lets packets recorded before `until` through.
-    pub fn open_until(&self, until: u64) {
+    /// Opens the period `[from, until)`: lets packets recorded before `until` through and
+    /// counts those recorded before `from` as late (a file whose time steps back).
+    pub fn open(&self, from: u64, until: u64) {
+        self.from.store(from, Ordering::Release);
         self.until.store(until, Ordering::Release);
+    }
+
+    /// Late packets taken so far (see [`open`](Self::open)).
+    pub fn late(&self) -> u64 {
+        self.late.load(Ordering::Acquire)
     }
 
     /// The recorded time of the next packet not yet taken; `None` at the end of the file.
@@ -71,7 +82,7 @@ impl Gate {
         Some(self.next.load(Ordering::Acquire)).filter(|t| *t != u64::MAX)
     }
 
-    /// The recorded time of the last packet taken.
+    /// The latest recorded time of the packets taken.
     pub fn last(&self) -> u64 {
         self.last.load(Ordering::Acquire)
     }
@@ -204,6 +215,8 @@ impl FileSource {
             until: AtomicU64::new(0),
             next: AtomicU64::new(self.packets.first().map_or(u64::MAX, |p| p.ts_ns)),
             last: AtomicU64::new(self.first_ts),
+            from: AtomicU64::new(0),
+            late: AtomicU64::new(0),
         });
         self.gate = Some(Arc::clone(&gate));
         gate
@@ -243,12 +256,15 @@ impl Source for FileSource {
                 continue;
             }
             filler.push_copy(pool, p.ts_ns, [&p.data, &[], &[]], p.orig_len);
+            if let Some(g) = &self.gate {
+                g.last.fetch_max(p.ts_ns, Ordering::AcqRel);
+                if p.ts_ns < g.from.load(Ordering::Acquire) {
+                    g.late.fetch_add(1, Ordering::AcqRel);
+                }
+            }
         }
         if let Some(g) = &self.gate {
             // After the batch's packets are in chunks (see `Gate::next`).
-            if let Some(p) = self.next.checked_sub(1).and_then(|i| self.packets.get(i)) {
-                g.last.store(p.ts_ns, Ordering::Release);
-            }
             let next = self.packets.get(self.next).map_or(u64::MAX, |p| p.ts_ns);
             g.next.store(next, Ordering::Release);
         }

@@ -14,7 +14,7 @@ use poolcap_probe::control::{self, Command};
 use poolcap_probe::report::{Accounting, RuleRecord};
 use poolcap_probe::Config;
 
-use super::control::ControlSocket;
+use super::control::{ControlServer, ControlSocket};
 use super::reporter::Reporter;
 use crate::capture::account::{self, QueueCounters};
 
@@ -53,6 +53,7 @@ pub struct Manager {
 impl Manager {
     /// Runs until the engine is done; returns the final period's records.
     pub fn run(mut self) -> anyhow::Result<Vec<RuleRecord>> {
+        let server = self.socket.take().map(ControlSocket::serve).transpose()?;
         let mut period_started = Instant::now();
         while !self.engine_done.load(Ordering::Acquire) {
             std::thread::sleep(TICK);
@@ -63,35 +64,24 @@ impl Manager {
             }
             if self.hangup.swap(false, Ordering::Relaxed) {
                 let reply = self.command(Command::Reload)?;
-                eprintln!("SIGHUP: {reply}");
+                crate::say!("SIGHUP: {reply}");
                 if reply.starts_with("ok") {
                     period_started = Instant::now();
                 }
             }
-            if let Some(socket) = self.socket.take() {
-                let mut failure = None;
-                socket.serve_pending(|line| {
-                    if failure.is_some() {
-                        return "error: the probe is failing".into();
-                    }
-                    match control::parse(line).map(|c| self.command(c)) {
-                        Err(e) => format!("error: {e}"),
-                        Ok(Ok(reply)) => {
-                            if reply.starts_with("ok") {
-                                period_started = Instant::now();
-                            }
-                            reply
+            for request in server.iter().flat_map(ControlServer::pending) {
+                match control::parse(&request.line).map(|c| self.command(c)) {
+                    Err(e) => request.answer(format!("error: {e}")),
+                    Ok(Ok(reply)) => {
+                        if reply.starts_with("ok") {
+                            period_started = Instant::now();
                         }
-                        Ok(Err(e)) => {
-                            let reply = format!("error: {e:#}");
-                            failure = Some(e);
-                            reply
-                        }
+                        request.answer(reply);
                     }
-                });
-                self.socket = Some(socket);
-                if let Some(e) = failure {
-                    return Err(e);
+                    Ok(Err(e)) => {
+                        request.answer(format!("error: {e:#}"));
+                        return Err(e);
+                    }
                 }
             }
         }

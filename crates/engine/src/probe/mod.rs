@@ -4,6 +4,8 @@
 //!
 //! - [`reporter`]: ends a period (switches the hub's epoch, collects and merges the
 //!   workers' tallies) and writes its JSON Lines records and table;
+//! - [`report_file`]: the `--report` file, written a whole period at a time, and what a
+//!   full disk kept out of it;
 //! - [`live`]: the periodic action manager beside a running capture: the period clock, the
 //!   control socket, SIGHUP, and the final report after the engine has drained;
 //! - [`control`]: the control socket itself (mode 0600) and the `poolcap ctl` client;
@@ -15,4 +17,5 @@ pub mod control;
 pub mod kernel;
 pub mod live;
 pub mod offline;
+pub mod report_file;
 pub mod reporter;

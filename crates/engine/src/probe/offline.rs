@@ -9,6 +9,11 @@
 //! pool), ends the period at its recorded end time, and only then opens the gate for the
 //! next one. So a period holds exactly the packets recorded in it, however many workers
 //! share them and however fast they go.
+//!
+//! A file whose time steps back (files appended one after another) has packets stamped
+//! before the open period: the file is read in its order, so such a packet is counted in
+//! the period open when it is read, and as `late` there. Periods with no packet (a gap in
+//! the file) are reported at once, a long run of them as one record.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,6 +24,7 @@ use poolcap_probe::report::{time_ns, RuleRecord};
 use poolcap_probe::{Config, Hub};
 
 use super::live::accounting;
+use super::report_file::Unwritten;
 use super::reporter::Reporter;
 use crate::capture::account::QueueCounters;
 use crate::capture::file::{FileSource, Gate};
@@ -27,14 +33,15 @@ use crate::capture::{CaptureConfig, CaptureReport, Engine, Input};
 
 /// Runs `config`'s rules over the file `cfg` reads (`Input::File`, as `capture -r`
 /// resolves it), records to `report` and, with `table`, stdout; returns the engine's
-/// report once the file is read and the last period written.
+/// report once the file is read and the last period written, and the periods a full disk
+/// kept out of `report`.
 pub fn run(
     mut cfg: CaptureConfig,
     config: Config,
     report: Option<&Path>,
     table: bool,
     stop: Arc<AtomicBool>,
-) -> anyhow::Result<CaptureReport> {
+) -> anyhow::Result<(CaptureReport, Option<Unwritten>)> {
     let Input::File { path, speed } = std::mem::replace(&mut cfg.input, Input::Live) else {
         anyhow::bail!("probe -r needs a file");
     };
@@ -74,10 +81,13 @@ pub fn run(
         })?;
     let report = engine.run();
     engine_done.store(true, Ordering::Release);
-    clock
+    let clocked = clock
         .join()
-        .map_err(|_| anyhow::anyhow!("the probe clock panicked"))??;
-    Ok(report)
+        .map_err(|_| anyhow::anyhow!("the probe clock panicked"))?;
+    match clocked {
+        Ok(_) => Ok((report, None)),
+        Err(e) => e.downcast::<Unwritten>().map(|u| (report, Some(u))),
+    }
 }
 
 /// How often the clock looks at the gate and the pools.
@@ -108,22 +118,40 @@ impl FileClock {
 
     /// Cuts periods until the engine is done; returns the final period's records.
     pub fn run(mut self) -> anyhow::Result<Vec<RuleRecord>> {
-        let mut period_end = Self::start_ns(&self.gate).saturating_add(self.period_ns());
-        self.gate.open_until(period_end);
+        let start = Self::start_ns(&self.gate);
+        let mut period_end = start.saturating_add(self.period_ns());
+        self.gate.open(start, period_end);
+        let mut late_before = 0;
         while !self.engine_done.load(Ordering::Acquire) {
-            let at_boundary = self.gate.next().is_some_and(|t| t >= period_end)
-                && !self.stop.load(Ordering::Relaxed);
+            let next = self.gate.next();
+            let at_boundary =
+                next.is_some_and(|t| t >= period_end) && !self.stop.load(Ordering::Relaxed);
             if !at_boundary || self.pools.iter().any(|p| p.in_use() > 0) {
                 std::thread::sleep(TICK);
                 continue;
             }
-            let next = (*self.reporter.running()).clone();
+            let late = self.gate.late();
+            self.reporter.late(late - late_before);
+            late_before = late;
+            let running = (*self.reporter.running()).clone();
             let acc = accounting(&self.counters);
             self.reporter
-                .switch(time_ns(period_end), acc, next, None, &mut || {})?;
-            period_end = period_end.saturating_add(self.period_ns());
-            self.gate.open_until(period_end);
+                .switch(time_ns(period_end), acc, running, None, &mut || {})?;
+            let period = self.period_ns();
+            // The periods before the next packet's are empty: reported at once, without a
+            // round through the workers each (the workers' open tally stays empty).
+            let empty = next.map_or(0, |t| (t - period_end) / period);
+            if empty > 0 {
+                self.reporter
+                    .empty_periods(empty, Duration::from_nanos(period), acc)?;
+                period_end = period_end.saturating_add(empty.saturating_mul(period));
+            }
+            let from = period_end;
+            period_end = period_end.saturating_add(period);
+            self.gate.open(from, period_end);
         }
+        let late = self.gate.late();
+        self.reporter.late(late - late_before);
         let acc = accounting(&self.counters);
         self.reporter.finish(time_ns(self.gate.last()), acc)
     }

@@ -1,26 +1,29 @@
 //! Ends periods and writes their reports. A period ends by switching the hub to the next
 //! configuration, then collecting every worker's tally of the closed epoch; the records of
-//! each rule go to the JSON Lines file (flushed per period, so a reader sees whole
-//! periods) and a table to stdout. With `--in-kernel`, the rules the eBPF program counts
+//! each rule go to the JSON Lines file (written a whole period at a time, so a reader sees
+//! whole periods, and a period a full disk refused is counted: [`super::report_file`]) and a
+//! table to stdout. With `--in-kernel`, the rules the eBPF program counts
 //! get its counts for the period added to the merged tally before the records are made, so
 //! the records are the same either way, and each JSON line says where its rule `ran`.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use anyhow::Context;
 use poolcap_probe::report::{self, Accounting, Change, Period, RuleRecord};
 use poolcap_probe::{Config, Hub};
 use serde::Serialize;
 
 use super::kernel::KernelRules;
+use super::report_file::ReportFile;
 
 /// How long the reporter waits for every worker's tally: a worker answers at its next chunk
 /// boundary or within its idle wait, so this only bounds a stuck worker.
 const COLLECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Empty periods in a row reported a record each; a longer run is one record.
+const EMPTY_ONE_BY_ONE: u64 = 1000;
 
 /// Called with each period's records once they are written (the exporters); it must not
 /// wait for anything.
@@ -32,18 +35,36 @@ pub struct Reporter {
     start: SystemTime,
     changes: Vec<Change>,
     accounting_at_start: Accounting,
-    jsonl: Option<(PathBuf, BufWriter<File>)>,
+    jsonl: Option<ReportFile>,
     table: bool,
     hooks: Vec<PeriodHook>,
     kernel: Option<KernelRules>,
+    /// Late packets of the current period (a file's).
+    late: u64,
 }
 
-/// A JSON line of an `--in-kernel` probe: the record and where its rule ran.
+/// A JSON line: the record, with what only the file's reader needs.
 #[derive(Serialize)]
-struct PlacedRecord<'a> {
+struct Line<'a> {
     #[serde(flatten)]
     record: &'a RuleRecord,
-    ran: &'static str,
+    /// Where the rule ran, with `--in-kernel`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ran: Option<&'static str>,
+    /// Earlier periods whose lines a full disk kept out of the file.
+    #[serde(skip_serializing_if = "is_zero")]
+    periods_unwritten: u64,
+    /// Packets counted in this period though stamped before its start (a file whose time
+    /// steps back).
+    #[serde(skip_serializing_if = "is_zero")]
+    late: u64,
+    /// This record stands for this many empty periods in a row (a gap in a file).
+    #[serde(skip_serializing_if = "is_zero")]
+    empty_periods: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Reporter {
@@ -55,15 +76,7 @@ impl Reporter {
         jsonl: Option<&Path>,
         table: bool,
     ) -> anyhow::Result<Self> {
-        let jsonl = match jsonl {
-            Some(p) => Some((
-                p.to_owned(),
-                BufWriter::new(
-                    File::create(p).with_context(|| format!("cannot write {}", p.display()))?,
-                ),
-            )),
-            None => None,
-        };
+        let jsonl = jsonl.map(ReportFile::create).transpose()?;
         Ok(Self {
             hub,
             start,
@@ -73,6 +86,7 @@ impl Reporter {
             table,
             hooks: Vec::new(),
             kernel: None,
+            late: 0,
         })
     }
 
@@ -124,7 +138,7 @@ impl Reporter {
         if let Some(k) = &mut self.kernel {
             k.add_to(&ran, &mut tally, (self.start, now))?;
         }
-        self.emit(&ran, &tally, now, accounting, false)?;
+        self.emit(&ran, &tally, now, accounting, false, 0)?;
         let at = report::time(now);
         if let Some(what) = change {
             self.changes.push(Change {
@@ -135,19 +149,67 @@ impl Reporter {
         Ok(at)
     }
 
-    /// Ends the last period at `now`, once every worker has stopped; returns its records.
+    /// Adds `n` packets to the current period's late ones: counted in it though stamped
+    /// before its start (a file whose time steps back).
+    pub fn late(&mut self, n: u64) {
+        self.late += n;
+    }
+
+    /// Reports `n` periods of `period` with no packet, from the current period's start,
+    /// without a round through the workers (their open tally stays empty, so the next
+    /// period's collect covers the next period alone). Up to [`EMPTY_ONE_BY_ONE`] get a
+    /// record each; a longer run is one record per rule, with `empty_periods`, and a line
+    /// on stderr.
+    pub fn empty_periods(
+        &mut self,
+        n: u64,
+        period: Duration,
+        accounting: Accounting,
+    ) -> anyhow::Result<()> {
+        let config = self.running();
+        let none = poolcap_probe::tally::Tally::new(&config);
+        if n <= EMPTY_ONE_BY_ONE {
+            for _ in 0..n {
+                let end = self.start + period;
+                self.emit(&config, &none, end, accounting, false, 0)?;
+            }
+            return Ok(());
+        }
+        let span = Duration::from_nanos(
+            u64::try_from(period.as_nanos())
+                .unwrap_or(u64::MAX)
+                .saturating_mul(n),
+        );
+        let end = self.start + span;
+        crate::say!(
+            "probe: no packets from {} to {}: {n} empty periods reported as one",
+            report::time(self.start),
+            report::time(end)
+        );
+        self.emit(&config, &none, end, accounting, false, n)?;
+        Ok(())
+    }
+
+    /// Ends the last period at `now` (or at its start, if `now` is earlier: a file whose
+    /// last packets are stamped before the open period), once every worker has stopped;
+    /// returns its records.
     pub fn finish(
         mut self,
         now: SystemTime,
         accounting: Accounting,
     ) -> anyhow::Result<Vec<RuleRecord>> {
+        let now = now.max(self.start);
         let (epoch, ran) = self.hub.current();
         let mut tally = self.hub.collect(epoch, &ran, true, COLLECT_TIMEOUT)?;
         if let Some(k) = &mut self.kernel {
             k.detach();
             k.add_to(&ran, &mut tally, (self.start, now))?;
         }
-        self.emit(&ran, &tally, now, accounting, true)
+        let records = self.emit(&ran, &tally, now, accounting, true, 0)?;
+        if let Some(file) = self.jsonl.take() {
+            file.close()?;
+        }
+        Ok(records)
     }
 
     fn emit(
@@ -157,30 +219,39 @@ impl Reporter {
         end: SystemTime,
         accounting: Accounting,
         last: bool,
+        empty_periods: u64,
     ) -> anyhow::Result<Vec<RuleRecord>> {
+        let late = std::mem::take(&mut self.late);
+        let mut counted = accounting.since(&self.accounting_at_start);
+        if self.hub.members() > 0 {
+            // What the workers analysed in the period, cut at the same switch as the rules'
+            // counts; the capture counters run ahead of the workers by what the pools hold.
+            counted.captured = tally.analysed;
+            counted.bytes = tally.analysed_bytes;
+        }
         let period = Period {
             start: self.start,
             end,
-            accounting: accounting.since(&self.accounting_at_start),
+            accounting: counted,
             changes: std::mem::take(&mut self.changes),
             last,
         };
         let records = report::records(config, tally, &period);
         let placed = self.kernel.is_some();
-        if let Some((path, out)) = &mut self.jsonl {
-            let mut write = || -> std::io::Result<()> {
-                for (r, rule) in records.iter().zip(&config.rules) {
-                    if placed {
-                        let ran = if rule.in_kernel { "kernel" } else { "user" };
-                        serde_json::to_writer(&mut *out, &PlacedRecord { record: r, ran })?;
-                    } else {
-                        serde_json::to_writer(&mut *out, r)?;
-                    }
-                    out.write_all(b"\n")?;
-                }
-                out.flush()
-            };
-            write().with_context(|| format!("cannot write {}", path.display()))?;
+        if let Some(file) = &mut self.jsonl {
+            let mut lines = Vec::new();
+            for (record, rule) in records.iter().zip(&config.rules) {
+                let line = Line {
+                    record,
+                    ran: placed.then_some(if rule.in_kernel { "kernel" } else { "user" }),
+                    periods_unwritten: file.unwritten(),
+                    late,
+                    empty_periods,
+                };
+                serde_json::to_writer(&mut lines, &line)?;
+                lines.push(b'\n');
+            }
+            file.write_period(&lines);
         }
         if self.table {
             let mut stdout = std::io::stdout().lock();

@@ -2,6 +2,7 @@
 //! in a lab of its own (default) or on `-i IF` with traffic the user sends, saves the profile
 //! as JSON and prints it, with what the buffers absorb.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +14,7 @@ use poolcap_doctor::profile::Profile;
 
 use crate::calibrate::{self, lab, live};
 use crate::cli::predict::default_profile_path;
+use crate::outfile::{self, Existing};
 use crate::units;
 
 /// Arguments of `poolcap calibrate`.
@@ -109,12 +111,56 @@ fn buffers(p: &Profile) -> Vec<String> {
         .collect()
 }
 
+/// The profile's file, opened before the minutes of measuring so that a path it cannot
+/// write (a missing parent it cannot make, no permission, a symbolic link) fails at once;
+/// written only at the end, and removed again if the run fails before it made the file.
+struct ProfileFile {
+    path: PathBuf,
+    file: Option<std::fs::File>,
+    made: bool,
+}
+
+impl ProfileFile {
+    fn open(path: PathBuf) -> anyhow::Result<Self> {
+        let fail = |e: &dyn std::fmt::Display| {
+            crate::cli::usage(format!("-o {}: cannot write: {e}", path.display()))
+        };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| fail(&e))?;
+        }
+        let made = path.symlink_metadata().is_err();
+        let file = outfile::create(&path, Existing::Keep).map_err(|e| fail(&e))?;
+        Ok(Self {
+            path,
+            file: Some(file),
+            made,
+        })
+    }
+
+    fn save(mut self, text: &str) -> anyhow::Result<()> {
+        let mut file = self.file.take().expect("saved once");
+        file.set_len(0)
+            .and_then(|()| file.write_all(text.as_bytes()))
+            .with_context(|| format!("cannot write {}", self.path.display()))
+    }
+}
+
+impl Drop for ProfileFile {
+    fn drop(&mut self) {
+        if self.file.is_some() && self.made {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
 /// Runs `poolcap calibrate`.
 pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
     let levels = check_levels(&args.levels)?;
     if args.runs == 0 || args.frames == 0 {
         return Err(crate::cli::usage("--runs and --frames must be at least 1"));
     }
+    let path = args.output.clone().unwrap_or_else(default_profile_path);
+    let out = ProfileFile::open(path)?;
     let stop = crate::cli::flag_on(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let when = crate::bench::manager::timestamp(crate::bench::manager::now());
@@ -161,12 +207,9 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
         }
     };
     profile.load_average = calibrate::load_average();
-    let path = args.output.unwrap_or_else(default_profile_path);
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    }
     let text = serde_json::to_string_pretty(&profile)? + "\n";
-    std::fs::write(&path, &text).with_context(|| format!("cannot write {}", path.display()))?;
+    let path = out.path.clone();
+    out.save(&text)?;
     print!("{text}");
     for line in buffers(&profile) {
         eprintln!("calibrate: {line}");

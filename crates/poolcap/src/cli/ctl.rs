@@ -13,6 +13,9 @@ use clap::Args;
 pub struct CtlArgs {
     /// The probe's control socket (its --ctl).
     socket: PathBuf,
+    /// Give up when the probe has not answered within this long.
+    #[arg(long, default_value = "20s", value_parser = crate::units::parse_duration)]
+    timeout: std::time::Duration,
     /// The command, e.g. `rule disable web`.
     #[arg(required = true, trailing_var_arg = true)]
     command: Vec<String>,
@@ -20,7 +23,7 @@ pub struct CtlArgs {
 
 /// Runs `poolcap ctl`.
 pub fn run(args: CtlArgs) -> anyhow::Result<()> {
-    let reply = crate::probe::control::send(&args.socket, &args.command.join(" "))?;
+    let reply = crate::probe::control::send(&args.socket, &args.command.join(" "), args.timeout)?;
     match reply.strip_prefix("error: ") {
         Some(e) => anyhow::bail!("{e}"),
         None => {

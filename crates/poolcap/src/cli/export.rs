@@ -136,7 +136,7 @@ pub fn serve_metrics(
     let rules = metrics.rules();
     let addr = plan.0.addr();
     let server = MetricsServer::start(plan.0, metrics)?;
-    eprintln!("metrics on http://{addr}/metrics");
+    crate::say!("metrics on http://{addr}/metrics");
     Ok((server, rules))
 }
 
@@ -160,7 +160,7 @@ pub fn plan_ipfix(a: &IpfixArgs) -> anyhow::Result<Option<IpfixConfig>> {
 /// Ends the exporter after the last period and prints what it delivered.
 fn finish_ipfix(x: IpfixExporter) {
     let (exported, dropped) = x.finish();
-    eprintln!("ipfix: {exported} flow records exported, {dropped} not delivered");
+    crate::say!("ipfix: {exported} flow records exported, {dropped} not delivered");
 }
 
 /// `--kafka` and `--topic` (`probe` only).
@@ -191,6 +191,7 @@ pub fn plan_kafka(a: &KafkaArgs, iface: &str) -> anyhow::Result<Option<KafkaConf
         return Ok(None);
     };
     let brokers = parse_brokers(brokers).map_err(|e| usage(e.to_string()))?;
+    check_topic(topic).map_err(|e| usage(format!("--topic: {e}")))?;
     let probe = a.probe_name.clone().unwrap_or_else(|| {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         format!("{}:{iface}", host.trim())
@@ -200,6 +201,25 @@ pub fn plan_kafka(a: &KafkaArgs, iface: &str) -> anyhow::Result<Option<KafkaConf
         topic: topic.clone(),
         probe,
     }))
+}
+
+/// A topic name Kafka accepts: 1 to 249 of `a-z A-Z 0-9 . _ -`, and not `.` or `..`
+/// (a broker refuses others only once the probe runs, and then every message is lost).
+fn check_topic(topic: &str) -> Result<(), String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if topic.is_empty() || topic.len() > 249 {
+        return Err(format!("{} characters; Kafka takes 1 to 249", topic.len()));
+    }
+    if let Some(c) = topic.chars().find(|c| !allowed(*c)) {
+        return Err(format!(
+            "`{}` is not allowed in a Kafka topic name (use a-z, A-Z, 0-9, `.`, `_`, `-`)",
+            c.escape_default()
+        ));
+    }
+    if topic == "." || topic == ".." {
+        return Err("`.` and `..` are not topic names".into());
+    }
+    Ok(())
 }
 
 /// The running exporters of a probe.
@@ -248,8 +268,32 @@ impl Exporters {
 fn finish_kafka(x: KafkaExporter) {
     let c = x.finish();
     let ((flows, flows_lost), (other, other_lost)) = (c.flows.get(), c.other.get());
-    eprintln!(
+    crate::say!(
         "kafka: {flows} flow records delivered, {flows_lost} not delivered; \
          {other} reports and alerts delivered, {other_lost} not delivered"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_topic;
+
+    #[test]
+    fn topic_names_kafka_refuses_are_refused() {
+        for good in ["poolcap", "probe.flows_v2-1", &"t".repeat(249)] {
+            assert_eq!(check_topic(good), Ok(()), "{good}");
+        }
+        for (bad, why) in [
+            ("", "1 to 249"),
+            (&"t".repeat(250) as &str, "1 to 249"),
+            ("a b", "` ` is not allowed"),
+            ("a/b", "`/` is not allowed"),
+            ("é", "not allowed"),
+            ("a\u{1b}", "`\\u{1b}` is not allowed"),
+            ("..", "not topic names"),
+        ] {
+            let e = check_topic(bad).expect_err(bad);
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+    }
 }

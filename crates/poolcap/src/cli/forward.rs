@@ -74,7 +74,7 @@ pub struct ForwardArgs {
     #[arg(long, conflicts_with = "metrics")]
     bidirectional: bool,
     /// Drop frames matching this tcpdump expression instead of forwarding them (counted).
-    #[arg(long, value_name = "FILTER")]
+    #[arg(long, value_name = "FILTER", value_parser = drop_filter)]
     drop: Option<String>,
     /// Kernel ring per queue, in KiB (or with a unit: 16M).
     #[arg(short = 'B', default_value = "4096", value_parser = parse_kib)]
@@ -374,6 +374,14 @@ fn transmit_detail(path: &str) -> String {
     } else {
         format!("{path}: frames leave from the UMEM they arrived in, no copy")
     }
+}
+
+/// `--drop`'s filter: an empty one matches, so would drop, every frame.
+fn drop_filter(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        return Err("an empty filter matches every frame: name what to drop".into());
+    }
+    Ok(s.to_string())
 }
 
 /// Runs `poolcap forward`.

@@ -96,7 +96,7 @@ pub fn run_man(args: ManArgs) -> anyhow::Result<()> {
             None => dir.join("poolcap.1"),
             Some(c) => dir.join(format!("poolcap-{c}.1")),
         };
-        std::fs::write(&file, man_page(name.as_deref())?)
+        crate::outfile::write(&file, &man_page(name.as_deref())?)
             .with_context(|| format!("cannot write {}", file.display()))?;
     }
     Ok(())

@@ -147,7 +147,7 @@ pub struct PredictArgs {
     #[arg(long, value_parser = units::parse_duration, requires = "burst")]
     idle: Option<std::time::Duration>,
     /// Frames sent in all (default: an endless stream).
-    #[arg(long, value_parser = units::parse_count)]
+    #[arg(long, value_parser = frames)]
     count: Option<u64>,
     /// The capture writes a file.
     #[arg(short = 'w')]
@@ -174,6 +174,14 @@ pub struct PredictArgs {
     /// (written to profile.json there) unless --profile is given.
     #[arg(long, conflicts_with_all = ["rate", "size"])]
     validate: Option<PathBuf>,
+}
+
+/// `--count`: at least one frame (a loss of none is no fraction).
+fn frames(s: &str) -> Result<u64, String> {
+    match units::parse_count(s)? {
+        0 => Err("give at least one frame".into()),
+        n => Ok(n),
+    }
 }
 
 fn mean_size(sizes: &[(f64, f64)]) -> f64 {
@@ -333,7 +341,9 @@ fn validate(dir: &Path, profile: Option<&Path>) -> anyhow::Result<()> {
     let (profile, note) = match own {
         Some(p) => {
             let file = dir.join("profile.json");
-            std::fs::write(&file, serde_json::to_string_pretty(&p)? + "\n")?;
+            let text = serde_json::to_string_pretty(&p)? + "\n";
+            crate::outfile::write(&file, text.as_bytes())
+                .with_context(|| format!("cannot write {}", file.display()))?;
             let note = format!("profile: {} (saved to {})", p.source, file.display());
             (p, note)
         }
@@ -343,7 +353,9 @@ fn validate(dir: &Path, profile: Option<&Path>) -> anyhow::Result<()> {
     println!("{note}");
     print!("{}", validate::markdown(&compared));
     println!("{}", validate::Tally::of(&compared).line());
-    std::fs::write(dir.join("predict.csv"), validate::csv(&compared))?;
+    let csv = dir.join("predict.csv");
+    crate::outfile::write(&csv, validate::csv(&compared).as_bytes())
+        .with_context(|| format!("cannot write {}", csv.display()))?;
     Chart::new(
         "Predicted against measured loss",
         "measured loss (%)",
@@ -449,6 +461,32 @@ mod tests {
         assert_eq!(compression_key(Compression::Zstd(-3)), "zstd:-3");
         assert_eq!(compression_key(Compression::Gzip(6)), "gzip:6");
         assert!((mean_size(&parse_sizes("imix").unwrap().0) - 357.83).abs() < 0.01);
+        assert!(frames("0").unwrap_err().contains("at least one frame"));
+        assert_eq!(frames("2k"), Ok(2000));
+    }
+
+    #[test]
+    fn a_jumbo_frame_costs_no_less_than_a_full_one() {
+        // The built-in profile's kernel_rps falls with size: the line would reach 0 ns.
+        let p = Profile::built_in();
+        let at = |size: f64| {
+            let s = Scenario {
+                kernel_on_app_cpu: true,
+                ..Scenario::steady(Tool::Poolcap, 100e3, size)
+            };
+            predict::predict(&p, &s).expect("predict")
+        };
+        let (full, jumbo) = (at(1514.0), at(9000.0));
+        assert!(
+            jumbo.kernel_capacity_pps <= full.kernel_capacity_pps
+                && jumbo.app_capacity_pps <= full.app_capacity_pps,
+            "9000 B: kernel {} app {} pps; 1514 B: kernel {} app {} pps",
+            jumbo.kernel_capacity_pps,
+            jumbo.app_capacity_pps,
+            full.kernel_capacity_pps,
+            full.app_capacity_pps
+        );
+        assert!(jumbo.stages.iter().all(|s| s.ns >= 0.0));
     }
 
     #[test]

@@ -207,9 +207,32 @@ fn feed_exporters(reporter: &mut Reporter, exporters: &export::Exporters) {
     }
 }
 
+/// Why a probe with this configuration reports or exports nothing, if it does not: said at
+/// start, so a run that stays silent says so.
+fn nothing_to_show(args: &ProbeArgs, config: &poolcap_probe::Config) -> Option<String> {
+    let file = args.config.display();
+    if config.rules.is_empty() {
+        return Some(format!(
+            "probe: {file} has no rules: reports hold only the capture's accounting{}",
+            if args.ipfix.is_set() || args.kafka.is_set() {
+                ", and no flow records are exported"
+            } else {
+                ""
+            }
+        ));
+    }
+    let flows = config.rules.iter().any(|r| r.flows.is_some());
+    (args.ipfix.is_set() && !flows).then(|| {
+        format!("ipfix: no rule in {file} has the flows action: no flow records will be exported")
+    })
+}
+
 /// Runs `poolcap probe`.
 pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     let mut config = poolcap_probe::config::load(&args.config).map_err(|e| usage(e.to_string()))?;
+    if let Some(why) = nothing_to_show(&args, &config) {
+        crate::say!("{why}");
+    }
     if let Some(file) = &args.read {
         if args.metrics.is_set() || args.ipfix.is_set() || args.kafka.is_set() {
             return Err(usage(
@@ -219,17 +242,19 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         let cfg = engine_config(&args, "")?;
         let stop =
             crate::cli::flag_on(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
-        let report = probe::offline::run(cfg, config, args.report.as_deref(), !args.quiet, stop)
-            .map_err(|e| match e.downcast::<CaptureError>() {
-                Ok(c) => engine_error(c),
-                Err(e) => e,
-            })?;
-        eprintln!("probed {}", file.display());
+        let (report, unwritten) =
+            probe::offline::run(cfg, config, args.report.as_deref(), !args.quiet, stop).map_err(
+                |e| match e.downcast::<CaptureError>() {
+                    Ok(c) => engine_error(c),
+                    Err(e) => e,
+                },
+            )?;
+        crate::say!("probed {}", file.display());
         print_report(&report);
         if let Some(e) = &report.capture_error {
             anyhow::bail!("{e}");
         }
-        return Ok(());
+        return unwritten.map_or(Ok(()), |u| Err(u.into()));
     }
     let iface = args.iface.clone().unwrap_or_default();
     let kernel_only = match args.in_kernel {
@@ -320,14 +345,14 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         engine_done: Arc::clone(&engine_done),
     };
     let manager = spawn_manager(manager, &stop)?;
-    eprintln!(
+    crate::say!(
         "probing on {iface}, {queues} queue{}, {workers} worker{}",
         if queues == 1 { "" } else { "s" },
         if workers == 1 { "" } else { "s" },
     );
-    eprintln!("{}", engine.backend_report());
+    crate::say!("{}", engine.backend_report());
     if let Some(w) = &warning {
-        eprintln!("{w}");
+        crate::say!("{w}");
     }
     let report = engine.run();
     engine_done.store(true, Ordering::Release);
@@ -386,7 +411,7 @@ fn run_in_kernel(
         engine_done: Arc::clone(&done),
     };
     let manager = spawn_manager(manager, &stop)?;
-    eprintln!("probing on {iface} in the kernel (tc ingress), no capture socket");
+    crate::say!("probing on {iface} in the kernel (tc ingress), no capture socket");
     let deadline = args.duration.map(|d| std::time::Instant::now() + d);
     while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| std::time::Instant::now() < d) {
         std::thread::sleep(Duration::from_millis(20));
@@ -399,7 +424,7 @@ fn run_in_kernel(
     last?;
     // The capture totals a socket-based probe prints, for scripts reading either: with no
     // socket and no pool, nothing was dropped on the way to the rules.
-    eprintln!("0 packets dropped by kernel (no capture socket)");
-    eprintln!("0 packets dropped by pool");
+    crate::say!("0 packets dropped by kernel (no capture socket)");
+    crate::say!("0 packets dropped by pool");
     Ok(())
 }

@@ -22,6 +22,7 @@ mod mix;
 mod offload;
 mod privileges;
 mod probe;
+mod probe_faults;
 mod probe_kernel;
 mod replay;
 mod xdp;
@@ -37,6 +38,7 @@ fn main() {
     trials.extend(offload::trials());
     trials.extend(xdp::trials());
     trials.extend(probe::trials());
+    trials.extend(probe_faults::trials());
     trials.extend(probe_kernel::trials());
     trials.extend(export::trials());
     trials.extend(hardening::trials());
