@@ -20,15 +20,18 @@
 //!
 //! The reader loads a whole file into memory, which suits tests, verification and replay; it
 //! never panics on malformed input and reports how many good packets preceded a problem.
-//! [`PacketReader`] reads the same files packet by packet from any reader, with one buffer.
+//! [`PacketReader`] reads the same files packet by packet from any reader, with one buffer;
+//! [`decompressed`] undoes a zstd or gzip compression on the way.
 #![forbid(unsafe_code)]
 
+pub mod decompress;
 pub mod direct;
 pub mod link;
 pub mod read;
 pub mod stream;
 pub mod write;
 
+pub use decompress::decompressed;
 pub use direct::{DirectFile, Tail};
 pub use link::{LinkType, UnsupportedLinkType};
 pub use read::{read_bytes, read_file, CaptureFile, ReadError, RecordedPacket};

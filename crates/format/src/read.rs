@@ -152,6 +152,7 @@ type FrameParser =
     for<'a> fn(&'a [u8]) -> IResult<&'a [u8], LegacyPcapBlock<'a>, PcapError<&'a [u8]>>;
 
 /// A packet found in a window of bytes: its data as a range of the window.
+#[derive(Clone)]
 pub(crate) struct Found {
     pub(crate) ts_ns: u64,
     pub(crate) data: std::ops::Range<usize>,

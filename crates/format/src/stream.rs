@@ -3,10 +3,13 @@
 //! allocation per packet, memory bounded by the largest record. The decoding is
 //! [`crate::read`]'s, so a stream and a file read whole agree on every packet and every
 //! error, which comes when the reader reaches it (after the packets before it).
+//!
+//! [`PacketReader::peek`] decodes the next packet without taking it, for a reader that
+//! must see a packet's time before it takes it (pacing a replay, cutting periods by time).
 
 use std::io::{self, Read};
 
-use crate::read::{Decoder, ReadError};
+use crate::read::{Decoder, Found, ReadError};
 use crate::{FileFormat, IfStats};
 
 /// Bytes read at a time; the buffer grows beyond it only for a record that does not fit.
@@ -36,6 +39,9 @@ pub struct PacketReader<R> {
     /// File offset of `buf[0]`.
     base: usize,
     decoder: Decoder,
+    /// The packet [`PacketReader::peek`] decoded and nobody took yet: where its record
+    /// starts in `buf` (before `pos`; nothing moves `buf` until it is taken).
+    peeked: Option<(usize, Found)>,
 }
 
 impl<R> std::fmt::Debug for PacketReader<R> {
@@ -61,6 +67,7 @@ impl<R: Read> PacketReader<R> {
                     end,
                     base: 0,
                     decoder,
+                    peeked: None,
                 };
                 reader.read_interface()?;
                 return Ok(reader);
@@ -78,17 +85,40 @@ impl<R: Read> PacketReader<R> {
 
     /// The next packet; None at the end of the file.
     pub fn next_packet(&mut self) -> Result<Option<Packet<'_>>, ReadError> {
+        let next = match self.peeked.take() {
+            Some(p) => Some(p),
+            None => self.decode()?,
+        };
+        Ok(next.map(|(at, found)| self.packet(at, found)))
+    }
+
+    /// The packet [`next_packet`](Self::next_packet) returns next, without taking it; None
+    /// at the end of the file. An error is the one `next_packet` would return.
+    pub fn peek(&mut self) -> Result<Option<Packet<'_>>, ReadError> {
+        if self.peeked.is_none() {
+            self.peeked = self.decode()?;
+        }
+        Ok(self.peeked.clone().map(|(at, found)| self.packet(at, found)))
+    }
+
+    fn packet(&self, at: usize, found: Found) -> Packet<'_> {
+        Packet {
+            ts_ns: found.ts_ns,
+            data: &self.buf[at..][found.data],
+            orig_len: found.orig_len,
+        }
+    }
+
+    /// Decodes up to the next packet and moves past it; returns where its record starts in
+    /// `buf` and what it holds.
+    fn decode(&mut self) -> Result<Option<(usize, Found)>, ReadError> {
         loop {
             let offset = self.base + self.pos;
             match self.decoder.next(&self.buf[self.pos..self.end], offset)? {
                 Some((n, Some(found))) => {
                     let at = self.pos;
                     self.pos += n;
-                    return Ok(Some(Packet {
-                        ts_ns: found.ts_ns,
-                        data: &self.buf[at..][found.data],
-                        orig_len: found.orig_len,
-                    }));
+                    return Ok(Some((at, found)));
                 }
                 Some((n, None)) => self.pos += n,
                 None => {
@@ -261,6 +291,35 @@ mod tests {
                 };
                 assert_eq!(got, want, "{format} cut {cut}");
             }
+        }
+    }
+
+    #[test]
+    fn peek_shows_the_next_packet_and_leaves_it_to_next_packet() {
+        for format in FORMATS {
+            let bytes = encode(format, &sample_packets(), Some(STATS));
+            let whole = all(&bytes, 1 << 20).unwrap();
+            let mut r = PacketReader::new(Trickle {
+                bytes: &bytes,
+                step: 7,
+            })
+            .unwrap();
+            let mut got = Vec::new();
+            loop {
+                let peeked = r.peek().unwrap().map(|p| (p.ts_ns, p.data.to_vec(), p.orig_len));
+                assert_eq!(
+                    r.peek().unwrap().map(|p| (p.ts_ns, p.data.to_vec(), p.orig_len)),
+                    peeked,
+                    "{format}: a second peek"
+                );
+                let next = r.next_packet().unwrap().map(|p| (p.ts_ns, p.data.to_vec(), p.orig_len));
+                assert_eq!(next, peeked, "{format}");
+                match next {
+                    Some(p) => got.push(p),
+                    None => break,
+                }
+            }
+            assert_eq!(got, whole, "{format}");
         }
     }
 

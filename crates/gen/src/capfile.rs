@@ -2,52 +2,32 @@
 //! with `--compress zstd` or `gzip`. The compression is recognised by the file's first bytes,
 //! not its name, so a renamed or extension-less file reads the same.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::path::Path;
 
 use anyhow::Context;
-use poolcap_format::{CaptureFile, PacketReader};
-
-const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
-const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+use poolcap_format::{decompressed, CaptureFile, PacketReader};
 
 /// Reads and decodes the capture file at `path`.
 pub fn read(path: &Path) -> anyhow::Result<CaptureFile> {
-    let raw = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let bytes = decompress(raw).with_context(|| format!("cannot decompress {}", path.display()))?;
+    let mut bytes = Vec::new();
+    open(path)?
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("cannot read {}", path.display()))?;
     poolcap_format::read_bytes(&bytes).with_context(|| format!("{}", path.display()))
 }
 
 /// A reader of the capture file at `path`, packet by packet with one buffer (a file of
 /// many GB is never held in memory), decompressing on the way.
-pub fn stream(path: &Path) -> anyhow::Result<PacketReader<Box<dyn Read>>> {
-    let file =
-        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let mut file = BufReader::with_capacity(1 << 16, file);
-    let head = file
-        .fill_buf()
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    let src: Box<dyn Read> = if head.starts_with(&ZSTD_MAGIC) {
-        Box::new(zstd::Decoder::with_buffer(file)?)
-    } else if head.starts_with(&GZIP_MAGIC) {
-        Box::new(flate2::bufread::MultiGzDecoder::new(file))
-    } else {
-        Box::new(file)
-    };
-    PacketReader::new(src).with_context(|| format!("{}", path.display()))
+pub fn stream(path: &Path) -> anyhow::Result<PacketReader<Box<dyn Read + Send>>> {
+    PacketReader::new(open(path)?).with_context(|| format!("{}", path.display()))
 }
 
-/// The file's contents with any zstd or gzip compression undone.
-fn decompress(raw: Vec<u8>) -> std::io::Result<Vec<u8>> {
-    let mut plain = Vec::new();
-    if raw.starts_with(&ZSTD_MAGIC) {
-        zstd::Decoder::new(&raw[..])?.read_to_end(&mut plain)?;
-    } else if raw.starts_with(&GZIP_MAGIC) {
-        flate2::read::MultiGzDecoder::new(&raw[..]).read_to_end(&mut plain)?;
-    } else {
-        return Ok(raw);
-    }
-    Ok(plain)
+/// The plain bytes of the file at `path`.
+fn open(path: &Path) -> anyhow::Result<Box<dyn Read + Send>> {
+    let file =
+        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    decompressed(file).with_context(|| format!("cannot read {}", path.display()))
 }
 
 #[cfg(test)]
@@ -100,7 +80,7 @@ mod tests {
         let p = dir.path().join("x.pcap.zst");
         std::fs::write(&p, [0x28, 0xb5, 0x2f, 0xfd, 1, 2, 3]).expect("write");
         let e = read(&p).expect_err("corrupt");
-        assert!(format!("{e:#}").contains("cannot decompress"), "{e:#}");
+        assert!(format!("{e:#}").contains("zstd: "), "{e:#}");
         assert!(stream(&p).is_err(), "streamed");
     }
 }
