@@ -98,7 +98,10 @@ impl<R: Read> PacketReader<R> {
         if self.peeked.is_none() {
             self.peeked = self.decode()?;
         }
-        Ok(self.peeked.clone().map(|(at, found)| self.packet(at, found)))
+        Ok(self
+            .peeked
+            .clone()
+            .map(|(at, found)| self.packet(at, found)))
     }
 
     fn packet(&self, at: usize, found: Found) -> Packet<'_> {
@@ -306,13 +309,21 @@ mod tests {
             .unwrap();
             let mut got = Vec::new();
             loop {
-                let peeked = r.peek().unwrap().map(|p| (p.ts_ns, p.data.to_vec(), p.orig_len));
+                let peeked = r
+                    .peek()
+                    .unwrap()
+                    .map(|p| (p.ts_ns, p.data.to_vec(), p.orig_len));
                 assert_eq!(
-                    r.peek().unwrap().map(|p| (p.ts_ns, p.data.to_vec(), p.orig_len)),
+                    r.peek()
+                        .unwrap()
+                        .map(|p| (p.ts_ns, p.data.to_vec(), p.orig_len)),
                     peeked,
                     "{format}: a second peek"
                 );
-                let next = r.next_packet().unwrap().map(|p| (p.ts_ns, p.data.to_vec(), p.orig_len));
+                let next = r
+                    .next_packet()
+                    .unwrap()
+                    .map(|p| (p.ts_ns, p.data.to_vec(), p.orig_len));
                 assert_eq!(next, peeked, "{format}");
                 match next {
                     Some(p) => got.push(p),

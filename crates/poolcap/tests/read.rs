@@ -181,12 +181,158 @@ fn compressed_files_standard_input_and_a_count_limit() {
         tcpdump(&file, &["tcp"]).len() as u64,
         "stdin: {s}"
     );
+    // The count limit ends reading, as `tcpdump -r -c`: the rest of the file is not read,
+    // so the counters hold the 7 packets read.
     let s = read_ok(dir.path(), &["-r", file.to_str().unwrap(), "-c", "7"], None);
     assert_eq!(
-        (num(&s, "captured"), num(&s, "not_taken")),
-        (7, u64::from(FRAMES) - 7),
+        (
+            num(&s, "captured"),
+            num(&s, "filtered"),
+            num(&s, "not_taken")
+        ),
+        (7, 0, 0),
         "-c 7: {s}"
     );
+}
+
+/// Runs `poolcap capture -r ARGS --stats-json`, expecting it to fail; returns the JSON and
+/// standard error.
+fn read_failing(dir: &Path, args: &[&str], stdin: Option<&[u8]>) -> (serde_json::Value, String) {
+    let sj = dir.join("s.json");
+    let mut all = vec!["--stats-json", sj.to_str().expect("utf-8")];
+    all.extend_from_slice(args);
+    let out = poolcap(&all, stdin);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+    let s = serde_json::from_str(&std::fs::read_to_string(&sj).expect("stats json")).expect("json");
+    (s, err)
+}
+
+/// Byte offset of record `n` (from 0) in a pcap written by `write_pcap`.
+fn record_at(n: u32) -> usize {
+    24 + (0..n).map(|i| 16 + mix::frame(i).len()).sum::<usize>()
+}
+
+#[test]
+fn a_file_that_goes_bad_part_way_gives_its_packets_then_one_error_line() {
+    let (dir, file) = setup();
+    let raw = std::fs::read(&file).expect("pcap");
+    let out = dir.path().join("out.pcap");
+    let o = out.to_str().unwrap();
+    // Cut inside record 300; then a record 250 whose length field is impossible.
+    let cut = dir.path().join("cut.pcap");
+    std::fs::write(&cut, &raw[..record_at(300) + 20]).expect("write");
+    let mut bad = raw.clone();
+    let at = record_at(250);
+    bad[at + 8..at + 12].copy_from_slice(&0x7fff_0000u32.to_le_bytes());
+    let bad_file = dir.path().join("bad.pcap");
+    std::fs::write(&bad_file, &bad).expect("write");
+    for (f, good, says) in [(&cut, 300u64, "truncated"), (&bad_file, 250, "malformed")] {
+        let name = f.to_str().unwrap();
+        let (s, err) = read_failing(dir.path(), &["-r", name, "-w", o, "--format", "pcap"], None);
+        assert_eq!(num(&s, "captured"), good, "{name}: {s}");
+        assert_eq!(num(&s, "written"), good, "{name}: {s}");
+        assert_eq!(num(&s, "filtered") + num(&s, "not_taken"), 0, "{name}: {s}");
+        let last = err.lines().last().unwrap_or_default();
+        assert!(last.contains(name) && last.contains(says), "{name}: {err}");
+        assert_eq!(
+            err.lines().filter(|l| l.contains(says)).count(),
+            1,
+            "one line: {err}"
+        );
+        // What was written is the file's first packets, whole.
+        assert_eq!(
+            tcpdump(&out, &["-tt", "-xx"]),
+            tcpdump(&file, &["-tt", "-xx", "-c", &good.to_string()]),
+            "{name}: the packets before the error"
+        );
+    }
+    // A cut zstd stream on standard input: its whole packets, then the error.
+    let zst = zstd::encode_all(&raw[..], 3).expect("zstd");
+    let (s, err) = read_failing(
+        dir.path(),
+        &["-r", "-", "-w", o],
+        Some(&zst[..zst.len() / 2]),
+    );
+    let got = num(&s, "captured");
+    assert!(got > 0 && got < u64::from(FRAMES), "{s}");
+    assert_eq!(tcpdump(&out, &[]).len() as u64, got);
+    assert!(
+        err.lines()
+            .last()
+            .unwrap_or_default()
+            .contains("standard input"),
+        "{err}"
+    );
+}
+
+#[test]
+fn standard_input_compressed_reads_back_byte_for_byte() {
+    let (dir, file) = setup();
+    let raw = std::fs::read(&file).expect("pcap");
+    let out = dir.path().join("out.pcap");
+    let zst = zstd::encode_all(&raw[..], 3).expect("zstd");
+    let s = read_ok(
+        dir.path(),
+        &["-r", "-", "-w", out.to_str().unwrap(), "--format", "pcap"],
+        Some(&zst),
+    );
+    assert_eq!(num(&s, "written"), u64::from(FRAMES), "{s}");
+    assert_eq!(
+        tcpdump(&out, &["-tt", "-xx"]),
+        tcpdump(&file, &["-tt", "-xx"])
+    );
+}
+
+/// A 400 MB file is read with memory that does not grow with it (it used to be read whole,
+/// then copied packet by packet: more than twice its size).
+#[test]
+fn reading_a_large_file_takes_memory_far_below_its_size() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let big = dir.path().join("big.pcap");
+    let frame = vec![0x5a_u8; 8000];
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&big).expect("create"));
+    for word in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 65_535, 1] {
+        f.write_all(&word.to_le_bytes()).expect("write");
+    }
+    let records = 50_000u32;
+    for i in 0..records {
+        for word in [1_700_000_000 + i / 1000, (i % 1000) * 1000, 8000, 8000] {
+            f.write_all(&word.to_le_bytes()).expect("write");
+        }
+        f.write_all(&frame).expect("write");
+    }
+    f.into_inner().expect("flush").sync_all().expect("sync");
+    let size_kb = std::fs::metadata(&big).expect("size").len() / 1024;
+    for extra in [&[][..], &["--workers", "1", "--load", "1"][..]] {
+        let rss = dir.path().join("rss");
+        let sj = dir.path().join("s.json");
+        let out = Command::new("/usr/bin/time")
+            .args(["-f", "%M", "-o", rss.to_str().unwrap()])
+            .arg(env!("CARGO_BIN_EXE_poolcap"))
+            .args(["capture", "-q", "--stats-json", sj.to_str().unwrap(), "-r"])
+            .arg(&big)
+            .args(extra)
+            .output()
+            .expect("/usr/bin/time poolcap");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let s: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&sj).expect("json")).expect("json");
+        assert_eq!(num(&s, "captured"), u64::from(records), "{extra:?}: {s}");
+        let peak_kb: u64 = std::fs::read_to_string(&rss)
+            .expect("rss")
+            .trim()
+            .parse()
+            .expect("KB");
+        assert!(
+            peak_kb < size_kb / 4,
+            "{extra:?}: peak RSS {peak_kb} KB for a {size_kb} KB file"
+        );
+    }
 }
 
 #[test]

@@ -1,15 +1,29 @@
 //! The file source: a pcap or pcapng file (plain, gzip or zstd, or standard input) run
 //! through the same pipeline as live traffic: filter, workers, load, writer, accounting.
 //!
+//! The file is read as a stream (poolcap-format's [`PacketReader`], decompressed on the
+//! way): one buffer reused for the whole file and no allocation per packet, so memory does
+//! not grow with the file, and each packet is copied from that buffer straight into a pool
+//! chunk. The header is read at open, so the link type is known before the capture starts
+//! (the startup line, the filter and the output file use it).
+//!
 //! Packets keep their recorded timestamps. They come as fast as the pipeline takes them
 //! (a full pool makes the capture thread wait: a file never drops), or, with a speed, at
-//! that multiple of their recorded pace. The filter is libpcap's with offline semantics, as
-//! `tcpdump -r` applies it: a VLAN tag is in the data. A stop ends reading at once; the
-//! packets not read count as `not_taken`, so `packets in the file = captured + filtered +
-//! not_taken`.
+//! that multiple of their recorded pace. The next packet is decoded ahead
+//! ([`PacketReader::peek`]), so its time is known before it is taken. The filter is
+//! libpcap's with offline semantics, as `tcpdump -r` applies it: a VLAN tag is in the data.
 //!
-//! The file is decoded into memory first (poolcap-format's checked reader), so a bad file is
-//! reported before the capture starts.
+//! Accounting: every packet read ends in one counter, so `packets read = captured +
+//! filtered + not_taken`. A stop (a signal, `--duration`) or a spent count limit (`-c`)
+//! ends reading at once, as `tcpdump -r -c` does: the rest of the file is neither read nor
+//! counted (a stream's length is known only once it is read). A file read to its end has
+//! every packet in the counters.
+//!
+//! A file that goes bad part-way (cut short, a malformed record, a decompression error) is
+//! read up to the error, as tcpdump reads a "truncated dump file": the packets before it
+//! are captured and written, then the error, naming the file, fails the capture
+//! ([`Source::finish`]). Records whose sub-second field is a second or more are read as
+//! they say and counted in a warning at the end.
 //!
 //! A [`Gate`] can hold packets back from a recorded time on: `poolcap probe -r` cuts its
 //! periods by the packets' timestamps, so it lets a period's packets through, waits until
@@ -21,13 +35,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use poolcap_format::{LinkType, RecordedPacket};
+use poolcap_format::{decompressed, LinkType, PacketReader, ReadError};
 use poolcap_sys::poll::Readiness;
 use poolcap_sys::SysError;
 
 use super::filter::compile_user;
 use super::pool::Pool;
-use super::source::{Filler, KernelDrops, Source};
+use super::source::{Filler, Source};
 use super::CaptureError;
 
 /// Packets moved per batch.
@@ -94,60 +108,47 @@ impl Gate {
 
 /// See the module docs.
 pub struct FileSource {
-    packets: Vec<RecordedPacket>,
+    /// The file's name, or "standard input".
+    what: String,
+    reader: PacketReader<Box<dyn Read + Send>>,
     linktype: LinkType,
-    next: usize,
+    /// The recorded time of the next packet, decoded ahead; None once the file is read (to
+    /// its end, or to the error in `failure`).
+    next_ts: Option<u64>,
+    /// Why reading ended before the end of the file.
+    failure: Option<FileError>,
     filter: Option<pcap::BpfProgram>,
     /// Recorded nanoseconds per real nanosecond, if paced.
     speed: Option<f64>,
     started: Instant,
     first_ts: u64,
-    reported: bool,
     gate: Option<Arc<Gate>>,
 }
 
 impl std::fmt::Debug for FileSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FileSource")
-            .field("packets", &self.packets.len())
-            .field("next", &self.next)
+            .field("what", &self.what)
+            .field("reader", &self.reader)
             .finish()
     }
 }
 
-/// Reads all of `path` (`-`: standard input), undoing gzip or zstd compression, which is
-/// recognised by its magic number.
-fn read_all(path: &Path) -> Result<Vec<u8>, String> {
-    let raw = if path.as_os_str() == "-" {
-        let mut b = Vec::new();
-        std::io::stdin()
-            .read_to_end(&mut b)
-            .map_err(|e| e.to_string())?;
-        b
-    } else {
-        std::fs::read(path).map_err(|e| e.to_string())?
-    };
-    let mut out = Vec::new();
-    match raw.get(..4) {
-        Some([0x1f, 0x8b, ..]) => {
-            flate2::read::MultiGzDecoder::new(&raw[..])
-                .read_to_end(&mut out)
-                .map_err(|e| format!("gzip: {e}"))?;
-            Ok(out)
-        }
-        Some([0x28, 0xb5, 0x2f, 0xfd]) => {
-            zstd::stream::decode_all(&raw[..]).map_err(|e| format!("zstd: {e}"))
-        }
-        _ => Ok(raw),
+/// What a read error says; a stream's own error (a decompressor's, the disk's) without the
+/// reader's "cannot read the capture" around it.
+fn why(e: ReadError) -> String {
+    match e {
+        ReadError::Stream(e) => e.to_string(),
+        e => e.to_string(),
     }
 }
 
 impl FileSource {
-    /// Opens and decodes `path`, compiles `filter` with offline semantics for the file's
-    /// link type; `speed` paces packets at that multiple of their recorded pace. A file of
-    /// a link type poolcap does not know is refused by its number, never read as Ethernet;
-    /// records whose sub-second field is a second or more are read as they say (the time
-    /// runs into the next seconds, as tcpdump shows it) and counted in a warning.
+    /// Opens `path` (`-`: standard input; gzip or zstd compression is recognised by its
+    /// magic number and undone), reads its header and compiles `filter` with offline
+    /// semantics for the file's link type; `speed` paces packets at that multiple of their
+    /// recorded pace. A file of a link type poolcap does not know is refused by its number,
+    /// never read as Ethernet.
     pub fn open(
         path: &Path,
         filter: Option<&str>,
@@ -162,26 +163,36 @@ impl FileSource {
             what: what.clone(),
             why,
         };
-        let bytes = read_all(path).map_err(err)?;
-        let file = poolcap_format::read_bytes(&bytes).map_err(|e| err(e.to_string()))?;
-        let linktype = match LinkType::of_file(file.linktype) {
+        let src: Box<dyn Read + Send> = if path.as_os_str() == "-" {
+            Box::new(std::io::stdin())
+        } else {
+            Box::new(std::fs::File::open(path).map_err(|e| err(e.to_string()))?)
+        };
+        let src = decompressed(src).map_err(|e| err(e.to_string()))?;
+        let reader = PacketReader::new(src).map_err(|e| err(why(e)))?;
+        let mut source = Self {
+            what: what.clone(),
+            reader,
+            linktype: LinkType::ETHERNET,
+            next_ts: None,
+            failure: None,
+            filter: None,
+            speed: speed.filter(|s| *s > 0.0),
+            started: Instant::now(),
+            first_ts: 0,
+            gate: None,
+        };
+        source.read_ahead();
+        source.first_ts = source.next_ts.unwrap_or(0);
+        source.linktype = match LinkType::of_file(source.reader.linktype()) {
             Ok(l) => l,
             // A pcapng file without an interface has no packets either.
-            Err(_) if file.packets.is_empty() => LinkType::ETHERNET,
+            Err(_) if source.next_ts.is_none() => LinkType::ETHERNET,
             Err(e) => return Err(err(e.to_string()).into()),
         };
-        if file.odd_timestamps > 0 {
-            eprintln!(
-                "warning: {what}: {} records have a sub-second timestamp field of a second or \
-                 more; their times run into the following seconds",
-                file.odd_timestamps
-            );
-        }
-        let filter = filter
-            .map(|expr| compile_user(expr, linktype))
+        source.filter = filter
+            .map(|expr| compile_user(expr, source.linktype))
             .transpose()?;
-        let mut source = Self::new(file.packets, filter, speed);
-        source.linktype = linktype;
         Ok(source)
     }
 
@@ -190,30 +201,11 @@ impl FileSource {
         self.linktype
     }
 
-    /// A source of `packets`.
-    pub fn new(
-        packets: Vec<RecordedPacket>,
-        filter: Option<pcap::BpfProgram>,
-        speed: Option<f64>,
-    ) -> Self {
-        Self {
-            first_ts: packets.first().map_or(0, |p| p.ts_ns),
-            packets,
-            linktype: LinkType::ETHERNET,
-            next: 0,
-            filter,
-            speed: speed.filter(|s| *s > 0.0),
-            started: Instant::now(),
-            reported: false,
-            gate: None,
-        }
-    }
-
     /// Holds packets back behind a gate, closed at first; returns the gate.
     pub fn gated(&mut self) -> Arc<Gate> {
         let gate = Arc::new(Gate {
             until: AtomicU64::new(0),
-            next: AtomicU64::new(self.packets.first().map_or(u64::MAX, |p| p.ts_ns)),
+            next: AtomicU64::new(self.next_ts.unwrap_or(u64::MAX)),
             last: AtomicU64::new(self.first_ts),
             from: AtomicU64::new(0),
             late: AtomicU64::new(0),
@@ -222,51 +214,73 @@ impl FileSource {
         gate
     }
 
+    /// Decodes the next packet ahead: its time, or the end of the file, or why it ended.
+    fn read_ahead(&mut self) {
+        self.next_ts = match self.reader.peek() {
+            Ok(p) => p.map(|p| p.ts_ns),
+            Err(e) => {
+                self.failure = Some(FileError {
+                    what: self.what.clone(),
+                    why: why(e),
+                });
+                None
+            }
+        };
+    }
+
     /// True when the next packet waits behind the gate.
     fn held(&self) -> bool {
-        match (&self.gate, self.packets.get(self.next)) {
-            (Some(g), Some(p)) => g.held(p.ts_ns),
+        match (&self.gate, self.next_ts) {
+            (Some(g), Some(ts)) => g.held(ts),
             _ => false,
         }
     }
 
     /// How long until the next packet is due, at the recorded pace (zero: now).
     fn until_due(&self) -> Duration {
-        let (Some(speed), Some(p)) = (self.speed, self.packets.get(self.next)) else {
+        let (Some(speed), Some(ts)) = (self.speed, self.next_ts) else {
             return Duration::ZERO;
         };
-        let due =
-            Duration::from_secs_f64(p.ts_ns.saturating_sub(self.first_ts) as f64 / 1e9 / speed);
+        let due = Duration::from_secs_f64(ts.saturating_sub(self.first_ts) as f64 / 1e9 / speed);
         due.saturating_sub(self.started.elapsed())
+    }
+
+    /// True when the next packet is to be taken now.
+    fn ready(&self, filler: &Filler) -> bool {
+        !self.exhausted() && !filler.budget_spent() && self.until_due().is_zero() && !self.held()
     }
 }
 
 impl Source for FileSource {
     fn take_batch(&mut self, pool: &Pool, filler: &mut Filler) -> bool {
         filler.begin_batch();
-        if filler.stopping() || self.exhausted() || !self.until_due().is_zero() || self.held() {
+        if filler.stopping() || !self.ready(filler) {
             return false;
         }
-        let end = (self.next + BATCH).min(self.packets.len());
-        while self.next < end && self.until_due().is_zero() && !self.held() {
-            let p = &self.packets[self.next];
-            self.next += 1;
-            if self.filter.as_ref().is_some_and(|f| !f.filter(&p.data)) {
-                filler.tally.filtered += 1;
-                continue;
+        for _ in 0..BATCH {
+            if !self.ready(filler) {
+                break;
             }
-            filler.push_copy(pool, p.ts_ns, [&p.data, &[], &[]], p.orig_len);
-            if let Some(g) = &self.gate {
-                g.last.fetch_max(p.ts_ns, Ordering::AcqRel);
-                if p.ts_ns < g.from.load(Ordering::Acquire) {
-                    g.late.fetch_add(1, Ordering::AcqRel);
+            // The packet read ahead (so never an error).
+            if let Ok(Some(p)) = self.reader.next_packet() {
+                if self.filter.as_ref().is_some_and(|f| !f.filter(p.data)) {
+                    filler.tally.filtered += 1;
+                } else {
+                    filler.push_copy(pool, p.ts_ns, [p.data, &[], &[]], p.orig_len);
+                    if let Some(g) = &self.gate {
+                        g.last.fetch_max(p.ts_ns, Ordering::AcqRel);
+                        if p.ts_ns < g.from.load(Ordering::Acquire) {
+                            g.late.fetch_add(1, Ordering::AcqRel);
+                        }
+                    }
                 }
             }
+            self.read_ahead();
         }
         if let Some(g) = &self.gate {
             // After the batch's packets are in chunks (see `Gate::next`).
-            let next = self.packets.get(self.next).map_or(u64::MAX, |p| p.ts_ns);
-            g.next.store(next, Ordering::Release);
+            g.next
+                .store(self.next_ts.unwrap_or(u64::MAX), Ordering::Release);
         }
         true
     }
@@ -286,25 +300,25 @@ impl Source for FileSource {
         Ok(Readiness::Readable)
     }
 
+    /// At most a batch (how many packets are left is known only at the end).
     fn next_batch_len(&self) -> Option<usize> {
-        Some((self.packets.len() - self.next).min(BATCH))
-    }
-
-    /// Every packet of the file has "arrived": those not read by the end count as not
-    /// taken.
-    fn kernel_drops(&mut self) -> Result<KernelDrops, SysError> {
-        let received = if std::mem::replace(&mut self.reported, true) {
-            0
-        } else {
-            self.packets.len() as u64
-        };
-        Ok(KernelDrops {
-            received: Some(received),
-            ..KernelDrops::default()
-        })
+        Some(if self.exhausted() { 0 } else { BATCH })
     }
 
     fn exhausted(&self) -> bool {
-        self.next == self.packets.len()
+        self.next_ts.is_none()
+    }
+
+    /// Warns of odd timestamps read; a file that went bad part-way fails the capture.
+    fn finish(&mut self) -> Result<(), CaptureError> {
+        let odd = self.reader.odd_timestamps();
+        if odd > 0 {
+            eprintln!(
+                "warning: {}: {odd} records have a sub-second timestamp field of a second or \
+                 more; their times run into the following seconds",
+                self.what
+            );
+        }
+        self.failure.take().map_or(Ok(()), |e| Err(e.into()))
     }
 }

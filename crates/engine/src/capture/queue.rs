@@ -36,6 +36,7 @@ use super::policy::Policy;
 use super::pool::{Chunk, Pool};
 use super::source::{now_ns, Filler, Source};
 use super::writer::{InlineWriter, WriterOutcome};
+use super::CaptureError;
 
 /// How the capture thread waits when the kernel has nothing for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,8 +107,9 @@ pub struct CaptureThread {
 /// How a capture thread ended: its failure, if any, and what its inline writer wrote.
 #[derive(Debug)]
 pub struct CaptureEnd {
-    /// `Err`: the thread failed (the capture stops; what was taken is drained and written).
-    pub result: Result<(), SysError>,
+    /// `Err`: the thread or its source failed (the capture stops; what was taken is drained
+    /// and written).
+    pub result: Result<(), CaptureError>,
     /// What the inline writer wrote, when the thread ran one.
     pub written: Option<WriterOutcome>,
 }
@@ -398,8 +400,8 @@ impl CaptureThread {
 
     /// After the last turn: seals the open chunk, lets go of what the source still holds,
     /// reads the final statistics and counts what the kernel received and this thread did
-    /// not take as `not_taken`.
-    fn end(mut self, mut t: Turns, result: Result<(), SysError>) -> Result<(), SysError> {
+    /// not take as `not_taken`; a kernel error comes before the source's own.
+    fn end(mut self, mut t: Turns, result: Result<(), SysError>) -> Result<(), CaptureError> {
         if let Some(d) = t.decide.finish(t.now()) {
             self.add_paused(d);
         }
@@ -417,7 +419,12 @@ impl CaptureThread {
         self.publish(|p| {
             p.watermark_ns = u64::MAX;
         });
-        result.and(stats)
+        let source = self.source.finish();
+        let queue = self.queue;
+        result
+            .and(stats)
+            .map_err(|source| CaptureError::Thread { queue, source })
+            .and(source)
     }
 }
 

@@ -19,6 +19,7 @@ use poolcap_sys::SysError;
 use super::end::{Budget, Cut};
 use super::pool::{Chunk, Pool};
 use super::worker::x_loop;
+use super::CaptureError;
 
 /// Wall-clock nanoseconds since the epoch (the kernel's timestamp clock).
 pub fn now_ns() -> u64 {
@@ -118,6 +119,12 @@ impl Filler {
         }
         self.tally.not_taken += 1;
         true
+    }
+
+    /// True once the count limit is spent: a source that chooses what it reads (a file)
+    /// reads no further.
+    pub(crate) fn budget_spent(&self) -> bool {
+        self.budget.as_ref().is_some_and(|b| b.is_spent())
     }
 
     /// Takes a unit of the count limit, if there is one; false (and counted) when spent.
@@ -330,6 +337,12 @@ pub trait Source: Send + std::fmt::Debug {
     /// True once the source will never have packets again (a file read to its end).
     fn exhausted(&self) -> bool {
         false
+    }
+
+    /// Called once after the last batch: the error that cut the source short (a file that
+    /// goes bad part-way), which fails the capture once what was taken is drained.
+    fn finish(&mut self) -> Result<(), CaptureError> {
+        Ok(())
     }
 }
 

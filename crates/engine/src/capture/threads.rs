@@ -31,7 +31,7 @@ pub(super) struct Threads {
     pub(super) sink_bell: Arc<Doorbell>,
 }
 
-/// What the stopped threads left: the first capture thread failure and what the sink wrote
+/// What the stopped threads left: the first capture thread (or source) failure and what the sink wrote
 /// (`Err`: the named thread that wrote panicked: the sink, or the capture thread running it).
 pub(super) struct Joined {
     pub(super) failure: Option<CaptureError>,
@@ -68,7 +68,7 @@ impl Threads {
         self.stop.store(true, Ordering::Relaxed);
         let (mut failure, mut inline_written) = (None, None);
         for (queue, h) in self.captures.into_iter().enumerate() {
-            let source = match h.join() {
+            let e = match h.join() {
                 Ok(CaptureEnd { result, written }) => {
                     inline_written = inline_written.or(written);
                     match result {
@@ -76,13 +76,16 @@ impl Threads {
                         Err(e) => e,
                     }
                 }
-                Err(_) => SysError {
-                    call: "capture thread",
-                    what: "panicked".into(),
-                    source: std::io::Error::other("panic"),
+                Err(_) => CaptureError::Thread {
+                    queue,
+                    source: SysError {
+                        call: "capture thread",
+                        what: "panicked".into(),
+                        source: std::io::Error::other("panic"),
+                    },
                 },
             };
-            failure = failure.or(Some(CaptureError::Thread { queue, source }));
+            failure = failure.or(Some(e));
         }
         // Release pairs with the workers' Acquire: every chunk the capture threads sealed
         // is in a queue before a worker sees `captures_done`.
