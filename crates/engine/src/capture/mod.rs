@@ -278,7 +278,8 @@ pub struct CaptureReport {
     pub file_limit_reached: bool,
     /// `-z` commands that failed.
     pub post_rotate_failed: usize,
-    /// The kernel error that ended a capture thread.
+    /// The error that ended a capture thread: a kernel call's, or that of a file read
+    /// (`-r`) that goes bad part-way.
     pub capture_error: Option<String>,
     /// Wall seconds of capture.
     pub seconds: f64,

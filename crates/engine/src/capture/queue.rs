@@ -419,12 +419,12 @@ impl CaptureThread {
         self.publish(|p| {
             p.watermark_ns = u64::MAX;
         });
-        let source = self.source.finish();
+        let ended = self.source.finish();
         let queue = self.queue;
         result
             .and(stats)
             .map_err(|source| CaptureError::Thread { queue, source })
-            .and(source)
+            .and(ended)
     }
 }
 

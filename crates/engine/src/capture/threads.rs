@@ -31,8 +31,9 @@ pub(super) struct Threads {
     pub(super) sink_bell: Arc<Doorbell>,
 }
 
-/// What the stopped threads left: the first capture thread (or source) failure and what the sink wrote
-/// (`Err`: the named thread that wrote panicked: the sink, or the capture thread running it).
+/// What the stopped threads left: the first failure of a capture thread (or its source) and
+/// what the sink wrote (`Err`: the named thread that wrote panicked: the sink, or the
+/// capture thread running it).
 pub(super) struct Joined {
     pub(super) failure: Option<CaptureError>,
     pub(super) written: Option<Result<WriterOutcome, &'static str>>,
