@@ -195,6 +195,36 @@ fn compressed_files_standard_input_and_a_count_limit() {
     );
 }
 
+#[test]
+fn a_stop_mid_file_counts_and_writes_the_packets_read() {
+    let (dir, file) = setup();
+    let out = dir.path().join("out.pcap");
+    // 400 frames 1 ms apart at a tenth of their pace take 4 s; the stop comes after 1 s.
+    let s = read_ok(
+        dir.path(),
+        &[
+            "-r",
+            file.to_str().unwrap(),
+            "-w",
+            out.to_str().unwrap(),
+            "--speed",
+            "0.1",
+            "--duration",
+            "1s",
+        ],
+        None,
+    );
+    let read = num(&s, "captured");
+    assert!(read > 0 && read < u64::from(FRAMES), "{s}");
+    assert_eq!(num(&s, "filtered") + num(&s, "not_taken"), 0, "{s}");
+    assert_eq!(num(&s, "written"), read, "{s}");
+    assert_eq!(
+        tcpdump(&out, &["-tt", "-xx"]),
+        tcpdump(&file, &["-tt", "-xx", "-c", &read.to_string()]),
+        "the file's first packets"
+    );
+}
+
 /// Runs `poolcap capture -r ARGS --stats-json`, expecting it to fail; returns the JSON and
 /// standard error.
 fn read_failing(dir: &Path, args: &[&str], stdin: Option<&[u8]>) -> (serde_json::Value, String) {
