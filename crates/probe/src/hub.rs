@@ -17,7 +17,7 @@ use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use pcap::BpfProgram;
+use poolcap_sys::pcap_filter::OfflineFilter;
 
 use crate::config::{compile_filter, Config};
 use crate::packet;
@@ -176,7 +176,7 @@ impl Hub {
     }
 }
 
-fn compile_all(config: &Config) -> Vec<Option<BpfProgram>> {
+fn compile_all(config: &Config) -> Vec<Option<OfflineFilter>> {
     // The configuration was checked when it was loaded, so these compile; a rule whose
     // filter should fail here anyway selects nothing rather than stopping the worker. Rules
     // an eBPF program counts in the kernel are left to it.
@@ -185,7 +185,7 @@ fn compile_all(config: &Config) -> Vec<Option<BpfProgram>> {
         .iter()
         .map(|r| {
             (r.enabled && !r.in_kernel)
-                .then(|| compile_filter(&r.filter).ok())
+                .then(|| compile_filter(&r.filter).ok().map(OfflineFilter::new))
                 .flatten()
         })
         .collect()
@@ -198,7 +198,7 @@ pub struct Analyzer {
     hub: Arc<Hub>,
     epoch: u64,
     config: Arc<Config>,
-    filters: Vec<Option<BpfProgram>>,
+    filters: Vec<Option<OfflineFilter>>,
     tally: Tally,
 }
 
@@ -219,7 +219,9 @@ impl Analyzer {
         let mut parsed_yet = false;
         for (filter, rule) in self.filters.iter().zip(self.tally.rules.iter_mut()) {
             let Some(filter) = filter else { continue };
-            if !filter.filter(frame) {
+            // With the wire length, as `tcpdump -r` runs it: length tests see the packet
+            // as sent, whatever the snaplen kept.
+            if !filter.matches(frame, wire_len) {
                 continue;
             }
             if rule.needs_key() && !parsed_yet {

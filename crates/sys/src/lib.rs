@@ -4,8 +4,9 @@
 //! nothing else: AF_PACKET sockets and their socket options ([`socket`]), the TPACKET_V3
 //! receive ring ([`rx_ring`]), waiting on capture sockets ([`poll`]), the forwarder's sender
 //! ([`tx`]), AF_XDP sockets for capture and for forwarding from the UMEM ([`xsk`]), generated
-//! eBPF programs and maps ([`bpf`]), shared memory mappings (module `mmap`) and a handful of
-//! process facts ([`process`]).
+//! eBPF programs and maps ([`bpf`]), libpcap's filter over a packet cut short
+//! ([`pcap_filter`]), shared memory mappings (module `mmap`) and a handful of process facts
+//! ([`process`]).
 //! Pipeline logic lives in the `poolcap` crate, which forbids `unsafe`.
 //!
 //! Every wrapper passes `error::enter` right before its system call: one chokepoint where
@@ -20,6 +21,7 @@ pub mod error;
 pub mod fault;
 pub(crate) mod mmap;
 pub mod netdev;
+pub mod pcap_filter;
 pub mod poll;
 pub mod privilege;
 pub mod process;

@@ -7,6 +7,7 @@
 //! falls back to a dead Ethernet handle. Accepting returns are capped at the snaplen, so the
 //! kernel copies no more than will be kept.
 
+use poolcap_sys::pcap_filter::OfflineFilter;
 use poolcap_sys::socket::BpfInsn;
 
 /// `BPF_RET | BPF_K`.
@@ -72,21 +73,14 @@ pub fn compile(expr: &str, iface: &str, snaplen: u32) -> Result<Vec<BpfInsn>, Fi
 }
 
 /// Compiles `expr` with offline semantics (as `tcpdump -r`: a VLAN tag is in the data), for
-/// the file source.
-pub fn compile_user(expr: &str) -> Result<pcap::BpfProgram, FilterError> {
-    let err = |e: pcap::Error| FilterError {
-        expr: expr.to_string(),
-        message: e.to_string(),
-    };
-    pcap::Capture::dead(pcap::Linktype::ETHERNET)
-        .map_err(err)?
-        .compile(expr, true)
-        .map_err(err)
+/// the file source; it is run with each packet's wire length, as `tcpdump -r` runs it.
+pub fn compile_user(expr: &str) -> Result<OfflineFilter, FilterError> {
+    compile_dead(expr).map(OfflineFilter::new)
 }
 
 /// [`compile_user`]'s program as instructions, for the probe's eBPF translation.
 pub fn compile_offline(expr: &str) -> Result<Vec<BpfInsn>, FilterError> {
-    compile_user(expr).map(|p| to_insns(&p, u32::MAX))
+    compile_dead(expr).map(|p| to_insns(&p, u32::MAX))
 }
 
 /// Compiles `expr` for a user-space filter stage that must select what a live capture on
@@ -111,6 +105,18 @@ pub fn accept_all(snaplen: u32) -> Vec<BpfInsn> {
         jf: 0,
         k: snaplen,
     }]
+}
+
+/// `expr` compiled by libpcap on a dead Ethernet handle (offline semantics).
+fn compile_dead(expr: &str) -> Result<pcap::BpfProgram, FilterError> {
+    let err = |e: pcap::Error| FilterError {
+        expr: expr.to_string(),
+        message: e.to_string(),
+    };
+    pcap::Capture::dead(pcap::Linktype::ETHERNET)
+        .map_err(err)?
+        .compile(expr, true)
+        .map_err(err)
 }
 
 #[cfg(test)]

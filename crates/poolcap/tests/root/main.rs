@@ -16,6 +16,7 @@ mod forward_xdp;
 mod gen;
 mod hardening;
 mod kafka;
+mod lengths;
 #[path = "../support/mix.rs"]
 mod mix;
 mod offload;
@@ -30,6 +31,7 @@ fn main() {
     let mut trials = Vec::new();
     trials.extend(gen::trials());
     trials.extend(replay::trials());
+    trials.extend(lengths::trials());
     trials.extend(capture::trials());
     trials.extend(disk::trials());
     trials.extend(offload::trials());
