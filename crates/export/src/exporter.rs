@@ -6,7 +6,8 @@
 //! (`try_send`; a full channel drops it and counts its flows), and a slow or absent
 //! collector only ever blocks this thread, for at most [`WRITE_TIMEOUT`] per message.
 //! Every flow record is counted once, as exported or as dropped (channel full, a record
-//! that does not parse, a send that failed, no TCP connection).
+//! that does not parse, a send that failed, no TCP connection, a flow the probe's table cap
+//! evicted).
 //!
 //! Transports (RFC 7011 10): UDP sends the templates of an observation domain with its
 //! first records and again every `template_refresh`; TCP sends them once per connection,
@@ -115,12 +116,15 @@ pub struct FlowSender {
     counters: Arc<ExportCounters>,
 }
 
-fn listed_flows(records: &[RuleRecord]) -> u64 {
+/// The flows of a period: (those in the tables, listed or not; those the table cap evicted,
+/// which have no record and count as not delivered).
+fn period_flows(records: &[RuleRecord]) -> (u64, u64) {
     records
         .iter()
         .filter_map(|r| r.flows.as_ref())
-        .map(|f| f.list.len() as u64)
-        .sum()
+        .fold((0, 0), |(n, evicted), f| {
+            (n + f.all().count() as u64, evicted + f.evicted.flows)
+        })
 }
 
 fn now_ms() -> u64 {
@@ -134,7 +138,8 @@ impl FlowSender {
     /// Hands one period's records over without waiting; a full channel (or a stopped
     /// exporter) drops them and counts their flows.
     pub fn offer(&self, records: &[RuleRecord]) {
-        let flows = listed_flows(records);
+        let (flows, evicted) = period_flows(records);
+        ExportCounters::add(&self.counters.dropped, evicted);
         if flows == 0 && !records.iter().any(|r| r.last) {
             return;
         }
@@ -399,6 +404,21 @@ mod tests {
             .unwrap();
         let e = IpfixExporter::start(config(port, Transport::Tcp)).unwrap_err();
         assert!(e.to_string().contains("cannot reach the collector"), "{e}");
+    }
+
+    #[test]
+    fn flows_beyond_top_are_exported_and_evicted_ones_count_as_not_delivered() {
+        let collector = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let x =
+            IpfixExporter::start(config(collector.local_addr().unwrap(), Transport::Udp)).unwrap();
+        let flows: Vec<(u16, u64, u64, u64, &str)> =
+            (0..8).map(|i| (i, 2, 1000, 1500, "")).collect();
+        let mut r = last(period(&flows));
+        let f = r.flows.as_mut().unwrap();
+        f.unlisted = f.list.split_off(3);
+        f.evicted.flows = 2;
+        x.sender().offer(&[r]);
+        assert_eq!(x.finish(), (8, 2));
     }
 
     #[test]

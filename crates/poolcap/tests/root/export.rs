@@ -29,6 +29,10 @@ pub fn trials() -> Vec<Trial> {
             ipfix_flows_in_nfcapd_equal_the_probe_report,
         ),
         t(
+            "ipfix_exports_every_flow_not_only_the_top_ones",
+            ipfix_exports_every_flow_not_only_the_top_ones,
+        ),
+        t(
             "a_collector_that_goes_away_never_stops_the_capture",
             a_collector_that_goes_away_never_stops_the_capture,
         ),
@@ -324,6 +328,59 @@ fn ipfix_flows_in_nfcapd_equal_the_probe_report() {
         got.len() > distinct,
         "2 s of traffic with a 1 s active timeout: flows split in records: {got:?}"
     );
+}
+
+/// A rule with `top = 5` over 32 flows: the report lists 5 flows a period, but every flow
+/// goes to the collector: nfdump holds all 32 and every packet the generator put on the
+/// wire, in as many records as the probe says it exported, none lost.
+fn ipfix_exports_every_flow_not_only_the_top_ones() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let config = dir.path().join("probe.toml");
+    std::fs::write(
+        &config,
+        "period = \"250ms\"\n[[rule]]\nname = \"all\"\nfilter = \"ip\"\nactions = [\"flows\"]\ntop = 5\n",
+    )
+    .expect("write config");
+    let flows_dir = dir.path().join("flows");
+    let report = dir.path().join("report.jsonl");
+    let nfcapd = start_nfcapd(&lab, &flows_dir);
+    let probe = start_probe(
+        &lab,
+        &[
+            "-c",
+            s(&config),
+            "--report",
+            s(&report),
+            "--ipfix",
+            COLLECTOR,
+        ],
+    );
+    let g = gen(
+        &lab,
+        &["--count", "30000", "--rate", "10k", "--flows", "32"],
+    );
+    std::thread::sleep(SETTLE);
+    let (code, stderr) = probe.stop("INT");
+    assert_eq!(code, Some(0), "probe: {stderr}");
+    let (records, lost) = exported(&stderr);
+    let (code, nf_log) = nfcapd.stop("TERM");
+    assert_eq!(code, Some(0), "nfcapd: {nf_log}");
+    let text = std::fs::read_to_string(&report).expect("read report");
+    for line in text.lines() {
+        let r: Value = serde_json::from_str(line).expect("report line");
+        let listed = r["flows"]["list"].as_array().expect("flows").len();
+        assert!(listed <= 5, "the report lists the top 5: {r}");
+    }
+    let got = nfdump_flows(&flows_dir);
+    assert_eq!((got.len() as u64, lost), (records, 0), "{stderr}");
+    assert_eq!(
+        got.iter().map(|f| f.1).sum::<u64>(),
+        on_wire(&g),
+        "every packet on the wire is in nfdump's flows"
+    );
+    let ports: BTreeSet<u16> = got.iter().map(|f| f.0).collect();
+    assert_eq!(ports.len(), 32, "every flow: {got:?}");
 }
 
 /// nfcapd stops halfway through the traffic: the probe keeps capturing every packet, and
