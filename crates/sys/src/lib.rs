@@ -6,7 +6,7 @@
 //! ([`tx`]), AF_XDP sockets for capture and for forwarding from the UMEM ([`xsk`]), generated
 //! eBPF programs and maps ([`bpf`]), libpcap's filter over a packet cut short
 //! ([`pcap_filter`]), shared memory mappings (module `mmap`) and a handful of process facts
-//! ([`process`]).
+//! ([`process`]), and what a TCP peer has not acknowledged ([`tcp`]).
 //! Pipeline logic lives in the `poolcap` crate, which forbids `unsafe`.
 //!
 //! Every wrapper passes `error::enter` right before its system call: one chokepoint where
@@ -28,6 +28,7 @@ pub mod process;
 pub mod rx_ring;
 pub mod socket;
 pub(crate) mod sockopt;
+pub mod tcp;
 pub mod time;
 pub mod tx;
 pub mod xdp;
