@@ -243,8 +243,23 @@ fn forwards_every_frame_once_in_flow_order() {
     );
     let s = &t.stats;
     assert_equation(s, t.sent);
+    // Stopped after the traffic, no rule, OUT up: every frame not dropped on IN left.
+    assert_eq!(
+        (
+            num(s, "dropped_by_rule"),
+            num(s, "dropped_tx"),
+            num(s, "not_taken"),
+            num(s, "filtered")
+        ),
+        (0, 0, 0, 0),
+        "{s}"
+    );
     let forwarded = num(s, "forwarded");
-    assert!(forwarded > 0, "nothing forwarded: {s}");
+    assert_eq!(
+        forwarded,
+        t.sent - num(s, "dropped_kernel") - num(s, "dropped_pool"),
+        "{s}"
+    );
     assert!(num(s, "offloaded_out") > 0, "no chunk went to a buddy: {s}");
     let sink_seen =
         num(&t.sink, "captured") + num(&t.sink, "dropped_kernel") + num(&t.sink, "dropped_pool");
@@ -534,7 +549,14 @@ fn check_reports_latency_through_the_forwarder() {
         .collect();
     assert!(ns[0] > 0, "latency is positive: {l}");
     assert!(ns.windows(2).all(|w| w[0] <= w[1]), "ordered: {l}");
-    assert!(ns[4] < 1_000_000_000, "below a second: {l}");
+    // The same latencies from tshark's reading of the file: capture time less the send
+    // stamp in each frame's payload (nearest-rank percentiles, as check defines them).
+    let mut own = tshark_latencies(file);
+    own.sort_unstable();
+    assert_eq!(own.len() as u64, captured, "tshark reads every frame");
+    let rank = |per_mille: usize| own[(per_mille * own.len()).div_ceil(1000).max(1) - 1];
+    let theirs = [own[0], rank(500), rank(990), rank(999), own[own.len() - 1]];
+    assert_eq!(ns, theirs, "check's latencies vs tshark's timestamps: {l}");
     let text = check(&[]);
     assert!(text.contains("(0 within a flow)"), "{text}");
     assert!(
@@ -546,6 +568,43 @@ fn check_reports_latency_through_the_forwarder() {
     for p in ["p50 ", "p99 ", "p99.9 ", "max "] {
         assert!(text.contains(p), "{p} in {text}");
     }
+}
+
+/// One-way latency of each generator frame of `file` in ns, as tshark reads the file:
+/// its capture time (ns since the epoch) less the 48-bit send stamp that follows the
+/// 16-byte tag at the start of the UDP payload, modulo 2^48.
+fn tshark_latencies(file: &Path) -> Vec<i64> {
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(file)
+        .args([
+            "-T",
+            "fields",
+            "-e",
+            "frame.time_epoch",
+            "-e",
+            "udp.payload",
+        ])
+        .output()
+        .expect("tshark -r");
+    assert!(
+        out.status.success(),
+        "tshark -r {}: {out:?}",
+        file.display()
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let (time, payload) = l.split_once('\t').unwrap_or_else(|| panic!("line {l}"));
+            let (secs, frac) = time.split_once('.').unwrap_or((time, "0"));
+            let frac = format!("{frac:0<9}");
+            let captured: u64 = secs.parse::<u64>().expect("seconds") * 1_000_000_000
+                + frac[..9].parse::<u64>().expect("nanoseconds");
+            let payload = payload.replace(':', "");
+            let sent = u64::from_str_radix(&payload[32..44], 16).expect("send stamp");
+            poolcap::frame::latency_ns(sent, captured)
+        })
+        .collect()
 }
 
 /// The frames of a file as tcpdump prints them (headers and bytes, no time), sorted: two

@@ -620,8 +620,10 @@ fn duration_stops() {
     let r = common::gen(&lab, &["--duration", "300ms", "--rate", "10k"]);
     let after = probe_counters(&lab);
     let frames = u64_of(&r, "frames");
+    // Pacing: frame i is never sent before i/10k s, and no batch starts at or after 300 ms,
+    // so fewer than 3000 frames plus the last batch leave.
     assert!(
-        (1..=10_000).contains(&frames),
+        frames > 0 && frames < 3000 + u64_of(&r, "batch"),
         "--duration 300ms --rate 10k sent {frames} frames: {r}"
     );
     assert_eq!(r["interrupted"], false, "{r}");
@@ -630,11 +632,30 @@ fn duration_stops() {
         frames,
         "prb0 received what the report says was sent"
     );
-    probe.stop(frames as usize);
+    let packets = probe.stop(frames as usize);
     assert_eq!(
         common::check_sequences(&probe.file, frames),
         (frames, frames, 0, 0),
         "(frames, unique, missing, duplicates)"
+    );
+    // The frames' send stamps: every batch went out within 300 ms of the first.
+    let stamps: Vec<u64> = packets
+        .iter()
+        .map(|p| {
+            parse_tag(&p.data)
+                .and_then(|t| t.sent_ns)
+                .expect("a stamped generator frame")
+        })
+        .collect();
+    let first = *stamps.iter().min().expect("frames");
+    let span = stamps
+        .iter()
+        .map(|&t| poolcap::frame::latency_ns(first, t))
+        .max()
+        .unwrap_or(0);
+    assert!(
+        (0..300_000_000).contains(&span),
+        "a batch left {span} ns after the first, past the 300 ms"
     );
 }
 
