@@ -236,6 +236,12 @@ fn size_rotation_loses_and_repeats_nothing() {
         let isb = file
             .if_stats
             .unwrap_or_else(|| panic!("{}: no statistics block", f.display()));
+        assert_eq!(
+            crate::common::tshark_statistics_blocks(f),
+            [(isb.received, isb.dropped)],
+            "{}: the statistics block as tshark reads it",
+            f.display()
+        );
         received += isb.received;
         written += n;
         packets.extend(file.packets.into_iter().map(|p| p.data));

@@ -601,16 +601,18 @@ fn bursts_send_everything() {
             "silence before frame {b}: {gap_ms:.1} ms after a burst of {burst_ms:.1} ms"
         );
     }
-    // Inside a burst frames go back to back: no batch waits for the silence that follows
-    // (a preemption of the sender takes a few ms at worst).
-    for (i, burst) in ts.chunks(20000).enumerate() {
-        let longest = burst.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
-        assert!(
-            longest < 10_000_000,
-            "burst {i}: a pause of {:.1} ms inside it",
-            longest as f64 / 1e6
-        );
-    }
+    // Inside a burst no batch waits for the silence: the two longest pauses of the whole
+    // run are the two silences (a comparison, no time limit).
+    let mut gaps: Vec<(u64, usize)> = ts.windows(2).map(|w| w[1] - w[0]).zip(1..).collect();
+    gaps.sort_unstable_by(|a, b| b.cmp(a));
+    let mut longest: Vec<usize> = gaps[..2].iter().map(|&(_, at)| at).collect();
+    longest.sort_unstable();
+    assert_eq!(
+        longest,
+        [20000, 40000],
+        "the longest pauses: {:?}",
+        &gaps[..3]
+    );
 }
 
 fn duration_stops() {
