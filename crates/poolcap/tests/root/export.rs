@@ -231,7 +231,8 @@ fn nfdump_flows(dir: &Path) -> Vec<(u16, u64, u64)> {
     assert!(out.status.success(), "nfdump: {out:?}");
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter(|l| !l.trim().is_empty())
+        // nfdump says so when a directory holds no record.
+        .filter(|l| !l.trim().is_empty() && l.trim() != "No matching flows")
         .map(|l| {
             let f: Vec<u64> = l
                 .split(',')
