@@ -12,8 +12,7 @@ use std::path::{Path, PathBuf};
 use pcap_parser::nom::IResult;
 use pcap_parser::{
     parse_block_be, parse_block_le, parse_pcap_frame, parse_pcap_frame_be,
-    parse_pcap_frame_modified, parse_pcap_header, Block, LegacyPcapBlock, PcapError, PcapHeader,
-    PcapNGOption,
+    parse_pcap_frame_modified, parse_pcap_header, Block, LegacyPcapBlock, PcapError, PcapNGOption,
 };
 use thiserror::Error;
 
@@ -24,6 +23,10 @@ const NS_PER_SEC: u64 = 1_000_000_000;
 /// libpcap refuses records whose captured length exceeds both the snaplen and this.
 const MAX_PCAP_CAPLEN: u32 = 262_144;
 const OPT_IF_TSOFFSET: u16 = 14;
+/// Block types that hold a packet: enhanced, simple, and the obsolete packet block.
+const EPB_TYPE: u32 = 6;
+const SPB_TYPE: u32 = 3;
+const OBSOLETE_PB_TYPE: u32 = 2;
 const OPT_ISB_IFRECV: u16 = 4;
 const OPT_ISB_IFDROP: u16 = 5;
 
@@ -50,6 +53,10 @@ pub struct CaptureFile {
     pub packets: Vec<RecordedPacket>,
     /// From the last pcapng Interface Statistics Block; a counter it lacks reads as 0.
     pub if_stats: Option<IfStats>,
+    /// pcap records whose sub-second field is a second or more (a million microseconds or
+    /// more): read as they say, the time running into the following seconds, as tcpdump
+    /// and Wireshark show them; the caller warns.
+    pub odd_timestamps: u64,
 }
 
 /// Why a capture file could not be read.
@@ -74,6 +81,9 @@ pub enum ReadError {
     },
     #[error("unsupported capture file: {0}")]
     Unsupported(String),
+    /// Reading a stream failed.
+    #[error("cannot read the capture: {0}")]
+    Stream(#[source] io::Error),
 }
 
 /// Read and decode the capture file at `path`.
@@ -87,23 +97,32 @@ pub fn read_file(path: &Path) -> Result<CaptureFile, ReadError> {
 
 /// Decode a whole pcap or pcapng file held in memory.
 pub fn read_bytes(bytes: &[u8]) -> Result<CaptureFile, ReadError> {
-    let Some(magic) = u32_at(bytes, 0, false) else {
+    let Some((mut decoder, mut offset)) = Decoder::start(bytes)? else {
         return Err(ReadError::Truncated {
             packets: 0,
             offset: 0,
         });
     };
-    if magic == SHB_TYPE {
-        return read_pcapng(bytes);
+    let mut packets = Vec::new();
+    loop {
+        match decoder.next(&bytes[offset..], offset)? {
+            Some((n, found)) => {
+                if let Some(f) = found {
+                    packets.push(RecordedPacket {
+                        ts_ns: f.ts_ns,
+                        data: bytes[offset..][f.data].to_vec(),
+                        orig_len: f.orig_len,
+                    });
+                }
+                offset += n;
+            }
+            None if offset == bytes.len() => break,
+            None => return Err(decoder.at(offset).truncated()),
+        }
     }
-    match parse_pcap_header(bytes) {
-        Ok((_, header)) => read_pcap(bytes, &header),
-        Err(pcap_parser::nom::Err::Incomplete(_)) => Err(ReadError::Truncated {
-            packets: 0,
-            offset: 0,
-        }),
-        Err(_) => Err(ReadError::NotCapture { magic }),
-    }
+    let mut file = decoder.file;
+    file.packets = packets;
+    Ok(file)
 }
 
 /// Where we are in the file, for error messages.
@@ -132,68 +151,314 @@ impl Position {
 type FrameParser =
     for<'a> fn(&'a [u8]) -> IResult<&'a [u8], LegacyPcapBlock<'a>, PcapError<&'a [u8]>>;
 
-fn read_pcap(bytes: &[u8], header: &PcapHeader) -> Result<CaptureFile, ReadError> {
-    if header.version_major != 2 {
-        let (major, minor) = (header.version_major, header.version_minor);
-        return Err(ReadError::Unsupported(format!(
-            "pcap version {major}.{minor}"
-        )));
-    }
-    let be = header.is_bigendian();
-    let (parse, record_header): (FrameParser, usize) = match (header.is_modified_format(), be) {
-        (true, _) => (parse_pcap_frame_modified, 24),
-        (false, true) => (parse_pcap_frame_be, 16),
-        (false, false) => (parse_pcap_frame, 16),
-    };
-    let frac_ns = if header.is_nanosecond_precision() {
-        1
-    } else {
-        1000
-    };
-    let max_caplen = header.snaplen.max(MAX_PCAP_CAPLEN);
-    let mut packets = Vec::new();
-    let mut offset = header.size();
-    while offset < bytes.len() {
-        let at = Position {
-            packets: packets.len() as u64,
-            offset,
+/// A packet found in a window of bytes: its data as a range of the window.
+pub(crate) struct Found {
+    pub(crate) ts_ns: u64,
+    pub(crate) data: std::ops::Range<usize>,
+    pub(crate) orig_len: u32,
+}
+
+/// Decodes a file one record (pcap) or block (pcapng) at a time from windows of its bytes,
+/// keeping what earlier ones said (byte order, interfaces, statistics): the one decoder of
+/// both [`read_bytes`] (the window is the rest of the file) and [`crate::stream`] (the
+/// window is what a reused buffer holds).
+pub(crate) struct Decoder {
+    /// The header's facts; `packets` stays empty.
+    pub(crate) file: CaptureFile,
+    /// Packets decoded so far.
+    packets: u64,
+    kind: Kind,
+}
+
+enum Kind {
+    Pcap {
+        parse: FrameParser,
+        record_header: usize,
+        frac_ns: u64,
+        max_caplen: u32,
+        be: bool,
+    },
+    Pcapng {
+        be: bool,
+        interfaces: Vec<Interface>,
+        first_interface_seen: bool,
+    },
+}
+
+impl Decoder {
+    /// The decoder of the file that starts with `bytes`, and how many bytes its file header
+    /// takes; None when `bytes` is too short to tell.
+    pub(crate) fn start(bytes: &[u8]) -> Result<Option<(Decoder, usize)>, ReadError> {
+        let Some(magic) = u32_at(bytes, 0, false) else {
+            return Ok(None);
         };
-        let caplen = u32_at(bytes, offset + 8, be).ok_or_else(|| at.truncated())?;
-        if caplen > max_caplen {
-            return Err(at.malformed("captured length exceeds the snaplen"));
+        let mut file = CaptureFile {
+            format: FileFormat::Pcapng,
+            linktype: 0,
+            snaplen: 0,
+            packets: Vec::new(),
+            if_stats: None,
+            odd_timestamps: 0,
+        };
+        if magic == SHB_TYPE {
+            let kind = Kind::Pcapng {
+                be: false,
+                interfaces: Vec::new(),
+                first_interface_seen: false,
+            };
+            let decoder = Decoder {
+                file,
+                packets: 0,
+                kind,
+            };
+            return Ok(Some((decoder, 0)));
         }
-        let record_len = record_header + caplen as usize;
-        let record = bytes[offset..]
-            .get(..record_len)
-            .ok_or_else(|| at.truncated())?;
-        let (_, frame) = parse(record).map_err(|_| at.malformed("unparsable packet record"))?;
-        // A sub-second field of a second or more is not a time: it would move the packet up
-        // to 71 minutes (2^32 us) away from its neighbours, and a replay would wait that long.
-        if u64::from(frame.ts_usec) * frac_ns >= NS_PER_SEC {
-            return Err(at.malformed("timestamp fraction is one second or more"));
+        let header = match parse_pcap_header(bytes) {
+            Ok((_, header)) => header,
+            Err(pcap_parser::nom::Err::Incomplete(_)) => return Ok(None),
+            Err(_) => return Err(ReadError::NotCapture { magic }),
+        };
+        if header.version_major != 2 {
+            let (major, minor) = (header.version_major, header.version_minor);
+            return Err(ReadError::Unsupported(format!(
+                "pcap version {major}.{minor}"
+            )));
         }
-        let data = frame
-            .data
-            .get(..caplen as usize)
-            .ok_or_else(|| at.malformed("short packet record"))?;
-        packets.push(RecordedPacket {
-            ts_ns: u64::from(frame.ts_sec) * NS_PER_SEC + u64::from(frame.ts_usec) * frac_ns,
-            data: data.to_vec(),
-            orig_len: frame.origlen,
-        });
-        offset += record_len;
-    }
-    Ok(CaptureFile {
-        format: if frac_ns == 1 {
+        let be = header.is_bigendian();
+        let (parse, record_header): (FrameParser, usize) = match (header.is_modified_format(), be) {
+            (true, _) => (parse_pcap_frame_modified, 24),
+            (false, true) => (parse_pcap_frame_be, 16),
+            (false, false) => (parse_pcap_frame, 16),
+        };
+        let frac_ns = if header.is_nanosecond_precision() {
+            1
+        } else {
+            1000
+        };
+        file.format = if frac_ns == 1 {
             FileFormat::PcapNs
         } else {
             FileFormat::Pcap
-        },
-        linktype: header.network.0 as u32,
-        snaplen: header.snaplen,
-        packets,
-        if_stats: None,
-    })
+        };
+        (file.linktype, file.snaplen) = (header.network.0 as u32, header.snaplen);
+        let kind = Kind::Pcap {
+            parse,
+            record_header,
+            frac_ns,
+            max_caplen: header.snaplen.max(MAX_PCAP_CAPLEN),
+            be,
+        };
+        let decoder = Decoder {
+            file,
+            packets: 0,
+            kind,
+        };
+        Ok(Some((decoder, header.size())))
+    }
+
+    /// Whether the whole record or block `window` starts with holds a packet (None: the
+    /// window ends inside it). Decodes nothing.
+    pub(crate) fn peek_is_packet(&self, window: &[u8]) -> Option<bool> {
+        match &self.kind {
+            Kind::Pcap { .. } => Some(true),
+            Kind::Pcapng { be, .. } => {
+                let at = self.at(0);
+                let (len, block_be) = block(window, *be, &at).ok()??;
+                let kind = u32_at(&window[..len], 0, block_be)?;
+                Some(matches!(kind, EPB_TYPE | SPB_TYPE | OBSOLETE_PB_TYPE))
+            }
+        }
+    }
+
+    /// Packets decoded so far.
+    pub(crate) fn packets(&self) -> u64 {
+        self.packets
+    }
+
+    /// Where a record at file `offset` is, for its errors.
+    fn at(&self, offset: usize) -> Position {
+        Position {
+            packets: self.packets,
+            offset,
+        }
+    }
+
+    /// Decodes the record or block `window` (the file from byte `offset`) starts with: how
+    /// many bytes it takes and the packet it holds, if any; None when the window ends
+    /// inside it.
+    pub(crate) fn next(
+        &mut self,
+        window: &[u8],
+        offset: usize,
+    ) -> Result<Option<(usize, Option<Found>)>, ReadError> {
+        let at = self.at(offset);
+        let step = match &mut self.kind {
+            Kind::Pcap {
+                parse,
+                record_header,
+                frac_ns,
+                max_caplen,
+                be,
+            } => {
+                let Some(caplen) = u32_at(window, 8, *be) else {
+                    return Ok(None);
+                };
+                if caplen > *max_caplen {
+                    return Err(at.malformed("captured length exceeds the snaplen"));
+                }
+                let record_len = *record_header + caplen as usize;
+                let Some(record) = window.get(..record_len) else {
+                    return Ok(None);
+                };
+                let (_, frame) =
+                    parse(record).map_err(|_| at.malformed("unparsable packet record"))?;
+                if u64::from(frame.ts_usec) * *frac_ns >= NS_PER_SEC {
+                    self.file.odd_timestamps += 1;
+                }
+                let data = frame
+                    .data
+                    .get(..caplen as usize)
+                    .ok_or_else(|| at.malformed("short packet record"))?;
+                let found = Found {
+                    ts_ns: u64::from(frame.ts_sec) * NS_PER_SEC
+                        + u64::from(frame.ts_usec) * *frac_ns,
+                    data: within(record, data),
+                    orig_len: frame.origlen,
+                };
+                (record_len, Some(found))
+            }
+            Kind::Pcapng {
+                be,
+                interfaces,
+                first_interface_seen,
+            } => {
+                let Some((len, block_be)) = block(window, *be, &at)? else {
+                    return Ok(None);
+                };
+                let raw = &window[..len];
+                let parsed = if block_be {
+                    parse_block_be(raw)
+                } else {
+                    parse_block_le(raw)
+                };
+                let (_, block) =
+                    parsed.map_err(|_| at.malformed("block contents do not match its length"))?;
+                let found = match block {
+                    Block::SectionHeader(shb) => {
+                        if shb.major_version != 1 {
+                            let (major, minor) = (shb.major_version, shb.minor_version);
+                            return Err(ReadError::Unsupported(format!(
+                                "pcapng version {major}.{minor}"
+                            )));
+                        }
+                        *be = block_be;
+                        interfaces.clear();
+                        None
+                    }
+                    Block::InterfaceDescription(idb) => {
+                        let units_per_sec = units_per_sec(idb.if_tsresol)
+                            .ok_or_else(|| at.malformed("invalid if_tsresol"))?;
+                        let offset_secs =
+                            option_u64(&idb.options, OPT_IF_TSOFFSET, *be).unwrap_or(0) as i64;
+                        if !*first_interface_seen {
+                            *first_interface_seen = true;
+                            (self.file.linktype, self.file.snaplen) =
+                                (idb.linktype.0 as u32, idb.snaplen);
+                        }
+                        interfaces.push(Interface {
+                            snaplen: idb.snaplen,
+                            units_per_sec,
+                            offset_secs,
+                        });
+                        None
+                    }
+                    Block::EnhancedPacket(epb) => {
+                        let interface = interfaces.get(epb.if_id as usize);
+                        let interface = interface
+                            .ok_or_else(|| at.malformed("packet of an undeclared interface"))?;
+                        let data = epb
+                            .data
+                            .get(..epb.caplen as usize)
+                            .ok_or_else(|| at.malformed("short packet"))?;
+                        let ts_ns = interface.ts_ns(epb.ts_high, epb.ts_low);
+                        let ts_ns = ts_ns.ok_or_else(|| at.malformed("timestamp out of range"))?;
+                        Some(Found {
+                            ts_ns,
+                            data: within(raw, data),
+                            orig_len: epb.origlen,
+                        })
+                    }
+                    Block::SimplePacket(spb) => {
+                        // Captured length = min(original length, snaplen); the rest is
+                        // padding.
+                        let interface = interfaces
+                            .first()
+                            .ok_or_else(|| at.malformed("packet before any interface"))?;
+                        let limit = if interface.snaplen == 0 {
+                            u32::MAX
+                        } else {
+                            interface.snaplen
+                        };
+                        let caplen = spb.origlen.min(limit) as usize;
+                        let data = &spb.data[..caplen.min(spb.data.len())];
+                        Some(Found {
+                            ts_ns: 0,
+                            data: within(raw, data),
+                            orig_len: spb.origlen,
+                        })
+                    }
+                    Block::InterfaceStatistics(isb) => {
+                        let received = option_u64(&isb.options, OPT_ISB_IFRECV, *be);
+                        let dropped = option_u64(&isb.options, OPT_ISB_IFDROP, *be);
+                        if received.is_some() || dropped.is_some() {
+                            let (received, dropped) = (received.unwrap_or(0), dropped.unwrap_or(0));
+                            self.file.if_stats = Some(IfStats { received, dropped });
+                        }
+                        None
+                    }
+                    _ => None,
+                };
+                (len, found)
+            }
+        };
+        if step.1.is_some() {
+            self.packets += 1;
+        }
+        Ok(Some(step))
+    }
+}
+
+/// The length and byte order of the pcapng block `window` starts with, once the window
+/// holds all of it: a section header says its own byte order, other blocks have the current
+/// section's (`be`).
+fn block(window: &[u8], be: bool, at: &Position) -> Result<Option<(usize, bool)>, ReadError> {
+    let Some(block_type) = u32_at(window, 0, false) else {
+        return Ok(None);
+    };
+    let block_be = if block_type == SHB_TYPE {
+        match u32_at(window, 8, false) {
+            None => return Ok(None),
+            Some(BYTE_ORDER_MAGIC) => false,
+            Some(m) if m == BYTE_ORDER_MAGIC.swap_bytes() => true,
+            Some(_) => return Err(at.malformed("unknown byte-order magic")),
+        }
+    } else {
+        be
+    };
+    let Some(len) = u32_at(window, 4, block_be) else {
+        return Ok(None);
+    };
+    let len = len as usize;
+    if len < 12 || len & 3 != 0 {
+        return Err(at.malformed("invalid block length"));
+    }
+    Ok((len <= window.len()).then_some((len, block_be)))
+}
+
+/// Where `part`, a slice of `whole`, lies in it.
+fn within(whole: &[u8], part: &[u8]) -> std::ops::Range<usize> {
+    let start = part.as_ptr() as usize - whole.as_ptr() as usize;
+    start..start + part.len()
 }
 
 /// What a pcapng Interface Description Block says about its packets.
@@ -210,120 +475,6 @@ impl Interface {
         let ns = i128::try_from(ns).ok()? + i128::from(self.offset_secs) * i128::from(NS_PER_SEC);
         u64::try_from(ns).ok()
     }
-}
-
-fn read_pcapng(bytes: &[u8]) -> Result<CaptureFile, ReadError> {
-    let mut file = CaptureFile {
-        format: FileFormat::Pcapng,
-        linktype: 0,
-        snaplen: 0,
-        packets: Vec::new(),
-        if_stats: None,
-    };
-    let mut first_interface_seen = false;
-    let mut interfaces: Vec<Interface> = Vec::new();
-    let mut be = false;
-    let mut offset = 0;
-    while offset < bytes.len() {
-        let at = Position {
-            packets: file.packets.len() as u64,
-            offset,
-        };
-        // Every block starts with type and length; a section header also carries its byte order.
-        let block_type = u32_at(bytes, offset, false).ok_or_else(|| at.truncated())?;
-        let block_be = if block_type == SHB_TYPE {
-            match u32_at(bytes, offset + 8, false).ok_or_else(|| at.truncated())? {
-                BYTE_ORDER_MAGIC => false,
-                m if m == BYTE_ORDER_MAGIC.swap_bytes() => true,
-                _ => return Err(at.malformed("unknown byte-order magic")),
-            }
-        } else {
-            be
-        };
-        let len = u32_at(bytes, offset + 4, block_be).ok_or_else(|| at.truncated())? as usize;
-        if len < 12 || len & 3 != 0 {
-            return Err(at.malformed("invalid block length"));
-        }
-        let raw = bytes[offset..].get(..len).ok_or_else(|| at.truncated())?;
-        let parsed = if block_be {
-            parse_block_be(raw)
-        } else {
-            parse_block_le(raw)
-        };
-        let (_, block) =
-            parsed.map_err(|_| at.malformed("block contents do not match its length"))?;
-        offset += len;
-        match block {
-            Block::SectionHeader(shb) => {
-                if shb.major_version != 1 {
-                    let (major, minor) = (shb.major_version, shb.minor_version);
-                    return Err(ReadError::Unsupported(format!(
-                        "pcapng version {major}.{minor}"
-                    )));
-                }
-                be = block_be;
-                interfaces.clear();
-            }
-            Block::InterfaceDescription(idb) => {
-                let units_per_sec = units_per_sec(idb.if_tsresol)
-                    .ok_or_else(|| at.malformed("invalid if_tsresol"))?;
-                let offset_secs = option_u64(&idb.options, OPT_IF_TSOFFSET, be).unwrap_or(0) as i64;
-                if !first_interface_seen {
-                    first_interface_seen = true;
-                    (file.linktype, file.snaplen) = (idb.linktype.0 as u32, idb.snaplen);
-                }
-                interfaces.push(Interface {
-                    snaplen: idb.snaplen,
-                    units_per_sec,
-                    offset_secs,
-                });
-            }
-            Block::EnhancedPacket(epb) => {
-                let interface = interfaces.get(epb.if_id as usize);
-                let interface =
-                    interface.ok_or_else(|| at.malformed("packet of an undeclared interface"))?;
-                let data = epb
-                    .data
-                    .get(..epb.caplen as usize)
-                    .ok_or_else(|| at.malformed("short packet"))?;
-                let ts_ns = interface.ts_ns(epb.ts_high, epb.ts_low);
-                let ts_ns = ts_ns.ok_or_else(|| at.malformed("timestamp out of range"))?;
-                file.packets.push(RecordedPacket {
-                    ts_ns,
-                    data: data.to_vec(),
-                    orig_len: epb.origlen,
-                });
-            }
-            Block::SimplePacket(spb) => {
-                // Captured length = min(original length, snaplen); the rest is padding.
-                let interface = interfaces
-                    .first()
-                    .ok_or_else(|| at.malformed("packet before any interface"))?;
-                let limit = if interface.snaplen == 0 {
-                    u32::MAX
-                } else {
-                    interface.snaplen
-                };
-                let caplen = spb.origlen.min(limit) as usize;
-                let data = &spb.data[..caplen.min(spb.data.len())];
-                file.packets.push(RecordedPacket {
-                    ts_ns: 0,
-                    data: data.to_vec(),
-                    orig_len: spb.origlen,
-                });
-            }
-            Block::InterfaceStatistics(isb) => {
-                let received = option_u64(&isb.options, OPT_ISB_IFRECV, be);
-                let dropped = option_u64(&isb.options, OPT_ISB_IFDROP, be);
-                if received.is_some() || dropped.is_some() {
-                    let (received, dropped) = (received.unwrap_or(0), dropped.unwrap_or(0));
-                    file.if_stats = Some(IfStats { received, dropped });
-                }
-            }
-            _ => {}
-        }
-    }
-    Ok(file)
 }
 
 /// `if_tsresol`: a power of 10, or with the high bit set a power of 2. (pcap-parser 0.17's
@@ -428,11 +579,17 @@ mod tests {
                 other => panic!("unexpected block type {other}"),
             };
             while option < pos + len - 4 {
-                let option_len = ne16(ours, option + 2);
+                let (code, option_len) = (ne16(ours, option), ne16(ours, option + 2));
                 swap(option, 2);
                 swap(option + 2, 2);
-                if block_type == 5 && option_len == 8 {
-                    swap(option + 4, 8); // isb_ifrecv, isb_ifdrop
+                match (block_type, code) {
+                    // isb_starttime, isb_endtime: two 32-bit halves.
+                    (5, 2 | 3) => [option + 4, option + 8]
+                        .into_iter()
+                        .for_each(|a| swap(a, 4)),
+                    // isb_ifrecv, isb_ifdrop.
+                    (5, 4 | 5) => swap(option + 4, 8),
+                    _ => {}
                 }
                 option += 4 + option_len.next_multiple_of(4);
             }
@@ -703,23 +860,36 @@ mod tests {
         );
     }
 
+    /// tcpdump and Wireshark read such a record and show the odd time; so does poolcap,
+    /// counting it for a warning.
     #[test]
-    fn pcap_timestamp_fraction_of_a_second_or_more_is_malformed() {
-        for (format, limit) in [
-            (FileFormat::Pcap, 1_000_000u32),
-            (FileFormat::PcapNs, 1_000_000_000),
+    fn pcap_timestamp_fraction_of_a_second_or_more_is_read_and_counted() {
+        for (format, limit, unit) in [
+            (FileFormat::Pcap, 1_000_000u32, 1000),
+            (FileFormat::PcapNs, 1_000_000_000, 1),
         ] {
             let mut bytes = encode(format, &sample_packets()[..2], None);
             let second = 24 + 16 + ne32(&bytes, 24 + 8);
+            let secs = ne32(&bytes, second) as u64;
             bytes[second + 4..second + 8].copy_from_slice(&(limit - 1).to_ne_bytes());
-            assert_eq!(read_bytes(&bytes).unwrap().packets.len(), 2, "{format}");
+            let file = read_bytes(&bytes).unwrap();
+            assert_eq!(
+                (file.packets.len(), file.odd_timestamps),
+                (2, 0),
+                "{format}"
+            );
             for bad in [limit, 2_000_000_000] {
                 bytes[second + 4..second + 8].copy_from_slice(&bad.to_ne_bytes());
-                let err = read_bytes(&bytes).unwrap_err();
-                assert!(
-                    matches!(err, ReadError::Malformed { packets: 1, offset, reason }
-                        if offset == second && reason.contains("one second or more")),
-                    "{format} fraction {bad}: {err}"
+                let file = read_bytes(&bytes).unwrap();
+                assert_eq!(
+                    (file.packets.len(), file.odd_timestamps),
+                    (2, 1),
+                    "{format}"
+                );
+                assert_eq!(
+                    file.packets[1].ts_ns,
+                    secs * NS_PER_SEC + u64::from(bad) * unit,
+                    "{format} fraction {bad}: the time runs on"
                 );
             }
         }

@@ -22,9 +22,10 @@ use std::{fmt, time::SystemTime};
 
 use thiserror::Error;
 
+use crate::link::LinkType;
+
 const DEFAULT_BUFFER: usize = 64 << 10;
 const NS_PER_SEC: u64 = 1_000_000_000;
-const LINKTYPE_ETHERNET: u16 = 1;
 
 const PCAP_MAGIC_US: u32 = 0xa1b2_c3d4;
 const PCAP_MAGIC_NS: u32 = 0xa1b2_3c4d;
@@ -38,8 +39,13 @@ const EPB_TYPE: u32 = 6;
 /// Type, length, and trailing length of every pcapng block.
 const BLOCK_FRAME: usize = 12;
 const EPB_FIXED: usize = BLOCK_FRAME + 20;
+const OPT_SHB_OS: u16 = 3;
+const OPT_SHB_USERAPPL: u16 = 4;
 const OPT_IF_NAME: u16 = 2;
 const OPT_IF_TSRESOL: u16 = 9;
+const OPT_IF_FILTER: u16 = 11;
+const OPT_ISB_STARTTIME: u16 = 2;
+const OPT_ISB_ENDTIME: u16 = 3;
 const OPT_ISB_IFRECV: u16 = 4;
 const OPT_ISB_IFDROP: u16 = 5;
 
@@ -119,6 +125,38 @@ pub struct IfStats {
     pub received: u64,
     /// Packets dropped before reaching us (`isb_ifdrop`).
     pub dropped: u64,
+}
+
+/// What a file says of its packets before the first one: the link type and snaplen, and in
+/// pcapng what wrote it and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileHeader {
+    /// What each packet starts with.
+    pub linktype: LinkType,
+    /// Bytes kept per packet at most (0: no limit).
+    pub snaplen: u32,
+    /// pcapng `if_name` (left out when empty).
+    pub if_name: String,
+    /// pcapng `if_filter`: the capture's filter expression.
+    pub if_filter: Option<String>,
+    /// pcapng `shb_os` (left out when empty).
+    pub os: String,
+    /// pcapng `shb_userappl` (left out when empty).
+    pub application: String,
+}
+
+impl FileHeader {
+    /// A header for `linktype` packets from `if_name`, with no filter, OS or application.
+    pub fn new(linktype: LinkType, snaplen: u32, if_name: &str) -> Self {
+        FileHeader {
+            linktype,
+            snaplen,
+            if_name: if_name.to_string(),
+            if_filter: None,
+            os: String::new(),
+            application: String::new(),
+        }
+    }
 }
 
 /// Where the bytes go. Files can be cut back to a whole-record boundary after a failed write;
@@ -259,9 +297,9 @@ pub enum WriteError {
     /// Classic pcap stores seconds in 32 bits (until 2106); the packet was not written.
     #[error("timestamp {ts_ns} ns does not fit the 32-bit seconds field of pcap")]
     Timestamp { ts_ns: u64 },
-    /// The interface name does not fit a pcapng option (65535 bytes).
-    #[error("interface name of {0} bytes is too long for pcapng")]
-    IfName(usize),
+    /// A header option (interface name, filter) does not fit a pcapng option (65535 bytes).
+    #[error("pcapng header option {code} of {len} bytes is too long (at most 65535)")]
+    Option { code: u16, len: usize },
 }
 
 impl WriteError {
@@ -330,18 +368,36 @@ pub struct CaptureWriter<O: Output> {
     packets: u64,
     packets_flushed: u64,
     failed: Option<Failure>,
+    /// When the file was begun: the statistics block's `isb_starttime`.
+    opened_ns: u64,
 }
 
 impl<O: Output> CaptureWriter<O> {
-    /// Write the file header to `out` right away, so an unwritable output shows up before the
-    /// capture starts. The header declares Ethernet and `snaplen` (0 = no limit).
+    /// A writer of Ethernet packets from interface `if_name` ([`FileHeader::new`]); see
+    /// [`CaptureWriter::with_header`].
     pub fn new(
         out: O,
         format: FileFormat,
         snaplen: u32,
         if_name: &str,
     ) -> Result<Self, WriteError> {
+        Self::with_header(
+            out,
+            format,
+            &FileHeader::new(LinkType::ETHERNET, snaplen, if_name),
+        )
+    }
+
+    /// Writes the file header to `out` right away, so an unwritable output shows up before
+    /// the capture starts: the link type and snaplen (0 = no limit), and in pcapng the
+    /// section's application and OS, and the interface's name, filter and time resolution.
+    pub fn with_header(
+        out: O,
+        format: FileFormat,
+        header: &FileHeader,
+    ) -> Result<Self, WriteError> {
         let mut buf = Vec::with_capacity(DEFAULT_BUFFER);
+        let snaplen = header.snaplen;
         match format {
             FileFormat::Pcap | FileFormat::PcapNs => {
                 let magic = if format == FileFormat::Pcap {
@@ -351,33 +407,37 @@ impl<O: Output> CaptureWriter<O> {
                 };
                 put32(&mut buf, &[magic]);
                 put16(&mut buf, &[2, 4]); // version 2.4
-                put32(&mut buf, &[0, 0, snaplen, LINKTYPE_ETHERNET.into()]); // thiszone, sigfigs
+                put32(&mut buf, &[0, 0, snaplen, header.linktype.0.into()]); // thiszone, sigfigs
             }
             FileFormat::Pcapng => {
-                let name = if_name.as_bytes();
-                if u16::try_from(name.len()).is_err() {
-                    return Err(WriteError::IfName(name.len()));
-                }
                 // Section Header Block: byte-order magic, version 1.0, section length unknown.
-                put32(&mut buf, &[SHB_TYPE, 28, BYTE_ORDER_MAGIC]);
+                let shb_opts = options(&[
+                    (OPT_SHB_OS, header.os.as_bytes()),
+                    (OPT_SHB_USERAPPL, header.application.as_bytes()),
+                ])?;
+                let shb_len = block_len(BLOCK_FRAME + 16 + shb_opts.len());
+                put32(&mut buf, &[SHB_TYPE, shb_len, BYTE_ORDER_MAGIC]);
                 put16(&mut buf, &[1, 0]);
                 buf.extend_from_slice(&(-1i64).to_ne_bytes());
-                put32(&mut buf, &[28]);
-                // Interface Description Block: options if_name, if_tsresol = 9, end of options.
-                let name_opt = if name.is_empty() {
-                    0
-                } else {
-                    4 + padded_len(name.len())
-                };
-                let idb_len = block_len(BLOCK_FRAME + 8 + name_opt + 8 + 4);
+                buf.extend_from_slice(&shb_opts);
+                put32(&mut buf, &[shb_len]);
+                // Interface Description Block. if_filter's first byte says the filter is
+                // a libpcap expression.
+                let filter = header
+                    .if_filter
+                    .as_ref()
+                    .map(|f| [&[0u8][..], f.as_bytes()].concat());
+                let idb_opts = options(&[
+                    (OPT_IF_NAME, header.if_name.as_bytes()),
+                    (OPT_IF_FILTER, filter.as_deref().unwrap_or_default()),
+                    (OPT_IF_TSRESOL, &[9]),
+                ])?;
+                let idb_len = block_len(BLOCK_FRAME + 8 + idb_opts.len());
                 put32(&mut buf, &[IDB_TYPE, idb_len]);
-                put16(&mut buf, &[LINKTYPE_ETHERNET, 0]);
+                put16(&mut buf, &[header.linktype.0, 0]);
                 put32(&mut buf, &[snaplen]);
-                if !name.is_empty() {
-                    put_option(&mut buf, OPT_IF_NAME, name);
-                }
-                put_option(&mut buf, OPT_IF_TSRESOL, &[9]);
-                put32(&mut buf, &[0, idb_len]); // opt_endofopt, trailing length
+                buf.extend_from_slice(&idb_opts);
+                put32(&mut buf, &[idb_len]);
             }
         }
         let mut writer = CaptureWriter {
@@ -391,6 +451,7 @@ impl<O: Output> CaptureWriter<O> {
             packets: 0,
             packets_flushed: 0,
             failed: None,
+            opened_ns: now_ns(),
         };
         writer.flush_buf()?;
         Ok(writer)
@@ -514,16 +575,22 @@ impl<O: Output> CaptureWriter<O> {
     }
 
     /// Write what is buffered, plus (pcapng only; pcap has no place for it) an Interface
-    /// Statistics Block with `stats`, flush the output, and return it.
+    /// Statistics Block with `stats` and the times the file was begun and ended
+    /// (`isb_starttime`, `isb_endtime`, as dumpcap writes them), flush the output, and
+    /// return it.
     pub fn finish(mut self, stats: Option<IfStats>) -> Result<O, WriteError> {
         self.check_usable()?;
         if let (FileFormat::Pcapng, Some(stats)) = (self.format, stats) {
-            let now = SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .unwrap_or_default();
-            let (high, low) = split_ts(u64::try_from(now.as_nanos()).unwrap_or(u64::MAX));
-            let isb_len = block_len(BLOCK_FRAME + 12 + 2 * 12 + 4);
+            let now = now_ns();
+            let (high, low) = split_ts(now);
+            let ts = |t: u64| {
+                let (h, l) = split_ts(t);
+                [h.to_ne_bytes(), l.to_ne_bytes()].concat()
+            };
+            let isb_len = block_len(BLOCK_FRAME + 12 + 4 * 12 + 4);
             put32(&mut self.buf, &[ISB_TYPE, isb_len, 0, high, low]);
+            put_option(&mut self.buf, OPT_ISB_STARTTIME, &ts(self.opened_ns));
+            put_option(&mut self.buf, OPT_ISB_ENDTIME, &ts(now));
             put_option(&mut self.buf, OPT_ISB_IFRECV, &stats.received.to_ne_bytes());
             put_option(&mut self.buf, OPT_ISB_IFDROP, &stats.dropped.to_ne_bytes());
             put32(&mut self.buf, &[0, isb_len]);
@@ -538,22 +605,36 @@ impl<O: Output> CaptureWriter<O> {
         }
     }
 
+    /// Hands what is buffered to the output and flushes it (a stream's own buffer too): for
+    /// packet-buffered output. A failure is fatal, like a failed write.
+    pub fn flush(&mut self) -> Result<(), WriteError> {
+        self.check_usable()?;
+        if !self.buf.is_empty() {
+            self.flush_buf()?;
+        }
+        self.out.flush().map_err(|source| self.remember(source))
+    }
+
+    /// Remembers a failure of the output after whole records (a flush, a sync): every
+    /// later call reports it again.
+    fn remember(&mut self, source: io::Error) -> WriteError {
+        let failure = Failure {
+            source,
+            truncate: None,
+            packets: self.packets,
+        };
+        let error = failure.to_error();
+        self.failed = Some(failure);
+        error
+    }
+
     /// Hands what is buffered to the output and makes everything durable
     /// ([`Output::sync`]). A failure is fatal, like a failed write; the output keeps what
     /// it holds.
     pub fn sync(&mut self) -> Result<(), WriteError> {
         self.check_usable()?;
         self.flush_buf()?;
-        self.out.sync().map_err(|source| {
-            let failure = Failure {
-                source,
-                truncate: None,
-                packets: self.packets,
-            };
-            let error = failure.to_error();
-            self.failed = Some(failure);
-            error
-        })
+        self.out.sync().map_err(|source| self.remember(source))
     }
 
     /// Packets accepted so far (buffered ones included). After an I/O error: the whole packets
@@ -703,6 +784,33 @@ fn append(
     buf.extend_from_slice(data);
     buf.resize(at + record_len, 0);
     frame(format, &mut buf[at..], ts_ns, data.len(), orig_len);
+}
+
+/// Nanoseconds since the Unix epoch, now.
+fn now_ns() -> u64 {
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(now.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The options of a pcapng header block, each `(code, value)` left out when its value is
+/// empty, and the end of options (none at all when every value is empty).
+fn options(opts: &[(u16, &[u8])]) -> Result<Vec<u8>, WriteError> {
+    let mut buf = Vec::new();
+    for &(code, value) in opts.iter().filter(|o| !o.1.is_empty()) {
+        if u16::try_from(value.len()).is_err() {
+            return Err(WriteError::Option {
+                code,
+                len: value.len(),
+            });
+        }
+        put_option(&mut buf, code, value);
+    }
+    if !buf.is_empty() {
+        put32(&mut buf, &[0]);
+    }
+    Ok(buf)
 }
 
 /// Writes `words` at the start of `out` (which must hold them); returns the bytes written.
@@ -878,7 +986,7 @@ pub(crate) mod tests {
             ends.push((ends[ends.len() - 1].0 + record, i as u64 + 1));
         }
         if stats && format == FileFormat::Pcapng {
-            ends.push((ends[ends.len() - 1].0 + 52, packets.len() as u64));
+            ends.push((ends[ends.len() - 1].0 + 76, packets.len() as u64));
         }
         ends
     }
@@ -1243,7 +1351,16 @@ pub(crate) mod tests {
         let long_name = "x".repeat(70_000);
         let err =
             CaptureWriter::new(Vec::new(), FileFormat::Pcapng, SNAPLEN, &long_name).unwrap_err();
-        assert!(matches!(err, WriteError::IfName(70_000)), "{err}");
+        assert!(
+            matches!(
+                err,
+                WriteError::Option {
+                    code: 2,
+                    len: 70_000
+                }
+            ),
+            "{err}"
+        );
     }
 
     #[test]

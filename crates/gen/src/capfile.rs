@@ -2,11 +2,11 @@
 //! with `--compress zstd` or `gzip`. The compression is recognised by the file's first bytes,
 //! not its name, so a renamed or extension-less file reads the same.
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 use anyhow::Context;
-use poolcap_format::CaptureFile;
+use poolcap_format::{CaptureFile, PacketReader};
 
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
@@ -16,6 +16,25 @@ pub fn read(path: &Path) -> anyhow::Result<CaptureFile> {
     let raw = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     let bytes = decompress(raw).with_context(|| format!("cannot decompress {}", path.display()))?;
     poolcap_format::read_bytes(&bytes).with_context(|| format!("{}", path.display()))
+}
+
+/// A reader of the capture file at `path`, packet by packet with one buffer (a file of
+/// many GB is never held in memory), decompressing on the way.
+pub fn stream(path: &Path) -> anyhow::Result<PacketReader<Box<dyn Read>>> {
+    let file =
+        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut file = BufReader::with_capacity(1 << 16, file);
+    let head = file
+        .fill_buf()
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let src: Box<dyn Read> = if head.starts_with(&ZSTD_MAGIC) {
+        Box::new(zstd::Decoder::with_buffer(file)?)
+    } else if head.starts_with(&GZIP_MAGIC) {
+        Box::new(flate2::bufread::MultiGzDecoder::new(file))
+    } else {
+        Box::new(file)
+    };
+    PacketReader::new(src).with_context(|| format!("{}", path.display()))
 }
 
 /// The file's contents with any zstd or gzip compression undone.
@@ -65,6 +84,13 @@ mod tests {
             let f = read(&p).unwrap_or_else(|e| panic!("{name}: {e:#}"));
             assert_eq!(f.packets.len(), 3, "{name}");
             assert_eq!(f.packets[2].data, vec![2u8; 60], "{name}");
+            let mut s = stream(&p).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+            let mut streamed = Vec::new();
+            while let Some(packet) = s.next_packet().unwrap() {
+                streamed.push(packet.data.to_vec());
+            }
+            let whole: Vec<_> = f.packets.into_iter().map(|p| p.data).collect();
+            assert_eq!(streamed, whole, "{name}: streamed");
         }
     }
 
@@ -75,5 +101,6 @@ mod tests {
         std::fs::write(&p, [0x28, 0xb5, 0x2f, 0xfd, 1, 2, 3]).expect("write");
         let e = read(&p).expect_err("corrupt");
         assert!(format!("{e:#}").contains("cannot decompress"), "{e:#}");
+        assert!(stream(&p).is_err(), "streamed");
     }
 }

@@ -302,6 +302,7 @@ mod tests {
             format: FileFormat::Pcap,
             linktype,
             snaplen: 0,
+            odd_timestamps: 0,
             packets: packets
                 .iter()
                 .map(|(ts_ns, data)| RecordedPacket {

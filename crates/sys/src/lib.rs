@@ -4,9 +4,9 @@
 //! nothing else: AF_PACKET sockets and their socket options ([`socket`]), the TPACKET_V3
 //! receive ring ([`rx_ring`]), waiting on capture sockets ([`poll`]), the forwarder's sender
 //! ([`tx`]), AF_XDP sockets for capture and for forwarding from the UMEM ([`xsk`]), generated
-//! eBPF programs and maps ([`bpf`]), libpcap's filter over a packet cut short
-//! ([`pcap_filter`]), shared memory mappings (module `mmap`) and a handful of process facts
-//! ([`process`]), and what a TCP peer has not acknowledged ([`tcp`]).
+//! eBPF programs and maps ([`bpf`]), shared memory mappings (module `mmap`), a handful of
+//! process facts ([`process`]), libpcap's version ([`libpcap`]) and its filter over a packet
+//! cut short ([`pcap_filter`]), and what a TCP peer has not acknowledged ([`tcp`]).
 //! Pipeline logic lives in the `poolcap` crate, which forbids `unsafe`.
 //!
 //! Every wrapper passes `error::enter` right before its system call: one chokepoint where
@@ -19,6 +19,7 @@
 pub mod bpf;
 pub mod error;
 pub mod fault;
+pub mod libpcap;
 pub(crate) mod mmap;
 pub mod netdev;
 pub mod pcap_filter;

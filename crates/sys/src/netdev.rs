@@ -34,6 +34,22 @@ pub fn mtu(iface: &str) -> Option<usize> {
     read(iface, "mtu")?.parse().ok()
 }
 
+/// The largest MTU of this namespace's interfaces but loopback's (at least 1500): what a
+/// frame captured on every interface at once is, short of loopback's 64 KiB ones.
+pub fn largest_mtu_but_loopback() -> usize {
+    std::fs::read_dir("/sys/class/net")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|name| arphrd(name) != Some(772))
+                .filter_map(|name| mtu(&name))
+                .max()
+                .unwrap_or(1500)
+        })
+        .unwrap_or(1500)
+        .max(1500)
+}
+
 /// Whether the interface is administratively up (IFF_UP), if it exists.
 pub fn is_up(iface: &str) -> Option<bool> {
     let flags = u32::from_str_radix(read(iface, "flags")?.trim_start_matches("0x"), 16).ok()?;
@@ -46,6 +62,12 @@ pub fn has_carrier(iface: &str) -> Option<bool> {
     // Reading `carrier` fails with EINVAL while the interface is administratively down.
     is_up(iface)?;
     Some(read(iface, "carrier").is_some_and(|c| c == "1"))
+}
+
+/// The link's hardware type (`ARPHRD_*`, e.g. 1 for Ethernet, 65534 for a tun device), if
+/// the interface exists.
+pub fn arphrd(iface: &str) -> Option<u16> {
+    read(iface, "type")?.parse().ok()
 }
 
 /// The MAC address as text (`aa:bb:cc:dd:ee:ff`), if the interface exists.
@@ -74,6 +96,10 @@ mod tests {
         assert_eq!(has_carrier("lo"), Some(true));
         assert_eq!(has_carrier("no-such-if0"), None);
         assert_eq!(mtu("no-such-if0"), None);
+        assert_eq!(arphrd("lo"), Some(772));
+        assert_eq!(crate::socket::arphrd("lo").unwrap(), 772);
+        assert_eq!(arphrd("no-such-if0"), None);
+        assert!(crate::socket::arphrd("no-such-if0").is_err());
         assert_eq!(mac("no-such-if0"), None);
         assert_eq!(rx_queues("no-such-if0"), 1);
     }

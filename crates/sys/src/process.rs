@@ -165,3 +165,11 @@ pub fn set_process_nice(pid: u32, nice: i32) -> bool {
     // SAFETY: setpriority takes plain integers; a stale pid only makes it fail.
     unsafe { libc::setpriority(libc::PRIO_PROCESS, pid as libc::id_t, nice) == 0 }
 }
+
+/// Sets the calling thread's timer slack (how late the kernel may end its sleeps to group
+/// wakeups; 50 us by default) to `ns`: a paced sender that sleeps until a frame is due needs
+/// its sleeps to end on time. Returns false if the kernel refused.
+pub fn set_timer_slack_ns(ns: u64) -> bool {
+    // SAFETY: prctl(PR_SET_TIMERSLACK) takes plain integers and affects only this thread.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) == 0 }
+}

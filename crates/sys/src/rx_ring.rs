@@ -64,6 +64,9 @@ const PH_MAC: usize = 24;
 const PH_VLAN_TCI: usize = 32;
 const PH_VLAN_TPID: usize = 36;
 const PH_SIZE: usize = 48;
+/// `struct sockaddr_ll`, which follows the header (at `TPACKET_ALIGN(sizeof tpacket3_hdr)`,
+/// which is 48).
+const SLL_SIZE: usize = 20;
 
 /// `tp_status` bit: the VLAN tag was stripped and is in `tp_vlan_tci`.
 pub const TP_STATUS_VLAN_VALID: u32 = libc::TP_STATUS_VLAN_VALID;
@@ -396,6 +399,43 @@ pub struct RxPacket<'b> {
     pub vlan_tci: u16,
     /// VLAN TPID if `status` says it is valid.
     pub vlan_tpid: u16,
+    /// The `sockaddr_ll` the kernel puts after the header (read by [`RxPacket::link`]).
+    sll: &'b [u8],
+}
+
+/// Where a packet came from, as the kernel's `sockaddr_ll` beside it says: what a capture on
+/// every interface needs to describe each packet's link (LINKTYPE_LINUX_SLL2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkAddr {
+    /// The protocol (ethertype), in network byte order as on the wire.
+    pub protocol: [u8; 2],
+    /// The interface the packet came in or went out on.
+    pub ifindex: u32,
+    /// Its ARPHRD_ type.
+    pub hatype: u16,
+    /// PACKET_HOST, PACKET_BROADCAST, PACKET_MULTICAST, PACKET_OTHERHOST, PACKET_OUTGOING.
+    pub pkttype: u8,
+    /// Bytes of `addr` in use.
+    pub halen: u8,
+    /// The link-layer source address.
+    pub addr: [u8; 8],
+}
+
+impl RxPacket<'_> {
+    /// The packet's `sockaddr_ll`, if the kernel wrote one in bounds.
+    pub fn link(&self) -> Option<LinkAddr> {
+        let s = self.sll.get(..SLL_SIZE)?;
+        let mut addr = [0u8; 8];
+        addr.copy_from_slice(&s[12..20]);
+        Some(LinkAddr {
+            protocol: [s[2], s[3]],
+            ifindex: u32_at(s, 4)?,
+            hatype: u16_at(s, 8)?,
+            pkttype: s[10],
+            halen: s[11].min(8),
+            addr,
+        })
+    }
 }
 
 /// Iterator over the packets of a [`Block`].
@@ -485,6 +525,10 @@ impl<'b> Iterator for Packets<'b> {
             status: u32_at(hdr, PH_STATUS)?,
             vlan_tci: u32_at(hdr, PH_VLAN_TCI)? as u16,
             vlan_tpid: u16_at(hdr, PH_VLAN_TPID)?,
+            sll: self
+                .body
+                .get(off + PH_SIZE..off + PH_SIZE + SLL_SIZE)
+                .unwrap_or_default(),
         };
         self.left -= 1;
         self.at = if next == 0 {

@@ -33,6 +33,42 @@ pub fn ifindex(name: &str) -> Result<u32> {
     Ok(idx)
 }
 
+/// The hardware type (`ARPHRD_*`) of interface `name` in the current network namespace,
+/// asked of the kernel (`SIOCGIFHWADDR`): right whatever sysfs is mounted, where sysfs may
+/// show another namespace's interfaces.
+pub fn arphrd(name: &str) -> Result<u16> {
+    let bytes = name.as_bytes();
+    let invalid = || SysError {
+        call: "ioctl(SIOCGIFHWADDR)",
+        what: name.to_string(),
+        source: io::Error::from(io::ErrorKind::InvalidInput),
+    };
+    if bytes.len() >= libc::IFNAMSIZ || bytes.contains(&0) {
+        return Err(invalid());
+    }
+    crate::error::enter("ioctl(SIOCGIFHWADDR)", || name.to_string())?;
+    // SAFETY: socket() takes plain integers; the result is checked before use.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(SysError::last("socket(AF_INET, SOCK_DGRAM)", name));
+    }
+    // SAFETY: `fd` is a freshly created descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: ifreq is plain data (a name and a union of plain fields); all-zero is valid.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, &src) in req.ifr_name.iter_mut().zip(bytes) {
+        *dst = src as libc::c_char;
+    }
+    // SAFETY: `req` is a valid ifreq with a NUL-terminated name (zeroed past it); the kernel
+    // writes the hardware address into its union, which outlives the call.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFHWADDR, &mut req) };
+    if rc < 0 {
+        return Err(SysError::last("ioctl(SIOCGIFHWADDR)", name));
+    }
+    // SAFETY: after SIOCGIFHWADDR succeeded the union holds `ifru_hwaddr`.
+    Ok(unsafe { req.ifr_ifru.ifru_hwaddr }.sa_family)
+}
+
 /// PACKET_FANOUT modes (how the kernel spreads packets over the group's sockets).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
@@ -98,13 +134,26 @@ impl AsFd for PacketSocket {
 
 impl PacketSocket {
     /// Opens a raw packet socket that receives nothing until [`PacketSocket::bind`], so a
-    /// filter and a ring can be set up before the first packet arrives.
+    /// filter and a ring can be set up before the first packet arrives. Its packets start
+    /// with the interface's link-layer header.
     pub fn open() -> Result<Self> {
-        crate::error::enter("socket(AF_PACKET, SOCK_RAW)", String::new)?;
+        Self::open_kind(libc::SOCK_RAW, "socket(AF_PACKET, SOCK_RAW)")
+    }
+
+    /// Opens a cooked packet socket (`SOCK_DGRAM`): its packets start at the network header
+    /// and the link layer is described by each packet's `sockaddr_ll` (see
+    /// [`crate::rx_ring::RxPacket::link`]). For capturing on every interface at once, whose
+    /// link-layer headers differ.
+    pub fn open_cooked() -> Result<Self> {
+        Self::open_kind(libc::SOCK_DGRAM, "socket(AF_PACKET, SOCK_DGRAM)")
+    }
+
+    fn open_kind(kind: libc::c_int, call: &'static str) -> Result<Self> {
+        crate::error::enter(call, String::new)?;
         // SAFETY: socket() takes plain integers; the result is checked before use.
-        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        let fd = unsafe { libc::socket(libc::AF_PACKET, kind | libc::SOCK_CLOEXEC, 0) };
         if fd < 0 {
-            return Err(SysError::last("socket(AF_PACKET, SOCK_RAW)", ""));
+            return Err(SysError::last(call, ""));
         }
         // SAFETY: `fd` is a freshly created descriptor that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -132,6 +181,22 @@ impl PacketSocket {
             &sll,
             "bind(AF_PACKET)",
             format!("ifindex {ifindex}"),
+        )
+    }
+
+    /// Puts interface `ifindex` in promiscuous mode for as long as this socket lives
+    /// (PACKET_MR_PROMISC membership): the kernel counts one promiscuity reference per
+    /// socket and takes it back when the socket closes, also when the process is killed, so
+    /// nothing is left to undo. tcpdump (libpcap) does the same.
+    pub fn set_promiscuous(&self, ifindex: u32) -> Result<()> {
+        let mut mreq: libc::packet_mreq = sockopt::zeroed();
+        mreq.mr_ifindex = ifindex as i32;
+        mreq.mr_type = libc::PACKET_MR_PROMISC as u16;
+        self.setsockopt(
+            libc::SOL_PACKET,
+            libc::PACKET_ADD_MEMBERSHIP,
+            &mreq,
+            "setsockopt(PACKET_ADD_MEMBERSHIP)",
         )
     }
 

@@ -27,6 +27,8 @@ unsafe impl Plain for libc::sock_fprog {}
 // SAFETY: as above.
 unsafe impl Plain for libc::sockaddr_ll {}
 // SAFETY: as above.
+unsafe impl Plain for libc::packet_mreq {}
+// SAFETY: as above.
 unsafe impl Plain for libc::sockaddr_xdp {}
 // SAFETY: as above.
 unsafe impl Plain for libc::xdp_umem_reg {}

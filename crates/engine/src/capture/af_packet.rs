@@ -1,7 +1,15 @@
 //! The AF_PACKET source: a fanout socket with a TPACKET_V3 ring. Each retired block's
 //! packets are copied into chunks and the block goes back to the kernel at once; timestamps
-//! are the kernel's, and a VLAN tag the kernel stripped is put back, so the file shows the
-//! wire. The filter runs in the kernel (see `filter`).
+//! are the kernel's, and on Ethernet a VLAN tag the kernel stripped is put back, so the file
+//! shows the wire. The filter runs in the kernel (see `filter`).
+//!
+//! Each socket puts the interface in promiscuous mode for as long as it is open, unless
+//! asked not to (tcpdump's `-p`): a SPAN or TAP port's frames are addressed to other hosts,
+//! and a NIC not in promiscuous mode drops them before any socket sees them.
+//!
+//! On every interface at once (`-i any`) the socket is cooked: packets start at the network
+//! header and each is given a LINUX_SLL2 header from the `sockaddr_ll` beside it (its
+//! interface, link type and direction); the filter then runs here, on that framing.
 //!
 //! Writing a file with nothing else to do, the source holds blocks instead (see `pool`): each
 //! retired block goes whole into a chunk, its frames where they lie, and back to the kernel
@@ -10,6 +18,7 @@
 
 use std::time::Duration;
 
+use poolcap_format::LinkType;
 use poolcap_sys::poll::Readiness;
 use poolcap_sys::rx_ring::{
     RingGeometry, RxPacket, RxRing, TP_STATUS_VLAN_TPID_VALID, TP_STATUS_VLAN_VALID,
@@ -17,6 +26,8 @@ use poolcap_sys::rx_ring::{
 use poolcap_sys::socket::{BpfInsn, FanoutMode, PacketSocket};
 use poolcap_sys::SysError;
 
+use super::bpf::Program;
+use super::linktype::{sll2_header, SLL2_LEN};
 use super::pool::Pool;
 use super::source::{poll_ms, Filler, KernelDrops, Source};
 
@@ -34,6 +45,45 @@ pub struct PacketSource {
     holds: bool,
     /// The packets of the block being held, walked before it goes into its chunk.
     held: Vec<Held>,
+    framing: Framing,
+}
+
+/// How a packet from the ring becomes the packet written.
+#[derive(Debug)]
+enum Framing {
+    /// Ethernet: a stripped VLAN tag goes back in.
+    Ethernet,
+    /// As it lies (raw IP, 802.11, ...).
+    AsIs,
+    /// Every interface: a LINUX_SLL2 header in front, the filter run here on the result
+    /// (`scratch` holds the framed packet for it).
+    Cooked {
+        filter: Option<Program>,
+        scratch: Vec<u8>,
+    },
+}
+
+/// How to open a queue's socket.
+#[derive(Debug, Clone, Copy)]
+pub struct QueueSocket<'a> {
+    /// The interface; 0 for every interface (a cooked socket).
+    pub ifindex: u32,
+    /// Its link type (LINUX_SLL2 on every interface).
+    pub linktype: LinkType,
+    /// The kernel ring.
+    pub geometry: RingGeometry,
+    /// A program for the kernel, if any (not on every interface: see `user_filter`).
+    pub filter: Option<&'a [BpfInsn]>,
+    /// The filter run here on every interface, compiled for LINUX_SLL2.
+    pub user_filter: Option<&'a Program>,
+    /// Fanout group and mode, if several queues.
+    pub fanout: Option<(u16, FanoutMode)>,
+    /// Frames this host sends on the interface are not delivered.
+    pub inbound_only: bool,
+    /// Blocks go whole into chunks (writing only).
+    pub holds: bool,
+    /// Put the interface in promiscuous mode while the socket is open.
+    pub promiscuous: bool,
 }
 
 /// The 4 bytes of the VLAN tag the kernel stripped from `pkt`, if it did.
@@ -53,37 +103,48 @@ fn stripped_tag(pkt: &RxPacket<'_>) -> Option<[u8; 4]> {
 }
 
 impl PacketSource {
-    /// Opens a socket, attaches `filter` (if any) and a ring before binding (so no
-    /// unfiltered packet slips in), binds to `ifindex` and joins the fanout group (if any).
-    /// Both are per-packet work the kernel does on the receiving path, which on veth runs
-    /// on the sender's CPU: a single queue needs no fanout, and no filter means none runs.
-    /// `inbound_only`: frames this host sends on the interface are not delivered.
-    pub fn open(
-        ifindex: u32,
-        geometry: RingGeometry,
-        filter: Option<&[BpfInsn]>,
-        fanout: Option<(u16, FanoutMode)>,
-        inbound_only: bool,
-        holds: bool,
-    ) -> Result<Self, SysError> {
-        let sock = PacketSocket::open()?;
+    /// Opens a socket, attaches the filter (if any) and a ring before binding (so no
+    /// unfiltered packet slips in), binds to the interface, asks for promiscuous mode and
+    /// joins the fanout group (if any). Fanout and filter are per-packet work the kernel
+    /// does on the receiving path, which on veth runs on the sender's CPU: a single queue
+    /// needs no fanout, and no filter means none runs.
+    pub fn open(q: &QueueSocket<'_>) -> Result<Self, SysError> {
+        let cooked = q.ifindex == 0;
+        let sock = if cooked {
+            PacketSocket::open_cooked()?
+        } else {
+            PacketSocket::open()?
+        };
         sock.set_tpacket_v3()?;
-        if inbound_only {
+        if q.inbound_only {
             sock.set_ignore_outgoing()?;
         }
-        if let Some(f) = filter {
+        if let Some(f) = q.filter {
             sock.attach_filter(f)?;
         }
-        let ring = RxRing::new(&sock, geometry)?;
-        sock.bind(ifindex)?;
-        if let Some((group, mode)) = fanout {
-            sock.join_fanout(group, mode, inbound_only)?;
+        let ring = RxRing::new(&sock, q.geometry)?;
+        sock.bind(q.ifindex)?;
+        // libpcap does not ask for promiscuous mode on every interface either.
+        if q.promiscuous && !cooked {
+            sock.set_promiscuous(q.ifindex)?;
         }
+        if let Some((group, mode)) = q.fanout {
+            sock.join_fanout(group, mode, q.inbound_only)?;
+        }
+        let framing = match q.linktype {
+            _ if cooked => Framing::Cooked {
+                filter: q.user_filter.cloned(),
+                scratch: Vec::new(),
+            },
+            LinkType::ETHERNET => Framing::Ethernet,
+            _ => Framing::AsIs,
+        };
         Ok(Self {
             sock,
             ring,
-            holds,
+            holds: q.holds,
             held: Vec::new(),
+            framing,
         })
     }
 
@@ -99,12 +160,13 @@ impl PacketSource {
         };
         filler.begin_batch();
         self.held.clear();
+        let ethernet = matches!(self.framing, Framing::Ethernet);
         self.held.extend(block.packets().map(|pkt| Held {
             ts: u64::from(pkt.sec) * 1_000_000_000 + u64::from(pkt.nsec),
             offset: pkt.offset,
             len: pkt.data.len(),
             wire: pkt.wire_len,
-            tag: stripped_tag(&pkt),
+            tag: if ethernet { stripped_tag(&pkt) } else { None },
         }));
         let holds = chunk.hold(block);
         debug_assert!(holds, "a free chunk holds no block");
@@ -146,15 +208,37 @@ impl Source for PacketSource {
         filler.begin_batch();
         for pkt in block.packets() {
             let ts = u64::from(pkt.sec) * 1_000_000_000 + u64::from(pkt.nsec);
-            // Put back the VLAN tag the kernel stripped, so the file shows the wire.
-            match stripped_tag(&pkt) {
-                Some(tag) => filler.push_copy(
-                    pool,
-                    ts,
-                    [&pkt.data[..12], &tag, &pkt.data[12..]],
-                    pkt.wire_len + 4,
-                ),
-                None => filler.push_copy(pool, ts, [pkt.data, &[], &[]], pkt.wire_len),
+            match &mut self.framing {
+                // Put back the VLAN tag the kernel stripped, so the file shows the wire.
+                Framing::Ethernet => match stripped_tag(&pkt) {
+                    Some(tag) => filler.push_copy(
+                        pool,
+                        ts,
+                        [&pkt.data[..12], &tag, &pkt.data[12..]],
+                        pkt.wire_len + 4,
+                    ),
+                    None => filler.push_copy(pool, ts, [pkt.data, &[], &[]], pkt.wire_len),
+                },
+                Framing::AsIs => filler.push_copy(pool, ts, [pkt.data, &[], &[]], pkt.wire_len),
+                Framing::Cooked { filter, scratch } => {
+                    let Some(link) = pkt.link() else { continue };
+                    let head = sll2_header(&link);
+                    if let Some(f) = filter {
+                        scratch.clear();
+                        scratch.extend_from_slice(&head);
+                        scratch.extend_from_slice(pkt.data);
+                        if !f.matches_packet(scratch) {
+                            filler.tally.filtered += 1;
+                            continue;
+                        }
+                    }
+                    filler.push_copy(
+                        pool,
+                        ts,
+                        [&head, pkt.data, &[]],
+                        pkt.wire_len + SLL2_LEN as u32,
+                    );
+                }
             }
         }
         true
@@ -244,8 +328,18 @@ mod tests {
             block_nr: 2,
             retire_timeout_ms: 4,
         };
-        let fanout = Some((0x5a17, FanoutMode::Hash));
-        let open = || PacketSource::open(lo, geometry, None, fanout, false, false);
+        let q = QueueSocket {
+            ifindex: lo,
+            linktype: LinkType::ETHERNET,
+            geometry,
+            filter: None,
+            user_filter: None,
+            fanout: Some((0x5a17, FanoutMode::Hash)),
+            inbound_only: false,
+            holds: false,
+            promiscuous: false,
+        };
+        let open = || PacketSource::open(&q);
         for call in [
             "setsockopt(PACKET_RX_RING)",
             "mmap",

@@ -11,14 +11,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use poolcap_format::FileFormat;
+use poolcap_format::{FileFormat, LinkType};
 use poolcap_sys::rx_ring::RingGeometry;
-use poolcap_sys::socket::FanoutMode;
+use poolcap_sys::socket::{FanoutMode, PacketSocket};
 use poolcap_sys::xdp::{AttachMode, XdpRedirect};
 use poolcap_sys::xsk::{UmemShare, Xsk, XskConfig, ZeroCopy};
 use poolcap_sys::SysError;
 
-use super::af_packet::PacketSource;
+use super::af_packet::{PacketSource, QueueSocket};
 use super::af_xdp::XdpSource;
 use super::filter;
 use super::pool::{Pool, PoolSize};
@@ -81,6 +81,10 @@ pub struct Setup<'a> {
     /// Packets are only written to a file (no analysis, no forwarding): on AF_PACKET they
     /// are written from the kernel ring ([`hold_split`]).
     pub writes_only: bool,
+    /// The interface's link type ([`super::linktype`]; LINUX_SLL2 on every interface).
+    pub linktype: LinkType,
+    /// Put the interface in promiscuous mode while capturing (tcpdump's default).
+    pub promiscuous: bool,
 }
 
 /// Bytes per block of a kernel ring of `bytes`: at least 16 blocks per ring, so the kernel
@@ -159,6 +163,11 @@ pub struct Opened {
     pub kernel_filter: bool,
     /// What runs and why, for the startup report.
     pub report: String,
+    /// What each packet starts with.
+    pub linktype: LinkType,
+    /// A packet socket that keeps the interface promiscuous while it lives (AF_XDP, whose
+    /// sockets cannot ask for it themselves).
+    pub promiscuous: Option<PacketSocket>,
 }
 
 impl std::fmt::Debug for Opened {
@@ -183,36 +192,45 @@ pub fn open(cfg: BackendConfig, s: &Setup<'_>) -> Result<Opened, CaptureError> {
 }
 
 fn open_af_packet(s: &Setup<'_>, why: &str) -> Result<Opened, CaptureError> {
-    let held = held_records(s);
+    // On every interface each packet gets a header in front: copied, never held.
+    let every = s.ifindex == 0;
+    let held = held_records(s).filter(|_| !every);
     let (ring, pool) = match held {
         Some(_) => hold_split(s.ring, s.pool),
         None => (s.ring, s.pool),
     };
     // Without an expression a filter only helps to cut packets to a short snaplen in the
-    // kernel; otherwise it is per-packet work for nothing.
+    // kernel; otherwise it is per-packet work for nothing. On every interface the socket's
+    // packets lack the header the program is compiled for: the filter runs here instead.
     let program = match s.filter {
-        Some(expr) => Some(filter::compile(expr, s.iface, s.snaplen)?),
+        _ if every => None,
+        Some(expr) => Some(filter::compile(expr, s.iface, s.snaplen, s.linktype)?),
         None if (s.snaplen as usize) < netdev::mtu(s.iface).unwrap_or(1500) + 18 => {
             Some(filter::accept_all(s.snaplen))
         }
         None => None,
     };
+    let user_filter = match s.filter {
+        Some(expr) if every => Some(filter::compile_packet_user(expr, s.linktype)?),
+        _ => None,
+    };
     // A fanout group belongs to one interface: an id per process and interface, so a
     // bidirectional forwarder's two engines each have theirs.
     let group = std::process::id().wrapping_add(s.ifindex.wrapping_mul(7919)) & 0xffff;
     let fanout = (s.queues > 1).then_some((group as u16, s.fanout));
+    let queue = QueueSocket {
+        ifindex: s.ifindex,
+        linktype: s.linktype,
+        geometry: ring,
+        filter: program.as_deref(),
+        user_filter: user_filter.as_ref(),
+        fanout,
+        inbound_only: s.inbound_only,
+        holds: held.is_some(),
+        promiscuous: s.promiscuous,
+    };
     let sources = (0..s.queues)
-        .map(|_| {
-            PacketSource::open(
-                s.ifindex,
-                ring,
-                program.as_deref(),
-                fanout,
-                s.inbound_only,
-                held.is_some(),
-            )
-            .map(|p| Box::new(p) as Box<dyn Source>)
-        })
+        .map(|_| PacketSource::open(&queue).map(|p| Box::new(p) as Box<dyn Source>))
         .collect::<Result<Vec<_>, _>>()?;
     let pools = match held {
         Some(records) => block_pools(pool, &s.queue_capacity, records),
@@ -233,8 +251,10 @@ fn open_af_packet(s: &Setup<'_>, why: &str) -> Result<Opened, CaptureError> {
         pools,
         xdp: None,
         shares: Vec::new(),
-        kernel_filter: s.filter.is_some(),
+        kernel_filter: s.filter.is_some() && !every,
         report: format!("backend {why}{split}"),
+        linktype: s.linktype,
+        promiscuous: None,
     })
 }
 
@@ -338,6 +358,19 @@ pub fn umem_frame_size(cell_size: usize) -> u32 {
 }
 
 fn open_af_xdp(cfg: BackendConfig, s: &Setup<'_>) -> Result<Opened, CaptureError> {
+    if s.ifindex == 0 {
+        return Err(CaptureError::Xdp(
+            "AF_XDP binds the queues of one interface: capture on every interface with \
+             --backend af_packet"
+                .into(),
+        ));
+    }
+    if s.linktype != LinkType::ETHERNET {
+        return Err(CaptureError::Xdp(format!(
+            "AF_XDP captures Ethernet interfaces; {} is {}: use --backend af_packet",
+            s.iface, s.linktype
+        )));
+    }
     let have = netdev::rx_queues(s.iface);
     if s.queues > have {
         return Err(CaptureError::Xdp(format!(
@@ -352,6 +385,13 @@ fn open_af_xdp(cfg: BackendConfig, s: &Setup<'_>) -> Result<Opened, CaptureError
         .map(|expr| filter::compile_live_user(expr, s.iface, s.snaplen))
         .transpose()?;
     let filters = vec![program; s.queues];
+    let promiscuous = if s.promiscuous {
+        let holder = PacketSocket::open()?;
+        holder.set_promiscuous(s.ifindex)?;
+        Some(holder)
+    } else {
+        None
+    };
     let mut xdp = attach(cfg, s.iface)?;
     let xcfg = XskConfig {
         frame_size: umem_frame_size(s.pool.cell_size),
@@ -390,6 +430,8 @@ fn open_af_xdp(cfg: BackendConfig, s: &Setup<'_>) -> Result<Opened, CaptureError
             "backend af_xdp (native XDP, {mode}; UMEM of {} frames per queue)",
             xcfg.frame_count
         ),
+        linktype: s.linktype,
+        promiscuous,
     })
 }
 

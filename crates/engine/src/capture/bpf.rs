@@ -141,6 +141,16 @@ impl Program {
         self.run(&View::of(frame)).is_some_and(|r| r > 0)
     }
 
+    /// True when the program accepts `packet` as it stands (no tag to strip: a program
+    /// compiled for a dead handle of the packet's link type, as `tcpdump -r` runs it).
+    pub fn matches_packet(&self, packet: &[u8]) -> bool {
+        let view = View {
+            data: packet,
+            vlan: None,
+        };
+        self.run(&view).is_some_and(|r| r > 0)
+    }
+
     fn run(&self, p: &View<'_>) -> Option<u32> {
         let (mut a, mut x) = (0u32, 0u32);
         let mut mem = [0u32; MEMWORDS];
@@ -308,7 +318,13 @@ mod tests {
     #[test]
     fn agrees_with_libpcap_on_programs_it_compiles_for_untagged_frames() {
         for expr in ["tcp", "udp port 53", "ip and len > 60", "tcp[13] & 2 != 0"] {
-            let prog = crate::capture::filter::compile(expr, "no-such-if0", 262_144).unwrap();
+            let prog = crate::capture::filter::compile(
+                expr,
+                "no-such-if0",
+                262_144,
+                poolcap_format::LinkType::ETHERNET,
+            )
+            .unwrap();
             let ours = Program::new(prog).unwrap();
             let theirs = pcap::Capture::dead(pcap::Linktype::ETHERNET)
                 .unwrap()

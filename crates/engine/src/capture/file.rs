@@ -22,18 +22,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use poolcap_format::RecordedPacket;
+use poolcap_format::{LinkType, RecordedPacket};
 use poolcap_sys::pcap_filter::OfflineFilter;
 use poolcap_sys::poll::Readiness;
 use poolcap_sys::SysError;
 
+use super::filter::compile_user;
 use super::pool::Pool;
 use super::source::{Filler, KernelDrops, Source};
+use super::CaptureError;
 
 /// Packets moved per batch.
 const BATCH: usize = 256;
-/// `LINKTYPE_ETHERNET`.
-const ETHERNET: u32 = 1;
 
 /// A file that cannot be captured from.
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +86,7 @@ impl Gate {
 /// See the module docs.
 pub struct FileSource {
     packets: Vec<RecordedPacket>,
+    linktype: LinkType,
     next: usize,
     filter: Option<OfflineFilter>,
     /// Recorded nanoseconds per real nanosecond, if paced.
@@ -133,13 +134,16 @@ fn read_all(path: &Path) -> Result<Vec<u8>, String> {
 }
 
 impl FileSource {
-    /// Opens and decodes `path`; `filter` is a program compiled with offline semantics;
-    /// `speed` paces packets at that multiple of their recorded pace.
+    /// Opens and decodes `path`, compiles `filter` with offline semantics for the file's
+    /// link type; `speed` paces packets at that multiple of their recorded pace. A file of
+    /// a link type poolcap does not know is refused by its number, never read as Ethernet;
+    /// records whose sub-second field is a second or more are read as they say (the time
+    /// runs into the next seconds, as tcpdump shows it) and counted in a warning.
     pub fn open(
         path: &Path,
-        filter: Option<OfflineFilter>,
+        filter: Option<&str>,
         speed: Option<f64>,
-    ) -> Result<Self, FileError> {
+    ) -> Result<Self, CaptureError> {
         let what = if path.as_os_str() == "-" {
             "standard input".to_string()
         } else {
@@ -151,13 +155,30 @@ impl FileSource {
         };
         let bytes = read_all(path).map_err(err)?;
         let file = poolcap_format::read_bytes(&bytes).map_err(|e| err(e.to_string()))?;
-        if file.linktype != ETHERNET && !file.packets.is_empty() {
-            return Err(err(format!(
-                "link type {} is not Ethernet, the only one poolcap captures",
-                file.linktype
-            )));
+        let linktype = match LinkType::of_file(file.linktype) {
+            Ok(l) => l,
+            // A pcapng file without an interface has no packets either.
+            Err(_) if file.packets.is_empty() => LinkType::ETHERNET,
+            Err(e) => return Err(err(e.to_string()).into()),
+        };
+        if file.odd_timestamps > 0 {
+            eprintln!(
+                "warning: {what}: {} records have a sub-second timestamp field of a second or \
+                 more; their times run into the following seconds",
+                file.odd_timestamps
+            );
         }
-        Ok(Self::new(file.packets, filter, speed))
+        let filter = filter
+            .map(|expr| compile_user(expr, linktype))
+            .transpose()?;
+        let mut source = Self::new(file.packets, filter, speed);
+        source.linktype = linktype;
+        Ok(source)
+    }
+
+    /// What the file's packets start with.
+    pub fn linktype(&self) -> LinkType {
+        self.linktype
     }
 
     /// A source of `packets`.
@@ -169,6 +190,7 @@ impl FileSource {
         Self {
             first_ts: packets.first().map_or(0, |p| p.ts_ns),
             packets,
+            linktype: LinkType::ETHERNET,
             next: 0,
             filter,
             speed: speed.filter(|s| *s > 0.0),

@@ -7,6 +7,7 @@
 //! falls back to a dead Ethernet handle. Accepting returns are capped at the snaplen, so the
 //! kernel copies no more than will be kept.
 
+use poolcap_format::LinkType;
 use poolcap_sys::pcap_filter::OfflineFilter;
 use poolcap_sys::socket::BpfInsn;
 
@@ -54,8 +55,14 @@ fn to_insns(program: &pcap::BpfProgram, snaplen: u32) -> Vec<BpfInsn> {
         .collect()
 }
 
-/// Compiles `expr` for `iface` (live handle if it can be opened, else dead Ethernet).
-pub fn compile(expr: &str, iface: &str, snaplen: u32) -> Result<Vec<BpfInsn>, FilterError> {
+/// Compiles `expr` for `iface` (live handle if it can be opened, else a dead handle of the
+/// interface's `linktype`).
+pub fn compile(
+    expr: &str,
+    iface: &str,
+    snaplen: u32,
+    linktype: LinkType,
+) -> Result<Vec<BpfInsn>, FilterError> {
     let err = |e: pcap::Error| FilterError {
         expr: expr.to_string(),
         message: e.to_string(),
@@ -64,23 +71,36 @@ pub fn compile(expr: &str, iface: &str, snaplen: u32) -> Result<Vec<BpfInsn>, Fi
         .and_then(|c| c.snaplen(snaplen as i32).buffer_size(1 << 16).open());
     let program = match live {
         Ok(cap) => cap.compile(expr, true).map_err(err)?,
-        Err(_) => pcap::Capture::dead(pcap::Linktype::ETHERNET)
-            .map_err(err)?
-            .compile(expr, true)
-            .map_err(err)?,
+        Err(_) => compile_dead(expr, linktype)?,
     };
     Ok(to_insns(&program, snaplen))
 }
 
-/// Compiles `expr` with offline semantics (as `tcpdump -r`: a VLAN tag is in the data), for
-/// the file source; it is run with each packet's wire length, as `tcpdump -r` runs it.
-pub fn compile_user(expr: &str) -> Result<OfflineFilter, FilterError> {
-    compile_dead(expr).map(OfflineFilter::new)
+/// Compiles `expr` with offline semantics (as `tcpdump -r`: a VLAN tag is in the data) for
+/// packets of `linktype`: the file source, and a capture on every interface (its packets
+/// carry the LINUX_SLL2 header poolcap puts in front of them). It is run with each packet's
+/// wire length, as `tcpdump -r` runs it.
+pub fn compile_user(expr: &str, linktype: LinkType) -> Result<OfflineFilter, FilterError> {
+    compile_dead(expr, linktype).map(OfflineFilter::new)
 }
 
-/// [`compile_user`]'s program as instructions, for the probe's eBPF translation.
+/// [`compile_user`]'s program for Ethernet as instructions, for the probe's eBPF
+/// translation.
 pub fn compile_offline(expr: &str) -> Result<Vec<BpfInsn>, FilterError> {
-    compile_dead(expr).map(|p| to_insns(&p, u32::MAX))
+    compile_dead(expr, LinkType::ETHERNET).map(|p| to_insns(&p, u32::MAX))
+}
+
+/// [`compile_user`]'s program, run by poolcap's interpreter ([`super::bpf::Program`]) on
+/// packets as they stand: the user-space filter of a capture on every interface.
+pub fn compile_packet_user(
+    expr: &str,
+    linktype: LinkType,
+) -> Result<super::bpf::Program, FilterError> {
+    let insns = to_insns(&compile_dead(expr, linktype)?, u32::MAX);
+    super::bpf::Program::new(insns).map_err(|message| FilterError {
+        expr: expr.to_string(),
+        message,
+    })
 }
 
 /// Compiles `expr` for a user-space filter stage that must select what a live capture on
@@ -90,7 +110,7 @@ pub fn compile_live_user(
     iface: &str,
     snaplen: u32,
 ) -> Result<super::bpf::Program, FilterError> {
-    let insns = compile(expr, iface, snaplen)?;
+    let insns = compile(expr, iface, snaplen, LinkType::ETHERNET)?;
     super::bpf::Program::new(insns).map_err(|message| FilterError {
         expr: expr.to_string(),
         message,
@@ -107,13 +127,17 @@ pub fn accept_all(snaplen: u32) -> Vec<BpfInsn> {
     }]
 }
 
-/// `expr` compiled by libpcap on a dead Ethernet handle (offline semantics).
-fn compile_dead(expr: &str) -> Result<pcap::BpfProgram, FilterError> {
+/// `expr` compiled by libpcap on a dead handle of `linktype` (offline semantics).
+fn compile_dead(expr: &str, linktype: LinkType) -> Result<pcap::BpfProgram, FilterError> {
     let err = |e: pcap::Error| FilterError {
         expr: expr.to_string(),
         message: e.to_string(),
     };
-    pcap::Capture::dead(pcap::Linktype::ETHERNET)
+    let dlt = linktype.dlt().ok_or_else(|| FilterError {
+        expr: expr.to_string(),
+        message: format!("no filters for link type {}", linktype.0),
+    })?;
+    pcap::Capture::dead(pcap::Linktype(dlt))
         .map_err(err)?
         .compile(expr, true)
         .map_err(err)
@@ -125,7 +149,8 @@ mod tests {
 
     #[test]
     fn compiles_tcpdump_expressions_into_kernel_programs() {
-        let p = compile("udp port 53", "no-such-interface0", 96).expect("compiles");
+        let p =
+            compile("udp port 53", "no-such-interface0", 96, LinkType::ETHERNET).expect("compiles");
         assert!(p.len() > 4);
         let last_accept = p
             .iter()
@@ -140,9 +165,45 @@ mod tests {
 
     #[test]
     fn rejects_bad_expressions_with_libpcap_message() {
-        let e = compile("udp prot 53", "no-such-interface0", 96).unwrap_err();
+        let e = compile("udp prot 53", "no-such-interface0", 96, LinkType::ETHERNET).unwrap_err();
         assert!(e.to_string().contains("udp prot 53"), "{e}");
         assert!(!e.message.is_empty());
+    }
+
+    /// On raw IP the IP header is at offset 0; on Ethernet behind the 14-byte header, so
+    /// the two programs differ, and each selects its own packets.
+    #[test]
+    fn programs_are_compiled_for_the_link_type() {
+        let ip_udp_to_53: Vec<u8> = [
+            &[
+                0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+            ][..],
+            &[0x30, 0x39, 0, 53, 0, 8, 0, 0],
+        ]
+        .concat();
+        let eth = [&[0u8; 12][..], &[0x08, 0x00], &ip_udp_to_53].concat();
+        let sll2 = [
+            &[0x08, 0x00, 0, 0, 0, 0, 0, 3, 0, 1, 0, 6][..],
+            &[0u8; 8],
+            &ip_udp_to_53,
+        ]
+        .concat();
+        for (linktype, packet) in [
+            (LinkType::RAW, &ip_udp_to_53),
+            (LinkType::ETHERNET, &eth),
+            (LinkType::LINUX_SLL2, &sll2),
+        ] {
+            let p = compile_packet_user("udp dst port 53", linktype).unwrap();
+            assert!(p.matches_packet(packet), "{linktype}");
+            let p = compile_packet_user("udp dst port 54", linktype).unwrap();
+            assert!(!p.matches_packet(packet), "{linktype}");
+        }
+        let raw = compile_packet_user("udp dst port 53", LinkType::RAW).unwrap();
+        assert!(
+            !raw.matches_packet(&eth),
+            "an Ethernet frame read as raw IP"
+        );
+        assert!(compile_user("ether host 1:2:3:4:5:6", LinkType::RAW).is_err());
     }
 
     #[test]

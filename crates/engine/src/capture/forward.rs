@@ -120,7 +120,7 @@ impl DropRule {
     pub fn compile(expr: &str) -> Result<Self, FilterError> {
         Ok(Self {
             expr: expr.to_string(),
-            program: compile_user(expr)?,
+            program: compile_user(expr, poolcap_format::LinkType::ETHERNET)?,
         })
     }
 

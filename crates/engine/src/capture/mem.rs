@@ -240,6 +240,8 @@ mod tests {
             },
             buddy_groups: vec![(0..q).collect()],
             status_every: None,
+            promiscuous: false,
+            stats_request: None,
         }
     }
 

@@ -37,7 +37,9 @@ pub mod filter;
 pub mod forward;
 pub mod forward_xdp;
 pub mod link;
+pub mod linktype;
 pub mod mem;
+pub mod nic;
 pub mod pipeline;
 pub mod policy;
 pub mod pool;
@@ -58,7 +60,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use poolcap_format::FileFormat;
+use poolcap_format::{FileFormat, LinkType};
 use poolcap_sys::process::{cpu_time, CpuTime, Who};
 use poolcap_sys::rx_ring::RingGeometry;
 use poolcap_sys::socket::{ifindex, FanoutMode};
@@ -155,6 +157,11 @@ pub struct CaptureConfig {
     pub status_every: Option<Duration>,
     /// Run the probe's rules on the workers instead of the x-loop (`poolcap probe`).
     pub probe: Option<Arc<poolcap_probe::Hub>>,
+    /// Put the interface in promiscuous mode while capturing (tcpdump's default; `-p`
+    /// turns it off).
+    pub promiscuous: bool,
+    /// Set (by SIGUSR1) to have the running accounting printed; the supervisor clears it.
+    pub stats_request: Option<Arc<AtomicBool>>,
 }
 
 impl std::fmt::Debug for CaptureConfig {
@@ -213,6 +220,14 @@ pub enum CaptureError {
     /// The file header could not be written.
     #[error("cannot write the capture file header: {0}")]
     Header(poolcap_format::WriteError),
+    /// The interface's link type is not one poolcap can capture.
+    #[error("`{iface}` has link type ARPHRD {arphrd}, which poolcap cannot capture from (it captures Ethernet, loopback, raw IP devices such as tun, WireGuard and IP tunnels, 802.11 and CAN)")]
+    LinkType {
+        /// The interface.
+        iface: String,
+        /// Its ARPHRD_ type.
+        arphrd: u16,
+    },
     /// The interface was deleted while capturing.
     #[error("interface `{0}` disappeared during the capture")]
     LinkGone(String),
@@ -239,6 +254,11 @@ pub struct CaptureReport {
     pub dropped_kernel: u64,
     /// Dropped by the pools (no free chunk).
     pub dropped_pool: u64,
+    /// Dropped by the interface before the kernel ring (its `rx_dropped`,
+    /// `rx_missed_errors` and `rx_fifo_errors` over the capture; see [`nic`]): the
+    /// interface's, not only this capture's, and outside the accounting equation.
+    #[serde(default)]
+    pub dropped_nic: u64,
     /// Rejected by a filter: user-space stages plus `filtered_kernel`.
     pub filtered: u64,
     /// Rejected by the in-kernel filter: frames the interface counted that no socket saw.
@@ -279,8 +299,13 @@ pub struct CaptureReport {
 pub struct Engine {
     iface: String,
     report: String,
+    linktype: LinkType,
     // Keeps the XDP program attached until the engine is gone.
     _xdp: Option<poolcap_sys::xdp::XdpRedirect>,
+    // Keeps the interface promiscuous (AF_XDP) until the engine is gone.
+    _promiscuous: Option<poolcap_sys::socket::PacketSocket>,
+    nic: Option<nic::NicDrops>,
+    stats_request: Option<Arc<AtomicBool>>,
     pools: Arc<Vec<Arc<Pool>>>,
     counters: Arc<Vec<Arc<QueueCounters>>>,
     threads: Threads,
@@ -313,6 +338,7 @@ impl std::fmt::Debug for Engine {
 /// The interface index of a live capture (None otherwise) and the number of queues.
 fn resolve_input(cfg: &CaptureConfig, input: &Input) -> Result<(Option<u32>, usize), CaptureError> {
     Ok(match input {
+        Input::Live if cfg.iface == linktype::ANY => (Some(0), cfg.queues.max(1)),
         Input::Live => {
             let idx =
                 ifindex(&cfg.iface).map_err(|_| CaptureError::NoInterface(cfg.iface.clone()))?;
@@ -465,7 +491,7 @@ impl Engine {
         // bad argument never truncates an existing file; write its header before capturing.
         let (mut forward_counters, mut tx_path, mut output) = (None, None, None);
         let pipeline = pipeline.try_map_sink(|spec| {
-            let opened_sink = open_sink(&cfg, q, spec, &opened.shares)?;
+            let opened_sink = open_sink(&cfg, q, spec, &opened)?;
             forward_counters = opened_sink.forward_counters;
             tx_path = opened_sink.tx_path;
             output = opened_sink.output;
@@ -492,7 +518,12 @@ impl Engine {
         let Ready { cfg, q, opened, .. } = r;
         let pools: Arc<Vec<Arc<Pool>>> = Arc::new(opened.pools);
         let plan = Plan::new(&cfg, q, &r.pipeline);
-        let link = r.idx.map(|i| LinkWatch::new(&cfg.iface, i));
+        // Every interface at once (index 0) has no link to watch.
+        let link = r
+            .idx
+            .filter(|&i| i != 0)
+            .map(|i| LinkWatch::new(&cfg.iface, i));
+        let nic = link.as_ref().and_then(|_| nic::NicDrops::start(&cfg.iface));
         let link_down: Arc<AtomicBool> = link
             .as_ref()
             .map(|l| Arc::clone(&l.down))
@@ -519,7 +550,11 @@ impl Engine {
         Ok(Self {
             iface: cfg.iface,
             report: opened.report,
+            linktype: opened.linktype,
             _xdp: opened.xdp,
+            _promiscuous: opened.promiscuous,
+            nic,
+            stats_request: cfg.stats_request,
             pools,
             counters: plan.counters,
             threads,
@@ -562,6 +597,11 @@ impl Engine {
     /// for an engine started with [`Engine::start_forward`].
     pub fn tx_path(&self) -> Option<&str> {
         self.tx_path.as_deref()
+    }
+
+    /// What each packet starts with (the file's link type).
+    pub fn linktype(&self) -> LinkType {
+        self.linktype
     }
 
     /// Which backend runs, and why (for the startup report).
@@ -656,9 +696,29 @@ impl Engine {
             if self.threads.a_capture_ended() {
                 break; // a capture thread failed; drain the others
             }
+            if let Some(asked) = &self.stats_request {
+                if asked.swap(false, Ordering::Relaxed) {
+                    self.print_accounting(&now);
+                }
+            }
             self.status(&mut status, &now);
         }
         (None, error_printed)
+    }
+
+    /// Prints the accounting so far (SIGUSR1, as tcpdump answers it), without stopping.
+    fn print_accounting(&self, now: &[QueueStats]) {
+        let t = account::total(now);
+        crate::say!(
+            "{} packets captured, {} dropped by kernel, {} dropped by pool, {} filtered, \
+             {} dropped by the interface, in {:.1} s",
+            t.captured,
+            t.dropped_kernel,
+            t.dropped_pool,
+            t.filtered,
+            self.nic.as_ref().map_or(0, nic::NicDrops::since_start),
+            self.started.elapsed().as_secs_f64()
+        );
     }
 
     /// Prints the status line when it is due.
@@ -708,6 +768,7 @@ impl Engine {
             bytes: t.bytes,
             dropped_kernel: t.dropped_kernel,
             dropped_pool: t.dropped_pool,
+            dropped_nic: self.nic.as_ref().map_or(0, nic::NicDrops::since_start),
             filtered: t.filtered + filtered_kernel,
             filtered_kernel,
             not_taken: t.not_taken,

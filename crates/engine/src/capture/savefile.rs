@@ -29,7 +29,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use poolcap_format::{CaptureWriter, DirectFile, FileFormat, IfStats, Tail, WriteError};
+use poolcap_format::{
+    CaptureWriter, DirectFile, FileFormat, FileHeader, IfStats, Tail, WriteError,
+};
 
 use super::compress::{Compressed, Compression};
 use super::rotate::{Next, Rotation};
@@ -76,6 +78,8 @@ pub struct FileOptions {
     pub fsync: Fsync,
     /// `--direct`: files written with `O_DIRECT` (see [`poolcap_format::DirectFile`]).
     pub direct: bool,
+    /// `-U`: every packet handed to the output as soon as the writer takes it.
+    pub packet_buffered: bool,
 }
 
 /// How new files of the set are made.
@@ -83,10 +87,9 @@ pub struct FileOptions {
 pub struct FileSpec {
     /// File format.
     pub format: FileFormat,
-    /// Snaplen in the header.
-    pub snaplen: u32,
-    /// Interface name (pcapng).
-    pub iface: String,
+    /// What each file's header says (link type, snaplen, pcapng's interface and section
+    /// options).
+    pub header: FileHeader,
     /// Compression of each file.
     pub compress: Option<Compression>,
     /// When to sync.
@@ -95,6 +98,8 @@ pub struct FileSpec {
     pub post_rotate: Option<OsString>,
     /// Write with `O_DIRECT` (uncompressed only; see [`poolcap_format::DirectFile`]).
     pub direct: bool,
+    /// `-U`: hand what is buffered to the output after every round of the writer.
+    pub packet_buffered: bool,
 }
 
 impl FileSpec {
@@ -137,7 +142,7 @@ impl FileSpec {
                 Compressed::new(out, c).map_err(|source| WriteError::Io { source, packets: 0 })?,
             ),
         };
-        CaptureWriter::new(out, self.format, self.snaplen, &self.iface)
+        CaptureWriter::with_header(out, self.format, &self.header)
     }
 }
 
@@ -241,9 +246,13 @@ impl Savefiles {
                 .map_or(0, CaptureWriter::packets_written)
     }
 
-    /// Syncs the current file if `--fsync interval` is due and it grew since the last sync
-    /// (called after each write batch and when idle).
+    /// Syncs the current file if `--fsync interval` is due and it grew since the last sync,
+    /// and with `-U` hands over what the format writer buffered (called after each write
+    /// batch and when idle).
     pub fn tick(&mut self) -> Result<(), WriteError> {
+        if self.spec.packet_buffered {
+            self.writer()?.flush()?;
+        }
         if let Fsync::Interval(every) = self.spec.fsync {
             let bytes = self.bytes();
             if bytes > self.synced_bytes && self.synced.elapsed() >= every {
@@ -405,12 +414,12 @@ mod tests {
     fn spec(post: Option<&str>) -> FileSpec {
         FileSpec {
             format: FileFormat::Pcapng,
-            snaplen: 256,
-            iface: "t0".into(),
+            header: FileHeader::new(poolcap_format::LinkType::ETHERNET, 256, "t0"),
             compress: None,
             fsync: Fsync::Rotate,
             post_rotate: post.map(OsString::from),
             direct: false,
+            packet_buffered: false,
         }
     }
 

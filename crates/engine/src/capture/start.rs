@@ -9,9 +9,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
-use poolcap_format::{FileFormat, WriteError};
+use poolcap_format::{FileFormat, FileHeader, LinkType, WriteError};
 use poolcap_sys::rx_ring::RingGeometry;
-use poolcap_sys::xsk::UmemShare;
 use poolcap_sys::SysError;
 
 use super::account::QueueCounters;
@@ -27,7 +26,7 @@ use super::source::Source;
 use super::threads::{spawn, Threads};
 use super::worker::{served_queues, Next, Worker};
 use super::writer::{self, InlineWriter};
-use super::{file, filter, rotate, savefile, CaptureConfig, CaptureError, Input, Output};
+use super::{file, linktype, rotate, savefile, CaptureConfig, CaptureError, Input, Output};
 
 /// Block retire timeout when no analysis waits for packets (they are only counted, or only
 /// written to a file from one queue): blocks may fill for longer and wake the capture thread
@@ -149,25 +148,24 @@ pub(super) fn open_input(
         inbound_only,
         writes_only,
     } = *plan;
-    let local = |sources: Vec<Box<dyn Source>>, report: String| Opened {
+    let local = |sources: Vec<Box<dyn Source>>, report: String, linktype| Opened {
         pools: backend::copy_pools(cfg.pool, capacity, records),
         sources,
         xdp: None,
         shares: Vec::new(),
         kernel_filter: false,
         report,
+        linktype,
+        promiscuous: None,
     };
     Ok(match input {
         Input::File { path, speed } => {
-            let filter = cfg
-                .filter
-                .as_deref()
-                .map(filter::compile_user)
-                .transpose()?;
-            let src = file::FileSource::open(&path, filter, speed)?;
-            local(vec![Box::new(src)], format!("reading {}", path.display()))
+            let src = file::FileSource::open(&path, cfg.filter.as_deref(), speed)?;
+            let linktype = src.linktype();
+            let report = format!("reading {}", path.display());
+            local(vec![Box::new(src)], report, linktype)
         }
-        Input::Sources(s) => local(s, "in-memory sources".into()),
+        Input::Sources(s) => local(s, "in-memory sources".into(), LinkType::ETHERNET),
         Input::Live => backend::open(
             cfg.backend,
             &Setup {
@@ -183,6 +181,8 @@ pub(super) fn open_input(
                 records,
                 inbound_only,
                 writes_only,
+                linktype: linktype::of_interface(&cfg.iface)?,
+                promiscuous: cfg.promiscuous,
             },
         )?,
     })
@@ -205,11 +205,12 @@ pub(super) fn open_sink(
     cfg: &CaptureConfig,
     q: usize,
     spec: SinkSpec,
-    shares: &[UmemShare],
+    opened: &Opened,
 ) -> Result<OpenedSink, CaptureError> {
+    let (shares, linktype) = (&opened.shares, opened.linktype);
     Ok(match spec {
         SinkSpec::File(target, format) => {
-            let out = open_output(cfg, target, format)?;
+            let out = open_output(cfg, target, format, linktype)?;
             OpenedSink {
                 output: out.path().map(Path::to_path_buf),
                 sink: Box::new(FileSink {
@@ -228,7 +229,7 @@ pub(super) fn open_sink(
             let write = write
                 .map(|(target, format)| {
                     Ok::<_, CaptureError>(FileSink {
-                        out: open_output(cfg, target, format)?,
+                        out: open_output(cfg, target, format, linktype)?,
                         direct: cfg.files.direct,
                     })
                 })
@@ -247,20 +248,28 @@ pub(super) fn open_sink(
     })
 }
 
-/// Opens the output and writes its header.
+/// Opens the output and writes its header: the link type, and in pcapng the interface, its
+/// filter, the OS and poolcap, as dumpcap's files say them.
 fn open_output(
     cfg: &CaptureConfig,
     target: Output,
     format: FileFormat,
+    linktype: LinkType,
 ) -> Result<savefile::Savefiles, CaptureError> {
+    let header = FileHeader {
+        if_filter: cfg.filter.clone(),
+        os: os_description(),
+        application: format!("poolcap {}", env!("CARGO_PKG_VERSION")),
+        ..FileHeader::new(linktype, cfg.snaplen, &cfg.iface)
+    };
     let spec = savefile::FileSpec {
         format,
-        snaplen: cfg.snaplen,
-        iface: cfg.iface.clone(),
+        header,
         compress: cfg.compress,
         fsync: cfg.files.fsync,
         post_rotate: cfg.files.post_rotate.clone(),
         direct: cfg.files.direct,
+        packet_buffered: cfg.files.packet_buffered,
     };
     let stream = match target {
         Output::Stdout => Box::new(std::io::stdout()),
@@ -269,6 +278,16 @@ fn open_output(
     };
     let w = spec.start(stream).map_err(CaptureError::Header)?;
     Ok(savefile::Savefiles::new(spec, w, None, None))
+}
+
+/// The running kernel as `uname -sr` says it (`Linux 6.1.0-18-amd64`), for pcapng's
+/// `shb_os`; empty if /proc does not tell.
+fn os_description() -> String {
+    let read = |what| std::fs::read_to_string(format!("/proc/sys/kernel/{what}"));
+    match (read("ostype"), read("osrelease")) {
+        (Ok(os), Ok(release)) => format!("{} {}", os.trim(), release.trim()),
+        _ => String::new(),
+    }
 }
 
 /// Creates the output file (the first of a rotation).

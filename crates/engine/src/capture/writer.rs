@@ -774,12 +774,12 @@ mod tests {
     fn file_spec(format: FileFormat) -> FileSpec {
         FileSpec {
             format,
-            snaplen: 64,
-            iface: "t0".into(),
+            header: poolcap_format::FileHeader::new(poolcap_format::LinkType::ETHERNET, 64, "t0"),
             compress: None,
             fsync: Fsync::Never,
             post_rotate: None,
             direct: false,
+            packet_buffered: false,
         }
     }
 

@@ -23,7 +23,7 @@ use super::reporter::Reporter;
 use crate::capture::account::QueueCounters;
 use crate::capture::file::{FileSource, Gate};
 use crate::capture::pool::Pool;
-use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Input};
+use crate::capture::{CaptureConfig, CaptureReport, Engine, Input};
 
 /// Runs `config`'s rules over the file `cfg` reads (`Input::File`, as `capture -r`
 /// resolves it), records to `report` and, with `table`, stdout; returns the engine's
@@ -38,7 +38,15 @@ pub fn run(
     let Input::File { path, speed } = std::mem::replace(&mut cfg.input, Input::Live) else {
         anyhow::bail!("probe -r needs a file");
     };
-    let mut source = FileSource::open(&path, None, speed).map_err(CaptureError::from)?;
+    let mut source = FileSource::open(&path, None, speed)?;
+    // Rules are compiled for, and flows read from, Ethernet frames.
+    if source.linktype() != poolcap_format::LinkType::ETHERNET {
+        anyhow::bail!(
+            "{}: the probe reads Ethernet captures; this file is {}",
+            path.display(),
+            source.linktype()
+        );
+    }
     let gate = source.gated();
     cfg.input = Input::Sources(vec![Box::new(source)]);
     let hub = Hub::new(config);

@@ -8,7 +8,7 @@ use clap::Args;
 use poolcap_format::FileFormat;
 use poolcap_sys::rx_ring::RingGeometry;
 use poolcap_sys::socket::FanoutMode;
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
 
 use crate::capture::backend::{block_size, BackendConfig, BackendKind};
 use crate::capture::policy::{parse_buddy_groups, PolicySpec};
@@ -41,7 +41,8 @@ Examples:
   poolcap capture -r in.pcapng.zst -w out.pcapng --load 1000 tcp"
 )]
 pub struct CaptureArgs {
-    /// Interface to capture on.
+    /// Interface to capture on; `any` captures on every interface at once (Linux cooked
+    /// v2 headers: each packet names its interface and direction).
     #[arg(
         short = 'i',
         long = "interface",
@@ -58,22 +59,37 @@ pub struct CaptureArgs {
     /// With -r: replay at X times the recorded pace (default: as fast as possible).
     #[arg(long, requires = "read", value_parser = parse_speed)]
     speed: Option<f64>,
-    /// Write packets to FILE (`-` for standard output). Without it packets are only counted.
+    /// Write packets to FILE (`-` for standard output). Without it packets are printed one
+    /// line each when standard output is a terminal (or with --print), else only counted.
     #[arg(short = 'w')]
     write: Option<PathBuf>,
-    /// File format: pcapng (nanosecond), pcap (microsecond) or pcap-ns.
-    #[arg(long, default_value = "pcapng", value_enum)]
-    format: FileFormat,
-    /// Bytes to keep of each packet.
-    #[arg(short = 's', long = "snaplen", default_value_t = 262_144)]
+    /// Print one line per packet on standard output (time, addresses, ports, protocol,
+    /// length, as tcpdump -q -n), also when it is not a terminal.
+    #[arg(long, conflicts_with = "write")]
+    print: bool,
+    /// File format: pcapng (nanosecond), pcap (microsecond) or pcap-ns. Default: from -w's
+    /// name (.pcap and .cap: pcap; .pcapng: pcapng; also before .gz or .zst), else pcapng.
+    #[arg(long, value_enum)]
+    format: Option<FileFormat>,
+    /// Packet-buffered output: each packet is in the file or pipe as soon as the writer
+    /// takes it, not when a write batch fills (for `-w - | tcpdump -r -`).
+    #[arg(short = 'U', long = "packet-buffered")]
+    packet_buffered: bool,
+    /// Bytes to keep of each packet (0: 262144, as tcpdump).
+    #[arg(short = 's', long = "snaplen", default_value = "262144", value_parser = parse_snaplen)]
     snaplen: u32,
+    /// Don't put the interface into promiscuous mode (tcpdump's -p). Without it each
+    /// capture socket asks for it while it is open (ignored with -i any, as libpcap does).
+    #[arg(short = 'p', long = "no-promiscuous-mode")]
+    no_promiscuous: bool,
     /// Stop after this many packets.
     #[arg(short = 'c', value_parser = units::parse_count)]
     count: Option<u64>,
     /// Kernel ring per queue, in KiB as tcpdump's -B (or with a unit: 16M).
     #[arg(short = 'B', default_value = "4096", value_parser = parse_kib)]
     buffer: u64,
-    /// Don't resolve addresses (accepted for tcpdump habit; poolcap never resolves).
+    /// Don't resolve addresses: accepted as tcpdump's -n and does nothing, as poolcap never
+    /// resolves.
     #[arg(short = 'n')]
     numeric: bool,
     /// Quiet: no status line while running.
@@ -233,11 +249,17 @@ fn file_options(a: &CaptureArgs) -> anyhow::Result<FileOptions> {
             ));
         }
     }
+    if a.packet_buffered && a.write.is_none() {
+        return Err(usage(
+            "-U makes -w's output packet-buffered: give -w FILE or -w -",
+        ));
+    }
     Ok(FileOptions {
         rotate,
         post_rotate: a.post_rotate.clone(),
         fsync: a.fsync,
         direct: a.direct,
+        packet_buffered: a.packet_buffered,
     })
 }
 
@@ -249,6 +271,30 @@ pub fn parse_kib(s: &str) -> Result<u64, String> {
             .map_err(|e| e.to_string());
     }
     units::parse_bytes(s)
+}
+
+/// tcpdump's `-s`: 0 means the largest, 262144.
+fn parse_snaplen(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(0) => Ok(262_144),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{s}` is not a number of bytes")),
+    }
+}
+
+/// The format `-w FILE` asks for by its name: `.pcap`/`.cap` pcap, `.pcapng`/`.ntar`
+/// pcapng, looking through a `.gz`, `.zst` or `.zstd` suffix; None for other names.
+pub(crate) fn format_of_name(path: &Path) -> Option<FileFormat> {
+    let name = path.file_name()?.to_string_lossy().to_ascii_lowercase();
+    let name = [".gz", ".zst", ".zstd"]
+        .iter()
+        .find_map(|c| name.strip_suffix(c))
+        .unwrap_or(&name);
+    match Path::new(name).extension()?.to_str()? {
+        "pcap" | "cap" => Some(FileFormat::Pcap),
+        "pcapng" | "ntar" => Some(FileFormat::Pcapng),
+        _ => None,
+    }
 }
 
 fn parse_speed(s: &str) -> Result<f64, String> {
@@ -332,8 +378,15 @@ pub(crate) fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
         Input::Live => a.queues.unwrap_or_else(|| netdev::rx_queues(&iface)),
         _ => 1,
     };
-    // A cell holds the largest frame the link carries (plus a VLAN tag), within the snaplen.
-    let frame = (netdev::mtu(&iface).unwrap_or(1500) + 14 + 4).div_ceil(64) * 64;
+    // A cell holds the largest frame the link carries (plus a VLAN tag), within the snaplen;
+    // on every interface, the largest of their MTUs but loopback's (64 KiB; longer frames
+    // are cut to the cell, their length on the wire kept).
+    let mtu = if iface == crate::capture::linktype::ANY {
+        netdev::largest_mtu_but_loopback()
+    } else {
+        netdev::mtu(&iface).unwrap_or(1500)
+    };
+    let frame = (mtu + 14 + 4).div_ceil(64) * 64;
     let cell_size = frame.max(2048).min(a.snaplen as usize).max(64);
     let filter = (!a.filter.is_empty()).then(|| a.filter.join(" "));
     let buddy_groups = match &a.buddy_groups {
@@ -373,9 +426,24 @@ pub(crate) fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
             force: a.force,
         },
         buddy_groups,
-        status_every: (!a.quiet).then_some(Duration::from_secs(1)),
+        status_every: (!a.quiet && !prints(a)).then_some(Duration::from_secs(1)),
         probe: None,
+        promiscuous: !a.no_promiscuous,
+        stats_request: None,
     })
+}
+
+/// Whether packets are printed: asked for, or nothing written and a terminal to print on.
+fn prints(a: &CaptureArgs) -> bool {
+    use std::io::IsTerminal;
+    a.print || (a.write.is_none() && std::io::stdout().is_terminal())
+}
+
+/// The format packets are written in: `--format`, else -w's name, else pcapng.
+fn file_format(a: &CaptureArgs) -> FileFormat {
+    a.format
+        .or_else(|| a.write.as_deref().and_then(format_of_name))
+        .unwrap_or(FileFormat::Pcapng)
 }
 
 /// Prints the accounting (to stderr, as tcpdump does, so `-w -` stays clean; a closed stderr
@@ -394,6 +462,13 @@ pub fn print_report(r: &CaptureReport) {
     );
     crate::say!("{} packets dropped by pool", r.dropped_pool);
     crate::say!("{} packets filtered", r.filtered);
+    if r.dropped_nic > 0 {
+        crate::say!(
+            "{} packets dropped by the interface before the kernel ring (its rx_dropped, \
+             rx_missed_errors and rx_fifo_errors: every receiver's, not only this capture's)",
+            r.dropped_nic
+        );
+    }
     if r.not_taken > 0 {
         crate::say!(
             "{} packets not taken (left in the kernel: received after the stop or past -c)",
@@ -457,16 +532,23 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(StatsFile::open)
         .transpose()?;
+    let format = file_format(&args);
     cfg.output = args.write.as_ref().map(|p| {
         let target = if p.as_os_str() == "-" {
             Output::Stdout
         } else {
             Output::File(p.clone())
         };
-        (target, args.format)
+        (target, format)
     });
+    if prints(&args) {
+        let printer = crate::cli::print::Printer::new(std::io::stdout());
+        cfg.output = Some((Output::Sink(Box::new(printer)), FileFormat::PcapNs));
+    }
     // SIGHUP too: a capture in a closed terminal or an ended ssh session stops as cleanly.
     let stop = crate::cli::flag_on(&[SIGINT, SIGTERM, SIGHUP])?;
+    // SIGUSR1 prints the accounting so far, as tcpdump does.
+    cfg.stats_request = Some(crate::cli::flag_on(&[SIGUSR1])?);
     let warning = crate::cli::predict::capture_warning(&cfg, 0);
     let (iface, snaplen, queues, pool) = (cfg.iface.clone(), cfg.snaplen, cfg.queues, cfg.pool);
     let stats_path = stats.as_ref().map(|s| s.path().to_owned());
@@ -493,7 +575,8 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         "listening on"
     };
     crate::say!(
-        "{verb} {iface}, link-type EN10MB (Ethernet), snapshot length {snaplen} bytes, {queues} queue{}, pool {}x{} cells",
+        "{verb} {iface}, link-type {}, snapshot length {snaplen} bytes, {queues} queue{}, pool {}x{} cells",
+        engine.linktype(),
         if queues == 1 { "" } else { "s" },
         pool.chunks,
         pool.cells

@@ -1,5 +1,5 @@
 //! `poolcap check`: reads capture files (plain, or compressed as `capture --compress` writes
-//! them) and checks the generator frames in them for loss, duplicates and reordering. Several
+//! them) packet by packet, never whole, and checks the generator frames in them for loss, duplicates and reordering. Several
 //! files are checked as one capture, in the order given (the files of a rotation:
 //! `poolcap check cap.pcapng cap.pcapng1 cap.pcapng2`). With `--expect N` the files must hold
 //! exactly frames 0..N of every generator, each once: a check that passes a file holding more
@@ -34,11 +34,11 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
     let mut checker = SeqChecker::new();
     let mut packets = 0;
     for path in &args.files {
-        let file = crate::capfile::read(path)
-            .with_context(|| format!("cannot check {}", path.display()))?;
-        packets += file.packets.len();
-        for p in &file.packets {
-            checker.observe_at(&p.data, p.ts_ns);
+        let cannot = || format!("cannot check {}", path.display());
+        let mut file = crate::capfile::stream(path).with_context(cannot)?;
+        while let Some(p) = file.next_packet().with_context(cannot)? {
+            packets += 1;
+            checker.observe_at(p.data, p.ts_ns);
         }
     }
     let names: Vec<String> = args.files.iter().map(|p| p.display().to_string()).collect();

@@ -89,6 +89,9 @@ pub struct ForwardArgs {
     /// Quiet: no status line while running.
     #[arg(short = 'q')]
     quiet: bool,
+    /// Don't put IN (and OUT with --bidirectional) into promiscuous mode (tcpdump's -p).
+    #[arg(short = 'p', long = "no-promiscuous-mode")]
+    no_promiscuous: bool,
     /// Also write what was forwarded (after --drop) to FILE (`-` for standard output), as
     /// `poolcap capture -w` writes.
     #[arg(short = 'w', value_name = "FILE")]
@@ -363,6 +366,8 @@ fn config(a: &ForwardArgs, dir: &Direction, status: bool) -> anyhow::Result<Capt
         },
         buddy_groups: vec![(0..queues).collect()],
         status_every: (status && !a.quiet).then_some(Duration::from_secs(1)),
+        promiscuous: !a.no_promiscuous,
+        stats_request: None,
     })
 }
 

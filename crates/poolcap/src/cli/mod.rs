@@ -20,6 +20,7 @@ mod ifaces;
 pub mod lab;
 pub mod manual;
 pub mod predict;
+mod print;
 pub mod privdrop;
 pub mod probe;
 pub mod sim;
@@ -111,7 +112,7 @@ pub fn usage(msg: impl Into<String>) -> anyhow::Error {
 
 /// Runs the command line and returns the process exit code.
 pub fn main() -> i32 {
-    let cli = match Cli::try_parse() {
+    let cli = match parse() {
         Ok(c) => c,
         Err(e) if e.use_stderr() => {
             crate::say!(
@@ -162,6 +163,20 @@ pub fn main() -> i32 {
             }
         }
     }
+}
+
+/// The command line, with `--version` naming libpcap's version too (it compiles every
+/// filter), as tcpdump's does.
+fn parse() -> Result<Cli, clap::Error> {
+    use clap::{CommandFactory, FromArgMatches};
+    let version = format!(
+        "{}\n{}",
+        env!("CARGO_PKG_VERSION"),
+        poolcap_sys::libpcap::version()
+    );
+    let version: &'static str = Box::leak(version.into_boxed_str());
+    let matches = Cli::command().version(version).try_get_matches()?;
+    Cli::from_arg_matches(&matches)
 }
 
 /// A command ended early because it was asked to by signal N: exit code 128 + N, as a shell

@@ -90,6 +90,9 @@ pub struct ProbeArgs {
     /// No table on stdout (the JSON Lines report still gets every period).
     #[arg(short = 'q')]
     quiet: bool,
+    /// Don't put the interface into promiscuous mode (tcpdump's -p).
+    #[arg(short = 'p', long = "no-promiscuous-mode", conflicts_with = "read")]
+    no_promiscuous: bool,
     #[command(flatten)]
     metrics: export::MetricsArgs,
     #[command(flatten)]
@@ -136,6 +139,9 @@ fn engine_argv(a: &ProbeArgs, iface: &str) -> Vec<String> {
     };
     opt("--backend", backend);
     opt("--speed", a.speed.clone());
+    if a.no_promiscuous {
+        v.push("-p".into());
+    }
     v
 }
 
@@ -152,6 +158,15 @@ fn engine_config(a: &ProbeArgs, iface: &str) -> anyhow::Result<CaptureConfig> {
                 .to_string(),
         )
     })?;
+    // Rules are compiled for, and flows read from, Ethernet frames.
+    if a.read.is_none() {
+        let linktype = crate::capture::linktype::of_interface(iface)?;
+        if linktype != poolcap_format::LinkType::ETHERNET {
+            return Err(usage(format!(
+                "the probe runs on Ethernet interfaces; {iface} is {linktype}"
+            )));
+        }
+    }
     capture_config(&parsed.capture)
 }
 

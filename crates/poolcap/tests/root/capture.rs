@@ -714,7 +714,12 @@ fn bad_input_errors() {
             Some(2),
             &["--bogus"],
         ),
-        ("zero snaplen", &["-i", "prb0", "-s", "0"], Some(2), &["-s"]),
+        (
+            "snaplen not a number",
+            &["-i", "prb0", "-s", "lots"],
+            Some(2),
+            &["-s"],
+        ),
         (
             "too many queues",
             &["-i", "prb0", "--queues", "65"],

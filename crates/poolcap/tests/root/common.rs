@@ -129,16 +129,23 @@ impl Background {
     }
 
     /// Waits for the process to exit on its own.
-    pub fn wait(mut self) -> (Option<i32>, String) {
-        let status = self.child.wait().expect("wait");
-        while let Ok(line) = self.stderr_lines.recv_timeout(Duration::from_millis(500)) {
-            self.stderr.push(line);
-        }
+    pub fn wait(self) -> (Option<i32>, String) {
+        let (code, stderr, _) = self.wait_with_stdout();
+        (code, stderr)
+    }
+
+    /// Waits for the process to exit on its own; also returns its standard output (if it
+    /// was piped).
+    pub fn wait_with_stdout(mut self) -> (Option<i32>, String, String) {
         let mut out = String::new();
         if let Some(mut o) = self.child.stdout.take() {
             let _ = o.read_to_string(&mut out);
         }
-        (status.code(), self.stderr.join("\n"))
+        let status = self.child.wait().expect("wait");
+        while let Ok(line) = self.stderr_lines.recv_timeout(Duration::from_millis(500)) {
+            self.stderr.push(line);
+        }
+        (status.code(), self.stderr.join("\n"), out)
     }
 }
 

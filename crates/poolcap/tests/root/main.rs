@@ -11,6 +11,7 @@ mod common;
 mod disk;
 mod doctor;
 mod export;
+mod field;
 mod forward;
 mod forward_xdp;
 mod gen;
@@ -33,6 +34,7 @@ fn main() {
     trials.extend(replay::trials());
     trials.extend(lengths::trials());
     trials.extend(capture::trials());
+    trials.extend(field::trials());
     trials.extend(disk::trials());
     trials.extend(offload::trials());
     trials.extend(xdp::trials());
