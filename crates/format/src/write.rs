@@ -1486,9 +1486,9 @@ pub(crate) mod tests {
 
     #[test]
     fn tcpdump_reads_the_same_packets_and_timestamps() {
-        let Some(tcpdump) = tool(&["/usr/bin/tcpdump", "/usr/sbin/tcpdump"]) else {
-            return;
-        };
+        // ./dev deps installs tcpdump: without it the test fails, it never passes unread.
+        let tcpdump = tool(&["/usr/bin/tcpdump", "/usr/sbin/tcpdump"])
+            .expect("tcpdump is not installed (./dev deps installs it)");
         let dir = tempfile::tempdir().unwrap();
         let packets = sample_packets();
         for format in FORMATS {
@@ -1515,9 +1515,9 @@ pub(crate) mod tests {
 
     #[test]
     fn tshark_reads_pcapng_nanosecond_times_and_lengths() {
-        let Some(tshark) = tool(&["/usr/bin/tshark"]) else {
-            return;
-        };
+        // ./dev deps installs tshark: without it the test fails, it never passes unread.
+        let tshark =
+            tool(&["/usr/bin/tshark"]).expect("tshark is not installed (./dev deps installs it)");
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sample.pcapng");
         let packets = sample_packets();

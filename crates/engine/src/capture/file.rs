@@ -4,7 +4,8 @@
 //! Packets keep their recorded timestamps. They come as fast as the pipeline takes them
 //! (a full pool makes the capture thread wait: a file never drops), or, with a speed, at
 //! that multiple of their recorded pace. The filter is libpcap's with offline semantics, as
-//! `tcpdump -r` applies it: a VLAN tag is in the data. A stop ends reading at once; the
+//! `tcpdump -r` applies it: a VLAN tag is in the data, and length tests read the recorded
+//! wire length, not the bytes kept. A stop ends reading at once; the
 //! packets not read count as `not_taken`, so `packets in the file = captured + filtered +
 //! not_taken`.
 //!
@@ -22,6 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use poolcap_format::{LinkType, RecordedPacket};
+use poolcap_sys::pcap_filter::OfflineFilter;
 use poolcap_sys::poll::Readiness;
 use poolcap_sys::SysError;
 
@@ -97,7 +99,7 @@ pub struct FileSource {
     packets: Vec<RecordedPacket>,
     linktype: LinkType,
     next: usize,
-    filter: Option<pcap::BpfProgram>,
+    filter: Option<OfflineFilter>,
     /// Recorded nanoseconds per real nanosecond, if paced.
     speed: Option<f64>,
     started: Instant,
@@ -193,7 +195,7 @@ impl FileSource {
     /// A source of `packets`.
     pub fn new(
         packets: Vec<RecordedPacket>,
-        filter: Option<pcap::BpfProgram>,
+        filter: Option<OfflineFilter>,
         speed: Option<f64>,
     ) -> Self {
         Self {
@@ -251,7 +253,11 @@ impl Source for FileSource {
         while self.next < end && self.until_due().is_zero() && !self.held() {
             let p = &self.packets[self.next];
             self.next += 1;
-            if self.filter.as_ref().is_some_and(|f| !f.filter(&p.data)) {
+            if self
+                .filter
+                .as_ref()
+                .is_some_and(|f| !f.matches(&p.data, p.orig_len))
+            {
                 filler.tally.filtered += 1;
                 continue;
             }
