@@ -193,14 +193,20 @@ mod tests {
             (LinkType::ETHERNET, &eth),
             (LinkType::LINUX_SLL2, &sll2),
         ] {
+            let wire = packet.len() as u32;
             let p = compile_packet_user("udp dst port 53", linktype).unwrap();
-            assert!(p.matches_packet(packet), "{linktype}");
+            assert!(p.matches_packet(packet, wire), "{linktype}");
             let p = compile_packet_user("udp dst port 54", linktype).unwrap();
-            assert!(!p.matches_packet(packet), "{linktype}");
+            assert!(!p.matches_packet(packet, wire), "{linktype}");
+            // Length tests read the wire length, also of a packet cut short.
+            let p = compile_packet_user("greater 1000", linktype).unwrap();
+            assert!(p.matches_packet(&packet[..20], 1400), "{linktype}");
+            assert!(!p.matches_packet(packet, wire), "{linktype}");
         }
         let raw = compile_packet_user("udp dst port 53", LinkType::RAW).unwrap();
+        let wire = eth.len() as u32;
         assert!(
-            !raw.matches_packet(&eth),
+            !raw.matches_packet(&eth, wire),
             "an Ethernet frame read as raw IP"
         );
         assert!(compile_user("ether host 1:2:3:4:5:6", LinkType::RAW).is_err());
