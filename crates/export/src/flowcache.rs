@@ -14,8 +14,9 @@
 //! rule with the flows action is its own observation domain (its position in the rule list
 //! plus one), so a packet two rules count is not one flow counted twice.
 //!
-//! Only the flows the probe lists are seen here: with `top = N` the rest, and what the
-//! probe's table cap evicted, are only in the probe's own report.
+//! Every flow of the probe's table is seen here, also with `top = N` (which only shortens
+//! the report's list). What the table cap evicted has no record: the exporter counts those
+//! flows as not delivered.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -117,12 +118,12 @@ impl FlowCache {
         self.open.is_empty()
     }
 
-    /// Adds one period's records (every rule's listed flows); returns the flows that did
-    /// not parse.
+    /// Adds one period's records (every rule's flows, listed or not); returns the flows
+    /// that did not parse.
     pub fn add_period(&mut self, records: &[RuleRecord]) -> Vec<BadRecord> {
         let mut bad = Vec::new();
         for (i, r) in records.iter().enumerate() {
-            for f in r.flows.iter().flat_map(|f| &f.list) {
+            for f in r.flows.iter().flat_map(|f| f.all()) {
                 if let Err(e) = self.add(i as u32 + 1, f) {
                     bad.push(e);
                 }
@@ -252,6 +253,7 @@ pub(crate) mod tests {
                 count: list.len(),
                 evicted: Evicted::default(),
                 list,
+                unlisted: Vec::new(),
             }),
             sizes: None,
             alerts: None,

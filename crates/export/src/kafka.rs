@@ -324,6 +324,7 @@ mod tests {
                 count: 2,
                 evicted: Default::default(),
                 list: vec![flow(1000), flow(1001)],
+                unlisted: Vec::new(),
             }),
             sizes: None,
             alerts: Some(vec![AlertRecord {

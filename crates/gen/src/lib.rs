@@ -272,9 +272,14 @@ pub fn run(mut cfg: GenConfig, stop: &AtomicBool) -> Result<GenReport, GenError>
             let at = due.max(last_batch_ns + period / 2);
             wait_until(start + Duration::from_nanos(at), stop);
         }
+        let sent_ns = realtime_ns();
+        // The wait may have crossed the end: no batch leaves after it (its stamp is read
+        // first, so every stamp is before the end).
+        if cfg.duration.is_some_and(|d| start.elapsed() >= d) {
+            break;
+        }
         last_batch_ns = start.elapsed().as_nanos() as u64;
         let n = n as usize;
-        let sent_ns = realtime_ns();
         for i in 0..n {
             let len = cfg.frames.frame(sent + i as u64, tx.slot_mut(i), sent_ns);
             tx.set_len(i, len);

@@ -3,6 +3,18 @@
 //! tags). A frame without an IP header has no key and is only counted; an IP fragment
 //! whose transport header is not in it (any fragment, as etherparse does not reassemble)
 //! gets ports 0, so all fragments of one datagram fall in one flow per address pair.
+//!
+//! The definition of a key, which the in-kernel `flows` program follows too
+//! (`poolcap_engine::probe::kernel::flowkey`), so both report alike:
+//! - after at most three VLAN tags (0x8100, 0x88a8, 0x9100), the ethertype decides the
+//!   family: 0x0800 must carry a version-4 header, 0x86dd a version-6 one; any other
+//!   ethertype (ARP, MACsec, ...) or a header of the other version has no key, as a filter
+//!   `ip` or `ip6` would not select it as such;
+//! - an IPv4 header shorter than 20 bytes or cut short has no key; an IPv4 total length
+//!   below the header's length (TSO frames carry 0) is not usable, and the payload runs to
+//!   the data's end (as for a total length past it);
+//! - the rest as etherparse's lax slicer reads it (IPv6 extension headers, ports of whole
+//!   TCP and UDP headers, fragments without ports).
 
 use std::net::IpAddr;
 
@@ -56,8 +68,39 @@ pub fn flag_letters(flags: u8) -> String {
     .collect()
 }
 
+/// VLAN tag protocol identifiers the parsers look through.
+const TAGS: [u16; 3] = [0x8100, 0x88a8, 0x9100];
+
+/// Whether the ethertype after at most three tags promises the IP version the header has
+/// (see the module docs); etherparse would otherwise key MACsec's inner packet and go by
+/// the header's version alone.
+fn ethertype_promises_ip(frame: &[u8]) -> bool {
+    let at = |off: usize| {
+        frame
+            .get(off..off + 2)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]))
+    };
+    let mut off = 12;
+    for _ in 0..=3 {
+        let version = match at(off) {
+            Some(t) if TAGS.contains(&t) => {
+                off += 4;
+                continue;
+            }
+            Some(0x0800) => 4,
+            Some(0x86dd) => 6,
+            _ => return false,
+        };
+        return frame.get(off + 2).is_some_and(|b| b >> 4 == version);
+    }
+    false
+}
+
 /// The frame's flow key and TCP flags (0 unless TCP), or None without an IP header.
 pub fn parse(frame: &[u8]) -> Option<(FlowKey, u8)> {
+    if !ethertype_promises_ip(frame) {
+        return None;
+    }
     let p = LaxSlicedPacket::from_ethernet(frame).ok()?;
     let (src, dst, payload) = match p.net.as_ref()? {
         LaxNetSlice::Ipv4(ip) => (
@@ -167,5 +210,49 @@ pub(crate) mod tests {
         let mut arp = f.clone();
         arp[12..14].copy_from_slice(&[0x08, 0x06]);
         assert!(parse(&arp).is_none());
+    }
+
+    /// Frames the key's definition (module docs) decides and etherparse alone would not.
+    pub(crate) fn odd_frames() -> Vec<Vec<u8>> {
+        let v4 = udp4([1, 1, 1, 1], [2, 2, 2, 2], 5, 9, 20);
+        let v6 = syn6([1; 16], [2; 16], false);
+        let retyped = |f: &[u8], t: [u8; 2]| [&f[..12], &t, &f[14..]].concat();
+        let total_len = |n: u16| [&v4[..16], &n.to_be_bytes()[..], &v4[18..]].concat();
+        vec![
+            // MACsec (SecTAG with and without the SCI), an IPv4 packet inside.
+            [
+                &v4[..12],
+                &[0x88, 0xe5, 0x20, 0, 0, 0, 0, 1],
+                &[0; 8],
+                &v4[12..],
+            ]
+            .concat(),
+            [&v4[..12], &[0x88, 0xe5, 0, 0, 0, 0, 0, 1], &v4[12..]].concat(),
+            retyped(&v6, [0x08, 0x00]),
+            retyped(&v4, [0x86, 0xdd]),
+            total_len(19),
+            total_len(0),
+            total_len(20),
+        ]
+    }
+
+    #[test]
+    fn the_ethertype_decides_and_a_short_total_length_is_not_used() {
+        let keys: Vec<_> = odd_frames()
+            .iter()
+            .map(|f| parse(f).map(|(k, _)| (k.proto, k.sport, k.dport)))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                None,
+                None,
+                None,
+                None,
+                Some((17, 5, 9)),
+                Some((17, 5, 9)),
+                Some((17, 0, 0))
+            ]
+        );
     }
 }

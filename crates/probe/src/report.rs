@@ -100,6 +100,16 @@ pub struct FlowsRecord {
     pub evicted: Evicted,
     /// The flows listed: all, or the `top` largest.
     pub list: Vec<FlowRecord>,
+    /// With `top`, the flows not listed: not in the JSON, but exported (IPFIX) like the rest.
+    #[serde(skip)]
+    pub unlisted: Vec<FlowRecord>,
+}
+
+impl FlowsRecord {
+    /// Every flow of the table, listed or not.
+    pub fn all(&self) -> impl Iterator<Item = &FlowRecord> {
+        self.list.iter().chain(&self.unlisted)
+    }
 }
 
 /// One alert event: a key above the rule's rate in a period.
@@ -168,9 +178,8 @@ pub fn time_ns(ns: u64) -> SystemTime {
 
 fn flows_record(t: &FlowTable, top: Option<usize>, by: TopBy) -> FlowsRecord {
     let ranked = t.ranked(by);
-    let list = ranked
+    let mut list: Vec<FlowRecord> = ranked
         .iter()
-        .take(top.unwrap_or(usize::MAX))
         .map(|(k, s)| FlowRecord {
             src: k.src.to_string(),
             dst: k.dst.to_string(),
@@ -184,10 +193,12 @@ fn flows_record(t: &FlowTable, top: Option<usize>, by: TopBy) -> FlowsRecord {
             tcp_flags: flag_letters(s.tcp_flags),
         })
         .collect();
+    let unlisted = list.split_off(top.unwrap_or(usize::MAX).min(list.len()));
     FlowsRecord {
         count: t.len(),
         evicted: t.evicted(),
         list,
+        unlisted,
     }
 }
 
@@ -343,6 +354,9 @@ mod tests {
         assert_eq!(v["flows"]["count"], 2);
         assert_eq!(v["flows"]["list"].as_array().unwrap().len(), 1);
         assert_eq!(v["flows"]["list"][0]["dst"], "2.2.2.2");
+        assert!(v["flows"].get("unlisted").is_none(), "not in the JSON: {v}");
+        let all: Vec<_> = r[0].flows.as_ref().unwrap().all().map(|f| &f.dst).collect();
+        assert_eq!(all, ["2.2.2.2", "3.3.3.3"], "top shortens only the list");
         // 5 packets in 2 s is 2.5/s > 2: one alert, for 2.2.2.2 only.
         assert_eq!(v["alerts"].as_array().unwrap().len(), 1);
         assert_eq!(v["alerts"][0]["value"], "2.2.2.2");

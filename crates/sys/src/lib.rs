@@ -5,7 +5,8 @@
 //! receive ring ([`rx_ring`]), waiting on capture sockets ([`poll`]), the forwarder's sender
 //! ([`tx`]), AF_XDP sockets for capture and for forwarding from the UMEM ([`xsk`]), generated
 //! eBPF programs and maps ([`bpf`]), shared memory mappings (module `mmap`), a handful of
-//! process facts ([`process`]) and libpcap's version ([`libpcap`]).
+//! process facts ([`process`]), libpcap's version ([`libpcap`]) and its filter over a packet
+//! cut short ([`pcap_filter`]), and what a TCP peer has not acknowledged ([`tcp`]).
 //! Pipeline logic lives in the `poolcap` crate, which forbids `unsafe`.
 //!
 //! Every wrapper passes `error::enter` right before its system call: one chokepoint where
@@ -21,12 +22,14 @@ pub mod fault;
 pub mod libpcap;
 pub(crate) mod mmap;
 pub mod netdev;
+pub mod pcap_filter;
 pub mod poll;
 pub mod privilege;
 pub mod process;
 pub mod rx_ring;
 pub mod socket;
 pub(crate) mod sockopt;
+pub mod tcp;
 pub mod time;
 pub mod tx;
 pub mod xdp;

@@ -199,8 +199,8 @@ pub fn text(_meta: &Meta, rows: &[Row]) -> Text {
     if !own.is_empty() {
         tables.push(Table::new(
             "poolcap forward's accounting: received = forwarded + dropped_by_rule + \
-             dropped_kernel + dropped_pool + dropped_tx + filtered (unaccounted = offered − \
-             those terms)",
+             dropped_kernel + dropped_pool + dropped_tx + filtered + not_taken (unaccounted = \
+             offered − those terms)",
             own,
             &ACCOUNTING,
             &[],

@@ -227,7 +227,7 @@ impl Source for PacketSource {
                         scratch.clear();
                         scratch.extend_from_slice(&head);
                         scratch.extend_from_slice(pkt.data);
-                        if !f.matches_packet(scratch) {
+                        if !f.matches_packet(scratch, pkt.wire_len + SLL2_LEN as u32) {
                             filler.tally.filtered += 1;
                             continue;
                         }

@@ -53,6 +53,8 @@ struct View<'a> {
     data: &'a [u8],
     /// The outer tag (TCI, TPID), stripped from bytes 12..16 of `data`.
     vlan: Option<(u16, u16)>,
+    /// The packet's length on the wire, when `data` may be less (cut by a snaplen).
+    wire: Option<u32>,
 }
 
 impl View<'_> {
@@ -64,11 +66,16 @@ impl View<'_> {
             }
             _ => None,
         };
-        View { data, vlan }
+        View {
+            data,
+            vlan,
+            wire: None,
+        }
     }
 
     fn len(&self) -> u32 {
-        (self.data.len() - if self.vlan.is_some() { 4 } else { 0 }) as u32
+        self.wire
+            .unwrap_or((self.data.len() - if self.vlan.is_some() { 4 } else { 0 }) as u32)
     }
 
     fn byte(&self, off: u32) -> Option<u32> {
@@ -141,12 +148,14 @@ impl Program {
         self.run(&View::of(frame)).is_some_and(|r| r > 0)
     }
 
-    /// True when the program accepts `packet` as it stands (no tag to strip: a program
-    /// compiled for a dead handle of the packet's link type, as `tcpdump -r` runs it).
-    pub fn matches_packet(&self, packet: &[u8]) -> bool {
+    /// True when the program accepts `packet`, `wire` bytes long on the wire, as it stands
+    /// (no tag to strip: a program compiled for a dead handle of the packet's link type, as
+    /// `tcpdump -r` runs it; length tests read `wire`).
+    pub fn matches_packet(&self, packet: &[u8], wire: u32) -> bool {
         let view = View {
             data: packet,
             vlan: None,
+            wire: Some(wire),
         };
         self.run(&view).is_some_and(|r| r > 0)
     }

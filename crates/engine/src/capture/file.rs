@@ -11,7 +11,8 @@
 //! (a full pool makes the capture thread wait: a file never drops), or, with a speed, at
 //! that multiple of their recorded pace. The next packet is decoded ahead
 //! ([`PacketReader::peek`]), so its time is known before it is taken. The filter is
-//! libpcap's with offline semantics, as `tcpdump -r` applies it: a VLAN tag is in the data.
+//! libpcap's with offline semantics, as `tcpdump -r` applies it: a VLAN tag is in the data,
+//! and length tests read the recorded wire length, not the bytes kept.
 //!
 //! Accounting: every packet read ends in one counter, so `packets read = captured +
 //! filtered + not_taken`. A stop (a signal, `--duration`) or a spent count limit (`-c`)
@@ -36,6 +37,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use poolcap_format::{decompressed, LinkType, PacketReader, ReadError};
+use poolcap_sys::pcap_filter::OfflineFilter;
 use poolcap_sys::poll::Readiness;
 use poolcap_sys::SysError;
 
@@ -117,7 +119,7 @@ pub struct FileSource {
     next_ts: Option<u64>,
     /// Why reading ended before the end of the file.
     failure: Option<FileError>,
-    filter: Option<pcap::BpfProgram>,
+    filter: Option<OfflineFilter>,
     /// Recorded nanoseconds per real nanosecond, if paced.
     speed: Option<f64>,
     started: Instant,
@@ -263,7 +265,11 @@ impl Source for FileSource {
             }
             // The packet read ahead (so never an error).
             if let Ok(Some(p)) = self.reader.next_packet() {
-                if self.filter.as_ref().is_some_and(|f| !f.filter(p.data)) {
+                if self
+                    .filter
+                    .as_ref()
+                    .is_some_and(|f| !f.matches(p.data, p.orig_len))
+                {
                     filler.tally.filtered += 1;
                 } else {
                     filler.push_copy(pool, p.ts_ns, [p.data, &[], &[]], p.orig_len);

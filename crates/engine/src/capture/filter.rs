@@ -8,6 +8,7 @@
 //! kernel copies no more than will be kept.
 
 use poolcap_format::LinkType;
+use poolcap_sys::pcap_filter::OfflineFilter;
 use poolcap_sys::socket::BpfInsn;
 
 /// `BPF_RET | BPF_K`.
@@ -70,33 +71,23 @@ pub fn compile(
         .and_then(|c| c.snaplen(snaplen as i32).buffer_size(1 << 16).open());
     let program = match live {
         Ok(cap) => cap.compile(expr, true).map_err(err)?,
-        Err(_) => compile_user(expr, linktype)?,
+        Err(_) => compile_dead(expr, linktype)?,
     };
     Ok(to_insns(&program, snaplen))
 }
 
 /// Compiles `expr` with offline semantics (as `tcpdump -r`: a VLAN tag is in the data) for
 /// packets of `linktype`: the file source, and a capture on every interface (its packets
-/// carry the LINUX_SLL2 header poolcap puts in front of them).
-pub fn compile_user(expr: &str, linktype: LinkType) -> Result<pcap::BpfProgram, FilterError> {
-    let err = |e: pcap::Error| FilterError {
-        expr: expr.to_string(),
-        message: e.to_string(),
-    };
-    let dlt = linktype.dlt().ok_or_else(|| FilterError {
-        expr: expr.to_string(),
-        message: format!("no filters for link type {}", linktype.0),
-    })?;
-    pcap::Capture::dead(pcap::Linktype(dlt))
-        .map_err(err)?
-        .compile(expr, true)
-        .map_err(err)
+/// carry the LINUX_SLL2 header poolcap puts in front of them). It is run with each packet's
+/// wire length, as `tcpdump -r` runs it.
+pub fn compile_user(expr: &str, linktype: LinkType) -> Result<OfflineFilter, FilterError> {
+    compile_dead(expr, linktype).map(OfflineFilter::new)
 }
 
 /// [`compile_user`]'s program for Ethernet as instructions, for the probe's eBPF
 /// translation.
 pub fn compile_offline(expr: &str) -> Result<Vec<BpfInsn>, FilterError> {
-    compile_user(expr, LinkType::ETHERNET).map(|p| to_insns(&p, u32::MAX))
+    compile_dead(expr, LinkType::ETHERNET).map(|p| to_insns(&p, u32::MAX))
 }
 
 /// [`compile_user`]'s program, run by poolcap's interpreter ([`super::bpf::Program`]) on
@@ -105,7 +96,7 @@ pub fn compile_packet_user(
     expr: &str,
     linktype: LinkType,
 ) -> Result<super::bpf::Program, FilterError> {
-    let insns = to_insns(&compile_user(expr, linktype)?, u32::MAX);
+    let insns = to_insns(&compile_dead(expr, linktype)?, u32::MAX);
     super::bpf::Program::new(insns).map_err(|message| FilterError {
         expr: expr.to_string(),
         message,
@@ -134,6 +125,22 @@ pub fn accept_all(snaplen: u32) -> Vec<BpfInsn> {
         jf: 0,
         k: snaplen,
     }]
+}
+
+/// `expr` compiled by libpcap on a dead handle of `linktype` (offline semantics).
+fn compile_dead(expr: &str, linktype: LinkType) -> Result<pcap::BpfProgram, FilterError> {
+    let err = |e: pcap::Error| FilterError {
+        expr: expr.to_string(),
+        message: e.to_string(),
+    };
+    let dlt = linktype.dlt().ok_or_else(|| FilterError {
+        expr: expr.to_string(),
+        message: format!("no filters for link type {}", linktype.0),
+    })?;
+    pcap::Capture::dead(pcap::Linktype(dlt))
+        .map_err(err)?
+        .compile(expr, true)
+        .map_err(err)
 }
 
 #[cfg(test)]
@@ -186,14 +193,20 @@ mod tests {
             (LinkType::ETHERNET, &eth),
             (LinkType::LINUX_SLL2, &sll2),
         ] {
+            let wire = packet.len() as u32;
             let p = compile_packet_user("udp dst port 53", linktype).unwrap();
-            assert!(p.matches_packet(packet), "{linktype}");
+            assert!(p.matches_packet(packet, wire), "{linktype}");
             let p = compile_packet_user("udp dst port 54", linktype).unwrap();
-            assert!(!p.matches_packet(packet), "{linktype}");
+            assert!(!p.matches_packet(packet, wire), "{linktype}");
+            // Length tests read the wire length, also of a packet cut short.
+            let p = compile_packet_user("greater 1000", linktype).unwrap();
+            assert!(p.matches_packet(&packet[..20], 1400), "{linktype}");
+            assert!(!p.matches_packet(packet, wire), "{linktype}");
         }
         let raw = compile_packet_user("udp dst port 53", LinkType::RAW).unwrap();
+        let wire = eth.len() as u32;
         assert!(
-            !raw.matches_packet(&eth),
+            !raw.matches_packet(&eth, wire),
             "an Ethernet frame read as raw IP"
         );
         assert!(compile_user("ether host 1:2:3:4:5:6", LinkType::RAW).is_err());

@@ -29,7 +29,9 @@
 //! Accounting: every frame the pipeline captured ends in exactly one of `forwarded`,
 //! `dropped_by_rule` or `dropped_tx` (OUT could not take it: down, or its queue stayed
 //! full), so `received = forwarded + dropped_by_rule + dropped_kernel + dropped_pool +
-//! dropped_tx + filtered` per queue and in total. When OUT stops taking frames the forwarder
+//! dropped_tx + filtered + not_taken` per queue and in total, where `not_taken` counts the
+//! frames IN's sockets held when the forwarder stopped (after the stop's cut, or past
+//! `-c N`): left in the kernel as a stopped capture leaves them, never sent. When OUT stops taking frames the forwarder
 //! says so once, counts the frames as `dropped_tx` and keeps trying with every new chunk, so
 //! forwarding resumes by itself when OUT comes back.
 
@@ -52,6 +54,7 @@ use super::pool::{Chunk, Pool};
 use super::queue::Progress;
 use super::CaptureError;
 use poolcap_sys::netdev;
+use poolcap_sys::pcap_filter::OfflineFilter;
 
 /// Send buffer of the transmit socket: room for a few chunks of full-size frames, so a
 /// burst leaving the pool does not wait for the interface frame by frame.
@@ -101,7 +104,7 @@ pub type AllForwardCounters = Arc<Vec<ForwardCounters>>;
 /// A tcpdump expression whose matching frames are dropped inline.
 pub struct DropRule {
     expr: String,
-    program: pcap::BpfProgram,
+    program: OfflineFilter,
 }
 
 impl std::fmt::Debug for DropRule {
@@ -121,8 +124,8 @@ impl DropRule {
         })
     }
 
-    fn matches(&self, frame: &[u8]) -> bool {
-        self.program.filter(frame)
+    fn matches(&self, frame: &[u8], wire_len: u32) -> bool {
+        self.program.matches(frame, wire_len)
     }
 }
 
@@ -354,7 +357,12 @@ impl Forwarder {
         let (mut by_rule, mut cut_short) = (0u64, 0u64);
         for (i, (meta, data)) in chunk.packets().enumerate() {
             q.last_ts = q.last_ts.max(meta.ts_ns);
-            if self.setup.drop.as_ref().is_some_and(|r| r.matches(data)) {
+            if self
+                .setup
+                .drop
+                .as_ref()
+                .is_some_and(|r| r.matches(data, meta.wire_len))
+            {
                 by_rule += 1;
             } else if meta.caplen < meta.wire_len {
                 cut_short += 1;
@@ -524,7 +532,7 @@ impl OutState {
 pub struct ForwardStats {
     /// Receive queue index (0 in the total).
     pub queue: usize,
-    /// Every frame the queue accounted for: the sum of the six terms below.
+    /// Every frame the queue accounted for: the sum of the seven terms below.
     pub received: u64,
     /// Sent out of OUT.
     pub forwarded: u64,
@@ -540,6 +548,8 @@ pub struct ForwardStats {
     pub dropped_tx: u64,
     /// Rejected by the capture filter.
     pub filtered: u64,
+    /// Received after the stop's cut or past `-c N`, left in the kernel and not sent.
+    pub not_taken: u64,
     /// Captured but neither sent nor dropped: 0 once the engine has drained.
     pub in_flight: u64,
     /// Frames of this queue's chunks processed by a buddy's workers (they still leave in
@@ -561,6 +571,7 @@ impl ForwardStats {
             dropped_pool: capture.dropped_pool,
             dropped_tx,
             filtered: capture.filtered,
+            not_taken: capture.not_taken,
             in_flight: capture
                 .captured
                 .saturating_sub(forwarded + dropped_by_rule + dropped_tx),
@@ -579,6 +590,7 @@ impl ForwardStats {
             t.dropped_pool += q.dropped_pool;
             t.dropped_tx += q.dropped_tx;
             t.filtered += q.filtered;
+            t.not_taken += q.not_taken;
             t.in_flight += q.in_flight;
             t.offloaded_out += q.offloaded_out;
             t
@@ -607,6 +619,7 @@ mod tests {
             dropped_kernel: 7,
             dropped_pool: 3,
             filtered: 2,
+            not_taken: 5,
             ..QueueStats::default()
         };
         let f = ForwardCounters::default();
@@ -614,7 +627,7 @@ mod tests {
         ForwardCounters::add(&f.dropped_by_rule, 6);
         ForwardCounters::add(&f.dropped_tx, 4);
         let s = ForwardStats::of(&capture, &f);
-        assert_eq!(s.received, 112);
+        assert_eq!(s.received, 117);
         assert_eq!(s.in_flight, 0);
         assert_eq!(
             s.received,
@@ -624,9 +637,13 @@ mod tests {
                 + s.dropped_pool
                 + s.dropped_tx
                 + s.filtered
+                + s.not_taken
         );
         let t = ForwardStats::total(&[s.clone(), s]);
-        assert_eq!((t.received, t.forwarded, t.dropped_tx), (224, 180, 8));
+        assert_eq!(
+            (t.received, t.forwarded, t.dropped_tx, t.not_taken),
+            (234, 180, 8, 10)
+        );
     }
 
     #[test]
@@ -637,9 +654,9 @@ mod tests {
         frame[14] = 0x45;
         frame[23] = 17; // UDP
         frame[36..38].copy_from_slice(&9u16.to_be_bytes()); // destination port
-        assert!(rule.matches(&frame));
+        assert!(rule.matches(&frame, 42));
         frame[36..38].copy_from_slice(&10u16.to_be_bytes());
-        assert!(!rule.matches(&frame));
+        assert!(!rule.matches(&frame, 42));
         let e = DropRule::compile("udp prot 9").unwrap_err();
         assert!(e.to_string().contains("udp prot 9"), "{e}");
     }

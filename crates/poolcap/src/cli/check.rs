@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
+use poolcap_format::LinkType;
 
 use crate::seqcheck::{GenReport, LatencyReport, SeqChecker};
 
@@ -29,6 +30,34 @@ pub struct CheckArgs {
     json: bool,
 }
 
+/// `packet` of `linktype` as the Ethernet frame the generator sent (the checker reads
+/// Ethernet): as it is, or its network layer behind a made-up Ethernet header in `scratch`
+/// (a capture on every interface, or on a raw IP device).
+fn as_ethernet<'a>(
+    linktype: LinkType,
+    packet: &'a [u8],
+    scratch: &'a mut Vec<u8>,
+) -> anyhow::Result<&'a [u8]> {
+    let (ethertype, payload) = match linktype {
+        LinkType::ETHERNET => return Ok(packet),
+        LinkType::LINUX_SLL2 if packet.len() >= 20 => ([packet[0], packet[1]], &packet[20..]),
+        LinkType::LINUX_SLL if packet.len() >= 16 => ([packet[14], packet[15]], &packet[16..]),
+        LinkType::RAW | LinkType::IPV4 | LinkType::IPV6 => match packet.first().map(|b| b >> 4) {
+            Some(6) => ([0x86, 0xdd], packet),
+            _ => ([0x08, 0x00], packet),
+        },
+        LinkType::LINUX_SLL2 | LinkType::LINUX_SLL => ([0, 0], &[][..]),
+        _ => {
+            anyhow::bail!("generator frames are checked in Ethernet, raw IP or Linux cooked files")
+        }
+    };
+    scratch.clear();
+    scratch.extend_from_slice(&[0; 12]);
+    scratch.extend_from_slice(&ethertype);
+    scratch.extend_from_slice(payload);
+    Ok(scratch)
+}
+
 /// Runs `poolcap check`.
 pub fn run(args: CheckArgs) -> anyhow::Result<()> {
     let mut checker = SeqChecker::new();
@@ -36,9 +65,13 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
     for path in &args.files {
         let cannot = || format!("cannot check {}", path.display());
         let mut file = crate::capfile::stream(path).with_context(cannot)?;
+        let linktype = LinkType(file.linktype() as u16);
+        let mut frame = Vec::new();
         while let Some(p) = file.next_packet().with_context(cannot)? {
             packets += 1;
-            checker.observe_at(p.data, p.ts_ns);
+            let data = as_ethernet(linktype, p.data, &mut frame)
+                .with_context(|| format!("{}: link type {linktype}", cannot()))?;
+            checker.observe_at(data, p.ts_ns);
         }
     }
     let names: Vec<String> = args.files.iter().map(|p| p.display().to_string()).collect();

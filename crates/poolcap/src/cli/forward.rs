@@ -30,7 +30,8 @@ use crate::{netdev, units};
 #[derive(Debug, Args)]
 #[command(
     after_help = "Every frame received on IN ends in one counter: received = forwarded + dropped_by_rule \
-+ dropped_kernel + dropped_pool + dropped_tx + filtered. Frames of one flow leave in the order they came.
++ dropped_kernel + dropped_pool + dropped_tx + filtered + not_taken (not_taken: left in IN's \
+kernel ring at the stop, after its cut or past -c). Frames of one flow leave in the order they came.
 
 Examples:
   poolcap forward -i eth0 -o eth1
@@ -185,6 +186,10 @@ impl ForwardReport {
         eprintln!("{} frames dropped by pool", t.dropped_pool);
         eprintln!("{} frames dropped at transmit", t.dropped_tx);
         eprintln!("{} frames filtered", t.filtered);
+        eprintln!(
+            "{} frames not taken (left in the kernel at the stop)",
+            t.not_taken
+        );
         if let Some(n) = self.written {
             eprintln!("{n} frames written");
         }
@@ -194,7 +199,7 @@ impl ForwardReport {
         if self.queues.len() > 1 {
             for q in &self.queues {
                 eprintln!(
-                    "  queue {}: received {} forwarded {} dropped rule {} kernel {} pool {} tx {} filtered {}",
+                    "  queue {}: received {} forwarded {} dropped rule {} kernel {} pool {} tx {} filtered {} not taken {}",
                     q.queue,
                     q.received,
                     q.forwarded,
@@ -202,7 +207,8 @@ impl ForwardReport {
                     q.dropped_kernel,
                     q.dropped_pool,
                     q.dropped_tx,
-                    q.filtered
+                    q.filtered,
+                    q.not_taken
                 );
             }
         }

@@ -163,7 +163,7 @@ struct ModelArgs {
     #[arg(long, value_delimiter = ',', default_values_t = vec![model::DEFAULT_COST_NS])]
     cost_ns: Vec<f64>,
     /// Pool geometry M,R: cells per chunk, chunks per queue.
-    #[arg(long, default_value = "256,100", value_parser = parse_pool)]
+    #[arg(long, default_value = "256,100", value_parser = crate::cli::capture::parse_pool)]
     pool: (usize, usize),
     /// Kernel ring per queue, packets.
     #[arg(long, default_value_t = model::DEFAULT_RING)]
@@ -184,19 +184,6 @@ fn parse_pps(s: &str) -> Result<f64, String> {
         units::Rate::Pps(p) => Ok(p),
         units::Rate::Bps(_) => Err(format!("`{s}`: give a packet rate (e.g. 300k, 2M)")),
     }
-}
-
-fn parse_pool(s: &str) -> Result<(usize, usize), String> {
-    let (m, r) = s
-        .split_once(',')
-        .ok_or_else(|| format!("`{s}`: give the pool as M,R (cells per chunk, chunks)"))?;
-    let num = |v: &str, what: &str| -> Result<usize, String> {
-        match v.trim().parse::<usize>() {
-            Ok(x) if x > 0 => Ok(x),
-            _ => Err(format!("`{v}` is not a number of {what}")),
-        }
-    };
-    Ok((num(m, "cells")?, num(r, "chunks")?))
 }
 
 impl ModelArgs {

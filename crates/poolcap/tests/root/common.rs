@@ -330,3 +330,42 @@ pub fn start_probe(lab: &Lab, args: &[&str]) -> Background {
         .stdout(Stdio::null());
     Background::start(cmd, "probing on")
 }
+
+/// The interface statistics blocks of a pcapng file as tshark's own pcapng dissector reads
+/// the file's structure (an outside reader): (received, dropped) per block.
+pub fn tshark_statistics_blocks(file: &Path) -> Vec<(u64, u64)> {
+    let out = Command::new("tshark")
+        .args(["-X", "read_format:MIME Files Format", "-r"])
+        .arg(file)
+        .args([
+            "-T",
+            "fields",
+            "-e",
+            "pcapng.options.option.data.interface.received",
+            "-e",
+            "pcapng.options.option.data.interface.dropped",
+        ])
+        .output()
+        .expect("tshark -r");
+    assert!(
+        out.status.success(),
+        "tshark -r {}: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let n: Vec<u64> = l
+                .split('\t')
+                .map(|x| {
+                    x.trim()
+                        .parse()
+                        .unwrap_or_else(|_| panic!("tshark ISB `{l}`"))
+                })
+                .collect();
+            (n[0], n[1])
+        })
+        .collect()
+}

@@ -12,7 +12,7 @@ use std::time::Duration;
 use libtest_mimic::Trial;
 
 use crate::common::{
-    accounted, capture, gen, lab, num, poolcap_in, stats, tcpdump_count, tempdir, trial,
+    accounted, capture, gen, lab, num, on_wire, poolcap_in, stats, tcpdump_count, tempdir, trial,
     tshark_count, SmallFs,
 };
 
@@ -236,6 +236,12 @@ fn size_rotation_loses_and_repeats_nothing() {
         let isb = file
             .if_stats
             .unwrap_or_else(|| panic!("{}: no statistics block", f.display()));
+        assert_eq!(
+            crate::common::tshark_statistics_blocks(f),
+            [(isb.received, isb.dropped)],
+            "{}: the statistics block as tshark reads it",
+            f.display()
+        );
         received += isb.received;
         written += n;
         packets.extend(file.packets.into_iter().map(|p| p.data));
@@ -250,16 +256,16 @@ fn size_rotation_loses_and_repeats_nothing() {
     assert_eq!(written, num(&st, "captured"), "{st}");
     let (frames, unique, missing, dups, _) = union(&packets);
     assert_eq!((frames, unique, dups), (written, written, 0));
+    // Every frame on the wire is in the set or counted as dropped.
     let dropped = num(&st, "dropped_kernel") + num(&st, "dropped_pool");
-    if dropped == 0 {
-        assert_eq!(missing, 0, "{st}");
-    }
+    assert_eq!(on_wire(&g) - unique, dropped, "{st}");
+    assert!(
+        missing <= dropped,
+        "{missing} missing below the highest: {st}"
+    );
     // poolcap check takes the whole set.
     let mut cmd = Command::new(crate::common::bin());
     cmd.arg("check").args(&set);
-    if dropped == 0 {
-        cmd.args(["--expect", "20000"]);
-    }
     let out = cmd.output().expect("poolcap check");
     assert!(
         out.status.success(),
@@ -291,7 +297,7 @@ fn size_ring_keeps_the_last_files() {
             s(&sj),
         ],
     );
-    gen(
+    let g = gen(
         &lab,
         &[
             "--count", "8000", "--size", "1000", "--rate", "40k", "--gen-id", "22",
@@ -323,12 +329,16 @@ fn size_ring_keeps_the_last_files() {
         frames < num(&st, "written"),
         "the ring kept only the last files: {kept:?} {st}"
     );
-    if num(&st, "dropped_kernel") + num(&st, "dropped_pool") == 0 {
-        // The kept files are the last frames, without a gap: missing counts only the
-        // frames below the oldest kept one.
-        assert_eq!(max, Some(7999), "{st}");
-        assert_eq!(missing, 8000 - frames, "{kept:?}");
-    }
+    // Every frame on the wire is in a kept file, in a file the ring removed, or counted as
+    // dropped.
+    let dropped = num(&st, "dropped_kernel") + num(&st, "dropped_pool");
+    assert_eq!(num(&st, "written"), num(&st, "captured"), "{st}");
+    assert_eq!(
+        on_wire(&g) - unique,
+        num(&st, "written") - frames + dropped,
+        "{kept:?} {st}"
+    );
+    assert!(missing <= on_wire(&g) - unique && max.is_some(), "{kept:?}");
 }
 
 fn time_rotation_names_files_runs_z_and_stops_after_w() {
@@ -412,9 +422,12 @@ fn time_rotation_names_files_runs_z_and_stops_after_w() {
     let (frames, unique, missing, dups, _) = union(&packets);
     assert_eq!((frames, dups), (num(&st, "written"), 0), "{st}");
     assert_eq!(frames, unique);
-    if num(&st, "dropped_kernel") + num(&st, "dropped_pool") == 0 {
-        assert_eq!(missing, 0, "frames lost between files");
-    }
+    assert_eq!(
+        num(&st, "dropped_kernel") + num(&st, "dropped_pool"),
+        0,
+        "loss at 2k pps makes the check below inexact (busy machine? rerun): {st}"
+    );
+    assert_eq!(missing, 0, "frames lost between files");
 }
 
 fn kill_9_leaves_whole_records() {
@@ -541,9 +554,12 @@ fn compressed_full_disk_reports_what_decompresses() {
         let (frames, unique, missing, dups, _) =
             union(&f.packets.into_iter().map(|p| p.data).collect::<Vec<_>>());
         assert_eq!((frames, unique, dups), (written, written, 0), "{how}");
-        if num(&st, "dropped_kernel") + num(&st, "dropped_pool") == 0 {
-            assert_eq!(missing, 0, "{how}");
-        }
+        assert_eq!(
+            num(&st, "dropped_kernel") + num(&st, "dropped_pool"),
+            0,
+            "{how}: loss makes the check below inexact (busy machine? rerun): {st}"
+        );
+        assert_eq!(missing, 0, "{how}");
     }
 }
 
@@ -688,12 +704,12 @@ fn direct_rotation_one_and_two_queues_writes_every_frame_once() {
         }
         let (frames, unique, missing, dups, _) = union(&packets);
         assert_eq!((frames, unique, dups), (written, written, 0), "{what}");
+        // Every frame on the wire is in the set or counted as dropped.
+        let dropped = num(&st, "dropped_kernel") + num(&st, "dropped_pool");
+        assert_eq!(on_wire(&g) - unique, dropped, "{what}: {st}");
+        assert!(missing <= dropped, "{what}: {missing} missing: {st}");
         let mut cmd = Command::new(crate::common::bin());
         cmd.arg("check").args(&set);
-        if num(&st, "dropped_kernel") + num(&st, "dropped_pool") == 0 {
-            assert_eq!(missing, 0, "{what}: {st}");
-            cmd.args(["--expect", "10000"]);
-        }
         let out = cmd.output().expect("poolcap check");
         assert!(
             out.status.success(),

@@ -29,6 +29,18 @@ pub fn trials() -> Vec<Trial> {
             ipfix_flows_in_nfcapd_equal_the_probe_report,
         ),
         t(
+            "ipfix_exports_every_flow_not_only_the_top_ones",
+            ipfix_exports_every_flow_not_only_the_top_ones,
+        ),
+        t(
+            "ipfix_udp_counts_as_exported_what_a_restarted_nfcapd_holds",
+            ipfix_udp_counts_as_exported_what_a_restarted_nfcapd_holds,
+        ),
+        t(
+            "ipfix_tcp_counts_as_exported_what_a_restarted_collector_holds",
+            ipfix_tcp_counts_as_exported_what_a_restarted_collector_holds,
+        ),
+        t(
             "a_collector_that_goes_away_never_stops_the_capture",
             a_collector_that_goes_away_never_stops_the_capture,
         ),
@@ -219,7 +231,8 @@ fn nfdump_flows(dir: &Path) -> Vec<(u16, u64, u64)> {
     assert!(out.status.success(), "nfdump: {out:?}");
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter(|l| !l.trim().is_empty())
+        // nfdump says so when a directory holds no record.
+        .filter(|l| !l.trim().is_empty() && l.trim() != "No matching flows")
         .map(|l| {
             let f: Vec<u64> = l
                 .split(',')
@@ -323,6 +336,190 @@ fn ipfix_flows_in_nfcapd_equal_the_probe_report() {
     assert!(
         got.len() > distinct,
         "2 s of traffic with a 1 s active timeout: flows split in records: {got:?}"
+    );
+}
+
+/// A rule with `top = 5` over 32 flows: the report lists 5 flows a period, but every flow
+/// goes to the collector: nfdump holds all 32 and every packet the generator put on the
+/// wire, in as many records as the probe says it exported, none lost.
+fn ipfix_exports_every_flow_not_only_the_top_ones() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let config = dir.path().join("probe.toml");
+    std::fs::write(
+        &config,
+        "period = \"250ms\"\n[[rule]]\nname = \"all\"\nfilter = \"ip\"\nactions = [\"flows\"]\ntop = 5\n",
+    )
+    .expect("write config");
+    let flows_dir = dir.path().join("flows");
+    let report = dir.path().join("report.jsonl");
+    let nfcapd = start_nfcapd(&lab, &flows_dir);
+    let probe = start_probe(
+        &lab,
+        &[
+            "-c",
+            s(&config),
+            "--report",
+            s(&report),
+            "--ipfix",
+            COLLECTOR,
+        ],
+    );
+    let g = gen(
+        &lab,
+        &["--count", "30000", "--rate", "10k", "--flows", "32"],
+    );
+    std::thread::sleep(SETTLE);
+    let (code, stderr) = probe.stop("INT");
+    assert_eq!(code, Some(0), "probe: {stderr}");
+    let (records, lost) = exported(&stderr);
+    let (code, nf_log) = nfcapd.stop("TERM");
+    assert_eq!(code, Some(0), "nfcapd: {nf_log}");
+    let text = std::fs::read_to_string(&report).expect("read report");
+    for line in text.lines() {
+        let r: Value = serde_json::from_str(line).expect("report line");
+        let listed = r["flows"]["list"].as_array().expect("flows").len();
+        assert!(listed <= 5, "the report lists the top 5: {r}");
+    }
+    let got = nfdump_flows(&flows_dir);
+    assert_eq!((got.len() as u64, lost), (records, 0), "{stderr}");
+    assert_eq!(
+        got.iter().map(|f| f.1).sum::<u64>(),
+        on_wire(&g),
+        "every packet on the wire is in nfdump's flows"
+    );
+    let ports: BTreeSet<u16> = got.iter().map(|f| f.0).collect();
+    assert_eq!(ports.len(), 32, "every flow: {got:?}");
+}
+
+/// Where the TCP collector of the restart test listens.
+const TCP_COLLECTOR: &str = "127.0.0.1:4740";
+
+/// A TCP IPFIX collector: accepts a stream on [`TCP_COLLECTOR`] and hands each whole
+/// message it reads to nfcapd over UDP (nfcapd takes no TCP), so nfdump decodes what it
+/// received. Killing it loses what its socket held unread, as killing a collector does.
+fn start_tcp_collector(lab: &poolcap_lab::Lab) -> Background {
+    let (host, port) = TCP_COLLECTOR.split_once(':').expect("host:port");
+    let (uhost, uport) = COLLECTOR.split_once(':').expect("host:port");
+    let script = format!(
+        "import socket, sys
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(('{host}', {port}))
+l.listen()
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+print('listening', file=sys.stderr, flush=True)
+while True:
+    c, _ = l.accept()
+    buf = b''
+    while True:
+        d = c.recv(65536)
+        if not d:
+            break
+        buf += d
+        while len(buf) >= 4 and len(buf) >= int.from_bytes(buf[2:4], 'big'):
+            n = int.from_bytes(buf[2:4], 'big')
+            u.sendto(buf[:n], ('{uhost}', {uport}))
+            buf = buf[n:]
+"
+    );
+    let mut cmd = netns_command(&lab.probe.netns, "python3");
+    cmd.args(["-c", &script]).stdout(Stdio::null());
+    Background::start(cmd, "listening")
+}
+
+/// Runs a probe exporting to `target` (250 ms periods and active timeout, so records flow
+/// all along) while 3 s of traffic pass; `outage` is called 1 s in (it stops the collector
+/// and starts it again 1 s later). Returns (exported, not delivered) from the probe.
+fn export_through_an_outage(
+    lab: &poolcap_lab::Lab,
+    dir: &Path,
+    target: &str,
+    outage: impl FnOnce(),
+) -> (u64, u64) {
+    let config = dir.join("probe.toml");
+    std::fs::write(&config, FLOWS_CONFIG).expect("write config");
+    let probe = start_probe(
+        lab,
+        &[
+            "-c",
+            s(&config),
+            "--ipfix",
+            target,
+            "--ipfix-active",
+            "250ms",
+        ],
+    );
+    std::thread::scope(|sc| {
+        let sender = sc.spawn(|| gen(lab, &["--count", "6000", "--rate", "2k", "--flows", "8"]));
+        std::thread::sleep(Duration::from_secs(1));
+        outage();
+        sender.join().expect("generator");
+    });
+    std::thread::sleep(SETTLE);
+    let (code, stderr) = probe.stop("INT");
+    assert_eq!(code, Some(0), "probe: {stderr}");
+    exported(&stderr)
+}
+
+/// nfcapd (UDP) is stopped 1 s into the traffic and started again 1 s later: the
+/// datagrams sent meanwhile are refused (ICMP port unreachable on loopback), so the probe
+/// counts them as not delivered, and every record it counts as exported is in nfdump.
+fn ipfix_udp_counts_as_exported_what_a_restarted_nfcapd_holds() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let (before, after) = (dir.path().join("flows1"), dir.path().join("flows2"));
+    let first = start_nfcapd(&lab, &before);
+    let mut second = None;
+    let (records, lost) = export_through_an_outage(&lab, dir.path(), COLLECTOR, || {
+        let (code, log) = first.stop("TERM");
+        assert_eq!(code, Some(0), "nfcapd: {log}");
+        std::thread::sleep(Duration::from_secs(1));
+        second = Some(start_nfcapd(&lab, &after));
+    });
+    let (code, log) = second.expect("restarted").stop("TERM");
+    assert_eq!(code, Some(0), "nfcapd: {log}");
+    let held = nfdump_flows(&before).len() + nfdump_flows(&after).len();
+    assert!(
+        lost > 0,
+        "the outage lost records: {records} exported, {lost} not"
+    );
+    assert_eq!(
+        held as u64, records,
+        "nfcapd holds what the probe counts as exported"
+    );
+}
+
+/// A TCP collector is killed 1 s into the traffic and started again 1 s later: the probe
+/// reconnects, counts as exported exactly the records the collectors received (decoded by
+/// nfdump), and what the first one never acknowledged as not delivered.
+fn ipfix_tcp_counts_as_exported_what_a_restarted_collector_holds() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let flows = dir.path().join("flows");
+    let nfcapd = start_nfcapd(&lab, &flows);
+    let first = start_tcp_collector(&lab);
+    let mut second = None;
+    let target = format!("tcp://{TCP_COLLECTOR}");
+    let (records, lost) = export_through_an_outage(&lab, dir.path(), &target, || {
+        first.stop("TERM");
+        std::thread::sleep(Duration::from_secs(1));
+        second = Some(start_tcp_collector(&lab));
+    });
+    // Time for the collector to hand the last messages on before it goes.
+    std::thread::sleep(SETTLE);
+    drop(second);
+    std::thread::sleep(SETTLE);
+    let (code, log) = nfcapd.stop("TERM");
+    assert_eq!(code, Some(0), "nfcapd: {log}");
+    let held = nfdump_flows(&flows).len();
+    assert!(
+        lost > 0,
+        "the outage lost records: {records} exported, {lost} not"
+    );
+    assert_eq!(
+        held as u64, records,
+        "the collectors hold what the probe counts as exported"
     );
 }
 

@@ -79,7 +79,7 @@ pub(crate) fn through_sink(lab: &Lab, dir: &Path, args: &[&str], gen_args: &[&st
     }
 }
 
-/// The six terms of the forwarding equation.
+/// The seven terms of the forwarding equation.
 fn terms(s: &serde_json::Value) -> u64 {
     [
         "forwarded",
@@ -88,6 +88,7 @@ fn terms(s: &serde_json::Value) -> u64 {
         "dropped_pool",
         "dropped_tx",
         "filtered",
+        "not_taken",
     ]
     .iter()
     .map(|k| num(s, k))
@@ -97,16 +98,106 @@ fn terms(s: &serde_json::Value) -> u64 {
 /// Checks the equation in total and per queue, and that the queues add up to the total.
 pub(crate) fn assert_equation(s: &serde_json::Value, sent: u64) {
     assert_eq!(num(s, "received"), sent, "received = frames sent: {s}");
-    assert_eq!(terms(s), sent, "received = sum of the six terms: {s}");
+    assert_eq!(terms(s), sent, "received = sum of the seven terms: {s}");
     assert_eq!(num(s, "in_flight"), 0, "{s}");
     let queues = s["queues"].as_array().expect("queues");
     for q in queues {
         assert_eq!(terms(q), num(q, "received"), "queue: {q}");
     }
-    for key in ["received", "forwarded", "dropped_kernel", "dropped_tx"] {
+    for key in [
+        "received",
+        "forwarded",
+        "dropped_kernel",
+        "dropped_tx",
+        "not_taken",
+    ] {
         let sum: u64 = queues.iter().map(|q| num(q, key)).sum();
         assert_eq!(sum, num(s, key), "queues add up to the total {key}: {s}");
     }
+}
+
+/// How a forwarder is stopped while traffic goes on.
+#[derive(Debug, Clone, Copy)]
+enum Stop {
+    /// SIGINT 1.2 s into the traffic.
+    Signal,
+    /// `--duration 1s`.
+    Duration,
+    /// `-c 150000`.
+    Count,
+}
+
+/// Stops `poolcap forward --backend BACKEND --queues 2` in each way while 400k frames at
+/// 200k pps over 16 flows go on: every frame its sockets received is in exactly one of the
+/// seven terms, per queue and in total (the frames after the stop as `not_taken`), prb1
+/// sent exactly what was forwarded, and `-c N` took exactly N frames.
+pub(crate) fn stops_mid_traffic_with_every_frame_counted(backend: &str) {
+    let lab = lab3(2);
+    let dir = tempdir();
+    for stop in [Stop::Signal, Stop::Duration, Stop::Count] {
+        let json = dir.path().join(format!("{stop:?}.json"));
+        let mut args = vec![
+            "--backend",
+            backend,
+            "--queues",
+            "2",
+            "--stats-json",
+            json.to_str().unwrap(),
+        ];
+        match stop {
+            Stop::Signal => {}
+            Stop::Duration => args.extend(["--duration", "1s"]),
+            Stop::Count => args.extend(["-c", "150000"]),
+        }
+        let tx_before = if_counters(&lab.probe.netns, "prb1").expect("prb1 counters");
+        let fwd = forward(&lab, &args);
+        let (g, (code, err)) = std::thread::scope(|sc| {
+            let sender = sc.spawn(|| {
+                gen(
+                    &lab,
+                    &["--count", "400000", "--rate", "200k", "--flows", "16"],
+                )
+            });
+            let ended = match stop {
+                Stop::Signal => {
+                    std::thread::sleep(std::time::Duration::from_millis(1200));
+                    fwd.stop("INT")
+                }
+                Stop::Duration | Stop::Count => fwd.wait(),
+            };
+            (sender.join().expect("generator"), ended)
+        });
+        assert_eq!(code, Some(0), "{stop:?}: forward failed: {err}");
+        let s = stats(&json);
+        let received = num(&s, "received");
+        assert_equation(&s, received);
+        assert!(
+            received > 0 && received < crate::common::on_wire(&g),
+            "{stop:?}: stopped mid-traffic: {s} {g}"
+        );
+        assert!(
+            num(&s, "not_taken") > 0,
+            "{stop:?}: the frames after the stop are not taken: {s}"
+        );
+        let tx = if_counters(&lab.probe.netns, "prb1").expect("prb1 counters");
+        assert_eq!(
+            tx.tx_packets - tx_before.tx_packets,
+            num(&s, "forwarded"),
+            "{stop:?}: prb1 sent what was forwarded: {s}"
+        );
+        if let Stop::Count = stop {
+            let taken = num(&s, "forwarded") + num(&s, "dropped_by_rule") + num(&s, "dropped_tx");
+            assert_eq!(taken, 150_000, "-c takes exactly N: {s}");
+        }
+        assert!(
+            err.contains(&format!("{} frames not taken", num(&s, "not_taken"))),
+            "{stop:?}: the summary says so: {err}"
+        );
+    }
+}
+
+fn af_packet_stops_mid_traffic_with_every_frame_counted() {
+    stops_mid_traffic_with_every_frame_counted("af_packet");
 }
 
 /// The generator frames of a file: (frames, unique, duplicates, reordered within a flow).
@@ -152,8 +243,23 @@ fn forwards_every_frame_once_in_flow_order() {
     );
     let s = &t.stats;
     assert_equation(s, t.sent);
+    // Stopped after the traffic, no rule, OUT up: every frame not dropped on IN left.
+    assert_eq!(
+        (
+            num(s, "dropped_by_rule"),
+            num(s, "dropped_tx"),
+            num(s, "not_taken"),
+            num(s, "filtered")
+        ),
+        (0, 0, 0, 0),
+        "{s}"
+    );
     let forwarded = num(s, "forwarded");
-    assert!(forwarded > 0, "nothing forwarded: {s}");
+    assert_eq!(
+        forwarded,
+        t.sent - num(s, "dropped_kernel") - num(s, "dropped_pool"),
+        "{s}"
+    );
     assert!(num(s, "offloaded_out") > 0, "no chunk went to a buddy: {s}");
     let sink_seen =
         num(&t.sink, "captured") + num(&t.sink, "dropped_kernel") + num(&t.sink, "dropped_pool");
@@ -443,7 +549,14 @@ fn check_reports_latency_through_the_forwarder() {
         .collect();
     assert!(ns[0] > 0, "latency is positive: {l}");
     assert!(ns.windows(2).all(|w| w[0] <= w[1]), "ordered: {l}");
-    assert!(ns[4] < 1_000_000_000, "below a second: {l}");
+    // The same latencies from tshark's reading of the file: capture time less the send
+    // stamp in each frame's payload (nearest-rank percentiles, as check defines them).
+    let mut own = tshark_latencies(file);
+    own.sort_unstable();
+    assert_eq!(own.len() as u64, captured, "tshark reads every frame");
+    let rank = |per_mille: usize| own[(per_mille * own.len()).div_ceil(1000).max(1) - 1];
+    let theirs = [own[0], rank(500), rank(990), rank(999), own[own.len() - 1]];
+    assert_eq!(ns, theirs, "check's latencies vs tshark's timestamps: {l}");
     let text = check(&[]);
     assert!(text.contains("(0 within a flow)"), "{text}");
     assert!(
@@ -455,6 +568,43 @@ fn check_reports_latency_through_the_forwarder() {
     for p in ["p50 ", "p99 ", "p99.9 ", "max "] {
         assert!(text.contains(p), "{p} in {text}");
     }
+}
+
+/// One-way latency of each generator frame of `file` in ns, as tshark reads the file:
+/// its capture time (ns since the epoch) less the 48-bit send stamp that follows the
+/// 16-byte tag at the start of the UDP payload, modulo 2^48.
+fn tshark_latencies(file: &Path) -> Vec<i64> {
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(file)
+        .args([
+            "-T",
+            "fields",
+            "-e",
+            "frame.time_epoch",
+            "-e",
+            "udp.payload",
+        ])
+        .output()
+        .expect("tshark -r");
+    assert!(
+        out.status.success(),
+        "tshark -r {}: {out:?}",
+        file.display()
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let (time, payload) = l.split_once('\t').unwrap_or_else(|| panic!("line {l}"));
+            let (secs, frac) = time.split_once('.').unwrap_or((time, "0"));
+            let frac = format!("{frac:0<9}");
+            let captured: u64 = secs.parse::<u64>().expect("seconds") * 1_000_000_000
+                + frac[..9].parse::<u64>().expect("nanoseconds");
+            let payload = payload.replace(':', "");
+            let sent = u64::from_str_radix(&payload[32..44], 16).expect("send stamp");
+            poolcap::frame::latency_ns(sent, captured)
+        })
+        .collect()
 }
 
 /// The frames of a file as tcpdump prints them (headers and bytes, no time), sorted: two
@@ -804,6 +954,10 @@ pub fn trials() -> Vec<Trial> {
         trial(
             "forward_every_frame_once_in_flow_order",
             forwards_every_frame_once_in_flow_order,
+        ),
+        trial(
+            "forward_stops_mid_traffic_with_every_frame_counted",
+            af_packet_stops_mid_traffic_with_every_frame_counted,
         ),
         trial(
             "forward_accounts_exactly_under_overload",

@@ -12,7 +12,10 @@ use std::time::Duration;
 use libtest_mimic::Trial;
 
 use crate::common::{bin, gen, if_counters, num, poolcap_in, stats, tcpdump_count, tempdir, trial};
-use crate::forward::{assert_equation, forward, lab3, sink, sink_frames, through_sink};
+use crate::forward::{
+    assert_equation, forward, lab3, sink, sink_frames, stops_mid_traffic_with_every_frame_counted,
+    through_sink,
+};
 
 /// What every AF_XDP forward on veth must report as its transmit path.
 const COPY_PATH: &str = "af_xdp shared umem (copy)";
@@ -199,9 +202,17 @@ fn out_with_fewer_queues_is_refused() {
     );
 }
 
+fn stops_mid_traffic_with_every_frame_counted_from_the_umem() {
+    stops_mid_traffic_with_every_frame_counted("af_xdp");
+}
+
 /// The AF_XDP forwarding tests.
 pub fn trials() -> Vec<Trial> {
     vec![
+        trial(
+            "forward_xdp_stops_mid_traffic_with_every_frame_counted",
+            stops_mid_traffic_with_every_frame_counted_from_the_umem,
+        ),
         trial(
             "forward_xdp_every_frame_once_in_flow_order_on_two_queues",
             every_frame_once_in_flow_order_on_two_queues,

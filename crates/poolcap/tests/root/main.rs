@@ -17,6 +17,7 @@ mod forward_xdp;
 mod gen;
 mod hardening;
 mod kafka;
+mod lengths;
 #[path = "../support/mix.rs"]
 mod mix;
 mod offload;
@@ -32,6 +33,7 @@ fn main() {
     let mut trials = Vec::new();
     trials.extend(gen::trials());
     trials.extend(replay::trials());
+    trials.extend(lengths::trials());
     trials.extend(capture::trials());
     trials.extend(field::trials());
     trials.extend(disk::trials());

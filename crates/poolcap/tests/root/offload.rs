@@ -3,7 +3,23 @@
 
 use libtest_mimic::Trial;
 
-use crate::common::{accounted, capture, gen, lab, stats, tempdir, trial};
+use crate::common::{accounted, capture, gen, if_counters, lab, stats, tempdir, trial, Lab};
+
+/// Frames prb0 received so far, by the kernel's interface counter (a judge outside poolcap).
+fn rx_packets(lab: &Lab) -> u64 {
+    if_counters(&lab.probe.netns, &lab.probe.iface)
+        .expect("prb0 counters")
+        .rx_packets
+}
+
+/// Checks the accounting against the frames prb0 received since `before`.
+fn assert_kernel_agrees(lab: &Lab, before: u64, s: &serde_json::Value) {
+    assert_eq!(
+        accounted(s),
+        rx_packets(lab) - before,
+        "accounted = frames prb0 received (rx_packets): {s}"
+    );
+}
 
 fn queue_sum(s: &serde_json::Value, key: &str) -> u64 {
     s["queues"]
@@ -35,6 +51,7 @@ fn buddy_offloads_and_accounts_exactly() {
             json.to_str().unwrap(),
         ],
     );
+    let rx_before = rx_packets(&lab);
     let sent = gen(
         &lab,
         &[
@@ -45,6 +62,7 @@ fn buddy_offloads_and_accounts_exactly() {
     let (code, err) = cap.stop("INT");
     assert_eq!(code, Some(0), "capture failed: {err}");
     let s = stats(&json);
+    assert_kernel_agrees(&lab, rx_before, &s);
     let frames = sent["frames"].as_u64().unwrap();
     assert_eq!(sent["link_dropped"].as_u64(), Some(0));
     assert_eq!(
@@ -83,11 +101,13 @@ fn congestion_pauses_and_accounts_exactly() {
             json.to_str().unwrap(),
         ],
     );
+    let rx_before = rx_packets(&lab);
     let sent = gen(&lab, &["--count", "50000"]);
     std::thread::sleep(std::time::Duration::from_millis(300));
     let (code, err) = cap.stop("INT");
     assert_eq!(code, Some(0), "capture failed: {err}");
     let s = stats(&json);
+    assert_kernel_agrees(&lab, rx_before, &s);
     let frames = sent["frames"].as_u64().unwrap();
     assert_eq!(
         accounted(&s),
@@ -121,11 +141,13 @@ fn inplace_reader_accounts_exactly() {
             json.to_str().unwrap(),
         ],
     );
+    let rx_before = rx_packets(&lab);
     let sent = gen(&lab, &["--count", "50000", "--flows", "8"]);
     std::thread::sleep(std::time::Duration::from_millis(300));
     let (code, err) = cap.stop("INT");
     assert_eq!(code, Some(0), "capture failed: {err}");
     let s = stats(&json);
+    assert_kernel_agrees(&lab, rx_before, &s);
     assert_eq!(accounted(&s), sent["frames"].as_u64().unwrap(), "{s}");
     assert_eq!(s["dropped_pool"].as_u64(), Some(0), "{s}");
     assert!(

@@ -15,8 +15,8 @@ use libtest_mimic::Trial;
 use serde_json::Value;
 
 use crate::common::{
-    bin, gen, lab, num, path_str as s, poolcap_in, start_probe, tcpdump_count, tempdir, trial,
-    Background,
+    bin, gen, lab, num, on_wire, path_str as s, poolcap_in, start_probe, tcpdump_count, tempdir,
+    trial, Background,
 };
 
 pub fn trials() -> Vec<Trial> {
@@ -294,7 +294,12 @@ fn rules_match_tcpdump_and_tshark_on_generator_traffic() {
         captured, in_file,
         "period accounting vs file; stderr:\n{stderr}"
     );
-    assert!(in_file <= num(&g, "frames"));
+    // Against what the generator put on the wire: every frame captured or counted dropped.
+    let dropped: u64 = of_rule(&recs, "all")
+        .iter()
+        .map(|r| num(&r["accounting"], "dropped_kernel") + num(&r["accounting"], "dropped_pool"))
+        .sum();
+    assert_eq!(captured + dropped, on_wire(&g), "stderr:\n{stderr}");
     assert_rules_match_tcpdump(&recs, &GEN_RULES, &file, dir.path());
     // The flow table against tshark's UDP and IPv4 conversations.
     assert_conversations(
@@ -682,8 +687,10 @@ fn ctl_changes_rules_without_loss_or_double_count() {
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o600, "control socket mode");
+    let sent = std::cell::Cell::new(0);
     let phase = || {
-        gen(&lab, &["--count", "4000", "--rate", "20k", "--flows", "4"]);
+        let g = gen(&lab, &["--count", "4000", "--rate", "20k", "--flows", "4"]);
+        sent.set(sent.get() + on_wire(&g));
         std::thread::sleep(SETTLE);
     };
     phase();
@@ -731,6 +738,13 @@ fn ctl_changes_rules_without_loss_or_double_count() {
     assert_eq!(all.len(), p9.len());
     // Every captured packet counted once, across all switches.
     assert_eq!(totals(&recs, "all").0, tcpdump_count(&file, &["udp"]));
+    // And every frame the generator put on the wire captured or counted dropped.
+    let acc = |k: &str| -> u64 { all.iter().map(|r| num(&r["accounting"], k)).sum() };
+    assert_eq!(
+        acc("captured") + acc("dropped_kernel") + acc("dropped_pool"),
+        sent.get(),
+        "accounting over the periods vs the generator"
+    );
     // p9 counted exactly the generator's packets (all to port 9) while enabled, none else.
     for (a, p) in all.iter().zip(&p9) {
         assert_eq!(a["period_start"], p["period_start"]);

@@ -224,27 +224,28 @@ fn a_dead_ctl_socket_is_replaced_a_live_one_refused() {
     assert!(socket.exists(), "SIGKILL leaves the socket");
     let second = probe(&["-Z", "nobody"]);
     status();
+    // A probe on the same socket, refused with `why`.
+    let refused = |why: &str| {
+        let out = netns_command(&lab.probe.netns, bin())
+            .args([
+                "probe",
+                "-i",
+                "prb0",
+                "-q",
+                "-c",
+                s(&cfg),
+                "--ctl",
+                s(&socket),
+            ])
+            .args(["--duration", "1s"])
+            .output()
+            .expect("probe");
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(err.contains(why), "want `{why}`: {err}");
+    };
     // While it runs, another probe on the same socket is refused.
-    let out = netns_command(&lab.probe.netns, bin())
-        .args([
-            "probe",
-            "-i",
-            "prb0",
-            "-q",
-            "-c",
-            s(&cfg),
-            "--ctl",
-            s(&socket),
-        ])
-        .args(["--duration", "1s"])
-        .output()
-        .expect("probe");
-    assert!(!out.status.success(), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("another probe is listening"),
-        "{}",
-        text(&out.stderr)
-    );
+    refused("another probe is listening");
     stop_probe(second);
     assert!(
         socket.exists(),
@@ -256,26 +257,7 @@ fn a_dead_ctl_socket_is_replaced_a_live_one_refused() {
     assert!(!socket.exists(), "a root probe removes its socket");
 
     std::fs::write(&socket, b"not a socket").expect("file");
-    let out = netns_command(&lab.probe.netns, bin())
-        .args([
-            "probe",
-            "-i",
-            "prb0",
-            "-q",
-            "-c",
-            s(&cfg),
-            "--ctl",
-            s(&socket),
-        ])
-        .args(["--duration", "1s"])
-        .output()
-        .expect("probe");
-    assert!(!out.status.success(), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("not a socket"),
-        "{}",
-        text(&out.stderr)
-    );
+    refused("not a socket");
     assert_eq!(std::fs::read(&socket).expect("file"), b"not a socket");
 }
 

@@ -1,6 +1,7 @@
 //! The `flows` action in the kernel: the packet's 5-tuple and TCP flags, parsed once per
-//! packet into a stack key the way the user-space probe's parser (etherparse's lax slicer,
-//! [`poolcap_probe::packet`]) keys it, and per flows rule an update of that rule's per-CPU
+//! packet into a stack key by the definition the user-space probe's parser follows (in
+//! [`poolcap_probe::packet`]'s docs: the ethertype decides the family, a total length below
+//! the IPv4 header's is not used), and per flows rule an update of that rule's per-CPU
 //! hash map: packets, bytes, first and last seen, OR of the TCP flags.
 //!
 //! The parse reads the skb's own data, where the kernel already removed the outer VLAN tag:
@@ -9,9 +10,9 @@
 //! included), keys IPv4 and IPv6 only (no key: counted in the rule's `no_ip`), walks the
 //! IPv6 extension headers etherparse walks (hop-by-hop first, destination options,
 //! routing, fragment, authentication; up to 8 of them), and gives ports 0 (and no flags)
-//! to fragments, to headers cut short and to protocols other than TCP and UDP. Not done
-//! here (the frame is keyed without ports instead): MACsec and IPv4's authentication
-//! header, which the user-space parser walks.
+//! to fragments, to headers cut short and to protocols other than TCP and UDP. MACsec has
+//! no key on either side. Not done here (the frame is keyed without ports instead): IPv4's
+//! authentication header, which the user-space parser walks.
 //!
 //! A new flow is inserted with `BPF_NOEXIST`; when the map is full (the rule's flow cap), or
 //! the kernel cannot allocate the element then, the packet goes to the rule's "evicted"
@@ -164,15 +165,18 @@ impl Emitter {
         self.copy(16, FKEY + 16, 4, nokey);
         self.emit(ST | MEM | B, FP, 0, FKEY + 32, 4);
         self.stx(B, FP, FKEY + 33, RX);
-        // The payload ends at the total length (at least the header), or the data's end.
+        // The payload ends at the total length, or the data's end when that comes first or
+        // the total length is below the header's (not usable: TSO frames carry 0).
         self.raw(R0, 2, 2, keyed);
-        let (long_enough, cut) = (self.label(), self.label());
+        let (long_enough, set_end, cut) = (self.label(), self.label(), self.label());
         self.ldx(DW, R1, FP, SCRATCH);
         self.jump_x(JMP, JGE, R0, R1, long_enough);
-        self.alu64_x(MOV, R0, R1);
+        self.ldx(W, R0, CTX, SKB_LEN);
+        self.goto(set_end);
         self.bind(long_enough);
         self.alu64_x(ADD, R0, RA);
         self.min_len();
+        self.bind(set_end);
         self.stx(DW, FP, END, R0);
         self.ldx(DW, R1, FP, SCRATCH);
         self.alu64_x(ADD, RA, R1);
