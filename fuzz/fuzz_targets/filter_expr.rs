@@ -7,7 +7,7 @@ use poolcap::capture::filter::compile_user;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(expr) = std::str::from_utf8(data) {
-        if let Err(e) = compile_user(expr) {
+        if let Err(e) = compile_user(expr, poolcap_format::LinkType::ETHERNET) {
             assert!(!e.message.is_empty());
         }
     }

@@ -250,6 +250,33 @@ mod tests {
         Ok(out)
     }
 
+    /// Every byte of each format's file set to a few values in turn: the stream (in 7-byte
+    /// reads) and the whole-file reader give the same packets, or the same error.
+    #[test]
+    fn a_stream_and_the_whole_file_reader_agree_on_corrupted_files() {
+        for format in FORMATS {
+            let good = encode(format, &sample_packets()[..4], Some(STATS));
+            for at in 0..good.len() {
+                for value in [0x00, 0x01, 0x7f, 0xff] {
+                    let mut bytes = good.clone();
+                    bytes[at] = value;
+                    let whole = read_bytes(&bytes).map(|f| {
+                        f.packets
+                            .into_iter()
+                            .map(|p| (p.ts_ns, p.data, p.orig_len))
+                            .collect::<Vec<_>>()
+                    });
+                    let streamed = all(&bytes, 7);
+                    assert_eq!(
+                        streamed.map_err(|e| e.to_string()),
+                        whole.map_err(|e| e.to_string()),
+                        "{format}: byte {at} set to {value:#x}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_stream_reads_what_the_whole_file_reader_reads_whatever_the_read_sizes() {
         for format in FORMATS {
