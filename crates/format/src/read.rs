@@ -23,10 +23,6 @@ const NS_PER_SEC: u64 = 1_000_000_000;
 /// libpcap refuses records whose captured length exceeds both the snaplen and this.
 const MAX_PCAP_CAPLEN: u32 = 262_144;
 const OPT_IF_TSOFFSET: u16 = 14;
-/// Block types that hold a packet: enhanced, simple, and the obsolete packet block.
-const EPB_TYPE: u32 = 6;
-const SPB_TYPE: u32 = 3;
-const OBSOLETE_PB_TYPE: u32 = 2;
 const OPT_ISB_IFRECV: u16 = 4;
 const OPT_ISB_IFDROP: u16 = 5;
 
@@ -255,20 +251,6 @@ impl Decoder {
             kind,
         };
         Ok(Some((decoder, header.size())))
-    }
-
-    /// Whether the whole record or block `window` starts with holds a packet (None: the
-    /// window ends inside it). Decodes nothing.
-    pub(crate) fn peek_is_packet(&self, window: &[u8]) -> Option<bool> {
-        match &self.kind {
-            Kind::Pcap { .. } => Some(true),
-            Kind::Pcapng { be, .. } => {
-                let at = self.at(0);
-                let (len, block_be) = block(window, *be, &at).ok()??;
-                let kind = u32_at(&window[..len], 0, block_be)?;
-                Some(matches!(kind, EPB_TYPE | SPB_TYPE | OBSOLETE_PB_TYPE))
-            }
-        }
     }
 
     /// Packets decoded so far.

@@ -53,8 +53,8 @@ impl<R> std::fmt::Debug for PacketReader<R> {
 }
 
 impl<R: Read> PacketReader<R> {
-    /// Reads the file header from `src` (in pcapng, the blocks up to the first interface's
-    /// description, which gives the link type).
+    /// Reads the file header from `src`, and on to the first packet (in pcapng the interface
+    /// block before it gives the link type): an error there comes here.
     pub fn new(mut src: R) -> Result<Self, ReadError> {
         let mut buf = vec![0; READ_BYTES];
         let mut end = 0;
@@ -69,7 +69,9 @@ impl<R: Read> PacketReader<R> {
                     decoder,
                     peeked: None,
                 };
-                reader.read_interface()?;
+                // Up to the first packet: in pcapng the interface block before it gives
+                // the link type.
+                reader.peek()?;
                 return Ok(reader);
             }
             let n = read_some(&mut src, &mut buf[end..])?;
@@ -137,30 +139,6 @@ impl<R: Read> PacketReader<R> {
                 }
             }
         }
-    }
-
-    /// Decodes blocks that hold no packet until the link type is known (a pcap header
-    /// says it at once), the next block holds a packet, or the file ends.
-    fn read_interface(&mut self) -> Result<(), ReadError> {
-        while self.decoder.file.linktype == 0 {
-            let offset = self.base + self.pos;
-            let window = &self.buf[self.pos..self.end];
-            if window.is_empty() && !self.fill()? {
-                return Ok(());
-            }
-            let window = &self.buf[self.pos..self.end];
-            // Decoded on a copy of the state: a packet block is only looked at here.
-            match self.decoder.peek_is_packet(window) {
-                Some(true) => return Ok(()),
-                Some(false) => match self.decoder.next(window, offset)? {
-                    Some((n, _)) => self.pos += n,
-                    None => unreachable!("a whole block was seen"),
-                },
-                None if !self.fill()? => return Ok(()),
-                None => {}
-            }
-        }
-        Ok(())
     }
 
     /// Moves the unread bytes to the front and reads more after them (growing the buffer
