@@ -71,6 +71,32 @@ pub fn sll2_header(link: &poolcap_sys::rx_ring::LinkAddr) -> [u8; SLL2_LEN] {
 /// Bytes of a LINUX_SLL2 header.
 pub const SLL2_LEN: usize = 20;
 
+/// A LINUX_SLL2 packet read back: what [`sll2_header`] wrote, and the network layer after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sll2<'a> {
+    /// The protocol (ethertype).
+    pub protocol: u16,
+    /// The interface the packet came in or went out on.
+    pub ifindex: u32,
+    /// The direction (`sll_pkttype`: 0 to us, 1 broadcast, 2 multicast, 3 to others, 4 ours).
+    pub pkttype: u8,
+    /// The packet from its network header on.
+    pub payload: &'a [u8],
+}
+
+impl<'a> Sll2<'a> {
+    /// `packet` read as LINUX_SLL2; None when it is shorter than the header.
+    pub fn parse(packet: &'a [u8]) -> Option<Self> {
+        let (h, payload) = (packet.get(..SLL2_LEN)?, &packet[SLL2_LEN..]);
+        Some(Sll2 {
+            protocol: u16::from_be_bytes([h[0], h[1]]),
+            ifindex: u32::from_be_bytes([h[4], h[5], h[6], h[7]]),
+            pkttype: h[10],
+            payload,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,9 +137,17 @@ mod tests {
             halen: 6,
             addr: [2, 0, 0, 0, 0, 1, 0, 0],
         };
+        let head = sll2_header(&link);
         assert_eq!(
-            sll2_header(&link),
+            head,
             [8, 0, 0, 0, 1, 2, 3, 4, 0, 1, 4, 6, 2, 0, 0, 0, 0, 1, 0, 0]
         );
+        let packet = [&head[..], &[0x45, 0]].concat();
+        let read = Sll2::parse(&packet).unwrap();
+        assert_eq!(
+            (read.protocol, read.ifindex, read.pkttype, read.payload),
+            (0x0800, 0x0102_0304, 4, &[0x45, 0][..])
+        );
+        assert_eq!(Sll2::parse(&head[..19]), None);
     }
 }

@@ -542,7 +542,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         (target, format)
     });
     if prints(&args) {
-        let printer = crate::cli::print::Printer::new(std::io::stdout());
+        let printer = crate::cli::print::Printer::new(std::io::stdout(), args.read.is_none());
         cfg.output = Some((Output::Sink(Box::new(printer)), FileFormat::PcapNs));
     }
     // SIGHUP too: a capture in a closed terminal or an ended ssh session stops as cleanly.

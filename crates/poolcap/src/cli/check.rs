@@ -12,6 +12,8 @@ use anyhow::Context;
 use clap::Args;
 use poolcap_format::LinkType;
 
+use crate::capture::linktype::Sll2;
+
 use crate::seqcheck::{GenReport, LatencyReport, SeqChecker};
 
 /// Arguments of `poolcap check`.
@@ -40,13 +42,16 @@ fn as_ethernet<'a>(
 ) -> anyhow::Result<&'a [u8]> {
     let (ethertype, payload) = match linktype {
         LinkType::ETHERNET => return Ok(packet),
-        LinkType::LINUX_SLL2 if packet.len() >= 20 => ([packet[0], packet[1]], &packet[20..]),
+        LinkType::LINUX_SLL2 => match Sll2::parse(packet) {
+            Some(sll) => (sll.protocol.to_be_bytes(), sll.payload),
+            None => ([0, 0], &[][..]),
+        },
         LinkType::LINUX_SLL if packet.len() >= 16 => ([packet[14], packet[15]], &packet[16..]),
         LinkType::RAW | LinkType::IPV4 | LinkType::IPV6 => match packet.first().map(|b| b >> 4) {
             Some(6) => ([0x86, 0xdd], packet),
             _ => ([0x08, 0x00], packet),
         },
-        LinkType::LINUX_SLL2 | LinkType::LINUX_SLL => ([0, 0], &[][..]),
+        LinkType::LINUX_SLL => ([0, 0], &[][..]),
         _ => {
             anyhow::bail!("generator frames are checked in Ethernet, raw IP or Linux cooked files")
         }

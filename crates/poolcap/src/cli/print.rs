@@ -14,6 +14,8 @@ use std::net::IpAddr;
 use etherparse::{EtherType, LaxNetSlice, LaxSlicedPacket, TransportSlice};
 use poolcap_format::{LinkType, Output};
 
+use crate::capture::linktype::{Sll2, SLL2_LEN};
+
 /// Bytes of the pcap file header and of a record header.
 const FILE_HEADER: usize = 24;
 const RECORD_HEADER: usize = 16;
@@ -25,18 +27,24 @@ pub struct Printer<W: Write> {
     carry: Vec<u8>,
     /// From the file header, once it has arrived.
     linktype: Option<LinkType>,
-    /// Interface names by index, for packets from every interface.
+    /// Interface names by index, for packets from every interface (live only: a file's
+    /// indexes are another time's, maybe another host's).
     names: HashMap<u32, String>,
 }
 
 impl<W: Write> Printer<W> {
-    /// A printer to `out`.
-    pub fn new(out: W) -> Self {
+    /// A printer to `out`; `live`: packets come from this namespace's interfaces now, so
+    /// their indexes are named.
+    pub fn new(out: W, live: bool) -> Self {
         Self {
             out,
             carry: Vec::new(),
             linktype: None,
-            names: interface_names(),
+            names: if live {
+                interface_names()
+            } else {
+                HashMap::new()
+            },
         }
     }
 
@@ -120,16 +128,19 @@ fn describe(linktype: LinkType, data: &[u8], wire: u32, names: &HashMap<u32, Str
     let sliced = match linktype {
         LinkType::ETHERNET => LaxSlicedPacket::from_ethernet(data).ok(),
         LinkType::RAW | LinkType::IPV4 | LinkType::IPV6 => LaxSlicedPacket::from_ip(data).ok(),
-        LinkType::LINUX_SLL2 if data.len() >= 20 => {
-            let index = u32::from_be_bytes([data[4], data[5], data[6], data[7]]);
+        LinkType::LINUX_SLL2 => {
+            let Some(sll) = Sll2::parse(data) else {
+                return format!("link type {}, length {wire}", linktype.0);
+            };
+            let index = sll.ifindex;
             let name = names
                 .get(&index)
                 .cloned()
                 .unwrap_or_else(|| format!("ifindex {index}"));
-            let proto = EtherType(u16::from_be_bytes([data[0], data[1]]));
-            let inner = LaxSlicedPacket::from_ether_type(proto, &data[20..]);
-            let what = summary(Some(&inner), proto, wire.saturating_sub(20));
-            return format!("{name} {:<3} {what}", direction(data[10]));
+            let proto = EtherType(sll.protocol);
+            let inner = LaxSlicedPacket::from_ether_type(proto, sll.payload);
+            let what = summary(Some(&inner), proto, wire.saturating_sub(SLL2_LEN as u32));
+            return format!("{name} {:<3} {what}", direction(sll.pkttype));
         }
         _ => return format!("link type {}, length {wire}", linktype.0),
     };
@@ -243,7 +254,7 @@ mod tests {
     fn printed(linktype: LinkType, packets: &[Vec<u8>]) -> Vec<String> {
         let mut out = Vec::new();
         let header = FileHeader::new(linktype, 0, "t0");
-        let printer = Printer::new(&mut out);
+        let printer = Printer::new(&mut out, true);
         let mut w = CaptureWriter::with_header(printer, FileFormat::PcapNs, &header).unwrap();
         for (i, p) in packets.iter().enumerate() {
             w.write_packet(1_700_000_000_123_456_789 + i as u64, p, p.len() as u32)
@@ -296,7 +307,7 @@ mod tests {
     #[test]
     fn records_cut_between_writes_are_printed_once_whole() {
         let mut out = Vec::new();
-        let mut p = Printer::new(&mut out);
+        let mut p = Printer::new(&mut out, true);
         let mut stream = Vec::new();
         let mut w = CaptureWriter::with_header(
             &mut stream,
