@@ -18,6 +18,7 @@ mod gen;
 mod hardening;
 mod kafka;
 mod lengths;
+mod metrics;
 #[path = "../support/mix.rs"]
 mod mix;
 mod offload;
@@ -43,6 +44,7 @@ fn main() {
     trials.extend(probe_faults::trials());
     trials.extend(probe_kernel::trials());
     trials.extend(export::trials());
+    trials.extend(metrics::trials());
     trials.extend(hardening::trials());
     trials.extend(kafka::trials());
     trials.extend(bench::trials());

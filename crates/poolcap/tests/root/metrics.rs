@@ -1,0 +1,118 @@
+//! The `/metrics` endpoint as a service: it keeps answering scrapes while hostile or broken
+//! clients connect, and its process stays small. Every client runs in the lab's probe
+//! namespace, on its loopback.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use libtest_mimic::Trial;
+
+use crate::common::{capture, netns_command, trial, Background};
+
+pub fn trials() -> Vec<Trial> {
+    let t = |name: &'static str, f: fn()| trial(&format!("metrics::{name}"), f);
+    vec![t(
+        "endpoint_answers_beside_idle_huge_and_stalled_clients",
+        endpoint_answers_beside_idle_huge_and_stalled_clients,
+    )]
+}
+
+/// Where poolcap serves metrics in these tests (each lab namespace has its own loopback).
+const METRICS: &str = "127.0.0.1:9464";
+
+/// Scrapes `/metrics` in `netns` with curl; `None` if curl failed (no answer in its time).
+fn scrape(netns: &str) -> Option<String> {
+    let out = netns_command(netns, "curl")
+        // A hang guard: a scrape that gets no answer fails the test instead of blocking it.
+        .args(["-sf", "--max-time", "5"])
+        .arg(format!("http://{METRICS}/metrics"))
+        .output()
+        .expect("run curl");
+    out.status
+        .success()
+        .then(|| String::from_utf8(out.stdout).expect("utf-8 reply"))
+}
+
+/// Threads of process `pid` now.
+fn threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("task dir")
+        .count()
+}
+
+/// Resident memory of process `pid` now, in kB (`VmRSS`).
+fn rss_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmRSS in {status}"))
+}
+
+/// Hostile and broken clients of `METRICS`: 500 connections that send nothing, one that
+/// sends a 10 MB header line, one that sends a request and never reads. They stay open
+/// until the process is stopped.
+const HOSTILE: &str = r#"
+import socket, sys, threading, time
+host, port = sys.argv[1].rsplit(':', 1)
+addr = (host, int(port))
+idle = []
+for _ in range(500):
+    s = socket.socket()
+    s.connect(addr)
+    idle.append(s)
+stalled = socket.socket()
+stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+stalled.connect(addr)
+stalled.sendall(b'GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n')
+def huge():
+    s = socket.socket()
+    s.connect(addr)
+    try:
+        s.sendall(b'GET /metrics HTTP/1.1\r\nX-Huge: ' + b'a' * (10 << 20) + b'\r\n\r\n')
+    except OSError:
+        pass
+    idle.append(s)
+t = threading.Thread(target=huge, daemon=True)
+t.start()
+t.join(3)
+print('hostile clients connected', file=sys.stderr, flush=True)
+time.sleep(600)
+"#;
+
+/// While 500 idle connections, a 10 MB header and a client that never reads its reply are
+/// open, a normal scrape still answers (curl's 5 s limit is a hang guard), the capture has
+/// at most a few dozen threads and its resident memory grows by less than 20 MB.
+fn endpoint_answers_beside_idle_huge_and_stalled_clients() {
+    let lab = crate::common::lab(1);
+    let ns = &lab.probe.netns;
+    let cap = capture(&lab, &["--metrics", METRICS]);
+    let pid = cap.child.id();
+    assert!(scrape(ns).is_some(), "a first scrape answers");
+    let rss_before = rss_kb(pid);
+    let mut cmd = netns_command(ns, "python3");
+    cmd.args(["-c", HOSTILE, METRICS]).stdout(Stdio::null());
+    let hostile = Background::start(cmd, "hostile clients connected");
+    let served = scrape(ns);
+    // Let the server take in what the clients sent before measuring it.
+    std::thread::sleep(Duration::from_millis(500));
+    let (tasks, rss_after) = (threads(pid), rss_kb(pid));
+    let (_, hostile_err) = hostile.stop("TERM");
+    let served = served.unwrap_or_else(|| panic!("no answer beside the hostile clients"));
+    assert!(
+        served.contains("poolcap_packets_captured_total{queue=\"0\"}"),
+        "{served}"
+    );
+    assert!(
+        tasks <= 40,
+        "{tasks} threads in the capture (resident {rss_before} -> {rss_after} kB)"
+    );
+    assert!(
+        rss_after < rss_before + 20 * 1024,
+        "resident memory grew from {rss_before} kB to {rss_after} kB ({hostile_err})"
+    );
+    assert!(scrape(ns).is_some(), "a scrape after the hostile clients");
+    let (code, stderr) = cap.stop("INT");
+    assert_eq!(code, Some(0), "capture: {stderr}");
+}
