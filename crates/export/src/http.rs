@@ -382,6 +382,7 @@ mod tests {
 
     fn server(limits: Limits) -> MetricsServer {
         let m = Arc::new(Metrics::new(
+            "af_packet",
             || {
                 vec![crate::metrics::QueueSample {
                     captured: 42,
@@ -481,17 +482,7 @@ mod tests {
 
     #[test]
     fn serves_metrics_and_refuses_a_port_in_use() {
-        let m = Arc::new(Metrics::new(
-            || {
-                vec![crate::metrics::QueueSample {
-                    captured: 42,
-                    ..Default::default()
-                }]
-            },
-            Vec::new(),
-        ));
-        let listener = Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let server = MetricsServer::start(listener, m).unwrap();
+        let server = server(LIMITS);
         let body = get(
             server.addr(),
             "/metrics",

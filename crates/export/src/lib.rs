@@ -4,6 +4,7 @@
 //! - [`metrics`]: the engine's per-queue counters, the probe's rule counters and the
 //!   exporters' own counters as Prometheus metrics (prometheus-client), read from the live
 //!   atomics at scrape time, so the capture path does no extra work at all;
+//! - `process`: the standard process metrics (CPU, memory, files, start time) from `/proc`;
 //! - [`http`]: serves them on `/metrics` (one polling thread, httparse; bounded connections,
 //!   request heads and time per connection);
 //! - [`ipfix`]: the RFC 7011 wire format (templates, data records, messages), pure;
@@ -22,6 +23,7 @@ pub mod http;
 pub mod ipfix;
 pub mod kafka;
 pub mod metrics;
+mod process;
 
 /// Why an exporter could not start.
 #[derive(Debug, thiserror::Error)]

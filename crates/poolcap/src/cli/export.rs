@@ -124,7 +124,7 @@ pub fn serve_metrics(
             })
             .collect()
     };
-    let mut metrics = Metrics::new(read, exporters);
+    let mut metrics = Metrics::new(engine.backend(), read, exporters);
     if writes {
         let written = engine.written();
         metrics = metrics.with_written(move || WrittenSample {

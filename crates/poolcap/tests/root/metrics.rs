@@ -3,18 +3,24 @@
 //! namespace, on its loopback.
 
 use std::process::Stdio;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use libtest_mimic::Trial;
 
-use crate::common::{capture, netns_command, trial, Background};
+use crate::common::{capture, gen, netns_command, trial, Background};
 
 pub fn trials() -> Vec<Trial> {
     let t = |name: &'static str, f: fn()| trial(&format!("metrics::{name}"), f);
-    vec![t(
-        "endpoint_answers_beside_idle_huge_and_stalled_clients",
-        endpoint_answers_beside_idle_huge_and_stalled_clients,
-    )]
+    vec![
+        t(
+            "endpoint_answers_beside_idle_huge_and_stalled_clients",
+            endpoint_answers_beside_idle_huge_and_stalled_clients,
+        ),
+        t(
+            "build_info_and_process_metrics_describe_the_capture",
+            build_info_and_process_metrics_describe_the_capture,
+        ),
+    ]
 }
 
 /// Where poolcap serves metrics in these tests (each lab namespace has its own loopback).
@@ -118,4 +124,65 @@ fn endpoint_answers_beside_idle_huge_and_stalled_clients() {
     assert!(scrape(ns).is_some(), "a scrape after the hostile clients");
     let (code, stderr) = cap.stop("INT");
     assert_eq!(code, Some(0), "capture: {stderr}");
+}
+
+/// The value of an unlabelled (or fully labelled) series in a scrape.
+fn value(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+}
+
+fn epoch_seconds(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_secs_f64()
+}
+
+/// A capture's scrape says which poolcap runs (`poolcap_build_info{version,backend} 1`)
+/// and describes its own process as `/proc` shows it from outside: started during the test,
+/// resident memory near its `VmRSS`, open descriptors near the count of `/proc/PID/fd`, and
+/// CPU time spent on the traffic.
+fn build_info_and_process_metrics_describe_the_capture() {
+    let lab = crate::common::lab(1);
+    let ns = &lab.probe.netns;
+    // /proc/stat's boot time has whole seconds.
+    let before = epoch_seconds(SystemTime::now()) - 1.0;
+    let cap = capture(&lab, &["--backend", "af_packet", "--metrics", METRICS]);
+    let pid = cap.child.id();
+    gen(&lab, &["--count", "20000", "--rate", "20k"]);
+    let served = scrape(ns).expect("a scrape");
+    let after = epoch_seconds(SystemTime::now()) + 1.0;
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("fd dir")
+        .count() as f64;
+    let rss = rss_kb(pid) as f64 * 1024.0;
+    let (code, stderr) = cap.stop("INT");
+    assert_eq!(code, Some(0), "capture: {stderr}");
+
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        value(
+            &served,
+            &format!("poolcap_build_info{{version=\"{version}\",backend=\"af_packet\"}}")
+        ),
+        1.0
+    );
+    let started = value(&served, "process_start_time_seconds");
+    assert!(
+        (before..after).contains(&started),
+        "started {started}, test ran {before}..{after}"
+    );
+    let resident = value(&served, "process_resident_memory_bytes");
+    assert!(
+        resident > rss / 2.0 && resident < rss * 2.0,
+        "resident {resident} bytes, VmRSS {rss} bytes"
+    );
+    // The scrape's own connection and directory read come and go.
+    let open = value(&served, "process_open_fds");
+    assert!((open - fds).abs() <= 3.0, "{open} open, {fds} in /proc");
+    assert!(
+        value(&served, "process_cpu_seconds_total") > 0.0,
+        "{served}"
+    );
 }
