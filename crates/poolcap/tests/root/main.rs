@@ -8,6 +8,8 @@ mod bench;
 mod capture;
 mod cli;
 mod common;
+#[path = "../support/deploy.rs"]
+mod deploy;
 mod disk;
 mod doctor;
 mod export;

@@ -2,12 +2,16 @@
 //! clients connect, and its process stays small. Every client runs in the lab's probe
 //! namespace, on its loopback.
 
+use std::collections::BTreeSet;
 use std::process::Stdio;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use libtest_mimic::Trial;
 
-use crate::common::{capture, gen, netns_command, trial, Background};
+use crate::common::{
+    capture, gen, netns_command, path_str as s, start_probe, tempdir, trial, Background,
+};
+use crate::deploy;
 
 pub fn trials() -> Vec<Trial> {
     let t = |name: &'static str, f: fn()| trial(&format!("metrics::{name}"), f);
@@ -19,6 +23,10 @@ pub fn trials() -> Vec<Trial> {
         t(
             "build_info_and_process_metrics_describe_the_capture",
             build_info_and_process_metrics_describe_the_capture,
+        ),
+        t(
+            "dashboard_and_alerts_use_only_served_metrics",
+            dashboard_and_alerts_use_only_served_metrics,
         ),
     ]
 }
@@ -185,4 +193,76 @@ fn build_info_and_process_metrics_describe_the_capture() {
         value(&served, "process_cpu_seconds_total") > 0.0,
         "{served}"
     );
+}
+
+/// The metric names in a scrape in the Prometheus text format (what curl gets).
+fn served_names(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every metric the Grafana dashboard and the alert rules in `deploy/` use is one poolcap
+/// serves, so they cannot drift apart: the names scraped from a probe that writes a file
+/// and exports IPFIX (engine, writer, rule, exporter and process families) and from a
+/// forwarder with a `--drop` rule (forwarding and policy families) cover every name in
+/// their queries.
+fn dashboard_and_alerts_use_only_served_metrics() {
+    let lab = crate::forward::lab3(1);
+    let ns = lab.probe.netns.clone();
+    let dir = tempdir();
+    let config = dir.path().join("probe.toml");
+    std::fs::write(
+        &config,
+        "period = \"250ms\"\n[[rule]]\nname = \"all\"\nfilter = \"ip\"\nactions = [\"flows\"]\n",
+    )
+    .expect("write config");
+    let file = dir.path().join("probe.pcapng");
+    let probe = start_probe(
+        &lab,
+        &[
+            "-c",
+            s(&config),
+            "-w",
+            s(&file),
+            "--ipfix",
+            "127.0.0.1:4739",
+            "--metrics",
+            METRICS,
+        ],
+    );
+    gen(&lab, &["--count", "2000", "--rate", "10k"]);
+    // A few probe periods end, so the rule counters have samples.
+    std::thread::sleep(Duration::from_millis(800));
+    let mut served = served_names(&scrape(&ns).expect("the probe's scrape"));
+    let (code, stderr) = probe.stop("INT");
+    assert_eq!(code, Some(0), "probe: {stderr}");
+    let fwd = crate::forward::forward(&lab, &["--drop", "udp", "--metrics", METRICS]);
+    served.extend(served_names(&scrape(&ns).expect("the forwarder's scrape")));
+    let (code, stderr) = fwd.stop("INT");
+    assert_eq!(code, Some(0), "forward: {stderr}");
+
+    let used: BTreeSet<String> = deploy::dashboard_queries()
+        .iter()
+        .chain(&deploy::rule_queries())
+        .flat_map(|q| deploy::metric_names(q))
+        .collect();
+    let missing: Vec<&String> = used.difference(&served).collect();
+    assert!(
+        missing.is_empty(),
+        "used in deploy/ but not served: {missing:?}\nserved: {served:?}"
+    );
+    // The comparison has something to compare: the families the files are about.
+    for name in [
+        "poolcap_packets_dropped_total",
+        "poolcap_pool_chunks_in_use",
+        "poolcap_written_bytes_total",
+        "poolcap_export_flow_records_total",
+        "poolcap_packets_policy_dropped_total",
+        "process_cpu_seconds_total",
+    ] {
+        assert!(used.contains(name), "{name} not used: {used:?}");
+    }
 }
