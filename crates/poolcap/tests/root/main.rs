@@ -7,6 +7,7 @@
 mod bench;
 mod capture;
 mod cli;
+mod collectors;
 mod common;
 mod disk;
 mod doctor;
@@ -43,6 +44,7 @@ fn main() {
     trials.extend(probe_faults::trials());
     trials.extend(probe_kernel::trials());
     trials.extend(export::trials());
+    trials.extend(collectors::trials());
     trials.extend(hardening::trials());
     trials.extend(kafka::trials());
     trials.extend(bench::trials());
