@@ -227,7 +227,8 @@ impl ProducerContext for Context {
         match result {
             Err((e, _)) if !self.failing.swap(true, Ordering::Relaxed) => {
                 eprintln!(
-                    "kafka: cannot deliver messages: {e}; retrying, counted as not delivered"
+                    "kafka: cannot deliver: {e} (counted as not delivered; the broker is \
+                     tried again)"
                 );
             }
             Ok(_) if self.failing.swap(false, Ordering::Relaxed) => {
