@@ -9,10 +9,10 @@
 //! that does not parse, a send that failed, no TCP connection, a flow the probe's table cap
 //! evicted).
 //!
-//! Every [`STATS_EVERY`], and once more at the end, an options record tells the collector
-//! the exporting process's own counts: messages sent, flow records exported and not
-//! delivered (as they stand then: over UDP the last datagram counts as exported until a
-//! refusal comes back).
+//! With the templates' refresh (UDP and TCP alike), and once more at the end, an options
+//! record tells the collector the exporting process's own counts: messages sent, flow
+//! records exported and not delivered (as they stand then: over UDP the last datagram
+//! counts as exported until a refusal comes back).
 //!
 //! Transports (RFC 7011 10): UDP sends the templates of an observation domain with its
 //! first records and again every `template_refresh`; TCP sends them once per connection,
@@ -41,8 +41,6 @@ const CHANNEL_PERIODS: usize = 64;
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Least time between TCP reconnection attempts.
 pub const RECONNECT_EVERY: Duration = Duration::from_secs(1);
-/// How often the exporting process's statistics go out (and once more at the end).
-pub const STATS_EVERY: Duration = Duration::from_secs(10);
 
 /// Flow records handed over or lost, read by the metrics at each scrape.
 #[derive(Debug, Default)]
@@ -85,7 +83,7 @@ pub struct IpfixConfig {
     pub transport: Transport,
     /// When open records are exported.
     pub timeouts: Timeouts,
-    /// How often UDP re-sends the templates.
+    /// How often UDP re-sends the templates, and both transports the statistics.
     pub template_refresh: Duration,
     /// The ifindex of the interface the flows come in on (ingressInterface; 0: a file).
     pub ingress: u32,
@@ -204,6 +202,7 @@ impl IpfixExporter {
             counters: Arc::clone(&counters),
             ingress: cfg.ingress,
             messages: 0,
+            stats_every: cfg.template_refresh,
             stats_at: Instant::now(),
         };
         let thread = std::thread::Builder::new()
@@ -250,6 +249,8 @@ struct Worker {
     ingress: u32,
     /// Messages sent.
     messages: u64,
+    /// How often the statistics go out.
+    stats_every: Duration,
     /// When the statistics went out last.
     stats_at: Instant,
 }
@@ -267,7 +268,7 @@ impl Worker {
             };
             self.send(due);
             self.settle(Duration::ZERO);
-            if self.stats_at.elapsed() >= STATS_EVERY {
+            if self.stats_at.elapsed() >= self.stats_every {
                 self.send_stats();
             }
         }
@@ -702,7 +703,7 @@ mod tests {
     }
 
     #[test]
-    fn udp_resends_templates_once_the_refresh_is_due() {
+    fn udp_resends_templates_and_statistics_once_the_refresh_is_due() {
         let collector = UdpSocket::bind("127.0.0.1:0").unwrap();
         collector
             .set_read_timeout(Some(Duration::from_secs(5)))
@@ -710,29 +711,42 @@ mod tests {
         let mut cfg = config(collector.local_addr().unwrap(), Transport::Udp);
         let flows = [(1, 1, 0, 0, "F")];
         let mut buf = [0u8; 65536];
-        let mut templates = |cfg: IpfixConfig| -> Vec<bool> {
+        // Per message: templates in it, flow records, and its statistics' flows exported.
+        type Seen = (bool, usize, Vec<u64>);
+        let mut messages = |cfg: IpfixConfig| -> Vec<Seen> {
             let x = IpfixExporter::start(cfg).unwrap();
             for _ in 0..3 {
                 x.sender().offer(&[period(&flows)]);
             }
             assert_eq!(x.finish(), (3, 0));
-            let templates = (0..3)
-                .map(|_| {
-                    let n = collector.recv(&mut buf).unwrap();
-                    decode::message(&buf[..n]).templates
-                })
-                .collect();
-            let n = collector.recv(&mut buf).unwrap();
-            assert_eq!(
-                decode::message(&buf[..n]).stats.len(),
-                1,
-                "then the statistics"
-            );
-            templates
+            let mut got: Vec<Seen> = Vec::new();
+            // Everything was sent by the time `finish` returns: read until none is left.
+            collector.set_nonblocking(true).unwrap();
+            while let Ok(n) = collector.recv(&mut buf) {
+                let m = decode::message(&buf[..n]);
+                let stats = m.stats.iter().map(|s| s.flows).collect();
+                got.push((m.templates, m.flows.len(), stats));
+            }
+            got
         };
-        assert_eq!(templates(cfg), [true, false, false]);
+        let (t, f, stats) = ((true, 1, vec![]), (false, 1, vec![]), |n| {
+            (false, 0, vec![n])
+        });
+        assert_eq!(messages(cfg), [t.clone(), f.clone(), f, stats(3)]);
         cfg.template_refresh = Duration::ZERO;
-        assert_eq!(templates(cfg), [true, true, true]);
+        assert_eq!(
+            messages(cfg),
+            [
+                t.clone(),
+                stats(1),
+                t.clone(),
+                stats(2),
+                t,
+                stats(3),
+                stats(3)
+            ],
+            "templates with every message, statistics after every period and at the end"
+        );
     }
 
     #[test]

@@ -169,7 +169,8 @@ fn finish_ipfix(x: IpfixExporter) {
 #[derive(Debug, Clone, Args)]
 pub struct KafkaArgs {
     /// Stream each period's reports, flow records and alerts as JSON to Kafka brokers
-    /// (HOST:PORT[,HOST:PORT...]), keyed by probe, rule and flow.
+    /// (HOST:PORT[,HOST:PORT...], IPv6 as [ADDR]:PORT; names resolve when librdkafka
+    /// connects, and again on each retry), keyed by probe, rule and flow.
     #[arg(long, value_name = "BROKERS", requires = "topic")]
     kafka: Option<String>,
     /// The Kafka topic.
