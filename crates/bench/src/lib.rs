@@ -27,8 +27,10 @@
 //! `rps_cpus` to move it to the tool's CPU) are in `shared/design.md`.
 //!
 //! Beside the rig: [`calibrate`] measures this machine's per-stage costs for `poolcap
-//! predict`, [`sim`] drives the engine's own capture-thread decisions and offload policy
-//! over modelled traffic (`poolcap sim`), and [`plot`] draws every figure.
+//! predict`, [`sim`] drives the capture thread's own decisions and offload policies
+//! (`poolcap-core`) over modelled traffic (`poolcap sim`), and [`plot`] draws every figure.
+
+#![forbid(unsafe_code)]
 
 pub mod calibrate;
 pub mod child;

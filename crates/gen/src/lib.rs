@@ -23,6 +23,8 @@
 //! duplicates, reordering and latency of what arrived) and [`capfile`] (reading back the
 //! files poolcap writes, compressed or not).
 
+#![forbid(unsafe_code)]
+
 pub mod capfile;
 pub mod flows;
 pub mod frame;

@@ -1,4 +1,5 @@
-//! The capture engine, basic mode B-(M,R) on AF_PACKET TPACKET_V3 (see `shared/design.md`).
+//! The capture engine: WireCAP's pools in basic B-(M,R) and advanced A-(M,R,T) modes, with
+//! congestion control, on AF_PACKET TPACKET_V3 or AF_XDP (see `docs/design.md`).
 //!
 //! ```text
 //! rx queue q ─► fanout socket + TPACKET_V3 ring ─► capture thread q ─► capture queue q ─► worker(s)
@@ -10,7 +11,8 @@
 //! packet ends in exactly one counter of [`account`].
 //!
 //! The shape: a capture thread ([`queue`]) is a thin shell around [`decide::Loop`], the
-//! capture decisions as a value with no clock reads or syscalls (which `poolcap sim` drives
+//! capture decisions as a value with no clock reads or syscalls, which live with the offload
+//! policies and the pool geometry in the `poolcap-core` crate (which `poolcap sim` drives
 //! too); which data path runs is one [`pipeline::Pipeline`] chosen at start (count in the
 //! kernel ring, straight to a sink, or through workers); sinks (the file writer, the
 //! forwarder) are behind one [`sink::Sink`] trait.
@@ -29,7 +31,7 @@ pub mod af_xdp;
 pub mod backend;
 pub mod bpf;
 pub mod compress;
-pub mod decide;
+pub use poolcap_core::decide;
 pub mod doorbell;
 pub mod end;
 pub mod file;
@@ -41,7 +43,7 @@ pub mod linktype;
 pub mod mem;
 pub mod nic;
 pub mod pipeline;
-pub mod policy;
+pub use poolcap_core::policy;
 pub mod pool;
 pub mod queue;
 pub mod rotate;

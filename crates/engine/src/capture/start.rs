@@ -41,7 +41,7 @@ pub(super) fn check_memory(
     live: bool,
 ) -> Result<(), CaptureError> {
     let ring_bytes = if live { cfg.ring.bytes() as u64 } else { 0 };
-    let need = q as u64 * (cfg.pool.for_records(records).bytes() + ring_bytes);
+    let need = q as u64 * (super::pool::for_records(cfg.pool, records).bytes() + ring_bytes);
     match crate::memlimit::available() {
         Some(avail) if need > avail => Err(CaptureError::Memory {
             need_mib: need >> 20,

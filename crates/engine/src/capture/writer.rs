@@ -669,12 +669,14 @@ mod tests {
         limit: Option<u64>,
         rotation: Option<TestRotation>,
     ) -> (Vec<u64>, WriterOutcome) {
-        let size = PoolSize {
-            cells: 4,
-            chunks: 4,
-            cell_size: 64,
-        }
-        .for_records(records);
+        let size = crate::capture::pool::for_records(
+            PoolSize {
+                cells: 4,
+                chunks: 4,
+                cell_size: 64,
+            },
+            records,
+        );
         let pools = Arc::new(vec![
             Arc::new(Pool::new(0, size, 4, records)),
             Arc::new(Pool::new(1, size, 4, records)),
@@ -810,12 +812,14 @@ mod tests {
     #[test]
     fn an_inline_writer_writes_each_chunk_when_pumped_and_sends_it_home() {
         let format = FileFormat::PcapNs;
-        let size = PoolSize {
-            cells: 4,
-            chunks: 4,
-            cell_size: 64,
-        }
-        .for_records(Some(format));
+        let size = crate::capture::pool::for_records(
+            PoolSize {
+                cells: 4,
+                chunks: 4,
+                cell_size: 64,
+            },
+            Some(format),
+        );
         let pool = Arc::new(Pool::new(0, size, 4, Some(format)));
         let input = Arc::new(ArrayQueue::new(4));
         let progress = Arc::new(Mutex::new(Progress::default()));

@@ -23,9 +23,9 @@
 
 use std::time::Duration;
 
-use super::policy::Policy;
-use super::pool::{PoolSize, Room};
-use super::queue::WaitStrategy;
+use crate::geometry::{PoolSize, Room};
+use crate::policy::Policy;
+use crate::wait::WaitStrategy;
 
 /// Longest wait for room while paused or full: bounds how late a stop or the kernel
 /// statistics are seen (room itself wakes the thread at once).
@@ -399,7 +399,7 @@ impl Loop {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capture::policy::{Basic, Buddy, Congestion};
+    use crate::policy::{Basic, Buddy, Congestion};
 
     const MS: Duration = Duration::from_millis(1);
 
