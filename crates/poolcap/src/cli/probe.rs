@@ -379,10 +379,16 @@ fn run_in_kernel(
     iface: &str,
 ) -> anyhow::Result<()> {
     let mode = args.in_kernel.unwrap_or(kernel::Mode::On);
-    let kernel = KernelRules::start(mode, iface, &config, false)?;
+    // A rule change loads a new program (CAP_BPF), so privileges go only when -Z asks.
+    let privileges = args
+        .privileges
+        .user
+        .as_deref()
+        .map(|user| privdrop::prepare(Some(user)))
+        .transpose()?;
     let ipfix = export::plan_ipfix(&args.ipfix)?;
     let kafka = export::plan_kafka(&args.kafka, iface)?;
-    let exporters = export::start_exporters(ipfix, kafka)?;
+    let kernel = KernelRules::start(mode, iface, &config, false)?;
     let socket = args.ctl.as_deref().map(ControlSocket::bind).transpose()?;
     let stop = crate::cli::flag_on(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
     let hangup = crate::cli::flag_on(&[signal_hook::consts::SIGHUP])?;
@@ -390,16 +396,16 @@ fn run_in_kernel(
     let started = SystemTime::now();
     let mut reporter = Reporter::new(hub, started, args.report.as_deref(), !args.quiet)?;
     reporter.set_kernel(kernel);
-    // A rule change loads a new program (CAP_BPF), so privileges go only when -Z asks: the
-    // program, the ctl socket and the report file are open by now.
-    if args.privileges.user.is_some() {
-        let privileges = privdrop::prepare(args.privileges.user.as_deref())?;
+    // The program, the ctl socket and the report file are open by now; the exporters'
+    // threads start after the drop, so they inherit it.
+    if let Some(privileges) = &privileges {
         let owned: Vec<&Path> = [args.report.as_deref(), args.ctl.as_deref()]
             .into_iter()
             .flatten()
             .collect();
-        privdrop::apply(&privileges, &owned)?;
+        privdrop::apply(privileges, &owned)?;
     }
+    let exporters = export::start_exporters(ipfix, kafka)?;
     feed_exporters(&mut reporter, &exporters);
     let done = Arc::new(AtomicBool::new(false));
     let manager = Manager {
