@@ -46,9 +46,15 @@ pub struct CaptureArgs {
     #[arg(
         short = 'i',
         long = "interface",
-        required_unless_present_any = ["list_interfaces", "read"]
+        required_unless_present_any = ["list_interfaces", "read", "config"]
     )]
     iface: Option<String>,
+    /// Read options from a TOML FILE: keys are the long option names (`interface`,
+    /// `snaplen`, `stats-json`; `write`, `count`, `buffer`, `rotate-size`, `rotate-seconds`,
+    /// `rotate-files`, `post-rotate` for -w -c -B -C -G -W -z; `filter`); the command line
+    /// wins over the file; an unknown key is an error.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// List the interfaces to capture on (in this network namespace), then exit.
     #[arg(short = 'D', long)]
     list_interfaces: bool,
@@ -508,7 +514,8 @@ pub fn print_report(r: &CaptureReport) {
 
 /// Runs `poolcap capture`.
 pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
-    let _ = args.numeric;
+    // -n does nothing; --config was read with the command line (cli::parse).
+    let _ = (args.numeric, &args.config);
     if args.list_interfaces {
         return super::ifaces::print();
     }
