@@ -17,6 +17,7 @@ use crate::capture::queue::WaitStrategy;
 use crate::capture::rotate::RotateSpec;
 use crate::capture::savefile::{FileOptions, Fsync};
 use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Input, Output};
+use crate::cli::readiness::Readiness;
 use crate::cli::statsfile::StatsFile;
 use crate::cli::{privdrop, usage};
 use crate::{netdev, units};
@@ -534,6 +535,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         privdrop::prepare(args.user.as_deref())?
     };
     let metrics = crate::cli::export::bind_metrics(&args.export)?;
+    let readiness = Readiness::connect()?;
     let mut stats = args
         .stats_json
         .as_deref()
@@ -595,6 +597,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     if let Some(w) = &warning {
         crate::say!("{w}");
     }
+    readiness.ready();
     let report = engine.run();
     if report.file_limit_reached {
         // tcpdump's words, and as with tcpdump the capture ends successfully.

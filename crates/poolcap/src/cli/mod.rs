@@ -24,6 +24,7 @@ pub mod predict;
 mod print;
 pub mod privdrop;
 pub mod probe;
+mod readiness;
 pub mod sim;
 pub mod statsfile;
 

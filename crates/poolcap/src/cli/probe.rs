@@ -12,6 +12,7 @@ use poolcap_probe::Hub;
 
 use crate::capture::{CaptureConfig, CaptureError, Engine, Output};
 use crate::cli::capture::{config as capture_config, print_report, CaptureArgs};
+use crate::cli::readiness::Readiness;
 use crate::cli::{export, privdrop, usage};
 use crate::probe::control::ControlSocket;
 use crate::probe::kernel::{self, KernelRules};
@@ -279,6 +280,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     poolcap_sys::privilege::check_raw_sockets("capturing packets")?;
     let privileges = privdrop::prepare(args.privileges.user.as_deref())?;
     let metrics = export::bind_metrics(&args.metrics)?;
+    let readiness = Readiness::connect()?;
     let ipfix = export::plan_ipfix(&args.ipfix)?;
     let kafka = export::plan_kafka(&args.kafka, &iface)?;
     cfg.output = args
@@ -354,6 +356,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     if let Some(w) = &warning {
         crate::say!("{w}");
     }
+    readiness.ready();
     let report = engine.run();
     engine_done.store(true, Ordering::Release);
     let last = manager
@@ -388,6 +391,7 @@ fn run_in_kernel(
         .transpose()?;
     let ipfix = export::plan_ipfix(&args.ipfix)?;
     let kafka = export::plan_kafka(&args.kafka, iface)?;
+    let readiness = Readiness::connect()?;
     let kernel = KernelRules::start(mode, iface, &config, false)?;
     let socket = args.ctl.as_deref().map(ControlSocket::bind).transpose()?;
     let stop = crate::cli::flag_on(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
@@ -418,6 +422,7 @@ fn run_in_kernel(
     };
     let manager = spawn_manager(manager, &stop)?;
     crate::say!("probing on {iface} in the kernel (tc ingress), no capture socket");
+    readiness.ready();
     let deadline = args.duration.map(|d| std::time::Instant::now() + d);
     while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| std::time::Instant::now() < d) {
         std::thread::sleep(Duration::from_millis(20));
