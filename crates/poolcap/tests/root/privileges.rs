@@ -255,7 +255,8 @@ fn assert_sealed(bg: &Background, what: &str) {
 }
 
 /// `-Z root` capture (metrics, a rotating file), probe (metrics, an IPFIX exporter to a
-/// local UDP port, a report) and forward: every thread sealed, each one still works.
+/// local UDP port, a report) and a two-way forward: every thread sealed; the capture still
+/// writes every frame.
 fn every_thread_of_a_root_capture_probe_and_forward_is_sealed() {
     let lab = crate::common::lab(1);
     let dir = tempdir();
@@ -308,9 +309,11 @@ fn every_thread_of_a_root_capture_probe_and_forward_is_sealed() {
 
     let fwd_lab = Lab::unique(1, 3).unwrap_or_else(|e| panic!("lab up: {e}"));
     let mut cmd = netns_command(&fwd_lab.probe.netns, bin());
-    cmd.args(["forward", "-i", "prb0", "-o", "prb1", "-q", "-Z", "root"]);
+    // Both directions: the second is opened before the first starts its threads.
+    cmd.args(["forward", "-i", "prb0", "-o", "prb1", "-q", "-Z", "root"])
+        .arg("--bidirectional");
     let fwd = Background::start(cmd, "listening on");
-    assert_sealed(&fwd, "forward -Z root");
+    assert_sealed(&fwd, "forward --bidirectional -Z root");
     let (code, stderr) = fwd.stop("INT");
     assert_eq!(code, Some(0), "forward: {stderr}");
 }
