@@ -111,12 +111,23 @@ pub fn apply(plan: &Plan, owned: &[&Path]) -> Result<(), SysError> {
             ),
         });
     }
+    let become_user = match plan {
+        Plan::Become(u) => Some((u, owned)),
+        Plan::Stay => None,
+    };
+    give_up(become_user)
+}
+
+/// Empties the bounding set (where CAP_SETPCAP allows), hands `owned` to the user and
+/// switches to it if one is given, sets `no_new_privs` and drops every capability: all of
+/// it for the calling thread and the threads it starts later.
+fn give_up(become_user: Option<(&User, &[&Path])>) -> Result<(), SysError> {
     // The bounding set limits only what an execve grants: the effective capabilities the
     // steps below need stay until the end.
     if Capability::SetPcap.is_effective() {
         privilege::clear_bounding_set()?;
     }
-    if let Plan::Become(u) = plan {
+    if let Some((u, owned)) = become_user {
         for path in owned {
             // lchown: the files were opened without following links; never follow one now.
             match std::os::unix::fs::lchown(path, Some(u.uid), Some(u.gid)) {
@@ -135,6 +146,21 @@ pub fn apply(plan: &Plan, owned: &[&Path]) -> Result<(), SysError> {
     }
     privilege::set_no_new_privs()?;
     privilege::drop_capabilities()
+}
+
+/// Runs `start` on a thread of its own that first gives up every capability (as [`apply`]
+/// does, staying the same user), so the threads `start` starts hold none while the calling
+/// thread keeps its own: for the exporters of a probe that keeps CAP_BPF to reload its
+/// in-kernel rules.
+pub fn unprivileged<T: Send>(start: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            give_up(None)?;
+            start()
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("a thread starting the exporters panicked"))?
+    })
 }
 
 #[cfg(test)]

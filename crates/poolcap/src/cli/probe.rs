@@ -321,7 +321,8 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         privdrop::apply(&privileges, &owned)
     })
     .map_err(engine_error)?;
-    let exporters = match export::start_exporters(ipfix, kafka) {
+    // Started without privileges even where the probe keeps them (for its in-kernel rules).
+    let exporters = match privdrop::unprivileged(|| export::start_exporters(ipfix, kafka)) {
         Ok(x) => x,
         Err(e) => {
             stop.store(true, Ordering::Relaxed);
@@ -401,7 +402,7 @@ fn run_in_kernel(
     let mut reporter = Reporter::new(hub, started, args.report.as_deref(), !args.quiet)?;
     reporter.set_kernel(kernel);
     // The program, the ctl socket and the report file are open by now; the exporters'
-    // threads start after the drop, so they inherit it.
+    // threads start after the drop, and without privileges where the probe keeps them.
     if let Some(privileges) = &privileges {
         let owned: Vec<&Path> = [args.report.as_deref(), args.ctl.as_deref()]
             .into_iter()
@@ -409,7 +410,7 @@ fn run_in_kernel(
             .collect();
         privdrop::apply(privileges, &owned)?;
     }
-    let exporters = export::start_exporters(ipfix, kafka)?;
+    let exporters = privdrop::unprivileged(|| export::start_exporters(ipfix, kafka))?;
     feed_exporters(&mut reporter, &exporters);
     let done = Arc::new(AtomicBool::new(false));
     let manager = Manager {

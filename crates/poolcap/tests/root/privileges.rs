@@ -44,6 +44,10 @@ pub fn trials() -> Vec<Trial> {
             "the_in_kernel_probes_exporter_threads_are_sealed",
             the_in_kernel_probes_exporter_threads_are_sealed,
         ),
+        t(
+            "a_probe_keeping_privileges_for_kernel_rules_exports_without_them",
+            a_probe_keeping_privileges_for_kernel_rules_exports_without_them,
+        ),
     ]
 }
 
@@ -235,19 +239,25 @@ fn seal_fields(status: &str) -> String {
 /// What a thread holds with no capability left and none to be regained.
 const SEALED: &str = "CapInh= CapPrm= CapEff= CapBnd= CapAmb= NoNewPrivs=1";
 
-/// Every thread of `bg` (more than one) has empty capability sets, bounding set included,
-/// and `no_new_privs`.
-fn assert_sealed(bg: &Background, what: &str) {
+/// Each thread of `bg`: its name and [`seal_fields`].
+fn thread_seals(bg: &Background) -> Vec<(String, String)> {
     let pid = bg.child.id();
-    let threads: Vec<(String, String)> = std::fs::read_dir(format!("/proc/{pid}/task"))
+    std::fs::read_dir(format!("/proc/{pid}/task"))
         .expect("task dir")
         .map(|t| {
             let status =
                 std::fs::read_to_string(t.expect("task").path().join("status")).expect("status");
-            let name = status.lines().next().unwrap_or_default().to_string();
+            let name = status.lines().next().unwrap_or_default();
+            let name = name.trim_start_matches("Name:").trim().to_string();
             (name, seal_fields(&status))
         })
-        .collect();
+        .collect()
+}
+
+/// Every thread of `bg` (more than one) has empty capability sets, bounding set included,
+/// and `no_new_privs`.
+fn assert_sealed(bg: &Background, what: &str) {
+    let threads = thread_seals(bg);
     assert!(
         threads.len() > 1 && threads.iter().all(|(_, f)| f == SEALED),
         "{what}: want every thread at `{SEALED}`: {threads:#?}"
@@ -394,4 +404,40 @@ fn the_in_kernel_probes_exporter_threads_are_sealed() {
         .map(|l| num(&serde_json::from_str(l).expect("json line"), "packets"))
         .sum();
     assert_eq!(packets, on_wire(&g), "{stderr}");
+}
+
+/// `probe --in-kernel --ipfix` without `-Z` keeps its privileges (a rule change loads new
+/// programs), but its IPFIX exporter's thread, which talks to the network, holds none; with
+/// `--metrics` too, the socket-based probe's exporter thread likewise.
+fn a_probe_keeping_privileges_for_kernel_rules_exports_without_them() {
+    let lab = crate::common::lab(1);
+    let dir = tempdir();
+    let config = dir.path().join("probe.toml");
+    std::fs::write(
+        &config,
+        "period = \"250ms\"\n[[rule]]\nname = \"all\"\nfilter = \"udp\"\nactions = [\"flows\"]\n",
+    )
+    .expect("write config");
+    for extra in [&[][..], &["--metrics", "127.0.0.1:9464"][..]] {
+        let mut args = vec!["--in-kernel", "-c", s(&config), "--ipfix", "127.0.0.1:4739"];
+        args.extend(extra);
+        let probe = start_probe(&lab, &args);
+        let threads = thread_seals(&probe);
+        let named = |n: &str| {
+            threads
+                .iter()
+                .find(|(name, _)| name == n)
+                .unwrap_or_else(|| panic!("{extra:?}: no `{n}` thread: {threads:#?}"))
+                .1
+                .clone()
+        };
+        assert_eq!(named("ipfix"), SEALED, "{extra:?}: {threads:#?}");
+        assert_ne!(
+            named("poolcap"),
+            SEALED,
+            "{extra:?}: the probe keeps CAP_BPF"
+        );
+        let (code, stderr) = probe.stop("INT");
+        assert_eq!(code, Some(0), "{extra:?}: {stderr}");
+    }
 }
