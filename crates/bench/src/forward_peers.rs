@@ -9,9 +9,9 @@
 //! without a forwarded count (netsniff-ng, the bridge) still has one.
 //!
 //! What each prints, recorded in the lab:
-//! - `poolcap forward`: `listening on ...` on stderr; its `--stats-json` holds the six terms
-//!   of `received = forwarded + dropped_by_rule + dropped_kernel + dropped_pool + dropped_tx +
-//!   filtered`.
+//! - `poolcap forward`: `listening on ...` on stderr; its `--stats-json` holds the seven
+//!   terms of `received = forwarded + dropped_by_rule + dropped_kernel + dropped_pool +
+//!   dropped_tx + filtered + not_taken`.
 //! - netsniff-ng `--in prb0 --out prb1`: `Running!` on stdout (`stdbuf -oL`); at exit
 //!   `N  packets incoming`, `N  packets passed filter`, `N  packets failed filter`. Like
 //!   capture it needs `-A`, `-b CPU` and an explicit `-S` in a namespace (without `-S` it
@@ -50,14 +50,15 @@ pub const SINK_SNAPLEN: u32 = 128;
 /// The sink's kernel buffer, large enough that the sink itself never drops in a run.
 pub const SINK_BUFFER_KIB: u64 = 65_536;
 
-/// The six terms of poolcap forward's equation, in its JSON.
-pub const TERMS: [&str; 6] = [
+/// The seven terms of poolcap forward's equation, in its JSON.
+pub const TERMS: [&str; 7] = [
     "forwarded",
     "dropped_by_rule",
     "dropped_kernel",
     "dropped_pool",
     "dropped_tx",
     "filtered",
+    "not_taken",
 ];
 
 /// How to start forwarding tool `tool` from `inp` to OUT (pinned by the caller to `cpu`).
@@ -157,7 +158,7 @@ pub fn parse(tool: Tool, output: &str, stats: &Path) -> anyhow::Result<Counts> {
     }
 }
 
-/// `poolcap forward --stats-json`: the six terms as extras, `captured` = forwarded, `dropped`
+/// `poolcap forward --stats-json`: the seven terms as extras, `captured` = forwarded, `dropped`
 /// = every drop (so offered − captured − dropped − filtered is 0 when the equation holds).
 fn parse_forward_stats(text: &str) -> anyhow::Result<Counts> {
     let v: serde_json::Value = serde_json::from_str(text).context("poolcap forward stats")?;
@@ -384,13 +385,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reads_the_six_terms_of_poolcap_forward() {
-        let json = r#"{"received":1000,"forwarded":900,"dropped_by_rule":10,
-            "dropped_kernel":40,"dropped_pool":30,"dropped_tx":15,"filtered":5,"in_flight":0,
-            "queues":[{"offloaded_out":3},{"offloaded_out":4,"offloaded_in":2}]}"#;
+    fn reads_the_seven_terms_of_poolcap_forward() {
+        let json = r#"{"received":1000,"forwarded":880,"dropped_by_rule":10,
+            "dropped_kernel":40,"dropped_pool":30,"dropped_tx":15,"filtered":5,"not_taken":20,
+            "in_flight":0,"queues":[{"offloaded_out":3},{"offloaded_out":4,"offloaded_in":2}]}"#;
         let c = parse_forward_stats(json).unwrap();
-        assert_eq!((c.captured, c.dropped, c.received), (900, 95, Some(1000)));
-        assert_eq!(c.extra["filtered"], 5.0);
+        assert_eq!((c.captured, c.dropped, c.received), (880, 95, Some(1000)));
+        assert_eq!((c.extra["filtered"], c.extra["not_taken"]), (5.0, 20.0));
         assert_eq!(c.extra["offloaded_out"], 7.0);
         assert!(parse_forward_stats(r#"{"received":1}"#).is_err());
     }

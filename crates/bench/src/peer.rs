@@ -119,6 +119,10 @@ pub struct CaptureSpec {
     /// poolcap probe only: rules of the generated rule set.
     #[serde(default)]
     pub rules: Option<usize>,
+    /// poolcap probe only: the rule set's every rule tracks the flows of all IP traffic
+    /// (`flows_rule_set`), not the generated mix (`rule_set`).
+    #[serde(default)]
+    pub all_flows: bool,
     /// poolcap probe only: `--in-kernel`.
     #[serde(default)]
     pub in_kernel: bool,
@@ -178,6 +182,7 @@ impl CaptureSpec {
             rotate: None,
             direct: false,
             rules: None,
+            all_flows: false,
             in_kernel: false,
             stopped: false,
         }
@@ -717,6 +722,9 @@ pub struct Sent {
     pub seconds: f64,
     /// Frames per send call, when the generator batches.
     pub batch: Option<u64>,
+    /// CPU seconds the generator used while sending, when it says.
+    #[serde(default)]
+    pub cpu_s: Option<f64>,
 }
 
 /// The bytes of the frame both generators send: poolcap gen's first frame (sequence 0) with
@@ -847,6 +855,7 @@ impl Generator {
                     pps: r.pps,
                     seconds: r.seconds,
                     batch: Some(r.batch as u64),
+                    cpu_s: Some(r.cpu_s),
                 })
             }
             Generator::Trafgen => {
@@ -871,6 +880,7 @@ impl Generator {
                     pps: frames as f64 / seconds,
                     seconds,
                     batch: None,
+                    cpu_s: None,
                 })
             }
         }

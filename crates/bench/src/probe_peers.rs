@@ -39,15 +39,32 @@ const PMACCT_PURGE_WAIT: Duration = Duration::from_secs(5);
 /// The rule every generated rule set starts with: every generator frame matches it.
 pub const FIRST_RULE: &str = "all";
 
+/// The period and the first rule of every generated rule set: counts and tracks the flows
+/// of all IP traffic.
+fn first_rule() -> String {
+    format!(
+        "period = \"{PERIOD_S}s\"\n[[rule]]\nname = \"{FIRST_RULE}\"\nfilter = \"ip\"\nactions = [\"count\", \"flows\"]\n"
+    )
+}
+
+/// The probe configuration with `n` rules that each track the flows of all IP traffic:
+/// every packet updates `n` flow tables (what `poolcap calibrate` measures a flows rule by).
+pub fn flows_rule_set(n: usize) -> String {
+    let mut s = first_rule();
+    for i in 1..n {
+        let _ = write!(
+            s,
+            "[[rule]]\nname = \"f{i}\"\nfilter = \"ip\"\nactions = [\"flows\"]\n"
+        );
+    }
+    s
+}
+
 /// The probe configuration with `n` rules over distinct filters: the first counts and
 /// tracks flows of all IP traffic; the others cycle through filters on the generator's
 /// ports and frame lengths and actions count, sizes and flows.
 pub fn rule_set(n: usize) -> String {
-    let mut s = format!("period = \"{PERIOD_S}s\"\n");
-    let _ = write!(
-        s,
-        "[[rule]]\nname = \"{FIRST_RULE}\"\nfilter = \"ip\"\nactions = [\"count\", \"flows\"]\n"
-    );
+    let mut s = first_rule();
     for i in 1..n {
         let filter = match i % 3 {
             0 => format!("udp src port {}", 10_000 + i),
@@ -100,7 +117,13 @@ pub fn launch(
     match tool {
         Tool::Probe => {
             let config = dir.join("probe.toml");
-            std::fs::write(&config, rule_set(spec.rules.unwrap_or(1)))
+            let rules = spec.rules.unwrap_or(1);
+            let set = if spec.all_flows {
+                flows_rule_set(rules)
+            } else {
+                rule_set(rules)
+            };
+            std::fs::write(&config, set)
                 .with_context(|| format!("cannot write {}", config.display()))?;
             let report = report_path(dir);
             let _ = std::fs::remove_file(&report);
@@ -304,18 +327,25 @@ mod tests {
     #[test]
     fn rule_sets_have_distinct_filters_and_load() {
         for n in [1, 10, 100, 1000] {
-            let text = rule_set(n);
-            let c: poolcap_probe::Config = {
+            let load = |text: &str| {
                 let dir = tempfile::tempdir().unwrap();
                 let p = dir.path().join("p.toml");
-                std::fs::write(&p, &text).unwrap();
+                std::fs::write(&p, text).unwrap();
                 poolcap_probe::config::load(&p).unwrap()
             };
+            let c = load(&rule_set(n));
             assert_eq!(c.rules.len(), n);
             let mut filters: Vec<&str> = c.rules.iter().map(|r| r.filter.as_str()).collect();
             filters.sort_unstable();
             filters.dedup();
             assert_eq!(filters.len(), n, "distinct filters");
+            // The flows set: as many rules, every one tracking flows of all IP traffic.
+            let flows = load(&flows_rule_set(n));
+            assert_eq!(flows.rules.len(), n);
+            assert!(flows
+                .rules
+                .iter()
+                .all(|r| r.filter == "ip" && r.flows.is_some()));
         }
     }
 

@@ -212,6 +212,16 @@ pub const METRICS: &[Metric] = &[
         show: pct,
     },
     Metric {
+        key: "sender_cpu",
+        title: "sender CPU (of a core)",
+        better: Better::Lower,
+        get: |r| {
+            let s = r.sent.as_ref()?;
+            Some(s.cpu_s? / s.seconds).filter(|x| x.is_finite())
+        },
+        show: pct,
+    },
+    Metric {
         key: "cpu_s",
         title: "tool CPU s",
         better: Better::Lower,
@@ -844,6 +854,7 @@ mod tests {
                 pps,
                 seconds: 1.0,
                 batch: Some(64),
+                cpu_s: None,
             }),
             counts: Some(Counts {
                 captured,

@@ -87,6 +87,10 @@ pub struct Scenario {
     pub load: u32,
     /// `poolcap probe`'s rules run on the worker for each packet (0: a capture, no probe).
     pub rules: usize,
+    /// How many of those rules beyond the first update a flow table with each packet (the
+    /// model takes a `flows` rule to match every packet: an upper bound for a rule set
+    /// whose filters select).
+    pub flow_rules: usize,
     /// Where the packets go (poolcap writes a file from the kernel ring where the frames
     /// lie).
     pub output: Output,
@@ -116,6 +120,7 @@ impl Scenario {
             pool: (256, 64),
             load: 0,
             rules: 0,
+            flow_rules: 0,
             output: Output::Nothing,
             compress: None,
             burst: None,
@@ -264,7 +269,10 @@ fn app_stages(
                 let Some(probe) = &p.probe else {
                     return err("the profile has no cost for probe rules (calibrate again)");
                 };
-                add("probe rules", probe.ns(s.rules, caplen));
+                let Some(ns) = probe.ns(s.rules, s.flow_rules, caplen) else {
+                    return err("the profile has no cost for flows rules (calibrate again)");
+                };
+                add("probe rules", ns);
             }
             if s.load > 0 {
                 add("x-loop", f64::from(s.load) * p.x_loop_ns);
@@ -767,6 +775,7 @@ mod tests {
             probe: Some(ProbeCosts {
                 first_rule: flat(500.0),
                 per_rule: flat(100.0),
+                flow_rule: Some(flat(200.0)),
             }),
             compress: BTreeMap::from([("zstd:3".to_owned(), flat(1000.0))]),
             x_loop_ns: 1.0,
@@ -1151,6 +1160,23 @@ mod tests {
         };
         let e = predict(&unmeasured, &s).unwrap_err();
         assert!(e.0.contains("no cost for probe rules"), "{e}");
+    }
+
+    #[test]
+    fn each_further_flows_rule_adds_its_flow_table_update() {
+        // 11 rules, 10 of them further flows rules: 3.5 µs + 10 x 0.2 µs = 5.5 µs a packet.
+        let s = Scenario {
+            rules: 11,
+            flow_rules: 10,
+            ..scenario(Tool::Poolcap, 100_000.0)
+        };
+        let p = predict(&profile(), &s).unwrap();
+        assert!(close(p.app_capacity_pps, 1e9 / 5500.0), "{p:?}");
+        // A profile calibrated before flows rules were measured cannot answer for them.
+        let mut old = profile();
+        old.probe.as_mut().unwrap().flow_rule = None;
+        let e = predict(&old, &s).unwrap_err();
+        assert!(e.0.contains("no cost for flows rules"), "{e}");
     }
 
     #[test]

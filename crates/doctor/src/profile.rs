@@ -203,19 +203,36 @@ pub struct ToolCosts {
 /// analysis has: a rule set of one rule (`count` and `flows` of all IP traffic, which every
 /// packet matches) and each further rule, measured with the bench's generated rule set
 /// (filters on ports and frame lengths that the generator's packets mostly miss, actions
-/// cycling through count, sizes and flows: a rule's cost is mostly its filter's).
+/// cycling through count, sizes and flows: a rule's cost is mostly its filter's); and what
+/// a further `flows` rule adds when every packet matches it (its flow-table update), from a
+/// rule set whose every rule tracks the flows of all IP traffic ([`probe_flows_key`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 pub struct ProbeCosts {
     /// The rule engine with its one matching rule, per packet.
     pub first_rule: Cost,
     /// Each further rule, per packet.
     pub per_rule: Cost,
+    /// Each further `flows` rule that the packet matches, beyond its `per_rule` (`None`: a
+    /// profile calibrated before this was measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow_rule: Option<Cost>,
 }
 
 impl ProbeCosts {
-    /// Nanoseconds `rules` rules cost for one packet of `bytes` bytes (at least one rule).
-    pub fn ns(&self, rules: usize, bytes: f64) -> f64 {
-        self.first_rule.ns(bytes) + rules.saturating_sub(1) as f64 * self.per_rule.ns(bytes)
+    /// Nanoseconds `rules` rules cost for one packet of `bytes` bytes (at least one rule),
+    /// `flow_rules` of the further ones updating a flow table with it. `None` when flow
+    /// rules are asked for and the profile has no cost for them.
+    pub fn ns(&self, rules: usize, flow_rules: usize, bytes: f64) -> Option<f64> {
+        let flows = match (flow_rules, self.flow_rule) {
+            (0, _) => 0.0,
+            (n, Some(c)) => n as f64 * c.ns(bytes),
+            (_, None) => return None,
+        };
+        Some(
+            self.first_rule.ns(bytes)
+                + rules.saturating_sub(1) as f64 * self.per_rule.ns(bytes)
+                + flows,
+        )
     }
 }
 
@@ -508,6 +525,12 @@ pub fn probe_key(rules: usize) -> String {
     format!("probe {rules}r")
 }
 
+/// The key in [`Samples`] of `poolcap probe` with `rules` rules that each track the flows
+/// of every packet.
+pub fn probe_flows_key(rules: usize) -> String {
+    format!("probe {rules}f")
+}
+
 /// The rules of the probe configuration whose key is `key` ([`probe_key`]; `None`: not a
 /// probe's).
 pub fn probe_rules_of(key: &str) -> Option<usize> {
@@ -524,7 +547,9 @@ fn probe_rule_counts(samples: &Samples) -> Vec<usize> {
 /// The probe's costs from its runs with the fewest and the most rules: each further rule
 /// the slope between them, the first rule the fewest's increment over the pool copy less
 /// its further rules (`diff(a, b)`: `a`'s increment over `b`, see
-/// [`Profile::from_samples`]). `None` without two rule counts.
+/// [`Profile::from_samples`]). `None` without two rule counts. A further flows rule is
+/// what the run of `many` flows rules ([`probe_flows_key`]) adds per rule over the `few`
+/// rules' run, less a further rule's cost.
 fn probe_costs(samples: &Samples, diff: &dyn Fn(&str, &str) -> Option<Cost>) -> Option<ProbeCosts> {
     let counts = probe_rule_counts(samples);
     let (&few, &many) = (counts.first()?, counts.last()?);
@@ -533,9 +558,12 @@ fn probe_costs(samples: &Samples, diff: &dyn Fn(&str, &str) -> Option<Cost>) -> 
     }
     let per_rule = diff(&probe_key(many), &probe_key(few))?.times(1.0 / (many - few) as f64);
     let first_rule = diff(&probe_key(few), "copy")?.minus(&per_rule.times((few - 1) as f64));
+    let flow_rule = diff(&probe_flows_key(many), &probe_key(few))
+        .map(|c| c.times(1.0 / (many - few) as f64).minus(&per_rule));
     Some(ProbeCosts {
         first_rule,
         per_rule,
+        flow_rule,
     })
 }
 
@@ -655,6 +683,12 @@ mod tests {
             // The probe copies into the pool (50 ns), then its rules: 300 ns + 20 per further.
             s.add(&probe_key(1), bytes, base + 50.0 + 300.0);
             s.add(&probe_key(100), bytes, base + 50.0 + 300.0 + 99.0 * 20.0);
+            // 99 further rules that each update a flow table: 50 ns more each.
+            s.add(
+                &probe_flows_key(100),
+                bytes,
+                base + 50.0 + 300.0 + 99.0 * 70.0,
+            );
             s.add("sender", bytes, 2000.0);
             s.add("sender+capture", bytes, 2300.0);
             s.add("kernel rps", bytes, 400.0 + bytes / 2.0);
@@ -679,7 +713,9 @@ mod tests {
         let probe = p.probe.unwrap();
         assert!(close(probe.first_rule.ns(1514.0), 300.0));
         assert!(close(probe.per_rule.ns(64.0), 20.0));
-        assert!(close(probe.ns(11, 64.0), 500.0));
+        assert!(close(probe.ns(11, 0, 64.0).unwrap(), 500.0));
+        assert!(close(probe.flow_rule.unwrap().ns(1514.0), 50.0));
+        assert!(close(probe.ns(11, 10, 64.0).unwrap(), 1000.0));
         assert!(close(p.kernel.ns(64.0), 300.0));
         let rps = p.kernel_on_tool_cpu();
         assert!(close(rps.ns_per_packet, 400.0) && close(rps.ns_per_byte, 0.5));
@@ -717,6 +753,10 @@ mod tests {
             .unwrap();
         assert!((p.first_rule.ns(64.0) - 400.0).abs() < 1e-6, "{p:?}");
         assert!((p.per_rule.ns(1514.0) - 30.0).abs() < 1e-6, "{p:?}");
+        // Without a run of flows rules, their cost is not known, and a rule set with
+        // further flows rules has no cost.
+        assert_eq!(p.flow_rule, None);
+        assert_eq!(p.ns(3, 1, 64.0), None);
         // One rule count alone says nothing of the further rules: the base's costs stand.
         let mut one = Samples::default();
         one.add("copy", 64.0, 100.0);

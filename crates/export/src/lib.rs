@@ -4,7 +4,9 @@
 //! - [`metrics`]: the engine's per-queue counters, the probe's rule counters and the
 //!   exporters' own counters as Prometheus metrics (prometheus-client), read from the live
 //!   atomics at scrape time, so the capture path does no extra work at all;
-//! - [`http`]: serves them on `/metrics` (tiny_http, one thread);
+//! - `process`: the standard process metrics (CPU, memory, files, start time) from `/proc`;
+//! - [`http`]: serves them on `/metrics` (one polling thread, httparse; bounded connections,
+//!   request heads and time per connection);
 //! - [`ipfix`]: the RFC 7011 wire format (templates, data records, messages), pure;
 //! - [`flowcache`]: turns the probe's per-period flow tables into IPFIX flow records with
 //!   active and idle timeouts and flow end reasons, pure (time is a parameter);
@@ -21,6 +23,7 @@ pub mod http;
 pub mod ipfix;
 pub mod kafka;
 pub mod metrics;
+mod process;
 
 /// Why an exporter could not start.
 #[derive(Debug, thiserror::Error)]

@@ -8,6 +8,10 @@
 //!
 //! Names follow the Prometheus conventions: counters end in `_total`, quantities carry
 //! their base unit (`_bytes`, `_seconds`), causes are labels (`cause="kernel"|"pool"`).
+//! `poolcap_packets_dropped_total` is loss only, what an alert on loss should see: frames
+//! the operator asked the forwarder to drop (`--drop`) are counted apart, in
+//! `poolcap_packets_policy_dropped_total`. `poolcap_build_info{version,backend}` (always 1)
+//! and the standard process metrics (read from `/proc`) say what runs.
 
 use std::fmt;
 use std::sync::atomic::Ordering;
@@ -18,10 +22,11 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::exporter::ExportCounters;
+use crate::process::ProcessCollector;
 
 /// One receive queue's counters at a scrape.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -145,9 +150,7 @@ impl Collector for EngineCollector {
         )?;
         let dropped = qs.iter().flat_map(|q| {
             let engine = [("kernel", q.dropped_kernel), ("pool", q.dropped_pool)];
-            let forward = q
-                .forward
-                .map(|f| [("rule", f.dropped_by_rule), ("tx", f.dropped_tx)]);
+            let forward = q.forward.map(|f| [("tx", f.dropped_tx)]);
             engine
                 .into_iter()
                 .chain(forward.into_iter().flatten())
@@ -160,7 +163,7 @@ impl Collector for EngineCollector {
         family(
             e,
             "poolcap_packets_dropped",
-            "Packets lost, by cause: kernel (ring full) or pool (no free chunk); when forwarding also rule (--drop) or tx (OUT did not take them).",
+            "Packets lost, by cause: kernel (ring full) or pool (no free chunk); when forwarding also tx (OUT did not take them).",
             None,
             dropped,
         )?;
@@ -182,6 +185,13 @@ impl Collector for EngineCollector {
             "Bytes of the forwarded frames.",
             Some(&Unit::Bytes),
             forwarded(|f| f.forwarded_bytes),
+        )?;
+        family(
+            e,
+            "poolcap_packets_policy_dropped",
+            "Frames the forwarder dropped because the operator asked to (--drop): policy, not loss.",
+            None,
+            forwarded(|f| f.dropped_by_rule),
         )?;
         family(
             e,
@@ -368,13 +378,28 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Metrics of an engine whose queues `read` returns at each scrape; `exporters` are the
-    /// delivery counters of the running exporters, by name.
+    /// Metrics of an engine running `backend` whose queues `read` returns at each scrape;
+    /// `exporters` are the delivery counters of the running exporters, by name. The
+    /// process's own metrics and `poolcap_build_info` come with them.
     pub fn new(
+        backend: &str,
         read: impl Fn() -> Vec<QueueSample> + Send + Sync + 'static,
         exporters: Vec<(&'static str, Arc<ExportCounters>)>,
     ) -> Self {
         let mut registry = Registry::default();
+        let build = Family::<Labels, Gauge>::default();
+        build
+            .get_or_create(&vec![
+                ("version", env!("CARGO_PKG_VERSION").to_string()),
+                ("backend", backend.to_string()),
+            ])
+            .set(1);
+        registry.register(
+            "poolcap_build_info",
+            "poolcap's version and capture backend; always 1",
+            build,
+        );
+        registry.register_collector(Box::new(ProcessCollector));
         registry.register_collector(Box::new(EngineCollector(Box::new(read))));
         if !exporters.is_empty() {
             registry.register_collector(Box::new(ExportCollector(exporters)));
@@ -477,6 +502,7 @@ mod tests {
         let captured = Arc::new(AtomicU64::new(5));
         let c = Arc::clone(&captured);
         let m = Metrics::new(
+            "af_packet",
             move || {
                 vec![
                     QueueSample {
@@ -558,6 +584,7 @@ mod tests {
     #[test]
     fn forwarding_counters_are_served_only_when_forwarding() {
         let m = Metrics::new(
+            "af_packet",
             || {
                 vec![QueueSample {
                     queue: 1,
@@ -590,11 +617,17 @@ mod tests {
             Some(448.0),
             "{t}"
         );
-        let causes = ["kernel", "pool", "rule", "tx"].map(dropped);
-        assert_eq!(causes, [Some(3.0), Some(0.0), Some(2.0), Some(1.0)], "{t}");
-        let plain = Metrics::new(|| vec![QueueSample::default()], Vec::new()).encode();
+        let causes = ["kernel", "pool", "tx", "rule"].map(dropped);
+        assert_eq!(causes, [Some(3.0), Some(0.0), Some(1.0), None], "{t}");
+        // What the operator asked to drop is policy, not loss.
+        assert_eq!(
+            value(&t, "poolcap_packets_policy_dropped_total{queue=\"1\"}"),
+            Some(2.0),
+            "{t}"
+        );
+        let plain = Metrics::new("af_packet", || vec![QueueSample::default()], Vec::new()).encode();
         assert!(
-            !plain.contains("forwarded") && !plain.contains("cause=\"rule\""),
+            !plain.contains("forwarded") && !plain.contains("policy"),
             "{plain}"
         );
     }
@@ -604,7 +637,7 @@ mod tests {
         let counters = Arc::new(ExportCounters::default());
         counters.exported.store(7, Ordering::Relaxed);
         counters.dropped.store(2, Ordering::Relaxed);
-        let m = Metrics::new(Vec::new, vec![("ipfix", counters)]);
+        let m = Metrics::new("af_packet", Vec::new, vec![("ipfix", counters)]);
         let record = |packets| RuleRecord {
             rule: "web".into(),
             enabled: true,
@@ -648,13 +681,52 @@ mod tests {
     }
 
     #[test]
+    fn build_info_and_the_process_metrics_are_served_in_both_formats() {
+        let m = Metrics::new("af_xdp", Vec::new, Vec::new());
+        let t = m.encode();
+        let version = env!("CARGO_PKG_VERSION");
+        assert_eq!(
+            value(
+                &t,
+                &format!("poolcap_build_info{{version=\"{version}\",backend=\"af_xdp\"}}")
+            ),
+            Some(1.0),
+            "{t}"
+        );
+        assert!(
+            value(&t, "process_resident_memory_bytes").is_some_and(|b| b > 0.0),
+            "{t}"
+        );
+        assert!(
+            value(&t, "process_open_fds").is_some_and(|n| n > 0.0),
+            "{t}"
+        );
+        assert!(value(&t, "process_cpu_seconds_total").is_some(), "{t}");
+        assert!(
+            value(&t, "process_start_time_seconds").is_some_and(|s| s > 1e9),
+            "{t}"
+        );
+        let p = m.encode_prometheus_text();
+        for kind in [
+            "poolcap_build_info gauge",
+            "process_cpu_seconds_total counter",
+            "process_resident_memory_bytes gauge",
+            "process_open_fds gauge",
+            "process_start_time_seconds gauge",
+        ] {
+            assert!(p.contains(&format!("# TYPE {kind}\n")), "{kind}: {p}");
+        }
+    }
+
+    #[test]
     fn written_packets_and_bytes_are_counters_with_a_unit() {
         let bytes = Arc::new(AtomicU64::new(24));
         let b = Arc::clone(&bytes);
-        let m = Metrics::new(Vec::new, Vec::new()).with_written(move || WrittenSample {
-            packets: 2,
-            bytes: b.load(Ordering::Relaxed),
-        });
+        let m =
+            Metrics::new("af_packet", Vec::new, Vec::new()).with_written(move || WrittenSample {
+                packets: 2,
+                bytes: b.load(Ordering::Relaxed),
+            });
         bytes.store(24 + 2 * 76, Ordering::Relaxed);
         let t = m.encode();
         assert_eq!(value(&t, "poolcap_written_bytes_total"), Some(176.0), "{t}");

@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 use self::replay::{Replay, Skipped};
 use self::source::Synthetic;
 use self::timing::Timing;
-use poolcap_sys::netdev;
+use poolcap_sys::{netdev, process};
 
 /// Whether to bypass the qdisc layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,6 +149,11 @@ pub struct GenReport {
     /// (shorter than its header, or raw IP of neither version).
     #[serde(default)]
     pub skipped_malformed: u64,
+    /// CPU seconds (user and system, every thread) the generator used while sending: what a
+    /// paced run costs the core it shares (on veth the receive work of the frames it sends
+    /// is counted here too).
+    #[serde(default)]
+    pub cpu_s: f64,
 }
 
 /// Why a run failed.
@@ -229,6 +234,7 @@ pub fn run(mut cfg: GenConfig, stop: &AtomicBool) -> Result<GenReport, GenError>
     let dropped_before = netdev::counter(&cfg.iface, "tx_dropped").unwrap_or(0);
 
     let (mut sent, mut bytes, mut refused) = (0u64, 0u64, 0u64);
+    let cpu_before = process::cpu_time(process::Who::SelfProcess);
     let start = Instant::now();
     let mut late_ns = 0u64; // how far the schedule was moved back after a long stall
     let mut last_send = start;
@@ -326,6 +332,8 @@ pub fn run(mut cfg: GenConfig, stop: &AtomicBool) -> Result<GenReport, GenError>
         .saturating_sub(dropped_before);
     let rate = |x: f64| if seconds > 0.0 { x / seconds } else { 0.0 };
     let skipped = cfg.frames.skipped(sent);
+    let cpu = process::cpu_time(process::Who::SelfProcess);
+    let cpu_s = (cpu.user + cpu.system) - (cpu_before.user + cpu_before.system);
     Ok(GenReport {
         iface: cfg.iface,
         gen_id: cfg.gen_id,
@@ -341,5 +349,6 @@ pub fn run(mut cfg: GenConfig, stop: &AtomicBool) -> Result<GenReport, GenError>
         interrupted,
         skipped_too_big: skipped.too_big,
         skipped_malformed: skipped.malformed,
+        cpu_s,
     })
 }

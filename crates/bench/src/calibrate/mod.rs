@@ -90,6 +90,17 @@ pub fn stages(levels: &[&str], peers: bool) -> Vec<Stage> {
             },
         });
     }
+    // As many rules again, each tracking the flows of every packet: a flow-table update's
+    // cost beyond a rule's.
+    let most = PROBE_RULES[PROBE_RULES.len() - 1];
+    v.push(Stage {
+        key: profile::probe_flows_key(most),
+        spec: CaptureSpec {
+            rules: Some(most),
+            all_flows: true,
+            ..CaptureSpec::new(Tool::Probe, crate::suites::BUFFER_KIB)
+        },
+    });
     if peers {
         for tool in [Tool::Tcpdump, Tool::Dumpcap] {
             for (what, write) in [("null", false), ("file", true)] {
@@ -677,7 +688,8 @@ mod tests {
                 "pcapng",
                 "zstd:1",
                 "probe 1r",
-                "probe 100r"
+                "probe 100r",
+                "probe 100f"
             ]
         );
         assert_eq!(
@@ -695,6 +707,7 @@ mod tests {
         assert!(v[..6].iter().all(|s| s.spec.tool == Tool::Poolcap));
         assert!(v[6..].iter().all(|s| s.spec.tool == Tool::Probe));
         assert_eq!((v[6].spec.rules, v[7].spec.rules), (Some(1), Some(100)));
+        assert_eq!((v[8].spec.rules, v[8].spec.all_flows), (Some(100), true));
     }
 
     #[test]

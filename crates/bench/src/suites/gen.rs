@@ -11,8 +11,9 @@ use crate::report::Row;
 pub const INTRO: &str = "The generator every other suite relies on: poolcap gen against \
 netsniff-ng's trafgen at top speed (64-byte frames, one core), and the accuracy of paced \
 rates as seen on the wire (capture timestamps). Read: sender pps (higher is better), rate \
-error (within ±2% is the target) and the longest back-to-back run (a paced generator should \
-never burst beyond one send batch).";
+error (within ±2% is the target), the longest back-to-back run (a paced generator should \
+never burst beyond one send batch) and the sender's CPU (a paced generator sleeps between \
+batches: at most a quarter of a core at 50k pps).";
 
 /// The points: generators alone at top speed, then paced runs captured for spacing.
 pub fn plan(scale: Scale) -> Plan {
@@ -26,7 +27,7 @@ pub fn plan(scale: Scale) -> Plan {
     )];
     let rates: &[u64] = match scale {
         Scale::Smoke => &[],
-        _ => &[100_000, 300_000],
+        _ => &[50_000, 100_000, 300_000],
     };
     for &rate in rates {
         let capture = CaptureSpec {
@@ -73,6 +74,7 @@ pub fn text(meta: &Meta, rows: &[Row]) -> Text {
                 "max_back_to_back",
                 "p5_gap_ns",
                 "batch",
+                "sender_cpu",
                 "loss",
             ],
             &["sender_pps"],
@@ -143,6 +145,15 @@ fn targets(rows: &[Row]) -> Vec<String> {
             w * 100.0,
             verdict(e.abs() <= 0.02 && w.abs() <= 0.02)
         ));
+        if let Some(cpu) = r.median("sender_cpu").filter(|_| r.point == "64B 50k pps") {
+            t.push(format!(
+                "{}: the paced generator used {:.0}% of a core, the frames' receive work on \
+                 veth included (target ≤ 25%): {}",
+                r.point,
+                cpu * 100.0,
+                verdict(cpu <= 0.25)
+            ));
+        }
         if let (Some(run), Some(batch)) = (r.get("max_back_to_back"), r.median("batch")) {
             t.push(format!(
                 "{}: longest back-to-back run {:.0} frames (median; {:.0}–{:.0}) for a \

@@ -163,6 +163,9 @@ pub struct Opened {
     pub kernel_filter: bool,
     /// What runs and why, for the startup report.
     pub report: String,
+    /// Which backend runs, by name: `af_packet`, `af_xdp`, or `file` and `memory` for
+    /// sources that are not an interface.
+    pub backend: &'static str,
     /// What each packet starts with.
     pub linktype: LinkType,
     /// A packet socket that keeps the interface promiscuous while it lives (AF_XDP, whose
@@ -253,6 +256,7 @@ fn open_af_packet(s: &Setup<'_>, why: &str) -> Result<Opened, CaptureError> {
         shares: Vec::new(),
         kernel_filter: s.filter.is_some() && !every,
         report: format!("backend {why}{split}"),
+        backend: "af_packet",
         linktype: s.linktype,
         promiscuous: None,
     })
@@ -430,6 +434,7 @@ fn open_af_xdp(cfg: BackendConfig, s: &Setup<'_>) -> Result<Opened, CaptureError
             "backend af_xdp (native XDP, {mode}; UMEM of {} frames per queue)",
             xcfg.frame_count
         ),
+        backend: "af_xdp",
         linktype: s.linktype,
         promiscuous,
     })

@@ -300,6 +300,7 @@ pub struct CaptureReport {
 pub struct Engine {
     iface: String,
     report: String,
+    backend: &'static str,
     linktype: LinkType,
     // Keeps the XDP program attached until the engine is gone.
     _xdp: Option<poolcap_sys::xdp::XdpRedirect>,
@@ -567,6 +568,7 @@ impl Engine {
         Ok(Self {
             iface: cfg.iface,
             report: opened.report,
+            backend: opened.backend,
             linktype: opened.linktype,
             _xdp: opened.xdp,
             _promiscuous: opened.promiscuous,
@@ -624,6 +626,11 @@ impl Engine {
     /// Which backend runs, and why (for the startup report).
     pub fn backend_report(&self) -> &str {
         &self.report
+    }
+
+    /// Which backend runs, by name (`af_packet`, `af_xdp`; `file`, `memory`).
+    pub fn backend(&self) -> &'static str {
+        self.backend
     }
 
     /// The pool each queue has (R chunks of M cells): the one configured, or, when only

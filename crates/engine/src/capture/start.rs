@@ -148,13 +148,14 @@ pub(super) fn open_input(
         inbound_only,
         writes_only,
     } = *plan;
-    let local = |sources: Vec<Box<dyn Source>>, report: String, linktype| Opened {
+    let local = |sources: Vec<Box<dyn Source>>, report: String, backend, linktype| Opened {
         pools: backend::copy_pools(cfg.pool, capacity, records),
         sources,
         xdp: None,
         shares: Vec::new(),
         kernel_filter: false,
         report,
+        backend,
         linktype,
         promiscuous: None,
     };
@@ -163,9 +164,9 @@ pub(super) fn open_input(
             let src = file::FileSource::open(&path, cfg.filter.as_deref(), speed)?;
             let linktype = src.linktype();
             let report = format!("reading {}", path.display());
-            local(vec![Box::new(src)], report, linktype)
+            local(vec![Box::new(src)], report, "file", linktype)
         }
-        Input::Sources(s) => local(s, "in-memory sources".into(), LinkType::ETHERNET),
+        Input::Sources(s) => local(s, "in-memory sources".into(), "memory", LinkType::ETHERNET),
         Input::Live => backend::open(
             cfg.backend,
             &Setup {

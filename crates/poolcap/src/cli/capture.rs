@@ -558,7 +558,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     let stop = crate::cli::flag_on(&[SIGINT, SIGTERM, SIGHUP])?;
     // SIGUSR1 prints the accounting so far, as tcpdump does.
     cfg.stats_request = Some(crate::cli::flag_on(&[SIGUSR1])?);
-    let warning = crate::cli::predict::capture_warning(&cfg, 0);
+    let warning = crate::cli::predict::capture_warning(&cfg, (0, 0));
     let (iface, snaplen, queues, pool) = (cfg.iface.clone(), cfg.snaplen, cfg.queues, cfg.pool);
     let stats_path = stats.as_ref().map(|s| s.path().to_owned());
     let started = Engine::start(cfg, stop, |out| {

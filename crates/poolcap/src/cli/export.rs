@@ -27,7 +27,7 @@ pub struct MetricsArgs {
     /// Serve Prometheus metrics on http://[ADDR:]PORT/metrics while running (loopback
     /// unless ADDR is given): per queue captured, drops by cause, filtered, pool
     /// occupancy, offloads, paused time, wait syscalls; written packets and bytes (-w);
-    /// probe rule counters.
+    /// probe rule counters; build info and process CPU, memory and files.
     #[arg(long, value_name = "[ADDR:]PORT")]
     metrics: Option<String>,
 }
@@ -124,7 +124,7 @@ pub fn serve_metrics(
             })
             .collect()
     };
-    let mut metrics = Metrics::new(read, exporters);
+    let mut metrics = Metrics::new(engine.backend(), read, exporters);
     if writes {
         let written = engine.written();
         metrics = metrics.with_written(move || WrittenSample {

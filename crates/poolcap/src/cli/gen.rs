@@ -286,8 +286,11 @@ fn print_report(r: &GenReport) {
         if r.qdisc_bypass { "on" } else { "off" }
     );
     println!(
-        "kernel refusals retried: {}; dropped by the link on transmit: {}",
-        r.refused, r.link_dropped
+        "kernel refusals retried: {}; dropped by the link on transmit: {}; cpu {:.3} s ({:.0}% of a core)",
+        r.refused,
+        r.link_dropped,
+        r.cpu_s,
+        if r.seconds > 0.0 { 100.0 * r.cpu_s / r.seconds } else { 0.0 }
     );
     if r.skipped_too_big + r.skipped_malformed > 0 {
         println!(

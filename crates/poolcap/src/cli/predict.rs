@@ -269,7 +269,7 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
     if let Some(dir) = &args.validate {
         return validate(dir, args.profile.as_deref());
     }
-    let (profile, note) = load_profile(args.profile.as_deref())?;
+    let (profile, mut note) = load_profile(args.profile.as_deref())?;
     let (Some(rate), Some(Sizes(sizes))) = (args.rate, args.size) else {
         return Err(usage("give --rate and --size (or --validate DIR)"));
     };
@@ -277,15 +277,21 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         Tool::Poolcap => 4 << 20,
         Tool::Tcpdump | Tool::Dumpcap => 2 << 20,
     });
-    let rules = match (&args.probe, args.rules) {
+    let (rules, flow_rules) = match (&args.probe, args.rules) {
         (Some(file), _) => probe_rules(file)?,
-        (None, Some(n)) => n as usize,
-        (None, None) => 0,
+        (None, Some(n)) => (n as usize, 0),
+        (None, None) => (0, 0),
     };
     if rules > 0 && args.tool != Tool::Poolcap {
         return Err(usage(
             "--probe and --rules describe `poolcap probe`: drop --tool",
         ));
+    }
+    if flow_rules > 0 {
+        note += &format!(
+            "\n{flow_rules} flows rules beyond the first are taken to update their flow table \
+             with every packet (an upper bound for rules whose filters select)"
+        );
     }
     let s = Scenario {
         tool: args.tool,
@@ -296,6 +302,7 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         pool: args.pool,
         load: args.load,
         rules,
+        flow_rules,
         output: output_of(args.write.then_some(args.format)),
         compress: args.compress.map(compression_key),
         burst: args.burst.zip(args.idle.map(|d| d.as_secs_f64())),
@@ -314,13 +321,22 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
 }
 
 /// The rules of the probe configuration `file` that run on the workers (all of them: the
-/// probe counts rules in the kernel only with `--in-kernel`).
-fn probe_rules(file: &Path) -> anyhow::Result<usize> {
+/// probe counts rules in the kernel only with `--in-kernel`), and how many of them beyond
+/// the first track flows ([`flow_rules`]).
+fn probe_rules(file: &Path) -> anyhow::Result<(usize, usize)> {
     let config = poolcap_probe::config::load(file).map_err(|e| usage(e.to_string()))?;
     if config.rules.is_empty() {
         return Err(usage(format!("{}: no rules", file.display())));
     }
-    Ok(config.rules.len())
+    Ok((config.rules.len(), flow_rules(&config)))
+}
+
+/// The `flows` rules of `config` beyond the first rule, which the model takes as matching
+/// every packet (an upper bound: a rule whose filter selects updates its table less often).
+/// The first rule's cost was measured with flows of every packet already.
+pub fn flow_rules(config: &poolcap_probe::Config) -> usize {
+    let flows = config.rules.iter().filter(|r| r.flows.is_some()).count();
+    flows.saturating_sub(1)
 }
 
 /// `--validate DIR`: predicted against measured loss for every point of a bench result,
@@ -399,7 +415,7 @@ fn line_rate(iface: &str, profile: &Profile) -> (f64, String) {
 /// workers) prints at start when the profile predicts loss for `cfg` at the interface's line
 /// rate of minimum-size frames (`None`: no loss predicted, or the capture is not one the
 /// model describes).
-pub fn capture_warning(cfg: &CaptureConfig, rules: usize) -> Option<String> {
+pub fn capture_warning(cfg: &CaptureConfig, (rules, flow_rules): (usize, usize)) -> Option<String> {
     let (profile, _) = load_profile(None).ok()?;
     let (pps, what) = line_rate(&cfg.iface, &profile);
     let s = Scenario {
@@ -408,6 +424,7 @@ pub fn capture_warning(cfg: &CaptureConfig, rules: usize) -> Option<String> {
         pool: (cfg.pool.cells, cfg.pool.chunks),
         load: cfg.load,
         rules,
+        flow_rules,
         output: output_of(cfg.output.as_ref().map(|(_, f)| *f)),
         compress: cfg.compress.map(compression_key),
         ..Scenario::steady(Tool::Poolcap, pps, 60.0)

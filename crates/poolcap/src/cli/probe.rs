@@ -296,7 +296,10 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     let warning = args
         .in_kernel
         .is_none()
-        .then(|| crate::cli::predict::capture_warning(&cfg, config.rules.len()))
+        .then(|| {
+            let flow_rules = crate::cli::predict::flow_rules(&config);
+            crate::cli::predict::capture_warning(&cfg, (config.rules.len(), flow_rules))
+        })
         .flatten();
     let hub = Hub::new(config);
     cfg.probe = Some(Arc::clone(&hub));

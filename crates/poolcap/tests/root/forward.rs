@@ -741,8 +741,9 @@ fn bidirectional_forwards_both_ways_with_one_account_each() {
 }
 
 /// `--metrics`: scraped with curl once the traffic has passed, the forwarding families
-/// (`poolcap_packets_forwarded_total`, bytes, drops with cause `rule` and `tx`) equal the
-/// final accounting, queue by queue.
+/// (`poolcap_packets_forwarded_total`, bytes, drops with cause `tx`, and the `--drop`
+/// rule's drops in their own family, `poolcap_packets_policy_dropped_total`, not as loss)
+/// equal the final accounting, queue by queue.
 fn metrics_serve_the_forwarding_counters() {
     let lab = lab3(2);
     let dir = tempdir();
@@ -804,7 +805,17 @@ fn metrics_serve_the_forwarding_counters() {
             num(q, "forwarded_bytes"),
             "queue {i}"
         );
-        assert_eq!(dropped("rule"), num(q, "dropped_by_rule"), "queue {i}");
+        assert_eq!(
+            value(format!(
+                "poolcap_packets_policy_dropped_total{{queue=\"{i}\"}}"
+            )),
+            num(q, "dropped_by_rule"),
+            "queue {i}"
+        );
+        assert!(
+            !served.contains("cause=\"rule\""),
+            "policy drops are not loss:\n{served}"
+        );
         assert_eq!(dropped("tx"), num(q, "dropped_tx"), "queue {i}");
         assert_eq!(dropped("kernel"), num(q, "dropped_kernel"), "queue {i}");
     }

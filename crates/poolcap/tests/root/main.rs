@@ -8,6 +8,8 @@ mod bench;
 mod capture;
 mod cli;
 mod common;
+#[path = "../support/deploy.rs"]
+mod deploy;
 mod disk;
 mod doctor;
 mod export;
@@ -18,6 +20,7 @@ mod gen;
 mod hardening;
 mod kafka;
 mod lengths;
+mod metrics;
 #[path = "../support/mix.rs"]
 mod mix;
 mod offload;
@@ -44,6 +47,7 @@ fn main() {
     trials.extend(probe_faults::trials());
     trials.extend(probe_kernel::trials());
     trials.extend(export::trials());
+    trials.extend(metrics::trials());
     trials.extend(hardening::trials());
     trials.extend(kafka::trials());
     trials.extend(bench::trials());
