@@ -422,7 +422,15 @@ fn a_probe_keeping_privileges_for_kernel_rules_exports_without_them() {
         let mut args = vec!["--in-kernel", "-c", s(&config), "--ipfix", "127.0.0.1:4739"];
         args.extend(extra);
         let probe = start_probe(&lab, &args);
-        let threads = thread_seals(&probe);
+        // A thread names itself once it runs: look until the exporter's has (hang guard).
+        let mut threads = thread_seals(&probe);
+        for _ in 0..100 {
+            if threads.iter().any(|(name, _)| name == "ipfix") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            threads = thread_seals(&probe);
+        }
         let named = |n: &str| {
             threads
                 .iter()

@@ -6,7 +6,7 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixDatagram;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -35,16 +35,9 @@ pub fn trials() -> Vec<Trial> {
     ]
 }
 
-/// A file of deploy/systemd.
-fn deploy(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../deploy/systemd")
-        .join(name)
-}
-
 /// The unit, its ExecStart pointing at the binary under test.
 fn unit_text() -> String {
-    std::fs::read_to_string(deploy("poolcap@.service"))
+    std::fs::read_to_string(crate::deploy::path("systemd/poolcap@.service"))
         .expect("unit file")
         .replace("/usr/local/bin/poolcap", bin())
 }
@@ -144,7 +137,7 @@ fn ready_is_notified_once_the_capture_captures() {
 /// after) are that user's and hold every frame.
 fn the_units_capture_drops_to_the_sysusers_user_and_owns_its_files() {
     let user = format!("pctest{}", std::process::id());
-    let sysusers = std::fs::read_to_string(deploy("poolcap.sysusers.conf"))
+    let sysusers = std::fs::read_to_string(crate::deploy::path("systemd/poolcap.sysusers.conf"))
         .expect("sysusers file")
         .replace("u poolcap ", &format!("u {user} "));
     let account = ServiceUser::create(&user, &sysusers);
