@@ -9,6 +9,11 @@
 //! that does not parse, a send that failed, no TCP connection, a flow the probe's table cap
 //! evicted).
 //!
+//! With the templates' refresh (UDP and TCP alike), and once more at the end, an options
+//! record tells the collector the exporting process's own counts: messages sent, flow
+//! records exported and not delivered (as they stand then: over UDP the last datagram
+//! counts as exported until a refusal comes back).
+//!
 //! Transports (RFC 7011 10): UDP sends the templates of an observation domain with its
 //! first records and again every `template_refresh`; TCP sends them once per connection,
 //! and after a broken connection reconnects at most once per [`RECONNECT_EVERY`], in a new
@@ -26,7 +31,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use poolcap_probe::report::RuleRecord;
 
 use crate::flowcache::{FlowCache, Timeouts};
-use crate::ipfix::{Encoder, Flow, Message, UDP_MAX_MESSAGE};
+use crate::ipfix::{Encoder, Flow, Message, Stats, UDP_MAX_MESSAGE};
 use crate::ExportError;
 
 /// Periods the channel holds: at a period of a second, about a minute of a stalled
@@ -78,8 +83,10 @@ pub struct IpfixConfig {
     pub transport: Transport,
     /// When open records are exported.
     pub timeouts: Timeouts,
-    /// How often UDP re-sends the templates.
+    /// How often UDP re-sends the templates, and both transports the statistics.
     pub template_refresh: Duration,
+    /// The ifindex of the interface the flows come in on (ingressInterface; 0: a file).
+    pub ingress: u32,
 }
 
 /// Parses `--ipfix`: `HOST:PORT` or `udp://HOST:PORT` (UDP), `tcp://HOST:PORT`; the host
@@ -114,6 +121,8 @@ struct Period {
 pub struct FlowSender {
     tx: SyncSender<Period>,
     counters: Arc<ExportCounters>,
+    /// Wait for room in the channel (see [`FlowSender::waiting`]).
+    wait: bool,
 }
 
 /// The flows of a period: (those in the tables, listed or not; those the table cap evicted,
@@ -135,8 +144,8 @@ fn now_ms() -> u64 {
 }
 
 impl FlowSender {
-    /// Hands one period's records over without waiting; a full channel (or a stopped
-    /// exporter) drops them and counts their flows.
+    /// Hands one period's records over without waiting (unless [`FlowSender::waiting`]); a
+    /// full channel (or a stopped exporter) drops them and counts their flows.
     pub fn offer(&self, records: &[RuleRecord]) {
         let (flows, evicted) = period_flows(records);
         ExportCounters::add(&self.counters.dropped, evicted);
@@ -152,12 +161,24 @@ impl FlowSender {
             records: records.to_vec(),
             end_ms,
         };
-        match self.tx.try_send(period) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                ExportCounters::add(&self.counters.dropped, flows);
+        let handed = if self.wait {
+            self.tx.send(period).is_ok()
+        } else {
+            match self.tx.try_send(period) {
+                Ok(()) => true,
+                Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => false,
             }
+        };
+        if !handed {
+            ExportCounters::add(&self.counters.dropped, flows);
         }
+    }
+
+    /// A handle that waits for room in the channel instead of dropping a period: for a
+    /// capture file, whose reading can wait for the exporter.
+    pub fn waiting(mut self) -> Self {
+        self.wait = true;
+        self
     }
 }
 
@@ -179,6 +200,10 @@ impl IpfixExporter {
             cache: FlowCache::new(cfg.timeouts),
             link,
             counters: Arc::clone(&counters),
+            ingress: cfg.ingress,
+            messages: 0,
+            stats_every: cfg.template_refresh,
+            stats_at: Instant::now(),
         };
         let thread = std::thread::Builder::new()
             .name("ipfix".into())
@@ -188,7 +213,11 @@ impl IpfixExporter {
                 source,
             })?;
         Ok(Self {
-            sender: FlowSender { tx, counters },
+            sender: FlowSender {
+                tx,
+                counters,
+                wait: false,
+            },
             thread,
         })
     }
@@ -217,6 +246,13 @@ struct Worker {
     cache: FlowCache,
     link: Link,
     counters: Arc<ExportCounters>,
+    ingress: u32,
+    /// Messages sent.
+    messages: u64,
+    /// How often the statistics go out.
+    stats_every: Duration,
+    /// When the statistics went out last.
+    stats_at: Instant,
 }
 
 impl Worker {
@@ -232,10 +268,31 @@ impl Worker {
             };
             self.send(due);
             self.settle(Duration::ZERO);
+            if self.stats_at.elapsed() >= self.stats_every {
+                self.send_stats();
+            }
         }
         let rest = self.cache.flush();
         self.send(rest);
         self.settle(WRITE_TIMEOUT);
+        self.send_stats();
+        // Over TCP, the last message is written before the connection closes with the
+        // stream; over UDP it is one more datagram.
+    }
+
+    /// Sends the exporting process's statistics as they stand.
+    fn send_stats(&mut self) {
+        self.stats_at = Instant::now();
+        let (flows, not_sent) = self.counters.get();
+        let stats = Stats {
+            process: std::process::id(),
+            messages: self.messages,
+            flows,
+            not_sent,
+        };
+        if self.link.send_stats((now_ms() / 1000) as u32, &stats) {
+            self.messages += 1;
+        }
     }
 
     /// Counts what the collector took or refused since the last look (see [`Link::settle`]).
@@ -253,10 +310,14 @@ impl Worker {
         let mut domains: Vec<_> = by_domain.into_iter().collect();
         domains.sort_by_key(|(d, _)| *d);
         let secs = (now_ms() / 1000) as u32;
-        for (domain, flows) in domains {
-            let (sent, lost) = self.link.send(domain, secs, &flows);
+        for (domain, mut flows) in domains {
+            for f in &mut flows {
+                f.ingress = self.ingress;
+            }
+            let (sent, lost, messages) = self.link.send(domain, secs, &flows);
             ExportCounters::add(&self.counters.exported, sent);
             ExportCounters::add(&self.counters.dropped, lost);
+            self.messages += messages;
         }
     }
 }
@@ -377,9 +438,28 @@ impl Link {
         }
     }
 
-    /// Sends `flows` of `domain`; returns the records known (exported, lost) now: over TCP
-    /// the records written are counted by [`Link::settle`] once acknowledged.
-    fn send(&mut self, domain: u32, secs: u32, flows: &[Flow]) -> (u64, u64) {
+    /// Sends the statistics' options template and record; whether they went out.
+    fn send_stats(&mut self, secs: u32, stats: &Stats) -> bool {
+        match self {
+            Link::Udp {
+                socket, encoder, ..
+            } => socket.send(&encoder.stats(secs, stats)).is_ok(),
+            Link::Tcp { stream, .. } => stream.as_mut().is_some_and(|s| {
+                let m = s.encoder.stats(secs, stats);
+                let ok = s.socket.write_all(&m).is_ok();
+                if ok {
+                    s.written += m.len() as u64;
+                    s.pending.push_back((s.written, 0));
+                }
+                ok
+            }),
+        }
+    }
+
+    /// Sends `flows` of `domain`; returns the records known (exported, lost) now and the
+    /// messages sent: over TCP the records written are counted by [`Link::settle`] once
+    /// acknowledged.
+    fn send(&mut self, domain: u32, secs: u32, flows: &[Flow]) -> (u64, u64, u64) {
         let total = flows.len() as u64;
         match self {
             Link::Udp {
@@ -395,7 +475,7 @@ impl Link {
                 if due {
                     templates_at.insert(domain, Instant::now());
                 }
-                let (mut exported, mut lost) = (0, 0);
+                let (mut exported, mut lost, mut messages) = (0, 0, 0);
                 for m in encoder.data(domain, secs, flows, due) {
                     let records = u64::from(m.records);
                     let mut sent = socket.send(&m.bytes);
@@ -409,11 +489,14 @@ impl Link {
                         sent = socket.send(&m.bytes);
                     }
                     match sent {
-                        Ok(_) => exported += std::mem::replace(unconfirmed, records),
+                        Ok(_) => {
+                            exported += std::mem::replace(unconfirmed, records);
+                            messages += 1;
+                        }
                         Err(_) => lost += records,
                     }
                 }
-                (exported, lost)
+                (exported, lost, messages)
             }
             Link::Tcp {
                 addr,
@@ -425,7 +508,7 @@ impl Link {
                     *stream = connect(*addr).ok().map(Stream::new);
                 }
                 let Some(s) = stream else {
-                    return (0, total);
+                    return (0, total, 0);
                 };
                 // What was acknowledged before these writes, while the queue still says so
                 // (a failed connection empties it).
@@ -435,20 +518,21 @@ impl Link {
                 };
                 let first = s.with_templates.insert(domain);
                 let messages: Vec<Message> = s.encoder.data(domain, secs, flows, first);
-                let mut written = 0;
+                let (mut written, mut messages_written) = (0, 0);
                 for m in &messages {
                     if s.socket.write_all(&m.bytes).is_err() {
                         *retry_at = Instant::now() + RECONNECT_EVERY;
                         let unacked: u64 = s.pending.drain(..).map(|(_, r)| r).sum();
                         *stream = None;
                         lost += unacked + total - written;
-                        return (acked, lost);
+                        return (acked, lost, messages_written);
                     }
                     s.written += m.bytes.len() as u64;
                     s.pending.push_back((s.written, u64::from(m.records)));
                     written += u64::from(m.records);
+                    messages_written += 1;
                 }
-                (acked, lost)
+                (acked, lost, messages_written)
             }
         }
     }
@@ -521,6 +605,7 @@ mod tests {
             transport,
             timeouts: Timeouts::default(),
             template_refresh: Duration::from_secs(10),
+            ingress: 3,
         }
     }
 
@@ -585,14 +670,26 @@ mod tests {
         let mut got = Vec::new();
         let mut buf = [0u8; 65536];
         let mut first = true;
+        let mut messages = 0;
         while got.len() < 70 {
             let n = collector.recv(&mut buf).unwrap();
             let m = decode::message(&buf[..n]);
             assert_eq!(m.templates, first, "templates with the first message only");
             first = false;
             assert_eq!(m.domain, 1);
+            assert!(m.flows.iter().all(|f| f.ingress == 3), "ingressInterface");
             got.extend(m.flows);
+            messages += 1;
         }
+        // Last, the exporting process's statistics: what it sent before them.
+        let n = collector.recv(&mut buf).unwrap();
+        let m = decode::message(&buf[..n]);
+        assert_eq!((m.domain, m.flows.len()), (0, 0));
+        let stats = m.stats[0];
+        assert_eq!(
+            (stats.process, stats.messages, stats.flows, stats.not_sent),
+            (std::process::id(), messages, 70, 0)
+        );
         assert_eq!(got.iter().map(|f| f.packets).sum::<u64>(), 60 * 2 + 10 * 2);
         let forced = got
             .iter()
@@ -606,7 +703,7 @@ mod tests {
     }
 
     #[test]
-    fn udp_resends_templates_once_the_refresh_is_due() {
+    fn udp_resends_templates_and_statistics_once_the_refresh_is_due() {
         let collector = UdpSocket::bind("127.0.0.1:0").unwrap();
         collector
             .set_read_timeout(Some(Duration::from_secs(5)))
@@ -614,22 +711,42 @@ mod tests {
         let mut cfg = config(collector.local_addr().unwrap(), Transport::Udp);
         let flows = [(1, 1, 0, 0, "F")];
         let mut buf = [0u8; 65536];
-        let mut templates = |cfg: IpfixConfig| -> Vec<bool> {
+        // Per message: templates in it, flow records, and its statistics' flows exported.
+        type Seen = (bool, usize, Vec<u64>);
+        let mut messages = |cfg: IpfixConfig| -> Vec<Seen> {
             let x = IpfixExporter::start(cfg).unwrap();
             for _ in 0..3 {
                 x.sender().offer(&[period(&flows)]);
             }
             assert_eq!(x.finish(), (3, 0));
-            (0..3)
-                .map(|_| {
-                    let n = collector.recv(&mut buf).unwrap();
-                    decode::message(&buf[..n]).templates
-                })
-                .collect()
+            let mut got: Vec<Seen> = Vec::new();
+            // Everything was sent by the time `finish` returns: read until none is left.
+            collector.set_nonblocking(true).unwrap();
+            while let Ok(n) = collector.recv(&mut buf) {
+                let m = decode::message(&buf[..n]);
+                let stats = m.stats.iter().map(|s| s.flows).collect();
+                got.push((m.templates, m.flows.len(), stats));
+            }
+            got
         };
-        assert_eq!(templates(cfg), [true, false, false]);
+        let (t, f, stats) = ((true, 1, vec![]), (false, 1, vec![]), |n| {
+            (false, 0, vec![n])
+        });
+        assert_eq!(messages(cfg), [t.clone(), f.clone(), f, stats(3)]);
         cfg.template_refresh = Duration::ZERO;
-        assert_eq!(templates(cfg), [true, true, true]);
+        assert_eq!(
+            messages(cfg),
+            [
+                t.clone(),
+                stats(1),
+                t.clone(),
+                stats(2),
+                t,
+                stats(3),
+                stats(3)
+            ],
+            "templates with every message, statistics after every period and at the end"
+        );
     }
 
     #[test]

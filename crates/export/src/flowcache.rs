@@ -60,10 +60,16 @@ struct Key {
 #[derive(Debug, Clone, Copy)]
 struct Open {
     packets: u64,
+    /// IP bytes.
     octets: u64,
+    /// Frame bytes.
+    l2_octets: u64,
     start_ms: u64,
     end_ms: u64,
     flags: u8,
+    /// The first packet's VLAN id and ICMP type and code (0: none).
+    vlan: u16,
+    icmp: u16,
 }
 
 /// A flow record the probe wrote that does not parse (a bug upstream, counted as dropped).
@@ -144,22 +150,33 @@ impl FlowCache {
         };
         let (first, last) = (ms(&f.first_seen)?, ms(&f.last_seen)?);
         let flags = flag_bits(&f.tcp_flags);
+        let period = Open {
+            packets: f.packets,
+            octets: f.ip_bytes,
+            l2_octets: f.bytes,
+            start_ms: first,
+            end_ms: last,
+            flags,
+            vlan: f.vlan.unwrap_or(0),
+            icmp: match (f.icmp_type, f.icmp_code) {
+                (Some(t), Some(c)) => u16::from(t) << 8 | u16::from(c),
+                _ => 0,
+            },
+        };
         self.open
             .entry(key)
             .and_modify(|o| {
-                o.packets += f.packets;
-                o.octets += f.bytes;
+                if period.start_ms < o.start_ms {
+                    (o.vlan, o.icmp) = (period.vlan, period.icmp);
+                }
+                o.packets += period.packets;
+                o.octets += period.octets;
+                o.l2_octets += period.l2_octets;
                 o.start_ms = o.start_ms.min(first);
                 o.end_ms = o.end_ms.max(last);
                 o.flags |= flags;
             })
-            .or_insert(Open {
-                packets: f.packets,
-                octets: f.bytes,
-                start_ms: first,
-                end_ms: last,
-                flags,
-            });
+            .or_insert(period);
         Ok(())
     }
 
@@ -209,10 +226,14 @@ fn flow(k: &Key, o: &Open, end_reason: EndReason) -> (u32, Flow) {
             proto: k.proto,
             tcp_flags: o.flags,
             octets: o.octets,
+            l2_octets: o.l2_octets,
             packets: o.packets,
             start_ms: o.start_ms,
             end_ms: o.end_ms,
             end_reason,
+            vlan: o.vlan,
+            icmp: o.icmp,
+            ingress: 0,
         },
     )
 }
@@ -235,9 +256,13 @@ pub(crate) mod tests {
                 dport: 80,
                 packets,
                 bytes: packets * 100,
+                ip_bytes: packets * 86,
                 first_seen: time(time_ns(first * 1_000_000)),
                 last_seen: time(time_ns(last * 1_000_000)),
                 tcp_flags: flags.into(),
+                vlan: Some(sport),
+                icmp_type: None,
+                icmp_code: None,
             })
             .collect();
         RuleRecord {
@@ -287,12 +312,14 @@ pub(crate) mod tests {
             (
                 f.packets,
                 f.octets,
+                f.l2_octets,
                 f.start_ms,
                 f.end_ms,
                 f.tcp_flags,
-                f.end_reason
+                f.end_reason,
+                f.vlan
             ),
-            (12, 1200, 1000, 2900, 0x12, EndReason::Idle)
+            (12, 1032, 1200, 1000, 2900, 0x12, EndReason::Idle, 1)
         );
         assert!(c.is_empty());
     }

@@ -4,7 +4,13 @@
 //! Per period and rule: one `report` message (the rule's JSON Lines record without its flow
 //! list), one `flow` message per listed flow and one `alert` message per alert. Keys name the
 //! probe, the rule and the flow (or alert key), so a topic with several partitions keeps
-//! each flow's records in order on one partition.
+//! each flow's records in order on one partition; an IPv6 endpoint is written `[ADDR]:PORT`.
+//!
+//! Brokers are resolved by librdkafka when it connects, and again at each reconnection: a
+//! probe started before its broker's name resolves (at boot, before the network) runs,
+//! counts what it cannot deliver, says so on stderr, and delivers once the broker is
+//! reachable. `--kafka-opt KEY=VALUE` passes any librdkafka setting (TLS, SASL,
+//! compression, acks), as kcat's `-X` does.
 //!
 //! Nothing here can hold up the capture: the reporter only offers a period (`try_send`; a
 //! full channel drops it), this thread hands messages to librdkafka's bounded queue
@@ -13,8 +19,8 @@
 //! the broker) or not delivered; flow records in [`ExportCounters`] (the metrics'
 //! `exporter="kafka"`), reports and alerts apart.
 
-use std::net::ToSocketAddrs;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -22,6 +28,7 @@ use std::time::Duration;
 
 use poolcap_probe::report::RuleRecord;
 use rdkafka::config::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{
     BaseRecord, DeliveryResult, Producer, ProducerContext, PurgeConfig, ThreadedProducer,
 };
@@ -49,10 +56,13 @@ pub struct KafkaConfig {
     pub topic: String,
     /// The probe's name in every message and key.
     pub probe: String,
+    /// librdkafka settings (`--kafka-opt KEY=VALUE`), applied after poolcap's own.
+    pub options: Vec<(String, String)>,
 }
 
-/// Checks `--kafka`: a comma-separated list of HOST:PORT, each of which must resolve now
-/// (librdkafka would only retry in the background).
+/// Checks `--kafka`: a comma-separated list of HOST:PORT (a name, an IPv4 address or a
+/// bracketed IPv6 one, and a port number). Names are not resolved now: librdkafka resolves
+/// them when it connects, and retries.
 pub fn parse_brokers(s: &str) -> Result<String, ExportError> {
     let bad = |why: String| ExportError::Address {
         what: "--kafka",
@@ -61,12 +71,50 @@ pub fn parse_brokers(s: &str) -> Result<String, ExportError> {
     };
     let list: Vec<&str> = s.split(',').map(str::trim).collect();
     for b in &list {
-        b.to_socket_addrs()
-            .map_err(|e| bad(format!("give HOST:PORT[,HOST:PORT...] ({b}: {e})")))?
-            .next()
-            .ok_or_else(|| bad(format!("{b} resolves to no address")))?;
+        let (host, port) = b
+            .rsplit_once(':')
+            .ok_or_else(|| bad(format!("give HOST:PORT[,HOST:PORT...] ({b}: no port)")))?;
+        port.parse::<u16>()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| bad(format!("{b}: `{port}` is not a port number")))?;
+        let bracketed = host.strip_prefix('[').and_then(|h| h.strip_suffix(']'));
+        let valid = match bracketed {
+            Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+            None => {
+                !host.is_empty()
+                    && host
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+            }
+        };
+        if !valid {
+            return Err(bad(format!(
+                "{b}: `{host}` is not a host name or address (IPv6: [ADDR]:PORT)"
+            )));
+        }
     }
     Ok(list.join(","))
+}
+
+/// Parses one `--kafka-opt KEY=VALUE`.
+pub fn parse_option(s: &str) -> Result<(String, String), ExportError> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
+        _ => Err(ExportError::Address {
+            what: "--kafka-opt",
+            addr: s.to_string(),
+            why: "give KEY=VALUE, a librdkafka setting (e.g. compression.codec=zstd)".into(),
+        }),
+    }
+}
+
+/// `ADDR:PORT`, or `[ADDR]:PORT` for IPv6, so a key splits unambiguously.
+fn endpoint(addr: &str, port: u16) -> String {
+    match addr.parse::<IpAddr>() {
+        Ok(ip) => SocketAddr::new(ip, port).to_string(),
+        Err(_) => format!("{addr}:{port}"),
+    }
 }
 
 /// What a message carries, for counting its delivery.
@@ -136,8 +184,11 @@ pub fn messages(probe: &str, records: &[RuleRecord]) -> Vec<Message> {
         for f in r.flows.iter().flat_map(|f| &f.list) {
             out.push(Message {
                 key: format!(
-                    "{probe}/{}/flow/{}/{}:{}/{}:{}",
-                    r.rule, f.proto, f.src, f.sport, f.dst, f.dport
+                    "{probe}/{}/flow/{}/{}/{}",
+                    r.rule,
+                    f.proto,
+                    endpoint(&f.src, f.sport),
+                    endpoint(&f.dst, f.dport)
                 ),
                 payload: header("flow", serde_json::to_value(f).unwrap_or(Value::Null)),
                 kind: Kind::Flow,
@@ -154,9 +205,11 @@ pub fn messages(probe: &str, records: &[RuleRecord]) -> Vec<Message> {
     out
 }
 
-/// Counts each message's delivery report.
+/// Counts each message's delivery report, and says on stderr when delivery starts
+/// failing and when it works again.
 struct Context {
     counters: Arc<KafkaCounters>,
+    failing: AtomicBool,
 }
 
 impl ClientContext for Context {}
@@ -171,28 +224,55 @@ impl ProducerContext for Context {
             Kind::Other
         };
         self.counters.count(kind, result.is_ok(), 1);
+        match result {
+            Err((e, _)) if !self.failing.swap(true, Ordering::Relaxed) => {
+                eprintln!(
+                    "kafka: cannot deliver: {e} (counted as not delivered; the broker is \
+                     tried again)"
+                );
+            }
+            Ok(_) if self.failing.swap(false, Ordering::Relaxed) => {
+                eprintln!("kafka: delivering again");
+            }
+            _ => {}
+        }
     }
 }
 
 /// Offers periods to a running exporter (the reporter's handle; cheap to clone).
 #[derive(Debug, Clone)]
 pub struct KafkaSender {
-    tx: SyncSender<Vec<RuleRecord>>,
+    tx: SyncSender<Handed>,
     counters: Arc<KafkaCounters>,
+    wait: bool,
 }
 
+/// A period's records, and whether the exporter waits for room in librdkafka's queue.
+type Handed = (Vec<RuleRecord>, bool);
+
 impl KafkaSender {
-    /// Hands one period's records over without waiting; a full channel (or a stopped
-    /// exporter) drops them and counts their messages.
+    /// Hands one period's records over without waiting (unless [`KafkaSender::waiting`]);
+    /// a full channel (or a stopped exporter) drops them and counts their messages.
     pub fn offer(&self, records: &[RuleRecord]) {
-        match self.tx.try_send(records.to_vec()) {
-            Ok(()) => {}
-            Err(TrySendError::Full(r) | TrySendError::Disconnected(r)) => {
-                for m in messages("", &r) {
-                    self.counters.count(m.kind, false, 1);
-                }
+        let handed = (records.to_vec(), self.wait);
+        let lost = if self.wait {
+            self.tx.send(handed).err().map(|e| e.0)
+        } else {
+            match self.tx.try_send(handed) {
+                Ok(()) => None,
+                Err(TrySendError::Full(r) | TrySendError::Disconnected(r)) => Some(r),
             }
+        };
+        for m in lost.iter().flat_map(|(r, _)| messages("", r)) {
+            self.counters.count(m.kind, false, 1);
         }
+    }
+
+    /// A handle that waits for room (in the channel, then in librdkafka's queue) instead
+    /// of dropping: for a capture file, whose reading can wait for the exporter.
+    pub fn waiting(mut self) -> Self {
+        self.wait = true;
+        self
     }
 }
 
@@ -212,7 +292,8 @@ impl KafkaExporter {
             why,
         };
         let counters = Arc::new(KafkaCounters::default());
-        let producer: ThreadedProducer<Context> = ClientConfig::new()
+        let mut config = ClientConfig::new();
+        config
             .set("bootstrap.servers", &cfg.brokers)
             .set("queue.buffering.max.messages", QUEUE_MESSAGES.to_string())
             .set(
@@ -220,11 +301,25 @@ impl KafkaExporter {
                 MESSAGE_TIMEOUT.as_millis().to_string(),
             )
             .set("linger.ms", "20")
-            .set("log_level", "3")
+            .set("log_level", "3");
+        for (k, v) in &cfg.options {
+            config.set(k, v);
+        }
+        let producer: ThreadedProducer<Context> = config
             .create_with_context(Context {
                 counters: Arc::clone(&counters),
+                failing: AtomicBool::new(false),
             })
-            .map_err(|e| bad(e.to_string()))?;
+            .map_err(|e| ExportError::Address {
+                what: "--kafka-opt",
+                addr: cfg
+                    .options
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                why: e.to_string(),
+            })?;
         let (tx, rx) = sync_channel(CHANNEL_PERIODS);
         let worker = Worker {
             producer,
@@ -237,7 +332,11 @@ impl KafkaExporter {
             .spawn(move || worker.run(&rx))
             .map_err(|e| bad(e.to_string()))?;
         Ok(Self {
-            sender: KafkaSender { tx, counters },
+            sender: KafkaSender {
+                tx,
+                counters,
+                wait: false,
+            },
             thread,
         })
     }
@@ -270,16 +369,30 @@ struct Worker {
 }
 
 impl Worker {
-    fn run(self, rx: &Receiver<Vec<RuleRecord>>) {
+    fn run(self, rx: &Receiver<Handed>) {
         // Ends when every sender is gone.
-        while let Ok(records) = rx.recv() {
+        while let Ok((records, wait)) = rx.recv() {
             for m in messages(&self.probe, &records) {
                 let payload = m.payload.to_string();
-                let record = BaseRecord::with_opaque_to(&self.topic, m.kind as usize)
+                let mut record = BaseRecord::with_opaque_to(&self.topic, m.kind as usize)
                     .key(&m.key)
                     .payload(&payload);
-                if self.producer.send(record).is_err() {
-                    self.counters.count(m.kind, false, 1);
+                loop {
+                    match self.producer.send(record) {
+                        Ok(()) => break,
+                        // A full queue empties as the broker acknowledges or as messages
+                        // time out (MESSAGE_TIMEOUT): a bounded wait.
+                        Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r))
+                            if wait =>
+                        {
+                            record = r;
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                        Err(_) => {
+                            self.counters.count(m.kind, false, 1);
+                            break;
+                        }
+                    }
                 }
             }
         }
@@ -307,9 +420,13 @@ mod tests {
             dport: 9,
             packets: 3,
             bytes: 300,
+            ip_bytes: 258,
             first_seen: "t0".into(),
             last_seen: "t1".into(),
             tcp_flags: String::new(),
+            vlan: None,
+            icmp_type: None,
+            icmp_code: None,
         };
         RuleRecord {
             rule: "all".into(),
@@ -368,18 +485,69 @@ mod tests {
     }
 
     #[test]
-    fn brokers_must_resolve() {
+    fn brokers_are_checked_but_not_resolved() {
         assert_eq!(
-            parse_brokers("127.0.0.1:9092, localhost:9093").unwrap(),
-            "127.0.0.1:9092,localhost:9093"
+            parse_brokers("127.0.0.1:9092, localhost:9093,[::1]:9094,broker.invalid:9092").unwrap(),
+            "127.0.0.1:9092,localhost:9093,[::1]:9094,broker.invalid:9092"
         );
         for bad in [
-            "broker.invalid:9092",
             "127.0.0.1",
-            "127.0.0.1:9092,nope.invalid:1",
+            "127.0.0.1:9092,nope:x",
+            "::1:9092",
+            "[::1]:0",
+            ":9092",
+            "a b:1",
         ] {
             let e = parse_brokers(bad).unwrap_err().to_string();
             assert!(e.starts_with("--kafka `"), "{e}");
         }
+        assert_eq!(
+            parse_option("compression.codec=zstd").unwrap(),
+            ("compression.codec".into(), "zstd".into())
+        );
+        assert_eq!(parse_option("sasl.password=a=b").unwrap().1, "a=b");
+        assert!(parse_option("acks").is_err() && parse_option("=1").is_err());
+    }
+
+    #[test]
+    fn ipv6_endpoints_in_keys_are_bracketed() {
+        let mut r = record();
+        if let Some(f) = r.flows.as_mut() {
+            f.list[0].src = "2001:db8::1".into();
+            f.list[0].dst = "2001:db8::2".into();
+        }
+        let m = messages("p1", &[r]);
+        assert_eq!(
+            m[1].key,
+            "p1/all/flow/17/[2001:db8::1]:1000/[2001:db8::2]:9"
+        );
+        assert_eq!(m[2].key, "p1/all/flow/17/10.77.0.1:1001/10.77.0.2:9");
+    }
+
+    #[test]
+    fn librdkafka_settings_pass_through_and_bad_ones_are_refused() {
+        let cfg = |options: &[(&str, &str)]| KafkaConfig {
+            brokers: "broker.invalid:9092".into(),
+            topic: "t".into(),
+            probe: "p".into(),
+            options: options
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        // A broker that does not resolve starts an exporter all the same.
+        let x =
+            KafkaExporter::start(cfg(&[("compression.codec", "zstd"), ("acks", "all")])).unwrap();
+        drop(x.finish());
+        let e = KafkaExporter::start(cfg(&[("no.such.setting", "1")]))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.starts_with("--kafka-opt `no.such.setting=1`"), "{e}");
+        let e = KafkaExporter::start(cfg(&[("compression.codec", "nope")]))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("compression.codec"), "{e}");
     }
 }

@@ -235,7 +235,7 @@ impl Analyzer {
                 parsed = packet::parse(frame);
                 parsed_yet = true;
             }
-            rule.observe(wire_len, ts_ns, parsed);
+            rule.observe(wire_len, ts_ns, parsed.as_ref());
         }
     }
 

@@ -71,10 +71,27 @@ pub fn flag_letters(flags: u8) -> String {
 /// VLAN tag protocol identifiers the parsers look through.
 const TAGS: [u16; 3] = [0x8100, 0x88a8, 0x9100];
 
-/// Whether the ethertype after at most three tags promises the IP version the header has
-/// (see the module docs); etherparse would otherwise key MACsec's inner packet and go by
-/// the header's version alone.
-fn ethertype_promises_ip(frame: &[u8]) -> bool {
+/// What a collector wants of a packet beside its key: the link-layer header's length (so
+/// IP bytes are the wire bytes without it), the outer VLAN tag's id and an ICMP message's
+/// type and code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parsed {
+    /// The flow key.
+    pub key: FlowKey,
+    /// TCP flags (0 unless TCP).
+    pub flags: u8,
+    /// Bytes before the IP header: Ethernet header and VLAN tags.
+    pub l2_len: u16,
+    /// The outer VLAN tag's VLAN id, if the frame has a tag.
+    pub vlan: Option<u16>,
+    /// ICMP or ICMPv6 type and code as IPFIX's icmpTypeCode: type * 256 + code.
+    pub icmp: Option<u16>,
+}
+
+/// The offset of the IP header if the ethertype after at most three tags promises the IP
+/// version the header has (see the module docs); etherparse would otherwise key MACsec's
+/// inner packet and go by the header's version alone.
+fn ip_offset(frame: &[u8]) -> Option<usize> {
     let at = |off: usize| {
         frame
             .get(off..off + 2)
@@ -89,18 +106,26 @@ fn ethertype_promises_ip(frame: &[u8]) -> bool {
             }
             Some(0x0800) => 4,
             Some(0x86dd) => 6,
-            _ => return false,
+            _ => return None,
         };
-        return frame.get(off + 2).is_some_and(|b| b >> 4 == version);
+        return frame
+            .get(off + 2)
+            .is_some_and(|b| b >> 4 == version)
+            .then_some(off + 2);
     }
-    false
+    None
 }
 
-/// The frame's flow key and TCP flags (0 unless TCP), or None without an IP header.
-pub fn parse(frame: &[u8]) -> Option<(FlowKey, u8)> {
-    if !ethertype_promises_ip(frame) {
-        return None;
-    }
+/// The outer VLAN tag's id, if the frame has one.
+fn outer_vlan(frame: &[u8]) -> Option<u16> {
+    let tpid = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
+    let tci = u16::from_be_bytes([*frame.get(14)?, *frame.get(15)?]);
+    TAGS.contains(&tpid).then_some(tci & 0x0fff)
+}
+
+/// The frame's flow key, TCP flags and what [`Parsed`] holds, or None without an IP header.
+pub fn parse(frame: &[u8]) -> Option<Parsed> {
+    let l2_len = ip_offset(frame)?;
     let p = LaxSlicedPacket::from_ethernet(frame).ok()?;
     let (src, dst, payload) = match p.net.as_ref()? {
         LaxNetSlice::Ipv4(ip) => (
@@ -115,6 +140,12 @@ pub fn parse(frame: &[u8]) -> Option<(FlowKey, u8)> {
         ),
         LaxNetSlice::Arp(_) => return None,
     };
+    let icmp = match &p.transport {
+        Some(TransportSlice::Icmpv4(i)) => Some((i.type_u8(), i.code_u8())),
+        Some(TransportSlice::Icmpv6(i)) => Some((i.type_u8(), i.code_u8())),
+        _ => None,
+    }
+    .map(|(t, c)| u16::from(t) << 8 | u16::from(c));
     let (sport, dport, flags) = match &p.transport {
         Some(TransportSlice::Tcp(t)) => {
             use tcp_flag::*;
@@ -134,8 +165,8 @@ pub fn parse(frame: &[u8]) -> Option<(FlowKey, u8)> {
         Some(TransportSlice::Udp(u)) => (u.source_port(), u.destination_port(), 0),
         _ => (0, 0, 0),
     };
-    Some((
-        FlowKey {
+    Some(Parsed {
+        key: FlowKey {
             src,
             dst,
             proto: payload.ip_number.0,
@@ -143,7 +174,10 @@ pub fn parse(frame: &[u8]) -> Option<(FlowKey, u8)> {
             dport,
         },
         flags,
-    ))
+        l2_len: l2_len as u16,
+        vlan: outer_vlan(frame),
+        icmp,
+    })
 }
 
 #[cfg(test)]
@@ -184,7 +218,9 @@ pub(crate) mod tests {
 
     #[test]
     fn udp_and_tcp_keys_through_vlan() {
-        let (k, f) = parse(&udp4([10, 0, 0, 1], [10, 0, 0, 2], 5, 6, 10)).unwrap();
+        let p = parse(&udp4([10, 0, 0, 1], [10, 0, 0, 2], 5, 6, 10)).unwrap();
+        let (k, f) = (p.key, p.flags);
+        assert_eq!((p.l2_len, p.vlan, p.icmp), (14, None, None));
         assert_eq!(
             (
                 k.src.to_string(),
@@ -196,8 +232,10 @@ pub(crate) mod tests {
             ),
             ("10.0.0.1".into(), "10.0.0.2".into(), 17, 5, 6, 0)
         );
-        let (k, f) = parse(&syn6([1; 16], [2; 16], true)).unwrap();
+        let p = parse(&syn6([1; 16], [2; 16], true)).unwrap();
+        let (k, f) = (p.key, p.flags);
         assert_eq!((k.proto, k.sport, k.dport, f), (6, 1000, 80, tcp_flag::SYN));
+        assert_eq!((p.l2_len, p.vlan, p.icmp), (18, Some(7), None));
         assert_eq!(flag_letters(tcp_flag::SYN | tcp_flag::ACK), "S.");
     }
 
@@ -205,11 +243,37 @@ pub(crate) mod tests {
     fn truncated_and_non_ip_frames() {
         let f = udp4([10, 0, 0, 1], [10, 0, 0, 2], 5, 6, 100);
         // Cut inside the UDP payload: still keyed (lax parsing).
-        assert_eq!(parse(&f[..50]).unwrap().0.dport, 6);
+        assert_eq!(parse(&f[..50]).unwrap().key.dport, 6);
         assert!(parse(&f[..10]).is_none());
         let mut arp = f.clone();
         arp[12..14].copy_from_slice(&[0x08, 0x06]);
         assert!(parse(&arp).is_none());
+    }
+
+    #[test]
+    fn icmp_messages_have_their_type_and_code() {
+        let mut echo = Vec::new();
+        PacketBuilder::ethernet2([2; 6], [4; 6])
+            .single_vlan(42.try_into().unwrap())
+            .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .icmpv4_echo_request(1, 1)
+            .write(&mut echo, &[0; 8])
+            .unwrap();
+        let p = parse(&echo).unwrap();
+        assert_eq!(
+            (p.key.proto, p.icmp, p.vlan, p.l2_len),
+            (1, Some(8 << 8), Some(42), 18)
+        );
+        let mut unreachable = Vec::new();
+        PacketBuilder::ethernet2([2; 6], [4; 6])
+            .ipv6([1; 16], [2; 16], 64)
+            .icmpv6(etherparse::Icmpv6Type::DestinationUnreachable(
+                etherparse::icmpv6::DestUnreachableCode::Port,
+            ))
+            .write(&mut unreachable, &[0; 8])
+            .unwrap();
+        let p = parse(&unreachable).unwrap();
+        assert_eq!((p.key.proto, p.icmp, p.vlan), (58, Some(1 << 8 | 4), None));
     }
 
     /// Frames the key's definition (module docs) decides and etherparse alone would not.
@@ -240,7 +304,7 @@ pub(crate) mod tests {
     fn the_ethertype_decides_and_a_short_total_length_is_not_used() {
         let keys: Vec<_> = odd_frames()
             .iter()
-            .map(|f| parse(f).map(|(k, _)| (k.proto, k.sport, k.dport)))
+            .map(|f| parse(f).map(|p| (p.key.proto, p.key.sport, p.key.dport)))
             .collect();
         assert_eq!(
             keys,

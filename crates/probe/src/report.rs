@@ -83,12 +83,23 @@ pub struct FlowRecord {
     pub packets: u64,
     /// Wire bytes.
     pub bytes: u64,
+    /// IP bytes (the wire bytes without link-layer header and VLAN tags).
+    pub ip_bytes: u64,
     /// First packet (RFC 3339, ns).
     pub first_seen: String,
     /// Last packet (RFC 3339, ns).
     pub last_seen: String,
     /// TCP flags seen, as tcpdump letters.
     pub tcp_flags: String,
+    /// The first packet's outer VLAN id, if it had a tag.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vlan: Option<u16>,
+    /// ICMP and ICMPv6 flows: the first packet's type.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub icmp_type: Option<u8>,
+    /// ICMP and ICMPv6 flows: the first packet's code.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub icmp_code: Option<u8>,
 }
 
 /// The flows section of a record.
@@ -188,9 +199,13 @@ fn flows_record(t: &FlowTable, top: Option<usize>, by: TopBy) -> FlowsRecord {
             dport: k.dport,
             packets: s.packets,
             bytes: s.bytes,
+            ip_bytes: s.ip_bytes,
             first_seen: time(time_ns(s.first_ns)),
             last_seen: time(time_ns(s.last_ns)),
             tcp_flags: flag_letters(s.tcp_flags),
+            vlan: s.vlan,
+            icmp_type: s.icmp.map(|t| (t >> 8) as u8),
+            icmp_code: s.icmp.map(|t| t as u8),
         })
         .collect();
     let unlisted = list.split_off(top.unwrap_or(usize::MAX).min(list.len()));
@@ -322,9 +337,9 @@ mod tests {
         let a = udp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2, 10);
         let b = udp4([1, 1, 1, 1], [3, 3, 3, 3], 1, 2, 10);
         for i in 0..5 {
-            t.rules[0].observe(60, i, crate::packet::parse(&a));
+            t.rules[0].observe(60, i, crate::packet::parse(&a).as_ref());
         }
-        t.rules[0].observe(60, 9, crate::packet::parse(&b));
+        t.rules[0].observe(60, 9, crate::packet::parse(&b).as_ref());
         let p = Period {
             start: time_ns(1_000_000_000),
             end: time_ns(3_000_000_000),

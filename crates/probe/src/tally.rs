@@ -8,8 +8,8 @@ use std::net::IpAddr;
 use hashbrown::HashMap;
 
 use crate::config::{AlertKey, Config};
-use crate::flows::FlowTable;
-use crate::packet::FlowKey;
+use crate::flows::{FlowStats, FlowTable};
+use crate::packet::Parsed;
 
 /// Upper bounds (inclusive) of the frame-size buckets, in wire bytes; the last is open.
 pub const SIZE_BOUNDS: [u32; 6] = [64, 127, 255, 511, 1023, 1518];
@@ -118,7 +118,7 @@ pub struct RuleTally {
 impl RuleTally {
     /// Counts one matching packet; `parsed` is its flow key and TCP flags, if it has one.
     #[inline]
-    pub fn observe(&mut self, wire_len: u32, ts_ns: u64, parsed: Option<(FlowKey, u8)>) {
+    pub fn observe(&mut self, wire_len: u32, ts_ns: u64, parsed: Option<&Parsed>) {
         self.packets += 1;
         self.bytes += u64::from(wire_len);
         if let Some(s) = &mut self.sizes {
@@ -127,12 +127,13 @@ impl RuleTally {
         if !self.needs_key() {
             return;
         }
-        let Some((key, flags)) = parsed else {
+        let Some(p) = parsed else {
             self.no_ip += 1;
             return;
         };
+        let key = p.key;
         if let Some(f) = &mut self.flows {
-            f.observe(key, u64::from(wire_len), ts_ns, flags);
+            f.observe(key, FlowStats::packet(wire_len, ts_ns, p));
         }
         if let Some((by, counts)) = &mut self.alert {
             counts.observe(match by {
@@ -244,8 +245,8 @@ mod tests {
         let key = crate::packet::parse(&frame);
         let mut a = Tally::new(&c);
         let mut b = Tally::new(&c);
-        a.rules[0].observe(60, 1, key);
-        b.rules[0].observe(100, 2, key);
+        a.rules[0].observe(60, 1, key.as_ref());
+        b.rules[0].observe(100, 2, key.as_ref());
         b.rules[0].observe(100, 3, None);
         a.absorb(b);
         let r = &a.rules[0];

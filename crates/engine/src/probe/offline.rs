@@ -25,22 +25,24 @@ use poolcap_probe::{Config, Hub};
 
 use super::live::accounting;
 use super::report_file::Unwritten;
-use super::reporter::Reporter;
+use super::reporter::{PeriodHook, Reporter};
 use crate::capture::account::QueueCounters;
 use crate::capture::file::{FileSource, Gate};
 use crate::capture::pool::Pool;
 use crate::capture::{CaptureConfig, CaptureReport, Engine, Input};
 
 /// Runs `config`'s rules over the file `cfg` reads (`Input::File`, as `capture -r`
-/// resolves it), records to `report` and, with `table`, stdout; returns the engine's
-/// report once the file is read and the last period written, and the periods a full disk
-/// kept out of `report`.
+/// resolves it), records to `report` and, with `table`, stdout, and hands every period's
+/// records to `hooks` (the exporters: their flow timeouts run on the periods' ends, so in
+/// the file's time); returns the engine's report once the file is read and the last period
+/// written, and the periods a full disk kept out of `report`.
 pub fn run(
     mut cfg: CaptureConfig,
     config: Config,
     report: Option<&Path>,
     table: bool,
     stop: Arc<AtomicBool>,
+    hooks: Vec<PeriodHook>,
 ) -> anyhow::Result<(CaptureReport, Option<Unwritten>)> {
     let Input::File { path, speed } = std::mem::replace(&mut cfg.input, Input::Live) else {
         anyhow::bail!("probe -r needs a file");
@@ -59,7 +61,10 @@ pub fn run(
     let hub = Hub::new(config);
     cfg.probe = Some(Arc::clone(&hub));
     let engine = Engine::start(cfg, Arc::clone(&stop), |_| Ok(()))?;
-    let reporter = Reporter::new(hub, time_ns(FileClock::start_ns(&gate)), report, table)?;
+    let mut reporter = Reporter::new(hub, time_ns(FileClock::start_ns(&gate)), report, table)?;
+    for hook in hooks {
+        reporter.on_period(hook);
+    }
     let engine_done = Arc::new(AtomicBool::new(false));
     let clock = FileClock {
         reporter,

@@ -14,7 +14,7 @@ use clap::Args;
 use poolcap_export::exporter::{parse_collector, ExportCounters, IpfixConfig, IpfixExporter};
 use poolcap_export::flowcache::Timeouts;
 use poolcap_export::http::{parse_listen, Listener, MetricsServer};
-use poolcap_export::kafka::{parse_brokers, KafkaConfig, KafkaExporter};
+use poolcap_export::kafka::{parse_brokers, parse_option, KafkaConfig, KafkaExporter};
 use poolcap_export::metrics::{ForwardSample, Metrics, QueueSample, RuleCounters, WrittenSample};
 
 use crate::capture::Engine;
@@ -140,8 +140,9 @@ pub fn serve_metrics(
     Ok((server, rules))
 }
 
-/// Checks `--ipfix` (before the engine starts).
-pub fn plan_ipfix(a: &IpfixArgs) -> anyhow::Result<Option<IpfixConfig>> {
+/// Checks `--ipfix` (before the engine starts); `ingress` is the ifindex of the interface
+/// the flows come in on (0 for a file).
+pub fn plan_ipfix(a: &IpfixArgs, ingress: u32) -> anyhow::Result<Option<IpfixConfig>> {
     let Some(target) = &a.ipfix else {
         return Ok(None);
     };
@@ -154,6 +155,7 @@ pub fn plan_ipfix(a: &IpfixArgs) -> anyhow::Result<Option<IpfixConfig>> {
             idle: a.ipfix_idle,
         },
         template_refresh: TEMPLATE_REFRESH,
+        ingress,
     }))
 }
 
@@ -167,7 +169,8 @@ fn finish_ipfix(x: IpfixExporter) {
 #[derive(Debug, Clone, Args)]
 pub struct KafkaArgs {
     /// Stream each period's reports, flow records and alerts as JSON to Kafka brokers
-    /// (HOST:PORT[,HOST:PORT...]), keyed by probe, rule and flow.
+    /// (HOST:PORT[,HOST:PORT...], IPv6 as [ADDR]:PORT; names resolve when librdkafka
+    /// connects, and again on each retry), keyed by probe, rule and flow.
     #[arg(long, value_name = "BROKERS", requires = "topic")]
     kafka: Option<String>,
     /// The Kafka topic.
@@ -176,6 +179,10 @@ pub struct KafkaArgs {
     /// The probe's name in Kafka keys and messages (default: HOSTNAME:INTERFACE).
     #[arg(long, requires = "kafka")]
     probe_name: Option<String>,
+    /// A librdkafka setting, as kcat's -X (repeatable): TLS (security.protocol=ssl,
+    /// ssl.ca.location=...), SASL, compression.codec=zstd, acks=all, ...
+    #[arg(long, value_name = "KEY=VALUE", requires = "kafka")]
+    kafka_opt: Vec<String>,
 }
 
 impl KafkaArgs {
@@ -185,12 +192,18 @@ impl KafkaArgs {
     }
 }
 
-/// Checks `--kafka` (before the engine starts; a broker that does not resolve is refused).
+/// Checks `--kafka` and `--kafka-opt` (before the engine starts; broker names are resolved
+/// later, by librdkafka, which retries).
 pub fn plan_kafka(a: &KafkaArgs, iface: &str) -> anyhow::Result<Option<KafkaConfig>> {
     let (Some(brokers), Some(topic)) = (&a.kafka, &a.topic) else {
         return Ok(None);
     };
     let brokers = parse_brokers(brokers).map_err(|e| usage(e.to_string()))?;
+    let options = a
+        .kafka_opt
+        .iter()
+        .map(|o| parse_option(o).map_err(|e| usage(e.to_string())))
+        .collect::<anyhow::Result<_>>()?;
     check_topic(topic).map_err(|e| usage(format!("--topic: {e}")))?;
     let probe = a.probe_name.clone().unwrap_or_else(|| {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
@@ -200,6 +213,7 @@ pub fn plan_kafka(a: &KafkaArgs, iface: &str) -> anyhow::Result<Option<KafkaConf
         brokers,
         topic: topic.clone(),
         probe,
+        options,
     }))
 }
 
@@ -231,8 +245,9 @@ pub struct Exporters {
     pub kafka: Option<KafkaExporter>,
 }
 
-/// Starts the planned exporters (IPFIX over TCP connects now; librdkafka connects in the
-/// background). Called once privileges are dropped, so their threads start without any.
+/// Starts the planned exporters (IPFIX over TCP connects now; librdkafka resolves and
+/// connects in the background). Called once privileges are dropped, so their threads start
+/// without any.
 pub fn start_exporters(
     ipfix: Option<IpfixConfig>,
     kafka: Option<KafkaConfig>,

@@ -17,7 +17,7 @@ use crate::cli::{export, privdrop, usage};
 use crate::probe::control::ControlSocket;
 use crate::probe::kernel::{self, KernelRules};
 use crate::probe::live::Manager;
-use crate::probe::reporter::Reporter;
+use crate::probe::reporter::{PeriodHook, Reporter};
 use crate::{probe, units};
 
 /// Arguments of `poolcap probe`.
@@ -198,14 +198,31 @@ fn spawn_manager(
 
 /// Hands every period's records to the flow exporters.
 fn feed_exporters(reporter: &mut Reporter, exporters: &export::Exporters) {
+    for hook in exporter_hooks(exporters, false) {
+        reporter.on_period(hook);
+    }
+}
+
+/// The exporters' period hooks; `wait`: a file's, which wait for room rather than drop.
+fn exporter_hooks(exporters: &export::Exporters, wait: bool) -> Vec<PeriodHook> {
+    let mut hooks: Vec<PeriodHook> = Vec::new();
     if let Some(x) = &exporters.ipfix {
-        let flows = x.sender();
-        reporter.on_period(Box::new(move |records| flows.offer(records)));
+        let flows = if wait {
+            x.sender().waiting()
+        } else {
+            x.sender()
+        };
+        hooks.push(Box::new(move |records| flows.offer(records)));
     }
     if let Some(x) = &exporters.kafka {
-        let periods = x.sender();
-        reporter.on_period(Box::new(move |records| periods.offer(records)));
+        let periods = if wait {
+            x.sender().waiting()
+        } else {
+            x.sender()
+        };
+        hooks.push(Box::new(move |records| periods.offer(records)));
     }
+    hooks
 }
 
 /// Why a probe with this configuration reports or exports nothing, if it does not: said at
@@ -235,21 +252,30 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         crate::say!("{why}");
     }
     if let Some(file) = &args.read {
-        if args.metrics.is_set() || args.ipfix.is_set() || args.kafka.is_set() {
-            return Err(usage(
-                "--metrics, --ipfix and --kafka need a live probe (-i)",
-            ));
+        if args.metrics.is_set() {
+            return Err(usage("--metrics needs a live probe (-i)"));
         }
         let cfg = engine_config(&args, "")?;
+        // A file has no interface: ingressInterface 0, the file's name in Kafka keys.
+        let ipfix = export::plan_ipfix(&args.ipfix, 0)?;
+        let kafka = export::plan_kafka(&args.kafka, &file.display().to_string())?;
         let stop =
             crate::cli::flag_on(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
-        let (report, unwritten) =
-            probe::offline::run(cfg, config, args.report.as_deref(), !args.quiet, stop).map_err(
-                |e| match e.downcast::<CaptureError>() {
-                    Ok(c) => engine_error(c),
-                    Err(e) => e,
-                },
-            )?;
+        let exporters = export::start_exporters(ipfix, kafka)?;
+        let hooks = exporter_hooks(&exporters, true);
+        let probed = probe::offline::run(
+            cfg,
+            config,
+            args.report.as_deref(),
+            !args.quiet,
+            stop,
+            hooks,
+        );
+        exporters.finish();
+        let (report, unwritten) = probed.map_err(|e| match e.downcast::<CaptureError>() {
+            Ok(c) => engine_error(c),
+            Err(e) => e,
+        })?;
         crate::say!("probed {}", file.display());
         print_report(&report);
         if let Some(e) = &report.capture_error {
@@ -281,7 +307,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     let privileges = privdrop::prepare(args.privileges.user.as_deref())?;
     let metrics = export::bind_metrics(&args.metrics)?;
     let readiness = Readiness::connect()?;
-    let ipfix = export::plan_ipfix(&args.ipfix)?;
+    let ipfix = export::plan_ipfix(&args.ipfix, poolcap_sys::socket::ifindex(&iface)?)?;
     let kafka = export::plan_kafka(&args.kafka, &iface)?;
     cfg.output = args
         .write
@@ -393,7 +419,7 @@ fn run_in_kernel(
         .as_deref()
         .map(|user| privdrop::prepare(Some(user)))
         .transpose()?;
-    let ipfix = export::plan_ipfix(&args.ipfix)?;
+    let ipfix = export::plan_ipfix(&args.ipfix, poolcap_sys::socket::ifindex(iface)?)?;
     let kafka = export::plan_kafka(&args.kafka, iface)?;
     let readiness = Readiness::connect()?;
     let kernel = KernelRules::start(mode, iface, &config, false)?;

@@ -1,4 +1,4 @@
-//! Export tests (issue 17): the metrics and flow records poolcap exports, read back by the
+//! Export tests: the metrics and flow records poolcap exports, read back by the
 //! real systems that consume them. Prometheus (Debian's server) scrapes a running capture
 //! and its stored samples must equal the final accounting; nfcapd (nfdump) collects the
 //! probe's IPFIX records and its flows must add up to the probe's own report and to the
@@ -222,10 +222,10 @@ fn start_nfcapd(lab: &poolcap_lab::Lab, dir: &Path) -> Background {
     Background::start(cmd, "Bound to")
 }
 
-/// One nfdump flow: (source port, packets, bytes).
-fn nfdump_flows(dir: &Path) -> Vec<(u16, u64, u64)> {
+/// One nfdump flow: (source port, packets, bytes, input interface).
+fn nfdump_flows(dir: &Path) -> Vec<(u16, u64, u64, u64)> {
     let out: Output = Command::new("nfdump")
-        .args(["-q", "-N", "-R", s(dir), "-o", "fmt:%sp,%pkt,%byt"])
+        .args(["-q", "-N", "-R", s(dir), "-o", "fmt:%sp,%pkt,%byt,%in"])
         .output()
         .expect("run nfdump");
     assert!(out.status.success(), "nfdump: {out:?}");
@@ -242,9 +242,29 @@ fn nfdump_flows(dir: &Path) -> Vec<(u16, u64, u64)> {
                         .unwrap_or_else(|_| panic!("nfdump line {l}"))
                 })
                 .collect();
-            (f[0] as u16, f[1], f[2])
+            (f[0] as u16, f[1], f[2], f[3])
         })
         .collect()
+}
+
+/// The IP bytes of every flow listed in the probe's report.
+fn report_ip_bytes(path: &Path) -> u64 {
+    crate::collectors::report_flows(path)
+        .values()
+        .map(|f| f.2)
+        .sum()
+}
+
+/// The interface's ifindex in its namespace.
+fn ifindex(netns: &str, iface: &str) -> u64 {
+    let out = netns_command(netns, "cat")
+        .arg(format!("/sys/class/net/{iface}/ifindex"))
+        .output()
+        .expect("read ifindex");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("an ifindex")
 }
 
 /// The probe's report: (distinct flows listed over all periods, packets, bytes, captured).
@@ -283,8 +303,10 @@ const FLOWS_CONFIG: &str =
 
 /// The probe exports its flows over UDP to nfcapd with a 1 s active timeout, so 2 s of
 /// traffic splits every flow into several records. nfdump's records add up to the probe's
-/// report and the capture's accounting, packet for packet and byte for byte; each of the
-/// generator's flows is there, and nfcapd holds every record the probe says it exported.
+/// report and the capture's accounting, packet for packet and byte for byte (IP bytes:
+/// the frames' less their 14-byte Ethernet headers); each record names the probe's
+/// interface as its input; each of the generator's flows is there, and nfcapd holds every
+/// record the probe says it exported.
 fn ipfix_flows_in_nfcapd_equal_the_probe_report() {
     let lab = lab(2);
     let dir = tempdir();
@@ -329,7 +351,11 @@ fn ipfix_flows_in_nfcapd_equal_the_probe_report() {
         "nfcapd has every record exported"
     );
     assert_eq!(got.iter().map(|f| f.1).sum::<u64>(), packets, "{got:?}");
-    assert_eq!(got.iter().map(|f| f.2).sum::<u64>(), bytes, "{got:?}");
+    let ip_bytes = report_ip_bytes(&report);
+    assert_eq!(ip_bytes, bytes - 14 * packets, "untagged Ethernet frames");
+    assert_eq!(got.iter().map(|f| f.2).sum::<u64>(), ip_bytes, "{got:?}");
+    let iface = ifindex(&lab.probe.netns, &lab.probe.iface);
+    assert!(got.iter().all(|f| f.3 == iface), "ifindex {iface}: {got:?}");
     let ports: BTreeSet<u16> = got.iter().map(|f| f.0).collect();
     assert_eq!(ports.len(), distinct, "{got:?}");
     assert_eq!(distinct, 8, "the generator's flows");
@@ -625,10 +651,10 @@ fn bad_export_options_fail_at_start() {
                 s(&config),
                 "-c",
                 s(&config),
-                "--ipfix",
-                COLLECTOR,
+                "--metrics",
+                "9464",
             ],
-            "need a live probe",
+            "--metrics needs a live probe",
         ),
     ];
     for (args, expect) in cases {

@@ -1,4 +1,4 @@
-//! Kafka export tests (issue 17.3): a real single-node Apache Kafka broker (KRaft, started by
+//! Kafka export tests: a real single-node Apache Kafka broker (KRaft, started by
 //! `scripts/kafka.sh` on the loopback of the lab's probe namespace) receives the probe's
 //! messages, and `kcat` reads them back: they must equal the probe's own JSON Lines report.
 //! A broker killed mid-run must not slow the capture; what it missed is counted.
@@ -30,6 +30,14 @@ pub fn trials() -> Vec<Trial> {
             "a_broker_that_goes_away_never_stops_the_capture",
             a_broker_that_goes_away_never_stops_the_capture,
         ),
+        t(
+            "a_file_exports_to_kafka_compressed_as_asked",
+            a_file_exports_to_kafka_compressed_as_asked,
+        ),
+        t(
+            "a_broker_name_that_resolves_later_gets_the_records",
+            a_broker_name_that_resolves_later_gets_the_records,
+        ),
     ];
     let broker = match fetch() {
         Ok(()) => broker.into_iter().collect::<Vec<_>>(),
@@ -43,8 +51,8 @@ pub fn trials() -> Vec<Trial> {
     };
     let mut all = broker;
     all.push(t(
-        "an_unresolvable_broker_fails_at_start",
-        an_unresolvable_broker_fails_at_start,
+        "bad_kafka_options_fail_at_start",
+        bad_kafka_options_fail_at_start,
     ));
     all
 }
@@ -195,7 +203,7 @@ impl Drop for Broker {
 fn delivered(stderr: &str) -> [u64; 4] {
     let line = stderr
         .lines()
-        .find(|l| l.starts_with("kafka: "))
+        .find(|l| l.starts_with("kafka: ") && l.contains(" delivered, "))
         .unwrap_or_else(|| panic!("no kafka line: {stderr}"));
     let n: Vec<u64> = line
         .split_whitespace()
@@ -356,21 +364,31 @@ fn a_broker_that_goes_away_never_stops_the_capture() {
     assert!(flows_lost >= dropped && reports_lost > 0, "{stderr}");
 }
 
-/// A broker address that does not resolve: one line, non-zero exit, before any capture.
-fn an_unresolvable_broker_fails_at_start() {
+/// A broker address without a port, a setting that is not KEY=VALUE, one librdkafka does
+/// not know or a value it refuses: one line, non-zero exit, before any capture.
+fn bad_kafka_options_fail_at_start() {
     let lab = lab(1);
     let dir = tempdir();
     let config = dir.path().join("probe.toml");
     std::fs::write(&config, CONFIG).expect("write config");
     let iface = lab.probe.iface.as_str();
-    let cases: [(&[&str], &str); 3] = [
-        (
-            &["--kafka", "broker.invalid:9092", "--topic", TOPIC],
-            "--kafka `broker.invalid:9092`",
-        ),
+    let kafka = ["--kafka", BROKER, "--topic", TOPIC, "--kafka-opt"];
+    let cases: [(&[&str], &str); 5] = [
         (
             &["--kafka", "127.0.0.1", "--topic", TOPIC],
             "--kafka `127.0.0.1`",
+        ),
+        (
+            &[&kafka[..], &["acks"]].concat(),
+            "--kafka-opt `acks`: give KEY=VALUE",
+        ),
+        (
+            &[&kafka[..], &["no.such.setting=1"]].concat(),
+            "--kafka-opt `no.such.setting=1`",
+        ),
+        (
+            &[&kafka[..], &["compression.codec=nope"]].concat(),
+            "compression.codec",
         ),
         (&["--kafka", BROKER], "--topic"),
     ];
@@ -386,4 +404,196 @@ fn an_unresolvable_broker_fails_at_start() {
             assert_eq!(err.trim().lines().count(), 1, "{args:?}: one line: {err}");
         }
     }
+}
+
+/// The broker's jars (`scripts/kafka.sh fetch`).
+fn kafka_lib() -> String {
+    let out = Command::new(script())
+        .arg("fetch")
+        .output()
+        .expect("run scripts/kafka.sh");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The compression codecs of the record batches in the topic's log segments, as Kafka's
+/// own DumpLogSegments reads them (one per batch).
+fn batch_codecs(dir: &Path) -> Vec<String> {
+    let data = dir.join("broker/data");
+    let mut codecs = Vec::new();
+    for p in 0..PARTITIONS {
+        let Ok(entries) = std::fs::read_dir(data.join(format!("{TOPIC}-{p}"))) else {
+            continue;
+        };
+        for log in entries
+            .map(|e| e.expect("entry").path())
+            .filter(|f| f.extension().is_some_and(|x| x == "log"))
+        {
+            let out = Command::new("java")
+                .args(["-cp", &format!("{}/*", kafka_lib())])
+                .args(["kafka.tools.DumpLogSegments", "--files", s(&log)])
+                .output()
+                .expect("run DumpLogSegments");
+            assert!(out.status.success(), "DumpLogSegments: {out:?}");
+            codecs.extend(
+                String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .filter_map(|l| l.split("compresscodec: ").nth(1))
+                    .map(|c| c.split_whitespace().next().unwrap_or("").to_lowercase()),
+            );
+        }
+    }
+    codecs
+}
+
+/// `probe -r` of the known file (see the collectors tests) to Kafka with
+/// `--kafka-opt compression.codec=zstd`: kcat reads every report and flow record back,
+/// equal to the probe's JSON Lines report (flows, packets, wire and IP bytes, which add up
+/// to the file's), and every record batch on the broker's disk is zstd-compressed, as Kafka's
+/// DumpLogSegments reads it.
+fn a_file_exports_to_kafka_compressed_as_asked() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let broker = Broker::start(&lab, dir.path());
+    let file = dir.path().join("known.pcap");
+    let known = crate::collectors::write_known_file(&file);
+    let (config, report) = (dir.path().join("probe.toml"), dir.path().join("r.jsonl"));
+    std::fs::write(
+        &config,
+        "period = \"1s\"\n[[rule]]\nname = \"all\"\nfilter = \"ip or ip6 or (vlan and (ip or ip6))\"\nactions = [\"flows\"]\n",
+    )
+    .expect("write config");
+    let mut args = vec!["probe", "-r", s(&file), "-q"];
+    args.extend(kafka_args(&config, &report));
+    args.extend([
+        "--kafka-opt",
+        "compression.codec=zstd",
+        "--kafka-opt",
+        "acks=all",
+    ]);
+    let out = poolcap_in(&lab.probe.netns, &args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "probe: {stderr}");
+    let [flows, flows_lost, reports, reports_lost] = delivered(&stderr);
+    assert_eq!((flows_lost, reports_lost), (0, 0), "{stderr}");
+
+    let got = broker.consume();
+    let flow_msgs: Vec<&Value> = got
+        .iter()
+        .filter(|m| m.2["type"] == "flow")
+        .map(|m| &m.2)
+        .collect();
+    let report_lines = std::fs::read_to_string(&report)
+        .expect("read report")
+        .lines()
+        .count() as u64;
+    assert_eq!(
+        (flow_msgs.len() as u64, got.len() as u64 - flows),
+        (flows, reports),
+        "kcat reads what the probe delivered"
+    );
+    assert_eq!(reports, report_lines, "one report message per period");
+    let mut from_kafka = std::collections::BTreeMap::new();
+    for m in &flow_msgs {
+        let key = (
+            num(m, "proto") as u8,
+            m["src"].as_str().expect("src").to_string(),
+            num(m, "sport") as u16,
+        );
+        let e: &mut (u64, u64, u64) = from_kafka.entry(key).or_default();
+        *e = (
+            e.0 + num(m, "packets"),
+            e.1 + num(m, "bytes"),
+            e.2 + num(m, "ip_bytes"),
+        );
+    }
+    let from_file: std::collections::BTreeMap<_, _> = known
+        .iter()
+        .map(|k| {
+            (
+                (k.proto, k.src.to_string(), k.sport),
+                (k.packets, k.l2_bytes, k.ip_bytes),
+            )
+        })
+        .collect();
+    assert_eq!(from_kafka, crate::collectors::report_flows(&report));
+    assert_eq!(from_kafka, from_file);
+    let codecs = batch_codecs(dir.path());
+    assert!(
+        !codecs.is_empty() && codecs.iter().all(|c| c == "zstd"),
+        "{codecs:?}"
+    );
+}
+
+/// The probe starts with a broker name nothing resolves yet (`ip netns exec` puts
+/// /etc/netns/NS/hosts over /etc/hosts; the name is added to it later, as the network
+/// comes up at boot): it runs and captures, says it cannot deliver and counts what
+/// librdkafka gives up on; once the name resolves, it delivers, and kcat reads exactly the
+/// flow records it counts as delivered.
+fn a_broker_name_that_resolves_later_gets_the_records() {
+    const NAME: &str = "kafka-later.lab";
+    let lab = lab(1);
+    let dir = tempdir();
+    let broker = Broker::start(&lab, dir.path());
+    let etc = PathBuf::from("/etc/netns").join(&lab.probe.netns);
+    std::fs::create_dir_all(&etc).expect("mkdir /etc/netns/NS");
+    let hosts = etc.join("hosts");
+    std::fs::write(&hosts, "127.0.0.1 localhost\n").expect("write hosts");
+    struct Cleanup(PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _cleanup = Cleanup(etc);
+    let (config, report) = (dir.path().join("probe.toml"), dir.path().join("r.jsonl"));
+    std::fs::write(&config, CONFIG).expect("write config");
+    let broker_name = format!("{NAME}:9092");
+    let mut args = kafka_args(&config, &report);
+    args[5] = &broker_name;
+    let mut probe = start_probe(&lab, &args);
+    let g1 = gen(&lab, &["--count", "2000", "--rate", "10k", "--flows", "4"]);
+    // Hang guard: librdkafka gives up on a message after 5 s.
+    assert!(
+        probe.wait_for("kafka: cannot deliver", Duration::from_secs(30)),
+        "no delivery failure said: {:?}",
+        probe.stderr
+    );
+    // The name resolves from now on (written in place: the bind mount sees it).
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&hosts)
+            .expect("open hosts");
+        writeln!(f, "127.0.0.1 {NAME}").expect("append to hosts");
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut g2 = Vec::new();
+    // Hang guard: librdkafka retries the broker with a back-off of up to 10 s.
+    loop {
+        g2.push(gen(
+            &lab,
+            &["--count", "1000", "--rate", "10k", "--flows", "4"],
+        ));
+        if probe.wait_for("kafka: delivering again", Duration::from_secs(2)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never delivered: {:?}",
+            probe.stderr
+        );
+    }
+    let g3 = gen(&lab, &["--count", "1000", "--rate", "10k", "--flows", "4"]);
+    std::thread::sleep(SETTLE);
+    let (code, stderr) = probe.stop("INT");
+    assert_eq!(code, Some(0), "probe: {stderr}");
+    let sent: u64 = [&g1, &g3].into_iter().chain(&g2).map(on_wire).sum();
+    let (_, packets, _, captured) = probe_report(&report);
+    assert_eq!((captured, packets), (sent, sent), "capture went on");
+    let [flows, flows_lost, ..] = delivered(&stderr);
+    assert!(flows > 0 && flows_lost > 0, "{stderr}");
+    let got = broker.consume();
+    let flow_msgs = got.iter().filter(|m| m.2["type"] == "flow").count() as u64;
+    assert_eq!(flow_msgs, flows, "kcat reads what was delivered");
 }

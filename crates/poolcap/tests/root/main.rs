@@ -7,6 +7,7 @@
 mod bench;
 mod capture;
 mod cli;
+mod collectors;
 mod common;
 #[path = "../support/deploy.rs"]
 mod deploy;
@@ -48,6 +49,7 @@ fn main() {
     trials.extend(probe_kernel::trials());
     trials.extend(export::trials());
     trials.extend(metrics::trials());
+    trials.extend(collectors::trials());
     trials.extend(hardening::trials());
     trials.extend(kafka::trials());
     trials.extend(bench::trials());

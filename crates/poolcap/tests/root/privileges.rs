@@ -1,4 +1,4 @@
-//! Privilege drop of `probe` and `forward` (issue 12.9), as `capture` does it (its own test
+//! Privilege drop of `probe` and `forward`, as `capture` does it (its own test
 //! is in cli.rs): once every socket, file, the ctl socket and the metrics listener are open,
 //! every thread of the process runs as `-Z`'s user with no capability, and the files the
 //! process made belong to that user, as tcpdump hands its `-w` file over. A root-owned 0700

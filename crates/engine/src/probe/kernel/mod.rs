@@ -336,12 +336,19 @@ pub fn flow_of(key: &[u8], per_cpu: &[u8], clock_offset: i64) -> (FlowKey, FlowS
         if word(cpu, 0) == 0 {
             continue;
         }
+        let (packets, bytes) = (word(cpu, 0), word(cpu, 1));
         s.absorb(&FlowStats {
-            packets: word(cpu, 0),
-            bytes: word(cpu, 1),
+            packets,
+            bytes,
+            // At tc ingress the frame starts at its Ethernet header; the kernel keeps an
+            // accelerated VLAN tag out of it. Tags left in the frame are not subtracted,
+            // nor kept: in-kernel flows have no VLAN id or ICMP type.
+            ip_bytes: bytes.saturating_sub(14 * packets),
             first_ns: wall(word(cpu, 2)),
             last_ns: wall(word(cpu, 3)),
             tcp_flags: word(cpu, 4) as u8,
+            vlan: None,
+            icmp: None,
         });
     }
     (flow, s)
