@@ -389,6 +389,22 @@ struct Ready {
     seal_after: Duration,
 }
 
+/// An engine with every socket, ring and file open and no thread started
+/// ([`Engine::open_forward`]).
+pub struct Opening(Ready);
+
+impl Opening {
+    /// The capture file it created, if any.
+    pub fn output(&self) -> Option<&Path> {
+        self.0.output.as_deref()
+    }
+
+    /// Starts its threads.
+    pub fn start(self, stop: Arc<AtomicBool>) -> Result<Engine, CaptureError> {
+        Engine::spawn(self.0, stop)
+    }
+}
+
 /// When the status line was last printed, and the totals then.
 struct Status {
     last: Instant,
@@ -442,17 +458,17 @@ impl Engine {
         Self::launch(cfg, sink, stop, after_open)
     }
 
-    /// As [`Engine::start`], with a forwarder as the sink: processed chunks leave through
-    /// `fwd`'s interface (see [`forward`]); `cfg.output`, if set, gets what was forwarded.
-    pub fn start_forward(
+    /// Opens a capture whose sink is a forwarder: processed chunks leave through `fwd`'s
+    /// interface (see [`forward`]); `cfg.output`, if set, gets what was forwarded. Returns it
+    /// unstarted, so a caller with several engines (both directions of a forward) drops
+    /// privileges once all are open and before any thread runs.
+    pub fn open_forward(
         mut cfg: CaptureConfig,
         fwd: forward::ForwardSetup,
-        stop: Arc<AtomicBool>,
-        after_open: impl FnOnce(Option<&Path>) -> Result<(), SysError>,
-    ) -> Result<Self, CaptureError> {
+    ) -> Result<Opening, CaptureError> {
         let write = cfg.output.take();
         let sink = SinkSpec::Forward { setup: fwd, write };
-        Self::launch(cfg, Some(sink), stop, after_open)
+        Self::open(cfg, Some(sink)).map(Opening)
     }
 
     fn launch(
@@ -599,7 +615,7 @@ impl Engine {
     }
 
     /// How the forwarder transmits (`sendmmsg` or `af_xdp shared umem (copy|zero-copy)`),
-    /// for an engine started with [`Engine::start_forward`].
+    /// for an engine opened with [`Engine::open_forward`].
     pub fn tx_path(&self) -> Option<&str> {
         self.tx_path.as_deref()
     }

@@ -17,6 +17,7 @@ use crate::capture::queue::WaitStrategy;
 use crate::capture::rotate::RotateSpec;
 use crate::capture::savefile::{FileOptions, Fsync};
 use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Input, Output};
+use crate::cli::readiness::Readiness;
 use crate::cli::statsfile::StatsFile;
 use crate::cli::{privdrop, usage};
 use crate::{netdev, units};
@@ -46,9 +47,15 @@ pub struct CaptureArgs {
     #[arg(
         short = 'i',
         long = "interface",
-        required_unless_present_any = ["list_interfaces", "read"]
+        required_unless_present_any = ["list_interfaces", "read", "config"]
     )]
     iface: Option<String>,
+    /// Read options from a TOML FILE: keys are the long option names (`interface`,
+    /// `snaplen`, `stats-json`; `write`, `count`, `buffer`, `rotate-size`, `rotate-seconds`,
+    /// `rotate-files`, `post-rotate` for -w -c -B -C -G -W -z; `filter`); the command line
+    /// wins over the file; an unknown key is an error.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// List the interfaces to capture on (in this network namespace), then exit.
     #[arg(short = 'D', long)]
     list_interfaces: bool,
@@ -508,7 +515,8 @@ pub fn print_report(r: &CaptureReport) {
 
 /// Runs `poolcap capture`.
 pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
-    let _ = args.numeric;
+    // -n does nothing; --config was read with the command line (cli::parse).
+    let _ = (args.numeric, &args.config);
     if args.list_interfaces {
         return super::ifaces::print();
     }
@@ -527,6 +535,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         privdrop::prepare(args.user.as_deref())?
     };
     let metrics = crate::cli::export::bind_metrics(&args.export)?;
+    let readiness = Readiness::connect()?;
     let mut stats = args
         .stats_json
         .as_deref()
@@ -588,6 +597,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     if let Some(w) = &warning {
         crate::say!("{w}");
     }
+    readiness.ready();
     let report = engine.run();
     if report.file_limit_reached {
         // tcpdump's words, and as with tcpdump the capture ends successfully.

@@ -61,25 +61,12 @@ pub struct Background {
 impl Background {
     /// Starts `cmd` and waits (up to 20 s) for a stderr line containing `ready`.
     pub fn start(mut cmd: Command, ready: &str) -> Background {
-        let mut child = cmd
+        let child = cmd
             .stdin(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
-        let err = child.stderr.take().expect("stderr piped");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut bg = Background {
-            child,
-            stderr_lines: rx,
-            stderr: Vec::new(),
-        };
+        let mut bg = Background::from_child(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             match bg.stderr_lines.recv_timeout(Duration::from_millis(100)) {
@@ -97,6 +84,24 @@ impl Background {
                 }
                 Err(_) => panic!("{cmd:?} never printed `{ready}`: {:?}", bg.stderr),
             }
+        }
+    }
+
+    /// Collects the stderr (piped) of a child already spawned, without waiting for it.
+    pub fn from_child(mut child: Child) -> Background {
+        let err = child.stderr.take().expect("stderr piped");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Background {
+            child,
+            stderr_lines: rx,
+            stderr: Vec::new(),
         }
     }
 
