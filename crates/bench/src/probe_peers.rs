@@ -261,7 +261,7 @@ fn pmacct_final_packets(path: &Path, received: u64) -> anyhow::Result<u64> {
 const PMACCT_COUNTERS: &str = "received_packets=";
 
 /// Stops pmacctd ([`Tool::stop`]): asks for its counters (SIGUSR1) and waits for them
-/// before SIGINT, and takes an exit status 1 as a clean stop when [`pmacct_stopped`].
+/// before SIGINT, and takes an exit status 1 as a clean stop when `pmacct_stopped`.
 pub fn stop_pmacct(
     mut running: Running,
     finish: Duration,

@@ -198,9 +198,9 @@ pub const SATURATED_LOAD: u32 = 20_000;
 
 /// The calibration in the lab as bench points, two per frame size of `sizes` (normally
 /// [`SIZES`]; one size fits per-packet costs only), `frames` frames at top speed each:
-/// - `calibrate rps {size}B`, rps on: poolcap counting ([`KERNEL_RPS`]), for the time
+/// - `calibrate rps {size}B`, rps on: poolcap counting (`KERNEL_RPS`), for the time
 ///   the kernel's receive work takes on the tool's CPU, and the peers (with rings of
-///   [`BEHIND_RING_KIB`]), for theirs behind it;
+///   `BEHIND_RING_KIB`), for theirs behind it;
 /// - `calibrate rps light {size}B`, with `peers`: the same at [`LIGHT_PPS`], for the
 ///   peers' cost behind the receive work while they keep up;
 /// - `calibrate {size}B`, rps off: the sender alone, every configuration of [`stages`] (the
@@ -208,11 +208,11 @@ pub const SATURATED_LOAD: u32 = 20_000;
 ///   ([`SATURATED_LOAD`]). The kernel's receive work must stay on the sender's CPU for the
 ///   sender's slowdown to measure it;
 /// - [`RING_POINT`], rps off: poolcap analysing (1-iteration x-loop) and, with `peers`,
-///   tcpdump, each stopped (SIGSTOP) while [`RING_FRAMES`] frames of 64 B arrive at top
+///   tcpdump, each stopped (SIGSTOP) while `RING_FRAMES` frames of 64 B arrive at top
 ///   speed (at most `frames`), then let go: what it captures is what its ring held
 ///   ([`rings`]);
-/// - [`DEEP_POINT`], rps on, with `peers` and 64 B among `sizes`: tcpdump's configurations
-///   with rings of [`DEEP_RING_KIB`] at top speed.
+/// - `DEEP_POINT`, rps on, with `peers` and 64 B among `sizes`: tcpdump's configurations
+///   with rings of `DEEP_RING_KIB` at top speed.
 pub fn points(sizes: &[usize], frames: u64, levels: &[&str], peers: bool) -> Vec<Point> {
     let count = || CaptureSpec::new(Tool::Poolcap, crate::suites::BUFFER_KIB);
     let mut v = Vec::new();
@@ -356,7 +356,7 @@ const MEASURED_NOTHING_NS: f64 = 1.0;
 /// work (its busy time less the receive work's at the same point for every frame sent). A
 /// tool's scheduler time is no measure of its own there: it holds the softirq that
 /// interrupted it. A peer at the top speed counts by a run that fell behind
-/// ([`behind_run`]); at a light point, only where it kept up ([`KEPT_UP`]).
+/// (`behind_run`); at a light point, only where it kept up (`KEPT_UP`).
 pub fn samples(rows: &[Row]) -> Samples {
     let mut s = Samples::default();
     let costs = || rows.iter().filter(|r| measures_costs(r));
@@ -438,10 +438,10 @@ fn behind_run(r: &Row) -> Option<(f64, f64)> {
 /// configuration (the saturated worker's too) over the frame sizes, and the tail of the
 /// waits (`poolcap_doctor::share`) from the runs that lost frames, each run's measured
 /// waiting fraction and loss against the time its buffers held at its rate; without such a
-/// run, the mean wait per timeslice; none longer than those runs' losses allow ([`waits`]).
-/// The same from the rps-on rows ([`KERNEL_RPS`]) gives the waits behind the receive work
+/// run, the mean wait per timeslice; none longer than those runs' losses allow (`waits`).
+/// The same from the rps-on rows (`KERNEL_RPS`) gives the waits behind the receive work
 /// ([`RpsWaits`]), none longer than `rps_longest_s` (the softirq's time budget,
-/// [`netdev_budget_s`]). `None` when no rps-off run has scheduler statistics.
+/// `netdev_budget_s`). `None` when no rps-off run has scheduler statistics.
 pub fn cpu(rows: &[Row], p: &Profile, rps_longest_s: Option<f64>) -> Option<Cpu> {
     let cal = |rps: bool| {
         rows.iter()
@@ -633,7 +633,7 @@ pub fn of_run(meta: &Meta, rows: &[Row]) -> Option<Profile> {
 
 /// The profile from `samples` and the x-loop cost timed in-process, with `source` (the load
 /// average is the caller's to set). With a saturated worker among the samples the x-loop's
-/// cost is that worker's instead ([`x_loop_in_pipeline`]).
+/// cost is that worker's instead (`x_loop_in_pipeline`).
 pub fn profile(samples: &Samples, x_loop_ns: f64, source: String) -> Profile {
     let mut p = Profile::from_samples(samples, &Profile::built_in(), &source);
     let x_loop_ns = x_loop_in_pipeline(samples).unwrap_or(x_loop_ns);
