@@ -7,7 +7,7 @@
 //! per-packet and per-byte work separate ([`Samples`]). Two ways to get the packets:
 //! - [`lab`]: a veth lab of the bench rig (this crate), the generator at top speed,
 //!   every configuration run once per frame size and repeat. Here the kernel's receive work
-//!   runs on the sender's CPU (design.md), so the sender's slowdown while poolcap captures
+//!   runs on the sender's CPU (docs/design.md), so the sender's slowdown while poolcap captures
 //!   measures it; a point with rps on (`rps_cpus` = the tool's CPU) measures the same work
 //!   where it then runs, as the tool CPU's busy time per frame less poolcap's (`kernel rps`),
 //!   and the peers' own cost behind it, and a run

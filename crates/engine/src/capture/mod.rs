@@ -1,4 +1,4 @@
-//! The capture engine, basic mode B-(M,R) on AF_PACKET TPACKET_V3 (see `shared/design.md`).
+//! The capture engine, basic mode B-(M,R) on AF_PACKET TPACKET_V3 (see `docs/design.md`).
 //!
 //! ```text
 //! rx queue q ─► fanout socket + TPACKET_V3 ring ─► capture thread q ─► capture queue q ─► worker(s)
