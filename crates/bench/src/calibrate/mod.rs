@@ -126,9 +126,8 @@ pub fn stages(levels: &[&str], peers: bool) -> Vec<Stage> {
 pub const PROBE_RULES: [usize; 2] = [1, 100];
 
 /// Frame sizes measured: the smallest common one, the MTU's, and one between where the costs
-/// bend ([`poolcap_doctor::profile::Bend`]): with rps on, the receive work cost 92 ns a frame
-/// (20%) more at 512 B than the line through the other two says, and tcpdump's own cost
-/// behind it 103 ns less (Intel VM, 2026-11-27).
+/// bend ([`poolcap_doctor::profile::Bend`]): with rps on, the receive work and tcpdump's own
+/// cost behind it leave the line at 512 B (BENCHMARKS.md, predict, the calibrated profile).
 pub const SIZES: [usize; 3] = [64, 512, 1514];
 
 /// Id prefix of the calibration points.
@@ -149,8 +148,8 @@ const KERNEL_RPS_LIGHT: &str = "kernel rps light";
 const RPS: &str = " rps";
 
 /// The peers' ring (`-B`, KiB) at the rps-on points at top speed: paper 002's default (S1's),
-/// shallow enough that tcpdump falls behind there at every frame size (on the Intel VM,
-/// 2026-11-26: with 4 MiB it kept up at 64 B, and its cost behind was not measured).
+/// shallow enough that tcpdump falls behind there at every frame size, so its cost behind
+/// is measured (with 4 MiB it can keep up at 64 B; BENCHMARKS.md, predict, calibration runs).
 const BEHIND_RING_KIB: u64 = 2048;
 
 /// Suffix of a peer's subject (and key in [`Samples`]) at the light rps-on points.
@@ -168,9 +167,9 @@ const DEEP: &str = " rps deep";
 /// ([`RpsWaits::keeping_up`]).
 const DEEP_POINT: &str = "calibrate rps deep 64B";
 
-/// tcpdump's ring at [`DEEP_POINT`], KiB: paper 002's S3 (32 MiB), where tcpdump kept up
-/// with 64 B frames at top speed behind the receive work in every run (Intel VM,
-/// 2026-11-26: 1.65-1.82M pps; 8 MiB did too, 2 MiB fell behind in every run).
+/// tcpdump's ring at [`DEEP_POINT`], KiB: paper 002's S3 (32 MiB), deep enough that tcpdump
+/// keeps up with 64 B frames at top speed behind the receive work (BENCHMARKS.md, predict,
+/// calibration runs: `calibrate rps deep 64B`).
 const DEEP_RING_KIB: u64 = 32 << 10;
 
 /// Frames a second of the light rps-on points: a rate tcpdump and dumpcap keep up with
@@ -513,9 +512,9 @@ fn sharing_of<'a>(runs: impl Iterator<Item = &'a Row>) -> BTreeMap<String, Shari
 }
 
 /// How far below its capacity (the model's, from the calibrated costs) a calibration run must
-/// be offered frames for its loss to measure waits for the CPU: the probe with 100 rules at
-/// 1514 B lost 0.6-1.1% in runs offered 90-95% of its capacity (2026-11-26), and compression
-/// with gzip:6 at 1514 B, offered 1.8 times its capacity, lost 43%.
+/// be offered frames for its loss to measure waits for the CPU: nearer its capacity a run
+/// loses to capacity, not to waits (the probe with 100 rules at 1514 B, compression with
+/// gzip:6; BENCHMARKS.md, predict, calibration runs).
 const NEAR_CAPACITY: f64 = 0.15;
 
 /// What [`waits`] found in a set of calibration runs.
@@ -534,9 +533,8 @@ struct Waited {
 /// allow. A run whose buffers held `depth` seconds of frames and that lost `n` of them at `r`
 /// a second waited at most `depth + n / r` at once (all its loss from one wait), so the
 /// longest of these bounds every wait the runs saw (runs writing a file left out: their
-/// writer also waits for the disk); none lost a frame: unbounded. At 1514 B (Intel VM,
-/// 2026-11-27) poolcap copying into its pool lost up to 0.37% with buffers 16 ms deep: no
-/// wait longer than 20 ms, where pcapng to a file, 8% lost, would have allowed 95 ms.
+/// writer also waits for the disk, which would allow far longer waits); none lost a frame:
+/// unbounded (docs/predict.md, "No wait with rps off outlasts").
 fn waits<'a>(
     runs: impl Iterator<Item = &'a Row> + Clone,
     p: &Profile,
@@ -648,10 +646,9 @@ pub fn profile(samples: &Samples, x_loop_ns: f64, source: String) -> Profile {
 /// The x-loop's ns per iteration as the analysis worker pays it: the saturated worker's CPU
 /// per packet less the copy configuration's (one iteration), over the [`SATURATED_LOAD`]
 /// less one further iterations, the mean over the frame sizes. A worker behind a backlog
-/// of cold cells, beside the capture thread, pays 3-4% more per iteration than the loop
-/// timed alone (2026-11-26, four `bench predict` runs: 0.956-1.004 against 0.927-0.969 ns),
-/// and the load grid's workers paid what it says within 2% (2.583-2.691 us per packet at
-/// 2608-2709 iterations), where the loop timed alone fell 2-4% short.
+/// of cold cells, beside the capture thread, pays more per iteration than the loop timed
+/// alone, and the load grid's workers pay what this says (docs/predict.md, calibrate;
+/// BENCHMARKS.md, predict, the load grid).
 fn x_loop_in_pipeline(samples: &Samples) -> Option<f64> {
     let (saturated, copy) = (samples.fit(share::SATURATED)?, samples.fit("copy")?);
     let (lo, hi) = samples.span(share::SATURATED)?;
