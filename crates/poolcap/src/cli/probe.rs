@@ -23,8 +23,8 @@ use crate::{probe, units};
 /// Arguments of `poolcap probe`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "The configuration (TOML) holds the report period and the rules; see the \
-README. While a live probe runs, `poolcap ctl SOCKET rule enable|disable NAME`, `ctl SOCKET \
+    after_help = "The configuration (TOML) holds the report period and the rules; see \
+docs/probe.md. While a live probe runs, `poolcap ctl SOCKET rule enable|disable NAME`, `ctl SOCKET \
 period 5s`, `ctl SOCKET reload` (or SIGHUP) change the rules without stopping capture.
 
 Examples:
