@@ -188,6 +188,16 @@ pub fn tcpdump(lab: &Lab, args: &[&str]) -> Background {
 
 /// Counts the packets of a capture file with `tcpdump -r` (an independent reader), applying
 /// an optional filter expression.
+/// Packets tcpdump reads in every capture file of `files` but `except` (a rotated set beside
+/// its stats file).
+pub fn tcpdump_count_set(files: &[PathBuf], except: &Path) -> u64 {
+    files
+        .iter()
+        .filter(|f| f.as_path() != except)
+        .map(|f| tcpdump_count(f, &[]))
+        .sum()
+}
+
 pub fn tcpdump_count(file: &Path, filter: &[&str]) -> u64 {
     let out = Command::new("tcpdump")
         .arg("-nr")

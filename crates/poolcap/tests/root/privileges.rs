@@ -14,7 +14,7 @@ use libtest_mimic::Trial;
 
 use crate::common::{
     bin, capture, gen, netns_command, num, on_wire, path_str as s, start_probe, stats,
-    tcpdump_count, tempdir, thread_identities, trial, Background, Lab,
+    tcpdump_count, tcpdump_count_set, tempdir, thread_identities, trial, Background, Lab,
 };
 
 pub fn trials() -> Vec<Trial> {
@@ -77,12 +77,11 @@ fn owner(p: &Path) -> (u32, u32) {
 fn probe_runs_as_the_dropped_user_and_owns_its_files() {
     let lab = crate::common::lab(1);
     let dir = tempdir(); // 0700, root's
-    let config = dir.path().join("probe.toml");
-    std::fs::write(
-        &config,
+    let config = crate::probe::write(
+        dir.path(),
+        "probe.toml",
         "period = \"250ms\"\n[[rule]]\nname = \"all\"\nfilter = \"ip\"\nactions = [\"flows\"]\n",
-    )
-    .expect("write config");
+    );
     let default_uid = Command::new("id")
         .args(["-u", "poolcap"])
         .output()
@@ -205,12 +204,7 @@ fn rotated_capture_files_belong_to_the_dropped_user() {
     for f in &files {
         assert_eq!(owner(f), (NOBODY, NOBODY), "{}", f.display());
     }
-    let read_back: u64 = files
-        .iter()
-        .filter(|f| *f != &json)
-        .map(|f| tcpdump_count(f, &[]))
-        .sum();
-    assert_eq!(read_back, on_wire(&g));
+    assert_eq!(tcpdump_count_set(&files, &json), on_wire(&g));
     assert_eq!(num(&stats(&json), "written"), on_wire(&g));
 }
 
@@ -291,12 +285,11 @@ fn every_thread_of_a_root_capture_probe_and_forward_is_sealed() {
     assert_eq!(code, Some(0), "capture: {stderr}");
     assert_eq!(tcpdump_count(&file, &[]), on_wire(&g));
 
-    let config = dir.path().join("probe.toml");
-    std::fs::write(
-        &config,
+    let config = crate::probe::write(
+        dir.path(),
+        "probe.toml",
         "period = \"250ms\"\n[[rule]]\nname = \"all\"\nfilter = \"ip\"\nactions = [\"flows\"]\n",
-    )
-    .expect("write config");
+    );
     let report = dir.path().join("r.jsonl");
     let probe = start_probe(
         &lab,
@@ -372,12 +365,11 @@ fn a_root_captures_post_rotate_command_runs_without_capabilities() {
 fn the_in_kernel_probes_exporter_threads_are_sealed() {
     let lab = crate::common::lab(1);
     let dir = tempdir();
-    let config = dir.path().join("probe.toml");
-    std::fs::write(
-        &config,
+    let config = crate::probe::write(
+        dir.path(),
+        "probe.toml",
         "period = \"250ms\"\n[[rule]]\nname = \"all\"\nfilter = \"udp\"\nactions = [\"count\"]\n",
-    )
-    .expect("write config");
+    );
     let report = dir.path().join("r.jsonl");
     let probe = start_probe(
         &lab,
@@ -412,12 +404,11 @@ fn the_in_kernel_probes_exporter_threads_are_sealed() {
 fn a_probe_keeping_privileges_for_kernel_rules_exports_without_them() {
     let lab = crate::common::lab(1);
     let dir = tempdir();
-    let config = dir.path().join("probe.toml");
-    std::fs::write(
-        &config,
+    let config = crate::probe::write(
+        dir.path(),
+        "probe.toml",
         "period = \"250ms\"\n[[rule]]\nname = \"all\"\nfilter = \"udp\"\nactions = [\"flows\"]\n",
-    )
-    .expect("write config");
+    );
     for extra in [&[][..], &["--metrics", "127.0.0.1:9464"][..]] {
         let mut args = vec!["--in-kernel", "-c", s(&config), "--ipfix", "127.0.0.1:4739"];
         args.extend(extra);

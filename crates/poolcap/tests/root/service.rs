@@ -13,7 +13,7 @@ use std::time::Duration;
 use libtest_mimic::Trial;
 
 use crate::common::{
-    bin, gen, netns_command, num, on_wire, path_str as s, stats, tcpdump_count, tempdir, trial,
+    bin, gen, netns_command, num, on_wire, path_str as s, stats, tcpdump_count_set, tempdir, trial,
     Background,
 };
 
@@ -209,12 +209,7 @@ fn the_units_capture_drops_to_the_sysusers_user_and_owns_its_files() {
             f.display()
         );
     }
-    let read_back: u64 = files
-        .iter()
-        .filter(|f| *f != &json)
-        .map(|f| tcpdump_count(f, &[]))
-        .sum();
-    assert_eq!(read_back, on_wire(&g));
+    assert_eq!(tcpdump_count_set(&files, &json), on_wire(&g));
     assert_eq!(num(&stats(&json), "written"), on_wire(&g));
 }
 
