@@ -518,7 +518,7 @@ mod tests {
         assert_eq!(verdicts(&t), (2, 1));
         assert_eq!(
             anchor(Suite::Backends),
-            "backends-af_xdp-copy-mode-on-veth-vs-af_packet-issue-5"
+            "backends-af_xdp-copy-mode-on-veth-vs-af_packet"
         );
         assert_eq!(date(0), "1970-01-01 00:00 UTC");
     }
