@@ -648,7 +648,7 @@ mod tests {
     use super::*;
     use crate::capture::pool::PoolSize;
     use crate::capture::rotate::{RotateSpec, Rotation};
-    use crate::capture::savefile::{FileSpec, Fsync};
+    use crate::capture::savefile::{FileIo, FileSpec, Fsync};
     use crate::capture::testsink::Shared;
     use poolcap_format::FileFormat;
 
@@ -696,7 +696,10 @@ mod tests {
             .collect();
         let file = Shared::default();
         let spec = FileSpec {
-            direct: rotation.as_ref().is_some_and(|r| r.direct),
+            io: match rotation.as_ref().is_some_and(|r| r.direct) {
+                true => FileIo::Direct,
+                false => FileIo::Buffered,
+            },
             ..file_spec(format)
         };
         let out = match &rotation {
@@ -708,10 +711,11 @@ mod tests {
             ),
             Some(r) => {
                 let first = r.first_name();
+                let (w, how) = spec.open(&first).unwrap();
                 Savefiles::new(
                     spec.clone(),
-                    spec.open(&first).unwrap(),
-                    Some(first),
+                    w,
+                    Some((first, how)),
                     Some(r.rotation.clone()),
                 )
             }
@@ -780,7 +784,7 @@ mod tests {
             compress: None,
             fsync: Fsync::Never,
             post_rotate: None,
-            direct: false,
+            io: FileIo::Buffered,
             packet_buffered: false,
         }
     }
