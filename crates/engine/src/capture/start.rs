@@ -407,8 +407,10 @@ impl Started<'_> {
         let handoff = self.plan.handoff(&pipeline);
         let (analysis, sink) = pipeline.into_parts();
         let io = self.sink_io(threads);
-        // One queue that only writes: its capture thread runs the writer (see `InlineWriter`).
-        let inline = analysis.is_none() && self.q == 1;
+        // One queue that only writes: its capture thread runs the writer (see `InlineWriter`),
+        // unless its source keeps it busy.
+        let inline =
+            analysis.is_none() && self.q == 1 && !sources.iter().any(|s| s.works_per_packet());
         let (sink, writer) = match (sink, &io) {
             (Some(s), Some(io)) if inline => match s.inline(io) {
                 Ok(w) => (None, Some(w)),
