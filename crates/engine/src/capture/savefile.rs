@@ -94,6 +94,9 @@ pub enum WritePath {
     Direct,
     /// Through the page cache, as asked.
     Buffered,
+    /// Through the page cache, as `-U` needs: a direct write covers whole 4 KiB blocks (and
+    /// pcapng pads each), not each packet.
+    PacketBuffered,
     /// Through the page cache: the file system refused `O_DIRECT`.
     Fallback,
 }
@@ -103,6 +106,7 @@ impl std::fmt::Display for WritePath {
         f.write_str(match self {
             WritePath::Direct => "with direct I/O (O_DIRECT)",
             WritePath::Buffered => "buffered (--buffered)",
+            WritePath::PacketBuffered => "buffered (-U)",
             WritePath::Fallback => "buffered: its file system does not take direct I/O (O_DIRECT)",
         })
     }
@@ -150,6 +154,7 @@ impl FileSpec {
         let existing = crate::outfile::Existing::Truncate;
         let direct = match self.io {
             FileIo::Buffered => Err(WritePath::Buffered),
+            FileIo::Auto if self.packet_buffered => Err(WritePath::PacketBuffered),
             FileIo::Auto | FileIo::Direct => {
                 match crate::outfile::create_with(path, existing, libc::O_DIRECT) {
                     Ok(file) => Ok(file),
@@ -532,6 +537,35 @@ mod tests {
             let stats = f.if_stats.unwrap();
             assert_eq!(stats.received, received, "{}", gz.display());
             assert!(!path.exists(), "gzip replaced {}", path.display());
+        }
+    }
+
+    #[test]
+    fn files_are_direct_unless_buffered_is_asked_or_minus_u_needs_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let cases = [
+            (
+                FileIo::Auto,
+                false,
+                [WritePath::Direct, WritePath::Fallback],
+            ),
+            (FileIo::Auto, true, [WritePath::PacketBuffered; 2]),
+            (FileIo::Buffered, false, [WritePath::Buffered; 2]),
+        ];
+        for (i, (io, packet_buffered, want)) in cases.into_iter().enumerate() {
+            let spec = FileSpec {
+                io,
+                packet_buffered,
+                ..spec(None)
+            };
+            let path = dir.path().join(i.to_string());
+            let (w, how) = spec.open(&path).unwrap();
+            assert!(want.contains(&how), "{io:?} -U {packet_buffered}: {how:?}");
+            let mut set = Savefiles::new(spec, w, Some((path.clone(), how)), None);
+            set.writer().unwrap().write_packet(1, &[1; 60], 60).unwrap();
+            set.close(IfStats::default()).unwrap();
+            let f = poolcap_format::read_file(&path).unwrap();
+            assert_eq!(f.packets.len(), 1, "{io:?} -U {packet_buffered}");
         }
     }
 

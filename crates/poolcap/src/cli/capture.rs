@@ -170,7 +170,7 @@ pub struct CaptureArgs {
     /// fail instead of falling back. pcapng and compressed files: each write is padded to
     /// 4 KiB with a block readers skip. pcap: the bytes past a write's last 4 KiB block wait
     /// for the next write, so after kill -9 the last record is cut short (as with tcpdump
-    /// -w).
+    /// -w). With -U files are written buffered.
     #[arg(long, conflicts_with = "buffered")]
     direct: bool,
     /// Write files through the page cache (as tcpdump does) instead of with direct I/O.
@@ -256,6 +256,11 @@ fn file_options(a: &CaptureArgs) -> anyhow::Result<FileOptions> {
         (_, true) => FileIo::Buffered,
         _ => FileIo::Auto,
     };
+    if a.direct && a.packet_buffered {
+        return Err(usage(
+            "-U and --direct: a direct write covers whole 4 KiB blocks, not each packet",
+        ));
+    }
     if io != FileIo::Auto && !to_file {
         let flag = if a.direct { "--direct" } else { "--buffered" };
         return Err(usage(format!(

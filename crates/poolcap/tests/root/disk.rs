@@ -767,6 +767,7 @@ fn file_flags_reject_bad_input() {
         (&["--direct"], "--direct"),
         (&["--direct", "-w", "-"], "--direct"),
         (&["--buffered", "-w", "-"], "--buffered"),
+        (&["--direct", "-U", "-w", f], "-U and --direct"),
     ];
     let mut problems = Vec::new();
     for (args, mention) in cases {
