@@ -611,7 +611,8 @@ fn time_rotation_names_files_runs_z_and_stops_after_w() {
 
 /// `kill -9` while writing a pcapng set (buffered, and with direct I/O by default: plain,
 /// zstd and gzip): every file, the one being written included, holds whole records only
-/// (compressed: whole frames), each frame once.
+/// (compressed: whole frames), each frame once; only a file opened as the kill came may be
+/// empty.
 fn kill_9_leaves_whole_records() {
     let cases = [
         (None, true),
@@ -656,10 +657,15 @@ fn kill_9_leaves_whole_records() {
         let set = files(dir.path(), "k.pcapng");
         assert!(set.len() >= 2, "{compress:?}: {set:?}");
         let mut packets = Vec::new();
-        for f in &set {
+        for (i, f) in set.iter().enumerate() {
             let raw = std::fs::read(f).expect("read");
             if direct {
                 assert_eq!(raw.len() % DIRECT_ALIGN, 0, "{}", f.display());
+            }
+            if raw.is_empty() && i + 1 == set.len() {
+                // The file just opened, killed before its header's write landed (a direct
+                // write takes the device's time; see README, direct I/O).
+                continue;
             }
             let plain = match compress {
                 None => raw,
