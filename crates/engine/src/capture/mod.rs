@@ -399,7 +399,7 @@ pub struct Opening(Ready);
 impl Opening {
     /// The capture file it created, if any.
     pub fn output(&self) -> Option<&Path> {
-        self.0.output.as_deref()
+        self.0.output.as_ref().map(|(p, _)| p.as_path())
     }
 
     /// Starts its threads.
