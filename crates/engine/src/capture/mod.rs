@@ -320,6 +320,8 @@ pub struct Engine {
     forward_counters: Option<forward::AllForwardCounters>,
     /// How a forwarder transmits (`poolcap forward` only).
     tx_path: Option<String>,
+    /// The capture file created and how it is written (for the startup report).
+    output: Option<(PathBuf, savefile::WritePath)>,
     budget: Option<Arc<Budget>>,
     link: Option<LinkWatch>,
     if_before: Option<u64>,
@@ -381,8 +383,9 @@ struct Ready {
     pipeline: Pipeline<Box<dyn Sink>>,
     forward_counters: Option<forward::AllForwardCounters>,
     tx_path: Option<String>,
-    /// The capture file the sink created, if any (`after_open` hands it to `-Z`'s user).
-    output: Option<PathBuf>,
+    /// The capture file the sink created, if any (`after_open` hands it to `-Z`'s user),
+    /// and how it is written.
+    output: Option<(PathBuf, savefile::WritePath)>,
     if_before: Option<u64>,
     inbound_only: bool,
     groups: Vec<Vec<usize>>,
@@ -396,7 +399,7 @@ pub struct Opening(Ready);
 impl Opening {
     /// The capture file it created, if any.
     pub fn output(&self) -> Option<&Path> {
-        self.0.output.as_deref()
+        self.0.output.as_ref().map(|(p, _)| p.as_path())
     }
 
     /// Starts its threads.
@@ -478,7 +481,7 @@ impl Engine {
         after_open: impl FnOnce(Option<&Path>) -> Result<(), SysError>,
     ) -> Result<Self, CaptureError> {
         let ready = Self::open(cfg, sink)?;
-        after_open(ready.output.as_deref())?;
+        after_open(ready.output.as_ref().map(|(p, _)| p.as_path()))?;
         Self::spawn(ready, stop)
     }
 
@@ -583,6 +586,7 @@ impl Engine {
             written: plan.written,
             forward_counters: r.forward_counters,
             tx_path: r.tx_path,
+            output: r.output,
             inbound_only: r.inbound_only,
             budget: plan.budget,
             link,
@@ -623,6 +627,13 @@ impl Engine {
     /// What each packet starts with (the file's link type).
     pub fn linktype(&self) -> LinkType {
         self.linktype
+    }
+
+    /// The capture file created, and how it is written (for the startup report): `writing
+    /// to FILE with direct I/O (O_DIRECT)`, or buffered, and why.
+    pub fn output_report(&self) -> Option<String> {
+        let (path, how) = self.output.as_ref()?;
+        Some(format!("writing to {} {how}", path.display()))
     }
 
     /// Which backend runs, and why (for the startup report).

@@ -15,7 +15,7 @@ use crate::capture::policy::{parse_buddy_groups, PolicySpec};
 use crate::capture::pool::PoolSize;
 use crate::capture::queue::WaitStrategy;
 use crate::capture::rotate::RotateSpec;
-use crate::capture::savefile::{FileOptions, Fsync};
+use crate::capture::savefile::{FileIo, FileOptions, Fsync};
 use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Input, Output};
 use crate::cli::readiness::Readiness;
 use crate::cli::statsfile::StatsFile;
@@ -165,12 +165,17 @@ pub struct CaptureArgs {
     /// is closed) or interval:MS (also every MS milliseconds).
     #[arg(long, default_value = "never")]
     fsync: Fsync,
-    /// Write files with direct I/O (O_DIRECT), past the page cache: far less CPU per byte.
-    /// pcapng: each write batch is padded to 4 KiB with a block readers skip. pcap: the
-    /// bytes past a batch's last 4 KiB block wait for the next write, so after kill -9 the
-    /// last record is cut short (as with tcpdump -w). Not with --compress or -w -.
-    #[arg(long)]
+    /// Files are written with direct I/O (O_DIRECT, past the page cache) by default, or
+    /// buffered where the file system refuses it (the start line says which). --direct:
+    /// fail instead of falling back. pcapng and compressed files: each write is padded to
+    /// 4 KiB with a block readers skip. pcap: the bytes past a write's last 4 KiB block wait
+    /// for the next write, so after kill -9 the last record is cut short (as with tcpdump
+    /// -w). With -U files are written buffered.
+    #[arg(long, conflicts_with = "buffered")]
     direct: bool,
+    /// Write files through the page cache (as tcpdump does) instead of with direct I/O.
+    #[arg(long)]
+    buffered: bool,
     /// Capture backend: af_packet (TPACKET_V3 fanout, works everywhere, leaves the host
     /// stack alone), af_xdp (the UMEM is the pool; takes the frames away from the host stack;
     /// needs native XDP) or auto (af_xdp where it works, af_packet otherwise).
@@ -246,15 +251,21 @@ fn file_options(a: &CaptureArgs) -> anyhow::Result<FileOptions> {
     if a.fsync != Fsync::Never && !to_file {
         return Err(usage("--fsync needs -w FILE (not -)"));
     }
-    if a.direct {
-        if !to_file {
-            return Err(usage("--direct needs -w FILE (not -)"));
-        }
-        if a.compress.is_some() {
-            return Err(usage(
-                "--direct writes uncompressed files only (a compressor's output is not aligned)",
-            ));
-        }
+    let io = match (a.direct, a.buffered) {
+        (true, _) => FileIo::Direct,
+        (_, true) => FileIo::Buffered,
+        _ => FileIo::Auto,
+    };
+    if a.direct && a.packet_buffered {
+        return Err(usage(
+            "-U and --direct: a direct write covers whole 4 KiB blocks, not each packet",
+        ));
+    }
+    if io != FileIo::Auto && !to_file {
+        let flag = if a.direct { "--direct" } else { "--buffered" };
+        return Err(usage(format!(
+            "{flag} needs -w FILE (not -: standard output is buffered)"
+        )));
     }
     if a.packet_buffered && a.write.is_none() {
         return Err(usage(
@@ -265,7 +276,7 @@ fn file_options(a: &CaptureArgs) -> anyhow::Result<FileOptions> {
         rotate,
         post_rotate: a.post_rotate.clone(),
         fsync: a.fsync,
-        direct: a.direct,
+        io,
         packet_buffered: a.packet_buffered,
     })
 }
@@ -591,6 +602,9 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         pool.cells
     );
     crate::say!("{}", engine.backend_report());
+    if let Some(line) = engine.output_report() {
+        crate::say!("{line}");
+    }
     let _metrics = metrics
         .map(|m| crate::cli::export::serve_metrics(m, &engine, args.write.is_some(), Vec::new()))
         .transpose()?;

@@ -470,6 +470,9 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
         );
         eprintln!("{}", engine.backend_report());
         eprintln!("transmit: {}", transmit_detail(tx_path));
+        if let Some(line) = engine.output_report() {
+            eprintln!("{line}");
+        }
     }
     // Without --bidirectional (they conflict): one engine.
     let _metrics = match (metrics, engines.first()) {

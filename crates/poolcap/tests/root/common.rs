@@ -276,7 +276,7 @@ pub fn accounted(s: &serde_json::Value) -> u64 {
 }
 
 /// A small tmpfs mounted on a scratch directory, so a capture file runs out of space
-/// (ENOSPC) after `size` bytes; unmounted on drop.
+/// (ENOSPC) after `size` bytes (or a ramfs); unmounted on drop.
 pub struct SmallFs {
     dir: tempfile::TempDir,
 }
@@ -290,6 +290,19 @@ impl SmallFs {
             .status()
             .expect("mount");
         assert!(st.success(), "mount tmpfs on {}", dir.path().display());
+        SmallFs { dir }
+    }
+
+    /// A ramfs (no size limit): a file system that refuses `O_DIRECT` (tmpfs takes it
+    /// since Linux 6.6).
+    pub fn ramfs() -> SmallFs {
+        let dir = tempdir();
+        let st = Command::new("mount")
+            .args(["-t", "ramfs", "poolcap-test"])
+            .arg(dir.path())
+            .status()
+            .expect("mount");
+        assert!(st.success(), "mount ramfs on {}", dir.path().display());
         SmallFs { dir }
     }
 
