@@ -757,7 +757,10 @@ fn predict_at(p: &Profile, s: &Scenario, pace: Pace) -> Result<Prediction, Scena
     }
     let (kernel_loss, app_loss) = if burst.is_infinite() {
         // An endless steady stream: the buffers' head start is negligible.
-        ((r - delivered) / r, (delivered - ca.min(written)).max(0.0) / r)
+        (
+            (r - delivered) / r,
+            (delivered - ca.min(written)).max(0.0) / r,
+        )
     } else {
         fluid(
             Fluid {
@@ -1067,7 +1070,10 @@ mod tests {
             ..writing(1.0, DiskIo::Buffered)
         };
         let e = predict(&with_disk(), &endless).unwrap();
-        assert!(close(e.loss, 0.5) && e.notes[0].contains("endless"), "{e:?}");
+        assert!(
+            close(e.loss, 0.5) && e.notes[0].contains("endless"),
+            "{e:?}"
+        );
     }
 
     #[test]
@@ -1077,7 +1083,10 @@ mod tests {
         // buffers; twenty lose less than through the cache.
         let three = predict(&with_disk(), &writing(3.0, DiskIo::Direct)).unwrap();
         let d = three.disk.unwrap();
-        assert!(close(d.buffer_frames, DIRECT_IN_FLIGHT_BYTES / 1000.0), "{d:?}");
+        assert!(
+            close(d.buffer_frames, DIRECT_IN_FLIGHT_BYTES / 1000.0),
+            "{d:?}"
+        );
         let lost = 300e3 - d.buffer_frames - three.buffer_frames;
         assert!(close(three.loss, lost / 1.5e6), "{three:?}");
         let twenty = predict(&with_disk(), &writing(20.0, DiskIo::Direct)).unwrap();
@@ -1105,7 +1114,10 @@ mod tests {
         let s = writing(20.0, DiskIo::Buffered);
         let unknown = predict(&profile(), &s).unwrap();
         assert_eq!(unknown.disk, None);
-        assert!(unknown.notes[0].contains("no disk measurement"), "{unknown:?}");
+        assert!(
+            unknown.notes[0].contains("no disk measurement"),
+            "{unknown:?}"
+        );
         // Measured direct only: the page cache's rate is not known.
         let mut p = with_disk();
         if let Some(d) = p.disk.as_mut() {

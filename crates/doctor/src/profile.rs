@@ -815,6 +815,31 @@ mod tests {
     }
 
     #[test]
+    fn a_measured_disk_replaces_the_bases_and_an_unmeasured_one_is_named_as_kept() {
+        let base = Profile::built_in();
+        let mut s = Samples::default();
+        s.add("count", 64.0, 100.0);
+        let kept = Profile::from_samples(&s, &base, "test");
+        assert_eq!(kept.disk, base.disk);
+        assert!(kept.source.rsplit(": ").next().unwrap().contains("disk"));
+        let disk = Disk {
+            dir: "/srv".into(),
+            direct_bytes_per_s: Some(1e9),
+            buffered_bytes_per_s: None,
+            dirty_limit_bytes: Some(2e9),
+        };
+        s.set_disk(disk.clone());
+        let measured = Profile::from_samples(&s, &base, "test");
+        assert_eq!(measured.disk, Some(disk));
+        assert!(!measured
+            .source
+            .rsplit(": ")
+            .next()
+            .unwrap()
+            .contains("disk"));
+    }
+
+    #[test]
     fn the_built_in_profile_reads_and_round_trips() {
         let p = Profile::built_in();
         assert!(p.source.starts_with("built-in"));

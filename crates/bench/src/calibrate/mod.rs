@@ -635,7 +635,12 @@ pub fn of_run(meta: &Meta, rows: &[Row]) -> Option<Profile> {
         meta.scale.name(),
         crate::manager::timestamp(meta.started)
     );
-    Some(of_rows(rows, meta.calibration.ns_per_iteration, None, source))
+    Some(of_rows(
+        rows,
+        meta.calibration.ns_per_iteration,
+        None,
+        source,
+    ))
 }
 
 /// The profile from `samples` and the x-loop cost timed in-process, with `source` (the load

@@ -480,7 +480,8 @@ fn costs(p: &Profile) -> String {
         );
     }
     if let Some(d) = &p.disk {
-        let mb = |x: Option<f64>| x.map_or("not measured".to_owned(), |x| format!("{:.0} MB", x / 1e6));
+        let mb =
+            |x: Option<f64>| x.map_or("not measured".to_owned(), |x| format!("{:.0} MB", x / 1e6));
         let _ = writeln!(
             s,
             "- disk ({}): direct {}/s, through the page cache {}/s, dirty limit {}",
@@ -702,7 +703,9 @@ mod tests {
         assert!(q[first_other..]
             .iter()
             .all(|p| !p.id.starts_with(calibrate::POINT_PREFIX)));
-        for s in ["S1", "S2", "S3", "S4", "S5", "burst", "load", "probe", "disk"] {
+        for s in [
+            "S1", "S2", "S3", "S4", "S5", "burst", "load", "probe", "disk",
+        ] {
             assert!(q.iter().any(|p| session(&p.id) == s), "{s}");
         }
         // Session 5 offers every tool the same fixed rate, with the receive work on its CPU.
