@@ -900,7 +900,7 @@ impl Fluid {
     /// Hands the disk the `frames` the application took in `t` seconds, the disk's buffer at
     /// `filled` frames: what its buffer cannot take holds the application back, so those
     /// frames stay in the ring's `backlog`; returns the frames that then overflow the ring.
-    fn to_disk(&self, frames: f64, t: f64, filled: &mut f64, backlog: &mut f64) -> f64 {
+    fn hand_to_disk(&self, frames: f64, t: f64, filled: &mut f64, backlog: &mut f64) -> f64 {
         let Some((written, held)) = self.disk else {
             return 0.0;
         };
@@ -918,7 +918,7 @@ impl Fluid {
 /// (`None`: endless, until the cycle's end backlog repeats) in cycles of a burst and an idle
 /// time, from empty buffers. The disk's buffer is filled by what the application took over
 /// each phase and drained at the disk's capacity; what it cannot take goes back to the ring
-/// ([`Fluid::to_disk`]). Exact for a steady run (one phase), an approximation for bursts,
+/// ([`Fluid::hand_to_disk`]). Exact for a steady run (one phase), an approximation for bursts,
 /// where the stages' phases interleave within a cycle.
 fn fluid(f: Fluid, count: Option<f64>) -> (f64, f64) {
     let (mut backlog, mut sent, mut k_lost, mut a_lost) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
@@ -936,11 +936,11 @@ fn fluid(f: Fluid, count: Option<f64>) -> (f64, f64) {
         let mut a = (backlog - f.buffer).max(0.0);
         backlog = backlog.clamp(0.0, f.buffer);
         let taken = f.delivered * t + before - backlog - a;
-        a += f.to_disk(taken, t, &mut on_disk, &mut backlog);
+        a += f.hand_to_disk(taken, t, &mut on_disk, &mut backlog);
         let drained = backlog.min(f.idle_app * f.idle);
         backlog -= drained;
         // What the disk's buffer sends back between bursts stays within the ring.
-        f.to_disk(drained, f.idle, &mut on_disk, &mut backlog);
+        f.hand_to_disk(drained, f.idle, &mut on_disk, &mut backlog);
         sent += n;
         k_lost += k;
         a_lost += a;
