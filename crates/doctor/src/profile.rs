@@ -317,9 +317,10 @@ pub struct Disk {
     /// (`None`: not measured).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub buffered_bytes_per_s: Option<f64>,
-    /// Dirty bytes the page cache took before the kernel throttled a writer
-    /// (`vm.dirty_bytes`, else `vm.dirty_ratio` of the memory free or holding files, when
-    /// measured; `None`: not known).
+    /// Dirty bytes the page cache takes before the kernel throttles a writer to
+    /// write-back's pace: midway between its background and hard dirty limits (`vm.dirty_*`,
+    /// bytes or ratios of the memory free or holding files) when measured (`None`: not
+    /// known).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dirty_limit_bytes: Option<f64>,
 }
