@@ -42,6 +42,17 @@
 //!    only if a wait for its CPU outlasts its buffers, and the prediction is the likelier of
 //!    the two, with both losses beside it.
 //!
+//! 6. **The disk** ([`DiskStage`]): a capture writing a file (pcap or pcapng, uncompressed)
+//!    hands its records to the disk, which takes `C_d = disk rate / record bytes` frames/s
+//!    behind a buffer of its own: with direct I/O (poolcap's default) the device's rate and
+//!    the writer's buffers in flight ([`DIRECT_IN_FLIGHT_BYTES`]); through the page cache
+//!    (`--buffered`, tcpdump, dumpcap) write-back's sustained rate and the dirty bytes the
+//!    kernel lets the cache take before it throttles the writer (the profile's `disk`). A
+//!    full disk buffer holds the writer back, its frames stay in the ring and the pool, and
+//!    those fill in turn. A run shorter than the time the disk buffer takes to fill loses
+//!    nothing to the disk, however fast it writes; a longer one loses what its rate exceeds
+//!    `C_d` by beyond both buffers.
+//!
 //! Traffic is a fluid: `rate` frames/s, optionally in bursts of `burst` frames followed by
 //! `idle` seconds of silence. Over each burst the backlog grows by `(min(rate, C_k) - C_a)`
 //! per second, whatever exceeds the buffers is lost, and the idle time drains `C_a x idle`
@@ -104,7 +115,36 @@ pub struct Scenario {
     /// RPS land there; in the veth lab, `rps_cpus` set to the tool's CPU): its cost adds to
     /// the application's instead of being a stage of its own.
     pub kernel_on_app_cpu: bool,
+    /// How poolcap writes a file: past the page cache or through it (tcpdump and dumpcap
+    /// always write through it).
+    pub io: DiskIo,
 }
+
+/// How a capture file reaches the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum DiskIo {
+    /// `O_DIRECT`, past the page cache (poolcap's default).
+    Direct,
+    /// Through the page cache (`poolcap capture --buffered`, tcpdump, dumpcap).
+    Buffered,
+}
+
+impl DiskIo {
+    /// How `tool` writes by default: poolcap direct, the peers through the page cache.
+    pub fn default_for(tool: Tool) -> DiskIo {
+        match tool {
+            Tool::Poolcap => DiskIo::Direct,
+            Tool::Tcpdump | Tool::Dumpcap => DiskIo::Buffered,
+        }
+    }
+}
+
+/// Bytes poolcap's direct writer has on their way to the device before it waits for it:
+/// its four aligned buffers of 2 MiB batches (the file writer's `DEPTH` x the direct
+/// batch), one being filled while the others are written.
+pub const DIRECT_IN_FLIGHT_BYTES: f64 = (4 * (2 << 20)) as f64;
 
 impl Scenario {
     /// An endless steady stream of `size`-byte frames at `rate_pps` into `tool` with every
@@ -126,6 +166,7 @@ impl Scenario {
             burst: None,
             count: None,
             kernel_on_app_cpu: false,
+            io: DiskIo::default_for(tool),
         }
     }
 
@@ -159,6 +200,16 @@ impl Output {
     /// A file on disk: a peer's `file` costs rather than its `null` ones.
     fn is_file(self) -> bool {
         matches!(self, Output::Pcap | Output::Pcapng)
+    }
+
+    /// Bytes a record of `caplen` captured bytes takes in the file (`None`: no file): pcap's
+    /// 16-byte header; pcapng's Enhanced Packet Block, 32 bytes around the data padded to 4.
+    pub fn record_bytes(self, caplen: f64) -> Option<f64> {
+        match self {
+            Output::Pcap => Some(16.0 + caplen),
+            Output::Pcapng => Some(32.0 + (caplen / 4.0).ceil() * 4.0),
+            Output::Nothing | Output::DevNull => None,
+        }
     }
 
     /// What writing a record costs poolcap here: the cost measured for this output, else
@@ -216,6 +267,82 @@ pub struct Prediction {
     /// Set when the capture may keep up or fall behind ([`Edge`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub edge: Option<Edge>,
+    /// The disk the file goes to (`None`: no file, or the disk is not known; `notes` says
+    /// which).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk: Option<DiskStage>,
+    /// What the prediction leaves out because the profile does not know it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// The disk as a stage: its capacity for the scenario's records and the buffer in front of
+/// it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct DiskStage {
+    /// How the file is written.
+    pub io: DiskIo,
+    /// Bytes the disk takes a second (the profile's rate for `io`).
+    pub bytes_per_s: f64,
+    /// Bytes of a mean record in the file.
+    pub record_bytes: f64,
+    /// Frames a second it takes.
+    pub capacity_pps: f64,
+    /// Bytes the buffer in front of it holds: the writer's in flight, or the page cache's
+    /// dirty limit.
+    pub buffer_bytes: f64,
+    /// Frames that buffer holds.
+    pub buffer_frames: f64,
+    /// Seconds the buffer takes to fill at the rate the capture hands it frames (`None`: it
+    /// does not fill).
+    pub fills_in_s: Option<f64>,
+}
+
+/// The disk stage of `s` at `caplen` captured bytes, or why there is none: no file (`Ok(None)`),
+/// or the profile does not know the disk (`Err`, the note to print).
+fn disk_stage(p: &Profile, s: &Scenario, caplen: f64) -> Result<Option<DiskStage>, String> {
+    let Some(record_bytes) = s.output.record_bytes(caplen) else {
+        return Ok(None);
+    };
+    if let Some(level) = &s.compress {
+        return Err(format!(
+            "the disk is not modelled with {level}: what it writes depends on how well the \
+             traffic compresses"
+        ));
+    }
+    let unknown = |what: &str| {
+        Err(format!(
+            "the disk is not modelled: the profile has no {what} (`poolcap calibrate` \
+             measures it in --disk-dir)"
+        ))
+    };
+    let Some(d) = &p.disk else {
+        return unknown("disk measurement");
+    };
+    let io = match s.tool {
+        Tool::Poolcap => s.io,
+        Tool::Tcpdump | Tool::Dumpcap => DiskIo::Buffered,
+    };
+    let (rate, buffer) = match io {
+        DiskIo::Direct => (d.direct_bytes_per_s, Some(DIRECT_IN_FLIGHT_BYTES)),
+        DiskIo::Buffered => (d.buffered_bytes_per_s, d.dirty_limit_bytes),
+    };
+    let (Some(rate), Some(buffer)) = (rate.filter(|r| *r > 0.0), buffer) else {
+        return unknown(match (io, rate) {
+            (DiskIo::Direct, _) => "direct-I/O rate",
+            (DiskIo::Buffered, None) => "page-cache write-back rate",
+            (DiskIo::Buffered, Some(_)) => "dirty limit",
+        });
+    };
+    Ok(Some(DiskStage {
+        io,
+        bytes_per_s: rate,
+        record_bytes,
+        capacity_pps: rate / record_bytes,
+        buffer_bytes: buffer,
+        buffer_frames: buffer / record_bytes,
+        fills_in_s: None,
+    }))
 }
 
 /// Why a scenario cannot be predicted.
@@ -618,9 +745,22 @@ fn predict_at(p: &Profile, s: &Scenario, pace: Pace) -> Result<Prediction, Scena
         Some(_) => return err("a burst must have at least one frame"),
         None => (s.count.map_or(f64::INFINITY, |c| c as f64), 0.0),
     };
+    let (mut disk, mut notes) = match disk_stage(p, s, caplen) {
+        Ok(d) => (d, Vec::new()),
+        Err(note) => (None, vec![note]),
+    };
+    // What the capture hands the disk while frames arrive, and what it can write.
+    let handed = delivered.min(ca);
+    let written = disk.map_or(f64::INFINITY, |d| d.capacity_pps);
+    if let Some(d) = disk.as_mut() {
+        d.fills_in_s = (handed > written).then(|| d.buffer_frames / (handed - written));
+    }
     let (kernel_loss, app_loss) = if burst.is_infinite() {
         // An endless steady stream: the buffers' head start is negligible.
-        ((r - delivered) / r, (delivered - ca).max(0.0) / r)
+        (
+            (r - delivered) / r,
+            (delivered - ca.min(written)).max(0.0) / r,
+        )
     } else {
         fluid(
             Fluid {
@@ -631,10 +771,18 @@ fn predict_at(p: &Profile, s: &Scenario, pace: Pace) -> Result<Prediction, Scena
                 buffer,
                 burst,
                 idle,
+                disk: disk.map(|d| (d.capacity_pps, d.buffer_frames)),
             },
             s.count.map(|c| c as f64),
         )
     };
+    if disk.is_some() && s.count.is_none() && handed > written {
+        notes.push(
+            "an endless stream: the disk's buffer only delays its loss (give --duration or \
+             --count for a run of that length)"
+                .to_owned(),
+        );
+    }
     // Waits for the CPU, at the core the tool needs for what it keeps up with.
     // With the receive work on the tool's CPU, as the rps-on calibration waited.
     let waits = p
@@ -651,13 +799,22 @@ fn predict_at(p: &Profile, s: &Scenario, pace: Pace) -> Result<Prediction, Scena
         (1.0 - kernel_loss - app_loss) * lost
     });
     let app_loss = app_loss + wait_loss;
-    let max_burst = (delivered > ca).then(|| buffer / (1.0 - ca / delivered) * r / delivered);
+    let max_burst = burst_absorbed(
+        delivered,
+        ca,
+        buffer,
+        disk.map(|d| (d.capacity_pps, d.buffer_frames)),
+    )
+    .map(|t| t * r);
     let mut worst = stages
         .iter()
         .max_by(|a, b| a.ns.total_cmp(&b.ns))
         .map_or_else(String::new, |x| x.stage.clone());
     if r > ck && ck <= ca {
         worst = "kernel".to_owned();
+    }
+    if handed > written {
+        worst = "disk".to_owned();
     }
     Ok(Prediction {
         loss: kernel_loss + app_loss,
@@ -667,7 +824,7 @@ fn predict_at(p: &Profile, s: &Scenario, pace: Pace) -> Result<Prediction, Scena
         caplen,
         kernel_capacity_pps: ck,
         app_capacity_pps: ca,
-        loss_starts_pps: ck.min(ca),
+        loss_starts_pps: ck.min(ca).min(written),
         buffer_frames: buffer,
         max_burst,
         cpu_share,
@@ -675,7 +832,28 @@ fn predict_at(p: &Profile, s: &Scenario, pace: Pace) -> Result<Prediction, Scena
         bottleneck: worst,
         stages,
         edge: None,
+        disk,
+        notes,
     })
+}
+
+/// Seconds of frames delivered at `delivered` a second that the buffers take before one is
+/// lost (`None`: any number): the ring and pool (`buffer` frames) in front of the
+/// application's `app` frames a second, and behind it the disk's buffer (`(capacity,
+/// frames)`), which once full holds the application to the disk's capacity.
+fn burst_absorbed(delivered: f64, app: f64, buffer: f64, disk: Option<(f64, f64)>) -> Option<f64> {
+    let ring_alone = (delivered > app).then(|| buffer / (delivered - app));
+    let Some((written, disk_frames)) = disk.filter(|(w, _)| delivered.min(app) > *w) else {
+        return ring_alone;
+    };
+    let disk_full = disk_frames / (delivered.min(app) - written);
+    match ring_alone {
+        Some(t) if t <= disk_full => Some(t),
+        _ => {
+            let backlog = (delivered - app).max(0.0) * disk_full;
+            Some(disk_full + (buffer - backlog) / (delivered - written))
+        }
+    }
 }
 
 /// What to change when `stage` is the bottleneck.
@@ -687,6 +865,10 @@ pub fn remedy(stage: &str) -> &'static str {
             "keep fewer bytes per packet (-s 96)"
         }
         "x-loop" => "lower --load, or give --workers more CPUs",
+        "disk" => {
+            "write fewer bytes (-s 96, --compress zstd:1), write past the page cache (poolcap's \
+             direct I/O), or a faster disk"
+        }
         "probe rules" => {
             "fewer rules, more --workers on more CPUs, or count them in the kernel (--in-kernel)"
         }
@@ -710,13 +892,37 @@ struct Fluid {
     buffer: f64,
     burst: f64,
     idle: f64,
+    /// The disk's capacity and the frames its buffer holds (`None`: no disk stage).
+    disk: Option<(f64, f64)>,
+}
+
+impl Fluid {
+    /// Hands the disk the `frames` the application took in `t` seconds, the disk's buffer at
+    /// `filled` frames: what its buffer cannot take holds the application back, so those
+    /// frames stay in the ring's `backlog`; returns the frames that then overflow the ring.
+    fn hand_to_disk(&self, frames: f64, t: f64, filled: &mut f64, backlog: &mut f64) -> f64 {
+        let Some((written, held)) = self.disk else {
+            return 0.0;
+        };
+        *filled += frames - written * t;
+        let back = (*filled - held).max(0.0);
+        *filled = filled.clamp(0.0, held);
+        *backlog += back;
+        let lost = (*backlog - self.buffer).max(0.0);
+        *backlog = backlog.min(self.buffer);
+        lost
+    }
 }
 
 /// (kernel loss, application loss) as fractions of the offered frames: `count` frames
 /// (`None`: endless, until the cycle's end backlog repeats) in cycles of a burst and an idle
-/// time, from empty buffers.
+/// time, from empty buffers. The disk's buffer is filled by what the application took over
+/// each phase and drained at the disk's capacity; what it cannot take goes back to the ring
+/// ([`Fluid::hand_to_disk`]). Exact for a steady run (one phase), an approximation for bursts,
+/// where the stages' phases interleave within a cycle.
 fn fluid(f: Fluid, count: Option<f64>) -> (f64, f64) {
     let (mut backlog, mut sent, mut k_lost, mut a_lost) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
+    let mut on_disk = 0.0f64;
     let cycles = count.map_or(1_000_000.0, |c| (c / f.burst).ceil());
     let mut last_cycle = (0.0, 0.0);
     let mut i = 0.0;
@@ -725,17 +931,23 @@ fn fluid(f: Fluid, count: Option<f64>) -> (f64, f64) {
         let n = count.map_or(f.burst, |c| (c - sent).min(f.burst));
         let t = n / f.rate;
         let k = (f.rate - f.delivered) * t;
-        let before = backlog;
+        let (before, disk_before) = (backlog, on_disk);
         backlog += (f.delivered - f.app) * t;
-        let a = (backlog - f.buffer).max(0.0);
+        let mut a = (backlog - f.buffer).max(0.0);
         backlog = backlog.clamp(0.0, f.buffer);
-        backlog = (backlog - f.idle_app * f.idle).max(0.0);
+        let taken = f.delivered * t + before - backlog - a;
+        a += f.hand_to_disk(taken, t, &mut on_disk, &mut backlog);
+        let drained = backlog.min(f.idle_app * f.idle);
+        backlog -= drained;
+        // What the disk's buffer sends back between bursts stays within the ring.
+        f.hand_to_disk(drained, f.idle, &mut on_disk, &mut backlog);
         sent += n;
         k_lost += k;
         a_lost += a;
         last_cycle = (k / n, a / n);
         i += 1.0;
-        if count.is_none() && (backlog - before).abs() < 1e-9 && i > 1.0 {
+        let repeats = (backlog - before).abs() < 1e-9 && (on_disk - disk_before).abs() < 1e-9;
+        if count.is_none() && repeats && i > 1.0 {
             return last_cycle;
         }
     }
@@ -796,7 +1008,154 @@ mod tests {
             cpu: None,
             kernel_rps: None,
             rings: Vec::new(),
+            disk: None,
         }
+    }
+
+    /// [`profile`] with writing free on the CPU and a disk of 400 MB/s direct, 250 MB/s
+    /// through the page cache, which takes 1 GB dirty: at 500k pps of pcap records of 1000 B
+    /// (984 B frames) the capture hands the disk 500 MB/s.
+    fn with_disk() -> Profile {
+        Profile {
+            write: flat(0.0),
+            disk: Some(crate::profile::Disk {
+                dir: "/var/tmp".into(),
+                direct_bytes_per_s: Some(400e6),
+                buffered_bytes_per_s: Some(250e6),
+                dirty_limit_bytes: Some(1e9),
+            }),
+            ..profile()
+        }
+    }
+
+    /// 500k pps of 984 B frames written to a pcap file for `seconds`, `io`.
+    fn writing(seconds: f64, io: DiskIo) -> Scenario {
+        Scenario {
+            output: Output::Pcap,
+            count: Some((500e3 * seconds) as u64),
+            io,
+            sizes: vec![(984.0, 1.0)],
+            ..scenario(Tool::Poolcap, 500e3)
+        }
+    }
+
+    #[test]
+    fn a_run_the_page_cache_takes_whole_loses_nothing_above_the_disks_rate() {
+        // 500 MB/s into a cache that takes 1 GB while write-back drains 250 MB/s: full after
+        // 4 s. Three seconds lose nothing though the disk is half as fast.
+        let p = predict(&with_disk(), &writing(3.0, DiskIo::Buffered)).unwrap();
+        assert_eq!(p.loss, 0.0, "{p:?}");
+        let d = p.disk.unwrap();
+        assert_eq!((d.record_bytes, d.capacity_pps), (1000.0, 250e3));
+        assert!(close(d.fills_in_s.unwrap(), 4.0), "{d:?}");
+        assert_eq!(p.bottleneck, "disk");
+        assert!(close(p.loss_starts_pps, 250e3), "{p:?}");
+        // The longest burst: 4 s filling the cache, then the ring at 250k a second.
+        let absorbed = (4.0 + p.buffer_frames / 250e3) * 500e3;
+        assert!(close(p.max_burst.unwrap(), absorbed), "{p:?}");
+        assert!(p.notes.is_empty(), "{p:?}");
+    }
+
+    #[test]
+    fn a_long_run_loses_what_its_rate_exceeds_the_disks_by_beyond_the_buffers() {
+        // 20 s: 10M frames, of which the disk writes 5M, the cache holds 1M and the ring
+        // its buffer's worth.
+        let p = predict(&with_disk(), &writing(20.0, DiskIo::Buffered)).unwrap();
+        let lost = 10e6 - 5e6 - 1e6 - p.buffer_frames;
+        assert!(close(p.app_loss, lost / 10e6), "{p:?}");
+        assert_eq!(p.kernel_loss, 0.0);
+        // Endless: half of it, and a note that the buffers only delay it.
+        let endless = Scenario {
+            count: None,
+            ..writing(1.0, DiskIo::Buffered)
+        };
+        let e = predict(&with_disk(), &endless).unwrap();
+        assert!(
+            close(e.loss, 0.5) && e.notes[0].contains("endless"),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn direct_io_writes_at_the_devices_rate_behind_the_writers_buffers() {
+        // 400 MB/s: 400k pps of the 500k, behind 8 MiB in flight (8388.6 records). Three
+        // seconds the page cache would have taken whole lose 100k a second beyond the
+        // buffers; twenty lose less than through the cache.
+        let three = predict(&with_disk(), &writing(3.0, DiskIo::Direct)).unwrap();
+        let d = three.disk.unwrap();
+        assert!(
+            close(d.buffer_frames, DIRECT_IN_FLIGHT_BYTES / 1000.0),
+            "{d:?}"
+        );
+        let lost = 300e3 - d.buffer_frames - three.buffer_frames;
+        assert!(close(three.loss, lost / 1.5e6), "{three:?}");
+        let twenty = predict(&with_disk(), &writing(20.0, DiskIo::Direct)).unwrap();
+        let buffered = predict(&with_disk(), &writing(20.0, DiskIo::Buffered)).unwrap();
+        assert!(twenty.loss < buffered.loss, "{twenty:?} {buffered:?}");
+        // Below the device's rate nothing is lost, however long.
+        let slow = Scenario {
+            rate_pps: 300e3,
+            ..writing(60.0, DiskIo::Direct)
+        };
+        let s = predict(&with_disk(), &slow).unwrap();
+        assert_eq!(s.loss, 0.0);
+        assert_eq!(s.disk.unwrap().fills_in_s, None);
+        // tcpdump writes through the page cache whatever `io` says.
+        let tcpdump = Scenario {
+            tool: Tool::Tcpdump,
+            ..writing(1.0, DiskIo::Direct)
+        };
+        let t = predict(&with_disk(), &tcpdump).unwrap().disk.unwrap();
+        assert_eq!(t.io, DiskIo::Buffered);
+    }
+
+    #[test]
+    fn a_disk_the_profile_does_not_know_is_left_out_and_said_so() {
+        let s = writing(20.0, DiskIo::Buffered);
+        let unknown = predict(&profile(), &s).unwrap();
+        assert_eq!(unknown.disk, None);
+        assert!(
+            unknown.notes[0].contains("no disk measurement"),
+            "{unknown:?}"
+        );
+        // Measured direct only: the page cache's rate is not known.
+        let mut p = with_disk();
+        if let Some(d) = p.disk.as_mut() {
+            d.buffered_bytes_per_s = None;
+        }
+        let half = predict(&p, &s).unwrap();
+        assert!(half.notes[0].contains("write-back rate"), "{half:?}");
+        // Compressed, what reaches the disk is not known; nothing written, nothing to say.
+        let zstd = Scenario {
+            compress: Some("zstd:3".into()),
+            ..s.clone()
+        };
+        assert!(predict(&with_disk(), &zstd).unwrap().notes[0].contains("zstd:3"));
+        let counting = Scenario {
+            output: Output::Nothing,
+            ..s
+        };
+        assert!(predict(&with_disk(), &counting).unwrap().notes.is_empty());
+        // A profile written before the disk was measured still reads.
+        let mut json = serde_json::to_value(Profile::built_in()).unwrap();
+        json.as_object_mut().unwrap().remove("disk");
+        let old: Profile = serde_json::from_value(json).unwrap();
+        assert_eq!(old.disk, None);
+    }
+
+    #[test]
+    fn bursts_fill_the_disks_buffer_and_idle_time_drains_it() {
+        // Bursts of 1M frames (2 s at 500k pps) with 2 s of silence: each burst leaves 500k
+        // in the page cache, the silence drains them: nothing lost, however many bursts.
+        let bursts = |idle_s: f64| Scenario {
+            burst: Some((1_000_000, idle_s)),
+            count: Some(10_000_000),
+            ..writing(1.0, DiskIo::Buffered)
+        };
+        assert_eq!(predict(&with_disk(), &bursts(2.0)).unwrap().loss, 0.0);
+        // Half a second of silence drains 125k of the 500k: the cache fills over the bursts.
+        let short = predict(&with_disk(), &bursts(0.5)).unwrap();
+        assert!(short.loss > 0.0, "{short:?}");
     }
 
     fn scenario(tool: Tool, rate: f64) -> Scenario {

@@ -291,6 +291,37 @@ pub struct Profile {
     /// Kernel rings measured full, each beside the model's rule (empty: not measured).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rings: Vec<RingFill>,
+    /// The disk capture files go to (`None`: not measured; the model then leaves the disk
+    /// out and says so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<Disk>,
+}
+
+/// The disk a capture file goes to, as `poolcap calibrate --disk-dir` measured it: how fast
+/// it takes a long write, past the page cache and through it, each timed to the end of its
+/// `fsync`. A capture writing faster than the disk takes its bytes loses once the buffer in
+/// front of the disk is full ([`crate::predict::DiskStage`]). On the development VM
+/// (2026-11-27) `dd oflag=direct` wrote 1.0-3.4 GB/s and a 12 GiB buffered write 783 MB/s:
+/// the page cache first takes the bytes at memory speed, and once its dirty pages reach the
+/// kernel's limit the writer goes at write-back's pace, slower than the device's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Disk {
+    /// The directory written.
+    pub dir: String,
+    /// Bytes a second written with `O_DIRECT` in writes of the direct writer's batch
+    /// (`None`: not measured, or the file system refuses direct I/O).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direct_bytes_per_s: Option<f64>,
+    /// Bytes a second written through the page cache, over more bytes than it holds dirty
+    /// (`None`: not measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buffered_bytes_per_s: Option<f64>,
+    /// Dirty bytes the page cache takes before the kernel throttles a writer to
+    /// write-back's pace: midway between its background and hard dirty limits (`vm.dirty_*`,
+    /// bytes or ratios of the memory free or holding files) when measured (`None`: not
+    /// known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dirty_limit_bytes: Option<f64>,
 }
 
 /// A kernel ring measured full: its capture was stopped while more frames arrived than it
@@ -357,8 +388,9 @@ impl Profile {
 /// on), and `tcpdump null rps`, `tcpdump file rps`, `dumpcap null rps`, `dumpcap file rps`
 /// (their own CPU per captured packet behind that work), the same with ` light` at a rate
 /// they keep up with.
+/// A disk measurement, when one was made, goes with them ([`Samples::set_disk`]).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Samples(BTreeMap<String, Vec<(f64, f64)>>);
+pub struct Samples(BTreeMap<String, Vec<(f64, f64)>>, Option<Disk>);
 
 impl Samples {
     /// Records one measurement (ignores what is not a finite positive number).
@@ -401,6 +433,11 @@ impl Samples {
     pub fn keys(&self) -> impl Iterator<Item = &str> {
         self.0.keys().map(String::as_str)
     }
+
+    /// Records the disk's measurement.
+    pub fn set_disk(&mut self, disk: Disk) {
+        self.1 = Some(disk);
+    }
 }
 
 impl Profile {
@@ -421,6 +458,7 @@ impl Profile {
         let pcapng = kept.or_base("pcapng", diff("pcapng", "count"), base.pcapng);
         let write_null = kept.or_base("null", diff("null", "count"), base.write_null);
         let probe = kept.or_base("probe", probe_costs(samples, &diff), base.probe);
+        let disk = kept.or_base("disk", samples.1.clone(), base.disk.clone());
         let sender = kept.pick("sender", fit("sender"), base.sender);
         let kernel = kept.pick("kernel", diff("sender+capture", "sender"), base.kernel);
         let kernel_rps = fit("kernel rps").or(base.kernel_rps);
@@ -494,6 +532,7 @@ impl Profile {
             compress,
             tcpdump,
             dumpcap,
+            disk,
             ..base.clone()
         }
     }
@@ -773,6 +812,31 @@ mod tests {
             "{}",
             kept.source
         );
+    }
+
+    #[test]
+    fn a_measured_disk_replaces_the_bases_and_an_unmeasured_one_is_named_as_kept() {
+        let base = Profile::built_in();
+        let mut s = Samples::default();
+        s.add("count", 64.0, 100.0);
+        let kept = Profile::from_samples(&s, &base, "test");
+        assert_eq!(kept.disk, base.disk);
+        assert!(kept.source.rsplit(": ").next().unwrap().contains("disk"));
+        let disk = Disk {
+            dir: "/srv".into(),
+            direct_bytes_per_s: Some(1e9),
+            buffered_bytes_per_s: None,
+            dirty_limit_bytes: Some(2e9),
+        };
+        s.set_disk(disk.clone());
+        let measured = Profile::from_samples(&s, &base, "test");
+        assert_eq!(measured.disk, Some(disk));
+        assert!(!measured
+            .source
+            .rsplit(": ")
+            .next()
+            .unwrap()
+            .contains("disk"));
     }
 
     #[test]

@@ -30,7 +30,7 @@
 use std::collections::BTreeMap;
 
 use poolcap_doctor::predict;
-use poolcap_doctor::profile::{self, Profile, RingFill, Samples};
+use poolcap_doctor::profile::{self, Disk, Profile, RingFill, Samples};
 use poolcap_doctor::share::{self, Cpu, RpsWaits, Sharing};
 
 use crate::meta::Meta;
@@ -38,6 +38,7 @@ use crate::peer::{CaptureSpec, Generator, Tool, Traffic};
 use crate::point::{Point, Subject};
 use crate::report::Row;
 
+pub mod disk;
 pub mod lab;
 pub mod live;
 pub mod validate;
@@ -595,9 +596,15 @@ fn median(v: &mut [f64]) -> Option<f64> {
     v.get(v.len() / 2).copied()
 }
 
-/// The profile of calibration rows: their costs, the x-loop cost and the CPU they got.
-pub fn of_rows(rows: &[Row], x_loop_ns: f64, source: String) -> Profile {
-    let mut p = profile(&samples(rows), x_loop_ns, source);
+/// The profile of calibration rows: their costs, the x-loop cost and the CPU they got, and
+/// the disk when it was measured (`None`: the built-in profile's, which the source then
+/// names).
+pub fn of_rows(rows: &[Row], x_loop_ns: f64, disk: Option<Disk>, source: String) -> Profile {
+    let mut samples = samples(rows);
+    if let Some(d) = disk {
+        samples.set_disk(d);
+    }
+    let mut p = profile(&samples, x_loop_ns, source);
     p.cpu = cpu(rows, &p, netdev_budget_s());
     p.rings = rings(rows, &p);
     p
@@ -626,7 +633,12 @@ pub fn of_run(meta: &Meta, rows: &[Row]) -> Option<Profile> {
         meta.scale.name(),
         crate::manager::timestamp(meta.started)
     );
-    Some(of_rows(rows, meta.calibration.ns_per_iteration, source))
+    Some(of_rows(
+        rows,
+        meta.calibration.ns_per_iteration,
+        None,
+        source,
+    ))
 }
 
 /// The profile from `samples` and the x-loop cost timed in-process, with `source` (the load

@@ -17,7 +17,7 @@
 
 use std::fmt::Write as _;
 
-use poolcap_doctor::predict::{self, Edge, Output, Scenario, Tool as ModelTool};
+use poolcap_doctor::predict::{self, DiskIo, Edge, Output, Scenario, Tool as ModelTool};
 use poolcap_doctor::profile::Profile;
 use serde::Serialize;
 
@@ -150,6 +150,11 @@ pub fn scenario(row: &Row, pps: f64) -> Option<Scenario> {
         burst: t.burst.zip(t.idle).map(|(b, i)| (b, i.as_secs_f64())),
         count: row.median("offered").map(|n| n as u64),
         kernel_on_app_cpu: row.rps,
+        io: if c.buffered {
+            DiskIo::Buffered
+        } else {
+            DiskIo::Direct
+        },
         ..Scenario::steady(tool, pps, t.size as f64)
     })
 }

@@ -12,7 +12,7 @@ use clap::Args;
 use poolcap_doctor::predict::{self, Scenario, Tool};
 use poolcap_doctor::profile::Profile;
 
-use crate::calibrate::{self, lab, live};
+use crate::calibrate::{self, disk, lab, live};
 use crate::cli::predict::default_profile_path;
 use crate::outfile::{self, Existing};
 use crate::units;
@@ -24,7 +24,10 @@ use crate::units;
 sends 64, 512 and 1514 B frames at top speed and runs each configuration once per size: \
 about 3 minutes. With -i IF, captures the traffic you send to IF for --window per configuration \
 and snaplength (64 and full); the kernel's and sender's costs then come from the built-in \
-profile. Calibrate on a quiet machine: others' work makes every stage look slower."
+profile. Then the disk (unless --no-disk): a file of --disk-bytes in --disk-dir written with \
+O_DIRECT and again through the page cache (twice its dirty limit by default, for write-back's \
+pace), each timed to the end of its fsync. Calibrate on a quiet machine: others' work makes \
+every stage look slower."
 )]
 pub struct CalibrateArgs {
     /// Measure on this interface with traffic you send (default: a lab of its own).
@@ -52,6 +55,19 @@ pub struct CalibrateArgs {
     /// Do not measure tcpdump and dumpcap.
     #[arg(long)]
     no_peers: bool,
+    /// Measure the disk here: the file system capture files go to.
+    #[arg(long, default_value = "/var/tmp", conflicts_with = "no_disk")]
+    disk_dir: PathBuf,
+    /// Bytes of each disk write (default: twice the page cache's dirty limit, at least 1G;
+    /// a buffered write within the limit gives no rate).
+    #[arg(long, value_parser = units::parse_bytes, conflicts_with = "no_disk")]
+    disk_bytes: Option<u64>,
+    /// Each disk write stops after this long.
+    #[arg(long, default_value = "60s", value_parser = units::parse_duration)]
+    disk_time: Duration,
+    /// Do not measure the disk (the profile keeps the built-in one's, and says so).
+    #[arg(long)]
+    no_disk: bool,
 }
 
 /// The levels to measure (`none`: no compression).
@@ -161,9 +177,29 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
     }
     let path = args.output.clone().unwrap_or_else(default_profile_path);
     let out = ProfileFile::open(path)?;
+    if !args.no_disk {
+        disk::check_dir(&args.disk_dir).map_err(|e| crate::cli::usage(format!("{e:#}")))?;
+    }
     let stop = crate::cli::flag_on(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let when = crate::bench::manager::timestamp(crate::bench::manager::now());
+    let measure_disk = || -> anyhow::Result<Option<poolcap_doctor::profile::Disk>> {
+        if args.no_disk {
+            return Ok(None);
+        }
+        let opts = disk::DiskOptions {
+            dir: args.disk_dir.clone(),
+            bytes: args.disk_bytes,
+            dirty_limit: disk::dirty_limit_bytes(),
+            time_limit: args.disk_time,
+        };
+        eprintln!(
+            "calibrate: disk: writing {} MB in {}, direct and buffered",
+            opts.bytes() / 1_000_000,
+            opts.dir.display()
+        );
+        disk::measure(&opts, &stop).map(Some)
+    };
     let mut profile = match &args.iface {
         None => {
             let (rows, x_loop) = lab::measure(
@@ -181,7 +217,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
                 host.trim(),
                 args.frames
             );
-            calibrate::of_rows(&rows, x_loop, source)
+            calibrate::of_rows(&rows, x_loop, measure_disk()?, source)
         }
         Some(iface) => {
             if poolcap_sys::netdev::mtu(iface).is_none() {
@@ -198,6 +234,10 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
                 },
                 &stop,
             )?;
+            let mut samples = samples;
+            if let Some(d) = measure_disk()? {
+                samples.set_disk(d);
+            }
             let x_loop = crate::bench::suites::ns_per_iteration()?;
             let source = format!(
                 "poolcap calibrate -i {iface} on {} at {when} UTC (live traffic, mean frame {mean:.0} B)",

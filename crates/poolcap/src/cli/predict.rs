@@ -7,13 +7,14 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use poolcap_doctor::predict::{self, Output, Prediction, Scenario, Tool};
+use poolcap_doctor::predict::{self, DiskIo, Output, Prediction, Scenario, Tool};
 use poolcap_doctor::profile::Profile;
 use poolcap_doctor::system::{RealSystem, System};
 use poolcap_format::FileFormat;
 
 use crate::calibrate::validate;
 use crate::capture::compress::Compression;
+use crate::capture::savefile::FileIo;
 use crate::capture::CaptureConfig;
 use crate::cli::capture::parse_pool;
 use crate::cli::usage;
@@ -101,12 +102,16 @@ fn compression_key(c: Compression) -> String {
 #[command(
     after_help = "Model: the kernel stage (receive work up to the ring) and the \
 application stage (the tool's work per packet) each have a capacity from the profile's costs; \
-the ring (and poolcap's pool) absorb bursts until the backlog exceeds them. Losses are \
-fractions of the offered frames.
+the ring (and poolcap's pool) absorb bursts until the backlog exceeds them. With -w the disk \
+is a stage too (the profile's disk rates): direct I/O at the device's rate behind the writer's \
+buffers, buffered at the page cache's write-back rate once its dirty limit is reached, so how \
+long the capture runs matters (--duration or --count). Losses are fractions of the offered \
+frames.
 
 Examples:
   poolcap predict --rate 300k --size 64 --load 3000
   poolcap predict --rate 1Gbit --size imix -w --compress zstd:3 --json
+  poolcap predict --rate 800k --size 1514 -w --io buffered --duration 30s
   poolcap predict --rate 500k --size 64 --probe probe.toml
   poolcap predict --tool tcpdump --rate 400k --size 1514 --burst 50k --idle 100ms"
 )]
@@ -147,8 +152,11 @@ pub struct PredictArgs {
     #[arg(long, value_parser = units::parse_duration, requires = "burst")]
     idle: Option<std::time::Duration>,
     /// Frames sent in all (default: an endless stream).
-    #[arg(long, value_parser = frames)]
+    #[arg(short = 'c', long, value_parser = frames)]
     count: Option<u64>,
+    /// How long the traffic lasts (30s), instead of --count.
+    #[arg(long, value_parser = units::parse_duration, conflicts_with = "count")]
+    duration: Option<std::time::Duration>,
     /// The capture writes a file.
     #[arg(short = 'w')]
     write: bool,
@@ -158,6 +166,10 @@ pub struct PredictArgs {
     /// Compression of the file: zstd[:L] or gzip[:L].
     #[arg(long, requires = "write")]
     compress: Option<Compression>,
+    /// How the file is written: direct (poolcap's default, past the page cache) or buffered
+    /// (`capture --buffered`; tcpdump and dumpcap always).
+    #[arg(long, value_enum, requires = "write")]
+    io: Option<DiskIo>,
     /// The capture tool: poolcap, tcpdump or dumpcap.
     #[arg(long, default_value = "poolcap", value_enum)]
     tool: Tool,
@@ -182,6 +194,20 @@ fn frames(s: &str) -> Result<u64, String> {
         0 => Err("give at least one frame".into()),
         n => Ok(n),
     }
+}
+
+/// `--duration`: the frames `seconds` of traffic at `pps` hold, in bursts of `burst` frames
+/// each followed by its silence when there are bursts; at least one.
+fn frames_in(seconds: f64, pps: f64, burst: Option<(u64, f64)>) -> anyhow::Result<u64> {
+    let per_s = match burst {
+        Some((b, idle)) => b as f64 / (b as f64 / pps + idle),
+        None => pps,
+    };
+    let n = (seconds * per_s).round();
+    if !(n >= 1.0 && n.is_finite()) {
+        return Err(usage("--duration: too short for one frame at this rate"));
+    }
+    Ok(n as u64)
 }
 
 fn mean_size(sizes: &[(f64, f64)]) -> f64 {
@@ -245,6 +271,27 @@ fn print_text(p: &Prediction, note: &str) {
             }
         );
     }
+    if let Some(d) = &p.disk {
+        let (how, buffer) = match d.io {
+            DiskIo::Direct => ("direct I/O", "the writer's in flight"),
+            DiskIo::Buffered => ("through the page cache", "its dirty limit"),
+        };
+        let fills = d.fills_in_s.map_or_else(
+            || "which this rate does not fill".to_owned(),
+            |t| format!("full after {t:.1} s at this rate"),
+        );
+        println!(
+            "disk ({how}): {:.0} MB/s, {} of {:.0} B records; buffer ({}) {:.0} MB, {fills}",
+            d.bytes_per_s / 1e6,
+            rate(d.capacity_pps),
+            d.record_bytes,
+            buffer,
+            d.buffer_bytes / 1e6
+        );
+    }
+    for n in &p.notes {
+        println!("note: {n}");
+    }
     if let Some(b) = p.max_burst {
         println!("longest burst absorbed at this rate: {b:.0} frames");
     }
@@ -293,9 +340,24 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
              with every packet (an upper bound for rules whose filters select)"
         );
     }
+    let io = match (args.io, args.tool) {
+        (Some(DiskIo::Direct), Tool::Tcpdump | Tool::Dumpcap) => {
+            return Err(usage(
+                "--io direct: tcpdump and dumpcap write through the page cache",
+            ))
+        }
+        (Some(io), _) => io,
+        (None, tool) => DiskIo::default_for(tool),
+    };
+    let pps = rate.pps(mean_size(&sizes));
+    let burst = args.burst.zip(args.idle.map(|d| d.as_secs_f64()));
+    let count = match args.duration {
+        Some(d) => Some(frames_in(d.as_secs_f64(), pps, burst)?),
+        None => args.count,
+    };
     let s = Scenario {
         tool: args.tool,
-        rate_pps: rate.pps(mean_size(&sizes)),
+        rate_pps: pps,
         sizes,
         snaplen: args.snaplen,
         buffer_bytes: buffer,
@@ -305,9 +367,10 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         flow_rules,
         output: output_of(args.write.then_some(args.format)),
         compress: args.compress.map(compression_key),
-        burst: args.burst.zip(args.idle.map(|d| d.as_secs_f64())),
-        count: args.count,
+        burst,
+        count,
         kernel_on_app_cpu: args.kernel_on_cpu,
+        io,
     };
     let p = predict::predict(&profile, &s).map_err(|e| usage(e.to_string()))?;
     if args.json {
@@ -427,6 +490,11 @@ pub fn capture_warning(cfg: &CaptureConfig, (rules, flow_rules): (usize, usize))
         flow_rules,
         output: output_of(cfg.output.as_ref().map(|(_, f)| *f)),
         compress: cfg.compress.map(compression_key),
+        // Auto is direct wherever the file system takes it (a disk's does).
+        io: match cfg.files.io {
+            FileIo::Auto | FileIo::Direct => DiskIo::Direct,
+            FileIo::Buffered => DiskIo::Buffered,
+        },
         ..Scenario::steady(Tool::Poolcap, pps, 60.0)
     };
     let p = predict::predict(&profile, &s).ok()?;
@@ -456,6 +524,12 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_model_knows_what_the_direct_writer_has_in_flight() {
+        let bytes = poolcap_format::direct::DEPTH * crate::capture::writer::DIRECT_BATCH_BYTES;
+        assert_eq!(predict::DIRECT_IN_FLIGHT_BYTES, bytes as f64);
+    }
+
+    #[test]
     fn the_model_keeps_the_ring_blocks_the_engine_keeps() {
         for kib in [64, 512, 2048, 4096, 5000, 65536] {
             assert_eq!(
@@ -479,6 +553,10 @@ mod tests {
         assert_eq!(compression_key(Compression::Gzip(6)), "gzip:6");
         assert!((mean_size(&parse_sizes("imix").unwrap().0) - 357.83).abs() < 0.01);
         assert!(frames("0").unwrap_err().contains("at least one frame"));
+        assert_eq!(frames_in(30.0, 800e3, None).unwrap(), 24_000_000);
+        // Bursts of 1000 frames at 1M pps (1 ms) and 9 ms of silence: 100k frames a second.
+        assert_eq!(frames_in(2.0, 1e6, Some((1000, 0.009))).unwrap(), 200_000);
+        assert!(frames_in(1e-9, 1e3, None).is_err());
         assert_eq!(frames("2k"), Ok(2000));
     }
 

@@ -149,13 +149,14 @@ fn predict_smoke_run_calibrates_first_and_predicts_every_other_point() {
         .map(|r| r["point"].as_str().unwrap())
         .collect();
     // poolcap counting with rps on; the sender alone and count, /dev/null, copy, write (pcap
-    // and pcapng), the probe with 1 and 100 rules and the saturated worker at 64 B; poolcap
-    // analysing, stopped, at the ring point; then poolcap and tcpdump at S1 64B.
+    // and pcapng), the probe with 1 and 100 rules and 100 flows rules, and the saturated
+    // worker at 64 B; poolcap analysing, stopped, at the ring point; then poolcap and tcpdump
+    // at S1 64B.
     assert_eq!(
         points,
         ["calibrate rps 64B"]
             .into_iter()
-            .chain(["calibrate 64B"; 9])
+            .chain(["calibrate 64B"; 10])
             .chain(["calibrate ring 64B"])
             .chain(["S1 64B"; 2])
             .collect::<Vec<_>>(),

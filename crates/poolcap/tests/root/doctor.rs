@@ -21,6 +21,10 @@ pub fn trials() -> Vec<Trial> {
             predict_gives_loss_keys_in_json_and_refuses_bad_input,
         ),
         trial(
+            "predict_knows_the_disk_for_a_run_of_a_given_duration",
+            predict_knows_the_disk_for_a_run_of_a_given_duration,
+        ),
+        trial(
             "capture_warns_at_start_only_when_the_profile_predicts_loss",
             capture_warns_at_start_only_when_the_profile_predicts_loss,
         ),
@@ -282,6 +286,62 @@ fn predict_gives_loss_keys_in_json_and_refuses_bad_input() {
     }
 }
 
+fn predict_knows_the_disk_for_a_run_of_a_given_duration() {
+    // 800k frames of 1514 B a second, pcapng records of 1548 B: 1.24 GB/s, faster than the
+    // built-in profile's page-cache write-back. Thirty seconds of it overflow the page
+    // cache's dirty limit and lose; one second fits in it and loses nothing.
+    let run = |extra: &[&str]| {
+        json(&predict(
+            &[
+                &["--rate", "800k", "--size", "1514", "-w", "--json"][..],
+                extra,
+            ]
+            .concat(),
+        ))
+    };
+    let long = run(&["--io", "buffered", "--duration", "30s"]);
+    let loss = long["loss"].as_f64().unwrap();
+    assert!(loss > 0.2, "{long}");
+    assert_eq!(long["bottleneck"], "disk", "{long}");
+    assert_eq!(long["disk"]["io"], "buffered", "{long}");
+    let short = run(&["--io", "buffered", "--duration", "1s"]);
+    assert_eq!(short["loss"], 0.0, "{short}");
+    // As many frames given by count: the same prediction.
+    assert_eq!(run(&["--io", "buffered", "-c", "24M"]), long);
+    // Direct I/O (poolcap's default): the device takes the 1.24 GB/s, nothing lost.
+    let direct = run(&["--duration", "30s"]);
+    assert_eq!(direct["disk"]["io"], "direct", "{direct}");
+    assert_eq!(direct["loss"], 0.0, "{direct}");
+    // The text says what the disk takes and when its buffer is full.
+    let out = predict(&[
+        "--rate",
+        "800k",
+        "--size",
+        "1514",
+        "-w",
+        "--io",
+        "buffered",
+        "--duration",
+        "30s",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("disk (through the page cache)") && text.contains("full after"),
+        "{text}"
+    );
+    assert!(text.contains("bottleneck: disk"), "{text}");
+    for bad in [
+        &["--duration", "30s", "-c", "1k"][..],
+        &["--io", "direct", "--tool", "tcpdump", "--duration", "1s"],
+        &["--io", "sideways"],
+    ] {
+        let out = predict(&[&["--rate", "800k", "--size", "1514", "-w"][..], bad].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{bad:?}");
+        assert_eq!(err.lines().count(), 1, "{bad:?}: {err}");
+    }
+}
+
 fn capture_warns_at_start_only_when_the_profile_predicts_loss() {
     let lab = lab(1);
     let started = |args: &[&str]| -> String {
@@ -378,6 +438,7 @@ fn calibrate_on_an_interface_measures_the_traffic_sent_to_it() {
             "--levels",
             "none",
             "--no-peers",
+            "--no-disk",
             "-o",
             out.to_str().unwrap(),
         ],
@@ -396,10 +457,10 @@ fn calibrate_on_an_interface_measures_the_traffic_sent_to_it() {
         source.contains("sender, kernel"),
         "not measured live: {source}"
     );
-    // Twelve windows: five configurations at two snaplengths, each with frames counted, and
-    // the probe (whole frames) with 1 and 100 rules once each.
+    // Thirteen windows: five configurations at two snaplengths, each with frames counted,
+    // and the probe (whole frames) with 1 and 100 rules and 100 flows rules once each.
     let windows: Vec<&str> = err.lines().filter(|l| l.contains("B captured:")).collect();
-    assert_eq!(windows.len(), 12, "{err}");
+    assert_eq!(windows.len(), 13, "{err}");
     assert!(windows[1].contains("at 100 B captured"), "{err}");
     assert!(
         windows[10].starts_with("calibrate: probe 1r at 100 B"),
@@ -407,6 +468,10 @@ fn calibrate_on_an_interface_measures_the_traffic_sent_to_it() {
     );
     assert!(
         windows[11].starts_with("calibrate: probe 100r at 100 B"),
+        "{err}"
+    );
+    assert!(
+        windows[12].starts_with("calibrate: probe 100f at 100 B"),
         "{err}"
     );
     assert!(p["probe"]["per_rule"].is_object(), "{p}");
@@ -427,7 +492,14 @@ fn calibrate_in_its_own_lab_saves_a_profile_predict_reads() {
             "none",
             "--no-peers",
         ])
-        .args(["--quiet-wait", "0s", "-o"])
+        .args(["--quiet-wait", "0s"])
+        .args([
+            "--disk-dir",
+            dir.path().to_str().unwrap(),
+            "--disk-bytes",
+            "32M",
+        ])
+        .arg("-o")
         .arg(&out)
         .output()
         .expect("run poolcap calibrate");
@@ -456,9 +528,9 @@ fn calibrate_in_its_own_lab_saves_a_profile_predict_reads() {
         .filter(|l| l.contains("ns per packet") || l.contains("sender alone"))
         .count();
     assert_eq!(
-        runs, 30,
-        "count with rps on; sender, count, null, copy, write, pcapng, probe 1r and 100r, \
-         saturated at 64, 512 and 1514 B: {err}"
+        runs, 33,
+        "count with rps on; sender, count, null, copy, write, pcapng, probe 1r, 100r and \
+         100f, saturated at 64, 512 and 1514 B: {err}"
     );
     // The ring point: poolcap analysing, stopped while the frames came; a ring it measured
     // full is kept beside the rule (20k frames fill it below about 700k pps).
@@ -471,6 +543,26 @@ fn calibrate_in_its_own_lab_saves_a_profile_predict_reads() {
     }
     // The rps-on points measured the receive work as CPU time on the tool's CPU.
     assert!(p["kernel_rps"].is_object(), "{p}");
+    // The disk, measured in --disk-dir: the direct rate and the dirty limit land; 32 MB
+    // through the page cache are within its dirty limit, so no rate of the disk, and it
+    // says so; the files are gone.
+    let disk = &p["disk"];
+    assert_eq!(disk["dir"], dir.path().to_str().unwrap(), "{disk}");
+    assert!(disk["direct_bytes_per_s"].as_f64().unwrap() > 0.0, "{disk}");
+    assert!(disk["dirty_limit_bytes"].as_f64().unwrap() > 32e6, "{disk}");
+    assert!(disk["buffered_bytes_per_s"].is_null(), "{disk}");
+    assert!(
+        err.contains("did not pass the page cache's dirty limit"),
+        "{err}"
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains("disk"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let kept = source.rsplit(": ").next().unwrap();
+    assert!(!kept.contains("disk"), "measured, not kept: {kept}");
     let with_profile = |extra: &[&str]| {
         let base = [
             "--profile",
@@ -498,4 +590,28 @@ fn calibrate_in_its_own_lab_saves_a_profile_predict_reads() {
     assert!(rule > 0.0, "{probe}");
     let text = with_profile(&["--rules", "100"]);
     assert!(text.contains("probe rules"), "{text}");
+    // Written through the page cache, whose rate it did not measure: predict says so. A
+    // profile from before the disk was measured reads, and says the same.
+    let text = with_profile(&["-w", "--io", "buffered"]);
+    assert!(text.contains("note: the disk is not modelled"), "{text}");
+    let mut old = p.clone();
+    old.as_object_mut().unwrap().remove("disk");
+    let old_file = dir.path().join("old.json");
+    std::fs::write(&old_file, old.to_string()).unwrap();
+    let pred = predict(&[
+        "--profile",
+        old_file.to_str().unwrap(),
+        "--rate",
+        "1k",
+        "--size",
+        "64",
+        "-w",
+    ]);
+    let text = String::from_utf8_lossy(&pred.stdout);
+    assert!(
+        pred.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pred.stderr)
+    );
+    assert!(text.contains("no disk measurement"), "{text}");
 }
