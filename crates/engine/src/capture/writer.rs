@@ -780,6 +780,7 @@ mod tests {
             post_rotate: None,
             direct: false,
             packet_buffered: false,
+            closed: None,
         }
     }
 

@@ -30,6 +30,7 @@ mod probe;
 mod probe_faults;
 mod probe_kernel;
 mod replay;
+mod store;
 mod xdp;
 
 fn main() {
@@ -57,6 +58,7 @@ fn main() {
     trials.extend(forward::trials());
     trials.extend(forward_xdp::trials());
     trials.extend(privileges::trials());
+    trials.extend(store::trials());
     if let Err(why) = poolcap_sys::privilege::check_lab() {
         eprintln!("skipping {} root tests: {why}", trials.len());
         trials = trials
