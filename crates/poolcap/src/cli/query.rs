@@ -136,11 +136,11 @@ mod tests {
         assert_eq!(parse_time("2025-11-27 16:00:00"), Ok(t));
         assert_eq!(parse_time("2025-11-27T18:00:00+02:00"), Ok(t));
         assert_eq!(parse_time("2025-11-27 16:00:00.5"), Ok(t + 500_000_000));
+        let ago = parse_time("-5m").unwrap();
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap()
             .as_nanos() as u64;
-        let ago = parse_time("-5m").unwrap();
         assert!(now - ago >= 300_000_000_000 && now - ago < 360_000_000_000);
         assert!(parse_time("yesterday").is_err());
     }

@@ -63,7 +63,7 @@ fn frame(i: u32) -> Vec<u8> {
     let l4 = |proto: u8| -> Vec<u8> {
         match proto {
             6 => {
-                let flags = if i % 7 == 0 { 0x02 } else { 0x10 };
+                let flags = if i.is_multiple_of(7) { 0x02 } else { 0x10 };
                 let mut t = Vec::new();
                 t.extend_from_slice(&sport.to_be_bytes());
                 t.extend_from_slice(&dport.to_be_bytes());
