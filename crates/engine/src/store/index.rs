@@ -68,7 +68,84 @@ pub struct Index {
     /// The regions, in file order.
     pub regions: Vec<Region>,
     /// Key (kind byte and value) -> sorted region numbers.
-    pub postings: BTreeMap<Vec<u8>, Vec<u32>>,
+    pub postings: Postings,
+}
+
+/// Bytes of the longest key (kind and an IPv6 address); shorter keys are padded with
+/// zeros, which keeps their order.
+const KEY: usize = 17;
+
+/// Keys in order, each with its sorted region numbers, in flat arrays: a query looks keys
+/// up by binary search, and loading an index allocates three vectors, not two per key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Postings {
+    keys: Vec<[u8; KEY]>,
+    /// Where each key's regions end in `regions`.
+    ends: Vec<u32>,
+    regions: Vec<u32>,
+}
+
+fn padded(key: &[u8]) -> [u8; KEY] {
+    let mut k = [0u8; KEY];
+    let n = key.len().min(KEY);
+    k[..n].copy_from_slice(&key[..n]);
+    k
+}
+
+/// Bytes of a key's value by its kind byte.
+fn width(kind: u8) -> Option<usize> {
+    match kind {
+        keys::PROTO => Some(1),
+        keys::PORT | keys::ETHERTYPE => Some(2),
+        keys::V4 => Some(4),
+        keys::V6 => Some(16),
+        _ => None,
+    }
+}
+
+impl Postings {
+    fn push(&mut self, key: &[u8], regions: impl IntoIterator<Item = u32>) {
+        self.keys.push(padded(key));
+        self.regions.extend(regions);
+        self.ends.push(self.regions.len() as u32);
+    }
+
+    fn list(&self, n: usize) -> &[u32] {
+        let start = if n == 0 { 0 } else { self.ends[n - 1] as usize };
+        &self.regions[start..self.ends[n] as usize]
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether there is no key.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The regions of `key` (kind byte and value; none if absent).
+    pub fn get(&self, key: &[u8]) -> &[u32] {
+        self.keys
+            .binary_search(&padded(key))
+            .map_or(&[][..], |n| self.list(n))
+    }
+
+    /// Keys from `lo` to `hi` (both included, compared as padded keys), with their regions.
+    pub fn between(&self, lo: &[u8], hi: &[u8]) -> impl Iterator<Item = (&[u8], &[u32])> {
+        let (lo, hi) = (padded(lo), padded(hi));
+        let from = self.keys.partition_point(|k| *k < lo);
+        let to = self.keys.partition_point(|k| *k <= hi);
+        (from..to.max(from)).map(move |n| (&self.keys[n][..], self.list(n)))
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&[u8], &[u32])> {
+        (0..self.keys.len()).map(move |n| {
+            let k = &self.keys[n];
+            (&k[..1 + width(k[0]).unwrap_or(0)], self.list(n))
+        })
+    }
 }
 
 /// Why an index is not used.
@@ -153,7 +230,14 @@ impl Index {
             last: regions.iter().map(|r| r.last).max().unwrap_or(0),
             keyed,
             regions,
-            postings: postings.into_iter().collect(),
+            postings: {
+                let sorted: BTreeMap<Vec<u8>, Vec<u32>> = postings.into_iter().collect();
+                let mut p = Postings::default();
+                for (k, list) in sorted {
+                    p.push(&k, list);
+                }
+                p
+            },
         })
     }
 
@@ -175,7 +259,7 @@ impl Index {
             b.extend_from_slice(&r.last.to_le_bytes());
         }
         b.extend_from_slice(&(self.postings.len() as u32).to_le_bytes());
-        for (key, list) in &self.postings {
+        for (key, list) in self.postings.iter() {
             b.extend_from_slice(key);
             leb128(&mut b, list.len() as u64);
             let mut prev = 0;
@@ -224,29 +308,26 @@ impl Index {
                 })
             })
             .collect::<Result<Vec<_>, IndexError>>()?;
-        let mut postings = BTreeMap::new();
+        let mut postings = Postings::default();
         for _ in 0..c.u32()? {
             let kind = c.take(1)?[0];
-            let width = match kind {
-                keys::PROTO => 1,
-                keys::PORT | keys::ETHERTYPE => 2,
-                keys::V4 => 4,
-                keys::V6 => 16,
-                _ => return Err(IndexError::Malformed),
-            };
-            let mut key = vec![kind];
-            key.extend_from_slice(c.take(width)?);
-            let count = c.leb128()?;
-            let mut list = Vec::with_capacity(count.min(1 << 20) as usize);
-            let mut n = 0u64;
-            for _ in 0..count {
-                n += c.leb128()?;
-                list.push(u32::try_from(n).map_err(|_| IndexError::Malformed)?);
-            }
-            if list.iter().any(|&r| r as usize >= regions.len()) {
+            let width = width(kind).ok_or(IndexError::Malformed)?;
+            let mut key = [0u8; KEY];
+            key[0] = kind;
+            key[1..=width].copy_from_slice(c.take(width)?);
+            if postings.keys.last().is_some_and(|last| *last >= key) {
                 return Err(IndexError::Malformed);
             }
-            postings.insert(key, list);
+            let mut n = 0u64;
+            for _ in 0..c.leb128()? {
+                n += c.leb128()?;
+                if n >= regions.len() as u64 {
+                    return Err(IndexError::Malformed);
+                }
+                postings.regions.push(n as u32);
+            }
+            postings.keys.push(key);
+            postings.ends.push(postings.regions.len() as u32);
         }
         Ok(Index {
             file_len,
@@ -350,9 +431,9 @@ mod tests {
     use super::*;
 
     fn sample() -> Index {
-        let mut postings = BTreeMap::new();
-        postings.insert(vec![keys::PORT, 0, 80], vec![0, 2, 300]);
-        postings.insert(vec![keys::V4, 10, 0, 0, 1], vec![1]);
+        let mut postings = Postings::default();
+        postings.push(&[keys::PORT, 0, 80], [0, 2, 300]);
+        postings.push(&[keys::V4, 10, 0, 0, 1], [1]);
         Index {
             file_len: 1000,
             head_crc: 7,

@@ -88,16 +88,22 @@ impl Selector {
 impl KeyMatch {
     fn regions(&self, index: &Index) -> Vec<u32> {
         match self {
-            KeyMatch::Exact(k) => index.postings.get(k).cloned().unwrap_or_default(),
+            KeyMatch::Exact(k) => index.postings.get(k).to_vec(),
             KeyMatch::Prefix { kind, value, bits } => index
                 .postings
-                .range(vec![*kind]..vec![kind + 1])
-                .filter(|(k, _)| prefix_matches(&k[1..], value, *bits))
+                .between(
+                    &[*kind],
+                    &[
+                        *kind, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                        0xff, 0xff, 0xff, 0xff, 0xff,
+                    ],
+                )
+                .filter(|(k, _)| prefix_matches(&k[1..1 + value.len()], value, *bits))
                 .flat_map(|(_, l)| l.iter().copied())
                 .collect(),
             KeyMatch::Ports(lo, hi) => index
                 .postings
-                .range(port_key(*lo)..=port_key(*hi))
+                .between(&port_key(*lo), &port_key(*hi))
                 .flat_map(|(_, l)| l.iter().copied())
                 .collect(),
         }
