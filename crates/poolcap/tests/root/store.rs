@@ -33,6 +33,10 @@ pub fn trials() -> Vec<Trial> {
             "a_live_capture_into_a_store_answers_as_tcpdump",
             a_live_capture_into_a_store_answers_as_tcpdump,
         ),
+        t(
+            "after_kill_9_the_store_answers_and_the_next_start_indexes_the_last_file",
+            after_kill_9_the_store_answers_and_the_next_start_indexes_the_last_file,
+        ),
     ]
 }
 
@@ -534,4 +538,44 @@ fn a_live_capture_into_a_store_answers_as_tcpdump() {
             shape,
         );
     }
+}
+
+fn after_kill_9_the_store_answers_and_the_next_start_indexes_the_last_file() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let store = dir.path().join("store");
+    let bg = capture(&lab, &["-Z", "root", "--store", s(&store), "-C", "1"]);
+    gen(
+        &lab,
+        &[
+            "--count", "4000", "--size", "700", "--rate", "20k", "--flows", "20",
+        ],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (code, _) = bg.stop("KILL");
+    assert_ne!(code, Some(0));
+    let st = status(&store);
+    assert_eq!(field(&st, "unindexed"), 1, "the file being written: {st}");
+    let files = capture_files(&store);
+    same(
+        &query(&store, dir.path(), "udp src port 10003", None, None),
+        &dump_files(&files, "udp src port 10003"),
+        "after kill -9",
+    );
+    // The next start indexes what the killed run left.
+    let bg = capture(
+        &lab,
+        &["-Z", "root", "--store", s(&store), "--duration", "1s"],
+    );
+    let (code, stderr) = bg.wait();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("(no index)"), "{stderr}");
+    let st = status(&store);
+    assert_eq!(field(&st, "unindexed"), 0, "{st}");
+    let files = capture_files(&store);
+    same(
+        &query(&store, dir.path(), "udp src port 10003", None, None),
+        &dump_files(&files, "udp src port 10003"),
+        "after the restart",
+    );
 }
