@@ -19,8 +19,10 @@
 //! poolcap's choice: files stay plain pcap written by the capture's own writer and
 //! rotation (any tool reads them, no new write path to make lossless); the index is
 //! Stenographer's attributes, but pointing at 64 KiB regions of the file (n2disk's blocks)
-//! instead of packets, which keeps it to a few percent of the packets' bytes even for
-//! 64-byte frames (see `index`), plus each region's time span as the timeline; it is
+//! instead of packets, which makes it smaller the more packets of a flow share a region
+//! (see `index`; measured with 100k random UDP flows, the worst case: 4.3% of the packet
+//! bytes for imix sizes, 14.6% for 64-byte frames), plus each region's time span as the
+//! timeline; it is
 //! written per file when the file is closed, by a thread that reads the file back while it
 //! is still in the page cache, so the capture path does no indexing at all. A query uses
 //! the index only for the parts of the filter it understands (`select`) and always lets

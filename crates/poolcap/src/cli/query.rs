@@ -26,7 +26,8 @@ pub struct QueryArgs {
     /// Packets before T (same forms as --since).
     #[arg(long, value_name = "T", allow_hyphen_values = true, value_parser = parse_time)]
     until: Option<u64>,
-    /// Write the pcap stream to FILE (`-`: standard output, the default).
+    /// Write the pcap stream to FILE (`-`: standard output, the default unless it is a
+    /// terminal).
     #[arg(short = 'w', value_name = "FILE")]
     write: Option<PathBuf>,
     /// Print the number of matching packets instead of the packets.
@@ -80,7 +81,13 @@ fn split_offset(s: &str) -> (&str, Option<i64>) {
 
 /// Runs `poolcap query`.
 pub fn run(a: QueryArgs) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
     let store = Store::open(&a.dir).map_err(|e| usage(e.to_string()))?;
+    if a.write.is_none() && !a.count && std::io::stdout().is_terminal() {
+        return Err(usage(
+            "query writes pcap: give -w FILE, -w - (to a pipe) or --count",
+        ));
+    }
     let query = Query {
         filter: (!a.filter.is_empty()).then(|| a.filter.join(" ")),
         since: a.since,
