@@ -22,12 +22,10 @@ pub fn title(s: Suite) -> &'static str {
         Suite::Sizes => "Frame size, snap length, buffer size (paper 002, sessions 1-4)",
         Suite::Appload => "Application load: compression level (Braun et al., Figs 10-11)",
         Suite::Wait => "Wait strategies: syscalls per packet (Braun et al., 4.3)",
-        Suite::Backends => "AF_XDP (copy mode on veth) vs AF_PACKET (issue 5)",
-        Suite::Disk => "Writing to disk: loss, CPU, MB/s, sustained rate (issue 13)",
-        Suite::Soak => {
-            "Soak: growth of memory, open files, threads over a long rotated capture (issue 12.11)"
-        }
-        Suite::Predict => "Loss prediction against measurement (issue 16, paper 002)",
+        Suite::Backends => "AF_XDP (copy mode on veth) vs AF_PACKET",
+        Suite::Disk => "Writing to disk: loss, CPU, MB/s, sustained rate",
+        Suite::Soak => "Soak: growth of memory, open files, threads over a long rotated capture",
+        Suite::Predict => "Loss prediction against measurement (paper 002)",
         Suite::Probe => "Probe analysis throughput vs pmacctd and tshark (Zabala et al., Figs 6-9)",
         Suite::Forward => {
             "Forwarding: rate, loss, order and latency at the sink (WireCAP Figs 13-14)"
@@ -520,7 +518,7 @@ mod tests {
         assert_eq!(verdicts(&t), (2, 1));
         assert_eq!(
             anchor(Suite::Backends),
-            "backends-af_xdp-copy-mode-on-veth-vs-af_packet-issue-5"
+            "backends-af_xdp-copy-mode-on-veth-vs-af_packet"
         );
         assert_eq!(date(0), "1970-01-01 00:00 UTC");
     }

@@ -24,11 +24,13 @@
 //!   (`poolcap bench report`).
 //!
 //! Facts about the lab that shape the method (veth, kernel receive work on the sender's CPU,
-//! `rps_cpus` to move it to the tool's CPU) are in `shared/design.md`.
+//! `rps_cpus` to move it to the tool's CPU) are in `docs/design.md`.
 //!
 //! Beside the rig: [`calibrate`] measures this machine's per-stage costs for `poolcap
-//! predict`, [`sim`] drives the engine's own capture-thread decisions and offload policy
-//! over modelled traffic (`poolcap sim`), and [`plot`] draws every figure.
+//! predict`, [`sim`] drives the capture thread's own decisions and offload policies
+//! (`poolcap-core`) over modelled traffic (`poolcap sim`), and [`plot`] draws every figure.
+
+#![forbid(unsafe_code)]
 
 pub mod calibrate;
 pub mod child;

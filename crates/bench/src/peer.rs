@@ -129,9 +129,9 @@ pub struct CaptureSpec {
     /// poolcap only, when writing: rotate files as tcpdump's `-C MB -W FILES`.
     #[serde(default)]
     pub rotate: Option<(u64, u32)>,
-    /// poolcap only, when writing pcapng: `--direct` (O_DIRECT writes).
+    /// poolcap only, when writing: `--buffered` (through the page cache, not O_DIRECT).
     #[serde(default)]
-    pub direct: bool,
+    pub buffered: bool,
     /// The tool is stopped (SIGSTOP) from its ready line until the sender is done, then
     /// resumed: what it captures is what its kernel ring held (calibration of the ring).
     #[serde(default)]
@@ -180,7 +180,7 @@ impl CaptureSpec {
             cpus: None,
             taskset: None,
             rotate: None,
-            direct: false,
+            buffered: false,
             rules: None,
             all_flows: false,
             in_kernel: false,
@@ -378,8 +378,8 @@ impl Tool {
                 if let (Some((mb, files)), true) = (spec.rotate, spec.write) {
                     push(&["-C", &mb.to_string(), "-W", &files.to_string()]);
                 }
-                if spec.direct && spec.write {
-                    push(&["--direct"]);
+                if spec.buffered && spec.write {
+                    push(&["--buffered"]);
                 }
                 if let Some(s) = &snaplen {
                     push(&["-s", s]);

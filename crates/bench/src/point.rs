@@ -13,7 +13,7 @@
 //!   (`/proc/PID/task/*/schedstat`, nanoseconds; utime + stime in 10 ms ticks where there is
 //!   none) between the ready line and the end of the drain, so start-up work (ring and pool allocation) is not
 //!   charged per packet. On veth the kernel's receive work, including the copy into capture
-//!   rings, runs on the *sender's* CPU (see `shared/design.md`): it shows up as a lower sender
+//!   rings, runs on the *sender's* CPU (see `docs/design.md`): it shows up as a lower sender
 //!   rate, not here — unless `--rps` moves it to the tool's CPU.
 //! - Syscalls (points that ask for them): `perf stat -e raw_syscalls:sys_enter -p PIDS`,
 //!   attached after the ready line and stopped at the end of the drain. perf counts in the

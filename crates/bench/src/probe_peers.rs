@@ -261,7 +261,7 @@ fn pmacct_final_packets(path: &Path, received: u64) -> anyhow::Result<u64> {
 const PMACCT_COUNTERS: &str = "received_packets=";
 
 /// Stops pmacctd ([`Tool::stop`]): asks for its counters (SIGUSR1) and waits for them
-/// before SIGINT, and takes an exit status 1 as a clean stop when [`pmacct_stopped`].
+/// before SIGINT, and takes an exit status 1 as a clean stop when `pmacct_stopped`.
 pub fn stop_pmacct(
     mut running: Running,
     finish: Duration,
@@ -280,7 +280,7 @@ pub fn stop_pmacct(
 /// after it had printed its counters. Its SIGINT handler tells the plugins to purge and
 /// quit, reaps one and only then prints the counters; a plugin whose exit it notices first
 /// (its SIGCHLD handler interrupts the SIGINT one) makes it log "no more plugins active"
-/// and exit with 1 at once, without them (once in a CI run on 2026-11-26). The bench asks
+/// and exit with 1 at once, without them (seen once in CI). The bench asks
 /// for the counters (SIGUSR1) after the drain, before stopping it, so nothing is lost then:
 /// the counters are printed and the plugins have purged their caches.
 fn pmacct_stopped(fin: &Finished) -> bool {

@@ -46,9 +46,9 @@ impl std::fmt::Display for Cost {
 
 /// How far a cost measured at `at` bytes lies above the line through the costs at `from`
 /// and `to` bytes (`ns`; below it when negative). The cost is then two lines meeting there.
-/// A cost is not linear in the bytes everywhere: with rps on (Intel VM, 2026-11-27), the
-/// receive work on the tool's CPU cost 559 ns a frame at 512 B where the line through its
-/// 64 and 1514 B costs says 467, and tcpdump's own cost behind it 103 ns less than its line.
+/// A cost is not linear in the bytes everywhere: with rps on, the receive work on the tool's
+/// CPU and tcpdump's own cost behind it leave the line at 512 B (the bend of each cost is in
+/// BENCHMARKS.md, predict, "The profile calibrated in this run").
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Bend {
     /// The smallest size measured, bytes.
@@ -188,10 +188,9 @@ pub struct ToolCosts {
     /// time less the receive work's, over its busy time), by frame size: a fraction, fitted
     /// as a cost is. Behind at top speed the CPU is busy throughout, the scheduler splits it
     /// between the receive softirq and the tool, and the sender goes as fast as the receive
-    /// work's backlog lets it: a slower sender does not leave the tool more. tcpdump at 64 B
-    /// captured 1.27-1.39M pps offered 1.55-1.64M in two calibration runs and their S1
-    /// points (Intel VM, 2026-11-26), where the receive work taking `rate x kernel_rps` first
-    /// said 1.6 fewer frames captured for each frame more offered.
+    /// work's backlog lets it: a slower sender does not leave the tool more. Taking `rate x
+    /// kernel_rps` first, as if it did, got tcpdump's captures wrong (BENCHMARKS.md, predict:
+    /// its calibration runs behind the receive work against its S1 points).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub null_rps_left: Option<Cost>,
     /// The same where `file_rps` was measured.

@@ -74,7 +74,7 @@ pub struct Cpu {
     /// budget bounds those behind the receive work ([`RpsWaits::longest_s`]), and an
     /// exponential fitted to waits of 2-3 ms gave 20-90 frames lost a run to buffers 30 ms
     /// deep, which lost none (poolcap analysing at 64 B; docs/predict.md). `None`: unbounded
-    /// (no calibration run lost frames to a wait, or a profile from before 2026-11-27).
+    /// (no calibration run lost frames to a wait, or a profile calibrated without this bound).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub longest_s: Option<f64>,
     /// The same, measured with the kernel's receive work on the tool's CPU (rps on): a
@@ -100,10 +100,9 @@ pub struct RpsWaits {
     /// A peer's mean wait per timeslice while it keeps up at top speed behind the receive
     /// work (a ring deep enough for it), seconds, by configuration: the waits that put a
     /// tool at the edge behind (`crate::predict::Edge`). Once behind it is runnable
-    /// throughout and waits in short stretches between softirqs: tcpdump to /dev/null at
-    /// 64 B waited 0.8 ms a timeslice behind in a 2 MiB ring and 2.9-4.2 ms keeping up in
-    /// 8-32 MiB rings (Intel VM, 2026-11-26), and with the first it was given a 1-19% chance
-    /// of falling behind at points where every run fell behind.
+    /// throughout and waits in short stretches between softirqs, so its waits behind would
+    /// understate the chance of falling behind (docs/predict.md, "Which way a run at the edge
+    /// goes"; BENCHMARKS.md, predict, the `rps deep` calibration point).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub keeping_up: BTreeMap<String, f64>,
     /// Mean length of the waits that outlast a buffer, seconds.
@@ -117,7 +116,7 @@ pub struct RpsWaits {
     /// and three at 12 ms, where the exponential tail fitted at 2-4 ms predicts about 45
     /// frames a run at 8 ms (docs/predict.md). Where the budget cannot be read, the longest
     /// the rps-on calibration runs' losses allow (as [`Cpu::longest_s`]).
-    /// `None`: unbounded (neither known, or a profile from before 2026-11-26).
+    /// `None`: unbounded (neither known, or a profile calibrated without this bound).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub longest_s: Option<f64>,
 }

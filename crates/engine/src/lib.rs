@@ -1,6 +1,6 @@
 //! poolcap's engine: capture queues, pools, capture threads, workers and sinks (file writer,
 //! forwarder), with the offload policies of WireCAP and the congestion control of Zabala et
-//! al. (see `shared/design.md`), and the probe that runs its rules on the engine's workers.
+//! al. (see `docs/design.md`), and the probe that runs its rules on the engine's workers.
 //!
 //! - [`capture`]: the engine itself, from the kernel's rings to the sinks, and its exact
 //!   accounting;

@@ -1,4 +1,4 @@
-//! poolcap's exporters (issue 17): what the engine and the probe count, handed to the
+//! poolcap's exporters: what the engine and the probe count, handed to the
 //! systems people already run, without ever slowing the capture.
 //!
 //! - [`metrics`]: the engine's per-queue counters, the probe's rule counters and the

@@ -1,23 +1,37 @@
-//! A capture file written with `O_DIRECT`: each batch of records goes from an aligned buffer
-//! to the device, past the page cache.
+//! A capture file written with `O_DIRECT`: batches of records go from aligned buffers to the
+//! device, past the page cache, written by an I/O thread while the writer fills the next.
 //!
-//! Why: a buffered write copies every byte into the page cache and makes ext4 account for
-//! every page (delayed allocation, buffer heads, LRU); on the veth lab that was most of the
-//! writer's CPU at 1514-byte frames (`copy_folio_from_iter_atomic` alone 40% of poolcap's
-//! samples). A direct write of 1 MiB took about a fifth of a buffered write's system time
-//! per byte (`dd oflag=direct`). The records are still gathered into one aligned buffer (a
-//! copy in user space, into memory that stays in the cache), since direct I/O needs aligned
-//! memory, offsets and lengths, and the records sit wherever their chunks are.
+//! Why direct I/O: a buffered write copies every byte into the page cache and makes ext4
+//! account for every page (delayed allocation, buffer heads, LRU); on the veth lab that was
+//! most of the writer's CPU at 1514-byte frames (`copy_folio_from_iter_atomic` alone 40% of
+//! poolcap's samples), and once the dirty limit is reached the kernel throttles the writer
+//! to write-back's pace (about 670 MB/s here, against 1.9-3.4 GB/s for `dd oflag=direct`).
+//! The records are still gathered into an aligned buffer (a copy in user space, into memory
+//! that stays in the cache), since direct I/O needs aligned memory, offsets and lengths, and
+//! the records sit wherever their chunks are.
 //!
-//! The whole-record guarantee: a direct write covers whole aligned blocks, so a batch is
-//! padded to the next [`ALIGN`] bytes with a Name Resolution Block that names nothing (every
-//! pcapng reader skips or ignores it). Every write therefore ends at a block boundary, the
-//! file's size is always the end of the last whole batch, and `kill -9` leaves only whole
-//! blocks. A failed write is cut back to the end of the last whole batch
-//! ([`partial_batch_kept`](Output::partial_batch_kept) is 0).
+//! Why an I/O thread: a direct write returns once the device has the data. Made by the
+//! thread that frames the records, each write held the writer (and behind it the pools)
+//! for the device's time: 273 MB/s from a file in RAM where `dd oflag=direct` wrote
+//! 3.4 GB/s. Here the writer hands each batch's buffer to the I/O thread and goes on
+//! filling another; it waits only when all [`DEPTH`] buffers are on their way. One thread,
+//! writing in order, so no write lands before an earlier one: several writers (threads or
+//! io_uring) would keep more writes at the device, but a later write landing first leaves
+//! a hole of zeros in a file cut short by `kill -9`. The first write (the file's header) is
+//! made by the caller: a file opened before the process drops its privileges starts no
+//! thread that keeps them (capabilities are per thread).
 //!
-//! The padding makes the file a little larger than the records it holds (at most
-//! [`ALIGN`] + 15 bytes per batch).
+//! The whole-record guarantee: a direct write covers whole aligned blocks, so with
+//! [`Tail::Pad`] each write is padded to the next [`ALIGN`] bytes with a block every reader
+//! of the format skips ([`Padding`]: a pcapng Name Resolution Block naming nothing, a zstd
+//! skippable frame, an empty gzip member). Every write ends at a block boundary, the file's
+//! size is always the end of the last whole write, and `kill -9` leaves only whole writes,
+//! each ending with whole records (or whole compressed frames). A failed write is reported
+//! at the next batch end (or sync, or close): the writes queued after it are not made, and
+//! the file is cut back to the end of the last write that landed whole; [`Output::landed`]
+//! tells the writer where that is, so it counts the packets the file holds. The padding
+//! makes the file a little larger than the records it holds (at most [`ALIGN`] + 20 bytes
+//! per write).
 //!
 //! Classic pcap has no block a reader skips, so a pcap batch cannot be padded
 //! ([`Tail::Carry`]): a write covers the batch's whole aligned blocks only, and the bytes past
@@ -30,70 +44,121 @@
 //! libpcap hands over every whole record, then reports "truncated dump file"; Wireshark's
 //! readers say the file was "cut short in the middle of a packet".
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, IoSlice, Write};
 use std::os::unix::fs::FileExt;
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 
-use crate::write::Output;
+use crate::write::{clone_io, Output};
 
 /// Alignment of the buffer's memory, of every write's offset and of its length: the page
 /// size, which covers the logical block size of every common device.
 pub const ALIGN: usize = 4096;
 
-/// pcapng Name Resolution Block: its records end with `nrb_record_end`, it may carry
-/// options (a comment), and a reader that does not resolve names skips it.
-const NRB_TYPE: u32 = 4;
-const OPT_COMMENT: u16 = 1;
-/// The smallest padding block: type, length, `nrb_record_end`, trailing length.
-const MIN_PAD: usize = 16;
+/// Buffers of a file: one the writer fills, the others written by the I/O thread or
+/// waiting for it. Four of 4 MiB batches: the device always has the next write queued, and
+/// the writer waits for the device only after 12 MiB it has not taken yet.
+pub const DEPTH: usize = 4;
 
 /// What a batch's bytes past its last aligned block become; see the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tail {
-    /// Padded with a block readers skip (pcapng).
-    Pad,
+    /// Padded with a block readers skip.
+    Pad(Padding),
     /// Kept for the next write (pcap).
     Carry,
 }
 
-/// A file opened with `O_DIRECT` (by the caller, who knows how it must be created), taking
-/// whole batches of records; see the module docs.
-#[derive(Debug)]
-pub struct DirectFile {
-    file: File,
-    tail: Tail,
-    /// Backing memory; the batch lives at `start..start + len`, `start` aligned.
+/// A block that readers of a format skip, made to any length from its smallest up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Padding {
+    /// A pcapng Name Resolution Block naming nothing (a comment of spaces); pcapng blocks
+    /// are multiples of 4 bytes, so the padding is too.
+    Pcapng,
+    /// A zstd skippable frame (magic 0x184D2A50).
+    Zstd,
+    /// An empty gzip member whose header carries a comment of spaces.
+    Gzip,
+}
+
+impl Padding {
+    /// The smallest block.
+    fn min(self) -> usize {
+        match self {
+            // Type, length, nrb_record_end, trailing length.
+            Padding::Pcapng => 16,
+            // Magic, length.
+            Padding::Zstd => 8,
+            // Header, the comment's NUL, an empty deflate block, CRC-32 and length.
+            Padding::Gzip => 21,
+        }
+    }
+
+    /// Bytes of padding that bring `len` bytes to a multiple of [`ALIGN`].
+    fn after(self, len: usize) -> usize {
+        match len.next_multiple_of(ALIGN) - len {
+            0 => 0,
+            p if p < self.min() => p + ALIGN,
+            p => p,
+        }
+    }
+
+    /// Fills `out` (empty, or at least [`min`](Self::min) bytes) with one block.
+    fn fill(self, out: &mut [u8]) {
+        if out.is_empty() {
+            return;
+        }
+        match self {
+            Padding::Pcapng => put_nrb(out),
+            Padding::Zstd => {
+                let len = u32::try_from(out.len() - 8).unwrap_or(u32::MAX);
+                out[..4].copy_from_slice(&ZSTD_SKIPPABLE.to_le_bytes());
+                out[4..8].copy_from_slice(&len.to_le_bytes());
+                out[8..].fill(0);
+            }
+            Padding::Gzip => {
+                let n = out.len();
+                // Magic, deflate, FCOMMENT, no time, no extra flags, OS unknown.
+                out[..10].copy_from_slice(&[0x1f, 0x8b, 8, 0x10, 0, 0, 0, 0, 0, 255]);
+                out[10..n - 11].fill(b' ');
+                out[n - 11] = 0; // the comment's end
+                out[n - 10..n - 8].copy_from_slice(&[3, 0]); // an empty final fixed block
+                out[n - 8..].fill(0); // CRC-32 and length of nothing
+            }
+        }
+    }
+}
+
+/// pcapng Name Resolution Block: its records end with `nrb_record_end`, it may carry
+/// options (a comment), and a reader that does not resolve names skips it.
+const NRB_TYPE: u32 = 4;
+const OPT_COMMENT: u16 = 1;
+/// The first of the zstd skippable frames' magic numbers.
+const ZSTD_SKIPPABLE: u32 = 0x184D_2A50;
+
+/// Memory aligned for direct I/O: `len` bytes from the aligned `start` of `mem`.
+#[derive(Default)]
+struct Aligned {
     mem: Vec<u8>,
     start: usize,
     len: usize,
-    /// Bytes the writer handed over in whole batches (padding not counted).
-    logical: u64,
-    /// Bytes in the file written whole (a block boundary): where the next write goes. With
-    /// [`Tail::Carry`] the buffer starts with the bytes from here to `logical`.
-    physical: u64,
-    /// Bytes the last failed write got into the file past `physical`.
-    landed: usize,
 }
 
-impl DirectFile {
-    /// Wraps `file`, empty and opened for writing with `O_DIRECT`; `batch` is the usual
-    /// size of a batch (the buffer grows for a larger one); `tail` says how a batch ends.
-    pub fn new(file: File, batch: usize, tail: Tail) -> Self {
-        let mut f = DirectFile {
-            file,
-            tail,
-            mem: Vec::new(),
-            start: 0,
-            len: 0,
-            logical: 0,
-            physical: 0,
-            landed: 0,
-        };
-        f.reserve(batch + ALIGN + MIN_PAD);
-        f
+impl Aligned {
+    fn with_room(bytes: usize) -> Self {
+        let mut a = Aligned::default();
+        a.reserve(bytes);
+        a
     }
 
-    /// Makes room for `more` bytes after the batch so far, in aligned memory.
+    fn bytes(&self) -> &[u8] {
+        &self.mem[self.start..self.start + self.len]
+    }
+
+    /// Makes room for `more` bytes after the `len` held.
     fn reserve(&mut self, more: usize) {
         let need = self.len + more;
         if self.start + need <= self.mem.len() {
@@ -101,26 +166,329 @@ impl DirectFile {
         }
         let mut mem = vec![0u8; need.next_multiple_of(ALIGN) + ALIGN];
         let start = mem.as_ptr().align_offset(ALIGN);
-        mem[start..start + self.len].copy_from_slice(&self.mem[self.start..self.start + self.len]);
+        mem[start..start + self.len].copy_from_slice(self.bytes());
         (self.mem, self.start) = (mem, start);
     }
 
     fn append(&mut self, bytes: &[u8]) {
-        self.reserve(bytes.len());
+        self.extend(bytes.len(), |room| room.copy_from_slice(bytes));
+    }
+
+    /// Appends `n` bytes that `fill` writes.
+    fn extend(&mut self, n: usize, fill: impl FnOnce(&mut [u8])) {
+        self.reserve(n);
         let at = self.start + self.len;
-        self.mem[at..at + bytes.len()].copy_from_slice(bytes);
-        self.len += bytes.len();
+        fill(&mut self.mem[at..at + n]);
+        self.len += n;
+    }
+}
+
+/// A buffer of whole blocks to write at `at`.
+struct Job {
+    buf: Aligned,
+    at: u64,
+}
+
+/// What became of a job.
+enum Outcome {
+    Written,
+    /// The write failed after its first `landed` bytes.
+    Failed {
+        error: io::Error,
+        landed: usize,
+    },
+    /// Not made: an earlier write failed.
+    Skipped,
+}
+
+/// A job's buffer back from the I/O thread.
+struct Done {
+    buf: Aligned,
+    outcome: Outcome,
+}
+
+/// Writes the job's buffer whole, retrying short and interrupted writes; on failure says
+/// how much landed.
+fn write_job(file: &File, job: &Job) -> Outcome {
+    let bytes = job.buf.bytes();
+    let mut done = 0;
+    while done < bytes.len() {
+        match file.write_at(&bytes[done..], job.at + done as u64) {
+            Ok(0) => {
+                return Outcome::Failed {
+                    error: io::ErrorKind::WriteZero.into(),
+                    landed: done,
+                }
+            }
+            Ok(k) => done += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => {
+                return Outcome::Failed {
+                    error,
+                    landed: done,
+                }
+            }
+        }
+    }
+    Outcome::Written
+}
+
+/// The I/O thread: writes the jobs in order; after a failure sends the rest back unmade.
+fn write_jobs(file: &File, jobs: Receiver<Job>, done: Sender<Done>) {
+    let mut failed = false;
+    for job in jobs {
+        let outcome = if failed {
+            Outcome::Skipped
+        } else {
+            write_job(file, &job)
+        };
+        failed |= matches!(outcome, Outcome::Failed { .. });
+        let buf = job.buf;
+        if done.send(Done { buf, outcome }).is_err() {
+            return;
+        }
+    }
+}
+
+/// The I/O thread and its queues.
+struct Io {
+    jobs: SyncSender<Job>,
+    done: Receiver<Done>,
+    thread: JoinHandle<()>,
+}
+
+/// A write on its way: where it goes, and the batches it completes.
+struct Flight {
+    at: u64,
+    /// Bytes of whole batches once it has landed (with [`Tail::Carry`], its carried tail
+    /// included: those bytes lead the next write and stay in memory until then).
+    ended: u64,
+}
+
+/// A failed write.
+struct Lost {
+    error: io::Error,
+    /// Its buffer: with [`Tail::Carry`] it starts with the tail of the last landed batch.
+    buf: Aligned,
+    at: u64,
+    /// Its bytes that landed.
+    landed: usize,
+    /// The end of the last whole batch before it.
+    good: u64,
+}
+
+/// A file opened with `O_DIRECT` (by the caller, who knows how it must be created), taking
+/// whole batches of records; see the module docs.
+pub struct DirectFile {
+    file: Arc<File>,
+    tail: Tail,
+    /// The batch being gathered; with [`Tail::Carry`], after the carried tail.
+    cur: Aligned,
+    /// Buffers back from the I/O thread.
+    spare: Vec<Aligned>,
+    /// Buffers made so far (at most [`DEPTH`]).
+    buffers: usize,
+    /// Room of a new buffer: a usual batch and its padding.
+    room: usize,
+    /// Bytes the writer handed over in whole batches (padding not counted).
+    ended: u64,
+    /// Bytes of the file written or on their way: where the next write goes.
+    physical: u64,
+    /// The end of the batches known to have landed.
+    landed: u64,
+    flights: VecDeque<Flight>,
+    io: Option<Io>,
+    lost: Option<Lost>,
+}
+
+impl std::fmt::Debug for DirectFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirectFile")
+            .field("tail", &self.tail)
+            .field("ended", &self.ended)
+            .field("physical", &self.physical)
+            .field("landed", &self.landed)
+            .field("in_flight", &self.flights.len())
+            .finish()
+    }
+}
+
+impl DirectFile {
+    /// Wraps `file`, empty and opened for writing with `O_DIRECT`; `batch` is the usual
+    /// size of a batch (a buffer grows for a larger one); `tail` says how a batch ends.
+    pub fn new(file: File, batch: usize, tail: Tail) -> Self {
+        let room = batch + 2 * ALIGN;
+        DirectFile {
+            file: Arc::new(file),
+            tail,
+            cur: Aligned::with_room(room),
+            spare: Vec::new(),
+            buffers: 1,
+            room,
+            ended: 0,
+            physical: 0,
+            landed: 0,
+            flights: VecDeque::new(),
+            io: None,
+            lost: None,
+        }
+    }
+
+    /// Bytes at the buffer's start that belong to batches already handed over (the carried
+    /// tail; 0 with [`Tail::Pad`]).
+    fn carried(&self) -> usize {
+        match self.tail {
+            Tail::Pad(_) => 0,
+            Tail::Carry => usize::try_from(self.ended - self.physical).unwrap_or(usize::MAX),
+        }
+    }
+
+    /// Hands the first `n` bytes of the current buffer (whole blocks) to the I/O thread,
+    /// and goes on with a free buffer that starts with the rest.
+    fn submit(&mut self, n: usize) -> io::Result<()> {
+        let mut next = self.free_buffer()?;
+        next.append(&self.cur.bytes()[n..]);
+        self.cur.len = n;
+        let buf = std::mem::replace(&mut self.cur, next);
+        let job = Job {
+            buf,
+            at: self.physical,
+        };
+        self.flights.push_back(Flight {
+            at: self.physical,
+            ended: self.ended,
+        });
+        self.physical += n as u64;
+        if self.io.is_none() && job.at == 0 {
+            // The file's first write, by the caller (see the module docs).
+            let outcome = write_job(&self.file, &job);
+            self.settle(Done {
+                buf: job.buf,
+                outcome,
+            });
+            return self.check();
+        }
+        self.io()?
+            .jobs
+            .send(job)
+            .map_err(|_| io::Error::other("the direct-I/O thread has ended"))
+    }
+
+    /// The I/O thread, started on first use.
+    fn io(&mut self) -> io::Result<&Io> {
+        if self.io.is_none() {
+            let (jobs, queued) = mpsc::sync_channel(DEPTH);
+            let (finished, done) = mpsc::channel();
+            let file = Arc::clone(&self.file);
+            let thread = std::thread::Builder::new()
+                .name("direct-io".into())
+                .spawn(move || write_jobs(&file, queued, finished))?;
+            self.io = Some(Io { jobs, done, thread });
+        }
+        self.io
+            .as_ref()
+            .ok_or_else(|| io::Error::other("no direct-I/O thread"))
+    }
+
+    /// An empty buffer: a spare one, a new one while fewer than [`DEPTH`] exist, or else
+    /// the oldest write's once it has landed.
+    fn free_buffer(&mut self) -> io::Result<Aligned> {
+        if self.spare.is_empty() && self.buffers == DEPTH {
+            self.wait_one()?;
+            self.check()?;
+        }
+        Ok(match self.spare.pop() {
+            Some(mut b) => {
+                b.len = 0;
+                b
+            }
+            None => {
+                self.buffers += 1;
+                Aligned::with_room(self.room)
+            }
+        })
+    }
+
+    /// Notes what became of the oldest write on its way.
+    fn settle(&mut self, done: Done) {
+        let Some(flight) = self.flights.pop_front() else {
+            return;
+        };
+        match done.outcome {
+            Outcome::Written => {
+                self.landed = flight.ended;
+                self.spare.push(done.buf);
+            }
+            Outcome::Skipped => self.spare.push(done.buf),
+            Outcome::Failed { error, landed } => {
+                self.lost = Some(Lost {
+                    error,
+                    buf: done.buf,
+                    at: flight.at,
+                    landed,
+                    good: self.landed,
+                });
+            }
+        }
+    }
+
+    /// Waits for the oldest write on its way.
+    fn wait_one(&mut self) -> io::Result<()> {
+        let ended = || io::Error::other("the direct-I/O thread has ended");
+        let done = self.io.as_ref().ok_or_else(ended)?.done.recv();
+        self.settle(done.map_err(|_| ended())?);
+        Ok(())
+    }
+
+    /// Waits for every write on its way.
+    fn wait_all(&mut self) -> io::Result<()> {
+        while !self.flights.is_empty() {
+            self.wait_one()?;
+        }
+        Ok(())
+    }
+
+    /// Notes the writes that have finished, without waiting.
+    fn reap(&mut self) {
+        while let Some(done) = self.io.as_ref().and_then(|io| io.done.try_recv().ok()) {
+            self.settle(done);
+        }
+    }
+
+    /// The failure of an earlier write, if one failed.
+    fn check(&self) -> io::Result<()> {
+        self.lost
+            .as_ref()
+            .map_or(Ok(()), |l| Err(clone_io(&l.error)))
+    }
+
+    /// Ends the file where the write at `at` begins ([`Tail::Pad`]), or at `end`
+    /// ([`Tail::Carry`]): the first `end - at` bytes of `buf` are the carried tail of the
+    /// batches before `at`, written in a zero-padded block unless the first `landed` bytes
+    /// at `at` hold them already.
+    fn cut(&self, mut buf: Aligned, at: u64, landed: usize, end: u64) -> io::Result<()> {
+        if self.tail != Tail::Carry {
+            return self.file.set_len(at);
+        }
+        let tail = usize::try_from(end - at).unwrap_or(usize::MAX);
+        if tail > 0 && landed < tail {
+            let block = tail.next_multiple_of(ALIGN);
+            buf.len = tail;
+            buf.extend(block - tail, |zeros| zeros.fill(0));
+            self.file.write_all_at(buf.bytes(), at)?;
+        }
+        self.file.set_len(end)
     }
 }
 
 impl Write for DirectFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.append(buf);
+        self.cur.append(buf);
         Ok(buf.len())
     }
 
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        self.reserve(bufs.iter().map(|b| b.len()).sum());
+        self.cur.reserve(bufs.iter().map(|b| b.len()).sum());
         bufs.iter().map(|b| self.write(b)).sum()
     }
 
@@ -129,84 +497,28 @@ impl Write for DirectFile {
     }
 }
 
-impl DirectFile {
-    /// Bytes at the buffer's start that belong to batches already handed over (the carried
-    /// tail; 0 with [`Tail::Pad`]).
-    fn carried(&self) -> usize {
-        match self.tail {
-            Tail::Pad => 0,
-            Tail::Carry => usize::try_from(self.logical - self.physical).unwrap_or(usize::MAX),
-        }
-    }
-
-    /// Writes the first `n` bytes of the buffer (whole blocks) at `physical` and keeps the
-    /// rest at the buffer's start; on failure remembers how much landed.
-    fn write_blocks(&mut self, n: usize) -> io::Result<()> {
-        let (mut done, at) = (0, self.start);
-        self.landed = 0;
-        while done < n {
-            let wrote = self
-                .file
-                .write_at(&self.mem[at + done..at + n], self.physical + done as u64);
-            match wrote {
-                Ok(0) => return self.failed(done, io::ErrorKind::WriteZero.into()),
-                Ok(k) => done += k,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return self.failed(done, e),
-            }
-        }
-        self.mem.copy_within(at + n..at + self.len, at);
-        self.len -= n;
-        self.physical += n as u64;
-        Ok(())
-    }
-
-    fn failed(&mut self, landed: usize, e: io::Error) -> io::Result<()> {
-        self.landed = landed;
-        Err(e)
-    }
-
-    /// Writes the tail carried past `physical` (`logical - physical` bytes at the buffer's
-    /// start) in a zero-padded block, unless a failed write got it there already, and cuts
-    /// the file to `logical`.
-    fn write_tail(&mut self) -> io::Result<()> {
-        let tail = self.carried();
-        if tail > 0 && self.landed < tail {
-            let block = tail.next_multiple_of(ALIGN);
-            self.reserve(block - self.len.min(block));
-            self.mem[self.start + tail..self.start + block].fill(0);
-            self.file
-                .write_all_at(&self.mem[self.start..self.start + block], self.physical)?;
-        }
-        self.file.set_len(self.logical)
-    }
-}
-
 impl Output for DirectFile {
-    /// Writes the batch's whole aligned blocks at once: padded to the last one
-    /// ([`Tail::Pad`]), or up to it, the rest carried ([`Tail::Carry`]).
+    /// Hands the batch's whole aligned blocks to the I/O thread: padded to the last one
+    /// ([`Tail::Pad`]), or up to it, the rest carried ([`Tail::Carry`]). Reports an
+    /// earlier write's failure.
     fn end_batch(&mut self) -> io::Result<()> {
-        let records = self.len - self.carried();
+        self.reap();
+        self.check()?;
+        let records = self.cur.len - self.carried();
         if records == 0 {
             return Ok(());
         }
         let blocks = match self.tail {
-            Tail::Pad => {
-                let pad = padding(self.len);
-                self.reserve(pad);
-                let at = self.start + self.len;
-                put_padding(&mut self.mem[at..at + pad]);
-                self.len += pad;
-                self.len
+            Tail::Pad(p) => {
+                self.cur.extend(p.after(self.cur.len), |pad| p.fill(pad));
+                self.cur.len
             }
-            Tail::Carry => self.len / ALIGN * ALIGN,
+            Tail::Carry => self.cur.len / ALIGN * ALIGN,
         };
-        let written = self.write_blocks(blocks);
-        if written.is_err() && self.tail == Tail::Pad {
-            self.len -= padding(records);
+        self.ended += records as u64;
+        if blocks > 0 {
+            self.submit(blocks)?;
         }
-        written?;
-        self.logical += records as u64;
         Ok(())
     }
 
@@ -215,54 +527,66 @@ impl Output for DirectFile {
         0
     }
 
-    /// `len` is the end of the last whole batch the writer handed over: the file is cut
-    /// back to where that batch's padding ends ([`Tail::Pad`]) or to `len` exactly, its
-    /// carried tail written first ([`Tail::Carry`]).
+    /// The end of the batches known written; after a failure, of those before it.
+    fn landed(&self) -> Option<u64> {
+        Some(self.lost.as_ref().map_or(self.landed, |l| l.good))
+    }
+
+    /// `len` must be the end of the last whole batch the file holds once every write on its
+    /// way has finished ([`landed`](Output::landed) after a failure): the file is cut back to
+    /// where that batch's write ends ([`Tail::Pad`]) or to `len` exactly, its carried tail
+    /// written first ([`Tail::Carry`]). The file takes no more writes.
     fn truncate_to(&mut self, len: u64) -> io::Result<()> {
-        if len != self.logical {
+        self.wait_all()?;
+        let good = self.lost.as_ref().map_or(self.ended, |l| l.good);
+        if len != good {
             return Err(io::Error::other(format!(
-                "a direct-I/O file is cut back only to a batch end ({} bytes), not {len}",
-                self.logical
+                "a direct-I/O file is cut back only to the end of its last whole batch \
+                 ({good} bytes), not {len}"
             )));
         }
-        let cut = match self.tail {
-            Tail::Pad => self.file.set_len(self.physical),
-            Tail::Carry => self.write_tail(),
-        };
-        self.len = 0;
-        cut
+        match self.lost.take() {
+            Some(l) => self.cut(l.buf, l.at, l.landed, good),
+            None => {
+                let cur = std::mem::take(&mut self.cur);
+                self.cut(cur, self.physical, 0, good)
+            }
+        }
     }
 
     fn sync(&mut self) -> io::Result<()> {
+        self.wait_all()?;
+        self.check()?;
         self.file.sync_data()
     }
 
+    /// Writes the last batch, waits for every write, and writes the carried tail.
     fn close(&mut self) -> io::Result<()> {
         self.end_batch()?;
-        match self.tail {
-            Tail::Pad => Ok(()),
-            Tail::Carry => self.write_tail(),
+        self.wait_all()?;
+        self.check()?;
+        if self.carried() > 0 {
+            let cur = std::mem::take(&mut self.cur);
+            self.cut(cur, self.physical, 0, self.ended)?;
         }
+        Ok(())
     }
 }
 
-/// Bytes of padding block that bring `len` bytes to a multiple of [`ALIGN`] (`len` is a
-/// multiple of 4, as pcapng blocks are).
-fn padding(len: usize) -> usize {
-    match len.next_multiple_of(ALIGN) - len {
-        0 => 0,
-        p if p < MIN_PAD => p + ALIGN,
-        p => p,
+/// The I/O thread finishes the writes on their way before the file is closed.
+impl Drop for DirectFile {
+    fn drop(&mut self) {
+        if let Some(io) = self.io.take() {
+            drop(io.jobs);
+            let _ = io.thread.join();
+        }
     }
 }
 
 /// Fills `out` (0, 16, 20, or at least 24 bytes, a multiple of 4) with one Name Resolution
 /// Block naming nothing: 20 bytes hold an empty option list, more a comment of spaces.
-fn put_padding(out: &mut [u8]) {
+fn put_nrb(out: &mut [u8]) {
     let n = out.len();
-    if n == 0 {
-        return;
-    }
     let len = u32::try_from(n).unwrap_or(u32::MAX).to_ne_bytes();
     out[..4].copy_from_slice(&NRB_TYPE.to_ne_bytes());
     out[4..8].copy_from_slice(&len);
@@ -289,21 +613,55 @@ mod tests {
 
     #[test]
     fn padding_reaches_the_next_aligned_end_with_one_block() {
-        for len in (0..3 * ALIGN).step_by(4) {
-            let p = padding(len);
-            assert_eq!((len + p) % ALIGN, 0, "{len}");
-            assert!(p == 0 || p >= MIN_PAD, "{len}: {p}");
+        for pad in [Padding::Pcapng, Padding::Zstd, Padding::Gzip] {
+            for len in (0..3 * ALIGN).step_by(4) {
+                let p = pad.after(len);
+                assert_eq!((len + p) % ALIGN, 0, "{pad:?} {len}");
+                assert!(p == 0 || p >= pad.min(), "{pad:?} {len}: {p}");
+            }
+        }
+    }
+
+    /// Two frames of `pad`'s format with a padding block of every length from the smallest
+    /// to a block between them decompress to the two frames' bytes.
+    #[test]
+    fn compressed_padding_is_skipped_by_the_decoders() {
+        use std::io::Read;
+        for pad in [Padding::Zstd, Padding::Gzip] {
+            let frame = |bytes: &[u8]| match pad {
+                Padding::Zstd => zstd::bulk::compress(bytes, 1).unwrap(),
+                _ => {
+                    let mut e = flate2::write::GzEncoder::new(Vec::new(), Default::default());
+                    e.write_all(bytes).unwrap();
+                    e.finish().unwrap()
+                }
+            };
+            for n in (pad.min()..ALIGN + 64).step_by(37) {
+                let mut padding = vec![0xee; n];
+                pad.fill(&mut padding);
+                let stream = [frame(b"first "), padding, frame(b"second")].concat();
+                let mut plain = Vec::new();
+                match pad {
+                    Padding::Zstd => zstd::Decoder::new(&stream[..])
+                        .unwrap()
+                        .read_to_end(&mut plain),
+                    _ => flate2::read::MultiGzDecoder::new(&stream[..]).read_to_end(&mut plain),
+                }
+                .unwrap_or_else(|e| panic!("{pad:?} {n}: {e}"));
+                assert_eq!(plain, b"first second", "{pad:?} {n}");
+            }
         }
     }
 
     /// A file of `packets` packets of growing sizes in `format`, written in batches of
     /// `per_batch` through a `DirectFile` on the temporary directory's file system; `check`
-    /// looks at the file after each batch.
+    /// looks at the file after each batch, with writes on their way, and again once synced
+    /// (its last argument).
     fn write_direct(
         format: FileFormat,
         packets: usize,
         per_batch: usize,
-        check: impl Fn(&[u8], usize),
+        check: impl Fn(&[u8], usize, bool),
     ) -> (Vec<u8>, u64) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("d");
@@ -314,7 +672,7 @@ mod tests {
             .open(&path)
             .unwrap();
         let tail = if format == FileFormat::Pcapng {
-            Tail::Pad
+            Tail::Pad(Padding::Pcapng)
         } else {
             Tail::Carry
         };
@@ -328,7 +686,9 @@ mod tests {
             if (i + 1) % per_batch == 0 {
                 // An empty record run ends the batch (and writes what write_packet gathered).
                 w.write_records(&[], 0).unwrap();
-                check(&std::fs::read(&path).unwrap(), i + 1);
+                check(&std::fs::read(&path).unwrap(), i + 1, false);
+                w.sync().unwrap();
+                check(&std::fs::read(&path).unwrap(), i + 1, true);
             }
         }
         let written = w.packets_written();
@@ -350,9 +710,11 @@ mod tests {
 
     #[test]
     fn every_batch_ends_aligned_and_every_packet_reads_back_once() {
-        let whole_batches = |bytes: &[u8], n: usize| {
+        // While writes are on their way the file holds the first batches; once synced, all.
+        let whole_batches = |bytes: &[u8], n: usize, synced: bool| {
             assert_eq!(bytes.len() % ALIGN, 0, "the file is whole aligned blocks");
-            check_packets(&read_bytes(bytes).unwrap(), n);
+            let f = read_bytes(bytes).unwrap();
+            check_packets(&f, if synced { n } else { f.packets.len().min(n) });
         };
         let (bytes, written) = write_direct(FileFormat::Pcapng, 1000, 37, whole_batches);
         assert_eq!(written, 1000);
@@ -370,8 +732,24 @@ mod tests {
     fn pcap_carries_the_tail_while_running_and_ends_exact() {
         // While running: whole blocks, every packet before the last block boundary whole,
         // at most the record that crosses it cut short (what kill -9 leaves).
-        let blocks = |bytes: &[u8], n: usize| {
+        let blocks = |bytes: &[u8], n: usize, synced: bool| {
             assert_eq!(bytes.len() % ALIGN, 0, "the file is whole aligned blocks");
+            if !synced {
+                // Writes on their way: whole blocks of the first records.
+                let whole = match read_bytes(bytes) {
+                    Ok(f) => f.packets,
+                    Err(ReadError::Truncated { packets: 0, .. }) => Vec::new(),
+                    Err(ReadError::Truncated { offset, .. }) => {
+                        read_bytes(&bytes[..offset]).unwrap().packets
+                    }
+                    Err(e) => panic!("{e}"),
+                };
+                assert!(whole.len() <= n);
+                for (i, p) in whole.iter().enumerate() {
+                    assert_eq!(p.data, vec![i as u8; 60 + i % 1400], "packet {i}");
+                }
+                return;
+            }
             let records: usize = (0..n).map(|i| 16 + 60 + i % 1400).sum();
             let whole = match read_bytes(bytes) {
                 Ok(f) => f.packets.len(),
@@ -397,7 +775,7 @@ mod tests {
     #[test]
     fn a_cut_goes_back_to_the_last_whole_batch() {
         let dir = tempfile::tempdir().unwrap();
-        for (tail, len) in [(Tail::Pad, ALIGN), (Tail::Carry, 100)] {
+        for (tail, len) in [(Tail::Pad(Padding::Pcapng), ALIGN), (Tail::Carry, 100)] {
             let path = dir.path().join(format!("{tail:?}"));
             let file = std::fs::File::create(&path).unwrap();
             let mut d = DirectFile::new(file, 64, tail);

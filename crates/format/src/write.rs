@@ -15,6 +15,7 @@
 //! Multi-byte fields are written in native byte order, as libpcap does; readers detect the order
 //! from the magic number (pcap) or byte-order magic (pcapng).
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, IoSlice, Write};
 use std::str::FromStr;
@@ -196,6 +197,15 @@ pub trait Output: Write {
     fn close(&mut self) -> io::Result<()> {
         self.flush()
     }
+
+    /// Of the bytes handed over in ended batches, counted from the first, where the last
+    /// batch known to be in the output ends: an output that writes in the background
+    /// (a direct-I/O file) loses the batches still on their way when a write fails, and
+    /// says here, after the failure, where it can be cut back to (a batch end). None (the
+    /// default): every ended batch is in the output.
+    fn landed(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// The file must be empty and positioned at its start when handed to [`CaptureWriter::new`].
@@ -238,6 +248,10 @@ impl<T: Output + ?Sized> Output for &mut T {
     fn close(&mut self) -> io::Result<()> {
         (**self).close()
     }
+
+    fn landed(&self) -> Option<u64> {
+        (**self).landed()
+    }
 }
 
 impl<T: Output + ?Sized> Output for Box<T> {
@@ -259,6 +273,10 @@ impl<T: Output + ?Sized> Output for Box<T> {
 
     fn close(&mut self) -> io::Result<()> {
         (**self).close()
+    }
+
+    fn landed(&self) -> Option<u64> {
+        (**self).landed()
     }
 }
 
@@ -342,7 +360,7 @@ impl Failure {
     }
 }
 
-fn clone_io(e: &io::Error) -> io::Error {
+pub(crate) fn clone_io(e: &io::Error) -> io::Error {
     match e.raw_os_error() {
         Some(code) => io::Error::from_raw_os_error(code),
         None => io::Error::new(e.kind(), e.to_string()),
@@ -367,6 +385,9 @@ pub struct CaptureWriter<O: Output> {
     header_len: usize,
     packets: u64,
     packets_flushed: u64,
+    /// Batch ends (bytes, packets) from the last one the output says landed on; see
+    /// [`Output::landed`].
+    batch_ends: VecDeque<(u64, u64)>,
     failed: Option<Failure>,
     /// When the file was begun: the statistics block's `isb_starttime`.
     opened_ns: u64,
@@ -450,6 +471,7 @@ impl<O: Output> CaptureWriter<O> {
             flushed: 0,
             packets: 0,
             packets_flushed: 0,
+            batch_ends: VecDeque::from([(0, 0)]),
             failed: None,
             opened_ns: now_ns(),
         };
@@ -598,10 +620,7 @@ impl<O: Output> CaptureWriter<O> {
         self.flush_buf()?;
         match self.out.close() {
             Ok(()) => Ok(self.out),
-            Err(source) => Err(WriteError::Io {
-                source,
-                packets: self.packets,
-            }),
+            Err(source) => Err(self.remember(source)),
         }
     }
 
@@ -615,12 +634,19 @@ impl<O: Output> CaptureWriter<O> {
         self.out.flush().map_err(|source| self.remember(source))
     }
 
-    /// Remembers a failure of the output after whole records (a flush, a sync): every
-    /// later call reports it again.
+    /// Remembers a failure of the output after whole records (a flush, a sync, the close):
+    /// every later call reports it again. An output that lost batches it had taken is cut
+    /// back to the last one that landed.
     fn remember(&mut self, source: io::Error) -> WriteError {
+        let (len, packets) = self.surviving(self.flushed, self.packets);
+        let mut truncate = None;
+        if len < self.flushed {
+            truncate = self.out.truncate_to(len).err();
+            (self.flushed, self.packets, self.packets_flushed) = (len, packets, packets);
+        }
         let failure = Failure {
             source,
-            truncate: None,
+            truncate,
             packets: self.packets,
         };
         let error = failure.to_error();
@@ -700,7 +726,29 @@ impl<O: Output> CaptureWriter<O> {
         }
         self.flushed += done as u64;
         self.packets_flushed = self.packets;
+        self.batch_ends
+            .push_back((self.flushed, self.packets_flushed));
+        let landed = self.out.landed().unwrap_or(u64::MAX);
+        while self.batch_ends.len() > 1 && self.batch_ends[1].0 <= landed {
+            self.batch_ends.pop_front();
+        }
         Ok(())
+    }
+
+    /// Where the output can be cut back to after a failure, at most `len` bytes holding
+    /// `packets`: there, unless the output lost batches it had taken (see
+    /// [`Output::landed`]); then the last batch end that landed.
+    fn surviving(&self, len: u64, packets: u64) -> (u64, u64) {
+        match self.out.landed() {
+            Some(landed) if landed < len => self
+                .batch_ends
+                .iter()
+                .rev()
+                .find(|(bytes, _)| *bytes <= landed)
+                .copied()
+                .unwrap_or((0, 0)),
+            _ => (len, packets),
+        }
     }
 
     /// The output accepted the first `accepted` bytes of `parts` and then failed: cut it back
@@ -713,9 +761,11 @@ impl<O: Output> CaptureWriter<O> {
         };
         let kept = self.out.partial_batch_kept(accepted);
         let (keep, packets_kept) = whole_prefix(self.format, parts, skip, kept);
-        let packets = self.packets_flushed + packets_kept;
-        let len = self.flushed + keep as u64;
-        let truncate = if keep < accepted {
+        let (len, packets) = self.surviving(
+            self.flushed + keep as u64,
+            self.packets_flushed + packets_kept,
+        );
+        let truncate = if len < self.flushed + accepted as u64 {
             self.out.truncate_to(len).err()
         } else {
             None
@@ -1423,6 +1473,105 @@ pub(crate) mod tests {
                             as_stored(format, &packets[..whole as usize]),
                             "{context}"
                         );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Takes each batch at once but lands it only once `lag` later batches have ended (as
+    /// a direct-I/O file's thread does); after `budget` batches have landed, the next fails
+    /// like a full disk, and the batches behind it are lost.
+    struct Behind<'a> {
+        bytes: &'a mut Vec<u8>,
+        pending: VecDeque<u64>,
+        landed: u64,
+        lag: usize,
+        budget: usize,
+        failed: bool,
+    }
+
+    impl Behind<'_> {
+        fn land(&mut self, lag: usize) -> io::Result<()> {
+            while self.pending.len() > lag {
+                if self.failed || self.budget == 0 {
+                    self.failed = true;
+                    return Err(io::Error::from_raw_os_error(28));
+                }
+                self.budget -= 1;
+                self.landed = self.pending.pop_front().unwrap_or_default();
+            }
+            Ok(())
+        }
+    }
+
+    impl Write for Behind<'_> {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.bytes.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Output for Behind<'_> {
+        fn end_batch(&mut self) -> io::Result<()> {
+            self.pending.push_back(self.bytes.len() as u64);
+            self.land(self.lag)
+        }
+
+        fn partial_batch_kept(&self, _accepted: usize) -> usize {
+            0
+        }
+
+        fn landed(&self) -> Option<u64> {
+            Some(self.landed)
+        }
+
+        fn truncate_to(&mut self, len: u64) -> io::Result<()> {
+            assert_eq!(len, self.landed, "cut back to the last batch that landed");
+            self.bytes.truncate(len as usize);
+            Ok(())
+        }
+
+        fn close(&mut self) -> io::Result<()> {
+            self.land(0)
+        }
+    }
+
+    #[test]
+    fn an_output_that_loses_batches_on_their_way_keeps_and_reports_those_that_landed() {
+        let packets = sample_packets();
+        for format in FORMATS {
+            for how in [Feed::Buffered(100), Feed::InPlace(3)] {
+                for lag in [0, 1, 3] {
+                    for budget in 0..40 {
+                        let mut sink = Vec::new();
+                        let out = Behind {
+                            bytes: &mut sink,
+                            pending: VecDeque::new(),
+                            landed: 0,
+                            lag,
+                            budget,
+                            failed: false,
+                        };
+                        let outcome = write_until_error(out, format, how, &packets);
+                        let context = format!("{format}, {how:?}, lag {lag}, budget {budget}");
+                        let Some((err, _)) = outcome else {
+                            let file = read_bytes(&sink).unwrap();
+                            assert_eq!(file.packets.len(), packets.len(), "{context}");
+                            continue;
+                        };
+                        let reported = err.packets_kept().expect("an I/O error");
+                        let kept = match read_bytes(&sink) {
+                            Ok(file) => file.packets,
+                            Err(_) if sink.is_empty() || reported == 0 => Vec::new(),
+                            Err(e) => panic!("{context}: {e}"),
+                        };
+                        assert_eq!(kept.len() as u64, reported, "{context}: {err}");
+                        assert_eq!(kept, as_stored(format, &packets[..kept.len()]), "{context}");
                     }
                 }
             }

@@ -15,13 +15,15 @@
 //! Queue choice: with `PACKET_QDISC_BYPASS` the kernel picks the transmit queue from the
 //! sending CPU, so every flow lands on one receive queue of a veth peer. When the interface
 //! has several transmit queues and there are several flows, the qdisc path is used instead
-//! and the flow hash spreads flows over queues (see `shared/design.md`).
+//! and the flow hash spreads flows over queues (see `docs/design.md`).
 //!
 //! The crate also holds what the generator's frames are made of and how they are checked
 //! once captured: [`frame`] (templates and the tag carrying generator id, sequence number
 //! and send time), [`flows`] (how frames spread over flows and sizes), [`seqcheck`] (loss,
 //! duplicates, reordering and latency of what arrived) and [`capfile`] (reading back the
 //! files poolcap writes, compressed or not).
+
+#![forbid(unsafe_code)]
 
 pub mod capfile;
 pub mod flows;

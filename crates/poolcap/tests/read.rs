@@ -389,3 +389,56 @@ fn unreadable_files_are_one_line_errors() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+/// `capture --config FILE`: the file's keys stand for the flags of the same names (the same
+/// packets written as with the flags), flags on the command line win over the file, and an
+/// unknown key is a one-line usage error naming it.
+#[test]
+fn a_config_file_stands_for_its_flags_and_the_command_line_wins() {
+    let (dir, file) = setup();
+    let (by_file, by_flags) = (dir.path().join("c.pcap"), dir.path().join("f.pcap"));
+    let config = dir.path().join("capture.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "read = {:?}\nwrite = {:?}\nformat = \"pcap\"\ncount = 3\nfilter = \"udp\"\n",
+            file.to_str().unwrap(),
+            by_file.to_str().unwrap()
+        ),
+    )
+    .expect("write config");
+    let cfg = config.to_str().unwrap();
+    let s = read_ok(dir.path(), &["--config", cfg], None);
+    assert_eq!(num(&s, "written"), 3, "{s}");
+    read_ok(
+        dir.path(),
+        &[
+            "-r",
+            file.to_str().unwrap(),
+            "-w",
+            by_flags.to_str().unwrap(),
+        ]
+        .into_iter()
+        .chain(["--format", "pcap", "-c", "3", "udp"])
+        .collect::<Vec<_>>(),
+        None,
+    );
+    let udp = tcpdump(&by_flags, &["-tt", "-xx"]);
+    assert!(!udp.is_empty());
+    assert_eq!(tcpdump(&by_file, &["-tt", "-xx"]), udp);
+    assert_eq!(tcpdump(&by_file, &["udp"]).len(), 3);
+
+    // The command line's count and filter win over the file's.
+    let s = read_ok(dir.path(), &["--config", cfg, "-c", "2", "tcp"], None);
+    assert_eq!(num(&s, "written"), 2, "{s}");
+    assert_eq!(tcpdump(&by_file, &["tcp"]).len(), 2);
+
+    std::fs::write(&config, "interface = \"lo\"\nsnaplenn = 96\n").expect("write config");
+    let out = poolcap(&["--config", cfg], None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(
+        err.trim(),
+        format!("poolcap: {cfg}: unknown key `snaplenn` (see --help)")
+    );
+}

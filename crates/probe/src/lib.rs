@@ -1,4 +1,4 @@
-//! poolcap's probe (issue 15; Zabala et al.'s Adviser, in user space): rules made of a
+//! poolcap's probe (Zabala et al.'s Adviser, in user space): rules made of a
 //! tcpdump filter and actions (count, flows, sizes, alert), run by the capture engine's
 //! workers on every packet, merged and reported once per period.
 //!

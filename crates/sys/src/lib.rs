@@ -7,7 +7,8 @@
 //! eBPF programs and maps ([`bpf`]), shared memory mappings (module `mmap`), a handful of
 //! process facts ([`process`]), libpcap's version ([`libpcap`]) and its filter over a packet
 //! cut short ([`pcap_filter`]), and what a TCP peer has not acknowledged ([`tcp`]).
-//! Pipeline logic lives in the `poolcap` crate, which forbids `unsafe`.
+//! Pipeline logic lives in `poolcap-core` and `poolcap-engine`, which forbid `unsafe` (as
+//! every other crate of the workspace does).
 //!
 //! Every wrapper passes `error::enter` right before its system call: one chokepoint where
 //! the unit tests' fake ([`fault`]) can make any named call fail.

@@ -2,6 +2,12 @@
 //! set up, and, once a capture has opened every socket, ring, XDP program and file, the drop
 //! to an unprivileged user and to no capabilities at all (what tcpdump's `-Z` does), so a bug
 //! in packet parsing or writing runs with as little power as possible.
+//!
+//! Capabilities, the bounding set and `no_new_privs` belong to a thread, not to the process:
+//! the drop is made by the only thread there is, before any other starts, and every thread
+//! started later inherits it. Emptying the bounding set and setting `no_new_privs` is what
+//! makes the drop hold across `execve`: a process that stays root (`-Z root`) would
+//! otherwise get every capability back in the `-z` command it runs.
 
 use std::ffi::{CStr, CString};
 use std::fmt;
@@ -16,6 +22,8 @@ pub enum Capability {
     SetGid = 6,
     /// Changing user ids (`-Z`).
     SetUid = 7,
+    /// Changing the capability bounding set (emptied by the drop).
+    SetPcap = 8,
     /// Locking memory past RLIMIT_MEMLOCK (AF_XDP UMEM).
     IpcLock = 14,
     /// Interfaces, XDP attachment, veth and namespaces.
@@ -34,6 +42,7 @@ impl Capability {
         match self {
             Capability::SetGid => "CAP_SETGID",
             Capability::SetUid => "CAP_SETUID",
+            Capability::SetPcap => "CAP_SETPCAP",
             Capability::NetAdmin => "CAP_NET_ADMIN",
             Capability::NetRaw => "CAP_NET_RAW",
             Capability::IpcLock => "CAP_IPC_LOCK",
@@ -72,11 +81,16 @@ impl std::error::Error for MissingPrivilege {}
 /// The effective capability set of the calling thread (capabilities are per thread), from
 /// `/proc/thread-self/status`.
 pub fn effective_caps() -> u64 {
+    thread_status_hex("CapEff:")
+}
+
+/// A hexadecimal field of `/proc/thread-self/status`; 0 if it cannot be read.
+fn thread_status_hex(field: &str) -> u64 {
     std::fs::read_to_string("/proc/thread-self/status")
         .ok()
         .and_then(|s| {
             s.lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))
+                .find_map(|l| l.strip_prefix(field))
                 .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         })
         .unwrap_or(0)
@@ -290,6 +304,55 @@ pub fn drop_capabilities() -> Result<()> {
     Ok(())
 }
 
+/// The highest capability number this kernel knows (`/proc/sys/kernel/cap_last_cap`; 40,
+/// CAP_CHECKPOINT_RESTORE, where the file cannot be read).
+fn last_capability() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(40)
+}
+
+/// Empties the calling thread's capability bounding set, so no `execve` it or its later
+/// threads make can give a capability back (not even to root, or through a file's
+/// capabilities). Needs CAP_SETPCAP: call it before the capabilities go.
+pub fn clear_bounding_set() -> Result<()> {
+    for cap in 0..=last_capability() {
+        // SAFETY: prctl(PR_CAPBSET_DROP, cap) takes plain integers and only changes this
+        // thread's bounding set.
+        let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+        if rc != 0 {
+            // EINVAL: past the kernel's last capability (cap_last_cap unreadable).
+            if io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) && cap > 0 {
+                break;
+            }
+            return Err(SysError::last("prctl(PR_CAPBSET_DROP)", cap.to_string()));
+        }
+    }
+    Ok(())
+}
+
+/// Sets `no_new_privs` on the calling thread (inherited by the threads and children it
+/// starts, kept across `execve`): set-user-id programs and file capabilities grant nothing.
+pub fn set_no_new_privs() -> Result<()> {
+    // SAFETY: prctl(PR_SET_NO_NEW_PRIVS, 1) takes plain integers and only sets a flag of
+    // this thread.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as libc::c_ulong, 0, 0, 0) } != 0 {
+        return Err(SysError::last("prctl(PR_SET_NO_NEW_PRIVS)", ""));
+    }
+    Ok(())
+}
+
+/// The calling thread's capability bounding set, from `/proc/thread-self/status`.
+pub fn bounding_set() -> u64 {
+    thread_status_hex("CapBnd:")
+}
+
+/// How many threads this process has (`/proc/self/task`); 0 if it cannot be read.
+pub fn thread_count() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,6 +381,24 @@ mod tests {
             after.1.expect_err("no capability is left").to_string(),
             "capturing packets needs CAP_NET_RAW (run as root or grant it)"
         );
+    }
+
+    #[test]
+    fn a_sealed_thread_has_no_bounding_set_and_no_new_privs() {
+        if !Capability::SetPcap.is_effective() {
+            eprintln!("skipped: emptying the bounding set needs CAP_SETPCAP");
+            return;
+        }
+        let (bounding, nnp) = std::thread::spawn(|| {
+            clear_bounding_set().expect("PR_CAPBSET_DROP");
+            set_no_new_privs().expect("PR_SET_NO_NEW_PRIVS");
+            drop_capabilities().expect("capset");
+            (bounding_set(), thread_status_hex("NoNewPrivs:"))
+        })
+        .join()
+        .expect("thread");
+        assert_eq!((bounding, nnp), (0, 1));
+        assert_ne!(bounding_set(), 0, "the other threads keep theirs");
     }
 
     #[test]

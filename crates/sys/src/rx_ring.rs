@@ -464,11 +464,9 @@ impl<'b> Packets<'b> {
 /// header is a cache miss waited for in turn: a line the receive work wrote on another core
 /// (rps off), or one that left the cache while the reader was behind in a ring larger than
 /// it (rps on). Frames of one size lie `next` bytes apart, so the guess is exact for a
-/// steady stream and harmless otherwise. Writing pcap to /dev/null at top speed on the veth
-/// lab (Intel VM, 2 MiB L2, 2026-11-27, 3 runs each), poolcap's CPU per packet with rps off
-/// went from 63-67 / 116-119 / 160-171 ns at 64 / 512 / 1514 B to 50-56 / 79-89 / 126-132 ns
-/// (32 frames ahead: no better); with rps on and `-B 2048`, its loss at top speed went from
-/// 38-43% to 13-23% at 512 B and from 8-18% to 2-6% at 1514 B.
+/// steady stream and harmless otherwise. 16 ahead cut poolcap's CPU per packet and its loss
+/// behind the receive work; 32 did no better (BENCHMARKS.md, capture and sizes, whose runs
+/// have it).
 const PREFETCH_AHEAD: usize = 16;
 
 /// Asks the CPU to fetch the two cache lines at `off` in `b` (a frame's header and the line

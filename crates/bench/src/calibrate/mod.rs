@@ -7,7 +7,7 @@
 //! per-packet and per-byte work separate ([`Samples`]). Two ways to get the packets:
 //! - [`lab`]: a veth lab of the bench rig (this crate), the generator at top speed,
 //!   every configuration run once per frame size and repeat. Here the kernel's receive work
-//!   runs on the sender's CPU (design.md), so the sender's slowdown while poolcap captures
+//!   runs on the sender's CPU (docs/design.md), so the sender's slowdown while poolcap captures
 //!   measures it; a point with rps on (`rps_cpus` = the tool's CPU) measures the same work
 //!   where it then runs, as the tool CPU's busy time per frame less poolcap's (`kernel rps`),
 //!   and the peers' own cost behind it, and a run
@@ -126,9 +126,8 @@ pub fn stages(levels: &[&str], peers: bool) -> Vec<Stage> {
 pub const PROBE_RULES: [usize; 2] = [1, 100];
 
 /// Frame sizes measured: the smallest common one, the MTU's, and one between where the costs
-/// bend ([`poolcap_doctor::profile::Bend`]): with rps on, the receive work cost 92 ns a frame
-/// (20%) more at 512 B than the line through the other two says, and tcpdump's own cost
-/// behind it 103 ns less (Intel VM, 2026-11-27).
+/// bend ([`poolcap_doctor::profile::Bend`]): with rps on, the receive work and tcpdump's own
+/// cost behind it leave the line at 512 B (BENCHMARKS.md, predict, the calibrated profile).
 pub const SIZES: [usize; 3] = [64, 512, 1514];
 
 /// Id prefix of the calibration points.
@@ -149,8 +148,8 @@ const KERNEL_RPS_LIGHT: &str = "kernel rps light";
 const RPS: &str = " rps";
 
 /// The peers' ring (`-B`, KiB) at the rps-on points at top speed: paper 002's default (S1's),
-/// shallow enough that tcpdump falls behind there at every frame size (on the Intel VM,
-/// 2026-11-26: with 4 MiB it kept up at 64 B, and its cost behind was not measured).
+/// shallow enough that tcpdump falls behind there at every frame size, so its cost behind
+/// is measured (with 4 MiB it can keep up at 64 B; BENCHMARKS.md, predict, calibration runs).
 const BEHIND_RING_KIB: u64 = 2048;
 
 /// Suffix of a peer's subject (and key in [`Samples`]) at the light rps-on points.
@@ -168,9 +167,9 @@ const DEEP: &str = " rps deep";
 /// ([`RpsWaits::keeping_up`]).
 const DEEP_POINT: &str = "calibrate rps deep 64B";
 
-/// tcpdump's ring at [`DEEP_POINT`], KiB: paper 002's S3 (32 MiB), where tcpdump kept up
-/// with 64 B frames at top speed behind the receive work in every run (Intel VM,
-/// 2026-11-26: 1.65-1.82M pps; 8 MiB did too, 2 MiB fell behind in every run).
+/// tcpdump's ring at [`DEEP_POINT`], KiB: paper 002's S3 (32 MiB), deep enough that tcpdump
+/// keeps up with 64 B frames at top speed behind the receive work (BENCHMARKS.md, predict,
+/// calibration runs: `calibrate rps deep 64B`).
 const DEEP_RING_KIB: u64 = 32 << 10;
 
 /// Frames a second of the light rps-on points: a rate tcpdump and dumpcap keep up with
@@ -198,9 +197,9 @@ pub const SATURATED_LOAD: u32 = 20_000;
 
 /// The calibration in the lab as bench points, two per frame size of `sizes` (normally
 /// [`SIZES`]; one size fits per-packet costs only), `frames` frames at top speed each:
-/// - `calibrate rps {size}B`, rps on: poolcap counting ([`KERNEL_RPS`]), for the time
+/// - `calibrate rps {size}B`, rps on: poolcap counting (`KERNEL_RPS`), for the time
 ///   the kernel's receive work takes on the tool's CPU, and the peers (with rings of
-///   [`BEHIND_RING_KIB`]), for theirs behind it;
+///   `BEHIND_RING_KIB`), for theirs behind it;
 /// - `calibrate rps light {size}B`, with `peers`: the same at [`LIGHT_PPS`], for the
 ///   peers' cost behind the receive work while they keep up;
 /// - `calibrate {size}B`, rps off: the sender alone, every configuration of [`stages`] (the
@@ -208,11 +207,11 @@ pub const SATURATED_LOAD: u32 = 20_000;
 ///   ([`SATURATED_LOAD`]). The kernel's receive work must stay on the sender's CPU for the
 ///   sender's slowdown to measure it;
 /// - [`RING_POINT`], rps off: poolcap analysing (1-iteration x-loop) and, with `peers`,
-///   tcpdump, each stopped (SIGSTOP) while [`RING_FRAMES`] frames of 64 B arrive at top
+///   tcpdump, each stopped (SIGSTOP) while `RING_FRAMES` frames of 64 B arrive at top
 ///   speed (at most `frames`), then let go: what it captures is what its ring held
 ///   ([`rings`]);
-/// - [`DEEP_POINT`], rps on, with `peers` and 64 B among `sizes`: tcpdump's configurations
-///   with rings of [`DEEP_RING_KIB`] at top speed.
+/// - `DEEP_POINT`, rps on, with `peers` and 64 B among `sizes`: tcpdump's configurations
+///   with rings of `DEEP_RING_KIB` at top speed.
 pub fn points(sizes: &[usize], frames: u64, levels: &[&str], peers: bool) -> Vec<Point> {
     let count = || CaptureSpec::new(Tool::Poolcap, crate::suites::BUFFER_KIB);
     let mut v = Vec::new();
@@ -356,7 +355,7 @@ const MEASURED_NOTHING_NS: f64 = 1.0;
 /// work (its busy time less the receive work's at the same point for every frame sent). A
 /// tool's scheduler time is no measure of its own there: it holds the softirq that
 /// interrupted it. A peer at the top speed counts by a run that fell behind
-/// ([`behind_run`]); at a light point, only where it kept up ([`KEPT_UP`]).
+/// (`behind_run`); at a light point, only where it kept up (`KEPT_UP`).
 pub fn samples(rows: &[Row]) -> Samples {
     let mut s = Samples::default();
     let costs = || rows.iter().filter(|r| measures_costs(r));
@@ -438,10 +437,10 @@ fn behind_run(r: &Row) -> Option<(f64, f64)> {
 /// configuration (the saturated worker's too) over the frame sizes, and the tail of the
 /// waits (`poolcap_doctor::share`) from the runs that lost frames, each run's measured
 /// waiting fraction and loss against the time its buffers held at its rate; without such a
-/// run, the mean wait per timeslice; none longer than those runs' losses allow ([`waits`]).
-/// The same from the rps-on rows ([`KERNEL_RPS`]) gives the waits behind the receive work
+/// run, the mean wait per timeslice; none longer than those runs' losses allow (`waits`).
+/// The same from the rps-on rows (`KERNEL_RPS`) gives the waits behind the receive work
 /// ([`RpsWaits`]), none longer than `rps_longest_s` (the softirq's time budget,
-/// [`netdev_budget_s`]). `None` when no rps-off run has scheduler statistics.
+/// `netdev_budget_s`). `None` when no rps-off run has scheduler statistics.
 pub fn cpu(rows: &[Row], p: &Profile, rps_longest_s: Option<f64>) -> Option<Cpu> {
     let cal = |rps: bool| {
         rows.iter()
@@ -513,9 +512,9 @@ fn sharing_of<'a>(runs: impl Iterator<Item = &'a Row>) -> BTreeMap<String, Shari
 }
 
 /// How far below its capacity (the model's, from the calibrated costs) a calibration run must
-/// be offered frames for its loss to measure waits for the CPU: the probe with 100 rules at
-/// 1514 B lost 0.6-1.1% in runs offered 90-95% of its capacity (2026-11-26), and compression
-/// with gzip:6 at 1514 B, offered 1.8 times its capacity, lost 43%.
+/// be offered frames for its loss to measure waits for the CPU: nearer its capacity a run
+/// loses to capacity, not to waits (the probe with 100 rules at 1514 B, compression with
+/// gzip:6; BENCHMARKS.md, predict, calibration runs).
 const NEAR_CAPACITY: f64 = 0.15;
 
 /// What [`waits`] found in a set of calibration runs.
@@ -534,9 +533,8 @@ struct Waited {
 /// allow. A run whose buffers held `depth` seconds of frames and that lost `n` of them at `r`
 /// a second waited at most `depth + n / r` at once (all its loss from one wait), so the
 /// longest of these bounds every wait the runs saw (runs writing a file left out: their
-/// writer also waits for the disk); none lost a frame: unbounded. At 1514 B (Intel VM,
-/// 2026-11-27) poolcap copying into its pool lost up to 0.37% with buffers 16 ms deep: no
-/// wait longer than 20 ms, where pcapng to a file, 8% lost, would have allowed 95 ms.
+/// writer also waits for the disk, which would allow far longer waits); none lost a frame:
+/// unbounded (docs/predict.md, "No wait with rps off outlasts").
 fn waits<'a>(
     runs: impl Iterator<Item = &'a Row> + Clone,
     p: &Profile,
@@ -633,7 +631,7 @@ pub fn of_run(meta: &Meta, rows: &[Row]) -> Option<Profile> {
 
 /// The profile from `samples` and the x-loop cost timed in-process, with `source` (the load
 /// average is the caller's to set). With a saturated worker among the samples the x-loop's
-/// cost is that worker's instead ([`x_loop_in_pipeline`]).
+/// cost is that worker's instead (`x_loop_in_pipeline`).
 pub fn profile(samples: &Samples, x_loop_ns: f64, source: String) -> Profile {
     let mut p = Profile::from_samples(samples, &Profile::built_in(), &source);
     let x_loop_ns = x_loop_in_pipeline(samples).unwrap_or(x_loop_ns);
@@ -648,10 +646,9 @@ pub fn profile(samples: &Samples, x_loop_ns: f64, source: String) -> Profile {
 /// The x-loop's ns per iteration as the analysis worker pays it: the saturated worker's CPU
 /// per packet less the copy configuration's (one iteration), over the [`SATURATED_LOAD`]
 /// less one further iterations, the mean over the frame sizes. A worker behind a backlog
-/// of cold cells, beside the capture thread, pays 3-4% more per iteration than the loop
-/// timed alone (2026-11-26, four `bench predict` runs: 0.956-1.004 against 0.927-0.969 ns),
-/// and the load grid's workers paid what it says within 2% (2.583-2.691 us per packet at
-/// 2608-2709 iterations), where the loop timed alone fell 2-4% short.
+/// of cold cells, beside the capture thread, pays more per iteration than the loop timed
+/// alone, and the load grid's workers pay what this says (docs/predict.md, calibrate;
+/// BENCHMARKS.md, predict, the load grid).
 fn x_loop_in_pipeline(samples: &Samples) -> Option<f64> {
     let (saturated, copy) = (samples.fit(share::SATURATED)?, samples.fit("copy")?);
     let (lo, hi) = samples.span(share::SATURATED)?;

@@ -39,10 +39,10 @@ use super::model::Config;
 use super::report::{QueueReport, Report};
 use std::time::Duration;
 
-use poolcap_engine::capture::decide::{self, Look, Loop, Pause, Quiet, Step};
-use poolcap_engine::capture::policy::group_of;
-use poolcap_engine::capture::pool::PoolSize;
-use poolcap_engine::capture::queue::WaitStrategy;
+use poolcap_core::decide::{self, Look, Loop, Pause, Quiet, Step};
+use poolcap_core::geometry::PoolSize;
+use poolcap_core::policy::group_of;
+use poolcap_core::wait::WaitStrategy;
 
 /// Virtual time as the loop's clock, rounded up, so a chunk opened at `t` (rounded down) is
 /// found `seal_after` old exactly `seal_after` later.
@@ -520,7 +520,7 @@ mod tests {
     use super::*;
     use crate::sim::closed_form::md1k_blocking;
     use crate::sim::model::{Arrivals, Shape, Split};
-    use poolcap_engine::capture::policy::PolicySpec;
+    use poolcap_core::policy::PolicySpec;
 
     fn policies() -> Vec<PolicySpec> {
         ["basic", "buddy:60", "buddy:90", "congestion:90,50"]

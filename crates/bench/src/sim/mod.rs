@@ -4,9 +4,9 @@
 //! asks with 4 to 6 queues (Figures 11 and 12: loss against the number of queues and against
 //! the offload threshold T), and what happens at 16 or 64 queues, cannot be measured here.
 //! The simulator drives the capture thread's own decisions,
-//! [`decide::Loop`](poolcap_engine::capture::decide::Loop), with the very
-//! [`Policy`](poolcap_engine::capture::policy::Policy) objects the engine uses, built from the same
-//! [`PolicySpec`](poolcap_engine::capture::policy::PolicySpec), in a model of the data path in
+//! [`decide::Loop`](poolcap_core::decide::Loop), with the very
+//! [`Policy`](poolcap_core::policy::Policy) objects the engine uses, built from the same
+//! [`PolicySpec`](poolcap_core::policy::PolicySpec), in a model of the data path in
 //! which only the things the loop decides differ from reality: packets, chunks, pools,
 //! capture queues and workers with a per-packet cost.
 //!

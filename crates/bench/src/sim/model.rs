@@ -5,7 +5,7 @@
 //! a [`Config`]; keeping it free of behaviour lets each of them vary one field of a common
 //! baseline ([`Config::default`], the regime the sweeps study) and nothing else.
 
-use poolcap_engine::capture::policy::PolicySpec;
+use poolcap_core::policy::PolicySpec;
 
 /// How the total rate is shared among receive queues.
 #[derive(Debug, Clone, PartialEq)]

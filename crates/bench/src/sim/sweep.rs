@@ -14,7 +14,7 @@ use super::engine;
 use super::model::{policy_label, Config};
 use super::report::{write_csv, Row};
 use crate::plot::{Chart, Series};
-use poolcap_engine::capture::policy::PolicySpec;
+use poolcap_core::policy::PolicySpec;
 
 /// Queue counts of the queue sweep: WireCAP's 4, 5, 6, then what two cores cannot show.
 pub const QUEUE_COUNTS: &[usize] = &[4, 5, 6, 8, 16, 64];

@@ -1,5 +1,5 @@
 //! `backends`: AF_XDP against AF_PACKET in the same lab and run, on 2 queues: capture CPU per
-//! packet, sender rate and loss with no load, under an x-loop load and under bursts (issue 5).
+//! packet, sender rate and loss with no load, under an x-loop load and under bursts.
 //! On veth AF_XDP runs in copy mode only: every figure and table says so.
 
 use std::fmt::Write as _;
@@ -12,7 +12,7 @@ use crate::point::{Point, Subject};
 use crate::report::Row;
 
 /// For BENCHMARKS.md.
-pub const INTRO: &str = "Issue 5: poolcap's AF_XDP backend against its AF_PACKET backend \
+pub const INTRO: &str = "poolcap's AF_XDP backend against its AF_PACKET backend \
 (TPACKET_V3 fanout) in the same lab and the same run, 2 queues, 16 flows: capture CPU per \
 packet and sender rate with no load, loss at top speed, under an x-loop load (one core \
 analyses half the offered top speed) and under bursts of R*M frames. **AF_XDP runs in copy \

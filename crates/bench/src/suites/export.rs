@@ -1,4 +1,4 @@
-//! `poolcap bench export` (issue 17.2): the flow exporters side by side on the same traffic,
+//! `poolcap bench export`: the flow exporters side by side on the same traffic,
 //! and the cost of poolcap's other two exporters.
 //!
 //! For each point (flows × rate) every exporter of [`FlowExporter::ALL`] runs alone in a

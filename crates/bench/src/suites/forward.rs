@@ -1,4 +1,4 @@
-//! `forward`: WireCAP Figs 13–14 — poolcap as an inline middlebox (issue 14.7). The sender
+//! `forward`: WireCAP Figs 13–14 — poolcap as an inline middlebox. The sender
 //! sends stamped, numbered frames to the probe's `prb0`; the subject forwards them out of
 //! `prb1`; the sink captures them on `snk0` and the bench checks the file as `poolcap check`
 //! does (every frame once, reordering within a flow, one-way latency). Subjects doing the same
@@ -20,7 +20,7 @@ use crate::point::{Point, Subject};
 use crate::report::Row;
 
 /// For BENCHMARKS.md.
-pub const INTRO: &str = "Issue 14.7 (WireCAP Figs 13–14): forwarding through a middlebox. \
+pub const INTRO: &str = "WireCAP Figs 13–14: forwarding through a middlebox. \
 The sender sends numbered frames stamped with their send time to the probe's `prb0`; the \
 subject forwards them out of `prb1` to the sink, whose capture is checked like `poolcap check` \
 does: loss (frames that never reached the sink), duplicates, reordering within a flow, and \

@@ -1,7 +1,7 @@
 //! `imbalance`: two queues, 16 flows of which one carries 80% of the frames, and an x-loop
 //! load with which one worker cannot keep up with the hot queue but two together can. basic
 //! mode against buddy offloading at T = 60, 70, 80, 90% and against the plain fanout reader
-//! with the same load (WireCAP Figs 11-12, issue 4); then congestion control against basic at
+//! with the same load (WireCAP Figs 11-12); then congestion control against basic at
 //! x = 1000 and 25000 over offered rates (capture vs analysis throughput, as in `rates`).
 
 use super::rates::{self, sweep, throughput_figures, RING_KIB, THROUGHPUT};
@@ -16,7 +16,7 @@ use crate::point::{Point, Subject};
 use crate::report::Row;
 
 /// For BENCHMARKS.md.
-pub const INTRO: &str = "WireCAP (IMC 2014) Figs 11-12 and issue 4: two receive queues, 16 \
+pub const INTRO: &str = "WireCAP (IMC 2014) Figs 11-12: two receive queues, 16 \
 UDP flows of which one (the elephant) carries 80% of the frames, and an x-loop load with \
 which one worker cannot keep up with the hot queue while two together can. In basic mode the \
 hot queue's worker falls behind and its pool overflows; with buddy offloading (`buddy:T`) \

@@ -13,9 +13,9 @@
 //! | [`appload`] | Braun et al. Figs 10-11: loss vs compression level |
 //! | [`wait`] | Braun et al. 4.3: syscalls per packet of the wait strategies |
 //! | [`backends`] | AF_XDP (copy mode on veth) against AF_PACKET |
-//! | [`disk`] | issue 13: writing to disk against tcpdump, dumpcap, netsniff-ng; sustained rate |
-//! | [`soak`] | issue 12.11: a long rotated capture at 80% of top rate; growth of memory, files, threads |
-//! | [`predict`] | issue 16: `poolcap predict` against paper 002's sessions, bursts and loads |
+//! | [`disk`] | writing to disk against tcpdump, dumpcap, netsniff-ng; sustained rate |
+//! | [`soak`] | a long rotated capture at 80% of top rate; growth of memory, files, threads |
+//! | [`predict`] | `poolcap predict` against paper 002's sessions, bursts and loads |
 //! | [`probe`] | Zabala et al. Figs 6-9 with real analysis: probe rules vs pmacctd and tshark |
 //! | [`forward`] | WireCAP Figs 13-14: forwarding rate, loss, order and latency through the probe |
 //!

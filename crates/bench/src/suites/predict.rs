@@ -217,7 +217,8 @@ fn fixed_rate(sizes: &[usize], pps: u64, frames: u64) -> Vec<Point> {
 }
 
 /// The offered rate of session 5: below the sender's top speed at 1514 B with the receive
-/// work on the tool's CPU (509-717k pps in the runs of 2026-11-26).
+/// work on the tool's CPU, so every tool and run is offered the same rate (BENCHMARKS.md,
+/// predict, the sender's rate at S1 1514B).
 const S5_PPS: u64 = 450_000;
 
 /// The probe grid at top speed with 64-byte frames: `poolcap probe` with each of `rules`

@@ -2,7 +2,7 @@
 //! affinity of the NIC's interrupts, RPS (receive steering) and XPS masks; and the CPU
 //! frequency governor.
 //!
-//! The lab measured what sharing costs (design.md): with the capture interface's RPS on the
+//! The lab measured what sharing costs (docs/design.md): with the capture interface's RPS on the
 //! capture core, tcpdump lost 3-40% at 1514-byte top speed where it lost nothing otherwise.
 //! So receive work belongs on other CPUs than the capture threads. Without `--cpus` the
 //! capture threads are not pinned and the scheduler moves them away: nothing to judge.

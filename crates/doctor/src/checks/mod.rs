@@ -4,7 +4,7 @@
 //! zero-copy bind), the finding says what it judged from instead.
 //!
 //! Thresholds come from the papers (Table II of the loss-prediction paper: 8 MiB socket
-//! buffers, a larger netdev budget) and from what the lab measured (design.md): buffers only
+//! buffers, a larger netdev budget) and from what the lab measured (docs/design.md): buffers only
 //! help against bursts, and kernel receive work on the capture CPU costs packets.
 //!
 //! - [`kernel`]: socket buffer limits, backlog and NAPI budget (sysctls);

@@ -278,7 +278,7 @@ pub fn copy_pools(
     capacity: &[usize],
     records: Option<FileFormat>,
 ) -> Vec<Arc<Pool>> {
-    let size = pool.for_records(records);
+    let size = super::pool::for_records(pool, records);
     capacity
         .iter()
         .enumerate()

@@ -9,10 +9,14 @@
 //! gzip member, written out at the batch's end ([`Output::end_batch`]). Concatenated frames
 //! and members are one valid stream for `zstd -d`, `gzip -d` and the libraries. After a
 //! failed write the file is cut back to the end of its last whole frame, which decompresses
-//! to exactly the packets the writer reports. The price: each batch (256 KiB) is compressed
+//! to exactly the packets the writer reports. Over a direct-I/O file, frames are written in
+//! the background and a failure loses the frames still on their way: the output says where
+//! the last frame that landed ends ([`Output::landed`]), in the uncompressed bytes the writer
+//! counts. The price: each batch (256 KiB) is compressed
 //! on its own, in the writer thread (a libzstd background worker would only make the writer
 //! wait at every frame end).
 
+use std::collections::VecDeque;
 use std::io::{self, IoSlice, Write};
 
 use flate2::write::GzEncoder;
@@ -68,8 +72,11 @@ pub struct Compressed<W: Output> {
     plain: Vec<u8>,
     /// The current batch's frame.
     frame: Vec<u8>,
-    /// Bytes of `inner` that end the last frame written whole.
-    committed: u64,
+    /// Uncompressed bytes taken in ended batches.
+    plain_ended: u64,
+    /// Each frame's end in `inner` and in the uncompressed bytes, from the last one `inner`
+    /// says landed on (one entry, the last frame's, when `inner` writes as it takes).
+    frames: VecDeque<(u64, u64)>,
 }
 
 impl<W: Output> Compressed<W> {
@@ -84,7 +91,8 @@ impl<W: Output> Compressed<W> {
             codec,
             plain: Vec::new(),
             frame: Vec::new(),
-            committed: 0,
+            plain_ended: 0,
+            frames: VecDeque::from([(0, 0)]),
         })
     }
 
@@ -131,12 +139,26 @@ impl<W: Output> Write for Compressed<W> {
 }
 
 impl<W: Output> Output for Compressed<W> {
-    /// Cuts `inner` back to the end of its last whole frame, whatever `len` says: that is
-    /// the only place a compressed stream can end (the writer asks for the last batch end,
-    /// see [`partial_batch_kept`](Output::partial_batch_kept)).
-    fn truncate_to(&mut self, _len: u64) -> io::Result<()> {
+    /// Cuts `inner` back to the end of the last whole frame at or before `len` (the
+    /// writer asks for a batch end, see [`partial_batch_kept`](Output::partial_batch_kept)
+    /// and [`landed`](Output::landed)): a compressed stream can end nowhere else.
+    fn truncate_to(&mut self, len: u64) -> io::Result<()> {
         self.plain.clear();
-        self.inner.truncate_to(self.committed)
+        let (end, _) = self
+            .frames
+            .iter()
+            .rev()
+            .find(|(_, plain)| *plain <= len)
+            .copied()
+            .unwrap_or((0, 0));
+        self.inner.truncate_to(end)
+    }
+
+    /// Where the last frame `inner` says landed ends, in uncompressed bytes.
+    fn landed(&self) -> Option<u64> {
+        let landed = self.inner.landed()?;
+        let frame = self.frames.iter().rev().find(|(end, _)| *end <= landed);
+        Some(frame.map_or(0, |(_, plain)| *plain))
     }
 
     fn end_batch(&mut self) -> io::Result<()> {
@@ -146,7 +168,14 @@ impl<W: Output> Output for Compressed<W> {
         self.compress_batch()?;
         self.inner.write_all(&self.frame)?;
         self.inner.end_batch()?;
-        self.committed += self.frame.len() as u64;
+        let (end, _) = self.frames.back().copied().unwrap_or((0, 0));
+        self.plain_ended += self.plain.len() as u64;
+        self.frames
+            .push_back((end + self.frame.len() as u64, self.plain_ended));
+        let landed = self.inner.landed().unwrap_or(u64::MAX);
+        while self.frames.len() > 1 && self.frames[1].0 <= landed {
+            self.frames.pop_front();
+        }
         self.plain.clear();
         Ok(())
     }

@@ -315,6 +315,14 @@ impl Source for FileSource {
         self.next_ts.is_none()
     }
 
+    /// Reading a file from RAM to disk: the writer in its own thread (its copies into the
+    /// direct-I/O buffers) beside the reader (its copies into chunks) took 3.8 GB at 1.06
+    /// to 1.32 GB/s until synced, against 0.78 to 1.26 with the writer run between the
+    /// reader's batches (interleaved runs, 2 shared cores under load 6-7).
+    fn works_per_packet(&self) -> bool {
+        true
+    }
+
     /// Warns of odd timestamps read; a file that went bad part-way fails the capture.
     fn finish(&mut self) -> Result<(), CaptureError> {
         let odd = self.reader.odd_timestamps();

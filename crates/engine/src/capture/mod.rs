@@ -1,4 +1,5 @@
-//! The capture engine, basic mode B-(M,R) on AF_PACKET TPACKET_V3 (see `shared/design.md`).
+//! The capture engine: WireCAP's pools in basic B-(M,R) and advanced A-(M,R,T) modes, with
+//! congestion control, on AF_PACKET TPACKET_V3 or AF_XDP (see `docs/design.md`).
 //!
 //! ```text
 //! rx queue q ─► fanout socket + TPACKET_V3 ring ─► capture thread q ─► capture queue q ─► worker(s)
@@ -10,7 +11,8 @@
 //! packet ends in exactly one counter of [`account`].
 //!
 //! The shape: a capture thread ([`queue`]) is a thin shell around [`decide::Loop`], the
-//! capture decisions as a value with no clock reads or syscalls (which `poolcap sim` drives
+//! capture decisions as a value with no clock reads or syscalls, which live with the offload
+//! policies and the pool geometry in the `poolcap-core` crate (which `poolcap sim` drives
 //! too); which data path runs is one [`pipeline::Pipeline`] chosen at start (count in the
 //! kernel ring, straight to a sink, or through workers); sinks (the file writer, the
 //! forwarder) are behind one [`sink::Sink`] trait.
@@ -29,7 +31,7 @@ pub mod af_xdp;
 pub mod backend;
 pub mod bpf;
 pub mod compress;
-pub mod decide;
+pub use poolcap_core::decide;
 pub mod doorbell;
 pub mod end;
 pub mod file;
@@ -41,7 +43,7 @@ pub mod linktype;
 pub mod mem;
 pub mod nic;
 pub mod pipeline;
-pub mod policy;
+pub use poolcap_core::policy;
 pub mod pool;
 pub mod queue;
 pub mod rotate;
@@ -318,6 +320,8 @@ pub struct Engine {
     forward_counters: Option<forward::AllForwardCounters>,
     /// How a forwarder transmits (`poolcap forward` only).
     tx_path: Option<String>,
+    /// The capture file created and how it is written (for the startup report).
+    output: Option<(PathBuf, savefile::WritePath)>,
     budget: Option<Arc<Budget>>,
     link: Option<LinkWatch>,
     if_before: Option<u64>,
@@ -379,12 +383,29 @@ struct Ready {
     pipeline: Pipeline<Box<dyn Sink>>,
     forward_counters: Option<forward::AllForwardCounters>,
     tx_path: Option<String>,
-    /// The capture file the sink created, if any (`after_open` hands it to `-Z`'s user).
-    output: Option<PathBuf>,
+    /// The capture file the sink created, if any (`after_open` hands it to `-Z`'s user),
+    /// and how it is written.
+    output: Option<(PathBuf, savefile::WritePath)>,
     if_before: Option<u64>,
     inbound_only: bool,
     groups: Vec<Vec<usize>>,
     seal_after: Duration,
+}
+
+/// An engine with every socket, ring and file open and no thread started
+/// ([`Engine::open_forward`]).
+pub struct Opening(Ready);
+
+impl Opening {
+    /// The capture file it created, if any.
+    pub fn output(&self) -> Option<&Path> {
+        self.0.output.as_ref().map(|(p, _)| p.as_path())
+    }
+
+    /// Starts its threads.
+    pub fn start(self, stop: Arc<AtomicBool>) -> Result<Engine, CaptureError> {
+        Engine::spawn(self.0, stop)
+    }
 }
 
 /// When the status line was last printed, and the totals then.
@@ -440,17 +461,17 @@ impl Engine {
         Self::launch(cfg, sink, stop, after_open)
     }
 
-    /// As [`Engine::start`], with a forwarder as the sink: processed chunks leave through
-    /// `fwd`'s interface (see [`forward`]); `cfg.output`, if set, gets what was forwarded.
-    pub fn start_forward(
+    /// Opens a capture whose sink is a forwarder: processed chunks leave through `fwd`'s
+    /// interface (see [`forward`]); `cfg.output`, if set, gets what was forwarded. Returns it
+    /// unstarted, so a caller with several engines (both directions of a forward) drops
+    /// privileges once all are open and before any thread runs.
+    pub fn open_forward(
         mut cfg: CaptureConfig,
         fwd: forward::ForwardSetup,
-        stop: Arc<AtomicBool>,
-        after_open: impl FnOnce(Option<&Path>) -> Result<(), SysError>,
-    ) -> Result<Self, CaptureError> {
+    ) -> Result<Opening, CaptureError> {
         let write = cfg.output.take();
         let sink = SinkSpec::Forward { setup: fwd, write };
-        Self::launch(cfg, Some(sink), stop, after_open)
+        Self::open(cfg, Some(sink)).map(Opening)
     }
 
     fn launch(
@@ -460,7 +481,7 @@ impl Engine {
         after_open: impl FnOnce(Option<&Path>) -> Result<(), SysError>,
     ) -> Result<Self, CaptureError> {
         let ready = Self::open(cfg, sink)?;
-        after_open(ready.output.as_deref())?;
+        after_open(ready.output.as_ref().map(|(p, _)| p.as_path()))?;
         Self::spawn(ready, stop)
     }
 
@@ -565,6 +586,7 @@ impl Engine {
             written: plan.written,
             forward_counters: r.forward_counters,
             tx_path: r.tx_path,
+            output: r.output,
             inbound_only: r.inbound_only,
             budget: plan.budget,
             link,
@@ -597,7 +619,7 @@ impl Engine {
     }
 
     /// How the forwarder transmits (`sendmmsg` or `af_xdp shared umem (copy|zero-copy)`),
-    /// for an engine started with [`Engine::start_forward`].
+    /// for an engine opened with [`Engine::open_forward`].
     pub fn tx_path(&self) -> Option<&str> {
         self.tx_path.as_deref()
     }
@@ -605,6 +627,13 @@ impl Engine {
     /// What each packet starts with (the file's link type).
     pub fn linktype(&self) -> LinkType {
         self.linktype
+    }
+
+    /// The capture file created, and how it is written (for the startup report): `writing
+    /// to FILE with direct I/O (O_DIRECT)`, or buffered, and why.
+    pub fn output_report(&self) -> Option<String> {
+        let (path, how) = self.output.as_ref()?;
+        Some(format!("writing to {} {how}", path.display()))
     }
 
     /// Which backend runs, and why (for the startup report).

@@ -44,6 +44,7 @@ use poolcap_sys::rx_ring::HeldBlock;
 use poolcap_sys::xsk::{RxFrame, Umem};
 
 use super::doorbell::Doorbell;
+pub use poolcap_core::geometry::{PoolSize, Room};
 
 /// Where one packet sits in its chunk, and what the kernel said about it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -392,42 +393,10 @@ impl Chunk {
     }
 }
 
-/// Pool geometry: `chunks` (R) chunks of `cells` (M) cells of `cell_size` bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolSize {
-    /// M: packet cells per chunk.
-    pub cells: usize,
-    /// R: chunks per receive queue.
-    pub chunks: usize,
-    /// Bytes per cell.
-    pub cell_size: usize,
-}
-
-impl PoolSize {
-    /// The same pool with cells grown to hold, besides a packet, its record framing in
-    /// `records` format.
-    pub fn for_records(self, records: Option<FileFormat>) -> Self {
-        Self {
-            cell_size: self.cell_size + records.map_or(0, FileFormat::record_overhead),
-            ..self
-        }
-    }
-
-    /// Bytes one queue's pool takes.
-    pub fn bytes(&self) -> u64 {
-        self.cells as u64 * self.chunks as u64 * self.cell_size as u64
-    }
-}
-
-/// What a waiting capture thread needs (see [`Pool::wait_for_room`]). A waiter for a later
-/// variant is also woken by an earlier one's event, not the other way round.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Room {
-    /// A chunk back on the free list (a full pool; only `recycle` helps).
-    FreeChunk = 1,
-    /// A chunk taken from the capture queue (a congestion pause, which ends on backlog).
-    Backlog = 2,
+/// The same pool with cells grown to hold, besides a packet, its record framing in
+/// `records` format.
+pub fn for_records(size: PoolSize, records: Option<FileFormat>) -> PoolSize {
+    size.with_cell_room(records.map_or(0, FileFormat::record_overhead))
 }
 
 /// A receive queue's pool and its work queues.
@@ -678,12 +647,14 @@ mod tests {
     #[test]
     fn chunks_for_records_keep_adjacent_room_around_each_packet() {
         let f = FileFormat::Pcapng;
-        let size = PoolSize {
-            cells: 2,
-            chunks: 1,
-            cell_size: 64,
-        }
-        .for_records(Some(f));
+        let size = crate::capture::pool::for_records(
+            PoolSize {
+                cells: 2,
+                chunks: 1,
+                cell_size: 64,
+            },
+            Some(f),
+        );
         let mut c = Chunk::new(0, size.cells, size.cell_size, Some(f));
         assert_eq!(c.capacity_bytes(), 2 * 64 + f.record_overhead());
         assert!(c.push(1, [&[7u8; 40], &[8u8; 21], &[]], 64, 61));

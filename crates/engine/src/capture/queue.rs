@@ -38,18 +38,7 @@ use super::source::{now_ns, Filler, Source};
 use super::writer::{InlineWriter, WriterOutcome};
 use super::CaptureError;
 
-/// How the capture thread waits when the kernel has nothing for it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-pub enum WaitStrategy {
-    /// Block in `poll()` until a block is retired.
-    Poll,
-    /// Spin on the block status word: no syscalls, one busy core per queue.
-    Busy,
-    /// Spin briefly, then sleep for a period that doubles while idle (up to the block
-    /// timeout) and resets when packets come: few syscalls at high rates, little CPU at low.
-    Adaptive,
-}
+pub use poolcap_core::wait::WaitStrategy;
 
 /// What a capture thread has handed on so far (see the module docs).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

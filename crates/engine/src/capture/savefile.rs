@@ -19,10 +19,18 @@
 //! the kernel is copying a batch into the page cache stops the copy between two pages
 //! (`generic_perform_write` checks `fatal_signal_pending`), which leaves part of a batch.
 //! The writer spends a small share of its time in that copy, so this is rare, but a
-//! reader must still be ready for a short last record after a `kill -9`. With `--direct`
-//! there is no such copy: a direct write lands in whole aligned blocks, in pcapng each write
-//! ending with its own padding block; pcap has no such block, so a pcap file written with
-//! `--direct` ends inside its last record after `kill -9` (see `poolcap_format::DirectFile`).
+//! reader must still be ready for a short last record after a `kill -9`. That is the
+//! buffered path (`--buffered`, standard output, and a file system that refuses `O_DIRECT`).
+//!
+//! Files are written with direct I/O by default ([`FileIo::Auto`]): each file is opened with
+//! `O_DIRECT`, and if its file system refuses that (EINVAL), opened again buffered, which the
+//! start line says ([`WritePath`]). Why by default: through the page cache the writer is
+//! throttled to write-back's pace once the dirty limit is reached (about 670 MB/s on the lab
+//! disk, which takes 1.9-3.4 GB/s direct): a buffered capture of 20 GB at 870 MB/s lost half
+//! its frames, a direct one 0.12%. A direct write lands in whole aligned blocks, each write
+//! ending with its own padding block (pcapng, and compressed files: a zstd skippable frame
+//! or an empty gzip member); pcap has no such block, so a pcap file written directly ends
+//! inside its last record after `kill -9` (see `poolcap_format::DirectFile`).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -31,7 +39,7 @@ use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
 use poolcap_format::{
-    CaptureWriter, DirectFile, FileFormat, FileHeader, IfStats, Tail, WriteError,
+    CaptureWriter, DirectFile, FileFormat, FileHeader, IfStats, Padding, Tail, WriteError,
 };
 
 use super::compress::{Compressed, Compression};
@@ -68,6 +76,43 @@ impl std::str::FromStr for Fsync {
     }
 }
 
+/// How capture files are written (standard output is always buffered).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FileIo {
+    /// Direct I/O where the file system takes it, else buffered (see the module docs).
+    #[default]
+    Auto,
+    /// Direct I/O, or an error where the file system refuses it (`--direct`).
+    Direct,
+    /// Through the page cache (`--buffered`).
+    Buffered,
+}
+
+/// How a file is being written, as the start line says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WritePath {
+    /// With `O_DIRECT`.
+    Direct,
+    /// Through the page cache, as asked.
+    Buffered,
+    /// Through the page cache, as `-U` needs: a direct write covers whole 4 KiB blocks (and
+    /// pcapng pads each), not each packet.
+    PacketBuffered,
+    /// Through the page cache: the file system refused `O_DIRECT`.
+    Fallback,
+}
+
+impl std::fmt::Display for WritePath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WritePath::Direct => "with direct I/O (O_DIRECT)",
+            WritePath::Buffered => "buffered (--buffered)",
+            WritePath::PacketBuffered => "buffered (-U)",
+            WritePath::Fallback => "buffered: its file system does not take direct I/O (O_DIRECT)",
+        })
+    }
+}
+
 /// What the user asked of the output files besides their format.
 #[derive(Debug, Clone, Default)]
 pub struct FileOptions {
@@ -77,8 +122,8 @@ pub struct FileOptions {
     pub post_rotate: Option<OsString>,
     /// `--fsync`.
     pub fsync: Fsync,
-    /// `--direct`: files written with `O_DIRECT` (see [`poolcap_format::DirectFile`]).
-    pub direct: bool,
+    /// Direct I/O or not (`--direct`, `--buffered`).
+    pub io: FileIo,
     /// `-U`: every packet handed to the output as soon as the writer takes it.
     pub packet_buffered: bool,
     /// Told the name of each file once it is closed whole (the packet store's indexer).
@@ -99,8 +144,8 @@ pub struct FileSpec {
     pub fsync: Fsync,
     /// `-z`: run `COMMAND FILE` on each closed file.
     pub post_rotate: Option<OsString>,
-    /// Write with `O_DIRECT` (uncompressed only; see [`poolcap_format::DirectFile`]).
-    pub direct: bool,
+    /// Direct I/O or not (see [`poolcap_format::DirectFile`]).
+    pub io: FileIo,
     /// `-U`: hand what is buffered to the output after every round of the writer.
     pub packet_buffered: bool,
     /// Told the name of each file once it is closed whole.
@@ -108,35 +153,55 @@ pub struct FileSpec {
 }
 
 impl FileSpec {
-    /// Creates (truncates) `path` and writes its header.
-    pub fn open(&self, path: &Path) -> Result<CaptureWriter<BoxedOutput>, WriteError> {
+    /// Creates (truncates) `path` and writes its header; says how the file is written.
+    pub fn open(&self, path: &Path) -> Result<(CaptureWriter<BoxedOutput>, WritePath), WriteError> {
         let io = |source| WriteError::Io { source, packets: 0 };
         let existing = crate::outfile::Existing::Truncate;
-        let file: BoxedOutput = if self.direct {
-            let file =
-                crate::outfile::create_with(path, existing, libc::O_DIRECT).map_err(|e| {
-                    io(if e.raw_os_error() == Some(libc::EINVAL) {
-                        std::io::Error::new(
-                            e.kind(),
-                            "--direct: this file system does not take direct I/O (O_DIRECT)",
-                        )
-                    } else {
-                        e
-                    })
-                })?;
-            let tail = match self.format {
-                FileFormat::Pcapng => Tail::Pad,
-                FileFormat::Pcap | FileFormat::PcapNs => Tail::Carry,
-            };
-            Box::new(DirectFile::new(
-                file,
-                super::writer::DIRECT_BATCH_BYTES,
-                tail,
-            ))
-        } else {
-            Box::new(crate::outfile::create(path, existing).map_err(io)?)
+        let direct = match self.io {
+            FileIo::Buffered => Err(WritePath::Buffered),
+            FileIo::Auto if self.packet_buffered => Err(WritePath::PacketBuffered),
+            FileIo::Auto | FileIo::Direct => {
+                match crate::outfile::create_with(path, existing, libc::O_DIRECT) {
+                    Ok(file) => Ok(file),
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                        if self.io == FileIo::Direct {
+                            return Err(io(std::io::Error::new(
+                                e.kind(),
+                                "--direct: this file system does not take direct I/O (O_DIRECT)",
+                            )));
+                        }
+                        Err(WritePath::Fallback)
+                    }
+                    Err(e) => return Err(io(e)),
+                }
+            }
         };
-        self.start(file)
+        let (file, path): (BoxedOutput, _) = match direct {
+            Ok(file) => (
+                Box::new(DirectFile::new(
+                    file,
+                    super::writer::DIRECT_BATCH_BYTES,
+                    self.direct_tail(),
+                )),
+                WritePath::Direct,
+            ),
+            Err(how) => (
+                Box::new(crate::outfile::create(path, existing).map_err(io)?),
+                how,
+            ),
+        };
+        Ok((self.start(file)?, path))
+    }
+
+    /// How a direct write ends: padded with a block the file's readers skip, or (pcap) at
+    /// its last whole block, the rest carried to the next write.
+    fn direct_tail(&self) -> Tail {
+        match (self.compress, self.format) {
+            (Some(Compression::Zstd(_)), _) => Tail::Pad(Padding::Zstd),
+            (Some(Compression::Gzip(_)), _) => Tail::Pad(Padding::Gzip),
+            (None, FileFormat::Pcapng) => Tail::Pad(Padding::Pcapng),
+            (None, FileFormat::Pcap | FileFormat::PcapNs) => Tail::Carry,
+        }
     }
 
     /// Wraps `out` as asked (compression) and writes the header.
@@ -157,6 +222,8 @@ pub struct Savefiles {
     writer: Option<CaptureWriter<BoxedOutput>>,
     /// The current file's name (None: a stream or a test sink).
     path: Option<PathBuf>,
+    /// How the current file is written (None: a stream or a test sink).
+    write_path: Option<WritePath>,
     rotation: Option<Rotation>,
     /// `-z` commands still running.
     post: Vec<Child>,
@@ -181,17 +248,20 @@ impl std::fmt::Debug for Savefiles {
 }
 
 impl Savefiles {
-    /// A set whose first file is open: `writer` writes to `path` (None for a stream).
+    /// A set whose first file is open: `writer` writes to `file` (its name and how it is
+    /// written; None for a stream).
     pub fn new(
         spec: FileSpec,
         writer: CaptureWriter<BoxedOutput>,
-        path: Option<PathBuf>,
+        file: Option<(PathBuf, WritePath)>,
         rotation: Option<Rotation>,
     ) -> Self {
+        let (path, write_path) = file.unzip();
         Savefiles {
             spec,
             writer: Some(writer),
             path,
+            write_path,
             rotation,
             post: Vec::new(),
             synced: Instant::now(),
@@ -220,6 +290,11 @@ impl Savefiles {
     /// The current file (None for a stream).
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
+    }
+
+    /// How the current file is written (None for a stream).
+    pub fn write_path(&self) -> Option<WritePath> {
+        self.write_path
     }
 
     /// Bytes in the current file so far.
@@ -306,9 +381,10 @@ impl Savefiles {
 
     /// Opens `path` as the current file (after [`close`](Self::close)).
     pub fn open(&mut self, path: PathBuf) -> Result<(), WriteError> {
-        let writer = self.spec.open(&path);
+        let opened = self.spec.open(&path);
         self.path = Some(path); // errors name the file that failed to open
-        self.writer = Some(writer?);
+        let (writer, write_path) = opened?;
+        (self.writer, self.write_path) = (Some(writer), Some(write_path));
         (self.synced, self.synced_bytes) = (Instant::now(), 0);
         Ok(())
     }
@@ -427,7 +503,7 @@ mod tests {
             compress: None,
             fsync: Fsync::Rotate,
             post_rotate: post.map(OsString::from),
-            direct: false,
+            io: FileIo::Buffered,
             packet_buffered: false,
             closed: None,
         }
@@ -439,7 +515,8 @@ mod tests {
         let (a, b) = (dir.path().join("a"), dir.path().join("b"));
         // `gzip FILE` replaces each closed file by FILE.gz, as with tcpdump -z gzip.
         let spec = spec(Some("gzip"));
-        let mut set = Savefiles::new(spec.clone(), spec.open(&a).unwrap(), Some(a.clone()), None);
+        let (w, how) = spec.open(&a).unwrap();
+        let mut set = Savefiles::new(spec.clone(), w, Some((a.clone(), how)), None);
         set.writer().unwrap().write_packet(1, &[1; 60], 60).unwrap();
         let totals = IfStats {
             received: 5,
@@ -482,7 +559,8 @@ mod tests {
             closed: Some(tx),
             ..spec(None)
         };
-        let mut set = Savefiles::new(spec.clone(), spec.open(&a).unwrap(), Some(a.clone()), None);
+        let (w, how) = spec.open(&a).unwrap();
+        let mut set = Savefiles::new(spec.clone(), w, Some((a.clone(), how)), None);
         set.writer().unwrap().write_packet(1, &[1; 60], 60).unwrap();
         assert!(rx.try_recv().is_err(), "the open file is not announced");
         set.close(IfStats::default()).unwrap();
@@ -492,11 +570,41 @@ mod tests {
     }
 
     #[test]
+    fn files_are_direct_unless_buffered_is_asked_or_minus_u_needs_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let cases = [
+            (
+                FileIo::Auto,
+                false,
+                [WritePath::Direct, WritePath::Fallback],
+            ),
+            (FileIo::Auto, true, [WritePath::PacketBuffered; 2]),
+            (FileIo::Buffered, false, [WritePath::Buffered; 2]),
+        ];
+        for (i, (io, packet_buffered, want)) in cases.into_iter().enumerate() {
+            let spec = FileSpec {
+                io,
+                packet_buffered,
+                ..spec(None)
+            };
+            let path = dir.path().join(i.to_string());
+            let (w, how) = spec.open(&path).unwrap();
+            assert!(want.contains(&how), "{io:?} -U {packet_buffered}: {how:?}");
+            let mut set = Savefiles::new(spec, w, Some((path.clone(), how)), None);
+            set.writer().unwrap().write_packet(1, &[1; 60], 60).unwrap();
+            set.close(IfStats::default()).unwrap();
+            let f = poolcap_format::read_file(&path).unwrap();
+            assert_eq!(f.packets.len(), 1, "{io:?} -U {packet_buffered}");
+        }
+    }
+
+    #[test]
     fn a_missing_post_rotate_command_is_an_error_naming_it() {
         let dir = tempfile::tempdir().unwrap();
         let a = dir.path().join("a");
         let spec = spec(Some("/nonexistent/compressor"));
-        let mut set = Savefiles::new(spec.clone(), spec.open(&a).unwrap(), Some(a), None);
+        let (w, how) = spec.open(&a).unwrap();
+        let mut set = Savefiles::new(spec.clone(), w, Some((a, how)), None);
         let err = set.close(IfStats::default()).unwrap_err();
         assert!(err.to_string().contains("/nonexistent/compressor"), "{err}");
     }

@@ -21,7 +21,7 @@ use super::doorbell::Doorbell;
 use super::forward::{AllForwardCounters, ForwardSetup, Forwarder, WriteFeed};
 use super::pool::{Chunk, Pool};
 use super::queue::Progress;
-use super::savefile::Savefiles;
+use super::savefile::{Savefiles, WritePath};
 use super::writer::{self, FileWriter, InlineWriter, WriterOutcome, Written};
 use super::Output;
 
@@ -109,8 +109,16 @@ impl SinkSpec {
 pub struct FileSink {
     /// The files.
     pub out: Savefiles,
-    /// Written with O_DIRECT (`--direct`): larger, aligned writes.
+    /// Written with O_DIRECT: larger, aligned writes.
     pub direct: bool,
+}
+
+impl FileSink {
+    /// Writes to `out`, in batches sized for how its first file is written.
+    pub fn new(out: Savefiles) -> Self {
+        let direct = out.write_path() == Some(WritePath::Direct);
+        FileSink { out, direct }
+    }
 }
 
 impl Sink for FileSink {

@@ -299,6 +299,13 @@ pub trait Source: Send + std::fmt::Debug {
     /// Gives the frames of chunks that came home back to the kernel (AF_XDP).
     fn take_back(&mut self, _pool: &Pool) {}
 
+    /// Whether taking packets is real work for the capture thread (a file: reading,
+    /// decoding and copying every packet), so that the writer runs in a thread of its own,
+    /// beside it, rather than between its batches (see `writer::InlineWriter`).
+    fn works_per_packet(&self) -> bool {
+        false
+    }
+
     /// True when frames of chunks that come home must be given back to the kernel by the
     /// capture thread (AF_XDP's fill ring) before the kernel can receive into them.
     fn refills_from_pool(&self) -> bool {

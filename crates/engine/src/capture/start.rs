@@ -3,7 +3,7 @@
 //! threads ([`Plan`]) and the spawning of each kind of thread ([`Started`]). Spawned threads
 //! are recorded in [`Threads`] as they start, so a later failure can stop them.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -41,7 +41,7 @@ pub(super) fn check_memory(
     live: bool,
 ) -> Result<(), CaptureError> {
     let ring_bytes = if live { cfg.ring.bytes() as u64 } else { 0 };
-    let need = q as u64 * (cfg.pool.for_records(records).bytes() + ring_bytes);
+    let need = q as u64 * (super::pool::for_records(cfg.pool, records).bytes() + ring_bytes);
     match crate::memlimit::available() {
         Some(avail) if need > avail => Err(CaptureError::Memory {
             need_mib: need >> 20,
@@ -194,8 +194,8 @@ pub(super) struct OpenedSink {
     pub(super) sink: Box<dyn Sink>,
     pub(super) forward_counters: Option<AllForwardCounters>,
     pub(super) tx_path: Option<String>,
-    /// The capture file created, if any.
-    pub(super) output: Option<PathBuf>,
+    /// The capture file created, if any, and how it is written.
+    pub(super) output: Option<(PathBuf, savefile::WritePath)>,
 }
 
 /// Opens the sink of `q` queues: creates the output file and writes its header, or wraps
@@ -213,11 +213,8 @@ pub(super) fn open_sink(
         SinkSpec::File(target, format) => {
             let out = open_output(cfg, target, format, linktype)?;
             OpenedSink {
-                output: out.path().map(Path::to_path_buf),
-                sink: Box::new(FileSink {
-                    out,
-                    direct: cfg.files.direct,
-                }),
+                output: written(&out),
+                sink: Box::new(FileSink::new(out)),
                 forward_counters: None,
                 tx_path: None,
             }
@@ -229,15 +226,12 @@ pub(super) fn open_sink(
             let tx_path = Some(setup.path());
             let write = write
                 .map(|(target, format)| {
-                    Ok::<_, CaptureError>(FileSink {
-                        out: open_output(cfg, target, format, linktype)?,
-                        direct: cfg.files.direct,
-                    })
+                    Ok::<_, CaptureError>(FileSink::new(open_output(
+                        cfg, target, format, linktype,
+                    )?))
                 })
                 .transpose()?;
-            let output = write
-                .as_ref()
-                .and_then(|w| w.out.path().map(Path::to_path_buf));
+            let output = write.as_ref().and_then(|w| written(&w.out));
             let (sink, counters) = ForwardSink::new(setup, q, write);
             OpenedSink {
                 output,
@@ -247,6 +241,11 @@ pub(super) fn open_sink(
             }
         }
     })
+}
+
+/// The file `out` created, and how it is written.
+fn written(out: &savefile::Savefiles) -> Option<(PathBuf, savefile::WritePath)> {
+    Some((out.path()?.to_path_buf(), out.write_path()?))
 }
 
 /// Opens the output and writes its header: the link type, and in pcapng the interface, its
@@ -269,7 +268,7 @@ fn open_output(
         compress: cfg.compress,
         fsync: cfg.files.fsync,
         post_rotate: cfg.files.post_rotate.clone(),
-        direct: cfg.files.direct,
+        io: cfg.files.io,
         packet_buffered: cfg.files.packet_buffered,
         closed: cfg.files.closed.clone(),
     };
@@ -305,8 +304,8 @@ fn open_file(
         rotate::Rotation::new(&path.to_string_lossy(), cfg.files.rotate, now)
     });
     let first = rotation.as_ref().map_or(path, |r| r.first_name());
-    let w = match spec.open(&first) {
-        Ok(w) => w,
+    let (w, how) = match spec.open(&first) {
+        Ok(opened) => opened,
         Err(WriteError::Io { source, .. }) => {
             return Err(CaptureError::Open {
                 path: first,
@@ -315,7 +314,12 @@ fn open_file(
         }
         Err(e) => return Err(CaptureError::Header(e)),
     };
-    Ok(savefile::Savefiles::new(spec, w, Some(first), rotation))
+    Ok(savefile::Savefiles::new(
+        spec,
+        w,
+        Some((first, how)),
+        rotation,
+    ))
 }
 
 /// What the threads share, decided before any starts.
@@ -404,8 +408,10 @@ impl Started<'_> {
         let handoff = self.plan.handoff(&pipeline);
         let (analysis, sink) = pipeline.into_parts();
         let io = self.sink_io(threads);
-        // One queue that only writes: its capture thread runs the writer (see `InlineWriter`).
-        let inline = analysis.is_none() && self.q == 1;
+        // One queue that only writes: its capture thread runs the writer (see `InlineWriter`),
+        // unless its source keeps it busy.
+        let inline =
+            analysis.is_none() && self.q == 1 && !sources.iter().any(|s| s.works_per_packet());
         let (sink, writer) = match (sink, &io) {
             (Some(s), Some(io)) if inline => match s.inline(io) {
                 Ok(w) => (None, Some(w)),

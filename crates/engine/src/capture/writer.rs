@@ -51,12 +51,15 @@ const MAX_SPANS: usize = 1024;
 /// thread off a shared core).
 pub const BATCH_BYTES: usize = 256 << 10;
 
-/// Bytes of records per write with `--direct`: a direct write waits for the device (but
-/// takes no CPU meanwhile), and the device's pace grows with the write's size (`dd
-/// oflag=direct` here: 256 KiB 0.58 GB/s, 1 MiB 1.0 GB/s, 4 MiB 1.8 GB/s).
+/// Bytes of records per write with direct I/O: the device's pace grows with the write's size
+/// (`dd oflag=direct` here: 256 KiB 0.58 GB/s, 1 MiB 1.0 GB/s, 4 MiB 1.8 GB/s), and the
+/// writes go to the device from an I/O thread while the writer fills the next buffer (see
+/// `poolcap_format::DirectFile`). 4 MiB was slower than 2 MiB from a file in RAM to disk
+/// (3.8 GB, 3 interleaved rounds on 2 shared cores: pcap 483-515 against 757-830 MB/s,
+/// pcapng 359-865 against 631-902): four buffers of 4 MiB no longer stay in the cache.
 pub const DIRECT_BATCH_BYTES: usize = 2 << 20;
 
-/// Bytes of records per write, with or without `--direct`.
+/// Bytes of records per write, with or without direct I/O.
 pub fn batch_bytes(direct: bool) -> usize {
     if direct {
         DIRECT_BATCH_BYTES
@@ -65,7 +68,7 @@ pub fn batch_bytes(direct: bool) -> usize {
     }
 }
 
-/// Bytes a batch gathers before it is written, with or without `--direct`. A buffered write
+/// Bytes a batch gathers before it is written, with or without direct I/O. A buffered write
 /// goes as soon as the writer has caught up (each round). A direct write has a fixed cost
 /// and is padded to a whole block, so small ones cost CPU and file size (at 64-byte frames,
 /// one write per chunk padded 8% of the file): it waits for half a batch, unless it holds
@@ -648,7 +651,7 @@ mod tests {
     use super::*;
     use crate::capture::pool::PoolSize;
     use crate::capture::rotate::{RotateSpec, Rotation};
-    use crate::capture::savefile::{FileSpec, Fsync};
+    use crate::capture::savefile::{FileIo, FileSpec, Fsync};
     use crate::capture::testsink::Shared;
     use poolcap_format::FileFormat;
 
@@ -669,12 +672,14 @@ mod tests {
         limit: Option<u64>,
         rotation: Option<TestRotation>,
     ) -> (Vec<u64>, WriterOutcome) {
-        let size = PoolSize {
-            cells: 4,
-            chunks: 4,
-            cell_size: 64,
-        }
-        .for_records(records);
+        let size = crate::capture::pool::for_records(
+            PoolSize {
+                cells: 4,
+                chunks: 4,
+                cell_size: 64,
+            },
+            records,
+        );
         let pools = Arc::new(vec![
             Arc::new(Pool::new(0, size, 4, records)),
             Arc::new(Pool::new(1, size, 4, records)),
@@ -694,7 +699,10 @@ mod tests {
             .collect();
         let file = Shared::default();
         let spec = FileSpec {
-            direct: rotation.as_ref().is_some_and(|r| r.direct),
+            io: match rotation.as_ref().is_some_and(|r| r.direct) {
+                true => FileIo::Direct,
+                false => FileIo::Buffered,
+            },
             ..file_spec(format)
         };
         let out = match &rotation {
@@ -706,10 +714,11 @@ mod tests {
             ),
             Some(r) => {
                 let first = r.first_name();
+                let (w, how) = spec.open(&first).unwrap();
                 Savefiles::new(
                     spec.clone(),
-                    spec.open(&first).unwrap(),
-                    Some(first),
+                    w,
+                    Some((first, how)),
                     Some(r.rotation.clone()),
                 )
             }
@@ -778,7 +787,7 @@ mod tests {
             compress: None,
             fsync: Fsync::Never,
             post_rotate: None,
-            direct: false,
+            io: FileIo::Buffered,
             packet_buffered: false,
             closed: None,
         }
@@ -811,12 +820,14 @@ mod tests {
     #[test]
     fn an_inline_writer_writes_each_chunk_when_pumped_and_sends_it_home() {
         let format = FileFormat::PcapNs;
-        let size = PoolSize {
-            cells: 4,
-            chunks: 4,
-            cell_size: 64,
-        }
-        .for_records(Some(format));
+        let size = crate::capture::pool::for_records(
+            PoolSize {
+                cells: 4,
+                chunks: 4,
+                cell_size: 64,
+            },
+            Some(format),
+        );
         let pool = Arc::new(Pool::new(0, size, 4, Some(format)));
         let input = Arc::new(ArrayQueue::new(4));
         let progress = Arc::new(Mutex::new(Progress::default()));

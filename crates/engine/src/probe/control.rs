@@ -9,7 +9,7 @@
 //!
 //! Clients are served off the thread that ends periods: an accept thread hands each
 //! connection to a thread of its own (at most [`MAX_CLIENTS`] at once, the rest wait in the
-//! listen backlog), which reads the command line within [`CLIENT_TIMEOUT`] and only then
+//! listen backlog), which reads the command line within `CLIENT_TIMEOUT` and only then
 //! passes it to the manager as a [`Request`]. A client that connects and says nothing
 //! therefore delays no period, report or stop.
 

@@ -157,7 +157,7 @@ impl Reporter {
 
     /// Reports `n` periods of `period` with no packet, from the current period's start,
     /// without a round through the workers (their open tally stays empty, so the next
-    /// period's collect covers the next period alone). Up to [`EMPTY_ONE_BY_ONE`] get a
+    /// period's collect covers the next period alone). Up to `EMPTY_ONE_BY_ONE` get a
     /// record each; a longer run is one record per rule, with `empty_periods`, and a line
     /// on stderr.
     pub fn empty_periods(

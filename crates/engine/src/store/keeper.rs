@@ -51,16 +51,25 @@ pub struct Keeper {
 }
 
 impl Keeper {
-    /// Starts the keeper of `store`; the writer sends each closed file's name to the
-    /// returned sender.
-    pub fn start(store: Store, retention: Retention) -> std::io::Result<(Sender<PathBuf>, Keeper)> {
-        let (tx, rx) = std::sync::mpsc::channel();
+    /// The channel the writer sends each closed file's name to (made before the capture
+    /// starts; the keeper itself starts after it, once privileges are dropped, as a
+    /// process drops them only while it has one thread).
+    pub fn channel() -> (Sender<PathBuf>, Receiver<PathBuf>) {
+        std::sync::mpsc::channel()
+    }
+
+    /// Starts the keeper of `store`, hearing of closed files on `rx`.
+    pub fn start(
+        store: Store,
+        retention: Retention,
+        rx: Receiver<PathBuf>,
+    ) -> std::io::Result<Keeper> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name("store-keeper".into())
             .spawn(move || run(&store, retention, &rx, &flag))?;
-        Ok((tx, Keeper { stop, thread }))
+        Ok(Keeper { stop, thread })
     }
 
     /// Indexes what the writer announced before it ended, and returns the report.

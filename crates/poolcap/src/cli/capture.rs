@@ -15,8 +15,9 @@ use crate::capture::policy::{parse_buddy_groups, PolicySpec};
 use crate::capture::pool::PoolSize;
 use crate::capture::queue::WaitStrategy;
 use crate::capture::rotate::RotateSpec;
-use crate::capture::savefile::{FileOptions, Fsync};
+use crate::capture::savefile::{FileIo, FileOptions, Fsync};
 use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Input, Output};
+use crate::cli::readiness::Readiness;
 use crate::cli::statsfile::StatsFile;
 use crate::cli::{privdrop, usage};
 use crate::{netdev, units};
@@ -46,9 +47,15 @@ pub struct CaptureArgs {
     #[arg(
         short = 'i',
         long = "interface",
-        required_unless_present_any = ["list_interfaces", "read"]
+        required_unless_present_any = ["list_interfaces", "read", "config"]
     )]
     iface: Option<String>,
+    /// Read options from a TOML FILE: keys are the long option names (`interface`,
+    /// `snaplen`, `stats-json`; `write`, `count`, `buffer`, `rotate-size`, `rotate-seconds`,
+    /// `rotate-files`, `post-rotate` for -w -c -B -C -G -W -z; `filter`); the command line
+    /// wins over the file; an unknown key is an error.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// List the interfaces to capture on (in this network namespace), then exit.
     #[arg(short = 'D', long)]
     list_interfaces: bool,
@@ -170,12 +177,17 @@ pub struct CaptureArgs {
     /// is closed) or interval:MS (also every MS milliseconds).
     #[arg(long, default_value = "never")]
     fsync: Fsync,
-    /// Write files with direct I/O (O_DIRECT), past the page cache: far less CPU per byte.
-    /// pcapng: each write batch is padded to 4 KiB with a block readers skip. pcap: the
-    /// bytes past a batch's last 4 KiB block wait for the next write, so after kill -9 the
-    /// last record is cut short (as with tcpdump -w). Not with --compress or -w -.
-    #[arg(long)]
+    /// Files are written with direct I/O (O_DIRECT, past the page cache) by default, or
+    /// buffered where the file system refuses it (the start line says which). --direct:
+    /// fail instead of falling back. pcapng and compressed files: each write is padded to
+    /// 4 KiB with a block readers skip. pcap: the bytes past a write's last 4 KiB block wait
+    /// for the next write, so after kill -9 the last record is cut short (as with tcpdump
+    /// -w). With -U files are written buffered.
+    #[arg(long, conflicts_with = "buffered")]
     direct: bool,
+    /// Write files through the page cache (as tcpdump does) instead of with direct I/O.
+    #[arg(long)]
+    buffered: bool,
     /// Capture backend: af_packet (TPACKET_V3 fanout, works everywhere, leaves the host
     /// stack alone), af_xdp (the UMEM is the pool; takes the frames away from the host stack;
     /// needs native XDP) or auto (af_xdp where it works, af_packet otherwise).
@@ -218,13 +230,22 @@ fn runnable(cmd: &std::ffi::OsStr) -> bool {
         .is_some_and(|path| std::env::split_paths(&path).any(|d| is_file(&d.join(cmd))))
 }
 
+/// `--direct`, `--buffered` or neither.
+fn file_io(a: &CaptureArgs) -> FileIo {
+    match (a.direct, a.buffered) {
+        (true, _) => FileIo::Direct,
+        (_, true) => FileIo::Buffered,
+        _ => FileIo::Auto,
+    }
+}
+
 /// The output files' options, checked against -w.
 fn file_options(a: &CaptureArgs) -> anyhow::Result<FileOptions> {
     if a.store.is_some() {
         return Ok(FileOptions {
             rotate: store_rotation(a),
             fsync: a.fsync,
-            direct: a.direct,
+            io: file_io(a),
             packet_buffered: a.packet_buffered,
             ..FileOptions::default()
         });
@@ -260,15 +281,17 @@ fn file_options(a: &CaptureArgs) -> anyhow::Result<FileOptions> {
     if a.fsync != Fsync::Never && !to_file {
         return Err(usage("--fsync needs -w FILE (not -)"));
     }
-    if a.direct {
-        if !to_file {
-            return Err(usage("--direct needs -w FILE (not -)"));
-        }
-        if a.compress.is_some() {
-            return Err(usage(
-                "--direct writes uncompressed files only (a compressor's output is not aligned)",
-            ));
-        }
+    let io = file_io(a);
+    if a.direct && a.packet_buffered {
+        return Err(usage(
+            "-U and --direct: a direct write covers whole 4 KiB blocks, not each packet",
+        ));
+    }
+    if io != FileIo::Auto && !to_file {
+        let flag = if a.direct { "--direct" } else { "--buffered" };
+        return Err(usage(format!(
+            "{flag} needs -w FILE (not -: standard output is buffered)"
+        )));
     }
     if a.packet_buffered && a.write.is_none() {
         return Err(usage(
@@ -279,7 +302,7 @@ fn file_options(a: &CaptureArgs) -> anyhow::Result<FileOptions> {
         rotate,
         post_rotate: a.post_rotate.clone(),
         fsync: a.fsync,
-        direct: a.direct,
+        io,
         packet_buffered: a.packet_buffered,
         closed: None,
     })
@@ -545,32 +568,42 @@ pub fn print_report(r: &CaptureReport) {
     );
 }
 
-/// Opens (or makes) the store, indexes what an earlier run left unindexed, starts the
-/// keeper and points the capture's output at the store.
-fn start_store(
+/// A store being set up: the keeper starts once the capture has started.
+struct PendingStore {
+    store: crate::store::Store,
+    retention: crate::store::keeper::Retention,
+    closed: std::sync::mpsc::Receiver<PathBuf>,
+}
+
+/// Opens (or makes) the store, indexes what an earlier run left unindexed and points the
+/// capture's output at the store, with the keeper's channel.
+fn open_store(
     dir: &Path,
     args: &CaptureArgs,
     cfg: &mut crate::capture::CaptureConfig,
-) -> anyhow::Result<crate::store::keeper::Keeper> {
+) -> anyhow::Result<PendingStore> {
     use crate::store::{keeper, Store};
     let store = Store::create(dir).map_err(|e| usage(e.to_string()))?;
     for (f, why) in store.repair()? {
         crate::say!("store: indexed {} ({why})", f.display());
     }
-    let retention = keeper::Retention {
-        size: args.store_size,
-        keep: args.store_keep,
-    };
-    let template = store.run_template();
-    let (tx, keeper) = keeper::Keeper::start(store, retention)?;
+    let (tx, closed) = keeper::Keeper::channel();
     cfg.files.closed = Some(tx);
-    cfg.output = Some((Output::File(template), FileFormat::PcapNs));
-    Ok(keeper)
+    cfg.output = Some((Output::File(store.run_template()), FileFormat::PcapNs));
+    Ok(PendingStore {
+        store,
+        retention: keeper::Retention {
+            size: args.store_size,
+            keep: args.store_keep,
+        },
+        closed,
+    })
 }
 
 /// Runs `poolcap capture`.
 pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
-    let _ = args.numeric;
+    // -n does nothing; --config was read with the command line (cli::parse).
+    let _ = (args.numeric, &args.config);
     if args.list_interfaces {
         return super::ifaces::print();
     }
@@ -589,6 +622,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         privdrop::prepare(args.user.as_deref())?
     };
     let metrics = crate::cli::export::bind_metrics(&args.export)?;
+    let readiness = Readiness::connect()?;
     let mut stats = args
         .stats_json
         .as_deref()
@@ -607,8 +641,8 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         let printer = crate::cli::print::Printer::new(std::io::stdout(), args.read.is_none());
         cfg.output = Some((Output::Sink(Box::new(printer)), FileFormat::PcapNs));
     }
-    let keeper = match &args.store {
-        Some(dir) => Some(start_store(dir, &args, &mut cfg)?),
+    let pending_store = match &args.store {
+        Some(dir) => Some(open_store(dir, &args, &mut cfg)?),
         None => None,
     };
     // SIGHUP too: a capture in a closed terminal or an ended ssh session stops as cleanly.
@@ -638,6 +672,10 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
             });
         }
     };
+    // After the engine started: privileges are dropped by then.
+    let keeper = pending_store
+        .map(|p| crate::store::keeper::Keeper::start(p.store, p.retention, p.closed))
+        .transpose()?;
     let pool = engine.pool_size().unwrap_or(pool);
     let verb = if args.read.is_some() {
         "reading from file"
@@ -652,12 +690,16 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         pool.cells
     );
     crate::say!("{}", engine.backend_report());
+    if let Some(line) = engine.output_report() {
+        crate::say!("{line}");
+    }
     let _metrics = metrics
         .map(|m| crate::cli::export::serve_metrics(m, &engine, args.write.is_some(), Vec::new()))
         .transpose()?;
     if let Some(w) = &warning {
         crate::say!("{w}");
     }
+    readiness.ready();
     let report = engine.run();
     if report.file_limit_reached {
         // tcpdump's words, and as with tcpdump the capture ends successfully.

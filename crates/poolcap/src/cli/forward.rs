@@ -416,50 +416,47 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
     let stats_path = stats.as_ref().map(|s| s.path().to_owned());
     poolcap_sys::privilege::check_raw_sockets("forwarding packets")?;
     let metrics = crate::cli::export::bind_metrics(&args.export)?;
+    let readiness = crate::cli::readiness::Readiness::connect()?;
     let stop = crate::cli::flag_on(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
-    let mut engines: Vec<(Engine, String)> = Vec::new();
-    let directions = dirs.len();
-    for (i, (cfg, dir)) in configs.into_iter().zip(&dirs).enumerate() {
-        // Privileges go once every direction is open (the last one's after_open), with
-        // the stats file and the capture file handed to -Z's user.
-        let last = i + 1 == directions;
-        let after_open = |out: Option<&std::path::Path>| {
-            if !last {
-                return Ok(());
-            }
-            // The earlier directions' files were made before privileges went: hand them over.
-            let earlier = dirs[..i].iter().filter_map(|d| d.file.as_deref());
+    // Every direction is opened before any starts, so the privileges go (with the stats
+    // file and the capture files handed to -Z's user) while the process has one thread.
+    let opened = configs
+        .into_iter()
+        .zip(&dirs)
+        .map(|(cfg, dir)| {
+            let setup = ForwardSetup::open(&dir.output, out_index(dir)?, drop_rule()?)?;
+            Engine::open_forward(cfg, setup).map_err(|e| match e {
+                CaptureError::Filter(f) => usage(f.to_string()),
+                e => anyhow::Error::new(e),
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()
+        .and_then(|opened| {
             let owned: Vec<&std::path::Path> = stats_path
                 .as_deref()
                 .into_iter()
-                .chain(out)
-                .chain(earlier)
+                .chain(opened.iter().filter_map(|o| o.output()))
                 .collect();
-            privdrop::apply(&privileges, &owned)
-        };
-        let started = ForwardSetup::open(&dir.output, out_index(dir)?, drop_rule()?)
-            .map_err(anyhow::Error::new)
-            .and_then(|setup| {
-                let engine = Engine::start_forward(cfg, setup, Arc::clone(&stop), after_open)
-                    .map_err(|e| match e {
-                        CaptureError::Filter(f) => usage(f.to_string()),
-                        e => anyhow::Error::new(e),
-                    })?;
-                let tx_path = engine.tx_path().unwrap_or("sendmmsg").to_string();
-                Ok((engine, tx_path))
-            });
-        match started {
-            Ok(e) => engines.push(e),
-            Err(e) => {
-                // The direction already started must not go on forwarding.
-                stop.store(true, std::sync::atomic::Ordering::Relaxed);
-                engines.into_iter().for_each(|(e, _)| drop(e.run()));
-                if let Some(s) = stats {
-                    s.abandon();
-                }
-                return Err(e);
-            }
+            privdrop::apply(&privileges, &owned)?;
+            Ok(opened)
+        });
+    let mut engines: Vec<(Engine, String)> = Vec::new();
+    let started = opened.and_then(|opened| {
+        for o in opened {
+            let engine = o.start(Arc::clone(&stop))?;
+            let tx_path = engine.tx_path().unwrap_or("sendmmsg").to_string();
+            engines.push((engine, tx_path));
         }
+        Ok(())
+    });
+    if let Err(e) = started {
+        // A direction already started must not go on forwarding.
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        engines.into_iter().for_each(|(e, _)| drop(e.run()));
+        if let Some(s) = stats {
+            s.abandon();
+        }
+        return Err(e);
     }
     let (queues, pool) = (args.queues, args.pool);
     for (dir, (engine, tx_path)) in dirs.iter().zip(&engines) {
@@ -473,6 +470,9 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
         );
         eprintln!("{}", engine.backend_report());
         eprintln!("transmit: {}", transmit_detail(tx_path));
+        if let Some(line) = engine.output_report() {
+            eprintln!("{line}");
+        }
     }
     // Without --bidirectional (they conflict): one engine.
     let _metrics = match (metrics, engines.first()) {
@@ -484,6 +484,7 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
         )?),
         _ => None,
     };
+    readiness.ready();
     let results: Vec<(CaptureReport, String)> = std::thread::scope(|s| {
         let running: Vec<_> = engines
             .into_iter()

@@ -10,6 +10,7 @@ pub mod bench_peer;
 pub mod calibrate;
 pub mod capture;
 pub mod check;
+mod config_file;
 pub mod ctl;
 pub mod demo;
 pub mod doctor;
@@ -24,6 +25,7 @@ mod print;
 pub mod privdrop;
 pub mod probe;
 pub mod query;
+mod readiness;
 pub mod sim;
 pub mod statsfile;
 pub mod store;
@@ -174,7 +176,7 @@ pub fn main() -> i32 {
 }
 
 /// The command line, with `--version` naming libpcap's version too (it compiles every
-/// filter), as tcpdump's does.
+/// filter), as tcpdump's does, and `capture --config FILE`'s settings under it.
 fn parse() -> Result<Cli, clap::Error> {
     use clap::{CommandFactory, FromArgMatches};
     let version = format!(
@@ -183,7 +185,33 @@ fn parse() -> Result<Cli, clap::Error> {
         poolcap_sys::libpcap::version()
     );
     let version: &'static str = Box::leak(version.into_boxed_str());
-    let matches = Cli::command().version(version).try_get_matches()?;
+    let command = Cli::command().version(version);
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut matches = command.clone().try_get_matches_from(&argv)?;
+    if let Some(("capture", given)) = matches.subcommand() {
+        if let Some(path) = given.get_one::<std::path::PathBuf>("config") {
+            let file_error = |msg: String| {
+                clap::Error::raw(clap::error::ErrorKind::InvalidValue, format!("{msg}\n"))
+            };
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| file_error(format!("--config {}: {e}", path.display())))?;
+            let capture = command
+                .find_subcommand("capture")
+                .expect("capture is a subcommand");
+            let words = config_file::words(path, &text, capture, given).map_err(file_error)?;
+            // The file's options go right after `capture`, its filter after the command
+            // line's words (a capture takes the filter last).
+            let at = argv
+                .iter()
+                .position(|a| a == "capture")
+                .map_or(argv.len(), |i| i + 1);
+            let mut merged = argv[..at].to_vec();
+            merged.extend(words.options);
+            merged.extend(argv[at..].iter().cloned());
+            merged.extend(words.filter);
+            matches = command.try_get_matches_from(merged)?;
+        }
+    }
     Cli::from_arg_matches(&matches)
 }
 

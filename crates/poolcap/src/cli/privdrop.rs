@@ -3,7 +3,12 @@
 //! capture switches to the dedicated user [`DEFAULT_USER`] if the system has one and otherwise
 //! stays root, silently; `-Z root` (any user with the current uid) stays. In every case the
 //! capabilities are then dropped to none, so the capture threads, workers and writer run with
-//! no privilege at all, holding only the descriptors opened before.
+//! no privilege at all, holding only the descriptors opened before; and the drop holds
+//! across `execve`: the bounding set is emptied and `no_new_privs` set, so a `-z` command
+//! run by a process that stayed root gets no capability back.
+//!
+//! Capabilities belong to threads: the drop is made while the process has one thread, and
+//! refused (as a bug) if another already runs; every thread started later inherits it.
 //!
 //! The files the process created before the switch (the capture file, `--stats-json`, the
 //! probe's `--report` and `--ctl` socket) are handed to the new user first, as tcpdump
@@ -67,31 +72,62 @@ pub fn plan(
     Ok(Plan::Become(user))
 }
 
-/// Checks, before anything is opened, that the plan can be carried out.
-pub fn check(plan: &Plan) -> Result<()> {
-    if let Plan::Become(u) = plan {
-        privilege::require(&[Capability::SetUid, Capability::SetGid], "-Z")
-            .map_err(|e| anyhow::anyhow!("{e}; cannot switch to user `{}`", u.name))?;
+/// Checks, before anything is opened, that the plan can be carried out: switching users
+/// needs CAP_SETUID and CAP_SETGID; staying root needs CAP_SETPCAP, to empty the bounding
+/// set without which root's `execve` restores every capability.
+pub fn check(plan: &Plan, euid: u32) -> Result<()> {
+    match plan {
+        Plan::Become(u) => privilege::require(&[Capability::SetUid, Capability::SetGid], "-Z")
+            .map_err(|e| anyhow::anyhow!("{e}; cannot switch to user `{}`", u.name)),
+        Plan::Stay if euid == 0 => privilege::require(
+            &[Capability::SetPcap],
+            "staying root without capabilities (emptying the bounding set)",
+        )
+        .map_err(|e| anyhow::anyhow!("{e}; or switch to a user with -Z USER")),
+        Plan::Stay => Ok(()),
     }
-    Ok(())
 }
 
 /// The plan for `-Z requested` in this process, checked ([`plan`], then [`check`]).
 pub fn prepare(requested: Option<&str>) -> Result<Plan> {
-    let p = plan(
-        requested,
-        poolcap_sys::process::effective_uid(),
-        privilege::lookup_user,
-    )?;
-    check(&p)?;
+    let euid = poolcap_sys::process::effective_uid();
+    let p = plan(requested, euid, privilege::lookup_user)?;
+    check(&p, euid)?;
     Ok(p)
 }
 
-/// Carries the plan out: hands the files `owned` (those that exist) to the new user, then
-/// switches. Call it before the process starts threads: capabilities are per thread (the
-/// user switch itself applies to every thread).
+/// Carries the plan out: hands the files `owned` (those that exist) to the new user, empties
+/// the bounding set (where CAP_SETPCAP allows; [`check`] made sure it does for root), switches
+/// user, sets `no_new_privs` and drops every capability. Fails if the process already has
+/// another thread, which would keep its capabilities.
 pub fn apply(plan: &Plan, owned: &[&Path]) -> Result<(), SysError> {
-    if let Plan::Become(u) = plan {
+    let threads = privilege::thread_count();
+    if threads != 1 {
+        return Err(SysError {
+            call: "dropping privileges",
+            what: format!("{threads} threads"),
+            source: std::io::Error::other(
+                "threads started before the drop would keep their capabilities",
+            ),
+        });
+    }
+    let become_user = match plan {
+        Plan::Become(u) => Some((u, owned)),
+        Plan::Stay => None,
+    };
+    give_up(become_user)
+}
+
+/// Empties the bounding set (where CAP_SETPCAP allows), hands `owned` to the user and
+/// switches to it if one is given, sets `no_new_privs` and drops every capability: all of
+/// it for the calling thread and the threads it starts later.
+fn give_up(become_user: Option<(&User, &[&Path])>) -> Result<(), SysError> {
+    // The bounding set limits only what an execve grants: the effective capabilities the
+    // steps below need stay until the end.
+    if Capability::SetPcap.is_effective() {
+        privilege::clear_bounding_set()?;
+    }
+    if let Some((u, owned)) = become_user {
         for path in owned {
             // lchown: the files were opened without following links; never follow one now.
             match std::os::unix::fs::lchown(path, Some(u.uid), Some(u.gid)) {
@@ -108,7 +144,23 @@ pub fn apply(plan: &Plan, owned: &[&Path]) -> Result<(), SysError> {
         }
         privilege::switch_user(u)?;
     }
+    privilege::set_no_new_privs()?;
     privilege::drop_capabilities()
+}
+
+/// Runs `start` on a thread of its own that first gives up every capability (as [`apply`]
+/// does, staying the same user), so the threads `start` starts hold none while the calling
+/// thread keeps its own: for the exporters of a probe that keeps CAP_BPF to reload its
+/// in-kernel rules.
+pub fn unprivileged<T: Send>(start: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            give_up(None)?;
+            start()
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("a thread starting the exporters panicked"))?
+    })
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use poolcap_probe::Hub;
 
 use crate::capture::{CaptureConfig, CaptureError, Engine, Output};
 use crate::cli::capture::{config as capture_config, print_report, CaptureArgs};
+use crate::cli::readiness::Readiness;
 use crate::cli::{export, privdrop, usage};
 use crate::probe::control::ControlSocket;
 use crate::probe::kernel::{self, KernelRules};
@@ -22,8 +23,8 @@ use crate::{probe, units};
 /// Arguments of `poolcap probe`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "The configuration (TOML) holds the report period and the rules; see the \
-README. While a live probe runs, `poolcap ctl SOCKET rule enable|disable NAME`, `ctl SOCKET \
+    after_help = "The configuration (TOML) holds the report period and the rules; see \
+docs/probe.md. While a live probe runs, `poolcap ctl SOCKET rule enable|disable NAME`, `ctl SOCKET \
 period 5s`, `ctl SOCKET reload` (or SIGHUP) change the rules without stopping capture.
 
 Examples:
@@ -305,6 +306,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     poolcap_sys::privilege::check_raw_sockets("capturing packets")?;
     let privileges = privdrop::prepare(args.privileges.user.as_deref())?;
     let metrics = export::bind_metrics(&args.metrics)?;
+    let readiness = Readiness::connect()?;
     let ipfix = export::plan_ipfix(&args.ipfix, poolcap_sys::socket::ifindex(&iface)?)?;
     let kafka = export::plan_kafka(&args.kafka, &iface)?;
     cfg.output = args
@@ -348,7 +350,8 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         privdrop::apply(&privileges, &owned)
     })
     .map_err(engine_error)?;
-    let exporters = match export::start_exporters(ipfix, kafka) {
+    // Started without privileges even where the probe keeps them (for its in-kernel rules).
+    let exporters = match privdrop::unprivileged(|| export::start_exporters(ipfix, kafka)) {
         Ok(x) => x,
         Err(e) => {
             stop.store(true, Ordering::Relaxed);
@@ -383,6 +386,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     if let Some(w) = &warning {
         crate::say!("{w}");
     }
+    readiness.ready();
     let report = engine.run();
     engine_done.store(true, Ordering::Release);
     let last = manager
@@ -408,10 +412,17 @@ fn run_in_kernel(
     iface: &str,
 ) -> anyhow::Result<()> {
     let mode = args.in_kernel.unwrap_or(kernel::Mode::On);
-    let kernel = KernelRules::start(mode, iface, &config, false)?;
+    // A rule change loads a new program (CAP_BPF), so privileges go only when -Z asks.
+    let privileges = args
+        .privileges
+        .user
+        .as_deref()
+        .map(|user| privdrop::prepare(Some(user)))
+        .transpose()?;
     let ipfix = export::plan_ipfix(&args.ipfix, poolcap_sys::socket::ifindex(iface)?)?;
     let kafka = export::plan_kafka(&args.kafka, iface)?;
-    let exporters = export::start_exporters(ipfix, kafka)?;
+    let readiness = Readiness::connect()?;
+    let kernel = KernelRules::start(mode, iface, &config, false)?;
     let socket = args.ctl.as_deref().map(ControlSocket::bind).transpose()?;
     let stop = crate::cli::flag_on(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
     let hangup = crate::cli::flag_on(&[signal_hook::consts::SIGHUP])?;
@@ -419,16 +430,16 @@ fn run_in_kernel(
     let started = SystemTime::now();
     let mut reporter = Reporter::new(hub, started, args.report.as_deref(), !args.quiet)?;
     reporter.set_kernel(kernel);
-    // A rule change loads a new program (CAP_BPF), so privileges go only when -Z asks: the
-    // program, the ctl socket and the report file are open by now.
-    if args.privileges.user.is_some() {
-        let privileges = privdrop::prepare(args.privileges.user.as_deref())?;
+    // The program, the ctl socket and the report file are open by now; the exporters'
+    // threads start after the drop, and without privileges where the probe keeps them.
+    if let Some(privileges) = &privileges {
         let owned: Vec<&Path> = [args.report.as_deref(), args.ctl.as_deref()]
             .into_iter()
             .flatten()
             .collect();
-        privdrop::apply(&privileges, &owned)?;
+        privdrop::apply(privileges, &owned)?;
     }
+    let exporters = privdrop::unprivileged(|| export::start_exporters(ipfix, kafka))?;
     feed_exporters(&mut reporter, &exporters);
     let done = Arc::new(AtomicBool::new(false));
     let manager = Manager {
@@ -441,6 +452,7 @@ fn run_in_kernel(
     };
     let manager = spawn_manager(manager, &stop)?;
     crate::say!("probing on {iface} in the kernel (tc ingress), no capture socket");
+    readiness.ready();
     let deadline = args.duration.map(|d| std::time::Instant::now() + d);
     while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| std::time::Instant::now() < d) {
         std::thread::sleep(Duration::from_millis(20));

@@ -1,4 +1,4 @@
-//! Hardening of the command line and the lab tools (issue 12): a capture whose stderr closes
+//! Hardening of the command line and the lab tools: a capture whose stderr closes
 //! or that gets SIGHUP still ends with its statistics and file; output paths are checked before
 //! capturing and never followed through a symbolic link; privileges are given up once
 //! everything is open, and the capabilities a capture needs are named when missing; the pool

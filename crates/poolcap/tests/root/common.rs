@@ -61,25 +61,12 @@ pub struct Background {
 impl Background {
     /// Starts `cmd` and waits (up to 20 s) for a stderr line containing `ready`.
     pub fn start(mut cmd: Command, ready: &str) -> Background {
-        let mut child = cmd
+        let child = cmd
             .stdin(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
-        let err = child.stderr.take().expect("stderr piped");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut bg = Background {
-            child,
-            stderr_lines: rx,
-            stderr: Vec::new(),
-        };
+        let mut bg = Background::from_child(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             match bg.stderr_lines.recv_timeout(Duration::from_millis(100)) {
@@ -97,6 +84,24 @@ impl Background {
                 }
                 Err(_) => panic!("{cmd:?} never printed `{ready}`: {:?}", bg.stderr),
             }
+        }
+    }
+
+    /// Collects the stderr (piped) of a child already spawned, without waiting for it.
+    pub fn from_child(mut child: Child) -> Background {
+        let err = child.stderr.take().expect("stderr piped");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Background {
+            child,
+            stderr_lines: rx,
+            stderr: Vec::new(),
         }
     }
 
@@ -183,6 +188,16 @@ pub fn tcpdump(lab: &Lab, args: &[&str]) -> Background {
 
 /// Counts the packets of a capture file with `tcpdump -r` (an independent reader), applying
 /// an optional filter expression.
+/// Packets tcpdump reads in every capture file of `files` but `except` (a rotated set beside
+/// its stats file).
+pub fn tcpdump_count_set(files: &[PathBuf], except: &Path) -> u64 {
+    files
+        .iter()
+        .filter(|f| f.as_path() != except)
+        .map(|f| tcpdump_count(f, &[]))
+        .sum()
+}
+
 pub fn tcpdump_count(file: &Path, filter: &[&str]) -> u64 {
     let out = Command::new("tcpdump")
         .arg("-nr")
@@ -261,7 +276,7 @@ pub fn accounted(s: &serde_json::Value) -> u64 {
 }
 
 /// A small tmpfs mounted on a scratch directory, so a capture file runs out of space
-/// (ENOSPC) after `size` bytes; unmounted on drop.
+/// (ENOSPC) after `size` bytes (or a ramfs); unmounted on drop.
 pub struct SmallFs {
     dir: tempfile::TempDir,
 }
@@ -275,6 +290,19 @@ impl SmallFs {
             .status()
             .expect("mount");
         assert!(st.success(), "mount tmpfs on {}", dir.path().display());
+        SmallFs { dir }
+    }
+
+    /// A ramfs (no size limit): a file system that refuses `O_DIRECT` (tmpfs takes it
+    /// since Linux 6.6).
+    pub fn ramfs() -> SmallFs {
+        let dir = tempdir();
+        let st = Command::new("mount")
+            .args(["-t", "ramfs", "poolcap-test"])
+            .arg(dir.path())
+            .status()
+            .expect("mount");
+        assert!(st.success(), "mount ramfs on {}", dir.path().display());
         SmallFs { dir }
     }
 

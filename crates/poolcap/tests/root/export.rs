@@ -1,4 +1,4 @@
-//! Export tests (issue 17): the metrics and flow records poolcap exports, read back by the
+//! Export tests: the metrics and flow records poolcap exports, read back by the
 //! real systems that consume them. Prometheus (Debian's server) scrapes a running capture
 //! and its stored samples must equal the final accounting; nfcapd (nfdump) collects the
 //! probe's IPFIX records and its flows must add up to the probe's own report and to the

@@ -1,4 +1,4 @@
-//! Hardening (issue 12): a capture survives its link going down and coming back without
+//! Hardening: a capture survives its link going down and coming back without
 //! burning CPU, ends cleanly when its interface is deleted, loses nothing uncounted when
 //! several queues stop while traffic goes on, and stops taking packets at a count limit.
 //!

@@ -1,4 +1,4 @@
-//! Kafka export tests (issue 17.3): a real single-node Apache Kafka broker (KRaft, started by
+//! Kafka export tests: a real single-node Apache Kafka broker (KRaft, started by
 //! `scripts/kafka.sh` on the loopback of the lab's probe namespace) receives the probe's
 //! messages, and `kcat` reads them back: they must equal the probe's own JSON Lines report.
 //! A broker killed mid-run must not slow the capture; what it missed is counted.

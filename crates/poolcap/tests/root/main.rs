@@ -30,6 +30,7 @@ mod probe;
 mod probe_faults;
 mod probe_kernel;
 mod replay;
+mod service;
 mod store;
 mod xdp;
 
@@ -59,6 +60,7 @@ fn main() {
     trials.extend(forward_xdp::trials());
     trials.extend(privileges::trials());
     trials.extend(store::trials());
+    trials.extend(service::trials());
     if let Err(why) = poolcap_sys::privilege::check_lab() {
         eprintln!("skipping {} root tests: {why}", trials.len());
         trials = trials

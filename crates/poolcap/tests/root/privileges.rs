@@ -1,4 +1,4 @@
-//! Privilege drop of `probe` and `forward` (issue 12.9), as `capture` does it (its own test
+//! Privilege drop of `probe` and `forward`, as `capture` does it (its own test
 //! is in cli.rs): once every socket, file, the ctl socket and the metrics listener are open,
 //! every thread of the process runs as `-Z`'s user with no capability, and the files the
 //! process made belong to that user, as tcpdump hands its `-w` file over. A root-owned 0700
@@ -14,7 +14,7 @@ use libtest_mimic::Trial;
 
 use crate::common::{
     bin, capture, gen, netns_command, num, on_wire, path_str as s, start_probe, stats,
-    tcpdump_count, tempdir, thread_identities, trial, Background, Lab,
+    tcpdump_count, tcpdump_count_set, tempdir, thread_identities, trial, Background, Lab,
 };
 
 pub fn trials() -> Vec<Trial> {
@@ -31,6 +31,22 @@ pub fn trials() -> Vec<Trial> {
         t(
             "rotated_capture_files_belong_to_the_dropped_user",
             rotated_capture_files_belong_to_the_dropped_user,
+        ),
+        t(
+            "every_thread_of_a_root_capture_probe_and_forward_is_sealed",
+            every_thread_of_a_root_capture_probe_and_forward_is_sealed,
+        ),
+        t(
+            "a_root_captures_post_rotate_command_runs_without_capabilities",
+            a_root_captures_post_rotate_command_runs_without_capabilities,
+        ),
+        t(
+            "the_in_kernel_probes_exporter_threads_are_sealed",
+            the_in_kernel_probes_exporter_threads_are_sealed,
+        ),
+        t(
+            "a_probe_keeping_privileges_for_kernel_rules_exports_without_them",
+            a_probe_keeping_privileges_for_kernel_rules_exports_without_them,
         ),
     ]
 }
@@ -61,12 +77,11 @@ fn owner(p: &Path) -> (u32, u32) {
 fn probe_runs_as_the_dropped_user_and_owns_its_files() {
     let lab = crate::common::lab(1);
     let dir = tempdir(); // 0700, root's
-    let config = dir.path().join("probe.toml");
-    std::fs::write(
-        &config,
+    let config = crate::probe::write(
+        dir.path(),
+        "probe.toml",
         "period = \"250ms\"\n[[rule]]\nname = \"all\"\nfilter = \"ip\"\nactions = [\"flows\"]\n",
-    )
-    .expect("write config");
+    );
     let default_uid = Command::new("id")
         .args(["-u", "poolcap"])
         .output()
@@ -189,11 +204,239 @@ fn rotated_capture_files_belong_to_the_dropped_user() {
     for f in &files {
         assert_eq!(owner(f), (NOBODY, NOBODY), "{}", f.display());
     }
-    let read_back: u64 = files
-        .iter()
-        .filter(|f| *f != &json)
-        .map(|f| tcpdump_count(f, &[]))
-        .sum();
-    assert_eq!(read_back, on_wire(&g));
+    assert_eq!(tcpdump_count_set(&files, &json), on_wire(&g));
     assert_eq!(num(&stats(&json), "written"), on_wire(&g));
+}
+
+/// The capability sets and `no_new_privs` of a `/proc/.../status`, as `Name=value` words.
+fn seal_fields(status: &str) -> String {
+    [
+        "CapInh",
+        "CapPrm",
+        "CapEff",
+        "CapBnd",
+        "CapAmb",
+        "NoNewPrivs",
+    ]
+    .iter()
+    .map(|name| {
+        let value = status
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .unwrap_or_else(|| panic!("no {name} in {status}"));
+        format!("{name}={}", value.trim().trim_start_matches('0'))
+    })
+    .collect::<Vec<_>>()
+    .join(" ")
+}
+
+/// What a thread holds with no capability left and none to be regained.
+const SEALED: &str = "CapInh= CapPrm= CapEff= CapBnd= CapAmb= NoNewPrivs=1";
+
+/// Each thread of `bg`: its name and [`seal_fields`].
+fn thread_seals(bg: &Background) -> Vec<(String, String)> {
+    let pid = bg.child.id();
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("task dir")
+        .map(|t| {
+            let status =
+                std::fs::read_to_string(t.expect("task").path().join("status")).expect("status");
+            let name = status.lines().next().unwrap_or_default();
+            let name = name.trim_start_matches("Name:").trim().to_string();
+            (name, seal_fields(&status))
+        })
+        .collect()
+}
+
+/// Every thread of `bg` (more than one) has empty capability sets, bounding set included,
+/// and `no_new_privs`.
+fn assert_sealed(bg: &Background, what: &str) {
+    let threads = thread_seals(bg);
+    assert!(
+        threads.len() > 1 && threads.iter().all(|(_, f)| f == SEALED),
+        "{what}: want every thread at `{SEALED}`: {threads:#?}"
+    );
+}
+
+/// `-Z root` capture (metrics, a rotating file), probe (metrics, an IPFIX exporter to a
+/// local UDP port, a report) and a two-way forward: every thread sealed; the capture still
+/// writes every frame.
+fn every_thread_of_a_root_capture_probe_and_forward_is_sealed() {
+    let lab = crate::common::lab(1);
+    let dir = tempdir();
+    let file = dir.path().join("c.pcap");
+    let cap = capture(
+        &lab,
+        &[
+            "-Z",
+            "root",
+            "-w",
+            s(&file),
+            "-C",
+            "1",
+            "--metrics",
+            "127.0.0.1:9464",
+        ],
+    );
+    assert_sealed(&cap, "capture -Z root");
+    let g = gen(&lab, &["--count", "500", "--rate", "10k"]);
+    std::thread::sleep(SETTLE);
+    let (code, stderr) = cap.stop("INT");
+    assert_eq!(code, Some(0), "capture: {stderr}");
+    assert_eq!(tcpdump_count(&file, &[]), on_wire(&g));
+
+    let config = crate::probe::write(
+        dir.path(),
+        "probe.toml",
+        "period = \"250ms\"\n[[rule]]\nname = \"all\"\nfilter = \"ip\"\nactions = [\"flows\"]\n",
+    );
+    let report = dir.path().join("r.jsonl");
+    let probe = start_probe(
+        &lab,
+        &[
+            "-Z",
+            "root",
+            "-c",
+            s(&config),
+            "--report",
+            s(&report),
+            "--metrics",
+            "127.0.0.1:9464",
+            "--ipfix",
+            "127.0.0.1:4739",
+        ],
+    );
+    assert_sealed(&probe, "probe -Z root --metrics --ipfix");
+    let (code, stderr) = probe.stop("INT");
+    assert_eq!(code, Some(0), "probe: {stderr}");
+
+    let fwd_lab = Lab::unique(1, 3).unwrap_or_else(|e| panic!("lab up: {e}"));
+    let mut cmd = netns_command(&fwd_lab.probe.netns, bin());
+    // Both directions: the second is opened before the first starts its threads.
+    cmd.args(["forward", "-i", "prb0", "-o", "prb1", "-q", "-Z", "root"])
+        .arg("--bidirectional");
+    let fwd = Background::start(cmd, "listening on");
+    assert_sealed(&fwd, "forward --bidirectional -Z root");
+    let (code, stderr) = fwd.stop("INT");
+    assert_eq!(code, Some(0), "forward: {stderr}");
+}
+
+/// `capture -Z root -C 1 -z SCRIPT`: the script, run by a process that stayed root, prints
+/// its own capability sets into a file beside each closed capture file: all empty, and
+/// `no_new_privs` set, so it regained nothing at `execve`.
+fn a_root_captures_post_rotate_command_runs_without_capabilities() {
+    let lab = crate::common::lab(1);
+    let dir = tempdir();
+    let script = dir.path().join("caps.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\ngrep -E '^(Cap|NoNewPrivs)' /proc/self/status > \"$1.caps\"\n",
+    )
+    .expect("write script");
+    let mut perms = std::fs::metadata(&script).expect("script").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&script, perms).expect("chmod");
+    let file = dir.path().join("z.pcap");
+    let cap = capture(
+        &lab,
+        &["-Z", "root", "-w", s(&file), "-C", "1", "-z", s(&script)],
+    );
+    gen(
+        &lab,
+        &["--count", "2500", "--rate", "10k", "--size", "1000"],
+    );
+    std::thread::sleep(SETTLE);
+    let (code, stderr) = cap.stop("INT");
+    assert_eq!(code, Some(0), "capture: {stderr}");
+    let reports: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("read dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "caps"))
+        .collect();
+    assert!(reports.len() >= 2, "2.5 MB in 1 MB files: {reports:?}");
+    for r in &reports {
+        let status = std::fs::read_to_string(r).expect("caps file");
+        assert_eq!(seal_fields(&status), SEALED, "{}: {status}", r.display());
+    }
+}
+
+/// `probe --in-kernel -Z root --ipfix`: the exporter's threads start after the drop and hold
+/// nothing; the probe still counts every frame.
+fn the_in_kernel_probes_exporter_threads_are_sealed() {
+    let lab = crate::common::lab(1);
+    let dir = tempdir();
+    let config = crate::probe::write(
+        dir.path(),
+        "probe.toml",
+        "period = \"250ms\"\n[[rule]]\nname = \"all\"\nfilter = \"udp\"\nactions = [\"count\"]\n",
+    );
+    let report = dir.path().join("r.jsonl");
+    let probe = start_probe(
+        &lab,
+        &[
+            "--in-kernel",
+            "-Z",
+            "root",
+            "-c",
+            s(&config),
+            "--report",
+            s(&report),
+            "--ipfix",
+            "127.0.0.1:4739",
+        ],
+    );
+    assert_sealed(&probe, "probe --in-kernel -Z root --ipfix");
+    let g = gen(&lab, &["--count", "1000", "--rate", "10k"]);
+    std::thread::sleep(SETTLE);
+    let (code, stderr) = probe.stop("INT");
+    assert_eq!(code, Some(0), "probe: {stderr}");
+    let packets: u64 = std::fs::read_to_string(&report)
+        .expect("report")
+        .lines()
+        .map(|l| num(&serde_json::from_str(l).expect("json line"), "packets"))
+        .sum();
+    assert_eq!(packets, on_wire(&g), "{stderr}");
+}
+
+/// `probe --in-kernel --ipfix` without `-Z` keeps its privileges (a rule change loads new
+/// programs), but its IPFIX exporter's thread, which talks to the network, holds none; with
+/// `--metrics` too, the socket-based probe's exporter thread likewise.
+fn a_probe_keeping_privileges_for_kernel_rules_exports_without_them() {
+    let lab = crate::common::lab(1);
+    let dir = tempdir();
+    let config = crate::probe::write(
+        dir.path(),
+        "probe.toml",
+        "period = \"250ms\"\n[[rule]]\nname = \"all\"\nfilter = \"udp\"\nactions = [\"flows\"]\n",
+    );
+    for extra in [&[][..], &["--metrics", "127.0.0.1:9464"][..]] {
+        let mut args = vec!["--in-kernel", "-c", s(&config), "--ipfix", "127.0.0.1:4739"];
+        args.extend(extra);
+        let probe = start_probe(&lab, &args);
+        // A thread names itself once it runs: look until the exporter's has (hang guard).
+        let mut threads = thread_seals(&probe);
+        for _ in 0..100 {
+            if threads.iter().any(|(name, _)| name == "ipfix") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            threads = thread_seals(&probe);
+        }
+        let named = |n: &str| {
+            threads
+                .iter()
+                .find(|(name, _)| name == n)
+                .unwrap_or_else(|| panic!("{extra:?}: no `{n}` thread: {threads:#?}"))
+                .1
+                .clone()
+        };
+        assert_eq!(named("ipfix"), SEALED, "{extra:?}: {threads:#?}");
+        assert_ne!(
+            named("poolcap"),
+            SEALED,
+            "{extra:?}: the probe keeps CAP_BPF"
+        );
+        let (code, stderr) = probe.stop("INT");
+        assert_eq!(code, Some(0), "{extra:?}: {stderr}");
+    }
 }

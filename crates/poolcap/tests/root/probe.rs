@@ -1,4 +1,4 @@
-//! Probe tests (issue 15): `poolcap probe` live in a lab and over files, checked against
+//! Probe tests: `poolcap probe` live in a lab and over files, checked against
 //! independent tools. Every rule's packet and byte counts must equal what `tcpdump -r`
 //! selects with the same filter on a capture of the same traffic (bytes summed by tshark),
 //! and the flow tables must equal tshark's `-z conv,...` conversations. Counts are summed

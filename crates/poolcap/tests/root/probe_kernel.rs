@@ -1,4 +1,4 @@
-//! `poolcap probe --in-kernel` (issue 15.5): the cBPF→eBPF translation checked frame by frame
+//! `poolcap probe --in-kernel`: the cBPF→eBPF translation checked frame by frame
 //! against libpcap with `BPF_PROG_TEST_RUN` (no interface), then live: kernel rules and
 //! user-space rules with the same filters in one run over the same replayed traffic (VLAN,
 //! IPv6, TCP, UDP, fragments) must report identical packets, bytes and size histograms, and

@@ -189,11 +189,13 @@ fn dump(file: &Path, filter: &str) -> String {
         .args(filter.split_whitespace())
         .output()
         .expect("tcpdump");
+    // The file being written (direct I/O) or one cut by kill -9 may end inside a record:
+    // tcpdump prints the whole ones, then says so and fails, as a query stops there too.
+    let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        out.status.success(),
-        "tcpdump -r {} {filter}: {}",
+        out.status.success() || err.contains("truncated dump file"),
+        "tcpdump -r {} {filter}: {err}",
         file.display(),
-        String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -574,7 +574,7 @@ impl KernelRules {
         Ok(())
     }
 
-    /// Ends the period in the kernel, as close to its end as can be: [`flip`](Self::flip).
+    /// Ends the period in the kernel, as close to its end as can be: `flip`.
     pub fn install(&mut self) -> anyhow::Result<()> {
         self.flip()
     }
