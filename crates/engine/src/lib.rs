@@ -6,6 +6,7 @@
 //!   accounting;
 //! - [`probe`]: `poolcap probe`'s periods, reports, control socket, offline input and the
 //!   in-kernel rules, beside a running engine (the rules themselves are `poolcap-probe`);
+//! - [`store`]: the packet store: indexed capture files, retention and queries;
 //! - [`outfile`]: creating the files a capture writes without following planted links;
 //! - [`memlimit`]: how much memory a pool may still take (`MemAvailable`, cgroup limits);
 //! - [`console`]: status lines that never end the process ([`say!`]).
@@ -20,3 +21,4 @@ pub mod console;
 pub mod memlimit;
 pub mod outfile;
 pub mod probe;
+pub mod store;

@@ -21,6 +21,6 @@ pub mod cli;
 pub mod units;
 
 pub use poolcap_bench::{self as bench, calibrate, plot, sim};
-pub use poolcap_engine::{capture, console, memlimit, outfile, probe, say};
+pub use poolcap_engine::{capture, console, memlimit, outfile, probe, say, store};
 pub use poolcap_gen::{self as gen, capfile, flows, frame, seqcheck};
 pub use poolcap_sys::netdev;

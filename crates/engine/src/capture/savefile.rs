@@ -35,6 +35,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
 use poolcap_format::{
@@ -125,6 +126,8 @@ pub struct FileOptions {
     pub io: FileIo,
     /// `-U`: every packet handed to the output as soon as the writer takes it.
     pub packet_buffered: bool,
+    /// Told the name of each file once it is closed whole (the packet store's indexer).
+    pub closed: Option<Sender<PathBuf>>,
 }
 
 /// How new files of the set are made.
@@ -145,6 +148,8 @@ pub struct FileSpec {
     pub io: FileIo,
     /// `-U`: hand what is buffered to the output after every round of the writer.
     pub packet_buffered: bool,
+    /// Told the name of each file once it is closed whole.
+    pub closed: Option<Sender<PathBuf>>,
 }
 
 impl FileSpec {
@@ -364,6 +369,10 @@ impl Savefiles {
             return Err(e);
         }
         self.closed_packets += packets;
+        if let (Some(tx), Some(path)) = (&self.spec.closed, &self.path) {
+            // A listener that went away only stops hearing of files.
+            let _ = tx.send(path.clone());
+        }
         match (&self.spec.post_rotate, &self.path) {
             (Some(cmd), Some(path)) => self.post_rotate(cmd.clone(), path.clone(), packets),
             _ => Ok(()),
@@ -496,6 +505,7 @@ mod tests {
             post_rotate: post.map(OsString::from),
             io: FileIo::Buffered,
             packet_buffered: false,
+            closed: None,
         }
     }
 
@@ -538,6 +548,25 @@ mod tests {
             assert_eq!(stats.received, received, "{}", gz.display());
             assert!(!path.exists(), "gzip replaced {}", path.display());
         }
+    }
+
+    #[test]
+    fn each_file_is_announced_once_closed_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spec = FileSpec {
+            closed: Some(tx),
+            ..spec(None)
+        };
+        let (w, how) = spec.open(&a).unwrap();
+        let mut set = Savefiles::new(spec.clone(), w, Some((a.clone(), how)), None);
+        set.writer().unwrap().write_packet(1, &[1; 60], 60).unwrap();
+        assert!(rx.try_recv().is_err(), "the open file is not announced");
+        set.close(IfStats::default()).unwrap();
+        set.open(b.clone()).unwrap();
+        set.close(IfStats::default()).unwrap();
+        assert_eq!(rx.try_iter().collect::<Vec<_>>(), [a, b]);
     }
 
     #[test]

@@ -270,6 +270,7 @@ fn open_output(
         post_rotate: cfg.files.post_rotate.clone(),
         io: cfg.files.io,
         packet_buffered: cfg.files.packet_buffered,
+        closed: cfg.files.closed.clone(),
     };
     let stream = match target {
         Output::Stdout => Box::new(std::io::stdout()),

@@ -789,6 +789,7 @@ mod tests {
             post_rotate: None,
             io: FileIo::Buffered,
             packet_buffered: false,
+            closed: None,
         }
     }
 

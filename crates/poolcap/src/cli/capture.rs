@@ -66,6 +66,18 @@ pub struct CaptureArgs {
     /// With -r: replay at X times the recorded pace (default: as fast as possible).
     #[arg(long, requires = "read", value_parser = parse_speed)]
     speed: Option<f64>,
+    /// Capture into a packet store in DIR: rotated pcap files (-C SIZE each, default a tenth
+    /// of --store-size, at most 1000 MB) each indexed when closed, the oldest deleted first
+    /// to stay within --store-size and --store-keep; query with `poolcap query DIR`.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["write", "print", "rotate_seconds", "rotate_files", "format", "compress"])]
+    store: Option<PathBuf>,
+    /// With --store: keep capture files and indexes within SIZE bytes (e.g. 500G).
+    #[arg(long, value_name = "SIZE", requires = "store", value_parser = units::parse_bytes)]
+    store_size: Option<u64>,
+    /// With --store: keep the last DURATION of traffic (e.g. 7d; counted back from the newest
+    /// packet written).
+    #[arg(long, value_name = "DURATION", requires = "store", value_parser = humantime::parse_duration)]
+    store_keep: Option<Duration>,
     /// Write packets to FILE (`-` for standard output). Without it packets are printed one
     /// line each when standard output is a terminal (or with --print), else only counted.
     #[arg(short = 'w')]
@@ -218,8 +230,26 @@ fn runnable(cmd: &std::ffi::OsStr) -> bool {
         .is_some_and(|path| std::env::split_paths(&path).any(|d| is_file(&d.join(cmd))))
 }
 
+/// `--direct`, `--buffered` or neither.
+fn file_io(a: &CaptureArgs) -> FileIo {
+    match (a.direct, a.buffered) {
+        (true, _) => FileIo::Direct,
+        (_, true) => FileIo::Buffered,
+        _ => FileIo::Auto,
+    }
+}
+
 /// The output files' options, checked against -w.
 fn file_options(a: &CaptureArgs) -> anyhow::Result<FileOptions> {
+    if a.store.is_some() {
+        return Ok(FileOptions {
+            rotate: store_rotation(a),
+            fsync: a.fsync,
+            io: file_io(a),
+            packet_buffered: a.packet_buffered,
+            ..FileOptions::default()
+        });
+    }
     let rotate = RotateSpec {
         size: a.rotate_size.map(|m| m.saturating_mul(1_000_000)),
         seconds: a.rotate_seconds,
@@ -251,11 +281,7 @@ fn file_options(a: &CaptureArgs) -> anyhow::Result<FileOptions> {
     if a.fsync != Fsync::Never && !to_file {
         return Err(usage("--fsync needs -w FILE (not -)"));
     }
-    let io = match (a.direct, a.buffered) {
-        (true, _) => FileIo::Direct,
-        (_, true) => FileIo::Buffered,
-        _ => FileIo::Auto,
-    };
+    let io = file_io(a);
     if a.direct && a.packet_buffered {
         return Err(usage(
             "-U and --direct: a direct write covers whole 4 KiB blocks, not each packet",
@@ -278,7 +304,25 @@ fn file_options(a: &CaptureArgs) -> anyhow::Result<FileOptions> {
         fsync: a.fsync,
         io,
         packet_buffered: a.packet_buffered,
+        closed: None,
     })
+}
+
+/// A store's files: -C, else a tenth of the budget within 1 MB..1000 MB; numbered by a
+/// -W ring too large to wrap, so that names sort in time order.
+fn store_rotation(a: &CaptureArgs) -> RotateSpec {
+    let size = a.rotate_size.map_or_else(
+        || {
+            a.store_size
+                .map_or(1_000_000_000, |s| (s / 10).clamp(1_000_000, 1_000_000_000))
+        },
+        |m| m.saturating_mul(1_000_000),
+    );
+    RotateSpec {
+        size: Some(size),
+        seconds: None,
+        files: Some(1_000_000_000),
+    }
 }
 
 pub fn parse_kib(s: &str) -> Result<u64, String> {
@@ -454,7 +498,7 @@ pub(crate) fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
 /// Whether packets are printed: asked for, or nothing written and a terminal to print on.
 fn prints(a: &CaptureArgs) -> bool {
     use std::io::IsTerminal;
-    a.print || (a.write.is_none() && std::io::stdout().is_terminal())
+    a.print || (a.write.is_none() && a.store.is_none() && std::io::stdout().is_terminal())
 }
 
 /// The format packets are written in: `--format`, else -w's name, else pcapng.
@@ -524,6 +568,38 @@ pub fn print_report(r: &CaptureReport) {
     );
 }
 
+/// A store being set up: the keeper starts once the capture has started.
+struct PendingStore {
+    store: crate::store::Store,
+    retention: crate::store::keeper::Retention,
+    closed: std::sync::mpsc::Receiver<PathBuf>,
+}
+
+/// Opens (or makes) the store, indexes what an earlier run left unindexed and points the
+/// capture's output at the store, with the keeper's channel.
+fn open_store(
+    dir: &Path,
+    args: &CaptureArgs,
+    cfg: &mut crate::capture::CaptureConfig,
+) -> anyhow::Result<PendingStore> {
+    use crate::store::{keeper, Store};
+    let store = Store::create(dir).map_err(|e| usage(e.to_string()))?;
+    for (f, why) in store.repair()? {
+        crate::say!("store: indexed {} ({why})", f.display());
+    }
+    let (tx, closed) = keeper::Keeper::channel();
+    cfg.files.closed = Some(tx);
+    cfg.output = Some((Output::File(store.run_template()), FileFormat::PcapNs));
+    Ok(PendingStore {
+        store,
+        retention: keeper::Retention {
+            size: args.store_size,
+            keep: args.store_keep,
+        },
+        closed,
+    })
+}
+
 /// Runs `poolcap capture`.
 pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     // -n does nothing; --config was read with the command line (cli::parse).
@@ -565,6 +641,10 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         let printer = crate::cli::print::Printer::new(std::io::stdout(), args.read.is_none());
         cfg.output = Some((Output::Sink(Box::new(printer)), FileFormat::PcapNs));
     }
+    let pending_store = match &args.store {
+        Some(dir) => Some(open_store(dir, &args, &mut cfg)?),
+        None => None,
+    };
     // SIGHUP too: a capture in a closed terminal or an ended ssh session stops as cleanly.
     let stop = crate::cli::flag_on(&[SIGINT, SIGTERM, SIGHUP])?;
     // SIGUSR1 prints the accounting so far, as tcpdump does.
@@ -573,7 +653,11 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     let (iface, snaplen, queues, pool) = (cfg.iface.clone(), cfg.snaplen, cfg.queues, cfg.pool);
     let stats_path = stats.as_ref().map(|s| s.path().to_owned());
     let started = Engine::start(cfg, stop, |out| {
-        let owned: Vec<&Path> = out.into_iter().chain(stats_path.as_deref()).collect();
+        let owned: Vec<&Path> = out
+            .into_iter()
+            .chain(stats_path.as_deref())
+            .chain(args.store.as_deref())
+            .collect();
         privdrop::apply(&plan, &owned)
     });
     let engine = match started {
@@ -588,6 +672,10 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
             });
         }
     };
+    // After the engine started: privileges are dropped by then.
+    let keeper = pending_store
+        .map(|p| crate::store::keeper::Keeper::start(p.store, p.retention, p.closed))
+        .transpose()?;
     let pool = engine.pool_size().unwrap_or(pool);
     let verb = if args.read.is_some() {
         "reading from file"
@@ -623,6 +711,19 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     print_report(&report);
     if let Some(s) = stats {
         s.write(&report)?;
+    }
+    if let Some(k) = keeper {
+        let r = k.finish();
+        crate::say!(
+            "store: {} files indexed ({} index bytes), {} deleted by retention ({} bytes)",
+            r.indexed,
+            r.index_bytes,
+            r.deleted,
+            r.deleted_bytes
+        );
+        for e in &r.errors {
+            crate::say!("store: {e}");
+        }
     }
     if report.write_error.is_some() {
         // The engine printed the error (naming the file) when it happened.

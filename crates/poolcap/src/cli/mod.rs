@@ -24,9 +24,11 @@ pub mod predict;
 mod print;
 pub mod privdrop;
 pub mod probe;
+pub mod query;
 mod readiness;
 pub mod sim;
 pub mod statsfile;
+pub mod store;
 
 /// poolcap: lossless packet capture on commodity Linux, and the lab to prove it.
 #[derive(Debug, Parser)]
@@ -54,6 +56,10 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Run probe rules (counts, flows, sizes, alerts) on live traffic or a file, per period.
     Probe(Box<probe::ProbeArgs>),
+    /// Packets of a store (`capture --store`) matching a filter in a time window, as pcap.
+    Query(query::QueryArgs),
+    /// A packet store's status (time range, files, bytes, packets), or repair its indexes.
+    Store(store::StoreArgs),
     /// Send a command to a running probe's control socket.
     Ctl(ctl::CtlArgs),
     /// Simulate n receive queues with the engine's policies in virtual time; sweeps to CSV+PNG.
@@ -144,6 +150,8 @@ pub fn main() -> i32 {
         Command::Bench(a) => bench::run(a),
         Command::Probe(a) => probe::run(*a),
         Command::Ctl(a) => ctl::run(a),
+        Command::Query(a) => query::run(a),
+        Command::Store(a) => store::run(a),
         Command::Doctor(a) => doctor::run(a),
         Command::Predict(a) => predict::run(*a),
         Command::Calibrate(a) => calibrate::run(a),

@@ -31,6 +31,7 @@ mod probe_faults;
 mod probe_kernel;
 mod replay;
 mod service;
+mod store;
 mod xdp;
 
 fn main() {
@@ -58,6 +59,7 @@ fn main() {
     trials.extend(forward::trials());
     trials.extend(forward_xdp::trials());
     trials.extend(privileges::trials());
+    trials.extend(store::trials());
     trials.extend(service::trials());
     if let Err(why) = poolcap_sys::privilege::check_lab() {
         eprintln!("skipping {} root tests: {why}", trials.len());

@@ -1,0 +1,169 @@
+//! The attributes a packet is indexed under, as Stenographer chooses them: its IP protocol,
+//! its ports, its addresses (IPv4 and IPv6), plus its EtherType. Each is a key of one kind
+//! byte and the value's bytes, big-endian.
+//!
+//! The keys only have to be a superset of what libpcap's primitives test (a query reads a
+//! region of the file if any of its packets has the key, then libpcap decides), never a
+//! subset: an address is indexed wherever `host`/`net` can find it (IPv4 and IPv6 headers,
+//! ARP and RARP), the headers behind VLAN tags are indexed as well as the outer ones, and
+//! every next-header value of an IPv6 extension chain counts as the packet's protocol.
+
+/// Kind byte: IP protocol (1 byte).
+pub const PROTO: u8 = 1;
+/// Kind byte: TCP, UDP or SCTP port, source or destination (2 bytes).
+pub const PORT: u8 = 2;
+/// Kind byte: EtherType (2 bytes).
+pub const ETHERTYPE: u8 = 3;
+/// Kind byte: IPv4 address (4 bytes).
+pub const V4: u8 = 4;
+/// Kind byte: IPv6 address (16 bytes).
+pub const V6: u8 = 6;
+
+/// EtherTypes.
+pub const ETH_IP: u16 = 0x0800;
+/// IPv6.
+pub const ETH_IP6: u16 = 0x86dd;
+/// ARP.
+pub const ETH_ARP: u16 = 0x0806;
+/// RARP.
+pub const ETH_RARP: u16 = 0x8035;
+const ETH_VLAN: [u16; 3] = [0x8100, 0x88a8, 0x9100];
+
+/// Link types whose packets are dissected (others are indexed by time only).
+pub fn dissects(linktype: u32) -> bool {
+    matches!(linktype, 1 | 101 | 276)
+}
+
+/// Calls `key` with each key of the packet `data` of `linktype` (repeats possible).
+pub fn keys(linktype: u32, data: &[u8], key: &mut impl FnMut(&[u8])) {
+    let (ethertype, at) = match linktype {
+        1 if data.len() >= 14 => (be16(data, 12), 14),
+        276 if data.len() >= 20 => (be16(data, 0), 20),
+        101 => match data.first().map(|b| b >> 4) {
+            Some(4) => (ETH_IP, 0),
+            Some(6) => (ETH_IP6, 0),
+            _ => return,
+        },
+        _ => return,
+    };
+    let (mut ethertype, mut at) = (ethertype, at);
+    key(&kv(ETHERTYPE, &ethertype.to_be_bytes()));
+    // Up to two VLAN tags; the outer EtherType was indexed, now the inner ones.
+    for _ in 0..2 {
+        if !ETH_VLAN.contains(&ethertype) || data.len() < at + 4 {
+            break;
+        }
+        ethertype = be16(data, at + 2);
+        at += 4;
+        key(&kv(ETHERTYPE, &ethertype.to_be_bytes()));
+    }
+    let l3 = &data[at.min(data.len())..];
+    match ethertype {
+        ETH_IP => ipv4(l3, key),
+        ETH_IP6 => ipv6(l3, key),
+        ETH_ARP | ETH_RARP => arp(l3, key),
+        _ => {}
+    }
+}
+
+fn be16(d: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([d[at], d[at + 1]])
+}
+
+fn kv(kind: u8, value: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(1 + value.len());
+    k.push(kind);
+    k.extend_from_slice(value);
+    k
+}
+
+fn ipv4(ip: &[u8], key: &mut impl FnMut(&[u8])) {
+    if ip.len() < 20 {
+        return;
+    }
+    let proto = ip[9];
+    key(&kv(PROTO, &[proto]));
+    key(&kv(V4, &ip[12..16]));
+    key(&kv(V4, &ip[16..20]));
+    let ihl = usize::from(ip[0] & 0x0f) * 4;
+    ports(proto, ip.get(ihl..).unwrap_or(&[]), key);
+}
+
+fn ipv6(ip: &[u8], key: &mut impl FnMut(&[u8])) {
+    if ip.len() < 40 {
+        return;
+    }
+    key(&kv(V6, &ip[8..24]));
+    key(&kv(V6, &ip[24..40]));
+    let (mut next, mut at) = (ip[6], 40);
+    // Hop-by-hop, routing, fragment, destination options: each names the next header.
+    for _ in 0..8 {
+        key(&kv(PROTO, &[next]));
+        if !matches!(next, 0 | 43 | 44 | 60) || ip.len() < at + 8 {
+            break;
+        }
+        let len = if next == 44 {
+            8
+        } else {
+            (usize::from(ip[at + 1]) + 1) * 8
+        };
+        next = ip[at];
+        at += len;
+    }
+    ports(next, ip.get(at..).unwrap_or(&[]), key);
+}
+
+fn ports(proto: u8, l4: &[u8], key: &mut impl FnMut(&[u8])) {
+    if matches!(proto, 6 | 17 | 132) && l4.len() >= 4 {
+        key(&kv(PORT, &l4[0..2]));
+        key(&kv(PORT, &l4[2..4]));
+    }
+}
+
+/// ARP/RARP for IPv4: sender and target protocol addresses.
+fn arp(a: &[u8], key: &mut impl FnMut(&[u8])) {
+    if a.len() < 8 {
+        return;
+    }
+    let (hlen, plen) = (usize::from(a[4]), usize::from(a[5]));
+    if plen != 4 || a.len() < 8 + 2 * hlen + 8 {
+        return;
+    }
+    key(&kv(V4, &a[8 + hlen..8 + hlen + 4]));
+    key(&kv(V4, &a[8 + 2 * hlen + 4..8 + 2 * hlen + 8]));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all(linktype: u32, data: &[u8]) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        keys(linktype, data, &mut |k| out.push(k.to_vec()));
+        out
+    }
+
+    #[test]
+    fn a_tagged_udp_packet_has_its_inner_addresses_ports_and_protocol() {
+        let mut f = vec![0u8; 12];
+        f.extend_from_slice(&[0x81, 0x00, 0, 7, 0x08, 0x00]);
+        let mut ip = vec![
+            0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ];
+        ip.extend_from_slice(&[0x30, 0x39, 0, 53, 0, 8, 0, 0]);
+        f.extend_from_slice(&ip);
+        let k = all(1, &f);
+        for want in [
+            vec![ETHERTYPE, 0x81, 0x00],
+            vec![ETHERTYPE, 0x08, 0x00],
+            vec![PROTO, 17],
+            vec![V4, 10, 0, 0, 1],
+            vec![V4, 10, 0, 0, 2],
+            vec![PORT, 0x30, 0x39],
+            vec![PORT, 0, 53],
+        ] {
+            assert!(k.contains(&want), "{want:?} in {k:?}");
+        }
+        assert_eq!(all(1, &f[..20]).len(), 2, "cut short: only what is there");
+    }
+}

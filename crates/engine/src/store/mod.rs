@@ -1,0 +1,282 @@
+//! The packet store: a directory of rotated capture files, each with an index beside it,
+//! pruned oldest first, and queried by tcpdump filter and time window.
+//!
+//! How the others do it, and what was taken:
+//!
+//! * Stenographer (Google) writes each thread's packets to files of at most 4 GB rotated
+//!   every minute, and beside each an index (a leveldb SSTable) with one key per
+//!   (attribute, packet offset): IP protocol, ports, IPv4 and IPv6 addresses. A query
+//!   (a small BPF subset) picks files by time from their names, unites and intersects the
+//!   offset sets of its primitives, seeks to each packet. The index is written by a
+//!   separate thread at rotation, off the capture path; the server deletes the oldest files
+//!   when the disk fills.
+//! * n2disk (ntop) writes pcap files with a timeline (files by time, in a directory tree)
+//!   and an optional flow index per file; `npcapextract` takes a time window and a BPF
+//!   filter, uses the index to pick blocks, and runs the filter over them.
+//! * Arkime keeps, per session, the list of packet positions (file number and offset) in
+//!   Elasticsearch, with the session's metadata; extraction reads those positions.
+//!
+//! poolcap's choice: files stay plain pcap written by the capture's own writer and
+//! rotation (any tool reads them, no new write path to make lossless); the index is
+//! Stenographer's attributes, but pointing at 64 KiB regions of the file (n2disk's blocks)
+//! instead of packets, which makes it smaller the more packets of a flow share a region
+//! (see `index`; measured with 100k random UDP flows, the worst case: 4.3% of the packet
+//! bytes for imix sizes, 14.6% for 64-byte frames), plus each region's time span as the
+//! timeline; it is
+//! written per file when the file is closed, by a thread that reads the file back while it
+//! is still in the page cache, so the capture path does no indexing at all. A query uses
+//! the index only for the parts of the filter it understands (`select`) and always lets
+//! libpcap decide on every packet read, so the index can make a query faster, never
+//! wrong. The file being written has no index: queries scan it. Arkime's per-session
+//! positions need a database and a session table in the capture path; not taken.
+//!
+//! Layout of a store directory:
+//!
+//! ```text
+//! DIR/poolcap-store.json                    marker: {"format": 1}
+//! DIR/20261127T160000Z-12345-000000000      capture file (pcap, nanoseconds)
+//! DIR/20261127T160000Z-12345-000000000.idx  its index
+//! ```
+//!
+//! File names sort in time order: the run's start (UTC), the process, the file's number.
+
+pub mod index;
+pub mod keeper;
+pub mod keys;
+pub mod pcapfile;
+pub mod query;
+pub mod select;
+
+use std::path::{Path, PathBuf};
+
+use index::{index_path, Index, IndexError};
+
+/// The marker file that makes a directory a store.
+pub const MARKER: &str = "poolcap-store.json";
+/// The store format this build writes and reads.
+pub const FORMAT: u32 = 1;
+
+/// A store that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No marker.
+    #[error("{0} is not a poolcap store (no {MARKER} in it)")]
+    NotAStore(PathBuf),
+    /// A marker of another format.
+    #[error(
+        "{dir} was written by a newer poolcap (store format {found}; this one reads {FORMAT})"
+    )]
+    Newer {
+        /// The directory.
+        dir: PathBuf,
+        /// Its format.
+        found: u64,
+    },
+    /// A marker that does not parse.
+    #[error("{0}: the {MARKER} marker is damaged")]
+    BadMarker(PathBuf),
+    /// The file system.
+    #[error("{what}: {source}")]
+    Io {
+        /// What failed.
+        what: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+fn io(what: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        what: what.display().to_string(),
+        source,
+    }
+}
+
+/// A store directory.
+#[derive(Debug, Clone)]
+pub struct Store {
+    dir: PathBuf,
+}
+
+/// What is known of one capture file's index.
+#[derive(Debug)]
+pub enum IndexState {
+    /// A sound index.
+    Sound(Index),
+    /// No index (the file being written, or one closed by a crash).
+    Missing,
+    /// An index that is not used, and why.
+    Refused(IndexError),
+}
+
+impl IndexState {
+    /// The state of capture file `capture`'s index.
+    pub fn of(capture: &Path) -> IndexState {
+        let idx = index_path(capture);
+        if !idx.exists() {
+            return IndexState::Missing;
+        }
+        match Index::load(&idx, capture) {
+            Ok(i) => IndexState::Sound(i),
+            Err(e) => IndexState::Refused(e),
+        }
+    }
+}
+
+/// What `status` reports.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Status {
+    /// Capture files.
+    pub files: usize,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Index bytes.
+    pub index_bytes: u64,
+    /// Packets held.
+    pub packets: u64,
+    /// First and last packet time (ns), if any packet is held.
+    pub held: Option<(u64, u64)>,
+    /// Files without a sound index (read whole by queries), with why.
+    pub unindexed: Vec<(PathBuf, String)>,
+}
+
+/// One file's packets and time span, from its index or by reading it.
+pub fn file_span(capture: &Path, state: &IndexState) -> std::io::Result<(u64, Option<(u64, u64)>)> {
+    if let IndexState::Sound(i) = state {
+        return Ok((i.packets, (i.packets > 0).then_some((i.first, i.last))));
+    }
+    let Some((header, file)) = pcapfile::open(capture)? else {
+        return Ok((0, None));
+    };
+    let mut records = pcapfile::Records::new(header, file, pcapfile::FILE_HEADER, u64::MAX)?;
+    let (mut packets, mut span) = (0, None::<(u64, u64)>);
+    while let Some(r) = records.next_record()? {
+        packets += 1;
+        span = Some(span.map_or((r.ts_ns, r.ts_ns), |(a, b)| {
+            (a.min(r.ts_ns), b.max(r.ts_ns))
+        }));
+    }
+    Ok((packets, span))
+}
+
+impl Store {
+    /// Opens an existing store.
+    pub fn open(dir: &Path) -> Result<Store, StoreError> {
+        let marker = dir.join(MARKER);
+        let text = match std::fs::read_to_string(&marker) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(StoreError::NotAStore(dir.to_owned()))
+            }
+            Err(e) => return Err(io(&marker)(e)),
+        };
+        let found = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v.get("format").and_then(serde_json::Value::as_u64))
+            .ok_or_else(|| StoreError::BadMarker(dir.to_owned()))?;
+        if found != u64::from(FORMAT) {
+            return Err(StoreError::Newer {
+                dir: dir.to_owned(),
+                found,
+            });
+        }
+        Ok(Store {
+            dir: dir.to_owned(),
+        })
+    }
+
+    /// Opens the store in `dir`, making the directory a store first if it is new or empty.
+    pub fn create(dir: &Path) -> Result<Store, StoreError> {
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        if !dir.join(MARKER).exists() {
+            let empty = std::fs::read_dir(dir).map_err(io(dir))?.next().is_none();
+            if !empty {
+                return Err(StoreError::NotAStore(dir.to_owned()));
+            }
+            let marker = dir.join(MARKER);
+            std::fs::write(&marker, format!("{{\"format\": {FORMAT}}}\n")).map_err(io(&marker))?;
+        }
+        Store::open(dir)
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The capture files, oldest first (names without a dot, not hidden).
+    pub fn files(&self) -> Result<Vec<PathBuf>, StoreError> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&self.dir)
+            .map_err(io(&self.dir))?
+            .filter_map(Result::ok)
+            .filter(|e| {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                !name.contains('.') && e.file_type().is_ok_and(|t| t.is_file())
+            })
+            .map(|e| e.path())
+            .collect();
+        files.sort();
+        Ok(files)
+    }
+
+    /// The name template of a capture run starting now: files are this plus a 9-digit
+    /// number (the rotation's `-W` ring, too large to wrap).
+    pub fn run_template(&self) -> PathBuf {
+        // 2026-11-27T16:00:00Z -> 20261127T160000Z
+        let stamp: String = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+            .to_string()
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .collect();
+        self.dir.join(format!("{stamp}-{}-", std::process::id()))
+    }
+
+    /// What the store holds.
+    pub fn status(&self) -> Result<Status, StoreError> {
+        let mut s = Status::default();
+        for f in self.files()? {
+            let state = IndexState::of(&f);
+            let (packets, span) = file_span(&f, &state).map_err(io(&f))?;
+            s.files += 1;
+            s.bytes += std::fs::metadata(&f).map_or(0, |m| m.len());
+            s.index_bytes += std::fs::metadata(index_path(&f)).map_or(0, |m| m.len());
+            s.packets += packets;
+            if let Some((a, b)) = span {
+                s.held = Some(s.held.map_or((a, b), |(x, y)| (x.min(a), y.max(b))));
+            }
+            match state {
+                IndexState::Sound(_) => {}
+                IndexState::Missing => s.unindexed.push((f, "no index".into())),
+                IndexState::Refused(e) => s.unindexed.push((f, e.to_string())),
+            }
+        }
+        Ok(s)
+    }
+
+    /// Builds the index of every capture file without a sound one; returns each file
+    /// indexed with why it was (missing, or the refused index's fault).
+    pub fn repair(&self) -> Result<Vec<(PathBuf, String)>, StoreError> {
+        let mut done = Vec::new();
+        for f in self.files()? {
+            let why = match IndexState::of(&f) {
+                IndexState::Sound(_) => continue,
+                IndexState::Missing => "no index".to_string(),
+                IndexState::Refused(e) => e.to_string(),
+            };
+            let index = Index::build(&f).map_err(|e| StoreError::Io {
+                what: f.display().to_string(),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+            index.save(&f).map_err(io(&f))?;
+            done.push((f, why));
+        }
+        Ok(done)
+    }
+}
+
+/// A time (ns since the epoch) as RFC 3339 in UTC, `2026-11-27T16:00:00.000000000Z`.
+pub fn show_time(ns: u64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns);
+    humantime::format_rfc3339_nanos(t).to_string()
+}

@@ -1,0 +1,158 @@
+//! Reading a store's capture files record by record with each record's byte offset, which
+//! the index points at and queries seek to. Store files are classic pcap (microsecond or
+//! nanosecond, either byte order) as the capture writes them; a record cut short at the end
+//! (a file still being written, or one cut by a crash) ends the file there.
+
+use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::path::Path;
+
+/// Bytes of the file header.
+pub const FILE_HEADER: u64 = 24;
+/// Bytes of a record header.
+const RECORD_HEADER: usize = 16;
+
+/// What a capture file's header says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// The 24 bytes, copied to a query's output so its records keep their meaning.
+    pub raw: [u8; 24],
+    /// Fields are big-endian.
+    big: bool,
+    /// Sub-second field in nanoseconds.
+    nanos: bool,
+    /// The link type.
+    pub linktype: u32,
+}
+
+impl Header {
+    fn parse(raw: [u8; 24]) -> Option<Header> {
+        let magic = u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
+        let (big, nanos) = match magic {
+            0xa1b2_c3d4 => (false, false),
+            0xa1b2_3c4d => (false, true),
+            0xd4c3_b2a1 => (true, false),
+            0x4d3c_b2a1 => (true, true),
+            _ => return None,
+        };
+        let mut h = Header {
+            raw,
+            big,
+            nanos,
+            linktype: 0,
+        };
+        h.linktype = h.u32_at(&raw, 20) & 0x0fff_ffff;
+        Some(h)
+    }
+
+    fn u32_at(&self, b: &[u8], at: usize) -> u32 {
+        let v = [b[at], b[at + 1], b[at + 2], b[at + 3]];
+        if self.big {
+            u32::from_be_bytes(v)
+        } else {
+            u32::from_le_bytes(v)
+        }
+    }
+}
+
+/// One record: where it starts, its time, its bytes and its length on the wire.
+#[derive(Debug)]
+pub struct Record<'a> {
+    /// Byte offset of its record header in the file.
+    pub offset: u64,
+    /// Nanoseconds since the epoch.
+    pub ts_ns: u64,
+    /// The bytes captured.
+    pub data: &'a [u8],
+    /// The record header and the bytes, as they lie in the file.
+    pub raw: &'a [u8],
+    /// Length on the wire.
+    pub wire_len: u32,
+}
+
+/// A capture file read from an offset up to a limit.
+pub struct Records {
+    header: Header,
+    input: BufReader<File>,
+    offset: u64,
+    end: u64,
+    buf: Vec<u8>,
+}
+
+/// Opens `path` and reads its header; `None` for a file that is not pcap.
+pub fn open(path: &Path) -> std::io::Result<Option<(Header, File)>> {
+    let mut file = File::open(path)?;
+    let mut raw = [0u8; 24];
+    match file.read_exact(&mut raw) {
+        Ok(()) => Ok(Header::parse(raw).map(|h| (h, file))),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+impl Records {
+    /// Reads `file` (whose header is `header`) from byte `from` (a record's start) up to
+    /// byte `end` (a record's start, or past the file's end).
+    pub fn new(header: Header, mut file: File, from: u64, end: u64) -> std::io::Result<Self> {
+        file.seek(SeekFrom::Start(from))?;
+        Ok(Records {
+            header,
+            input: BufReader::with_capacity(1 << 18, file),
+            offset: from,
+            end,
+            buf: Vec::with_capacity(RECORD_HEADER + 65_536),
+        })
+    }
+
+    /// Moves to byte `from` (a record's start), reading up to `end`.
+    pub fn seek(&mut self, from: u64, end: u64) -> std::io::Result<()> {
+        if from != self.offset {
+            self.input.seek(SeekFrom::Start(from))?;
+            self.offset = from;
+        }
+        self.end = end;
+        Ok(())
+    }
+
+    /// The next record, or `None` at the limit or at the end of the file (a record cut
+    /// short there included).
+    pub fn next_record(&mut self) -> std::io::Result<Option<Record<'_>>> {
+        if self.offset >= self.end {
+            return Ok(None);
+        }
+        self.buf.resize(RECORD_HEADER, 0);
+        if !read_whole(&mut self.input, &mut self.buf)? {
+            return Ok(None);
+        }
+        let h = &self.header;
+        let (sec, frac) = (h.u32_at(&self.buf, 0), h.u32_at(&self.buf, 4));
+        let (caplen, wire_len) = (h.u32_at(&self.buf, 8), h.u32_at(&self.buf, 12));
+        let frac_ns = if h.nanos {
+            u64::from(frac)
+        } else {
+            u64::from(frac) * 1000
+        };
+        self.buf.resize(RECORD_HEADER + caplen as usize, 0);
+        if !read_whole(&mut self.input, &mut self.buf[RECORD_HEADER..])? {
+            return Ok(None);
+        }
+        let offset = self.offset;
+        self.offset += self.buf.len() as u64;
+        Ok(Some(Record {
+            offset,
+            ts_ns: u64::from(sec) * 1_000_000_000 + frac_ns,
+            data: &self.buf[RECORD_HEADER..],
+            raw: &self.buf,
+            wire_len,
+        }))
+    }
+}
+
+/// Fills `buf`; false if the input ends first.
+fn read_whole(input: &mut impl Read, buf: &mut [u8]) -> std::io::Result<bool> {
+    match input.read_exact(buf) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(e),
+    }
+}

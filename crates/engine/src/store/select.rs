@@ -1,0 +1,394 @@
+//! The part of a tcpdump expression the index can answer: which regions of a file may hold
+//! a matching packet. libpcap still applies the whole expression to every packet read, so
+//! this only has to select a superset, and it does so conservatively:
+//!
+//! * understood primitives: `[ip|ip6|arp|rarp|tcp|udp|sctp] [src|dst|src or dst|src and
+//!   dst] host ADDR | net ADDR/LEN | net ADDR mask MASK | port N | portrange A-B`, the
+//!   protocols alone (`tcp`, `udp`, `icmp`, `icmp6`, `sctp`, `igmp`, `ip`, `ip6`, `arp`,
+//!   `rarp`) and `[ip|ip6] proto N`; direction is ignored (a region with the address
+//!   either way is read);
+//! * `and` intersects, `or` unites (equal precedence, left to right, as in pcap-filter(7));
+//!   `not` selects everything (a region holding the negated key may hold other packets);
+//! * anything else (`tcp[13] & 2 != 0`, `len > 100`, names to resolve, `ether host`)
+//!   selects everything, and so does the whole expression if it uses a keyword that moves
+//!   libpcap's offsets (`vlan`, `mpls`, `pppoed`, `pppoes`, `geneve`, `vxlan`) or if this
+//!   parser does not follow it.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use super::index::Index;
+use super::keys;
+
+/// A filter as the index sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selector {
+    /// Every region.
+    All,
+    /// Regions holding any of these keys (a prefix range for nets: kind, prefix bits).
+    Keys(Vec<KeyMatch>),
+    /// Both.
+    And(Box<Selector>, Box<Selector>),
+    /// Either.
+    Or(Box<Selector>, Box<Selector>),
+}
+
+/// Keys a primitive matches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyMatch {
+    /// This exact key.
+    Exact(Vec<u8>),
+    /// Keys of this kind whose value starts with these many bits of `value`.
+    Prefix { kind: u8, value: Vec<u8>, bits: u32 },
+    /// Ports in this range.
+    Ports(u16, u16),
+}
+
+const SHIFTING: [&str; 6] = ["vlan", "mpls", "pppoed", "pppoes", "geneve", "vxlan"];
+
+impl Selector {
+    /// What the index can use of `expr` (see the module docs).
+    pub fn parse(expr: &str) -> Selector {
+        let tokens = tokenize(expr);
+        if tokens.iter().any(|t| SHIFTING.contains(&t.as_str())) {
+            return Selector::All;
+        }
+        let mut p = Parser { t: &tokens, i: 0 };
+        match p.expr() {
+            Some(s) if p.i == tokens.len() => s,
+            _ => Selector::All,
+        }
+    }
+
+    /// Whether the index is of no use.
+    pub fn is_all(&self) -> bool {
+        matches!(self, Selector::All)
+    }
+
+    /// The region numbers of `index` that may hold a match; `None`: all of them.
+    pub fn regions(&self, index: &Index) -> Option<BTreeSet<u32>> {
+        if !index.keyed {
+            return None;
+        }
+        match self {
+            Selector::All => None,
+            Selector::Keys(ms) => Some(ms.iter().flat_map(|m| m.regions(index)).collect()),
+            Selector::And(a, b) => match (a.regions(index), b.regions(index)) {
+                (None, x) | (x, None) => x,
+                (Some(a), Some(b)) => Some(a.intersection(&b).copied().collect()),
+            },
+            Selector::Or(a, b) => match (a.regions(index), b.regions(index)) {
+                (Some(a), Some(b)) => Some(a.union(&b).copied().collect()),
+                _ => None,
+            },
+        }
+    }
+}
+
+impl KeyMatch {
+    fn regions(&self, index: &Index) -> Vec<u32> {
+        match self {
+            KeyMatch::Exact(k) => index.postings.get(k).to_vec(),
+            KeyMatch::Prefix { kind, value, bits } => index
+                .postings
+                .between(
+                    &[*kind],
+                    &[
+                        *kind, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                        0xff, 0xff, 0xff, 0xff, 0xff,
+                    ],
+                )
+                .filter(|(k, _)| prefix_matches(&k[1..1 + value.len()], value, *bits))
+                .flat_map(|(_, l)| l.iter().copied())
+                .collect(),
+            KeyMatch::Ports(lo, hi) => index
+                .postings
+                .between(&port_key(*lo), &port_key(*hi))
+                .flat_map(|(_, l)| l.iter().copied())
+                .collect(),
+        }
+    }
+}
+
+fn port_key(p: u16) -> Vec<u8> {
+    let b = p.to_be_bytes();
+    vec![keys::PORT, b[0], b[1]]
+}
+
+fn prefix_matches(a: &[u8], b: &[u8], bits: u32) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let whole = (bits / 8) as usize;
+    if a[..whole] != b[..whole] {
+        return false;
+    }
+    let rest = bits % 8;
+    rest == 0 || {
+        let mask = 0xffu8 << (8 - rest);
+        a[whole] & mask == b[whole] & mask
+    }
+}
+
+/// Words, with parentheses and a standalone `!` split off.
+fn tokenize(expr: &str) -> Vec<String> {
+    let spaced = expr
+        .replace('(', " ( ")
+        .replace(')', " ) ")
+        .replace("&&", " and ")
+        .replace("||", " or ");
+    let mut out = Vec::new();
+    for w in spaced.split_whitespace() {
+        let w = w.to_ascii_lowercase();
+        match w.strip_prefix('!') {
+            Some(rest) if !rest.starts_with('=') => {
+                out.push("not".into());
+                if !rest.is_empty() {
+                    out.push(rest.into());
+                }
+            }
+            _ => out.push(w),
+        }
+    }
+    out
+}
+
+struct Parser<'a> {
+    t: &'a [String],
+    i: usize,
+}
+
+impl Parser<'_> {
+    fn peek(&self) -> Option<&str> {
+        self.t.get(self.i).map(String::as_str)
+    }
+
+    fn peek_at(&self, n: usize) -> Option<&str> {
+        self.t.get(self.i + n).map(String::as_str)
+    }
+
+    /// term ((and|or) term)*, left to right.
+    fn expr(&mut self) -> Option<Selector> {
+        let mut left = self.term()?;
+        while let Some(op) = self.peek() {
+            let and = match op {
+                "and" => true,
+                "or" => false,
+                _ => break,
+            };
+            self.i += 1;
+            let right = self.term()?;
+            left = if and {
+                both(left, right)
+            } else {
+                either(left, right)
+            };
+        }
+        Some(left)
+    }
+
+    fn term(&mut self) -> Option<Selector> {
+        match self.peek()? {
+            "not" => {
+                self.i += 1;
+                self.term()?;
+                Some(Selector::All)
+            }
+            "(" => {
+                self.i += 1;
+                let inner = self.expr()?;
+                (self.peek()? == ")").then_some(())?;
+                self.i += 1;
+                Some(inner)
+            }
+            _ => Some(self.primitive()),
+        }
+    }
+
+    /// A primitive's words up to the next `and`/`or`/unmatched `)`; understood or All.
+    fn primitive(&mut self) -> Selector {
+        let start = self.i;
+        let mut depth = 0usize;
+        while let Some(w) = self.peek() {
+            match w {
+                "(" => depth += 1,
+                ")" if depth == 0 => break,
+                ")" => depth -= 1,
+                "and" | "or" if depth == 0 => {
+                    // `src or dst` / `src and dst` belong to the primitive.
+                    let prev = self.t[self.i - 1].as_str();
+                    if !(self.i > start && prev == "src" && self.peek_at(1) == Some("dst")) {
+                        break;
+                    }
+                }
+                _ => {}
+            }
+            self.i += 1;
+        }
+        let words: Vec<&str> = self.t[start..self.i].iter().map(String::as_str).collect();
+        understood(&words).unwrap_or(Selector::All)
+    }
+}
+
+fn exact(kind: u8, value: &[u8]) -> KeyMatch {
+    let mut k = vec![kind];
+    k.extend_from_slice(value);
+    KeyMatch::Exact(k)
+}
+
+fn proto(n: u8) -> Selector {
+    Selector::Keys(vec![exact(keys::PROTO, &[n])])
+}
+
+fn ethertype(t: u16) -> Selector {
+    Selector::Keys(vec![exact(keys::ETHERTYPE, &t.to_be_bytes())])
+}
+
+/// A protocol word alone, as a selector.
+fn protocol(word: &str) -> Option<Selector> {
+    Some(match word {
+        "tcp" => proto(6),
+        "udp" => proto(17),
+        "icmp" => proto(1),
+        "icmp6" => proto(58),
+        "igmp" => proto(2),
+        "sctp" => proto(132),
+        "ip" => ethertype(keys::ETH_IP),
+        "ip6" => ethertype(keys::ETH_IP6),
+        "arp" => ethertype(keys::ETH_ARP),
+        "rarp" => ethertype(keys::ETH_RARP),
+        _ => return None,
+    })
+}
+
+fn and(a: Option<Selector>, b: Selector) -> Selector {
+    match a {
+        Some(a) => both(a, b),
+        None => b,
+    }
+}
+
+/// `a and b`: what one side cannot narrow, the other still does.
+fn both(a: Selector, b: Selector) -> Selector {
+    match (a, b) {
+        (Selector::All, x) | (x, Selector::All) => x,
+        (a, b) => Selector::And(Box::new(a), Box::new(b)),
+    }
+}
+
+/// `a or b`: everything if either side is.
+fn either(a: Selector, b: Selector) -> Selector {
+    match (a, b) {
+        (Selector::All, _) | (_, Selector::All) => Selector::All,
+        (a, b) => Selector::Or(Box::new(a), Box::new(b)),
+    }
+}
+
+fn understood(w: &[&str]) -> Option<Selector> {
+    // `ip proto N`, `ip6 proto N`, `proto N`.
+    match w {
+        [q, "proto", n] if matches!(*q, "ip" | "ip6") => {
+            return Some(and(protocol(q), proto(n.parse().ok()?)))
+        }
+        ["proto", n] => return Some(proto(n.parse().ok()?)),
+        [p] => return protocol(p),
+        _ => {}
+    }
+    let (qual, w) = match w.first().copied() {
+        Some(p @ ("ip" | "ip6" | "arp" | "rarp" | "tcp" | "udp" | "sctp")) => {
+            (Some(protocol(p)?), &w[1..])
+        }
+        _ => (None, w),
+    };
+    let w = match w {
+        ["src", "or" | "and", "dst", rest @ ..] => rest,
+        ["src" | "dst", rest @ ..] => rest,
+        _ => w,
+    };
+    let keys = match w {
+        ["host", addr] => match addr.parse::<IpAddr>().ok()? {
+            IpAddr::V4(a) => exact(keys::V4, &a.octets()),
+            IpAddr::V6(a) => exact(keys::V6, &a.octets()),
+        },
+        ["net", cidr] => {
+            let (addr, bits) = cidr.split_once('/')?;
+            net(addr.parse().ok()?, bits.parse().ok()?)?
+        }
+        ["net", addr, "mask", mask] => {
+            let mask: std::net::Ipv4Addr = mask.parse().ok()?;
+            let bits = u32::from(mask);
+            // Only contiguous masks are prefixes.
+            (bits.leading_ones() + bits.trailing_zeros() == 32).then_some(())?;
+            net(addr.parse().ok()?, bits.leading_ones())?
+        }
+        ["port", n] => exact(keys::PORT, &n.parse::<u16>().ok()?.to_be_bytes()),
+        ["portrange", r] => {
+            let (a, b) = r.split_once('-')?;
+            let (a, b) = (a.parse::<u16>().ok()?, b.parse::<u16>().ok()?);
+            KeyMatch::Ports(a.min(b), a.max(b))
+        }
+        _ => return None,
+    };
+    Some(and(qual, Selector::Keys(vec![keys])))
+}
+
+fn net(addr: IpAddr, bits: u32) -> Option<KeyMatch> {
+    let (kind, value, max) = match addr {
+        IpAddr::V4(a) => (keys::V4, a.octets().to_vec(), 32),
+        IpAddr::V6(a) => (keys::V6, a.octets().to_vec(), 128),
+    };
+    (bits <= max).then_some(KeyMatch::Prefix { kind, value, bits })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(e: &str) -> Selector {
+        Selector::parse(e)
+    }
+
+    #[test]
+    fn understood_shapes_select_keys_and_the_rest_selects_all() {
+        for e in [
+            "host 10.0.0.1",
+            "src host 10.0.0.1",
+            "src or dst host fe80::1",
+            "net 10.1.0.0/16",
+            "net 10.1.0.0 mask 255.255.0.0",
+            "tcp port 80",
+            "udp dst port 53",
+            "portrange 1000-2000",
+            "tcp",
+            "ip proto 47",
+            "host 10.0.0.1 and port 80",
+            "(host 10.0.0.1 or host 10.0.0.2) and tcp",
+        ] {
+            assert!(!s(e).is_all(), "{e}");
+        }
+        for e in [
+            "tcp[13] & 2 != 0",
+            "not host 10.0.0.1",
+            "host example.com",
+            "vlan and host 10.0.0.1",
+            "host 10.0.0.1 or len > 100",
+            "ether host 1:2:3:4:5:6",
+            "(tcp[13] & 2) != 0",
+            "net 10.1",
+            "host 10.0.0.1 or 10.0.0.2",
+        ] {
+            assert!(s(e).is_all(), "{e}: {:?}", s(e));
+        }
+        // An unknown part only widens: `tcp[13] & 2 != 0 and host X` still uses the host.
+        assert!(!s("tcp[13] & 2 != 0 and host 10.0.0.1").is_all());
+    }
+
+    #[test]
+    fn and_and_or_have_equal_precedence_left_to_right() {
+        // pcap-filter(7): `a or b and c` is `(a or b) and c`.
+        match s("tcp or udp and port 53") {
+            Selector::And(left, _) => assert!(matches!(*left, Selector::Or(..))),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! `poolcap query`: the packets of a store that match a tcpdump filter in a time window,
+//! as one pcap stream (see `poolcap_engine::store::query`).
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::Args;
+
+use crate::cli::usage;
+use crate::store::query::{Query, QueryError};
+use crate::store::Store;
+
+/// Arguments of `poolcap query`.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  poolcap query /var/lib/poolcap 'host 10.1.2.3 and tcp port 443' --since -5m -w flow.pcap
+  poolcap query /var/lib/poolcap --since '2026-11-27 14:02:00' --until '2026-11-27 14:05:00' | tcpdump -r -
+  poolcap query /var/lib/poolcap udp port 53 --count")]
+pub struct QueryArgs {
+    /// The store directory (`poolcap capture --store DIR`).
+    dir: PathBuf,
+    /// Packets at or after T: RFC 3339 (`2026-11-27T14:02:00Z`, `...+02:00`),
+    /// `YYYY-MM-DD HH:MM:SS[.frac]` (UTC), or relative to now (`-5m`, `-2h`).
+    #[arg(long, value_name = "T", allow_hyphen_values = true, value_parser = parse_time)]
+    since: Option<u64>,
+    /// Packets before T (same forms as --since).
+    #[arg(long, value_name = "T", allow_hyphen_values = true, value_parser = parse_time)]
+    until: Option<u64>,
+    /// Write the pcap stream to FILE (`-`: standard output, the default unless it is a
+    /// terminal).
+    #[arg(short = 'w', value_name = "FILE")]
+    write: Option<PathBuf>,
+    /// Print the number of matching packets instead of the packets.
+    #[arg(long, conflicts_with = "write")]
+    count: bool,
+    /// Filter expression (tcpdump syntax), after the options.
+    #[arg(trailing_var_arg = true)]
+    filter: Vec<String>,
+}
+
+/// A time as nanoseconds since the epoch (see `--since`).
+pub fn parse_time(s: &str) -> Result<u64, String> {
+    let bad = || {
+        format!("`{s}`: give RFC 3339 (2026-11-27T14:02:00Z), `YYYY-MM-DD HH:MM:SS` (UTC) or -DURATION (-5m)")
+    };
+    let t = if let Some(ago) = s.strip_prefix('-') {
+        let d = humantime::parse_duration(ago).map_err(|_| bad())?;
+        SystemTime::now().checked_sub(d).ok_or_else(bad)?
+    } else {
+        // An offset from UTC at the end (`+02:00`, `-05:00`) is taken off by hand:
+        // humantime reads UTC only.
+        let (base, offset) = split_offset(s);
+        let t = humantime::parse_rfc3339_weak(base).map_err(|_| bad())?;
+        match offset {
+            Some(secs) if secs >= 0 => t.checked_sub(Duration::from_secs(secs as u64)),
+            Some(secs) => t.checked_add(Duration::from_secs(secs.unsigned_abs())),
+            None => Some(t),
+        }
+        .ok_or_else(bad)?
+    };
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .map_err(|_| bad())
+}
+
+/// `2026-11-27T14:02:00+02:00` -> (`2026-11-27T14:02:00`, Some(7200)).
+fn split_offset(s: &str) -> (&str, Option<i64>) {
+    let s = s.trim();
+    if s.len() > 6 {
+        let (base, tail) = s.split_at(s.len() - 6);
+        let b = tail.as_bytes();
+        if (b[0] == b'+' || b[0] == b'-') && b[3] == b':' && base.len() >= 19 {
+            if let (Ok(h), Ok(m)) = (tail[1..3].parse::<i64>(), tail[4..6].parse::<i64>()) {
+                let secs = h * 3600 + m * 60;
+                return (base, Some(if b[0] == b'-' { -secs } else { secs }));
+            }
+        }
+    }
+    (s, None)
+}
+
+/// Runs `poolcap query`.
+pub fn run(a: QueryArgs) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    let store = Store::open(&a.dir).map_err(|e| usage(e.to_string()))?;
+    if a.write.is_none() && !a.count && std::io::stdout().is_terminal() {
+        return Err(usage(
+            "query writes pcap: give -w FILE, -w - (to a pipe) or --count",
+        ));
+    }
+    let query = Query {
+        filter: (!a.filter.is_empty()).then(|| a.filter.join(" ")),
+        since: a.since,
+        until: a.until,
+    };
+    let mut file;
+    let mut stdout;
+    let out: Option<&mut dyn std::io::Write> = match &a.write {
+        _ if a.count => None,
+        Some(p) if p.as_os_str() != "-" => {
+            file = std::io::BufWriter::new(
+                std::fs::File::create(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?,
+            );
+            Some(&mut file)
+        }
+        _ => {
+            stdout = std::io::BufWriter::new(std::io::stdout().lock());
+            Some(&mut stdout)
+        }
+    };
+    let outcome = query.run(&store, out).map_err(|e| match e {
+        QueryError::Io { .. } => anyhow::Error::new(e),
+        e => usage(e.to_string()),
+    })?;
+    for (path, why) in &outcome.refused {
+        crate::say!(
+            "warning: {}: index refused ({why}); read the whole file. `poolcap store {} repair` rebuilds it",
+            path.display(),
+            a.dir.display()
+        );
+    }
+    if a.count {
+        println!("{}", outcome.packets);
+    }
+    crate::say!(
+        "{} packets matched; read {} of {} bytes in {} files",
+        outcome.packets,
+        outcome.bytes_read,
+        outcome.bytes_held,
+        outcome.files_read
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absolute_times_in_utc_or_with_an_offset_and_relative_ones_parse() {
+        let t = 1_764_259_200_000_000_000u64; // 2025-11-27T16:00:00Z
+        assert_eq!(parse_time("2025-11-27T16:00:00Z"), Ok(t));
+        assert_eq!(parse_time("2025-11-27 16:00:00"), Ok(t));
+        assert_eq!(parse_time("2025-11-27T18:00:00+02:00"), Ok(t));
+        assert_eq!(parse_time("2025-11-27 16:00:00.5"), Ok(t + 500_000_000));
+        let ago = parse_time("-5m").unwrap();
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        assert!(now - ago >= 300_000_000_000 && now - ago < 360_000_000_000);
+        assert!(parse_time("yesterday").is_err());
+    }
+}

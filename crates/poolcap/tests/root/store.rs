@@ -1,0 +1,583 @@
+//! The packet store: `capture --store`, `query`, `store status|repair`. Each query's
+//! answer is compared byte for byte (`tcpdump -r -xx -n` text) with tcpdump's over the
+//! same packets: the recorded input cut to the window by editcap, or the files the store
+//! still holds.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use libtest_mimic::Trial;
+
+use crate::common::*;
+
+pub fn trials() -> Vec<Trial> {
+    let t = |name: &'static str, f: fn()| trial(&format!("store::{name}"), f);
+    vec![
+        t(
+            "queries_equal_tcpdump_for_filter_shapes_and_windows",
+            queries_equal_tcpdump_for_filter_shapes_and_windows,
+        ),
+        t(
+            "retention_deletes_the_oldest_files_and_queries_see_the_rest",
+            retention_deletes_the_oldest_files_and_queries_see_the_rest,
+        ),
+        t(
+            "a_damaged_index_is_refused_by_name_and_repaired",
+            a_damaged_index_is_refused_by_name_and_repaired,
+        ),
+        t(
+            "bad_input_is_one_line_and_fails",
+            bad_input_is_one_line_and_fails,
+        ),
+        t(
+            "a_live_capture_into_a_store_answers_as_tcpdump",
+            a_live_capture_into_a_store_answers_as_tcpdump,
+        ),
+        t(
+            "after_kill_9_the_store_answers_and_the_next_start_indexes_the_last_file",
+            after_kill_9_the_store_answers_and_the_next_start_indexes_the_last_file,
+        ),
+    ]
+}
+
+/// First packet's time: 2023-11-14T22:13:20Z.
+const T0: u64 = 1_700_000_000;
+/// Packets in the recorded input, one every millisecond.
+const PACKETS: u32 = 24_000;
+
+fn s(p: &Path) -> &str {
+    path_str(p)
+}
+
+/// A frame of every kind the index knows (and a few it does not), varied by `i`.
+fn frame(i: u32) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
+    let kind = i % 9;
+    let payload = vec![(i % 251) as u8; 20 + (i as usize * 37) % 900];
+    let (mut a, b) = (
+        [10, 0, (i % 5) as u8, (i % 11) as u8],
+        [10, 9, (i % 3) as u8, 1],
+    );
+    if i % 5000 == 4999 {
+        // A rare host: a selective query reads a few regions.
+        a = [192, 168, 77, 7];
+    }
+    let sport = (1000 + i % 40) as u16;
+    let dport: u16 = [80, 443, 53, 8080][(i % 4) as usize];
+    let l4 = |proto: u8| -> Vec<u8> {
+        match proto {
+            6 => {
+                let flags = if i.is_multiple_of(7) { 0x02 } else { 0x10 };
+                let mut t = Vec::new();
+                t.extend_from_slice(&sport.to_be_bytes());
+                t.extend_from_slice(&dport.to_be_bytes());
+                t.extend_from_slice(&i.to_be_bytes());
+                t.extend_from_slice(&[0, 0, 0, 0, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
+                t.extend_from_slice(&payload);
+                t
+            }
+            17 => {
+                let mut u = Vec::new();
+                u.extend_from_slice(&sport.to_be_bytes());
+                u.extend_from_slice(&dport.to_be_bytes());
+                u.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+                u.extend_from_slice(&[0, 0]);
+                u.extend_from_slice(&payload);
+                u
+            }
+            _ => [&[8u8, 0, 0, 0, 0, 1][..], &i.to_be_bytes(), &payload].concat(),
+        }
+    };
+    let ipv4 = |proto: u8| -> Vec<u8> {
+        let body = l4(proto);
+        let len = (20 + body.len()) as u16;
+        let mut h = vec![0x45, 0];
+        h.extend_from_slice(&len.to_be_bytes());
+        h.extend_from_slice(&[0, 0, 0x40, 0, 64, proto, 0, 0]);
+        h.extend_from_slice(&a);
+        h.extend_from_slice(&b);
+        [h, body].concat()
+    };
+    match kind {
+        0..=2 => {
+            f.extend_from_slice(&[0x08, 0x00]);
+            f.extend(ipv4(6));
+        }
+        3 | 4 => {
+            f.extend_from_slice(&[0x08, 0x00]);
+            f.extend(ipv4(17));
+        }
+        5 => {
+            f.extend_from_slice(&[0x08, 0x00]);
+            f.extend(ipv4(1));
+        }
+        6 => {
+            // ARP request from a to b.
+            f.extend_from_slice(&[0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 1]);
+            f.extend_from_slice(&[2, 0, 0, 0, 0, 1]);
+            f.extend_from_slice(&a);
+            f.extend_from_slice(&[0; 6]);
+            f.extend_from_slice(&b);
+        }
+        7 => {
+            // IPv6 UDP, fd00::N -> fd00::1.
+            let body = l4(17);
+            f.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0]);
+            f.extend_from_slice(&(body.len() as u16).to_be_bytes());
+            f.extend_from_slice(&[17, 64]);
+            let mut src = [0u8; 16];
+            src[0] = 0xfd;
+            src[15] = (i % 6) as u8;
+            let mut dst = [0u8; 16];
+            dst[0] = 0xfd;
+            dst[15] = 1;
+            f.extend_from_slice(&src);
+            f.extend_from_slice(&dst);
+            f.extend(body);
+        }
+        _ => {
+            // VLAN 7, UDP.
+            f.extend_from_slice(&[0x81, 0x00, 0, 7, 0x08, 0x00]);
+            f.extend(ipv4(17));
+        }
+    }
+    f
+}
+
+/// Writes the recorded input: microsecond pcap, one packet per millisecond from T0.
+fn write_input(path: &Path, packets: u32) {
+    let mut out = Vec::new();
+    out.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+    out.extend_from_slice(&[2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    out.extend_from_slice(&65_535u32.to_le_bytes());
+    out.extend_from_slice(&1u32.to_le_bytes());
+    for i in 0..packets {
+        let f = frame(i);
+        let ts_us = u64::from(i) * 1000;
+        out.extend_from_slice(&((T0 + ts_us / 1_000_000) as u32).to_le_bytes());
+        out.extend_from_slice(&((ts_us % 1_000_000) as u32).to_le_bytes());
+        out.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        out.extend_from_slice(&f);
+    }
+    std::fs::write(path, out).expect("write input");
+}
+
+fn poolcap(args: &[&str]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("poolcap {args:?}: {e}"))
+}
+
+fn ok(args: &[&str]) -> Output {
+    let out = poolcap(args);
+    assert!(
+        out.status.success(),
+        "poolcap {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// `tcpdump -r FILE -xx -n -S FILTER` text.
+fn dump(file: &Path, filter: &str) -> String {
+    let out = Command::new("tcpdump")
+        .env("TZ", "UTC")
+        // -S: absolute TCP sequence numbers (relative ones depend on what came before).
+        .args(["-r", s(file), "-xx", "-n", "-S"])
+        .args(filter.split_whitespace())
+        .output()
+        .expect("tcpdump");
+    // The file being written (direct I/O) or one cut by kill -9 may end inside a record:
+    // tcpdump prints the whole ones, then says so and fails, as a query stops there too.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() || err.contains("truncated dump file"),
+        "tcpdump -r {} {filter}: {err}",
+        file.display(),
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The time `secs` after T0, as both editcap and `poolcap query` take it (UTC).
+fn at(secs_after: f64) -> String {
+    let ns = (secs_after * 1e9) as u64;
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(T0 * 1_000_000_000 + ns);
+    let rfc = humantime::format_rfc3339_nanos(t).to_string();
+    rfc.trim_end_matches('Z').replacen('T', " ", 1)
+}
+
+/// The input cut to `[since, until)` by editcap.
+fn window(input: &Path, dir: &Path, since: Option<f64>, until: Option<f64>) -> PathBuf {
+    let out = dir.join("window.pcap");
+    let mut cmd = Command::new("editcap");
+    cmd.env("TZ", "UTC");
+    if let Some(a) = since {
+        cmd.args(["-A", &at(a)]);
+    }
+    if let Some(b) = until {
+        cmd.args(["-B", &at(b)]);
+    }
+    let st = cmd.arg(input).arg(&out).status().expect("editcap");
+    assert!(st.success());
+    out
+}
+
+/// `poolcap query STORE FILTER [--since] [--until] -w OUT`, as tcpdump text.
+fn query(store: &Path, dir: &Path, filter: &str, since: Option<f64>, until: Option<f64>) -> String {
+    let out = dir.join("answer.pcap");
+    let (a, b) = (since.map(at), until.map(at));
+    let mut args = vec!["query", s(store), "-w", s(&out)];
+    if let Some(a) = &a {
+        args.extend(["--since", a]);
+    }
+    if let Some(b) = &b {
+        args.extend(["--until", b]);
+    }
+    args.extend(filter.split_whitespace());
+    ok(&args);
+    dump(&out, filter)
+}
+
+fn build_store(input: &Path, store: &Path, extra: &[&str]) -> String {
+    let mut args = vec![
+        "capture",
+        "-q",
+        "-r",
+        s(input),
+        "--store",
+        s(store),
+        "-C",
+        "1",
+    ];
+    args.extend_from_slice(extra);
+    let out = ok(&args);
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn status(store: &Path) -> String {
+    String::from_utf8_lossy(&ok(&["store", s(store), "status"]).stdout).into_owned()
+}
+
+fn field(status: &str, name: &str) -> u64 {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {status}"))
+}
+
+const SHAPES: [&str; 17] = [
+    "host 192.168.77.7",
+    "host 10.0.1.3",
+    "src host 10.0.2.7",
+    "net 10.9.1.0/24",
+    "net 10.0.0.0 mask 255.255.252.0",
+    "port 443",
+    "tcp dst port 8080",
+    "udp",
+    "icmp",
+    "arp",
+    "ip6 and host fd00::4",
+    "host 10.0.1.3 and host 10.9.0.1 and tcp port 80 and src port 1036",
+    "host 10.0.4.10 or port 53",
+    "not host 10.0.1.3 and tcp",
+    "tcp[13] & 2 != 0",
+    "tcp[13] & 2 != 0 and host 10.0.3.5",
+    "vlan and udp port 53",
+];
+
+fn queries_equal_tcpdump_for_filter_shapes_and_windows() {
+    let dir = tempdir();
+    let input = dir.path().join("in.pcap");
+    write_input(&input, PACKETS);
+    let store = dir.path().join("store");
+    build_store(&input, &store, &[]);
+    let st = status(&store);
+    let files = field(&st, "files");
+    assert!(
+        files >= 4,
+        "several files, so windows cross boundaries: {st}"
+    );
+    assert_eq!(field(&st, "packets"), u64::from(PACKETS), "{st}");
+    assert_eq!(
+        field(&st, "unindexed"),
+        0,
+        "every closed file indexed: {st}"
+    );
+    // Whole store, the middle across file boundaries, a slice inside one file.
+    let windows = [
+        (None, None),
+        (Some(3.3), Some(17.9)),
+        (Some(10.0), Some(10.5)),
+    ];
+    for (since, until) in windows {
+        let reference = window(&input, dir.path(), since, until);
+        for shape in SHAPES {
+            let want = dump(&reference, shape);
+            let got = query(&store, dir.path(), shape, since, until);
+            if since.is_none() && !shape.starts_with("vlan") {
+                assert!(!want.is_empty(), "{shape}: matches something");
+            }
+            same(&got, &want, &format!("{shape} {since:?}..{until:?}"));
+        }
+    }
+    // A selective query reads a small part of the store.
+    let out = ok(&["query", s(&store), "--count", "host", "192.168.77.7"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let count: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    assert_eq!(count, u64::from(PACKETS / 5000), "{err}");
+    let (read, held) = read_and_held(&err);
+    assert!(read * 20 < held, "read {read} of {held}: {err}");
+}
+
+/// Asserts two tcpdump texts are equal, saying where they part (not printing them whole).
+fn same(got: &str, want: &str, what: &str) {
+    if got != want {
+        let at = got.lines().zip(want.lines()).position(|(a, b)| a != b);
+        panic!(
+            "{what}: query gave {} lines, tcpdump {}; first difference at line {at:?}: {:?} vs {:?}",
+            got.lines().count(),
+            want.lines().count(),
+            at.and_then(|n| got.lines().nth(n)),
+            at.and_then(|n| want.lines().nth(n)),
+        );
+    }
+}
+
+/// `read R of H bytes` from a query's last line.
+fn read_and_held(stderr: &str) -> (u64, u64) {
+    let words: Vec<&str> = stderr
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let n = |w: &str| w.parse::<u64>().unwrap_or_else(|_| panic!("{stderr}"));
+    let i = words
+        .iter()
+        .position(|w| *w == "read")
+        .unwrap_or_else(|| panic!("{stderr}"));
+    (n(words[i + 1]), n(words[i + 3]))
+}
+
+/// The store's capture files, oldest first.
+fn capture_files(store: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(store)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| !p.file_name().unwrap().to_string_lossy().contains('.'))
+        .collect();
+    v.sort();
+    v
+}
+
+/// tcpdump's text over each file in turn.
+fn dump_files(files: &[PathBuf], filter: &str) -> String {
+    files.iter().map(|f| dump(f, filter)).collect()
+}
+
+fn retention_deletes_the_oldest_files_and_queries_see_the_rest() {
+    let dir = tempdir();
+    let input = dir.path().join("in.pcap");
+    write_input(&input, PACKETS);
+    let store = dir.path().join("store");
+    let stderr = build_store(&input, &store, &["--store-size", "3M"]);
+    let st = status(&store);
+    let total = field(&st, "bytes") + field(&st, "index bytes");
+    assert!(total <= 3_000_000, "within the budget: {st}");
+    assert!(stderr.contains("deleted by retention"), "{stderr}");
+    let files = capture_files(&store);
+    assert!(files.len() >= 2, "{files:?}");
+    // The oldest packets are gone; what is left answers as tcpdump over the files left.
+    let held = field(&st, "packets");
+    assert!(held < u64::from(PACKETS), "{st}");
+    for shape in ["host 10.0.1.3", "tcp[13] & 2 != 0 and port 80", ""] {
+        same(
+            &query(&store, dir.path(), shape, None, None),
+            &dump_files(&files, shape),
+            shape,
+        );
+    }
+    // A window before what is held: one line saying what is held.
+    let out = poolcap(&["query", s(&store), "--until", &at(1.0)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("the store holds 2023-11-14T22:13:"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    // Age: keep the last 5 s of traffic (of 24 s).
+    let aged = dir.path().join("aged");
+    build_store(&input, &aged, &["--store-keep", "5s"]);
+    let st = status(&aged);
+    let first_held = st.lines().next().unwrap().to_owned();
+    assert!(
+        first_held.starts_with("held: 2023-11-14T22:13:3"),
+        "only the last seconds (and the file holding the limit) are kept: {st}"
+    );
+}
+
+fn a_damaged_index_is_refused_by_name_and_repaired() {
+    let dir = tempdir();
+    let input = dir.path().join("in.pcap");
+    write_input(&input, 8000);
+    let store = dir.path().join("store");
+    build_store(&input, &store, &[]);
+    let files = capture_files(&store);
+    let victim = PathBuf::from(format!("{}.idx", files[0].display()));
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    std::fs::write(&victim, &bytes).unwrap();
+    let shape = "host 10.0.1.3";
+    let want = dump(&input, shape);
+    let out = dir.path().join("answer.pcap");
+    let run = ok(&["query", s(&store), "-w", s(&out), "host", "10.0.1.3"]);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        err.contains(&format!(
+            "{}: index refused (damaged (checksum mismatch))",
+            files[0].display()
+        )),
+        "{err}"
+    );
+    same(
+        &dump(&out, shape),
+        &want,
+        "a refused index is never trusted",
+    );
+    let st = status(&store);
+    assert_eq!(field(&st, "unindexed"), 1, "{st}");
+    let rep = String::from_utf8_lossy(&ok(&["store", s(&store), "repair"]).stdout).into_owned();
+    assert!(rep.contains("1 indexes rebuilt"), "{rep}");
+    assert_eq!(field(&status(&store), "unindexed"), 0);
+    let run = ok(&["query", s(&store), "-w", s(&out), "host", "10.0.1.3"]);
+    assert!(!String::from_utf8_lossy(&run.stderr).contains("refused"));
+    same(&dump(&out, shape), &want, shape);
+    // An index of another capture file (swapped in) is refused as a mismatch.
+    std::fs::copy(
+        format!("{}.idx", files[1].display()),
+        format!("{}.idx", files[0].display()),
+    )
+    .unwrap();
+    let run = ok(&["query", s(&store), "-w", s(&out), "host", "10.0.1.3"]);
+    assert!(String::from_utf8_lossy(&run.stderr).contains("built from a different capture file"));
+    same(&dump(&out, shape), &want, shape);
+}
+
+fn bad_input_is_one_line_and_fails() {
+    let dir = tempdir();
+    let input = dir.path().join("in.pcap");
+    write_input(&input, 2000);
+    let store = dir.path().join("store");
+    build_store(&input, &store, &[]);
+    let plain = dir.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    let newer = dir.path().join("newer");
+    std::fs::create_dir(&newer).unwrap();
+    std::fs::write(newer.join("poolcap-store.json"), "{\"format\": 9}").unwrap();
+    for (args, says) in [
+        (vec!["query", s(&plain)], "is not a poolcap store"),
+        (vec!["store", s(&plain), "status"], "is not a poolcap store"),
+        (vec!["query", s(&newer)], "newer poolcap (store format 9"),
+        (
+            vec!["query", s(&store), "udp", "prot", "53"],
+            "bad filter expression",
+        ),
+        (
+            vec!["query", s(&store), "--since", "yesterday"],
+            "give RFC 3339",
+        ),
+        (
+            vec!["query", s(&store), "--since", "2030-01-01 00:00:00"],
+            "the store holds 2023-11-14T22:13:20",
+        ),
+        (vec!["capture", "-r", s(&input), "--store", s(&input)], ""),
+    ] {
+        let out = poolcap(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        if args[0] == "query" || args[0] == "store" {
+            assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        }
+    }
+}
+
+fn a_live_capture_into_a_store_answers_as_tcpdump() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let store = dir.path().join("store");
+    let bg = capture(&lab, &["-Z", "root", "--store", s(&store), "-C", "1"]);
+    let g = gen(
+        &lab,
+        &[
+            "--count", "6000", "--size", "700", "--rate", "20k", "--flows", "50",
+        ],
+    );
+    assert!(num(&g, "frames") >= 6000, "{g}");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // While the capture runs: the live file has no index and is read whole.
+    let files = capture_files(&store);
+    assert!(files.len() >= 2, "{files:?}");
+    let mid = dir.path().join("mid.pcap");
+    ok(&["query", s(&store), "-w", s(&mid), "udp"]);
+    same(
+        &dump(&mid, "udp"),
+        &dump_files(&files, "udp"),
+        "during the capture",
+    );
+    let (code, stderr) = bg.stop("INT");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("files indexed"), "{stderr}");
+    let st = status(&store);
+    assert_eq!(field(&st, "unindexed"), 0, "{st}");
+    let files = capture_files(&store);
+    for shape in ["udp port 9", "udp and src port 10029", ""] {
+        same(
+            &query(&store, dir.path(), shape, None, None),
+            &dump_files(&files, shape),
+            shape,
+        );
+    }
+}
+
+fn after_kill_9_the_store_answers_and_the_next_start_indexes_the_last_file() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let store = dir.path().join("store");
+    let bg = capture(&lab, &["-Z", "root", "--store", s(&store), "-C", "1"]);
+    gen(
+        &lab,
+        &[
+            "--count", "4000", "--size", "700", "--rate", "20k", "--flows", "20",
+        ],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (code, _) = bg.stop("KILL");
+    assert_ne!(code, Some(0));
+    let st = status(&store);
+    assert_eq!(field(&st, "unindexed"), 1, "the file being written: {st}");
+    let files = capture_files(&store);
+    same(
+        &query(&store, dir.path(), "udp src port 10003", None, None),
+        &dump_files(&files, "udp src port 10003"),
+        "after kill -9",
+    );
+    // The next start indexes what the killed run left.
+    let bg = capture(
+        &lab,
+        &["-Z", "root", "--store", s(&store), "--duration", "1s"],
+    );
+    let (code, stderr) = bg.wait();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("(no index)"), "{stderr}");
+    let st = status(&store);
+    assert_eq!(field(&st, "unindexed"), 0, "{st}");
+    let files = capture_files(&store);
+    same(
+        &query(&store, dir.path(), "udp src port 10003", None, None),
+        &dump_files(&files, "udp src port 10003"),
+        "after the restart",
+    );
+}
