@@ -248,7 +248,7 @@ fn probe_grid(rules: &[usize], frames: u64) -> Vec<Point> {
 /// `vm.dirty_ratio` 20), so most of the run goes at write-back's pace.
 const LONG_WRITE_FRAMES: u64 = 8_000_000;
 
-/// The long writing point: poolcap writing pcapng through the page cache (not `--direct`)
+/// The long writing point: poolcap writing pcapng through the page cache (`--buffered`)
 /// in the scratch directory under /var/tmp, 1514 B frames at top speed, rps off, for
 /// [`LONG_WRITE_FRAMES`]: faster than write-back on a quiet machine (the sender's 770k pps
 /// are 1.2 GB/s, write-back 0.4-0.8 GB/s), so it loses once the page cache is full; the
@@ -257,6 +257,7 @@ fn long_write() -> Point {
     let spec = CaptureSpec {
         write: true,
         pcapng: true,
+        buffered: true,
         ..CaptureSpec::new(Tool::Poolcap, super::BUFFER_KIB)
     };
     point(
@@ -733,14 +734,14 @@ mod tests {
         // the cache holds dirty, and is judged by the profile's disk.
         let disk = q.iter().find(|p| session(&p.id) == "disk").unwrap();
         let spec = disk.subjects[0].capture.as_ref().unwrap();
-        assert!(spec.write && spec.pcapng && !spec.direct, "{spec:?}");
+        assert!(spec.write && spec.pcapng && spec.buffered, "{spec:?}");
         assert_eq!(disk.traffic.count, LONG_WRITE_FRAMES);
         // Sent at the sender's quiet top speed, 770k pps: the built-in profile predicts loss
         // through the page cache, none written direct (the device takes 1.9 GB/s).
-        let predicted = |direct: bool| {
+        let predicted = |buffered: bool| {
             let mut row = validate::tests::record(&disk.id, "poolcap", 0.5);
             row.capture = Some(CaptureSpec {
-                direct,
+                buffered,
                 ..spec.clone()
             });
             row.traffic = disk.traffic.clone();
@@ -752,12 +753,12 @@ mod tests {
             let scenario = validate::scenario(&rows[0], pps).unwrap();
             poolcap_doctor::predict::predict(&Profile::built_in(), &scenario).unwrap()
         };
-        let buffered = predicted(false);
+        let buffered = predicted(true);
         let d = buffered.disk.expect("the built-in profile knows the disk");
         assert_eq!(d.io, poolcap_doctor::predict::DiskIo::Buffered);
         assert!(LONG_WRITE_FRAMES as f64 > 3.0 * d.buffer_frames, "{d:?}");
         assert!(buffered.loss > 0.1, "{buffered:?}");
-        assert_eq!(predicted(true).loss, 0.0);
+        assert_eq!(predicted(false).loss, 0.0);
         let smoke = plan(Scale::Smoke, &c).points;
         assert_eq!(
             smoke.len(),
