@@ -910,8 +910,9 @@ fn write_error_stops_cleanly() {
         }
     }
 
-    // A 256 KiB tmpfs fills up in the middle of the capture.
-    let fs = SmallFs::mount("256k");
+    // A 3 MiB tmpfs fills up in the middle of the capture (4.8 MB of records): room for the
+    // direct writer's first 2 MiB write, not its second.
+    let fs = SmallFs::mount("3m");
     let file = fs.path("x.pcapng");
     let sj = dir.path().join("small.json");
     let bg = capture(
