@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use clap::{Args, Parser};
+use poolcap_probe::report::RuleRecord;
 use poolcap_probe::Hub;
 
 use crate::capture::{CaptureConfig, CaptureError, Engine, Output};
@@ -182,8 +183,7 @@ fn engine_error(e: CaptureError) -> anyhow::Error {
 fn spawn_manager(
     manager: Manager,
     stop: &Arc<AtomicBool>,
-) -> std::io::Result<std::thread::JoinHandle<anyhow::Result<Vec<poolcap_probe::report::RuleRecord>>>>
-{
+) -> std::io::Result<std::thread::JoinHandle<Result<Vec<RuleRecord>, probe::ProbeError>>> {
     let stop_on_failure = Arc::clone(stop);
     std::thread::Builder::new()
         .name("probe-manager".into())
@@ -272,9 +272,9 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
             hooks,
         );
         exporters.finish();
-        let (report, unwritten) = probed.map_err(|e| match e.downcast::<CaptureError>() {
-            Ok(c) => engine_error(c),
-            Err(e) => e,
+        let (report, unwritten) = probed.map_err(|e| match e {
+            probe::ProbeError::Capture(c) => engine_error(c),
+            e => e.into(),
         })?;
         crate::say!("probed {}", file.display());
         print_report(&report);
