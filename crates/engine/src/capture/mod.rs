@@ -37,6 +37,7 @@ pub mod end;
 pub mod file;
 pub mod filter;
 pub mod forward;
+mod forward_out;
 pub mod forward_xdp;
 pub mod link;
 pub mod linktype;
