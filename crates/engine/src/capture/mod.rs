@@ -41,7 +41,8 @@ mod forward_out;
 pub mod forward_xdp;
 pub mod link;
 pub mod linktype;
-pub mod mem;
+#[cfg(test)]
+mod mem;
 pub mod nic;
 pub mod pipeline;
 pub use poolcap_core::policy;
