@@ -30,6 +30,7 @@ pub mod af_packet;
 pub mod af_xdp;
 pub mod backend;
 pub mod bpf;
+pub mod clock;
 pub mod compress;
 pub use poolcap_core::decide;
 pub mod doorbell;
