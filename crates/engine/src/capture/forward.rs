@@ -53,7 +53,7 @@ pub use super::forward_out::{AllForwardCounters, ForwardCounters};
 use super::forward_out::{OutState, TRANSIENT_PAUSE, TRANSIENT_RETRIES};
 use super::forward_xdp::XdpTransmit;
 use super::pool::{Chunk, Pool};
-use super::queue::Progress;
+use super::progress::Progress;
 use super::CaptureError;
 use poolcap_sys::pcap_filter::OfflineFilter;
 

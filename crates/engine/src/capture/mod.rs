@@ -48,6 +48,7 @@ pub mod nic;
 pub mod pipeline;
 pub use poolcap_core::policy;
 pub mod pool;
+pub mod progress;
 pub mod queue;
 pub mod rotate;
 pub mod savefile;

@@ -35,21 +35,12 @@ use super::end::{Budget, Cut};
 use super::pipeline::Handoff;
 use super::policy::Policy;
 use super::pool::{Chunk, Pool};
+use super::progress::Progress;
 use super::source::{Filler, Source};
 use super::writer::{InlineWriter, WriterOutcome};
 use super::CaptureError;
 
 pub use poolcap_core::wait::WaitStrategy;
-
-/// What a capture thread has handed on so far (see the module docs).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Progress {
-    /// Chunks sealed into the capture queue.
-    pub sealed: u64,
-    /// No packet with a smaller timestamp will come from this queue after the sealed ones
-    /// (`u64::MAX` once the thread has finished).
-    pub watermark_ns: u64,
-}
 
 /// Everything a capture thread needs.
 #[derive(Debug)]
@@ -487,7 +478,7 @@ mod tests {
     use crossbeam_queue::ArrayQueue;
     use poolcap_format::RecordedPacket;
 
-    use super::{CaptureThread, Progress, Shell, WaitStrategy};
+    use super::{CaptureThread, Shell, WaitStrategy};
     use crate::capture::account::{QueueCounters, QueueStats};
     use crate::capture::clock::{Clock, VirtualClock};
     use crate::capture::doorbell::Doorbell;
@@ -496,6 +487,7 @@ mod tests {
     use crate::capture::pipeline::Handoff;
     use crate::capture::policy::Basic;
     use crate::capture::pool::{Chunk, Pool, PoolSize};
+    use crate::capture::progress::Progress;
 
     /// The packets' clock at virtual time 0.
     const EPOCH: u64 = 1_700_000_000_000_000_000;
