@@ -38,7 +38,9 @@
 //! DIR/20261127T160000Z-12345-000000000.idx  its index
 //! ```
 //!
-//! File names sort in time order: the run's start (UTC), the process, the file's number.
+//! File names sort in the order of their run's start (UTC), the process and the file's
+//! number; queries order files by their packets' time instead (see `query`), since two
+//! runs may overlap and a clock may be set back.
 
 pub mod index;
 pub mod keeper;
@@ -204,7 +206,7 @@ impl Store {
         &self.dir
     }
 
-    /// The capture files, oldest first (names without a dot, not hidden).
+    /// The capture files, by name (names without a dot, not hidden).
     pub fn files(&self) -> Result<Vec<PathBuf>, StoreError> {
         let mut files: Vec<PathBuf> = std::fs::read_dir(&self.dir)
             .map_err(io(&self.dir))?

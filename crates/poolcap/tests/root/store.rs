@@ -34,6 +34,10 @@ pub fn trials() -> Vec<Trial> {
             a_live_capture_into_a_store_answers_as_tcpdump,
         ),
         t(
+            "files_of_several_runs_come_out_in_time_order_merged_where_they_overlap",
+            files_of_several_runs_come_out_in_time_order_merged_where_they_overlap,
+        ),
+        t(
             "after_kill_9_the_store_answers_and_the_next_start_indexes_the_last_file",
             after_kill_9_the_store_answers_and_the_next_start_indexes_the_last_file,
         ),
@@ -146,6 +150,12 @@ fn frame(i: u32) -> Vec<u8> {
 
 /// Writes the recorded input: microsecond pcap, one packet per millisecond from T0.
 fn write_input(path: &Path, packets: u32) {
+    write_timed(path, packets, |i| i64::from(i) * 1000);
+}
+
+/// Writes frames `0..packets` as microsecond pcap, packet `i` at `us(i)` microseconds
+/// after T0 (before it if negative).
+fn write_timed(path: &Path, packets: u32, us: impl Fn(u32) -> i64) {
     let mut out = Vec::new();
     out.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
     out.extend_from_slice(&[2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
@@ -153,8 +163,8 @@ fn write_input(path: &Path, packets: u32) {
     out.extend_from_slice(&1u32.to_le_bytes());
     for i in 0..packets {
         let f = frame(i);
-        let ts_us = u64::from(i) * 1000;
-        out.extend_from_slice(&((T0 + ts_us / 1_000_000) as u32).to_le_bytes());
+        let ts_us = (T0 as i64 * 1_000_000 + us(i)) as u64;
+        out.extend_from_slice(&((ts_us / 1_000_000) as u32).to_le_bytes());
         out.extend_from_slice(&((ts_us % 1_000_000) as u32).to_le_bytes());
         out.extend_from_slice(&(f.len() as u32).to_le_bytes());
         out.extend_from_slice(&(f.len() as u32).to_le_bytes());
@@ -202,8 +212,8 @@ fn dump(file: &Path, filter: &str) -> String {
 
 /// The time `secs` after T0, as both editcap and `poolcap query` take it (UTC).
 fn at(secs_after: f64) -> String {
-    let ns = (secs_after * 1e9) as u64;
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(T0 * 1_000_000_000 + ns);
+    let ns = (i128::from(T0) * 1_000_000_000 + (secs_after * 1e9).round() as i128) as u64;
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns);
     let rfc = humantime::format_rfc3339_nanos(t).to_string();
     rfc.trim_end_matches('Z').replacen('T', " ", 1)
 }
@@ -580,4 +590,87 @@ fn after_kill_9_the_store_answers_and_the_next_start_indexes_the_last_file() {
         &dump_files(&files, "udp src port 10003"),
         "after the restart",
     );
+}
+
+/// The store's capture files in a query's order: by first packet time, then name.
+fn files_by_time(store: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<(String, PathBuf)> = capture_files(store)
+        .into_iter()
+        .map(|f| {
+            let out = Command::new("capinfos")
+                .args(["-a", "-T", "-r", "-S"])
+                .arg(&f)
+                .output()
+                .expect("capinfos");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            // `NAME\tSECONDS.FRACTION`: equal widths, so the text sorts as the time.
+            let first = text
+                .trim()
+                .rsplit('\t')
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            (first, f)
+        })
+        .collect();
+    files.sort();
+    files.into_iter().map(|(_, f)| f).collect()
+}
+
+/// `mergecap` of `files` (a packet at a time, the earliest next one first).
+fn merge(files: &[PathBuf], dir: &Path) -> PathBuf {
+    let out = dir.join("merged.pcap");
+    let st = Command::new("mergecap")
+        .args(["-F", "pcap", "-w", s(&out)])
+        .args(files)
+        .status()
+        .expect("mergecap");
+    assert!(st.success());
+    out
+}
+
+fn files_of_several_runs_come_out_in_time_order_merged_where_they_overlap() {
+    let dir = tempdir();
+    let store = dir.path().join("store");
+    // Four runs into one store, each later by name than the one before:
+    // A from T0 for 4 s; B, whose clock was set back, 100 s before T0; C at the same time
+    // as A, half a millisecond later each (two runs overlapping); D, 150 s after T0, whose
+    // clock went back by 60 s halfway through its only file.
+    type Clock = fn(u32) -> i64;
+    let runs: [(&str, u32, Clock); 4] = [
+        ("a", 4000, |i| i64::from(i) * 1000),
+        ("b", 3000, |i| i64::from(i) * 1000 - 100_000_000),
+        ("c", 4000, |i| i64::from(i) * 1000 + 500),
+        ("d", 600, |i| {
+            let back = if i < 300 { 60_000_000 } else { 0 };
+            210_000_000 + i64::from(i) * 1000 - back
+        }),
+    ];
+    for (name, packets, us) in runs {
+        let input = dir.path().join(format!("{name}.pcap"));
+        write_timed(&input, packets, us);
+        build_store(&input, &store, &[]);
+        std::fs::remove_file(&input).unwrap();
+    }
+    let by_time = files_by_time(&store);
+    assert_ne!(
+        by_time,
+        capture_files(&store),
+        "name order is not time order"
+    );
+    assert_eq!(field(&status(&store), "unindexed"), 0);
+    let all = merge(&by_time, dir.path());
+    for (shape, since, until) in [
+        ("", None, None),
+        ("udp", None, None),
+        ("host 10.0.1.3 or icmp", None, None),
+        ("tcp[13] & 2 != 0", Some(-99.0), Some(3.0)),
+        ("", Some(1.0), Some(170.0)),
+    ] {
+        same(
+            &query(&store, dir.path(), shape, since, until),
+            &dump(&window(&all, dir.path(), since, until), shape),
+            &format!("{shape} {since:?}..{until:?}"),
+        );
+    }
 }
