@@ -27,8 +27,10 @@
 //! is still in the page cache, so the capture path does no indexing at all. A query uses
 //! the index only for the parts of the filter it understands (`select`) and always lets
 //! libpcap decide on every packet read, so the index can make a query faster, never
-//! wrong. The file being written has no index: queries scan it. Arkime's per-session
-//! positions need a database and a session table in the capture path; not taken.
+//! wrong. The file being written has no index: queries scan it (the writer makes its last
+//! batch visible once the file is quiet, `poolcap_format::DirectFile::with_live_tail`).
+//! Arkime's per-session positions need a database and a session table in the capture
+//! path; not taken.
 //!
 //! Layout of a store directory:
 //!
@@ -239,7 +241,12 @@ impl Store {
         let mut s = Status::default();
         for f in self.files()? {
             let state = IndexState::of(&f);
-            let (packets, span) = file_span(&f, &state).map_err(io(&f))?;
+            let (packets, span) = match file_span(&f, &state) {
+                Ok(s) => s,
+                // Deleted by retention since it was listed.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io(&f)(e)),
+            };
             s.files += 1;
             s.bytes += std::fs::metadata(&f).map_or(0, |m| m.len());
             s.index_bytes += std::fs::metadata(index_path(&f)).map_or(0, |m| m.len());

@@ -247,6 +247,7 @@ fn file_options(a: &CaptureArgs) -> anyhow::Result<FileOptions> {
             fsync: a.fsync,
             io: file_io(a),
             packet_buffered: a.packet_buffered,
+            live_tail: true,
             ..FileOptions::default()
         });
     }
@@ -305,6 +306,7 @@ fn file_options(a: &CaptureArgs) -> anyhow::Result<FileOptions> {
         io,
         packet_buffered: a.packet_buffered,
         closed: None,
+        live_tail: false,
     })
 }
 

@@ -41,6 +41,14 @@ pub fn trials() -> Vec<Trial> {
             "after_kill_9_the_store_answers_and_the_next_start_indexes_the_last_file",
             after_kill_9_the_store_answers_and_the_next_start_indexes_the_last_file,
         ),
+        t(
+            "after_kill_9_store_repair_indexes_the_last_file",
+            after_kill_9_store_repair_indexes_the_last_file,
+        ),
+        t(
+            "a_query_across_a_retention_deletion_answers_from_the_files_it_opened",
+            a_query_across_a_retention_deletion_answers_from_the_files_it_opened,
+        ),
     ]
 }
 
@@ -532,6 +540,13 @@ fn a_live_capture_into_a_store_answers_as_tcpdump() {
     assert!(files.len() >= 2, "{files:?}");
     let mid = dir.path().join("mid.pcap");
     ok(&["query", s(&store), "-w", s(&mid), "udp"]);
+    // Every packet the capture took is in a completed write by now (the writer writes a
+    // batch at most 50 ms after its first packet), the last ones too.
+    assert_eq!(
+        tcpdump_count(&mid, &[]),
+        num(&g, "frames"),
+        "the query sees every packet captured so far"
+    );
     same(
         &dump(&mid, "udp"),
         &dump_files(&files, "udp"),
@@ -552,13 +567,13 @@ fn a_live_capture_into_a_store_answers_as_tcpdump() {
     }
 }
 
-fn after_kill_9_the_store_answers_and_the_next_start_indexes_the_last_file() {
-    let lab = lab(1);
-    let dir = tempdir();
-    let store = dir.path().join("store");
-    let bg = capture(&lab, &["-Z", "root", "--store", s(&store), "-C", "1"]);
+/// A store whose capture was killed with SIGKILL while its last file was being written;
+/// asserts the store answers as tcpdump over its files all the same.
+fn killed_store(lab: &Lab, dir: &Path) -> PathBuf {
+    let store = dir.join("store");
+    let bg = capture(lab, &["-Z", "root", "--store", s(&store), "-C", "1"]);
     gen(
-        &lab,
+        lab,
         &[
             "--count", "4000", "--size", "700", "--rate", "20k", "--flows", "20",
         ],
@@ -570,10 +585,17 @@ fn after_kill_9_the_store_answers_and_the_next_start_indexes_the_last_file() {
     assert_eq!(field(&st, "unindexed"), 1, "the file being written: {st}");
     let files = capture_files(&store);
     same(
-        &query(&store, dir.path(), "udp src port 10003", None, None),
+        &query(&store, dir, "udp src port 10003", None, None),
         &dump_files(&files, "udp src port 10003"),
         "after kill -9",
     );
+    store
+}
+
+fn after_kill_9_the_store_answers_and_the_next_start_indexes_the_last_file() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let store = killed_store(&lab, dir.path());
     // The next start indexes what the killed run left.
     let bg = capture(
         &lab,
@@ -673,4 +695,75 @@ fn files_of_several_runs_come_out_in_time_order_merged_where_they_overlap() {
             &format!("{shape} {since:?}..{until:?}"),
         );
     }
+}
+
+fn after_kill_9_store_repair_indexes_the_last_file() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let store = killed_store(&lab, dir.path());
+    let files = capture_files(&store);
+    let want = dump_files(&files, "udp src port 10003");
+    let rep = String::from_utf8_lossy(&ok(&["store", s(&store), "repair"]).stdout).into_owned();
+    assert!(
+        rep.contains(&format!(
+            "indexed {} (no index)",
+            files.last().unwrap().display()
+        )),
+        "{rep}"
+    );
+    assert!(rep.contains("1 indexes rebuilt"), "{rep}");
+    assert_eq!(field(&status(&store), "unindexed"), 0);
+    same(
+        &query(&store, dir.path(), "udp src port 10003", None, None),
+        &want,
+        "after store repair",
+    );
+}
+
+fn a_query_across_a_retention_deletion_answers_from_the_files_it_opened() {
+    use std::io::Read;
+    let dir = tempdir();
+    let input = dir.path().join("in.pcap");
+    write_input(&input, PACKETS);
+    let store = dir.path().join("store");
+    build_store(&input, &store, &[]);
+    let want = dump(&input, "");
+    let files = capture_files(&store);
+    assert!(files.len() >= 4, "{files:?}");
+    // The query fills the pipe and waits; the oldest half of the store is deleted then, as
+    // retention does (capture file, then index).
+    let mut child = Command::new(bin())
+        .args(["query", s(&store), "-w", "-"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("poolcap query");
+    let mut stdout = child.stdout.take().unwrap();
+    let mut answer = vec![0u8; 4096];
+    stdout.read_exact(&mut answer).unwrap();
+    for f in &files[..files.len() / 2] {
+        std::fs::remove_file(f).unwrap();
+        std::fs::remove_file(format!("{}.idx", f.display())).unwrap();
+    }
+    stdout.read_to_end(&mut answer).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let file = dir.path().join("answer.pcap");
+    std::fs::write(&file, &answer).unwrap();
+    same(
+        &dump(&file, ""),
+        &want,
+        "every packet of the files the query opened",
+    );
+    // The next query sees what is left, and says nothing of what is gone.
+    let left = capture_files(&store);
+    same(
+        &query(&store, dir.path(), "", None, None),
+        &dump_files(&left, ""),
+        "after the deletion",
+    );
 }
