@@ -243,11 +243,9 @@ fn file_io(a: &CaptureArgs) -> FileIo {
 fn file_options(a: &CaptureArgs) -> anyhow::Result<FileOptions> {
     if a.store.is_some() {
         return Ok(FileOptions {
-            rotate: store_rotation(a),
             fsync: a.fsync,
             io: file_io(a),
             packet_buffered: a.packet_buffered,
-            live_tail: true,
             ..FileOptions::default()
         });
     }
@@ -308,23 +306,6 @@ fn file_options(a: &CaptureArgs) -> anyhow::Result<FileOptions> {
         closed: None,
         live_tail: false,
     })
-}
-
-/// A store's files: -C, else a tenth of the budget within 1 MB..1000 MB; numbered by a
-/// -W ring too large to wrap, so that names sort in time order.
-fn store_rotation(a: &CaptureArgs) -> RotateSpec {
-    let size = a.rotate_size.map_or_else(
-        || {
-            a.store_size
-                .map_or(1_000_000_000, |s| (s / 10).clamp(1_000_000, 1_000_000_000))
-        },
-        |m| m.saturating_mul(1_000_000),
-    );
-    RotateSpec {
-        size: Some(size),
-        seconds: None,
-        files: Some(1_000_000_000),
-    }
 }
 
 pub fn parse_kib(s: &str) -> Result<u64, String> {
@@ -570,38 +551,6 @@ pub fn print_report(r: &CaptureReport) {
     );
 }
 
-/// A store being set up: the keeper starts once the capture has started.
-struct PendingStore {
-    store: crate::store::Store,
-    retention: crate::store::keeper::Retention,
-    closed: std::sync::mpsc::Receiver<PathBuf>,
-}
-
-/// Opens (or makes) the store, indexes what an earlier run left unindexed and points the
-/// capture's output at the store, with the keeper's channel.
-fn open_store(
-    dir: &Path,
-    args: &CaptureArgs,
-    cfg: &mut crate::capture::CaptureConfig,
-) -> anyhow::Result<PendingStore> {
-    use crate::store::{keeper, Store};
-    let store = Store::create(dir).map_err(|e| usage(e.to_string()))?;
-    for (f, why) in store.repair()? {
-        crate::say!("store: indexed {} ({why})", f.display());
-    }
-    let (tx, closed) = keeper::Keeper::channel();
-    cfg.files.closed = Some(tx);
-    cfg.output = Some((Output::File(store.run_template()), FileFormat::PcapNs));
-    Ok(PendingStore {
-        store,
-        retention: keeper::Retention {
-            size: args.store_size,
-            keep: args.store_keep,
-        },
-        closed,
-    })
-}
-
 /// Runs `poolcap capture`.
 pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     // -n does nothing; --config was read with the command line (cli::parse).
@@ -644,7 +593,15 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         cfg.output = Some((Output::Sink(Box::new(printer)), FileFormat::PcapNs));
     }
     let pending_store = match &args.store {
-        Some(dir) => Some(open_store(dir, &args, &mut cfg)?),
+        Some(dir) => Some(super::store::open_store(
+            dir,
+            crate::store::keeper::Retention {
+                size: args.store_size,
+                keep: args.store_keep,
+            },
+            super::store::rotation(args.rotate_size, args.store_size),
+            &mut cfg,
+        )?),
         None => None,
     };
     // SIGHUP too: a capture in a closed terminal or an ended ssh session stops as cleanly.
@@ -675,9 +632,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         }
     };
     // After the engine started: privileges are dropped by then.
-    let keeper = pending_store
-        .map(|p| crate::store::keeper::Keeper::start(p.store, p.retention, p.closed))
-        .transpose()?;
+    let keeper = pending_store.map(|p| p.start()).transpose()?;
     let pool = engine.pool_size().unwrap_or(pool);
     let verb = if args.read.is_some() {
         "reading from file"
@@ -714,19 +669,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     if let Some(s) = stats {
         s.write(&report)?;
     }
-    if let Some(k) = keeper {
-        let r = k.finish();
-        crate::say!(
-            "store: {} files indexed ({} index bytes), {} deleted by retention ({} bytes)",
-            r.indexed,
-            r.index_bytes,
-            r.deleted,
-            r.deleted_bytes
-        );
-        for e in &r.errors {
-            crate::say!("store: {e}");
-        }
-    }
+    super::store::finish(keeper);
     if report.write_error.is_some() {
         // The engine printed the error (naming the file) when it happened.
         return Err(anyhow::Error::new(crate::cli::Reported));

@@ -46,6 +46,14 @@ pub fn trials() -> Vec<Trial> {
             a_real_capture_replayed_into_the_lab_answers_as_tcpdump,
         ),
         t(
+            "a_store_with_two_queues_on_af_packet_and_af_xdp_holds_every_frame",
+            a_store_with_two_queues_on_af_packet_and_af_xdp_holds_every_frame,
+        ),
+        t(
+            "probe_and_forward_store_what_they_see",
+            probe_and_forward_store_what_they_see,
+        ),
+        t(
             "after_kill_9_store_repair_indexes_the_last_file",
             after_kill_9_store_repair_indexes_the_last_file,
         ),
@@ -887,4 +895,120 @@ fn a_real_capture_replayed_into_the_lab_answers_as_tcpdump() {
             );
         }
     }
+}
+
+/// After a capture into `store` of `frames` UDP frames from the generator: the store holds
+/// each once, every file is indexed, and queries answer as tcpdump over its files.
+fn holds_every_frame(store: &Path, dir: &Path, frames: u64, what: &str) {
+    let st = status(store);
+    assert_eq!(field(&st, "unindexed"), 0, "{what}: {st}");
+    let files = capture_files(store);
+    assert!(files.len() >= 2, "{what}: {files:?}");
+    let all = merge(&files_by_time(store), dir);
+    assert_eq!(tcpdump_count(&all, &["udp"]), frames, "{what}: {st}");
+    for shape in [
+        "udp",
+        "udp and src port 10003",
+        "udp port 9 and greater 500",
+    ] {
+        same(
+            &query(store, dir, shape, None, None),
+            &dump(&all, shape),
+            &format!("{what}: {shape}"),
+        );
+    }
+}
+
+fn a_store_with_two_queues_on_af_packet_and_af_xdp_holds_every_frame() {
+    let lab = lab(2);
+    for backend in ["af_packet", "af_xdp"] {
+        let dir = tempdir();
+        let store = dir.path().join("store");
+        let bg = capture(
+            &lab,
+            &[
+                "-Z",
+                "root",
+                "--backend",
+                backend,
+                "--queues",
+                "2",
+                "--store",
+                s(&store),
+                "-C",
+                "1",
+            ],
+        );
+        let g = gen(
+            &lab,
+            &[
+                "--count", "5000", "--flows", "8", "--size", "700", "--rate", "20k",
+            ],
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let (code, stderr) = bg.stop("INT");
+        assert_eq!(code, Some(0), "{backend}: {stderr}");
+        holds_every_frame(&store, dir.path(), num(&g, "frames"), backend);
+    }
+}
+
+fn probe_and_forward_store_what_they_see() {
+    let lab = crate::forward::lab3(1);
+    let traffic = [
+        "--count", "4000", "--flows", "8", "--size", "700", "--rate", "20k",
+    ];
+    // The probe.
+    let dir = tempdir();
+    let cfg = dir.path().join("probe.toml");
+    std::fs::write(
+        &cfg,
+        "period = \"1s\"\n[[rule]]\nname = \"all\"\nfilter = \"ip\"\nactions = [\"count\"]\n",
+    )
+    .unwrap();
+    let store = dir.path().join("store");
+    let bg = start_probe(&lab, &["-c", s(&cfg), "--store", s(&store)]);
+    let g = gen(&lab, &traffic);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (code, stderr) = bg.stop("INT");
+    assert_eq!(code, Some(0), "probe: {stderr}");
+    assert!(stderr.contains("files indexed"), "{stderr}");
+    // One file (the default size is 1000 MB): whole once closed, indexed.
+    let st = status(&store);
+    assert_eq!(field(&st, "unindexed"), 0, "probe: {st}");
+    let files = capture_files(&store);
+    assert_eq!(
+        tcpdump_count(&files[0], &["udp"]),
+        num(&g, "frames"),
+        "probe: {st}"
+    );
+    same(
+        &query(&store, dir.path(), "udp and src port 10003", None, None),
+        &dump(&files[0], "udp and src port 10003"),
+        "probe",
+    );
+    // The forwarder: what it forwarded.
+    let dir = tempdir();
+    let store = dir.path().join("store");
+    let bg = crate::forward::forward(&lab, &["--store", s(&store), "--store-size", "10M"]);
+    let g = gen(&lab, &traffic);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (code, stderr) = bg.stop("INT");
+    assert_eq!(code, Some(0), "forward: {stderr}");
+    // --store-size 10M: files of 1 MB.
+    holds_every_frame(&store, dir.path(), num(&g, "frames"), "forward");
+    let out = poolcap(&[
+        "forward",
+        "-i",
+        "x",
+        "-o",
+        "y",
+        "--bidirectional",
+        "--store",
+        "d",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("not with --bidirectional"),
+        "{err}"
+    );
 }
