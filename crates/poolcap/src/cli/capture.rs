@@ -78,6 +78,11 @@ pub struct CaptureArgs {
     /// packet written).
     #[arg(long, value_name = "DURATION", requires = "store", value_parser = humantime::parse_duration)]
     store_keep: Option<Duration>,
+    /// With --store: answer `GET /query?filter=F&since=T&until=T` on ADDR with the matching
+    /// packets as a pcap stream (PORT or :PORT: loopback; ADDR:PORT, e.g. 0.0.0.0:8080, as
+    /// written).
+    #[arg(long, value_name = "ADDR", requires = "store")]
+    query_listen: Option<String>,
     /// Write packets to FILE (`-` for standard output). Without it packets are printed one
     /// line each when standard output is a terminal (or with --print), else only counted.
     #[arg(short = 'w')]
@@ -573,6 +578,14 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         privdrop::prepare(args.user.as_deref())?
     };
     let metrics = crate::cli::export::bind_metrics(&args.export)?;
+    let query_listener = args
+        .query_listen
+        .as_deref()
+        .map(|a| {
+            let addr = poolcap_export::http::parse_listen_for("--query-listen", a)?;
+            poolcap_export::http::Listener::bind(addr)
+        })
+        .transpose()?;
     let readiness = Readiness::connect()?;
     let mut stats = args
         .stats_json
@@ -633,6 +646,14 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     };
     // After the engine started: privileges are dropped by then.
     let keeper = pending_store.map(|p| p.start()).transpose()?;
+    let _queries = match (query_listener, &args.store) {
+        (Some(l), Some(dir)) => {
+            let server = super::query::serve(l, dir)?;
+            crate::say!("store: queries on http://{}/query", server.addr());
+            Some(server)
+        }
+        _ => None,
+    };
     let pool = engine.pool_size().unwrap_or(pool);
     let verb = if args.read.is_some() {
         "reading from file"

@@ -54,6 +54,10 @@ pub fn trials() -> Vec<Trial> {
             probe_and_forward_store_what_they_see,
         ),
         t(
+            "queries_over_http_stream_pcap_and_refuse_bad_input",
+            queries_over_http_stream_pcap_and_refuse_bad_input,
+        ),
+        t(
             "after_kill_9_store_repair_indexes_the_last_file",
             after_kill_9_store_repair_indexes_the_last_file,
         ),
@@ -1010,5 +1014,106 @@ fn probe_and_forward_store_what_they_see() {
     assert!(
         !out.status.success() && err.contains("not with --bidirectional"),
         "{err}"
+    );
+}
+
+/// `curl` in the probe's namespace: the HTTP status, content type and body of `GET url`.
+fn curl(lab: &Lab, url: &str, body: &Path) -> (String, Vec<u8>) {
+    let out = netns_command(&lab.probe.netns, "curl")
+        // --max-time: a hang guard.
+        .args([
+            "-s",
+            "--max-time",
+            "30",
+            "-o",
+            s(body),
+            "-w",
+            "%{http_code} %{content_type}",
+        ])
+        .arg(url)
+        .output()
+        .expect("curl");
+    assert!(out.status.success(), "curl {url}: {out:?}");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        std::fs::read(body).unwrap(),
+    )
+}
+
+fn queries_over_http_stream_pcap_and_refuse_bad_input() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let store = dir.path().join("store");
+    let bg = capture(
+        &lab,
+        &[
+            "-Z",
+            "root",
+            "--store",
+            s(&store),
+            "-C",
+            "1",
+            "--query-listen",
+            "18938",
+        ],
+    );
+    gen(
+        &lab,
+        &[
+            "--count", "6000", "--size", "700", "--rate", "20k", "--flows", "50",
+        ],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let files = capture_files(&store);
+    assert!(files.len() >= 2, "{files:?}");
+    let base = "http://127.0.0.1:18938/query";
+    let body = dir.path().join("body.pcap");
+    // During the capture: a selective query, and all of it (4 MB: relayed as read).
+    for (params, filter) in [
+        (
+            "?filter=udp+and+src%20port%2010003",
+            "udp and src port 10003",
+        ),
+        ("?filter=udp", "udp"),
+        ("", ""),
+    ] {
+        let (head, _) = curl(&lab, &format!("{base}{params}"), &body);
+        assert_eq!(head, "200 application/vnd.tcpdump.pcap", "{params}");
+        same(&dump(&body, filter), &dump_files(&files, filter), params);
+    }
+    // A window: since the first packet's second, until long after.
+    let st = status(&store);
+    let held = st.lines().next().unwrap().strip_prefix("held: ").unwrap();
+    let first = &held[..19];
+    let (head, _) = curl(
+        &lab,
+        &format!("{base}?since={first}Z&until=2100-01-01T00:00:00Z&filter=udp"),
+        &body,
+    );
+    assert_eq!(head, "200 application/vnd.tcpdump.pcap");
+    same(&dump(&body, "udp"), &dump_files(&files, "udp"), "a window");
+    for (params, says) in [
+        ("?filter=udp+prot+53", "bad filter expression"),
+        ("?since=yesterday", "give RFC 3339"),
+        (
+            "?until=2000-01-01T00:00:00Z",
+            "nothing held in that time window",
+        ),
+        ("?limit=5", "unknown parameter `limit`"),
+    ] {
+        let (head, text) = curl(&lab, &format!("{base}{params}"), &body);
+        let text = String::from_utf8_lossy(&text);
+        assert!(head.starts_with("400 text/plain"), "{params}: {head}");
+        assert!(text.contains(says), "{params}: {text}");
+        assert_eq!(text.trim().lines().count(), 1, "{params}: {text}");
+    }
+    let (head, _) = curl(&lab, "http://127.0.0.1:18938/other", &body);
+    assert!(head.starts_with("404"), "{head}");
+    let (code, stderr) = bg.stop("INT");
+    assert_eq!(code, Some(0), "{stderr}");
+    // A port alone listens on loopback only.
+    assert!(
+        stderr.contains("store: queries on http://127.0.0.1:18938/query"),
+        "{stderr}"
     );
 }
