@@ -99,7 +99,7 @@ pub struct ForwardArgs {
     /// File format of -w: pcapng (nanosecond), pcap (microsecond) or pcap-ns.
     #[arg(long, default_value = "pcapng", value_enum, requires = "write")]
     format: FileFormat,
-    /// (Not with --bidirectional.)
+    // --store: not with --bidirectional (refused in `run`).
     #[command(flatten)]
     store: crate::cli::store::StoreOptions,
     #[command(flatten)]
