@@ -78,6 +78,11 @@ pub struct CaptureArgs {
     /// packet written).
     #[arg(long, value_name = "DURATION", requires = "store", value_parser = humantime::parse_duration)]
     store_keep: Option<Duration>,
+    /// With --store: answer `GET /query?filter=F&since=T&until=T` on ADDR with the matching
+    /// packets as a pcap stream (PORT or :PORT: loopback; ADDR:PORT, e.g. 0.0.0.0:8080, as
+    /// written).
+    #[arg(long, value_name = "ADDR", requires = "store")]
+    query_listen: Option<String>,
     /// Write packets to FILE (`-` for standard output). Without it packets are printed one
     /// line each when standard output is a terminal (or with --print), else only counted.
     #[arg(short = 'w')]
@@ -243,7 +248,6 @@ fn file_io(a: &CaptureArgs) -> FileIo {
 fn file_options(a: &CaptureArgs) -> anyhow::Result<FileOptions> {
     if a.store.is_some() {
         return Ok(FileOptions {
-            rotate: store_rotation(a),
             fsync: a.fsync,
             io: file_io(a),
             packet_buffered: a.packet_buffered,
@@ -305,24 +309,8 @@ fn file_options(a: &CaptureArgs) -> anyhow::Result<FileOptions> {
         io,
         packet_buffered: a.packet_buffered,
         closed: None,
+        live_tail: false,
     })
-}
-
-/// A store's files: -C, else a tenth of the budget within 1 MB..1000 MB; numbered by a
-/// -W ring too large to wrap, so that names sort in time order.
-fn store_rotation(a: &CaptureArgs) -> RotateSpec {
-    let size = a.rotate_size.map_or_else(
-        || {
-            a.store_size
-                .map_or(1_000_000_000, |s| (s / 10).clamp(1_000_000, 1_000_000_000))
-        },
-        |m| m.saturating_mul(1_000_000),
-    );
-    RotateSpec {
-        size: Some(size),
-        seconds: None,
-        files: Some(1_000_000_000),
-    }
 }
 
 pub fn parse_kib(s: &str) -> Result<u64, String> {
@@ -568,38 +556,6 @@ pub fn print_report(r: &CaptureReport) {
     );
 }
 
-/// A store being set up: the keeper starts once the capture has started.
-struct PendingStore {
-    store: crate::store::Store,
-    retention: crate::store::keeper::Retention,
-    closed: std::sync::mpsc::Receiver<PathBuf>,
-}
-
-/// Opens (or makes) the store, indexes what an earlier run left unindexed and points the
-/// capture's output at the store, with the keeper's channel.
-fn open_store(
-    dir: &Path,
-    args: &CaptureArgs,
-    cfg: &mut crate::capture::CaptureConfig,
-) -> anyhow::Result<PendingStore> {
-    use crate::store::{keeper, Store};
-    let store = Store::create(dir).map_err(|e| usage(e.to_string()))?;
-    for (f, why) in store.repair()? {
-        crate::say!("store: indexed {} ({why})", f.display());
-    }
-    let (tx, closed) = keeper::Keeper::channel();
-    cfg.files.closed = Some(tx);
-    cfg.output = Some((Output::File(store.run_template()), FileFormat::PcapNs));
-    Ok(PendingStore {
-        store,
-        retention: keeper::Retention {
-            size: args.store_size,
-            keep: args.store_keep,
-        },
-        closed,
-    })
-}
-
 /// Runs `poolcap capture`.
 pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     // -n does nothing; --config was read with the command line (cli::parse).
@@ -622,6 +578,14 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         privdrop::prepare(args.user.as_deref())?
     };
     let metrics = crate::cli::export::bind_metrics(&args.export)?;
+    let query_listener = args
+        .query_listen
+        .as_deref()
+        .map(|a| {
+            let addr = poolcap_export::http::parse_listen_for("--query-listen", a)?;
+            poolcap_export::http::Listener::bind(addr)
+        })
+        .transpose()?;
     let readiness = Readiness::connect()?;
     let mut stats = args
         .stats_json
@@ -642,7 +606,15 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         cfg.output = Some((Output::Sink(Box::new(printer)), FileFormat::PcapNs));
     }
     let pending_store = match &args.store {
-        Some(dir) => Some(open_store(dir, &args, &mut cfg)?),
+        Some(dir) => Some(super::store::open_store(
+            dir,
+            crate::store::keeper::Retention {
+                size: args.store_size,
+                keep: args.store_keep,
+            },
+            super::store::rotation(args.rotate_size, args.store_size),
+            &mut cfg,
+        )?),
         None => None,
     };
     // SIGHUP too: a capture in a closed terminal or an ended ssh session stops as cleanly.
@@ -673,9 +645,15 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         }
     };
     // After the engine started: privileges are dropped by then.
-    let keeper = pending_store
-        .map(|p| crate::store::keeper::Keeper::start(p.store, p.retention, p.closed))
-        .transpose()?;
+    let keeper = pending_store.map(|p| p.start()).transpose()?;
+    let _queries = match (query_listener, &args.store) {
+        (Some(l), Some(dir)) => {
+            let server = super::query::serve(l, dir)?;
+            crate::say!("store: queries on http://{}/query", server.addr());
+            Some(server)
+        }
+        _ => None,
+    };
     let pool = engine.pool_size().unwrap_or(pool);
     let verb = if args.read.is_some() {
         "reading from file"
@@ -712,19 +690,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     if let Some(s) = stats {
         s.write(&report)?;
     }
-    if let Some(k) = keeper {
-        let r = k.finish();
-        crate::say!(
-            "store: {} files indexed ({} index bytes), {} deleted by retention ({} bytes)",
-            r.indexed,
-            r.index_bytes,
-            r.deleted,
-            r.deleted_bytes
-        );
-        for e in &r.errors {
-            crate::say!("store: {e}");
-        }
-    }
+    super::store::finish(keeper);
     if report.write_error.is_some() {
         // The engine printed the error (naming the file) when it happened.
         return Err(anyhow::Error::new(crate::cli::Reported));

@@ -99,6 +99,9 @@ pub struct ForwardArgs {
     /// File format of -w: pcapng (nanosecond), pcap (microsecond) or pcap-ns.
     #[arg(long, default_value = "pcapng", value_enum, requires = "write")]
     format: FileFormat,
+    // --store: not with --bidirectional (refused in `run`).
+    #[command(flatten)]
+    store: crate::cli::store::StoreOptions,
     #[command(flatten)]
     export: crate::cli::export::MetricsArgs,
     /// Write the final accounting as one JSON object to FILE.
@@ -392,13 +395,19 @@ fn drop_filter(s: &str) -> Result<String, String> {
 
 /// Runs `poolcap forward`.
 pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
+    if args.bidirectional && args.store.store.is_some() {
+        return Err(usage(
+            "--store: not with --bidirectional (one direction per store)",
+        ));
+    }
     check_interfaces(&args)?;
     let dirs = Direction::all(&args);
-    let configs = dirs
+    let mut configs = dirs
         .iter()
         .enumerate()
         .map(|(i, d)| config(&args, d, i == 0))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let pending_store = args.store.open(&mut configs[0])?;
     let drop_rule = || {
         args.drop
             .as_deref()
@@ -436,6 +445,7 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
                 .as_deref()
                 .into_iter()
                 .chain(opened.iter().filter_map(|o| o.output()))
+                .chain(args.store.store.as_deref())
                 .collect();
             privdrop::apply(&privileges, &owned)?;
             Ok(opened)
@@ -484,6 +494,7 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
         )?),
         _ => None,
     };
+    let keeper = pending_store.map(|p| p.start()).transpose()?;
     readiness.ready();
     let results: Vec<(CaptureReport, String)> = std::thread::scope(|s| {
         let running: Vec<_> = engines
@@ -500,6 +511,7 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
         .zip(&dirs)
         .map(|((r, path), d)| ForwardReport::new(&args, d, &path, r))
         .collect();
+    crate::cli::store::finish(keeper);
     for r in &reports {
         if args.bidirectional {
             eprintln!("{} -> {}:", r.interface_in, r.interface_out);

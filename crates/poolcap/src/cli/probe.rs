@@ -54,6 +54,8 @@ pub struct ProbeArgs {
     /// Also write the captured packets to FILE (pcapng).
     #[arg(short = 'w', conflicts_with = "read")]
     write: Option<PathBuf>,
+    #[command(flatten)]
+    store: crate::cli::store::StoreOptions,
     /// Write each period's records as JSON Lines to FILE.
     #[arg(long)]
     report: Option<PathBuf>,
@@ -292,8 +294,10 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
             ))
         }
         Some(mode) => {
-            let alone =
-                kernel::all_in_kernel(&config) && args.write.is_none() && !args.metrics.is_set();
+            let alone = kernel::all_in_kernel(&config)
+                && args.write.is_none()
+                && args.store.store.is_none()
+                && !args.metrics.is_set();
             kernel::place(&mut config, mode, !alone).map_err(usage)?;
             alone
         }
@@ -313,6 +317,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         .write
         .clone()
         .map(|p| (Output::File(p), poolcap_format::FileFormat::Pcapng));
+    let pending_store = args.store.open(&mut cfg)?;
     cfg.duration = args.duration;
     let kernel = args
         .in_kernel
@@ -338,7 +343,11 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     if let Some(k) = kernel {
         reporter.set_kernel(k);
     }
-    let kept = [args.report.as_deref(), args.ctl.as_deref()];
+    let kept = [
+        args.report.as_deref(),
+        args.ctl.as_deref(),
+        args.store.store.as_deref(),
+    ];
     // With rules in the kernel a rule change loads new programs (CAP_BPF), so, as with
     // every rule there, the privileges go only when -Z asks.
     let keep_privileges = args.in_kernel.is_some() && args.privileges.user.is_none();
@@ -359,6 +368,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
             return Err(e);
         }
     };
+    let keeper = pending_store.map(|p| p.start()).transpose()?;
     let engine_done = Arc::new(AtomicBool::new(false));
     let metrics = metrics
         .map(|m| export::serve_metrics(m, &engine, args.write.is_some(), exporters.counters()))
@@ -393,6 +403,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         .join()
         .map_err(|_| anyhow::anyhow!("the probe manager panicked"))?;
     print_report(&report);
+    crate::cli::store::finish(keeper);
     exporters.finish();
     last?;
     if let Some(e) = &report.write_error {
