@@ -142,9 +142,9 @@ impl DiskIo {
 }
 
 /// Bytes poolcap's direct writer has on their way to the device before it waits for it:
-/// its four aligned buffers of 2 MiB batches (the file writer's `DEPTH` x the direct
-/// batch), one being filled while the others are written.
-pub const DIRECT_IN_FLIGHT_BYTES: f64 = (4 * (2 << 20)) as f64;
+/// the aligned buffers it makes while the device is behind (the file writer's
+/// `STALL_BYTES`).
+pub const DIRECT_IN_FLIGHT_BYTES: f64 = (256 << 20) as f64;
 
 impl Scenario {
     /// An endless steady stream of `size`-byte frames at `rate_pps` into `tool` with every
@@ -1078,17 +1078,17 @@ mod tests {
 
     #[test]
     fn direct_io_writes_at_the_devices_rate_behind_the_writers_buffers() {
-        // 400 MB/s: 400k pps of the 500k, behind 8 MiB in flight (8388.6 records). Three
-        // seconds the page cache would have taken whole lose 100k a second beyond the
-        // buffers; twenty lose less than through the cache.
-        let three = predict(&with_disk(), &writing(3.0, DiskIo::Direct)).unwrap();
-        let d = three.disk.unwrap();
+        // 400 MB/s: 400k pps of the 500k, behind 256 MiB in flight (268435.5 records). Ten
+        // seconds lose 100k a second beyond the buffers; twenty lose less than through the
+        // cache.
+        let ten = predict(&with_disk(), &writing(10.0, DiskIo::Direct)).unwrap();
+        let d = ten.disk.unwrap();
         assert!(
             close(d.buffer_frames, DIRECT_IN_FLIGHT_BYTES / 1000.0),
             "{d:?}"
         );
-        let lost = 300e3 - d.buffer_frames - three.buffer_frames;
-        assert!(close(three.loss, lost / 1.5e6), "{three:?}");
+        let lost = 1e6 - d.buffer_frames - ten.buffer_frames;
+        assert!(close(ten.loss, lost / 5e6), "{ten:?}");
         let twenty = predict(&with_disk(), &writing(20.0, DiskIo::Direct)).unwrap();
         let buffered = predict(&with_disk(), &writing(20.0, DiskIo::Buffered)).unwrap();
         assert!(twenty.loss < buffered.loss, "{twenty:?} {buffered:?}");

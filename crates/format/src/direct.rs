@@ -14,7 +14,17 @@
 //! thread that frames the records, each write held the writer (and behind it the pools)
 //! for the device's time: 273 MB/s from a file in RAM where `dd oflag=direct` wrote
 //! 3.4 GB/s. Here the writer hands each batch's buffer to the I/O thread and goes on
-//! filling another; it waits only when all [`DEPTH`] buffers are on their way. One thread,
+//! filling another; it waits only when [`STALL_BYTES`] of buffers are on their way.
+//!
+//! Why so many bytes may wait: a device stalls now and then, and the whole device, not one
+//! write: on the lab's virtual disk a 2 MiB write takes about 1 ms, but over 20 GB some
+//! take 50-800 ms, and four writes made at once all stall together. While the writer
+//! waits, the packets pile up in the kernel ring (36 MiB by default, 50 ms at 1514-byte
+//! frames at the lab's top rate) and the ring drops the rest: 8 of the 9 20 GB runs that
+//! lost packets with 8 MiB of buffers had a write of 139-505 ms. So the writer copies on
+//! into new buffers while the device stalls, up to [`STALL_BYTES`]; it keeps [`DEPTH`]
+//! buffers between stalls and frees the rest once their writes have landed, so the memory
+//! is taken only while the device is behind. One thread,
 //! writing in order, so no write lands before an earlier one: several writers (threads or
 //! io_uring) would keep more writes at the device, but a later write landing first leaves
 //! a hole of zeros in a file cut short by `kill -9`. The first write (the file's header) is
@@ -57,7 +67,7 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, IoSlice, Write};
 use std::os::unix::fs::FileExt;
-use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -67,10 +77,14 @@ use crate::write::{clone_io, Output};
 /// size, which covers the logical block size of every common device.
 pub const ALIGN: usize = 4096;
 
-/// Buffers of a file: one the writer fills, the others written by the I/O thread or
-/// waiting for it. Four of 4 MiB batches: the device always has the next write queued, and
-/// the writer waits for the device only after 12 MiB it has not taken yet.
+/// Buffers a file keeps between stalls: one the writer fills, the others written by the
+/// I/O thread or waiting for it, so the device always has the next write queued.
 pub const DEPTH: usize = 4;
+
+/// Bytes of buffers on their way to the device before the writer waits for it: a stall of
+/// about 300 ms at 850 MB/s (1514-byte frames at the lab's top rate) with the kernel ring's
+/// 36 MiB. Made only while the device is behind, freed once it has caught up.
+pub const STALL_BYTES: usize = 256 << 20;
 
 /// What a batch's bytes past its last aligned block become; see the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -261,7 +275,7 @@ fn write_jobs(file: &File, jobs: Receiver<Job>, done: Sender<Done>) {
 
 /// The I/O thread and its queues.
 struct Io {
-    jobs: SyncSender<Job>,
+    jobs: Sender<Job>,
     done: Receiver<Done>,
     thread: JoinHandle<()>,
 }
@@ -295,8 +309,10 @@ pub struct DirectFile {
     cur: Aligned,
     /// Buffers back from the I/O thread.
     spare: Vec<Aligned>,
-    /// Buffers made so far (at most [`DEPTH`]).
+    /// Buffers that exist (at most `most`; [`DEPTH`] once the device has caught up).
     buffers: usize,
+    /// Most buffers: [`STALL_BYTES`] of them, at least [`DEPTH`].
+    most: usize,
     /// Room of a new buffer: a usual batch and its padding.
     room: usize,
     /// Bytes the writer handed over in whole batches (padding not counted).
@@ -337,6 +353,7 @@ impl DirectFile {
             cur: Aligned::with_room(room),
             spare: Vec::new(),
             buffers: 1,
+            most: (STALL_BYTES / room).max(DEPTH),
             room,
             ended: 0,
             physical: 0,
@@ -399,7 +416,8 @@ impl DirectFile {
     /// The I/O thread, started on first use.
     fn io(&mut self) -> io::Result<&Io> {
         if self.io.is_none() {
-            let (jobs, queued) = mpsc::sync_channel(DEPTH);
+            // Unbounded: the buffers bound it.
+            let (jobs, queued) = mpsc::channel();
             let (finished, done) = mpsc::channel();
             let file = Arc::clone(&self.file);
             let thread = std::thread::Builder::new()
@@ -412,10 +430,10 @@ impl DirectFile {
             .ok_or_else(|| io::Error::other("no direct-I/O thread"))
     }
 
-    /// An empty buffer: a spare one, a new one while fewer than [`DEPTH`] exist, or else
+    /// An empty buffer: a spare one, a new one while fewer than `most` exist, or else
     /// the oldest write's once it has landed.
     fn free_buffer(&mut self) -> io::Result<Aligned> {
-        if self.spare.is_empty() && self.buffers == DEPTH {
+        if self.spare.is_empty() && self.buffers >= self.most {
             self.wait_one()?;
             self.check()?;
         }
@@ -439,9 +457,9 @@ impl DirectFile {
         match done.outcome {
             Outcome::Written => {
                 self.landed = flight.ended;
-                self.spare.push(done.buf);
+                self.keep(done.buf);
             }
-            Outcome::Skipped => self.spare.push(done.buf),
+            Outcome::Skipped => self.keep(done.buf),
             Outcome::Failed { error, landed } => {
                 self.lost = Some(Lost {
                     error,
@@ -451,6 +469,16 @@ impl DirectFile {
                     good: self.landed,
                 });
             }
+        }
+    }
+
+    /// Keeps a buffer whose write is done for the next batch, or frees it when
+    /// [`DEPTH`] are kept already (a stall's buffers, once the device has caught up).
+    fn keep(&mut self, buf: Aligned) {
+        if self.buffers > DEPTH && self.spare.len() + 1 >= DEPTH {
+            self.buffers -= 1;
+        } else {
+            self.spare.push(buf);
         }
     }
 
@@ -803,6 +831,33 @@ mod tests {
             assert_eq!(bytes.len(), 24 + records, "{format}: exactly the records");
             check_packets(&read_bytes(&bytes).unwrap(), 1000);
         }
+    }
+
+    /// While the device is behind, the writer makes buffers for [`STALL_BYTES`] of batches
+    /// without waiting for it; once their writes have landed it keeps [`DEPTH`].
+    #[test]
+    fn a_stalled_device_takes_stall_bytes_before_the_writer_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = std::fs::File::create(dir.path().join("s")).unwrap();
+        let mut d = DirectFile::new(file, 1 << 20, Tail::Pad(Padding::Pcapng));
+        // No I/O thread runs, so a writer that has to wait for one gets an error.
+        let most = STALL_BYTES / d.room;
+        assert!(most > 100, "{most}");
+        let mut on_their_way = Vec::new();
+        for i in 1..most {
+            let buf = d.free_buffer();
+            on_their_way.push(buf.unwrap_or_else(|e| panic!("buffer {i} of {most}: {e}")));
+            d.flights.push_back(Flight { at: 0, ended: 0 });
+        }
+        assert!(
+            d.free_buffer().is_err(),
+            "past STALL_BYTES the writer waits"
+        );
+        for buf in on_their_way {
+            let outcome = Outcome::Written;
+            d.settle(Done { buf, outcome });
+        }
+        assert_eq!((d.buffers, d.spare.len()), (DEPTH, DEPTH - 1));
     }
 
     #[test]

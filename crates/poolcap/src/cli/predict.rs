@@ -525,7 +525,7 @@ mod tests {
 
     #[test]
     fn the_model_knows_what_the_direct_writer_has_in_flight() {
-        let bytes = poolcap_format::direct::DEPTH * crate::capture::writer::DIRECT_BATCH_BYTES;
+        let bytes = poolcap_format::direct::STALL_BYTES;
         assert_eq!(predict::DIRECT_IN_FLIGHT_BYTES, bytes as f64);
     }
 
