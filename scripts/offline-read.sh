@@ -38,11 +38,19 @@ zstd -q -1 -T0 "$SHM/t.pcap" -o "$SHM/t.pcap.zst"
 ls -l "$SHM"
 echo "packets: $(capinfos -M -c "$SHM/t.pcap" | awk '/Number of packets/ {print $NF}')"
 
-# Times "$@" pinned to CPU 1: wall s, CPU s (user + system, children included).
+# Times command $1 (labelled $2) pinned to CPU 1: wall s, CPU s (user + system of all its
+# processes and threads, from this shell's children's times).
 timed() {
-  local t
-  t=$( { /usr/bin/time -f '%e %U %S' taskset -c 1 bash -c "$1" >/dev/null 2>/dev/null; } 2>&1 | tail -1)
-  awk -v l="$2" '{printf "%-40s wall %6.2f s  cpu %6.2f s\n", l, $1, $2 + $3}' <<<"$t"
+  local t0 t1 c0 c1
+  t0=$(date +%s.%N)
+  c0=$(cut -d' ' -f14-17 /proc/$$/stat)
+  taskset -c 1 bash -c "$1" >/dev/null 2>&1
+  t1=$(date +%s.%N)
+  # This shell's children's user and system time (fields 16, 17: cutime, cstime) in ticks.
+  c1=$(cut -d' ' -f14-17 /proc/$$/stat)
+  awk -v l="$2" -v w="$(echo "$t1 - $t0" | bc -l)" -v a="$c0" -v b="$c1" -v hz="$(getconf CLK_TCK)" \
+    'BEGIN {split(a, x, " "); split(b, y, " ");
+            printf "%-44s wall %6.2f s  cpu %6.2f s\n", l, w, (y[3] + y[4] - x[3] - x[4]) / hz}'
   rm -f "$OUT"/out.*
 }
 

@@ -456,7 +456,14 @@ impl FileWriter {
     /// a packet the format rejects. Returns the packets taken; 0 leaves the next packet to
     /// the per-packet way.
     fn take_small_run(&mut self, m: &mut Merge, qi: usize, bound: u64) -> usize {
-        if m.error.is_some() || m.files_done || self.out.rotates() {
+        let q = &m.queues[qi];
+        let chunk = &q.ready[q.head];
+        // Large records (written from where they lie) and chunks of copies go the
+        // per-packet way, before anything else is looked at.
+        let small = chunk
+            .record(q.pos)
+            .is_some_and(|r| chunk.records_apart() && r.len() < SMALL_RECORD);
+        if !small || m.error.is_some() || m.files_done || self.out.rotates() {
             return 0;
         }
         let until = run_until(&m.queues, qi, bound);
@@ -467,11 +474,6 @@ impl FileWriter {
             return 0;
         };
         let format = out.format();
-        let q = &m.queues[qi];
-        let chunk = &q.ready[q.head];
-        if !chunk.records_apart() {
-            return 0;
-        }
         let batch = &mut m.batch;
         let (mut bytes, full) = (batch.bytes, self.batch_bytes);
         let start = batch.copied.len();
