@@ -44,6 +44,8 @@ pub struct Options {
     /// The poolcap executable measured and used as the generator (default: this one): a
     /// build from before a change, for a before/after comparison on the same rig.
     pub subject: Option<PathBuf>,
+    /// Only the points whose id contains this: a check of a few points, not a whole suite.
+    pub points: Option<String>,
 }
 
 /// Runs the interleaved runs of `points`: for each point, run 1 of every subject, then run 2
@@ -238,6 +240,14 @@ fn run_in(
     };
     let mut points = plan.points;
     meta.notes = plan.notes;
+    if let Some(only) = &opts.points {
+        points.retain(|p| p.id.contains(only.as_str()));
+        if points.is_empty() {
+            bail!("no point of {suite} has `{only}` in its id");
+        }
+        meta.notes
+            .push(format!("only the points whose id contains `{only}`"));
+    }
     let mut skipped = BTreeSet::new();
     for p in &mut points {
         p.subjects.retain(|s| match s.missing() {

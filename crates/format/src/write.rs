@@ -490,6 +490,11 @@ impl<O: Output> CaptureWriter<O> {
         self
     }
 
+    /// The format written.
+    pub fn format(&self) -> FileFormat {
+        self.format
+    }
+
     /// Append one packet: `data` is the captured bytes (at most snaplen), `orig_len` its length
     /// on the wire, `ts_ns` nanoseconds since the Unix epoch. A rejected packet
     /// ([`WriteError::BadLength`], [`WriteError::Timestamp`]) leaves the writer usable; after an
@@ -531,6 +536,30 @@ impl<O: Output> CaptureWriter<O> {
         let record_len = self.check_record(ts_ns, data.len(), orig_len)?;
         append(self.format, records, record_len, ts_ns, data, orig_len);
         Ok(())
+    }
+
+    /// Appends the records of `packets` (time, captured bytes, wire length), in order, to
+    /// `records`, as [`append_record`](Self::append_record) would one by one, up to the first
+    /// it rejects. Returns how many were appended, and the rejection that stopped it (the
+    /// rejected packet is not appended): one check of the writer's state for the run, and
+    /// one pass over the packets, for runs of small records.
+    pub fn append_records<'a>(
+        &self,
+        records: &mut Vec<u8>,
+        packets: impl IntoIterator<Item = (u64, &'a [u8], u32)>,
+    ) -> (usize, Option<WriteError>) {
+        if let Err(e) = self.check_usable() {
+            return (0, Some(e));
+        }
+        let mut n = 0;
+        for (ts_ns, data, orig_len) in packets {
+            match self.check_packet(ts_ns, data.len(), orig_len) {
+                Ok(len) => append(self.format, records, len, ts_ns, data, orig_len),
+                Err(e) => return (n, Some(e)),
+            }
+            n += 1;
+        }
+        (n, None)
     }
 
     /// Turns `record` into the record of a packet whose `caplen` captured bytes already sit
@@ -578,6 +607,12 @@ impl<O: Output> CaptureWriter<O> {
     /// error first).
     fn check_record(&self, ts_ns: u64, caplen: usize, orig_len: u32) -> Result<usize, WriteError> {
         self.check_usable()?;
+        self.check_packet(ts_ns, caplen, orig_len)
+    }
+
+    /// The length of the record of a packet, or why this format cannot hold it.
+    #[inline]
+    fn check_packet(&self, ts_ns: u64, caplen: usize, orig_len: u32) -> Result<usize, WriteError> {
         let bad_length = || WriteError::BadLength {
             caplen,
             orig_len,
@@ -785,12 +820,17 @@ impl<O: Output> CaptureWriter<O> {
     }
 }
 
-/// Fills in the record of a packet whose `caplen` bytes sit at `record[format.record_head()..]`:
-/// the header before them, padding and trailer after them. The lengths and time were checked
-/// (`check_record`: `record` is `format.record_len(caplen)` bytes, each fits its field). Made
-/// once per packet, in place: no copy of the header through the stack.
-fn frame(format: FileFormat, record: &mut [u8], ts_ns: u64, caplen: usize, orig_len: u32) {
-    let (n, caplen32) = (record.len(), caplen as u32);
+/// The header of the `record_len`-byte record of a packet, in words before its bytes (the
+/// lengths and time were checked: `check_packet`): the pcap record header, or the pcapng
+/// Enhanced Packet Block's fixed part. `record_head` bytes.
+fn head_words(
+    format: FileFormat,
+    record_len: usize,
+    ts_ns: u64,
+    caplen: usize,
+    orig_len: u32,
+) -> ([u32; 7], usize) {
+    let caplen32 = caplen as u32;
     match format {
         FileFormat::Pcap | FileFormat::PcapNs => {
             let secs = (ts_ns / NS_PER_SEC) as u32;
@@ -800,25 +840,33 @@ fn frame(format: FileFormat, record: &mut [u8], ts_ns: u64, caplen: usize, orig_
             } else {
                 ns
             };
-            put_words(
-                &mut record[..PCAP_RECORD_HEADER],
-                &[secs, frac, caplen32, orig_len],
-            );
+            ([secs, frac, caplen32, orig_len, 0, 0, 0], 4)
         }
         FileFormat::Pcapng => {
             let (high, low) = split_ts(ts_ns);
-            let len = n as u32;
-            let head = EPB_FIXED - 4;
-            let words = [EPB_TYPE, len, 0, high, low, caplen32, orig_len];
-            put_words(&mut record[..head], &words);
-            record[head + caplen..n - 4].fill(0);
-            record[n - 4..].copy_from_slice(&len.to_ne_bytes());
+            let len = record_len as u32;
+            ([EPB_TYPE, len, 0, high, low, caplen32, orig_len], 7)
         }
     }
 }
 
+/// Fills in the record of a packet whose `caplen` bytes sit at `record[format.record_head()..]`:
+/// the header before them, padding and trailer after them. The lengths and time were checked
+/// (`check_record`: `record` is `format.record_len(caplen)` bytes, each fits its field). Made
+/// once per packet, in place.
+fn frame(format: FileFormat, record: &mut [u8], ts_ns: u64, caplen: usize, orig_len: u32) {
+    let n = record.len();
+    let (words, k) = head_words(format, n, ts_ns, caplen, orig_len);
+    let head = put_words(record, &words[..k]);
+    if format == FileFormat::Pcapng {
+        record[head + caplen..n - 4].fill(0);
+        record[n - 4..].copy_from_slice(&(n as u32).to_ne_bytes());
+    }
+}
+
 /// Appends the `record_len`-byte record of `data` to `buf` (the lengths and time were
-/// checked, as for [`frame`]).
+/// checked, as for [`frame`]): header, bytes and (pcapng) padding and trailer, each written
+/// once, none of them zeroed first.
 fn append(
     format: FileFormat,
     buf: &mut Vec<u8>,
@@ -827,13 +875,17 @@ fn append(
     data: &[u8],
     orig_len: u32,
 ) {
-    let at = buf.len();
+    let (words, k) = head_words(format, record_len, ts_ns, data.len(), orig_len);
+    let mut head = [0u8; EPB_FIXED - 4];
+    let head_len = put_words(&mut head, &words[..k]);
     buf.reserve(record_len);
-    let head = [0u8; EPB_FIXED - 4];
-    buf.extend_from_slice(&head[..format.record_head()]);
+    buf.extend_from_slice(&head[..head_len]);
     buf.extend_from_slice(data);
-    buf.resize(at + record_len, 0);
-    frame(format, &mut buf[at..], ts_ns, data.len(), orig_len);
+    if format == FileFormat::Pcapng {
+        let pad = record_len - head_len - data.len() - 4;
+        buf.extend_from_slice(&[0; 3][..pad]);
+        buf.extend_from_slice(&(record_len as u32).to_ne_bytes());
+    }
 }
 
 /// Nanoseconds since the Unix epoch, now.
@@ -1213,6 +1265,41 @@ pub(crate) mod tests {
                     "{format}, {group} records per call"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn records_appended_as_a_run_are_the_bytes_of_records_appended_one_by_one() {
+        let packets = sample_packets();
+        let run = |p: &[RecordedPacket]| -> Vec<(u64, Vec<u8>, u32)> {
+            p.iter()
+                .map(|p| (p.ts_ns, p.data.clone(), p.orig_len))
+                .collect()
+        };
+        for format in FORMATS {
+            let writer = CaptureWriter::new(Vec::new(), format, SNAPLEN, "eth0").unwrap();
+            let (one_by_one, _) = records_in_place(&writer, &packets, true).unwrap();
+            let mut records = vec![9u8; 5];
+            let all = run(&packets);
+            let (n, rejected) =
+                writer.append_records(&mut records, all.iter().map(|(t, d, o)| (*t, &d[..], *o)));
+            assert_eq!((n, rejected.is_none()), (packets.len(), true), "{format}");
+            assert_eq!(
+                records[..5],
+                [9; 5],
+                "{format}: appended after what was there"
+            );
+            assert_eq!(records[5..], one_by_one[..], "{format}");
+            // A rejected packet stops the run: those before it are appended, it is not.
+            let mut bad = run(&packets);
+            bad[3].2 = 10;
+            let mut records = Vec::new();
+            let (n, rejected) =
+                writer.append_records(&mut records, bad.iter().map(|(t, d, o)| (*t, &d[..], *o)));
+            assert_eq!(n, 3, "{format}");
+            assert!(matches!(rejected, Some(WriteError::BadLength { .. })));
+            let (first_three, _) = records_in_place(&writer, &packets[..3], true).unwrap();
+            assert_eq!(records, first_three, "{format}");
         }
     }
 

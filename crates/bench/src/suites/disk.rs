@@ -36,7 +36,9 @@ pub const INTRO: &str = "Writing every packet to disk. poolcap \
 front of the disk (poolcap's pool plus kernel ring against the peers' kernel buffer), over \
 64, 512, 1514-byte and imix frames at top speed and at fixed rates, with rps off and on, as \
 pcap and as pcapng (against dumpcap, the one peer that writes pcapng), and compressed with \
-zstd level 1 (against `tcpdump -w - | zstd -1`); at the pcap and pcapng points poolcap also \
+zstd level 1 (against `tcpdump -w - | zstd -1`), and to /dev/null (64 B at 300k pps: \
+the CPU per packet with no write cost, which a real file's kernel write cost dilutes); at \
+the pcap and pcapng points poolcap also \
 writes with `--buffered` (through the page cache, as the peers) beside its default direct \
 I/O (O_DIRECT). Runs send 1.5M (quick) or 2M frames of \
 1514 B, and every run has a point that writes over 20 GB at top speed (1514 B pcap; a full \
@@ -62,6 +64,10 @@ pub const PEER_KIB: u64 = RING_KIB + POOL_BYTES / 1024;
 /// Bytes a sustained point writes at least: far more than the page cache holds (24 GiB of
 /// RAM, dirty limit 20%), so a path that does not keep up with the device cannot hide.
 pub const SUSTAINED_BYTES: f64 = 20.5e9;
+/// Frames of a point at which CPU per packet is compared (64 B at 300k pps, to a file and
+/// to /dev/null), in quick and full runs: shorter runs left the start-up and the drain a
+/// large share of the CPU time.
+const CPU_POINT_FRAMES: u64 = 1_500_000;
 /// The device-limit measurement: MiB written with `dd oflag=direct` (full, quick).
 const DD_MIB: (u64, u64) = (4096, 1024);
 
@@ -74,6 +80,10 @@ enum Output {
     Pcapng,
     /// pcap compressed with zstd level 1: poolcap's `--compress`, tcpdump into `zstd -1`.
     Zstd1,
+    /// Microsecond pcap to /dev/null, every tool: no write cost, so the CPU per packet is
+    /// the capture and record-making path alone (a real file's write cost, the same for
+    /// every tool, brings the tools' ratio towards 1).
+    DevNull,
 }
 
 impl Output {
@@ -82,13 +92,14 @@ impl Output {
             Output::Pcap => "pcap",
             Output::Pcapng => "pcapng",
             Output::Zstd1 => "pcap+zstd:1",
+            Output::DevNull => "pcap>/dev/null",
         }
     }
 
     /// The tools that can write this way.
     fn tools(self) -> &'static [Tool] {
         match self {
-            Output::Pcap => &Tool::ALL,
+            Output::Pcap | Output::DevNull => &Tool::ALL,
             Output::Pcapng => &[Tool::Poolcap, Tool::Dumpcap],
             Output::Zstd1 => &[Tool::Poolcap, Tool::Tcpdump],
         }
@@ -116,12 +127,14 @@ fn subject(tool: Tool, out: Output, queues: u16) -> Subject {
     } else {
         PEER_KIB
     };
+    let file = out != Output::DevNull;
     let spec = CaptureSpec {
         pool: (tool == Tool::Poolcap).then_some((POOL.0, POOL.1 / queues as usize)),
+        dev_null: !file && tool == Tool::Poolcap,
         queues: (tool == Tool::Poolcap).then_some(queues),
         pcapng: out == Output::Pcapng,
         compress: (out == Output::Zstd1).then(|| "zstd:1".to_owned()),
-        ..spec(tool, buffer, true)
+        ..spec(tool, buffer, file)
     };
     match &spec.compress {
         Some(c) if tool != Tool::Poolcap => {
@@ -201,8 +214,8 @@ fn point(
         out.tools()
     };
     let mut subjects: Vec<Subject> = tools.iter().map(|&t| subject(t, out, queues)).collect();
-    // Buffered against direct at the uncompressed points.
-    if out != Output::Zstd1 && scale != Scale::Smoke {
+    // Buffered against direct at the uncompressed points written to a file.
+    if matches!(out, Output::Pcap | Output::Pcapng) && scale != Scale::Smoke {
         subjects.insert(1, buffered_subject(out, queues));
     }
     let mut traffic = size.traffic(rate, scale);
@@ -271,7 +284,11 @@ pub fn plan(scale: Scale, cal: &Calibration) -> Plan {
                     _ => quick_rate.into_iter().collect(),
                 };
                 for rate in fixed {
-                    v.push(point(size, Some(rate), Output::Pcap, rps, 1, scale));
+                    let mut p = point(size, Some(rate), Output::Pcap, rps, 1, scale);
+                    if size == Size::Bytes(64) && rate == 300_000 {
+                        p.traffic.count = p.traffic.count.max(CPU_POINT_FRAMES);
+                    }
+                    v.push(p);
                 }
             }
             let other: &[Size] = scale.pick(
@@ -287,6 +304,18 @@ pub fn plan(scale: Scale, cal: &Calibration) -> Plan {
                     }
                 }
             }
+        }
+        // The CPU point without a write cost: 64 B at 300k pps to /dev/null (a full run
+        // adds 1514 B at 100k pps), rps off, beside the same traffic written to a file.
+        let null: &[(Size, u64)] = scale.pick(
+            &[],
+            &[(Size::Bytes(64), 300_000)],
+            &[(Size::Bytes(64), 300_000), (Size::Bytes(1514), 100_000)],
+        );
+        for &(size, rate) in null {
+            let mut p = point(size, Some(rate), Output::DevNull, false, 1, scale);
+            p.traffic.count = p.traffic.count.max(CPU_POINT_FRAMES);
+            v.push(p);
         }
         // 2 queues: 1514 B pcap at top speed with rps off; a full run adds rps on, pcapng
         // and imix.
@@ -444,6 +473,10 @@ pub fn text(meta: &Meta, rows: &[Row]) -> Text {
             "zstd level 1 (poolcap and tcpdump | zstd -1)",
             " pcap+zstd:1 ",
         ),
+        (
+            "pcap to /dev/null (no write cost: the capture path's CPU per packet alone)",
+            " pcap>/dev/null ",
+        ),
     ] {
         tables.push(table(title, rows, |p| p.contains(pattern)));
     }
@@ -560,6 +593,10 @@ fn headline(meta: &Meta, rows: &[Row]) -> String {
         "{lead}Loss over the points (median of runs per point): {}.",
         tools.join("; ")
     );
+    if let Some(cpu) = cpu_without_write(rows) {
+        s.push(' ');
+        s.push_str(&cpu);
+    }
     if let (Some(limit), Some(mb)) = (
         meta.calibration.disk_mb_s,
         rows.iter()
@@ -572,6 +609,30 @@ fn headline(meta: &Meta, rows: &[Row]) -> String {
         ));
     }
     s
+}
+
+/// CPU per packet (median of runs, ns) of each tool at the first point written to
+/// /dev/null, where no write cost dilutes the difference between the tools.
+fn cpu_without_write(rows: &[Row]) -> Option<String> {
+    let at = rows
+        .iter()
+        .find(|r| r.point.contains(" pcap>/dev/null "))?
+        .point
+        .clone();
+    let tools: Vec<String> = rows
+        .iter()
+        .filter(|r| r.point == at)
+        .filter_map(|r| {
+            let ns = r.median("cpu_s_per_mpkt")? * 1e3;
+            Some(format!("{} {ns:.0}", r.subject))
+        })
+        .collect();
+    (!tools.is_empty()).then(|| {
+        format!(
+            "CPU per packet with no write cost ({at}, ns, median of runs): {}.",
+            tools.join(", ")
+        )
+    })
 }
 
 #[cfg(test)]
@@ -628,8 +689,21 @@ mod tests {
     #[test]
     fn every_tool_gets_the_same_memory_and_its_own_way_to_write() {
         let q = plan(Scale::Quick, &cal()).points;
-        assert!(q.len() <= 12, "{}", q.len());
-        assert!(q.iter().any(|p| p.id == "64B 300k pcap rps off"));
+        assert!(q.len() <= 13, "{}", q.len());
+        let cpu = q.iter().find(|p| p.id == "64B 300k pcap rps off").unwrap();
+        assert_eq!(cpu.traffic.count, CPU_POINT_FRAMES);
+        let null = q
+            .iter()
+            .find(|p| p.id == "64B 300k pcap>/dev/null rps off")
+            .unwrap();
+        assert_eq!(null.traffic.count, CPU_POINT_FRAMES);
+        let names: Vec<&str> = null.subjects.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["poolcap", "tcpdump", "netsniff-ng", "dumpcap"]);
+        for s in &null.subjects {
+            let c = s.capture.as_ref().unwrap();
+            assert!(!c.write, "{}: nothing is written to a file", s.name);
+            assert_eq!(c.dev_null, c.tool == Tool::Poolcap, "{}", s.name);
+        }
         let two = q
             .iter()
             .find(|p| p.id == "1514B top pcap rps off 2 queues")

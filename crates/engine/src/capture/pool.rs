@@ -298,6 +298,22 @@ impl Chunk {
         self.meta[i]
     }
 
+    /// Packets `first..` with their bytes (as [`Chunk::data`]), the storage looked at once
+    /// for the run rather than once per packet.
+    pub fn packets_from(&self, first: usize) -> impl Iterator<Item = (PacketMeta, &[u8])> + '_ {
+        let held = match &self.storage {
+            Storage::Held { block: Some(b), .. } => Some(b),
+            _ => None,
+        };
+        self.meta[first..].iter().enumerate().map(move |(k, &m)| {
+            let data = match held {
+                Some(b) => b.bytes(m.offset as usize..(m.offset + m.caplen) as usize),
+                None => self.data(first + k),
+            };
+            (m, data)
+        })
+    }
+
     /// Bytes of packet `i` (at most its caplen).
     pub fn data(&self, i: usize) -> &[u8] {
         let m = self.meta[i];

@@ -330,6 +330,11 @@ impl Savefiles {
         self.closed_bytes + self.bytes()
     }
 
+    /// True when the set may start a new file between two packets (`-C`, `-G`, `-W`).
+    pub fn rotates(&self) -> bool {
+        self.rotation.is_some()
+    }
+
     /// Whether a packet with timestamp `ts_ns` goes to a new file, when the current one
     /// holds `bytes` (written and pending).
     pub fn before_packet(&mut self, ts_ns: u64, bytes: u64) -> Next {

@@ -167,8 +167,13 @@ impl Batch {
     }
 
     fn push(&mut self, lies: Lies, bytes: Range<usize>) {
+        self.push_run(lies, bytes, 1);
+    }
+
+    /// Adds `packets` whole records lying in `bytes` of where they lie.
+    fn push_run(&mut self, lies: Lies, bytes: Range<usize>, packets: u64) {
         self.bytes += bytes.len();
-        self.packets += 1;
+        self.packets += packets;
         match self.spans.last_mut() {
             Some(s) if s.lies == lies && s.bytes.end == bytes.start => {
                 s.bytes.end = bytes.end;
@@ -421,9 +426,13 @@ impl FileWriter {
         let mut progressed = false;
         while let Some(qi) = earliest(&m.queues, bound) {
             progressed = true;
-            self.take_packet(m, qi, stats);
+            let mut taken = self.take_small_run(m, qi, bound);
+            if taken == 0 {
+                self.take_packet(m, qi, stats);
+                taken = 1;
+            }
             let q = &mut m.queues[qi];
-            q.pos += 1;
+            q.pos += taken;
             if q.pos == q.ready[q.head].len() {
                 q.pos = 0;
                 q.head += 1;
@@ -437,6 +446,63 @@ impl FileWriter {
             }
         }
         progressed
+    }
+
+    /// Takes, in one pass, the run of small records (see [`SMALL_RECORD`]) at the head of
+    /// queue `qi`'s head chunk, a ring block, that come before every other queue's head
+    /// and by `bound`, copying them into the batch's own buffer as [`FileWriter::put`]
+    /// would one by one, when nothing is decided per packet: no file set that rotates, no
+    /// error, within `-c`. The run ends where the batch is full (then written) and before
+    /// a packet the format rejects. Returns the packets taken; 0 leaves the next packet to
+    /// the per-packet way.
+    fn take_small_run(&mut self, m: &mut Merge, qi: usize, bound: u64) -> usize {
+        let q = &m.queues[qi];
+        let chunk = &q.ready[q.head];
+        // Large records (written from where they lie) and chunks of copies go the
+        // per-packet way, before anything else is looked at.
+        let small = chunk
+            .record(q.pos)
+            .is_some_and(|r| chunk.records_apart() && r.len() < SMALL_RECORD);
+        if !small || m.error.is_some() || m.files_done || self.out.rotates() {
+            return 0;
+        }
+        let until = run_until(&m.queues, qi, bound);
+        let room = self
+            .limit
+            .map_or(usize::MAX, |l| l.saturating_sub(m.accepted) as usize);
+        let Ok(out) = self.out.writer() else {
+            return 0;
+        };
+        let format = out.format();
+        let batch = &mut m.batch;
+        let (mut bytes, full) = (batch.bytes, self.batch_bytes);
+        let start = batch.copied.len();
+        let packets = chunk
+            .packets_from(q.pos)
+            .take(room)
+            .take_while(|(meta, _)| {
+                let len = format.record_len(meta.caplen as usize);
+                let small = meta.ts_ns <= until && len < SMALL_RECORD && bytes < full;
+                bytes += len;
+                small
+            })
+            .map(|(meta, data)| (meta.ts_ns, data, meta.wire_len));
+        let (appended, _rejected) = out.append_records(&mut batch.copied, packets);
+        if appended == 0 {
+            return 0;
+        }
+        batch.push_run(Lies::Copied, start..batch.copied.len(), appended as u64);
+        m.handled += appended as u64;
+        m.accepted += appended as u64;
+        if self.limit == Some(m.accepted) {
+            self.stop.store(true, Ordering::Relaxed);
+        }
+        if m.batch.is_full(self.batch_bytes) {
+            if let Err(e) = self.write_batch(&mut m.queues, &mut m.batch) {
+                m.error = Some(self.failure(&e));
+            }
+        }
+        appended
     }
 
     /// Puts queue `qi`'s next packet into the batch unless writing has ended (an error,
@@ -634,6 +700,20 @@ impl FileWriter {
         }
         bound
     }
+}
+
+/// The latest timestamp queue `qi`'s packets may have to be written before any other
+/// queue's head, and by `bound`: [`earliest`] picks the first of queues whose heads tie.
+fn run_until(queues: &[QueueState], qi: usize, bound: u64) -> u64 {
+    queues
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != qi)
+        .filter_map(|(i, q)| {
+            let t = q.head_ts()?;
+            Some(if i < qi { t.saturating_sub(1) } else { t })
+        })
+        .fold(bound, u64::min)
 }
 
 /// The queue whose head packet is earliest, if that packet is not later than `bound`.

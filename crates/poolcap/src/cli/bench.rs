@@ -122,6 +122,10 @@ pub struct BenchArgs {
     /// Runs per point and tool (interleaved).
     #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// Only the points whose id contains this (e.g. `/dev/null` in `disk`): a check of a
+    /// few points of one suite.
+    #[arg(long, value_name = "TEXT")]
+    points: Option<String>,
     /// Output directory of a single suite [default: RESULTS/SUITE-YYYYMMDD-HHMMSS, UTC].
     #[arg(long)]
     out: Option<PathBuf>,
@@ -215,6 +219,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| manager::default_out(&args.results, suite)),
         command: command_line(),
         subject: args.subject.clone(),
+        points: args.points.clone(),
     };
     match args.target {
         Target::Suite(s) => bench::run(&template(s), stop).map(|_| ()),
