@@ -11,15 +11,15 @@ use poolcap_sys::socket::FanoutMode;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
 
 use crate::capture::backend::{block_size, BackendConfig, BackendKind};
+use crate::capture::needs::{Doing, Needs};
 use crate::capture::policy::{parse_buddy_groups, PolicySpec};
 use crate::capture::pool::PoolSize;
 use crate::capture::queue::WaitStrategy;
 use crate::capture::rotate::RotateSpec;
 use crate::capture::savefile::{FileIo, FileOptions, Fsync};
-use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Input, Output};
-use crate::cli::readiness::Readiness;
-use crate::cli::statsfile::StatsFile;
-use crate::cli::{privdrop, usage};
+use crate::capture::{CaptureConfig, CaptureReport, Engine, Input, Output};
+use crate::cli::launch::{engine_error, Launch};
+use crate::cli::usage;
 use crate::{netdev, units};
 use poolcap_sys::xsk::ZeroCopy;
 
@@ -585,7 +585,7 @@ fn open_store(
     use crate::store::{keeper, Store};
     let store = Store::create(dir).map_err(|e| usage(e.to_string()))?;
     for (f, why) in store.repair()? {
-        crate::say!("store: indexed {} ({why})", f.display());
+        log::info!("store: indexed {} ({why})", f.display());
     }
     let (tx, closed) = keeper::Keeper::channel();
     cfg.files.closed = Some(tx);
@@ -608,27 +608,80 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         return super::ifaces::print();
     }
     let mut cfg = config(&args)?;
-    let plan = if args.read.is_some() {
-        privdrop::Plan::Stay
-    } else {
-        match cfg.backend.kind {
-            BackendKind::AfXdp => {
-                let frames = (cfg.pool.cells * cfg.pool.chunks) as u64;
-                let frame = u64::from(crate::capture::backend::umem_frame_size(cfg.pool.cell_size));
-                poolcap_sys::privilege::check_af_xdp(cfg.queues as u64 * frames * frame)?
-            }
-            _ => poolcap_sys::privilege::check_raw_sockets("capturing packets")?,
-        }
-        privdrop::prepare(args.user.as_deref())?
-    };
-    let metrics = crate::cli::export::bind_metrics(&args.export)?;
-    let readiness = Readiness::connect()?;
-    let mut stats = args
-        .stats_json
-        .as_deref()
-        .map(StatsFile::open)
+    let mut launched = Launch {
+        needs: Needs::of(&cfg),
+        doing: Doing::Capturing,
+        user: args.user.as_deref(),
+        stats_json: args.stats_json.as_deref(),
+        metrics: &args.export,
+        // SIGHUP too: a capture in a closed terminal or an ended ssh session stops as cleanly.
+        stop_on: &[SIGINT, SIGTERM, SIGHUP],
+    }
+    .prepare()?;
+    let pending_store = set_output(&args, &mut cfg)?;
+    // SIGUSR1 prints the accounting so far, as tcpdump does.
+    cfg.stats_request = Some(crate::cli::flag_on(&[SIGUSR1])?);
+    let warning = crate::cli::predict::capture_warning(&cfg, (0, 0));
+    let (iface, snaplen, queues, pool) = (cfg.iface.clone(), cfg.snaplen, cfg.queues, cfg.pool);
+    let started = Engine::start(cfg, launched.stop(), |out| {
+        let owned: Vec<&Path> = out.into_iter().chain(args.store.as_deref()).collect();
+        launched.drop_privileges(&owned)
+    });
+    let engine = launched.opened(started.map_err(engine_error))?;
+    // After the engine started: privileges are dropped by then.
+    let keeper = pending_store
+        .map(|p| crate::store::keeper::Keeper::start(p.store, p.retention, p.closed))
         .transpose()?;
-    let format = file_format(&args);
+    announce(&args, &engine, &iface, snaplen, queues, pool);
+    let _metrics = launched
+        .take_metrics()
+        .map(|m| crate::cli::export::serve_metrics(m, &engine, args.write.is_some(), Vec::new()))
+        .transpose()?;
+    if let Some(w) = &warning {
+        log::warn!("{w}");
+    }
+    launched.ready();
+    let report = engine.run();
+    print_report(&report);
+    launched.finish(&report)?;
+    if let Some(k) = keeper {
+        print_store(&k.finish());
+    }
+    outcome(&args, &report)
+}
+
+/// The start-up lines: what is captured, how, and where it goes.
+fn announce(
+    args: &CaptureArgs,
+    engine: &Engine,
+    iface: &str,
+    snaplen: u32,
+    queues: usize,
+    pool: PoolSize,
+) {
+    let pool = engine.pool_size().unwrap_or(pool);
+    let verb = if args.read.is_some() {
+        "reading from file"
+    } else {
+        "listening on"
+    };
+    log::info!(
+        "{verb} {iface}, link-type {}, snapshot length {snaplen} bytes, {queues} queue{}, pool {}x{} cells",
+        engine.linktype(),
+        if queues == 1 { "" } else { "s" },
+        pool.chunks,
+        pool.cells
+    );
+    log::info!("{}", engine.backend_report());
+    if let Some(line) = engine.output_report() {
+        log::info!("{line}");
+    }
+}
+
+/// Points the capture at `-w`, the terminal or the store (opened here, its keeper started
+/// once the capture runs).
+fn set_output(args: &CaptureArgs, cfg: &mut CaptureConfig) -> anyhow::Result<Option<PendingStore>> {
+    let format = file_format(args);
     cfg.output = args.write.as_ref().map(|p| {
         let target = if p.as_os_str() == "-" {
             Output::Stdout
@@ -637,93 +690,38 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         };
         (target, format)
     });
-    if prints(&args) {
+    if prints(args) {
         let printer = crate::cli::print::Printer::new(std::io::stdout(), args.read.is_none());
         cfg.output = Some((Output::Sink(Box::new(printer)), FileFormat::PcapNs));
     }
-    let pending_store = match &args.store {
-        Some(dir) => Some(open_store(dir, &args, &mut cfg)?),
-        None => None,
-    };
-    // SIGHUP too: a capture in a closed terminal or an ended ssh session stops as cleanly.
-    let stop = crate::cli::flag_on(&[SIGINT, SIGTERM, SIGHUP])?;
-    // SIGUSR1 prints the accounting so far, as tcpdump does.
-    cfg.stats_request = Some(crate::cli::flag_on(&[SIGUSR1])?);
-    let warning = crate::cli::predict::capture_warning(&cfg, (0, 0));
-    let (iface, snaplen, queues, pool) = (cfg.iface.clone(), cfg.snaplen, cfg.queues, cfg.pool);
-    let stats_path = stats.as_ref().map(|s| s.path().to_owned());
-    let started = Engine::start(cfg, stop, |out| {
-        let owned: Vec<&Path> = out
-            .into_iter()
-            .chain(stats_path.as_deref())
-            .chain(args.store.as_deref())
-            .collect();
-        privdrop::apply(&plan, &owned)
-    });
-    let engine = match started {
-        Ok(e) => e,
-        Err(e) => {
-            if let Some(s) = stats.take() {
-                s.abandon();
-            }
-            return Err(match e {
-                CaptureError::Filter(f) => usage(f.to_string()),
-                e => anyhow::Error::new(e),
-            });
-        }
-    };
-    // After the engine started: privileges are dropped by then.
-    let keeper = pending_store
-        .map(|p| crate::store::keeper::Keeper::start(p.store, p.retention, p.closed))
-        .transpose()?;
-    let pool = engine.pool_size().unwrap_or(pool);
-    let verb = if args.read.is_some() {
-        "reading from file"
-    } else {
-        "listening on"
-    };
+    args.store
+        .as_deref()
+        .map(|dir| open_store(dir, args, cfg))
+        .transpose()
+}
+
+/// The store keeper's account of the run.
+fn print_store(r: &crate::store::keeper::KeeperReport) {
     crate::say!(
-        "{verb} {iface}, link-type {}, snapshot length {snaplen} bytes, {queues} queue{}, pool {}x{} cells",
-        engine.linktype(),
-        if queues == 1 { "" } else { "s" },
-        pool.chunks,
-        pool.cells
+        "store: {} files indexed ({} index bytes), {} deleted by retention ({} bytes)",
+        r.indexed,
+        r.index_bytes,
+        r.deleted,
+        r.deleted_bytes
     );
-    crate::say!("{}", engine.backend_report());
-    if let Some(line) = engine.output_report() {
-        crate::say!("{line}");
+    for e in &r.errors {
+        log::error!("store: {e}");
     }
-    let _metrics = metrics
-        .map(|m| crate::cli::export::serve_metrics(m, &engine, args.write.is_some(), Vec::new()))
-        .transpose()?;
-    if let Some(w) = &warning {
-        crate::say!("{w}");
-    }
-    readiness.ready();
-    let report = engine.run();
+}
+
+/// How the capture ended, as the exit code says it.
+fn outcome(args: &CaptureArgs, report: &CaptureReport) -> anyhow::Result<()> {
     if report.file_limit_reached {
         // tcpdump's words, and as with tcpdump the capture ends successfully.
-        eprintln!(
+        log::info!(
             "Maximum file limit reached: {}",
             args.rotate_files.unwrap_or(0)
         );
-    }
-    print_report(&report);
-    if let Some(s) = stats {
-        s.write(&report)?;
-    }
-    if let Some(k) = keeper {
-        let r = k.finish();
-        crate::say!(
-            "store: {} files indexed ({} index bytes), {} deleted by retention ({} bytes)",
-            r.indexed,
-            r.index_bytes,
-            r.deleted,
-            r.deleted_bytes
-        );
-        for e in &r.errors {
-            crate::say!("store: {e}");
-        }
     }
     if report.write_error.is_some() {
         // The engine printed the error (naming the file) when it happened.
