@@ -123,3 +123,46 @@ impl Launched {
         self.stats.map_or(Ok(()), |s| s.write(report))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::capture::{config, CaptureArgs};
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Argv {
+        #[command(flatten)]
+        capture: CaptureArgs,
+    }
+
+    fn needs(argv: &[&str]) -> Needs {
+        let a = Argv::try_parse_from(std::iter::once("capture").chain(argv.iter().copied()))
+            .expect("parses");
+        Needs::of(&config(&a.capture).expect("config"))
+    }
+
+    #[test]
+    fn the_backend_and_the_input_decide_what_is_needed() {
+        assert_eq!(needs(&["-r", "in.pcap"]), Needs::Nothing);
+        assert_eq!(needs(&["-i", "lo", "--queues", "1"]), Needs::RawSockets);
+        // Two queues of 64 x 16 frames of 2 KiB (-s 2048 caps the cell below lo's MTU).
+        assert_eq!(
+            needs(&[
+                "-i",
+                "lo",
+                "--queues",
+                "2",
+                "--backend",
+                "af_xdp",
+                "--pool",
+                "64,16",
+                "-s",
+                "2048"
+            ]),
+            Needs::AfXdp {
+                umem_bytes: 2 * 64 * 16 * 2048
+            }
+        );
+    }
+}
