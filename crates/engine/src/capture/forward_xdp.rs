@@ -31,7 +31,7 @@ use std::io;
 
 use poolcap_sys::xsk::{RxFrame, UmemShare, XskTx};
 
-use super::forward::{ForwardCounters, OutState, TRANSIENT_PAUSE, TRANSIENT_RETRIES};
+use super::forward_out::{ForwardCounters, OutState, TRANSIENT_PAUSE, TRANSIENT_RETRIES};
 use super::pool::{Chunk, Pool};
 use super::CaptureError;
 use poolcap_sys::netdev;

@@ -2,7 +2,8 @@
 //! out in batches, with faults injected on purpose (smoltcp's FaultInjector): packets the
 //! "kernel" drops, packets delivered out of order, batches that do not come (stalls), and a
 //! kernel error after a number of packets. Drops are reported as kernel drops, so the
-//! accounting must still add up exactly.
+//! accounting must still add up exactly. With a [`VirtualClock`], packets arrive at their
+//! timestamps on that clock, so a test can drive the capture thread's shell through time.
 
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use poolcap_format::RecordedPacket;
 use poolcap_sys::poll::Readiness;
 use poolcap_sys::SysError;
 
+use super::clock::{Clock, VirtualClock};
 use super::pool::Pool;
 use super::source::{Filler, KernelDrops, Source};
 
@@ -35,7 +37,10 @@ pub struct MemSource {
     faults: Faults,
     looks: u64,
     delivered: u64,
-    reported: bool,
+    /// Packets reported to the capture thread as received (or dropped) by the "kernel".
+    reported: usize,
+    /// Packets arrive at their timestamps on this clock; without one, all are there.
+    arrivals: Option<VirtualClock>,
 }
 
 impl MemSource {
@@ -48,7 +53,26 @@ impl MemSource {
             faults,
             looks: 0,
             delivered: 0,
-            reported: false,
+            reported: 0,
+            arrivals: None,
+        }
+    }
+
+    /// The same source whose packets (sorted by timestamp) arrive at their timestamps on
+    /// `clock`.
+    pub fn arriving_on(mut self, clock: VirtualClock) -> Self {
+        self.arrivals = Some(clock);
+        self
+    }
+
+    /// How many packets have arrived by now.
+    fn arrived(&self) -> usize {
+        match &self.arrivals {
+            None => self.packets.len(),
+            Some(clock) => {
+                let now = clock.wall_ns();
+                self.packets.partition_point(|p| p.ts_ns <= now)
+            }
         }
     }
 
@@ -71,10 +95,16 @@ impl Source for MemSource {
             .faults
             .stall_every
             .is_some_and(|n| n > 0 && self.looks.is_multiple_of(n));
-        if stall || filler.stopping() || self.exhausted() || self.failed() {
+        // Packets that arrive in time are drained up to the stop's cut, as from a ring;
+        // the others stop at once, as a file does.
+        let file_like = self.arrivals.is_none();
+        if stall || (file_like && filler.stopping()) || self.exhausted() || self.failed() {
             return false;
         }
-        let end = (self.next + self.batch).min(self.packets.len());
+        let end = (self.next + self.batch).min(self.arrived());
+        if end == self.next {
+            return false;
+        }
         let mut order: Vec<usize> = (self.next..end).filter(|&i| !self.dropped(i)).collect();
         if let Some(n) = self.faults.reorder_every.filter(|&n| n > 0) {
             for k in (n - 1..order.len().saturating_sub(1)).step_by(n) {
@@ -90,6 +120,9 @@ impl Source for MemSource {
         self.next = end;
         for i in order {
             let p = &self.packets[i];
+            if !file_like && filler.past_cut(p.ts_ns) {
+                continue;
+            }
             filler.push_copy(pool, p.ts_ns, [&p.data, &[], &[]], p.orig_len);
             self.delivered += 1;
         }
@@ -110,21 +143,18 @@ impl Source for MemSource {
 
     /// Packets wait in the source, as in a kernel ring, while the pool has no room.
     fn next_batch_len(&self) -> Option<usize> {
-        Some((self.packets.len() - self.next).min(self.batch))
+        Some((self.arrived() - self.next).min(self.batch))
     }
 
-    /// Reported at once: every packet arrived, the dropped ones as kernel drops.
+    /// The packets that arrived since the last call: the dropped ones as kernel drops, the
+    /// rest as received.
     fn kernel_drops(&mut self) -> Result<KernelDrops, SysError> {
-        if std::mem::replace(&mut self.reported, true) {
-            return Ok(KernelDrops {
-                received: Some(0),
-                ..KernelDrops::default()
-            });
-        }
-        let drops = (0..self.packets.len()).filter(|&i| self.dropped(i)).count() as u64;
+        let (from, to) = (self.reported, self.arrived());
+        self.reported = to;
+        let drops = (from..to).filter(|&i| self.dropped(i)).count() as u64;
         Ok(KernelDrops {
             kernel: drops,
-            received: Some(self.packets.len() as u64 - drops),
+            received: Some((to - from) as u64 - drops),
             ..KernelDrops::default()
         })
     }

@@ -20,7 +20,7 @@ use super::account::{self, QueueCounters};
 use super::doorbell::Doorbell;
 use super::forward::{AllForwardCounters, ForwardSetup, Forwarder, WriteFeed};
 use super::pool::{Chunk, Pool};
-use super::queue::Progress;
+use super::progress::Progress;
 use super::savefile::{Savefiles, WritePath};
 use super::writer::{self, FileWriter, InlineWriter, WriterOutcome, Written};
 use super::Output;

@@ -10,7 +10,7 @@
 //! when it has none (wait, seal, stop) is the capture thread's decision.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use poolcap_sys::poll::Readiness;
 use poolcap_sys::xsk::RxFrame;
@@ -55,8 +55,9 @@ impl Tally {
 pub struct Filler {
     /// The chunk being filled.
     pub open: Option<Chunk>,
-    /// When it was opened.
-    pub open_since: Instant,
+    /// Chunks opened so far: the shell notes the time it sees each new one (see
+    /// [`super::clock`]).
+    pub opened: u64,
     /// Chunks filled during the current batch, to seal once the batch is done.
     pub full: Vec<Chunk>,
     /// What the current batch did.
@@ -87,7 +88,7 @@ impl Filler {
     ) -> Self {
         Self {
             open: None,
-            open_since: Instant::now(),
+            opened: 0,
             full: Vec::with_capacity(chunks),
             tally: Tally::default(),
             snaplen,
@@ -150,7 +151,7 @@ impl Filler {
     fn open_chunk(&mut self, pool: &Pool) -> Option<&mut Chunk> {
         if self.open.is_none() {
             self.open = pool.take_free();
-            self.open_since = Instant::now();
+            self.opened += 1;
         }
         self.open.as_mut()
     }

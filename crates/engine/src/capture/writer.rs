@@ -5,7 +5,7 @@
 //! chunks back in sequence, then repeatedly writes the earliest head packet among the queues.
 //! It may write a packet at time t only when every queue with nothing ready provably has
 //! nothing earlier to come: all chunks it sealed have reached the writer, and its published
-//! watermark is at least t (see `queue::Progress`). At the end everything left is merged.
+//! watermark is at least t (see `progress::Progress`). At the end everything left is merged.
 //!
 //! Packets are not copied again to be written: chunks of copies keep room around each packet
 //! for its record (see `pool`), the writer frames the records in place and hands runs of
@@ -35,7 +35,7 @@ use poolcap_format::{IfStats, Output, WriteError};
 
 use super::doorbell::Doorbell;
 use super::pool::{Chunk, Pool};
-use super::queue::Progress;
+use super::progress::Progress;
 use super::rotate::Next;
 use super::savefile::Savefiles;
 

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use anyhow::Context;
+use super::ProbeError;
 
 /// How long a client may take to send its command, and to take its reply.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -50,7 +50,7 @@ pub struct ControlSocket {
 impl ControlSocket {
     /// Creates the socket at `path` with mode 0600. A socket already there is replaced if
     /// nothing listens on it; a live one, or any other kind of file, is refused.
-    pub fn bind(path: &Path) -> anyhow::Result<Self> {
+    pub fn bind(path: &Path) -> Result<Self, ProbeError> {
         clear_stale(path)?;
         // Bound and made 0600 in a directory of our own (mode 0700, made new: never an
         // existing one or a link), so no one can swap the socket for a link between the
@@ -63,7 +63,7 @@ impl ControlSocket {
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&private)
-            .with_context(|| format!("cannot create {}", private.display()))?;
+            .map_err(|e| ProbeError::path("cannot create", &private, e))?;
         let tmp = private.join("ctl.sock");
         let bound = UnixListener::bind(&tmp).and_then(|listener| {
             std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
@@ -73,7 +73,7 @@ impl ControlSocket {
         let _ = std::fs::remove_file(&tmp);
         let _ = std::fs::remove_dir(&private);
         let listener =
-            bound.with_context(|| format!("cannot create control socket {}", path.display()))?;
+            bound.map_err(|e| ProbeError::path("cannot create control socket", path, e))?;
         listener.set_nonblocking(true)?;
         Ok(Self {
             path: path.to_owned(),
@@ -125,29 +125,27 @@ impl ControlSocket {
 }
 
 /// Removes a socket at `path` that nothing listens on; refuses a live one or another file.
-fn clear_stale(path: &Path) -> anyhow::Result<()> {
+fn clear_stale(path: &Path) -> Result<(), ProbeError> {
     let Ok(meta) = path.symlink_metadata() else {
         return Ok(());
     };
     if !meta.file_type().is_socket() {
-        anyhow::bail!(
+        return Err(ProbeError::Control(format!(
             "--ctl {}: the file exists and is not a socket (remove it or choose another path)",
             path.display()
-        );
+        )));
     }
     match UnixStream::connect(path) {
-        Ok(_) => anyhow::bail!(
+        Ok(_) => Err(ProbeError::Control(format!(
             "--ctl {}: another probe is listening on it (stop it or choose another path)",
             path.display()
-        ),
+        ))),
         Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => std::fs::remove_file(path)
-            .with_context(|| format!("cannot remove stale control socket {}", path.display())),
-        Err(e) => Err(e).with_context(|| {
-            format!(
-                "--ctl {}: cannot tell whether the socket there is in use",
-                path.display()
-            )
-        }),
+            .map_err(|e| ProbeError::path("cannot remove stale control socket", path, e)),
+        Err(e) => Err(ProbeError::Control(format!(
+            "--ctl {}: cannot tell whether the socket there is in use: {e}",
+            path.display()
+        ))),
     }
 }
 
@@ -219,7 +217,7 @@ impl Drop for ControlSocket {
 
 /// Sends one command to the probe at `socket` and returns its reply line; gives up after
 /// `timeout` (a probe that is stopped, or stuck, answers nothing).
-pub fn send(socket: &Path, command: &str, timeout: Duration) -> anyhow::Result<String> {
+pub fn send(socket: &Path, command: &str, timeout: Duration) -> Result<String, ProbeError> {
     let (tx, rx) = mpsc::channel();
     let (path, line) = (socket.to_owned(), format!("{command}\n"));
     // connect(2) on a Unix socket whose backlog is full waits without a timeout, so the
@@ -230,25 +228,28 @@ pub fn send(socket: &Path, command: &str, timeout: Duration) -> anyhow::Result<S
             let _ = tx.send(exchange(&path, &line, timeout));
         })?;
     rx.recv_timeout(timeout).unwrap_or_else(|_| {
-        Err(anyhow::anyhow!(
+        Err(ProbeError::Control(format!(
             "no reply from {} within {timeout:?} (is the probe running?)",
             socket.display(),
-        ))
+        )))
     })
 }
 
-fn exchange(socket: &Path, line: &str, timeout: Duration) -> anyhow::Result<String> {
+fn exchange(socket: &Path, line: &str, timeout: Duration) -> Result<String, ProbeError> {
     let stream = UnixStream::connect(socket)
-        .with_context(|| format!("cannot connect to {}", socket.display()))?;
+        .map_err(|e| ProbeError::path("cannot connect to", socket, e))?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
     (&stream).write_all(line.as_bytes())?;
     let mut reply = String::new();
     BufReader::new(&stream)
         .read_line(&mut reply)
-        .with_context(|| format!("no reply from {}", socket.display()))?;
+        .map_err(|e| ProbeError::path("no reply from", socket, e))?;
     if reply.is_empty() {
-        anyhow::bail!("{} closed the connection without a reply", socket.display());
+        return Err(ProbeError::Control(format!(
+            "{} closed the connection without a reply",
+            socket.display()
+        )));
     }
     Ok(reply.trim_end().to_string())
 }

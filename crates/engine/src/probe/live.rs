@@ -16,6 +16,7 @@ use poolcap_probe::Config;
 
 use super::control::{ControlServer, ControlSocket};
 use super::reporter::Reporter;
+use super::ProbeError;
 use crate::capture::account::{self, QueueCounters};
 
 /// How often the manager looks at the clock, the socket and the flags.
@@ -52,7 +53,7 @@ pub struct Manager {
 
 impl Manager {
     /// Runs until the engine is done; returns the final period's records.
-    pub fn run(mut self) -> anyhow::Result<Vec<RuleRecord>> {
+    pub fn run(mut self) -> Result<Vec<RuleRecord>, ProbeError> {
         let server = self.socket.take().map(ControlSocket::serve).transpose()?;
         let mut period_started = Instant::now();
         while !self.engine_done.load(Ordering::Acquire) {
@@ -79,7 +80,7 @@ impl Manager {
                         request.answer(reply);
                     }
                     Ok(Err(e)) => {
-                        request.answer(format!("error: {e:#}"));
+                        request.answer(format!("error: {e}"));
                         return Err(e);
                     }
                 }
@@ -90,17 +91,17 @@ impl Manager {
         self.reporter.finish(now, acc)
     }
 
-    fn accounting(&self) -> anyhow::Result<Accounting> {
+    fn accounting(&self) -> Result<Accounting, ProbeError> {
         match self.reporter.kernel_accounting() {
             Some(kernel) if self.counters.is_empty() => kernel,
             _ => Ok(accounting(&self.counters)),
         }
     }
 
-    fn switch(&mut self, mut next: Config, change: Option<String>) -> anyhow::Result<String> {
+    fn switch(&mut self, mut next: Config, change: Option<String>) -> Result<String, ProbeError> {
         self.reporter
             .prepare(&mut next)
-            .map_err(anyhow::Error::msg)?;
+            .map_err(ProbeError::Kernel)?;
         let acc = self.accounting()?;
         self.reporter
             .switch(SystemTime::now(), acc, next, change, &mut || {})
@@ -108,7 +109,7 @@ impl Manager {
 
     /// Applies one command; `Ok` holds the reply (an `error` reply changed nothing), `Err`
     /// a failure of the probe itself (a report it could not write).
-    fn command(&mut self, cmd: Command) -> anyhow::Result<String> {
+    fn command(&mut self, cmd: Command) -> Result<String, ProbeError> {
         let running = self.reporter.running();
         let (next, what) = match &cmd {
             Command::Status => return Ok(format!("ok {}", control::status(&running))),

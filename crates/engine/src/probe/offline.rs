@@ -26,6 +26,7 @@ use poolcap_probe::{Config, Hub};
 use super::live::accounting;
 use super::report_file::Unwritten;
 use super::reporter::{PeriodHook, Reporter};
+use super::ProbeError;
 use crate::capture::account::QueueCounters;
 use crate::capture::file::{FileSource, Gate};
 use crate::capture::pool::Pool;
@@ -43,18 +44,18 @@ pub fn run(
     table: bool,
     stop: Arc<AtomicBool>,
     hooks: Vec<PeriodHook>,
-) -> anyhow::Result<(CaptureReport, Option<Unwritten>)> {
+) -> Result<(CaptureReport, Option<Unwritten>), ProbeError> {
     let Input::File { path, speed } = std::mem::replace(&mut cfg.input, Input::Live) else {
-        anyhow::bail!("probe -r needs a file");
+        return Err(ProbeError::Input("probe -r needs a file".into()));
     };
     let mut source = FileSource::open(&path, None, speed)?;
     // Rules are compiled for, and flows read from, Ethernet frames.
     if source.linktype() != poolcap_format::LinkType::ETHERNET {
-        anyhow::bail!(
+        return Err(ProbeError::Input(format!(
             "{}: the probe reads Ethernet captures; this file is {}",
             path.display(),
             source.linktype()
-        );
+        )));
     }
     let gate = source.gated();
     cfg.input = Input::Sources(vec![Box::new(source)]);
@@ -88,10 +89,11 @@ pub fn run(
     engine_done.store(true, Ordering::Release);
     let clocked = clock
         .join()
-        .map_err(|_| anyhow::anyhow!("the probe clock panicked"))?;
+        .map_err(|_| ProbeError::Panicked("probe clock"))?;
     match clocked {
         Ok(_) => Ok((report, None)),
-        Err(e) => e.downcast::<Unwritten>().map(|u| (report, Some(u))),
+        Err(ProbeError::Unwritten(u)) => Ok((report, Some(u))),
+        Err(e) => Err(e),
     }
 }
 
@@ -122,7 +124,7 @@ impl FileClock {
     }
 
     /// Cuts periods until the engine is done; returns the final period's records.
-    pub fn run(mut self) -> anyhow::Result<Vec<RuleRecord>> {
+    pub fn run(mut self) -> Result<Vec<RuleRecord>, ProbeError> {
         let start = Self::start_ns(&self.gate);
         let mut period_end = start.saturating_add(self.period_ns());
         self.gate.open(start, period_end);

@@ -9,8 +9,7 @@ use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
-
+use super::ProbeError;
 use crate::outfile::{self, Existing};
 
 /// Periods whose records could not be written to the report file.
@@ -40,9 +39,9 @@ pub struct ReportFile {
 
 impl ReportFile {
     /// Creates (empties) `path`, never through a symbolic link.
-    pub fn create(path: &Path) -> anyhow::Result<Self> {
+    pub fn create(path: &Path) -> Result<Self, ProbeError> {
         let file = outfile::create(path, Existing::Truncate)
-            .with_context(|| format!("cannot write {}", path.display()))?;
+            .map_err(|e| ProbeError::path("cannot write", path, e))?;
         Ok(Self {
             path: path.to_owned(),
             file,

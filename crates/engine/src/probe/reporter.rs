@@ -17,6 +17,7 @@ use serde::Serialize;
 
 use super::kernel::KernelRules;
 use super::report_file::ReportFile;
+use super::ProbeError;
 
 /// How long the reporter waits for every worker's tally: a worker answers at its next chunk
 /// boundary or within its idle wait, so this only bounds a stuck worker.
@@ -75,7 +76,7 @@ impl Reporter {
         start: SystemTime,
         jsonl: Option<&Path>,
         table: bool,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, ProbeError> {
         let jsonl = jsonl.map(ReportFile::create).transpose()?;
         Ok(Self {
             hub,
@@ -102,7 +103,7 @@ impl Reporter {
     }
 
     /// The in-kernel program's own running totals, when there are in-kernel rules.
-    pub fn kernel_accounting(&self) -> Option<anyhow::Result<Accounting>> {
+    pub fn kernel_accounting(&self) -> Option<Result<Accounting, ProbeError>> {
         self.kernel.as_ref().map(KernelRules::accounting)
     }
 
@@ -127,7 +128,7 @@ impl Reporter {
         next: Config,
         change: Option<String>,
         handover: &mut dyn FnMut(),
-    ) -> anyhow::Result<String> {
+    ) -> Result<String, ProbeError> {
         // The kernel's period ends first: nothing between `now` and the flip.
         if let Some(k) = &mut self.kernel {
             k.install()?;
@@ -165,7 +166,7 @@ impl Reporter {
         n: u64,
         period: Duration,
         accounting: Accounting,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), ProbeError> {
         let config = self.running();
         let none = poolcap_probe::tally::Tally::new(&config);
         if n <= EMPTY_ONE_BY_ONE {
@@ -197,7 +198,7 @@ impl Reporter {
         mut self,
         now: SystemTime,
         accounting: Accounting,
-    ) -> anyhow::Result<Vec<RuleRecord>> {
+    ) -> Result<Vec<RuleRecord>, ProbeError> {
         let now = now.max(self.start);
         let (epoch, ran) = self.hub.current();
         let mut tally = self.hub.collect(epoch, &ran, true, COLLECT_TIMEOUT)?;
@@ -220,7 +221,7 @@ impl Reporter {
         accounting: Accounting,
         last: bool,
         empty_periods: u64,
-    ) -> anyhow::Result<Vec<RuleRecord>> {
+    ) -> Result<Vec<RuleRecord>, ProbeError> {
         let late = std::mem::take(&mut self.late);
         let mut counted = accounting.since(&self.accounting_at_start);
         if self.hub.members() > 0 {

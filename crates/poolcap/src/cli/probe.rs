@@ -9,10 +9,11 @@ use std::time::{Duration, SystemTime};
 
 use clap::{Args, Parser};
 use poolcap_export::metrics::RuleCounters;
+use poolcap_probe::report::RuleRecord;
 use poolcap_probe::Hub;
 
 use crate::capture::needs::{Doing, Needs};
-use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Output};
+use crate::capture::{CaptureConfig, CaptureReport, Engine, Output};
 use crate::cli::capture::{config as capture_config, print_report, CaptureArgs};
 use crate::cli::launch::{engine_error, Launch, Launched};
 use crate::cli::readiness::Readiness;
@@ -186,8 +187,7 @@ fn engine_config(a: &ProbeArgs, iface: &str) -> anyhow::Result<CaptureConfig> {
 fn spawn_manager(
     manager: Manager,
     stop: &Arc<AtomicBool>,
-) -> std::io::Result<std::thread::JoinHandle<anyhow::Result<Vec<poolcap_probe::report::RuleRecord>>>>
-{
+) -> std::io::Result<std::thread::JoinHandle<Result<Vec<RuleRecord>, probe::ProbeError>>> {
     let stop_on_failure = Arc::clone(stop);
     std::thread::Builder::new()
         .name("probe-manager".into())
@@ -280,9 +280,9 @@ fn run_file(args: &ProbeArgs, config: poolcap_probe::Config, file: &Path) -> any
     let report = args.report.as_deref();
     let probed = probe::offline::run(cfg, config, report, !args.quiet, stop, hooks);
     exporters.finish();
-    let (report, unwritten) = probed.map_err(|e| match e.downcast::<CaptureError>() {
-        Ok(c) => engine_error(c),
-        Err(e) => e,
+    let (report, unwritten) = probed.map_err(|e| match e {
+        probe::ProbeError::Capture(c) => engine_error(c),
+        e => e.into(),
     })?;
     crate::say!("probed {}", file.display());
     print_report(&report);
@@ -389,7 +389,7 @@ fn drop_privileges(
 /// failure of the manager, the writer or the capture.
 fn ended(
     report: &CaptureReport,
-    manager: anyhow::Result<()>,
+    manager: Result<(), probe::ProbeError>,
     exporters: export::Exporters,
 ) -> anyhow::Result<()> {
     print_report(report);

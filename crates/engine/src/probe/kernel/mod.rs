@@ -69,6 +69,7 @@ use self::translate::flowkey::{self, FLOW_VALUE_SIZE, KEY_SIZE};
 use self::translate::{
     FlowMaps, Generation, KernelRule, Maps, Vlan, EPOCH_MASK, FLOW_SIDE, GEN_STRIDE, VALUE_WORDS,
 };
+use super::ProbeError;
 use crate::capture::filter::compile_offline;
 
 /// Map slots: two generations of the total, one per rule name seen during the run, and
@@ -234,7 +235,7 @@ pub struct Counts {
 
 impl Counts {
     /// Slot `slot` of `map`, summed over the CPUs.
-    pub fn read(map: &PerCpuArray, slot: u32) -> anyhow::Result<Self> {
+    pub fn read(map: &PerCpuArray, slot: u32) -> Result<Self, ProbeError> {
         Ok(Self::sum(&map.lookup(slot)?))
     }
 
@@ -399,7 +400,12 @@ pub struct KernelRules {
 impl KernelRules {
     /// Builds the programs for `config` (placed already) and attaches them at the ingress
     /// of interface `iface`, behind the stamp program.
-    pub fn start(mode: Mode, iface: &str, config: &Config, workers: bool) -> anyhow::Result<Self> {
+    pub fn start(
+        mode: Mode,
+        iface: &str,
+        config: &Config,
+        workers: bool,
+    ) -> Result<Self, ProbeError> {
         let ifindex = poolcap_sys::socket::ifindex(iface)?;
         let map = PerCpuArray::create("poolcap_probe", VALUE_SIZE, SLOTS)?;
         let gen = Array::create("poolcap_gen", 4, 1)?;
@@ -425,16 +431,16 @@ impl KernelRules {
             counts: k.map.raw_fd(),
             gen: Generation::Word(k.gen.raw_fd()),
         };
-        let code = translate::program(&[], maps, Vlan::Skb).map_err(anyhow::Error::msg)?;
+        let code = translate::program(&[], maps, Vlan::Skb).map_err(ProbeError::Kernel)?;
         let stamp = TcProgram::load("poolcap_stamp", &code)?;
-        let progs = k.build(config, 0).map_err(anyhow::Error::msg)?;
+        let progs = k.build(config, 0).map_err(ProbeError::Kernel)?;
         k.stamp = Some(TcxLink::attach(&stamp, ifindex)?);
         k.links = k.attach(&progs)?;
         Ok(k)
     }
 
     /// Attaches `progs` in order after whatever is at the hook; on an error, none stays.
-    fn attach(&self, progs: &[TcProgram]) -> anyhow::Result<Vec<TcxLink>> {
+    fn attach(&self, progs: &[TcProgram]) -> Result<Vec<TcxLink>, ProbeError> {
         let links = progs
             .iter()
             .map(|p| TcxLink::attach(p, self.ifindex))
@@ -575,7 +581,7 @@ impl KernelRules {
     }
 
     /// Ends the period in the kernel, as close to its end as can be: `flip`.
-    pub fn install(&mut self) -> anyhow::Result<()> {
+    pub fn install(&mut self) -> Result<(), ProbeError> {
         self.flip()
     }
 
@@ -583,7 +589,7 @@ impl KernelRules {
     /// the next packet on that set counts instead of the running one). The old generation
     /// stands still once no packet runs with it any more, and [`add_to`](Self::add_to)
     /// reads it; until then this does nothing.
-    fn flip(&mut self) -> anyhow::Result<()> {
+    fn flip(&mut self) -> Result<(), ProbeError> {
         if self.unread.is_some() {
             return Ok(());
         }
@@ -613,7 +619,7 @@ impl KernelRules {
     }
 
     /// Slot `slot` of generation `gen`: what it counted since the last call.
-    fn take(&mut self, gen: u32, slot: u32) -> anyhow::Result<Counts> {
+    fn take(&mut self, gen: u32, slot: u32) -> Result<Counts, ProbeError> {
         let at = (gen * GEN_STRIDE + slot) as usize;
         let now = Counts::read(&self.map, at as u32)?;
         let delta = now.minus(&self.seen[at]);
@@ -633,7 +639,7 @@ impl KernelRules {
         config: &Config,
         tally: &mut Tally,
         period: (SystemTime, SystemTime),
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), ProbeError> {
         let ns = |t: SystemTime| {
             t.duration_since(SystemTime::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos() as u64)
@@ -701,7 +707,7 @@ impl KernelRules {
 
     /// Every packet the stamp program saw since it was attached, as capture accounting (no
     /// socket, so nothing is dropped or filtered).
-    pub fn accounting(&self) -> anyhow::Result<Accounting> {
+    pub fn accounting(&self) -> Result<Accounting, ProbeError> {
         let t = Counts::read(&self.map, 0)?.plus(&Counts::read(&self.map, GEN_STRIDE)?);
         Ok(Accounting {
             captured: t.packets,
