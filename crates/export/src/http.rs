@@ -15,6 +15,12 @@
 //!   writing the reply included, and replies are written without blocking: a client that
 //!   is slow or never reads holds only its own buffer, never the next scrape.
 //!
+//! The same server can answer other paths with a stream ([`Streams`]: the packet store's
+//! `GET /query`): a thread of the caller's writes the whole reply into one end of a socket
+//! pair and this thread relays it from the other end as the client takes it, so a reply
+//! of any length is never held in memory; a relayed reply has no deadline (it lasts as
+//! long as its data), and is still closed for a new connection beyond the limit.
+//!
 //! One request per connection (`Connection: close`). The socket is bound first
 //! ([`Listener::bind`], before the capture starts, so a port in use is an error at once,
 //! and before privileges are dropped, so a port below 1024 works), and served once the
@@ -43,6 +49,17 @@ const PLAIN: &str = "text/plain; charset=utf-8";
 /// Headers parsed in a request head.
 const MAX_HEADERS: usize = 32;
 
+/// Answers a GET of `target` (path and query string) other than `/metrics`: the end of a
+/// socket pair that the route's own thread writes the whole HTTP reply to (status line,
+/// headers, body; the end closes after it), or `None` for a path it does not serve.
+pub type Streams = Arc<dyn Fn(&str) -> Option<UnixStream> + Send + Sync>;
+
+/// What the server answers.
+struct Routes {
+    metrics: Option<Arc<Metrics>>,
+    streams: Option<Streams>,
+}
+
 /// What a client may claim of the endpoint.
 #[derive(Debug, Clone, Copy)]
 struct Limits {
@@ -69,8 +86,13 @@ pub const DEADLINE: Duration = Duration::from_secs(10);
 
 /// Parses `--metrics`: `PORT` or `:PORT` (loopback), or `ADDR:PORT` (`[V6]:PORT`, a name).
 pub fn parse_listen(s: &str) -> Result<SocketAddr, ExportError> {
+    parse_listen_for("--metrics", s)
+}
+
+/// Parses option `what`'s address as [`parse_listen`] does.
+pub fn parse_listen_for(what: &'static str, s: &str) -> Result<SocketAddr, ExportError> {
     let bad = |why: String| ExportError::Address {
-        what: "--metrics",
+        what,
         addr: s.to_string(),
         why,
     };
@@ -131,12 +153,22 @@ impl Listener {
 impl MetricsServer {
     /// Serves `metrics` on `listener` until dropped.
     pub fn start(listener: Listener, metrics: Arc<Metrics>) -> Result<Self, ExportError> {
-        Self::start_with(listener, metrics, LIMITS)
+        Self::start_with(listener, Some(metrics), None, LIMITS)
+    }
+
+    /// Serves `streams` (and `metrics` on `/metrics`, if given) on `listener` until dropped.
+    pub fn start_streams(
+        listener: Listener,
+        metrics: Option<Arc<Metrics>>,
+        streams: Streams,
+    ) -> Result<Self, ExportError> {
+        Self::start_with(listener, metrics, Some(streams), LIMITS)
     }
 
     fn start_with(
         listener: Listener,
-        metrics: Arc<Metrics>,
+        metrics: Option<Arc<Metrics>>,
+        streams: Option<Streams>,
         limits: Limits,
     ) -> Result<Self, ExportError> {
         let Listener { socket, addr } = listener;
@@ -146,9 +178,10 @@ impl MetricsServer {
         };
         socket.set_nonblocking(true).map_err(err)?;
         let (stop, stopped) = UnixStream::pair().map_err(err)?;
+        let routes = Routes { metrics, streams };
         let thread = std::thread::Builder::new()
-            .name("metrics".into())
-            .spawn(move || serve(&socket, &stopped, &metrics, limits))
+            .name("http".into())
+            .spawn(move || serve(&socket, &stopped, &routes, limits))
             .map_err(err)?;
         Ok(Self {
             addr,
@@ -178,6 +211,15 @@ enum Stage {
     Reading(Vec<u8>),
     /// Writing the reply: all of it, and how much is written.
     Writing(Vec<u8>, usize),
+    /// Relaying a streamed reply: its source, and what was read from it and how much of
+    /// that is written.
+    Relaying(UnixStream, Vec<u8>, usize),
+}
+
+/// A reply.
+enum Reply {
+    Whole(Vec<u8>),
+    Stream(UnixStream),
 }
 
 /// One client's connection.
@@ -188,17 +230,62 @@ struct Connection {
 }
 
 impl Connection {
-    /// What it waits for.
-    fn events(&self) -> PollFlags {
-        match self.stage {
-            Stage::Reading(_) => PollFlags::IN,
-            Stage::Writing(..) => PollFlags::OUT,
+    /// The socket it waits on, and for what.
+    fn poll_fd(&self) -> PollFd<'_> {
+        match &self.stage {
+            Stage::Reading(_) => PollFd::new(&self.stream, PollFlags::IN),
+            Stage::Writing(..) => PollFd::new(&self.stream, PollFlags::OUT),
+            Stage::Relaying(_, buf, sent) if *sent < buf.len() => {
+                PollFd::new(&self.stream, PollFlags::OUT)
+            }
+            Stage::Relaying(source, ..) => PollFd::new(source, PollFlags::IN),
+        }
+    }
+
+    /// Whether it relays a stream (which has no deadline).
+    fn relaying(&self) -> bool {
+        matches!(self.stage, Stage::Relaying(..))
+    }
+
+    /// Relays what the source has and the client takes now; false once done.
+    fn relay(&mut self) -> bool {
+        let Stage::Relaying(source, buf, sent) = &mut self.stage else {
+            return false;
+        };
+        loop {
+            while *sent < buf.len() {
+                match self.stream.write(&buf[*sent..]) {
+                    Ok(0) => return false,
+                    Ok(n) => *sent += n,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(_) => return false,
+                }
+            }
+            buf.resize(1 << 16, 0);
+            *sent = 0;
+            match source.read(buf) {
+                Ok(0) => {
+                    let _ = self.stream.shutdown(Shutdown::Write);
+                    return false;
+                }
+                Ok(n) => buf.truncate(n),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    buf.clear();
+                    return true;
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => buf.clear(),
+                Err(_) => return false,
+            }
         }
     }
 
     /// Reads and writes what the socket takes now, without blocking; false once it is done
     /// (replied, failed, or closed by the client).
-    fn advance(&mut self, metrics: &Metrics, max_head: usize) -> bool {
+    fn advance(&mut self, routes: &Routes, max_head: usize) -> bool {
+        if self.relaying() {
+            return self.relay();
+        }
         if let Stage::Reading(head) = &mut self.stage {
             let mut chunk = [0u8; 4096];
             let mut eof = false;
@@ -215,8 +302,15 @@ impl Connection {
                     Err(_) => return false,
                 }
             }
-            match respond(head, max_head, metrics) {
-                Some(reply) => self.stage = Stage::Writing(reply, 0),
+            match respond(head, max_head, routes) {
+                Some(Reply::Whole(reply)) => self.stage = Stage::Writing(reply, 0),
+                Some(Reply::Stream(source)) => {
+                    if source.set_nonblocking(true).is_err() {
+                        return false;
+                    }
+                    self.stage = Stage::Relaying(source, Vec::new(), 0);
+                    return self.relay();
+                }
                 None => return !eof,
             }
         }
@@ -238,19 +332,20 @@ impl Connection {
 
 /// The serving thread: polls the stop signal, the listener and the open connections until
 /// the stop signal comes.
-fn serve(listener: &TcpListener, stopped: &UnixStream, metrics: &Metrics, limits: Limits) {
+fn serve(listener: &TcpListener, stopped: &UnixStream, routes: &Routes, limits: Limits) {
     // Oldest first: the first to reach its deadline, the first closed for a new one.
     let mut open: VecDeque<Connection> = VecDeque::new();
     loop {
         let now = Instant::now();
-        open.retain(|c| now < c.accepted + limits.deadline);
+        open.retain(|c| c.relaying() || now < c.accepted + limits.deadline);
         let timeout = open
-            .front()
+            .iter()
+            .find(|c| !c.relaying())
             .and_then(|c| Timespec::try_from((c.accepted + limits.deadline) - now).ok());
         let mut fds = Vec::with_capacity(open.len() + 2);
         fds.push(PollFd::new(stopped, PollFlags::IN));
         fds.push(PollFd::new(listener, PollFlags::IN));
-        fds.extend(open.iter().map(|c| PollFd::new(&c.stream, c.events())));
+        fds.extend(open.iter().map(Connection::poll_fd));
         if poll(&mut fds, timeout.as_ref()).is_err() {
             // EINTR, or ENOMEM for the moment: the deadlines are checked again above.
             continue;
@@ -263,7 +358,7 @@ fn serve(listener: &TcpListener, stopped: &UnixStream, metrics: &Metrics, limits
         open = open
             .into_iter()
             .zip(&ready[2..])
-            .filter_map(|(mut c, r)| (r.is_empty() || c.advance(metrics, limits.head)).then_some(c))
+            .filter_map(|(mut c, r)| (r.is_empty() || c.advance(routes, limits.head)).then_some(c))
             .collect();
         if !ready[1].is_empty() {
             accept(listener, &mut open, limits.connections);
@@ -307,11 +402,11 @@ fn accept(listener: &TcpListener, open: &mut VecDeque<Connection>, max: usize) {
 
 /// The reply to a request head read so far (at most `max_head` + 1 bytes), or `None`
 /// while it is incomplete.
-fn respond(head: &[u8], max_head: usize, metrics: &Metrics) -> Option<Vec<u8>> {
+fn respond(head: &[u8], max_head: usize, routes: &Routes) -> Option<Reply> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
-    Some(match req.parse(head) {
-        Ok(httparse::Status::Complete(_)) => route(&req, metrics),
+    Some(Reply::Whole(match req.parse(head) {
+        Ok(httparse::Status::Complete(_)) => return Some(route(&req, routes)),
         Ok(httparse::Status::Partial) if head.len() <= max_head => return None,
         Ok(httparse::Status::Partial) | Err(httparse::Error::TooManyHeaders) => reply(
             "431 Request Header Fields Too Large",
@@ -319,31 +414,40 @@ fn respond(head: &[u8], max_head: usize, metrics: &Metrics) -> Option<Vec<u8>> {
             "poolcap: the request head is too large\n".into(),
         ),
         Err(e) => reply("400 Bad Request", PLAIN, format!("poolcap: {e}\n")),
-    })
+    }))
 }
 
 /// The reply to a complete request.
-fn route(req: &httparse::Request<'_, '_>, metrics: &Metrics) -> Vec<u8> {
-    let path = req.path.unwrap_or_default();
-    let path = path.split('?').next().unwrap_or_default();
-    if req.method != Some("GET") || path != "/metrics" {
-        return reply(
-            "404 Not Found",
-            PLAIN,
-            "poolcap serves metrics on /metrics\n".into(),
-        );
-    }
+fn route(req: &httparse::Request<'_, '_>, routes: &Routes) -> Reply {
+    let target = req.path.unwrap_or_default();
+    let path = target.split('?').next().unwrap_or_default();
+    let metrics = match (&routes.metrics, &routes.streams) {
+        (Some(m), _) if req.method == Some("GET") && path == "/metrics" => m,
+        (_, Some(streams)) if req.method == Some("GET") => match streams(target) {
+            Some(s) => return Reply::Stream(s),
+            None => return Reply::Whole(not_found()),
+        },
+        _ => return Reply::Whole(not_found()),
+    };
     // OpenMetrics for scrapers that ask for it (Prometheus does), the Prometheus text format
     // for everyone else.
     let openmetrics = req.headers.iter().any(|h| {
         h.name.eq_ignore_ascii_case("accept")
             && String::from_utf8_lossy(h.value).contains("application/openmetrics-text")
     });
-    if openmetrics {
+    Reply::Whole(if openmetrics {
         reply("200 OK", OPENMETRICS, metrics.encode())
     } else {
         reply("200 OK", PROMETHEUS_TEXT, metrics.encode_prometheus_text())
-    }
+    })
+}
+
+fn not_found() -> Vec<u8> {
+    reply(
+        "404 Not Found",
+        PLAIN,
+        "poolcap serves metrics on /metrics (and, with a store, packets on /query)\n".into(),
+    )
 }
 
 /// A whole HTTP reply; the connection closes after it.
@@ -392,7 +496,7 @@ mod tests {
             Vec::new(),
         ));
         let listener = Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        MetricsServer::start_with(listener, m, limits).unwrap()
+        MetricsServer::start_with(listener, Some(m), None, limits).unwrap()
     }
 
     fn status(reply: &str) -> &str {

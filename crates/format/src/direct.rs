@@ -43,6 +43,15 @@
 //! `tcpdump -w` killed the same way (whose stdio buffer is flushed in fixed-size pieces):
 //! libpcap hands over every whole record, then reports "truncated dump file"; Wireshark's
 //! readers say the file was "cut short in the middle of a packet".
+//!
+//! A file read while it is written (the packet store's live file) can show its carried
+//! tail too ([`DirectFile::with_live_tail`]): a flush, made by the writer when it is idle,
+//! waits for the writes on their way and writes the tail through a second handle, through
+//! the page cache (direct I/O cannot write less than a block, and a block padded with
+//! zeros would show readers a record of zeros until it is cut), at the place the next
+//! direct write rewrites it whole; the kernel writes the cached page back before that
+//! write. So a reader sees every ended batch once the writer has been idle, and only whole
+//! records.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -299,6 +308,10 @@ pub struct DirectFile {
     flights: VecDeque<Flight>,
     io: Option<Io>,
     lost: Option<Lost>,
+    /// A handle to the same file through the page cache, for the live tail.
+    cached: Option<File>,
+    /// Bytes of ended batches readers can see (with `cached`).
+    shown: u64,
 }
 
 impl std::fmt::Debug for DirectFile {
@@ -331,7 +344,16 @@ impl DirectFile {
             flights: VecDeque::new(),
             io: None,
             lost: None,
+            cached: None,
+            shown: 0,
         }
+    }
+
+    /// Shows readers the carried tail at each flush, written through `cached`: the same
+    /// file, opened without `O_DIRECT` (see the module docs).
+    pub fn with_live_tail(mut self, cached: File) -> Self {
+        self.cached = Some(cached);
+        self
     }
 
     /// Bytes at the buffer's start that belong to batches already handed over (the carried
@@ -492,7 +514,18 @@ impl Write for DirectFile {
         bufs.iter().map(|b| self.write(b)).sum()
     }
 
+    /// With a live tail: makes every ended batch visible to readers (see the module docs).
     fn flush(&mut self) -> io::Result<()> {
+        let tail = self.carried();
+        if self.cached.is_none() || tail == 0 || self.shown == self.ended {
+            return Ok(());
+        }
+        self.wait_all()?;
+        self.check()?;
+        if let Some(cached) = &self.cached {
+            cached.write_all_at(&self.cur.bytes()[..tail], self.physical)?;
+        }
+        self.shown = self.ended;
         Ok(())
     }
 }
@@ -770,6 +803,36 @@ mod tests {
             assert_eq!(bytes.len(), 24 + records, "{format}: exactly the records");
             check_packets(&read_bytes(&bytes).unwrap(), 1000);
         }
+    }
+
+    #[test]
+    fn a_live_tail_shows_every_ended_batch_whole_at_each_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("live");
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&path)
+            .unwrap();
+        let cached = OpenOptions::new().write(true).open(&path).unwrap();
+        let direct = DirectFile::new(file, 1 << 16, Tail::Carry).with_live_tail(cached);
+        let mut w = CaptureWriter::new(direct, FileFormat::PcapNs, 0, "t0")
+            .unwrap()
+            .with_buffer_size(1 << 20);
+        for i in 0..1000 {
+            let data = vec![i as u8; 60 + i % 1400];
+            w.write_packet(i as u64 * 1000, &data, data.len() as u32)
+                .unwrap();
+            if (i + 1) % 37 == 0 {
+                w.write_records(&[], 0).unwrap();
+                w.flush().unwrap();
+                // Every packet so far, whole, and nothing past them (no block of zeros).
+                check_packets(&read_bytes(&std::fs::read(&path).unwrap()).unwrap(), i + 1);
+            }
+        }
+        w.finish(None).unwrap();
+        check_packets(&read_bytes(&std::fs::read(&path).unwrap()).unwrap(), 1000);
     }
 
     #[test]

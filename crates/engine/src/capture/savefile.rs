@@ -128,7 +128,14 @@ pub struct FileOptions {
     pub packet_buffered: bool,
     /// Told the name of each file once it is closed whole (the packet store's indexer).
     pub closed: Option<Sender<PathBuf>>,
+    /// Read while written (the packet store): once the writer is idle, every batch it
+    /// wrote is visible in the file, its last records too.
+    pub live_tail: bool,
 }
+
+/// How long a live file has not grown before its tail is shown: never at a steady rate,
+/// where showing it (which waits for the writes on their way) could hold the writer.
+const LIVE_TAIL_QUIET: Duration = Duration::from_millis(100);
 
 /// How new files of the set are made.
 #[derive(Debug, Clone)]
@@ -150,6 +157,8 @@ pub struct FileSpec {
     pub packet_buffered: bool,
     /// Told the name of each file once it is closed whole.
     pub closed: Option<Sender<PathBuf>>,
+    /// See [`FileOptions::live_tail`].
+    pub live_tail: bool,
 }
 
 impl FileSpec {
@@ -177,14 +186,18 @@ impl FileSpec {
             }
         };
         let (file, path): (BoxedOutput, _) = match direct {
-            Ok(file) => (
-                Box::new(DirectFile::new(
-                    file,
-                    super::writer::DIRECT_BATCH_BYTES,
-                    self.direct_tail(),
-                )),
-                WritePath::Direct,
-            ),
+            Ok(file) => {
+                let mut direct =
+                    DirectFile::new(file, super::writer::DIRECT_BATCH_BYTES, self.direct_tail());
+                if self.live_tail {
+                    let cached = std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(path)
+                        .map_err(io)?;
+                    direct = direct.with_live_tail(cached);
+                }
+                (Box::new(direct), WritePath::Direct)
+            }
             Err(how) => (
                 Box::new(crate::outfile::create(path, existing).map_err(io)?),
                 how,
@@ -230,6 +243,11 @@ pub struct Savefiles {
     synced: Instant,
     /// The current file's bytes at the last sync.
     synced_bytes: u64,
+    /// The current file's bytes at the last tick and since when (a live tail is shown once
+    /// the file has not grown for [`LIVE_TAIL_QUIET`]), and when its tail was last shown.
+    ticked_bytes: u64,
+    ticked: Instant,
+    shown_bytes: u64,
     /// The counters when the current file was opened.
     base: IfStats,
     /// Packets in the files closed so far.
@@ -266,6 +284,9 @@ impl Savefiles {
             post: Vec::new(),
             synced: Instant::now(),
             synced_bytes: 0,
+            ticked_bytes: 0,
+            ticked: Instant::now(),
+            shown_bytes: 0,
             base: IfStats::default(),
             closed_packets: 0,
             closed_bytes: 0,
@@ -328,10 +349,17 @@ impl Savefiles {
 
     /// Syncs the current file if `--fsync interval` is due and it grew since the last sync,
     /// and with `-U` hands over what the format writer buffered (called after each write
-    /// batch and when idle).
+    /// batch and when idle), and shows a live file's tail once it has not grown for
+    /// [`LIVE_TAIL_QUIET`].
     pub fn tick(&mut self) -> Result<(), WriteError> {
-        if self.spec.packet_buffered {
+        let bytes = self.bytes();
+        if bytes != self.ticked_bytes {
+            (self.ticked_bytes, self.ticked) = (bytes, Instant::now());
+        }
+        let quiet = bytes != self.shown_bytes && self.ticked.elapsed() >= LIVE_TAIL_QUIET;
+        if self.spec.packet_buffered || (self.spec.live_tail && quiet) {
             self.writer()?.flush()?;
+            self.shown_bytes = bytes;
         }
         if let Fsync::Interval(every) = self.spec.fsync {
             let bytes = self.bytes();
@@ -386,6 +414,7 @@ impl Savefiles {
         let (writer, write_path) = opened?;
         (self.writer, self.write_path) = (Some(writer), Some(write_path));
         (self.synced, self.synced_bytes) = (Instant::now(), 0);
+        (self.ticked_bytes, self.ticked, self.shown_bytes) = (0, Instant::now(), 0);
         Ok(())
     }
 
@@ -506,6 +535,7 @@ mod tests {
             io: FileIo::Buffered,
             packet_buffered: false,
             closed: None,
+            live_tail: false,
         }
     }
 

@@ -272,6 +272,7 @@ fn open_output(
         io: cfg.files.io,
         packet_buffered: cfg.files.packet_buffered,
         closed: cfg.files.closed.clone(),
+        live_tail: cfg.files.live_tail,
     };
     let stream = match target {
         Output::Stdout => Box::new(std::io::stdout()),

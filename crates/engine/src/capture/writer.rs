@@ -790,6 +790,7 @@ mod tests {
             io: FileIo::Buffered,
             packet_buffered: false,
             closed: None,
+            live_tail: false,
         }
     }
 

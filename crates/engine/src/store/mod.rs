@@ -27,8 +27,10 @@
 //! is still in the page cache, so the capture path does no indexing at all. A query uses
 //! the index only for the parts of the filter it understands (`select`) and always lets
 //! libpcap decide on every packet read, so the index can make a query faster, never
-//! wrong. The file being written has no index: queries scan it. Arkime's per-session
-//! positions need a database and a session table in the capture path; not taken.
+//! wrong. The file being written has no index: queries scan it (the writer makes its last
+//! batch visible once the file is quiet, `poolcap_format::DirectFile::with_live_tail`).
+//! Arkime's per-session positions need a database and a session table in the capture
+//! path; not taken.
 //!
 //! Layout of a store directory:
 //!
@@ -38,7 +40,9 @@
 //! DIR/20261127T160000Z-12345-000000000.idx  its index
 //! ```
 //!
-//! File names sort in time order: the run's start (UTC), the process, the file's number.
+//! File names sort in the order of their run's start (UTC), the process and the file's
+//! number; queries order files by their packets' time instead (see `query`), since two
+//! runs may overlap and a clock may be set back.
 
 pub mod index;
 pub mod keeper;
@@ -204,7 +208,7 @@ impl Store {
         &self.dir
     }
 
-    /// The capture files, oldest first (names without a dot, not hidden).
+    /// The capture files, by name (names without a dot, not hidden).
     pub fn files(&self) -> Result<Vec<PathBuf>, StoreError> {
         let mut files: Vec<PathBuf> = std::fs::read_dir(&self.dir)
             .map_err(io(&self.dir))?
@@ -237,7 +241,12 @@ impl Store {
         let mut s = Status::default();
         for f in self.files()? {
             let state = IndexState::of(&f);
-            let (packets, span) = file_span(&f, &state).map_err(io(&f))?;
+            let (packets, span) = match file_span(&f, &state) {
+                Ok(s) => s,
+                // Deleted by retention since it was listed.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io(&f)(e)),
+            };
             s.files += 1;
             s.bytes += std::fs::metadata(&f).map_or(0, |m| m.len());
             s.index_bytes += std::fs::metadata(index_path(&f)).map_or(0, |m| m.len());

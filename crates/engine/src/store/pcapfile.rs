@@ -90,6 +90,12 @@ pub fn open(path: &Path) -> std::io::Result<Option<(Header, File)>> {
     }
 }
 
+/// The time of `file`'s first whole record, if it has one (`header` read from it).
+pub fn first_time(header: Header, file: &File) -> std::io::Result<Option<u64>> {
+    let mut records = Records::new(header, file.try_clone()?, FILE_HEADER, u64::MAX)?;
+    Ok(records.next_record()?.map(|r| r.ts_ns))
+}
+
 impl Records {
     /// Reads `file` (whose header is `header`) from byte `from` (a record's start) up to
     /// byte `end` (a record's start, or past the file's end).

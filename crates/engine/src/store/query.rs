@@ -1,8 +1,14 @@
 //! A query: the packets of a store that match a tcpdump filter within a time window, in
 //! time order, as one pcap stream.
 //!
-//! Files are taken oldest first and skipped when their time span (from the index) misses
-//! the window. In a file with a sound index only the regions the filter's indexable part
+//! Files are skipped when their time span (from the index) misses the window. The rest are
+//! taken in time order, not name order (runs of another process, or of a clock that was set
+//! back, may hold older packets under a later name): ordered by their first packet's time
+//! (earliest in the file; ties by name), and files whose time spans overlap (two runs into
+//! one store at once, a clock set back) are merged packet by packet, each time taking the
+//! earliest next matching packet of them (ties: the file ordered first), as `mergecap`
+//! merges files. A file's own packets keep their order; the file being written, whose last
+//! time is not known yet, is merged with every file that starts after its first packet. In a file with a sound index only the regions the filter's indexable part
 //! selects (`select`) and whose time span meets the window are read; a file without one
 //! (the file being written, or one whose index is refused, which is said, by name) is read
 //! whole. Every packet read is then tested against the window and the whole filter by
@@ -89,6 +95,75 @@ struct Plan {
     file: std::fs::File,
     /// Byte ranges to read, in order (all of it for a file without a sound index).
     ranges: Vec<(u64, u64)>,
+    /// Its earliest and latest packet time (latest: `u64::MAX` where not known).
+    span: (u64, u64),
+}
+
+/// A plan being read: its next matching packet, copied, so that files can be merged.
+struct Cursor {
+    records: pcapfile::Records,
+    ranges: std::vec::IntoIter<(u64, u64)>,
+    name: String,
+    /// The next matching packet's time and record (header and bytes), if any.
+    head: Option<u64>,
+    raw: Vec<u8>,
+}
+
+impl Cursor {
+    fn new(plan: Plan) -> Result<Cursor, QueryError> {
+        let name = plan.path.display().to_string();
+        let records =
+            pcapfile::Records::new(plan.header, plan.file, FILE_HEADER, 0).map_err(io(&name))?;
+        Ok(Cursor {
+            records,
+            ranges: plan.ranges.into_iter(),
+            name,
+            head: None,
+            raw: Vec::new(),
+        })
+    }
+
+    /// Reads on to the next packet in the window that the filter takes.
+    fn advance(
+        &mut self,
+        query: &Query,
+        filter: Option<&OfflineFilter>,
+        outcome: &mut Outcome,
+    ) -> Result<(), QueryError> {
+        self.head = None;
+        loop {
+            let Some(r) = self.records.next_record().map_err(io(&self.name))? else {
+                let Some((from, to)) = self.ranges.next() else {
+                    return Ok(());
+                };
+                self.records.seek(from, to).map_err(io(&self.name))?;
+                continue;
+            };
+            outcome.bytes_read += r.raw.len() as u64;
+            if query.holds(r.ts_ns) && filter.is_none_or(|f| f.matches(r.data, r.wire_len)) {
+                self.raw.clear();
+                self.raw.extend_from_slice(r.raw);
+                self.head = Some(r.ts_ns);
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Plans in time order, in groups whose time spans overlap (each group is merged).
+fn overlapping(mut plans: Vec<Plan>) -> Vec<Vec<Plan>> {
+    plans.sort_by(|a, b| a.span.0.cmp(&b.span.0).then_with(|| a.path.cmp(&b.path)));
+    let mut groups: Vec<(u64, Vec<Plan>)> = Vec::new();
+    for plan in plans {
+        match groups.last_mut() {
+            Some((reach, group)) if plan.span.0 <= *reach => {
+                *reach = (*reach).max(plan.span.1);
+                group.push(plan);
+            }
+            _ => groups.push((plan.span.1, vec![plan])),
+        }
+    }
+    groups.into_iter().map(|(_, g)| g).collect()
 }
 
 impl Query {
@@ -141,22 +216,22 @@ impl Query {
             };
             let len = file.metadata().map_or(0, |m| m.len());
             outcome.bytes_held += len;
-            let ranges = match &state {
+            let (ranges, span) = match &state {
                 IndexState::Sound(index) => {
+                    let span = (index.first, index.last);
                     if index.packets > 0 {
-                        let span = (index.first, index.last);
                         held = Some(held.map_or(span, |(a, b)| (a.min(span.0), b.max(span.1))));
                         if !self.meets(index.first, index.last) {
                             continue;
                         }
                     }
-                    self.ranges(index, &selector)
+                    (self.ranges(index, &selector), span)
                 }
                 IndexState::Missing | IndexState::Refused(_) => {
                     if let IndexState::Refused(e) = &state {
                         outcome.refused.push((path.clone(), e.to_string()));
                     }
-                    if self.since.is_some() || self.until.is_some() {
+                    let span = if self.since.is_some() || self.until.is_some() {
                         // Its span decides both whether it is read and what is held.
                         let (_, span) = file_span(&path, &state).map_err(io(path.display()))?;
                         let Some(span) = span else { continue };
@@ -164,8 +239,17 @@ impl Query {
                         if !self.meets(span.0, span.1) {
                             continue;
                         }
-                    }
-                    vec![(FILE_HEADER, u64::MAX)]
+                        span
+                    } else {
+                        // Only its first packet is read now; its last time is not known.
+                        let Some(first) =
+                            pcapfile::first_time(header, &file).map_err(io(path.display()))?
+                        else {
+                            continue;
+                        };
+                        (first, u64::MAX)
+                    };
+                    (vec![(FILE_HEADER, u64::MAX)], span)
                 }
             };
             plans.push(Plan {
@@ -173,6 +257,7 @@ impl Query {
                 header,
                 file,
                 ranges,
+                span,
             });
         }
         if self.since.is_some() || self.until.is_some() {
@@ -212,27 +297,26 @@ impl Query {
         if let Some(o) = out.as_mut() {
             o.write_all(&header.raw).map_err(io("the output"))?;
         }
-        for plan in plans {
-            outcome.files_read += 1;
-            let name = plan.path.display().to_string();
-            let mut records = pcapfile::Records::new(plan.header, plan.file, FILE_HEADER, 0)
-                .map_err(io(&name))?;
-            for (from, to) in plan.ranges {
-                records.seek(from, to).map_err(io(&name))?;
-                while let Some(r) = records.next_record().map_err(io(&name))? {
-                    outcome.bytes_read += r.raw.len() as u64;
-                    if !self.holds(r.ts_ns)
-                        || filter
-                            .as_ref()
-                            .is_some_and(|f| !f.matches(r.data, r.wire_len))
-                    {
-                        continue;
-                    }
-                    outcome.packets += 1;
-                    if let Some(o) = out.as_mut() {
-                        o.write_all(r.raw).map_err(io("the output"))?;
-                    }
+        for group in overlapping(plans) {
+            outcome.files_read += group.len();
+            let mut cursors = group
+                .into_iter()
+                .map(Cursor::new)
+                .collect::<Result<Vec<_>, _>>()?;
+            for c in &mut cursors {
+                c.advance(self, filter.as_ref(), &mut outcome)?;
+            }
+            // The earliest head; ties go to the cursor ordered first.
+            while let Some(c) = cursors
+                .iter_mut()
+                .filter(|c| c.head.is_some())
+                .min_by_key(|c| c.head)
+            {
+                outcome.packets += 1;
+                if let Some(o) = out.as_mut() {
+                    o.write_all(&c.raw).map_err(io("the output"))?;
                 }
+                c.advance(self, filter.as_ref(), &mut outcome)?;
             }
         }
         if let Some(o) = out.as_mut() {

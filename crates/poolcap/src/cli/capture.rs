@@ -78,6 +78,11 @@ pub struct CaptureArgs {
     /// packet written).
     #[arg(long, value_name = "DURATION", requires = "store", value_parser = humantime::parse_duration)]
     store_keep: Option<Duration>,
+    /// With --store: answer `GET /query?filter=F&since=T&until=T` on ADDR with the matching
+    /// packets as a pcap stream (PORT or :PORT: loopback; ADDR:PORT, e.g. 0.0.0.0:8080, as
+    /// written).
+    #[arg(long, value_name = "ADDR", requires = "store")]
+    query_listen: Option<String>,
     /// Write packets to FILE (`-` for standard output). Without it packets are printed one
     /// line each when standard output is a terminal (or with --print), else only counted.
     #[arg(short = 'w')]
@@ -243,7 +248,6 @@ fn file_io(a: &CaptureArgs) -> FileIo {
 fn file_options(a: &CaptureArgs) -> anyhow::Result<FileOptions> {
     if a.store.is_some() {
         return Ok(FileOptions {
-            rotate: store_rotation(a),
             fsync: a.fsync,
             io: file_io(a),
             packet_buffered: a.packet_buffered,
@@ -305,24 +309,8 @@ fn file_options(a: &CaptureArgs) -> anyhow::Result<FileOptions> {
         io,
         packet_buffered: a.packet_buffered,
         closed: None,
+        live_tail: false,
     })
-}
-
-/// A store's files: -C, else a tenth of the budget within 1 MB..1000 MB; numbered by a
-/// -W ring too large to wrap, so that names sort in time order.
-fn store_rotation(a: &CaptureArgs) -> RotateSpec {
-    let size = a.rotate_size.map_or_else(
-        || {
-            a.store_size
-                .map_or(1_000_000_000, |s| (s / 10).clamp(1_000_000, 1_000_000_000))
-        },
-        |m| m.saturating_mul(1_000_000),
-    );
-    RotateSpec {
-        size: Some(size),
-        seconds: None,
-        files: Some(1_000_000_000),
-    }
 }
 
 pub fn parse_kib(s: &str) -> Result<u64, String> {
@@ -568,38 +556,6 @@ pub fn print_report(r: &CaptureReport) {
     );
 }
 
-/// A store being set up: the keeper starts once the capture has started.
-struct PendingStore {
-    store: crate::store::Store,
-    retention: crate::store::keeper::Retention,
-    closed: std::sync::mpsc::Receiver<PathBuf>,
-}
-
-/// Opens (or makes) the store, indexes what an earlier run left unindexed and points the
-/// capture's output at the store, with the keeper's channel.
-fn open_store(
-    dir: &Path,
-    args: &CaptureArgs,
-    cfg: &mut crate::capture::CaptureConfig,
-) -> anyhow::Result<PendingStore> {
-    use crate::store::{keeper, Store};
-    let store = Store::create(dir).map_err(|e| usage(e.to_string()))?;
-    for (f, why) in store.repair()? {
-        log::info!("store: indexed {} ({why})", f.display());
-    }
-    let (tx, closed) = keeper::Keeper::channel();
-    cfg.files.closed = Some(tx);
-    cfg.output = Some((Output::File(store.run_template()), FileFormat::PcapNs));
-    Ok(PendingStore {
-        store,
-        retention: keeper::Retention {
-            size: args.store_size,
-            keep: args.store_keep,
-        },
-        closed,
-    })
-}
-
 /// Runs `poolcap capture`.
 pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     // -n does nothing; --config was read with the command line (cli::parse).
@@ -618,6 +574,14 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         stop_on: &[SIGINT, SIGTERM, SIGHUP],
     }
     .prepare()?;
+    let query_listener = args
+        .query_listen
+        .as_deref()
+        .map(|a| {
+            let addr = poolcap_export::http::parse_listen_for("--query-listen", a)?;
+            poolcap_export::http::Listener::bind(addr)
+        })
+        .transpose()?;
     let pending_store = set_output(&args, &mut cfg)?;
     // SIGUSR1 prints the accounting so far, as tcpdump does.
     cfg.stats_request = Some(crate::cli::flag_on(&[SIGUSR1])?);
@@ -629,9 +593,8 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     });
     let engine = launched.opened(started.map_err(engine_error))?;
     // After the engine started: privileges are dropped by then.
-    let keeper = pending_store
-        .map(|p| crate::store::keeper::Keeper::start(p.store, p.retention, p.closed))
-        .transpose()?;
+    let keeper = pending_store.map(|p| p.start()).transpose()?;
+    let _queries = serve_queries(query_listener, &args)?;
     announce(&args, &engine, &iface, snaplen, queues, pool);
     let _metrics = launched
         .take_metrics()
@@ -644,9 +607,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     let report = engine.run();
     print_report(&report);
     launched.finish(&report)?;
-    if let Some(k) = keeper {
-        print_store(&k.finish());
-    }
+    super::store::finish(keeper);
     outcome(&args, &report)
 }
 
@@ -680,7 +641,10 @@ fn announce(
 
 /// Points the capture at `-w`, the terminal or the store (opened here, its keeper started
 /// once the capture runs).
-fn set_output(args: &CaptureArgs, cfg: &mut CaptureConfig) -> anyhow::Result<Option<PendingStore>> {
+fn set_output(
+    args: &CaptureArgs,
+    cfg: &mut CaptureConfig,
+) -> anyhow::Result<Option<super::store::PendingStore>> {
     let format = file_format(args);
     cfg.output = args.write.as_ref().map(|p| {
         let target = if p.as_os_str() == "-" {
@@ -696,22 +660,28 @@ fn set_output(args: &CaptureArgs, cfg: &mut CaptureConfig) -> anyhow::Result<Opt
     }
     args.store
         .as_deref()
-        .map(|dir| open_store(dir, args, cfg))
+        .map(|dir| {
+            let retention = crate::store::keeper::Retention {
+                size: args.store_size,
+                keep: args.store_keep,
+            };
+            let rotation = super::store::rotation(args.rotate_size, args.store_size);
+            super::store::open_store(dir, retention, rotation, cfg)
+        })
         .transpose()
 }
 
-/// The store keeper's account of the run.
-fn print_store(r: &crate::store::keeper::KeeperReport) {
-    crate::say!(
-        "store: {} files indexed ({} index bytes), {} deleted by retention ({} bytes)",
-        r.indexed,
-        r.index_bytes,
-        r.deleted,
-        r.deleted_bytes
-    );
-    for e in &r.errors {
-        log::error!("store: {e}");
-    }
+/// `--query-listen`: serves the store's queries once the capture runs.
+fn serve_queries(
+    listener: Option<poolcap_export::http::Listener>,
+    args: &CaptureArgs,
+) -> anyhow::Result<Option<poolcap_export::http::MetricsServer>> {
+    let (Some(l), Some(dir)) = (listener, &args.store) else {
+        return Ok(None);
+    };
+    let server = super::query::serve(l, dir)?;
+    log::info!("store: queries on http://{}/query", server.addr());
+    Ok(Some(server))
 }
 
 /// How the capture ended, as the exit code says it.

@@ -100,6 +100,9 @@ pub struct ForwardArgs {
     /// File format of -w: pcapng (nanosecond), pcap (microsecond) or pcap-ns.
     #[arg(long, default_value = "pcapng", value_enum, requires = "write")]
     format: FileFormat,
+    // --store: not with --bidirectional (refused in `run`).
+    #[command(flatten)]
+    store: crate::cli::store::StoreOptions,
     #[command(flatten)]
     export: crate::cli::export::MetricsArgs,
     /// Write the final accounting as one JSON object to FILE.
@@ -398,13 +401,19 @@ fn drop_filter(s: &str) -> Result<String, String> {
 
 /// Runs `poolcap forward`.
 pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
+    if args.bidirectional && args.store.store.is_some() {
+        return Err(usage(
+            "--store: not with --bidirectional (one direction per store)",
+        ));
+    }
     check_interfaces(&args)?;
     let dirs = Direction::all(&args);
-    let configs = dirs
+    let mut configs = dirs
         .iter()
         .enumerate()
         .map(|(i, d)| config(&args, d, i == 0))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let pending_store = args.store.open(&mut configs[0])?;
     drop_rule(&args)?;
     let mut launched = Launch {
         needs: Needs::of(&configs[0]),
@@ -432,8 +441,9 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
         )?),
         _ => None,
     };
+    let keeper = pending_store.map(|p| p.start()).transpose()?;
     launched.ready();
-    let reports = run_engines(&args, &dirs, engines);
+    let reports = run_engines(&args, &dirs, engines, keeper);
     match reports.as_slice() {
         [one] => launched.finish(one)?,
         all => launched.finish(&serde_json::json!({ "directions": all }))?,
@@ -465,7 +475,11 @@ fn start_all(
         })
         .collect::<anyhow::Result<Vec<_>>>()
         .and_then(|opened| {
-            let owned: Vec<&Path> = opened.iter().filter_map(|o| o.output()).collect();
+            let owned: Vec<&Path> = opened
+                .iter()
+                .filter_map(|o| o.output())
+                .chain(args.store.store.as_deref())
+                .collect();
             launched.drop_privileges(&owned)?;
             Ok(opened)
         });
@@ -509,11 +523,13 @@ fn announce(args: &ForwardArgs, dirs: &[Direction], engines: &[(Engine, String)]
     }
 }
 
-/// Runs every direction's engine to its end and prints each one's accounting.
+/// Runs every direction's engine to its end, then ends the store's keeper and prints each
+/// direction's accounting.
 fn run_engines(
     args: &ForwardArgs,
     dirs: &[Direction],
     engines: Vec<(Engine, String)>,
+    keeper: Option<crate::store::keeper::Keeper>,
 ) -> Vec<ForwardReport> {
     let results: Vec<(CaptureReport, String)> = std::thread::scope(|s| {
         let running: Vec<_> = engines
@@ -530,6 +546,7 @@ fn run_engines(
         .zip(dirs)
         .map(|((r, path), d)| ForwardReport::new(args, d, &path, r))
         .collect();
+    crate::cli::store::finish(keeper);
     for r in &reports {
         if args.bidirectional {
             crate::say!("{} -> {}:", r.interface_in, r.interface_out);

@@ -58,6 +58,8 @@ pub struct ProbeArgs {
     /// Also write the captured packets to FILE (pcapng).
     #[arg(short = 'w', conflicts_with = "read")]
     write: Option<PathBuf>,
+    #[command(flatten)]
+    store: crate::cli::store::StoreOptions,
     /// Write each period's records as JSON Lines to FILE.
     #[arg(long)]
     report: Option<PathBuf>,
@@ -301,8 +303,10 @@ fn place_in_kernel(args: &ProbeArgs, config: &mut poolcap_probe::Config) -> anyh
              bypasses: use --backend af_packet",
         )),
         Some(mode) => {
-            let alone =
-                kernel::all_in_kernel(config) && args.write.is_none() && !args.metrics.is_set();
+            let alone = kernel::all_in_kernel(config)
+                && args.write.is_none()
+                && args.store.store.is_none()
+                && !args.metrics.is_set();
             kernel::place(config, mode, !alone).map_err(usage)?;
             Ok(alone)
         }
@@ -325,6 +329,7 @@ fn run_live(args: ProbeArgs, config: poolcap_probe::Config, iface: &str) -> anyh
     .prepare()?;
     let ipfix = export::plan_ipfix(&args.ipfix, poolcap_sys::socket::ifindex(iface)?)?;
     let kafka = export::plan_kafka(&args.kafka, iface)?;
+    let pending_store = args.store.open(&mut cfg)?;
     let warning = capture_warning(&args, &cfg, &config);
     let (queues, workers) = (cfg.queues, cfg.workers);
     let (hub, reporter, socket) = open_rules(&args, iface, config)?;
@@ -342,6 +347,7 @@ fn run_live(args: ProbeArgs, config: poolcap_probe::Config, iface: &str) -> anyh
             return Err(e);
         }
     };
+    let keeper = pending_store.map(|p| p.start()).transpose()?;
     let metrics = launched
         .take_metrics()
         .map(|m| export::serve_metrics(m, &engine, args.write.is_some(), exporters.counters()))
@@ -364,7 +370,7 @@ fn run_live(args: ProbeArgs, config: poolcap_probe::Config, iface: &str) -> anyh
     let last = manager
         .join()
         .map_err(|_| anyhow::anyhow!("the probe manager panicked"))?;
-    ended(&report, last.map(drop), exporters)
+    ended(&report, last.map(drop), exporters, keeper)
 }
 
 /// The engine's `after_open` step: the privileges go, and the report, the ctl socket and
@@ -378,21 +384,24 @@ fn drop_privileges(
     if args.in_kernel.is_some() && args.privileges.user.is_none() {
         return Ok(());
     }
-    let owned: Vec<&Path> = [args.report.as_deref(), args.ctl.as_deref(), out]
+    let store = args.store.store.as_deref();
+    let owned: Vec<&Path> = [args.report.as_deref(), args.ctl.as_deref(), store, out]
         .into_iter()
         .flatten()
         .collect();
     launched.drop_privileges(&owned)
 }
 
-/// The end of a live probe: the accounting, the exporters' last records, then the first
+/// The end of a live probe: the accounting, the store's, the exporters' last records, then the first
 /// failure of the manager, the writer or the capture.
 fn ended(
     report: &CaptureReport,
     manager: Result<(), probe::ProbeError>,
     exporters: export::Exporters,
+    keeper: Option<crate::store::keeper::Keeper>,
 ) -> anyhow::Result<()> {
     print_report(report);
+    crate::cli::store::finish(keeper);
     exporters.finish();
     manager?;
     if let Some(e) = &report.write_error {

@@ -1,10 +1,14 @@
 //! `poolcap query`: the packets of a store that match a tcpdump filter in a time window,
 //! as one pcap stream (see `poolcap_engine::store::query`).
 
-use std::path::PathBuf;
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
+use poolcap_export::http::{Listener, MetricsServer, Streams};
 
 use crate::cli::usage;
 use crate::store::query::{Query, QueryError};
@@ -79,6 +83,123 @@ fn split_offset(s: &str) -> (&str, Option<i64>) {
     (s, None)
 }
 
+/// `capture --store DIR --query-listen ADDR`: serves `GET /query?filter=F&since=T&until=T`
+/// on `listener` (the metrics endpoint's server), each answer the pcap stream `poolcap query
+/// DIR F --since T --until T -w -` writes (`application/vnd.tcpdump.pcap`), made by a
+/// thread of its own and relayed as the client reads it; a bad filter, time or parameter
+/// is `400` and one line.
+pub fn serve(listener: Listener, dir: &Path) -> anyhow::Result<MetricsServer> {
+    let store = Store::open(dir).map_err(|e| usage(e.to_string()))?;
+    let route: Streams = Arc::new(move |target: &str| {
+        let (path, params) = target.split_once('?').unwrap_or((target, ""));
+        if path != "/query" {
+            return None;
+        }
+        let (ours, theirs) = UnixStream::pair().ok()?;
+        let (store, params) = (store.clone(), params.to_owned());
+        std::thread::Builder::new()
+            .name("query".into())
+            .spawn(move || answer(&store, &params, ours))
+            .ok()?;
+        Some(theirs)
+    });
+    Ok(MetricsServer::start_streams(listener, None, route)?)
+}
+
+/// Writes the HTTP answer to `params` into `out`.
+fn answer(store: &Store, params: &str, out: UnixStream) {
+    let mut out = HttpPcap {
+        out: std::io::BufWriter::with_capacity(1 << 16, out),
+        started: false,
+    };
+    let result =
+        http_query(params).and_then(|q| q.run(store, Some(&mut out)).map_err(|e| e.to_string()));
+    if out.started {
+        // An error after the first bytes (the client went away) ends the stream.
+        let _ = out.out.flush();
+        return;
+    }
+    let _ = match result {
+        Ok(_) => out.start().and_then(|()| out.out.flush()),
+        Err(e) => {
+            let body = format!("poolcap: {e}\n");
+            write!(
+                out.out,
+                "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .and_then(|()| out.out.flush())
+        }
+    };
+}
+
+/// A pcap stream behind a `200` head written before its first byte.
+struct HttpPcap {
+    out: std::io::BufWriter<UnixStream>,
+    started: bool,
+}
+
+impl HttpPcap {
+    fn start(&mut self) -> std::io::Result<()> {
+        self.started = true;
+        self.out.write_all(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/vnd.tcpdump.pcap\r\n\
+              Connection: close\r\n\r\n",
+        )
+    }
+}
+
+impl Write for HttpPcap {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if !self.started {
+            self.start()?;
+        }
+        self.out.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
+
+/// The query of `filter=F&since=T&until=T` (URL-encoded).
+fn http_query(params: &str) -> Result<Query, String> {
+    let mut q = Query::default();
+    for pair in params.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = url_decode(value).ok_or_else(|| format!("{key}: bad URL encoding"))?;
+        match key {
+            "filter" => q.filter = (!value.trim().is_empty()).then_some(value),
+            "since" => q.since = Some(parse_time(&value).map_err(|e| format!("since: {e}"))?),
+            "until" => q.until = Some(parse_time(&value).map_err(|e| format!("until: {e}"))?),
+            _ => {
+                return Err(format!(
+                    "unknown parameter `{key}`: give filter, since, until"
+                ))
+            }
+        }
+    }
+    Ok(q)
+}
+
+/// `a+b%20c` -> `a b c`; None for a bad escape or bytes that are not UTF-8.
+fn url_decode(s: &str) -> Option<String> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut bytes = s.bytes();
+    while let Some(b) = bytes.next() {
+        out.push(match b {
+            b'+' => b' ',
+            b'%' => {
+                let hex = [bytes.next()?, bytes.next()?];
+                u8::from_str_radix(std::str::from_utf8(&hex).ok()?, 16).ok()?
+            }
+            b => b,
+        });
+    }
+    String::from_utf8(out).ok()
+}
+
 /// Runs `poolcap query`.
 pub fn run(a: QueryArgs) -> anyhow::Result<()> {
     use std::io::IsTerminal;
@@ -150,5 +271,20 @@ mod tests {
             .as_nanos() as u64;
         assert!(now - ago >= 300_000_000_000 && now - ago < 360_000_000_000);
         assert!(parse_time("yesterday").is_err());
+    }
+
+    #[test]
+    fn http_parameters_are_url_decoded_and_checked() {
+        let q = http_query("filter=host+10.0.0.1%20and%20port%2053&since=2025-11-27T16%3A00%3A00Z")
+            .unwrap();
+        assert_eq!(q.filter.as_deref(), Some("host 10.0.0.1 and port 53"));
+        assert_eq!(q.since, Some(1_764_259_200_000_000_000));
+        assert!(http_query("until=soon")
+            .unwrap_err()
+            .starts_with("until: `soon`"));
+        assert!(http_query("filter=%zz").is_err());
+        assert!(http_query("limit=5")
+            .unwrap_err()
+            .contains("unknown parameter `limit`"));
     }
 }
