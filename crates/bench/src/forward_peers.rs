@@ -293,7 +293,7 @@ impl<'a> SinkGro<'a> {
 impl Drop for SinkGro<'_> {
     fn drop(&mut self) {
         if let Err(e) = set_gro(self.netns, "off") {
-            eprintln!("warning: {e:#}");
+            log::warn!("warning: {e:#}");
         }
     }
 }

@@ -197,7 +197,7 @@ fn run_in(
         quiet_wait: Duration::from_secs(if smoke { 0 } else { 60 }),
         perf,
     };
-    eprintln!(
+    log::info!(
         "poolcap bench {suite} ({}): lab {} ({} / {}, {} queue(s)), rps {}, {} runs per point, \
          results in {}",
         opts.scale.name(),
@@ -262,7 +262,7 @@ fn run_in(
         skipped.insert("syscalls not counted: `perf` is not installed".to_owned());
     }
     for note in skipped {
-        eprintln!("note: {note}");
+        log::info!("note: {note}");
         meta.notes.push(note);
     }
     meta.write(&opts.out)?;
@@ -272,7 +272,7 @@ fn run_in(
     meta.write(&opts.out)?;
     drop(lab);
     let r = render(&opts.out)?;
-    eprintln!(
+    log::info!(
         "results: {} ({:.1} min)",
         opts.out.join("summary.md").display(),
         meta.minutes().unwrap_or(0.0)
@@ -297,7 +297,7 @@ fn calibrate(
         (CalibrationKind::Device, Some(mib)) => {
             suites::disk::check_room(&b.scratch, suites::disk::room_needed(opts.scale))?;
             let mb = suites::disk::device_limit(&b.scratch, mib)?;
-            eprintln!("calibration: the disk writes {mb:.0} MB/s with dd oflag=direct");
+            log::info!("calibration: the disk writes {mb:.0} MB/s with dd oflag=direct");
             Some(mb)
         }
         _ => None,
@@ -476,7 +476,7 @@ pub fn report(paths: &ReportPaths) -> anyhow::Result<()> {
     let text = doc::benchmarks(&rendered, &kept, &missing, paths);
     std::fs::write(&paths.markdown, text)
         .with_context(|| format!("cannot write {}", paths.markdown.display()))?;
-    eprintln!(
+    log::info!(
         "wrote {} ({} suites from their results, {} kept from the previous file, figures in {})",
         paths.markdown.display(),
         rendered.len(),
@@ -484,7 +484,7 @@ pub fn report(paths: &ReportPaths) -> anyhow::Result<()> {
         fig_dir.display()
     );
     for m in missing {
-        eprintln!("note: {m}");
+        log::info!("note: {m}");
     }
     Ok(())
 }
@@ -509,12 +509,12 @@ pub fn run_all(
             ..template.clone()
         };
         if let Err(e) = run(&opts, Arc::clone(&stop)) {
-            eprintln!("poolcap bench {}: {e:#}", s.name());
+            log::error!("poolcap bench {}: {e:#}", s.name());
             failed.push(s.name());
         }
     }
     report(paths)?;
-    eprintln!(
+    log::info!(
         "bench all: {:.1} min{}",
         (now() - started) as f64 / 60.0,
         if failed.is_empty() {

@@ -68,7 +68,7 @@ impl Progress {
                 bar.println(format!("{}: {}", self.label, outcome(r)));
                 bar.inc(1);
             }
-            None => eprintln!("{}", outcome(r)),
+            None => log::info!("{}", outcome(r)),
         }
     }
 
@@ -80,7 +80,7 @@ impl Progress {
                 bar.println(format!("{}: interrupted", self.label));
                 bar.abandon();
             }
-            None => eprintln!("interrupted"),
+            None => log::info!("interrupted"),
         }
     }
 

@@ -1,9 +1,12 @@
-//! Messages for people, on stderr and stdout, that can never end the process.
+//! The lines for people that are not log messages: the status line and the final
+//! accounting, which a capture prints as they are whatever the log level and format. Messages
+//! about the run (start-up lines, warnings, errors) go through the `log` facade instead, to
+//! the logger the `poolcap` command installs.
 //!
-//! `eprintln!` panics when stderr is a closed pipe (`poolcap capture 2> >(head -c 1)`): the
-//! panic unwinds out of a capture before its statistics and file are finished. Everything a
-//! capture prints while it runs or stops goes through [`say!`](crate::say) instead, which drops a message
-//! nobody can read and carries on: a lost message costs nothing, a lost capture costs the
+//! Neither may end the process: `eprintln!` panics when stderr is a closed pipe (`poolcap
+//! capture 2> >(head -c 1)`), and the panic would unwind out of a capture before its
+//! statistics and file are finished. [`say!`](crate::say), like the logger, drops a line
+//! nobody can read and carries on: a lost line costs nothing, a lost capture costs the
 //! packets in it.
 
 use std::fmt;

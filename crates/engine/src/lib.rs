@@ -9,7 +9,8 @@
 //! - [`store`]: the packet store: indexed capture files, retention and queries;
 //! - [`outfile`]: creating the files a capture writes without following planted links;
 //! - [`memlimit`]: how much memory a pool may still take (`MemAvailable`, cgroup limits);
-//! - [`console`]: status lines that never end the process ([`say!`]).
+//! - [`console`]: the status line and accounting, which never end the process ([`say!`]);
+//!   messages about a run go through the `log` facade.
 //!
 //! The engine knows nothing of the lab, the bench rig or plotting (crates `poolcap-lab`,
 //! `poolcap-bench`); all kernel access, with its raw pointers, is in `poolcap-sys`, and this

@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use poolcap_probe::report::RuleRecord;
 use rdkafka::config::ClientConfig;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{
     BaseRecord, DeliveryResult, Producer, ProducerContext, PurgeConfig, ThreadedProducer,
@@ -205,14 +206,45 @@ pub fn messages(probe: &str, records: &[RuleRecord]) -> Vec<Message> {
     out
 }
 
-/// Counts each message's delivery report, and says on stderr when delivery starts
-/// failing and when it works again.
+/// Counts each message's delivery report, says when delivery starts failing and when it
+/// works again, and passes librdkafka's own log records and errors (a broker refusing the
+/// connection, every broker down) to the process's logger, as `librdkafka`'s.
 struct Context {
     counters: Arc<KafkaCounters>,
     failing: AtomicBool,
 }
 
-impl ClientContext for Context {}
+impl ClientContext for Context {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        let level = match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => log::Level::Error,
+            RDKafkaLogLevel::Warning => log::Level::Warn,
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => log::Level::Info,
+            RDKafkaLogLevel::Debug => log::Level::Debug,
+        };
+        log::log!(target: LOG_TARGET, level, "{facility}: {message}");
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        log::error!(target: LOG_TARGET, "{error}: {reason}");
+    }
+}
+
+/// The target of librdkafka's records.
+const LOG_TARGET: &str = "librdkafka";
+
+/// librdkafka's `log_level` (syslog levels) for the most detailed level the logger lets
+/// through: errors only unless asked for more (`-v`), as its records are many.
+fn librdkafka_log_level() -> &'static str {
+    match log::max_level() {
+        log::LevelFilter::Trace => "7",
+        log::LevelFilter::Debug => "6",
+        _ => "3",
+    }
+}
 
 impl ProducerContext for Context {
     type DeliveryOpaque = usize;
@@ -226,13 +258,13 @@ impl ProducerContext for Context {
         self.counters.count(kind, result.is_ok(), 1);
         match result {
             Err((e, _)) if !self.failing.swap(true, Ordering::Relaxed) => {
-                eprintln!(
+                log::warn!(
                     "kafka: cannot deliver: {e} (counted as not delivered; the broker is \
                      tried again)"
                 );
             }
             Ok(_) if self.failing.swap(false, Ordering::Relaxed) => {
-                eprintln!("kafka: delivering again");
+                log::info!("kafka: delivering again");
             }
             _ => {}
         }
@@ -301,7 +333,7 @@ impl KafkaExporter {
                 MESSAGE_TIMEOUT.as_millis().to_string(),
             )
             .set("linger.ms", "20")
-            .set("log_level", "3");
+            .set("log_level", librdkafka_log_level());
         for (k, v) in &cfg.options {
             config.set(k, v);
         }

@@ -128,8 +128,12 @@ pub fn check_raw_sockets(purpose: &'static str) -> std::result::Result<(), Missi
 
 /// Attaching poolcap's XDP program, binding AF_XDP sockets and registering `umem_bytes` of
 /// UMEM. CAP_BPF may be stood in for by CAP_SYS_ADMIN, as on kernels before 5.8. The UMEM is
-/// locked memory: without CAP_IPC_LOCK it must fit under RLIMIT_MEMLOCK.
-pub fn check_af_xdp(umem_bytes: u64) -> std::result::Result<(), MissingPrivilege> {
+/// locked memory: without CAP_IPC_LOCK it must fit under RLIMIT_MEMLOCK. `purpose` names the
+/// step (`AF_XDP capture`, `AF_XDP forwarding`).
+pub fn check_af_xdp(
+    purpose: &'static str,
+    umem_bytes: u64,
+) -> std::result::Result<(), MissingPrivilege> {
     let mut caps = vec![Capability::NetRaw, Capability::NetAdmin];
     if !Capability::SysAdmin.is_effective() {
         caps.push(Capability::Bpf);
@@ -138,7 +142,7 @@ pub fn check_af_xdp(umem_bytes: u64) -> std::result::Result<(), MissingPrivilege
     if limit.is_some_and(|l| l < umem_bytes) {
         caps.push(Capability::IpcLock);
     }
-    require(&caps, "AF_XDP capture").map_err(|mut e| {
+    require(&caps, purpose).map_err(|mut e| {
         if let (Some(l), true) = (limit, e.capability.contains("CAP_IPC_LOCK")) {
             e.capability = format!(
                 "{} (its UMEM of {} MiB is over the memlock limit of {} MiB, see ulimit -l)",
@@ -405,7 +409,7 @@ mod tests {
     fn every_missing_capability_is_named() {
         let e = std::thread::spawn(|| {
             drop_capabilities().expect("capset");
-            check_af_xdp(0)
+            check_af_xdp("AF_XDP capture", 0)
         })
         .join()
         .expect("thread")

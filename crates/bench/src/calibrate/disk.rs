@@ -72,7 +72,7 @@ pub fn measure(opts: &DiskOptions, stop: &AtomicBool) -> anyhow::Result<Disk> {
     {
         Ok(f) => Some(timed(f, &path, bytes, opts.time_limit, stop)?),
         Err(e) => {
-            eprintln!(
+            log::info!(
                 "calibrate: {} refuses direct I/O ({e}): no direct rate",
                 opts.dir.display()
             );
@@ -85,7 +85,7 @@ pub fn measure(opts: &DiskOptions, stop: &AtomicBool) -> anyhow::Result<Disk> {
         .dirty_limit
         .is_some_and(|limit| buffered.bytes as f64 > limit);
     if !past_limit {
-        eprintln!(
+        log::info!(
             "calibrate: the buffered write of {} MB did not pass the page cache's dirty limit \
              ({}): its rate is the cache's, not the disk's, and is not kept",
             buffered.bytes / 1_000_000,
@@ -95,7 +95,7 @@ pub fn measure(opts: &DiskOptions, stop: &AtomicBool) -> anyhow::Result<Disk> {
     }
     for (what, w) in [("direct", direct), ("buffered", Some(buffered))] {
         if let Some(w) = w {
-            eprintln!(
+            log::info!(
                 "calibrate: disk {what}: {} MB in {:.2} s with fsync, {:.0} MB/s",
                 w.bytes / 1_000_000,
                 w.seconds,

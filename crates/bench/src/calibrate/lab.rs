@@ -66,9 +66,11 @@ fn measure_in(
         perf: false,
     };
     let x_loop_ns = suites::ns_per_iteration()?;
-    eprintln!(
+    log::info!(
         "calibrate: lab {} ({} / {}), x-loop {x_loop_ns:.3} ns per iteration",
-        lab.name, lab.sender.netns, lab.probe.netns
+        lab.name,
+        lab.sender.netns,
+        lab.probe.netns
     );
     let levels: Vec<&str> = opts.levels.iter().map(String::as_str).collect();
     let mut records = Vec::new();
@@ -82,16 +84,16 @@ fn measure_in(
                 let size = point.traffic.size;
                 match (&rec.error, &rec.capture) {
                     (Some(e), _) => {
-                        eprintln!(
+                        log::info!(
                             "calibrate: {size} B {}: failed, not used: {e}",
                             subject.name
                         )
                     }
-                    (None, None) => eprintln!(
+                    (None, None) => log::info!(
                         "calibrate: {size} B sender alone: {:.0} ns per frame",
                         rec.sent.as_ref().map_or(f64::NAN, |s| 1e9 / s.pps)
                     ),
-                    (None, Some(c)) if c.stopped => eprintln!(
+                    (None, Some(c)) if c.stopped => log::info!(
                         "calibrate: {size} B {}, stopped while {} frames came at {:.0}k pps: its \
                          ring held {}",
                         subject.name,
@@ -99,7 +101,7 @@ fn measure_in(
                         rec.sent.as_ref().map_or(f64::NAN, |s| s.pps / 1e3),
                         rec.captured().unwrap_or(0)
                     ),
-                    (None, Some(_)) => eprintln!(
+                    (None, Some(_)) => log::info!(
                         "calibrate: {size} B {}: {:.0} ns per packet (cpu {:.2} s, {} captured, \
                          loss {:.2}%)",
                         subject.name,

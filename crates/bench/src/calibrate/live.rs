@@ -86,7 +86,7 @@ fn measure_in(
             let caplen = snaplen.map_or(mean, |s| mean.min(f64::from(s)));
             samples.add(&stage.key, caplen, ns);
             (frames, bytes) = (frames + n, bytes + b);
-            eprintln!(
+            log::info!(
                 "calibrate: {} at {caplen:.0} B captured: {ns:.0} ns per packet ({n} frames)",
                 stage.key
             );

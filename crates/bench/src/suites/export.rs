@@ -167,7 +167,7 @@ pub fn run(
             }
             let row = run_one(poolcap, e, p, out)
                 .with_context(|| format!("{} at {} flows, {} pps", e.name(), p.flows, p.rate))?;
-            eprintln!(
+            log::info!(
                 "{:<16} {:>6} flows {:>6} pps: {} records, {} of {} packets, {:.0} ns CPU/packet",
                 row.exporter,
                 row.flows,

@@ -327,7 +327,7 @@ impl Source for FileSource {
     fn finish(&mut self) -> Result<(), CaptureError> {
         let odd = self.reader.odd_timestamps();
         if odd > 0 {
-            eprintln!(
+            log::warn!(
                 "warning: {}: {odd} records have a sub-second timestamp field of a second or \
                  more; their times run into the following seconds",
                 self.what

@@ -86,7 +86,7 @@ impl OutState {
     /// Says once per outage that OUT stopped taking frames.
     pub(super) fn fail(&mut self, why: &str) {
         if !std::mem::replace(&mut self.failing, true) {
-            eprintln!(
+            log::warn!(
                 "poolcap: {} {why}; counting its frames as dropped_tx until it takes them again",
                 self.iface
             );
@@ -129,7 +129,7 @@ impl OutState {
         } else if !carrier {
             self.fail("has no carrier");
         } else if handed > 0 && std::mem::take(&mut self.failing) {
-            eprintln!("poolcap: {} takes frames again", self.iface);
+            log::info!("poolcap: {} takes frames again", self.iface);
         }
         for (c, handed) in counters.iter().zip(&mut self.handed) {
             let n = lost.min(*handed);

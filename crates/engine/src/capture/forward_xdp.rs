@@ -157,7 +157,7 @@ impl XdpTransmit {
             drop(tx);
             let (chunks, stuck) = held.into_held();
             if stuck > 0 {
-                eprintln!(
+                log::warn!(
                     "poolcap: {stuck} frames of queue {home} were never sent by OUT; counted as dropped_tx"
                 );
                 counters[home]

@@ -44,6 +44,7 @@ pub mod link;
 pub mod linktype;
 #[cfg(test)]
 mod mem;
+pub mod needs;
 pub mod nic;
 pub mod pipeline;
 pub use poolcap_core::policy;
@@ -429,7 +430,7 @@ impl Links {
     /// Starts watching; says so if the link is down already.
     fn new(mut link: Option<LinkWatch>, iface: &str) -> Self {
         if link.as_mut().and_then(|l| l.observe(l.look())) == Some(LinkEvent::Down) {
-            eprintln!("warning: {iface} is down; packets are captured once it is up");
+            log::warn!("warning: {iface} is down; packets are captured once it is up");
         }
         Self { link, ticks: 0 }
     }
@@ -442,9 +443,9 @@ impl Links {
         let due = self.ticks.is_multiple_of(LINK_LOOK_TICKS) || l.down.load(Ordering::Relaxed);
         match due.then(|| l.observe(l.look())).flatten()? {
             LinkEvent::Down => {
-                eprintln!("{iface} went down; capture resumes when it is back up");
+                log::warn!("{iface} went down; capture resumes when it is back up");
             }
-            LinkEvent::Up => eprintln!("{iface} is up again; capture resumed"),
+            LinkEvent::Up => log::info!("{iface} is up again; capture resumed"),
             LinkEvent::Gone => return Some(CaptureError::LinkGone(iface.to_string())),
         }
         None
@@ -718,7 +719,7 @@ impl Engine {
         while !self.threads.stop.load(Ordering::Relaxed) {
             // A write error ends the writing, not the capture: say so at once, once.
             if let (false, Some(e)) = (error_printed, self.write_failed.get()) {
-                eprintln!("poolcap: {e}; capture goes on, packets are counted as not written");
+                log::error!("poolcap: {e}; capture goes on, packets are counted as not written");
                 error_printed = true;
             }
             // Bounds how late a stop, the duration or the count is seen; the capture path
@@ -796,7 +797,7 @@ impl Engine {
             None => (0, 0, None),
         };
         if let (false, Some(e)) = (error_printed, &write_error) {
-            eprintln!("poolcap: {e}");
+            log::error!("poolcap: {e}");
         }
         let (file_limit_reached, post_rotate_failed) = match &outcome {
             Some(Ok(o)) => (o.file_limit_reached, o.post_rotate_failed),

@@ -65,7 +65,7 @@ impl Manager {
             }
             if self.hangup.swap(false, Ordering::Relaxed) {
                 let reply = self.command(Command::Reload)?;
-                crate::say!("SIGHUP: {reply}");
+                log::info!("SIGHUP: {reply}");
                 if reply.starts_with("ok") {
                     period_started = Instant::now();
                 }

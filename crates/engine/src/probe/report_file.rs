@@ -69,7 +69,7 @@ impl ReportFile {
                 let _ = self.file.seek(SeekFrom::Start(self.whole));
                 self.unwritten += 1;
                 if self.first_error.is_none() {
-                    crate::say!(
+                    log::error!(
                         "poolcap: {}: {e} (the probe goes on; periods not written are counted)",
                         self.path.display()
                     );

@@ -182,7 +182,7 @@ impl Reporter {
                 .saturating_mul(n),
         );
         let end = self.start + span;
-        crate::say!(
+        log::info!(
             "probe: no packets from {} to {}: {n} empty periods reported as one",
             report::time(self.start),
             report::time(end)

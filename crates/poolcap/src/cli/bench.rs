@@ -196,7 +196,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         .filter(|p| !p.as_os_str().is_empty())
         .map_or(PathBuf::from("."), PathBuf::from);
     if matches!(args.target, Target::All | Target::Report) && !bench::doc::is_repo_root(&root) {
-        eprintln!(
+        log::info!(
             "note: {} is not the repository root; BENCHMARKS.md goes there anyway",
             root.display()
         );

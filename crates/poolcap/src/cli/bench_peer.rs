@@ -40,7 +40,7 @@ pub fn run(args: BenchPeerArgs) -> anyhow::Result<()> {
     let (i, o) = (index(&inp)?, index(&out)?);
     let stop = flag_on(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
     let redirect = XdpRedirect::attach(i, o)?;
-    crate::say!("listening on {inp}, redirecting to {out} in XDP");
+    log::info!("listening on {inp}, redirecting to {out} in XDP");
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(50));
     }

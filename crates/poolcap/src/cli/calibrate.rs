@@ -193,7 +193,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
             dirty_limit: disk::dirty_limit_bytes(),
             time_limit: args.disk_time,
         };
-        eprintln!(
+        log::info!(
             "calibrate: disk: writing {} MB in {}, direct and buffered",
             opts.bytes() / 1_000_000,
             opts.dir.display()
@@ -252,9 +252,9 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
     out.save(&text)?;
     print!("{text}");
     for line in buffers(&profile) {
-        eprintln!("calibrate: {line}");
+        log::info!("calibrate: {line}");
     }
-    eprintln!(
+    log::info!(
         "calibrate: profile saved to {} (load average {})",
         path.display(),
         profile

@@ -11,15 +11,15 @@ use poolcap_sys::socket::FanoutMode;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
 
 use crate::capture::backend::{block_size, BackendConfig, BackendKind};
+use crate::capture::needs::{Doing, Needs};
 use crate::capture::policy::{parse_buddy_groups, PolicySpec};
 use crate::capture::pool::PoolSize;
 use crate::capture::queue::WaitStrategy;
 use crate::capture::rotate::RotateSpec;
 use crate::capture::savefile::{FileIo, FileOptions, Fsync};
-use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Input, Output};
-use crate::cli::readiness::Readiness;
-use crate::cli::statsfile::StatsFile;
-use crate::cli::{privdrop, usage};
+use crate::capture::{CaptureConfig, CaptureReport, Engine, Input, Output};
+use crate::cli::launch::{engine_error, Launch};
+use crate::cli::usage;
 use crate::{netdev, units};
 use poolcap_sys::xsk::ZeroCopy;
 
@@ -564,20 +564,16 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         return super::ifaces::print();
     }
     let mut cfg = config(&args)?;
-    let plan = if args.read.is_some() {
-        privdrop::Plan::Stay
-    } else {
-        match cfg.backend.kind {
-            BackendKind::AfXdp => {
-                let frames = (cfg.pool.cells * cfg.pool.chunks) as u64;
-                let frame = u64::from(crate::capture::backend::umem_frame_size(cfg.pool.cell_size));
-                poolcap_sys::privilege::check_af_xdp(cfg.queues as u64 * frames * frame)?
-            }
-            _ => poolcap_sys::privilege::check_raw_sockets("capturing packets")?,
-        }
-        privdrop::prepare(args.user.as_deref())?
-    };
-    let metrics = crate::cli::export::bind_metrics(&args.export)?;
+    let mut launched = Launch {
+        needs: Needs::of(&cfg),
+        doing: Doing::Capturing,
+        user: args.user.as_deref(),
+        stats_json: args.stats_json.as_deref(),
+        metrics: &args.export,
+        // SIGHUP too: a capture in a closed terminal or an ended ssh session stops as cleanly.
+        stop_on: &[SIGINT, SIGTERM, SIGHUP],
+    }
+    .prepare()?;
     let query_listener = args
         .query_listen
         .as_deref()
@@ -586,13 +582,70 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
             poolcap_export::http::Listener::bind(addr)
         })
         .transpose()?;
-    let readiness = Readiness::connect()?;
-    let mut stats = args
-        .stats_json
-        .as_deref()
-        .map(StatsFile::open)
+    let pending_store = set_output(&args, &mut cfg)?;
+    // SIGUSR1 prints the accounting so far, as tcpdump does.
+    cfg.stats_request = Some(crate::cli::flag_on(&[SIGUSR1])?);
+    let warning = crate::cli::predict::capture_warning(&cfg, (0, 0));
+    let (iface, snaplen, queues, pool) = (cfg.iface.clone(), cfg.snaplen, cfg.queues, cfg.pool);
+    let started = Engine::start(cfg, launched.stop(), |out| {
+        let owned: Vec<&Path> = out.into_iter().chain(args.store.as_deref()).collect();
+        launched.drop_privileges(&owned)
+    });
+    let engine = launched.opened(started.map_err(engine_error))?;
+    // After the engine started: privileges are dropped by then.
+    let keeper = pending_store.map(|p| p.start()).transpose()?;
+    let _queries = serve_queries(query_listener, &args)?;
+    announce(&args, &engine, &iface, snaplen, queues, pool);
+    let _metrics = launched
+        .take_metrics()
+        .map(|m| crate::cli::export::serve_metrics(m, &engine, args.write.is_some(), Vec::new()))
         .transpose()?;
-    let format = file_format(&args);
+    if let Some(w) = &warning {
+        log::warn!("{w}");
+    }
+    launched.ready();
+    let report = engine.run();
+    print_report(&report);
+    launched.finish(&report)?;
+    super::store::finish(keeper);
+    outcome(&args, &report)
+}
+
+/// The start-up lines: what is captured, how, and where it goes.
+fn announce(
+    args: &CaptureArgs,
+    engine: &Engine,
+    iface: &str,
+    snaplen: u32,
+    queues: usize,
+    pool: PoolSize,
+) {
+    let pool = engine.pool_size().unwrap_or(pool);
+    let verb = if args.read.is_some() {
+        "reading from file"
+    } else {
+        "listening on"
+    };
+    log::info!(
+        "{verb} {iface}, link-type {}, snapshot length {snaplen} bytes, {queues} queue{}, pool {}x{} cells",
+        engine.linktype(),
+        if queues == 1 { "" } else { "s" },
+        pool.chunks,
+        pool.cells
+    );
+    log::info!("{}", engine.backend_report());
+    if let Some(line) = engine.output_report() {
+        log::info!("{line}");
+    }
+}
+
+/// Points the capture at `-w`, the terminal or the store (opened here, its keeper started
+/// once the capture runs).
+fn set_output(
+    args: &CaptureArgs,
+    cfg: &mut CaptureConfig,
+) -> anyhow::Result<Option<super::store::PendingStore>> {
+    let format = file_format(args);
     cfg.output = args.write.as_ref().map(|p| {
         let target = if p.as_os_str() == "-" {
             Output::Stdout
@@ -601,96 +654,45 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         };
         (target, format)
     });
-    if prints(&args) {
+    if prints(args) {
         let printer = crate::cli::print::Printer::new(std::io::stdout(), args.read.is_none());
         cfg.output = Some((Output::Sink(Box::new(printer)), FileFormat::PcapNs));
     }
-    let pending_store = match &args.store {
-        Some(dir) => Some(super::store::open_store(
-            dir,
-            crate::store::keeper::Retention {
+    args.store
+        .as_deref()
+        .map(|dir| {
+            let retention = crate::store::keeper::Retention {
                 size: args.store_size,
                 keep: args.store_keep,
-            },
-            super::store::rotation(args.rotate_size, args.store_size),
-            &mut cfg,
-        )?),
-        None => None,
+            };
+            let rotation = super::store::rotation(args.rotate_size, args.store_size);
+            super::store::open_store(dir, retention, rotation, cfg)
+        })
+        .transpose()
+}
+
+/// `--query-listen`: serves the store's queries once the capture runs.
+fn serve_queries(
+    listener: Option<poolcap_export::http::Listener>,
+    args: &CaptureArgs,
+) -> anyhow::Result<Option<poolcap_export::http::MetricsServer>> {
+    let (Some(l), Some(dir)) = (listener, &args.store) else {
+        return Ok(None);
     };
-    // SIGHUP too: a capture in a closed terminal or an ended ssh session stops as cleanly.
-    let stop = crate::cli::flag_on(&[SIGINT, SIGTERM, SIGHUP])?;
-    // SIGUSR1 prints the accounting so far, as tcpdump does.
-    cfg.stats_request = Some(crate::cli::flag_on(&[SIGUSR1])?);
-    let warning = crate::cli::predict::capture_warning(&cfg, (0, 0));
-    let (iface, snaplen, queues, pool) = (cfg.iface.clone(), cfg.snaplen, cfg.queues, cfg.pool);
-    let stats_path = stats.as_ref().map(|s| s.path().to_owned());
-    let started = Engine::start(cfg, stop, |out| {
-        let owned: Vec<&Path> = out
-            .into_iter()
-            .chain(stats_path.as_deref())
-            .chain(args.store.as_deref())
-            .collect();
-        privdrop::apply(&plan, &owned)
-    });
-    let engine = match started {
-        Ok(e) => e,
-        Err(e) => {
-            if let Some(s) = stats.take() {
-                s.abandon();
-            }
-            return Err(match e {
-                CaptureError::Filter(f) => usage(f.to_string()),
-                e => anyhow::Error::new(e),
-            });
-        }
-    };
-    // After the engine started: privileges are dropped by then.
-    let keeper = pending_store.map(|p| p.start()).transpose()?;
-    let _queries = match (query_listener, &args.store) {
-        (Some(l), Some(dir)) => {
-            let server = super::query::serve(l, dir)?;
-            crate::say!("store: queries on http://{}/query", server.addr());
-            Some(server)
-        }
-        _ => None,
-    };
-    let pool = engine.pool_size().unwrap_or(pool);
-    let verb = if args.read.is_some() {
-        "reading from file"
-    } else {
-        "listening on"
-    };
-    crate::say!(
-        "{verb} {iface}, link-type {}, snapshot length {snaplen} bytes, {queues} queue{}, pool {}x{} cells",
-        engine.linktype(),
-        if queues == 1 { "" } else { "s" },
-        pool.chunks,
-        pool.cells
-    );
-    crate::say!("{}", engine.backend_report());
-    if let Some(line) = engine.output_report() {
-        crate::say!("{line}");
-    }
-    let _metrics = metrics
-        .map(|m| crate::cli::export::serve_metrics(m, &engine, args.write.is_some(), Vec::new()))
-        .transpose()?;
-    if let Some(w) = &warning {
-        crate::say!("{w}");
-    }
-    readiness.ready();
-    let report = engine.run();
+    let server = super::query::serve(l, dir)?;
+    log::info!("store: queries on http://{}/query", server.addr());
+    Ok(Some(server))
+}
+
+/// How the capture ended, as the exit code says it.
+fn outcome(args: &CaptureArgs, report: &CaptureReport) -> anyhow::Result<()> {
     if report.file_limit_reached {
         // tcpdump's words, and as with tcpdump the capture ends successfully.
-        eprintln!(
+        log::info!(
             "Maximum file limit reached: {}",
             args.rotate_files.unwrap_or(0)
         );
     }
-    print_report(&report);
-    if let Some(s) = stats {
-        s.write(&report)?;
-    }
-    super::store::finish(keeper);
     if report.write_error.is_some() {
         // The engine printed the error (naming the file) when it happened.
         return Err(anyhow::Error::new(crate::cli::Reported));

@@ -153,7 +153,7 @@ fn start_capture(
                 std::thread::spawn(move || for _ in rx {});
                 return Ok(child);
             }
-            Ok(line) => eprintln!("  capture: {line}"),
+            Ok(line) => log::info!("  capture: {line}"),
             Err(_) => {
                 if let Some(st) = child.0.try_wait()? {
                     bail!("the capture exited early ({st})");
@@ -162,6 +162,85 @@ fn start_capture(
         }
     }
     bail!("the capture did not start within 20 s")
+}
+
+/// The capture's accounting beside what was sent; whether every frame sent is accounted
+/// for.
+fn print_accounting(report: &CaptureReport, sent: &[GenReport]) -> bool {
+    let total_sent: u64 = sent.iter().map(|r| r.frames).sum();
+    let link_dropped: u64 = sent.iter().map(|r| r.link_dropped).sum();
+    let accounted = report.captured + report.dropped_kernel + report.dropped_pool + report.filtered;
+    println!();
+    println!("accounting ({} queues):", report.queues.len());
+    println!("  sent            {total_sent:>9}");
+    println!("  captured        {:>9}", report.captured);
+    println!("  dropped_kernel  {:>9}", report.dropped_kernel);
+    println!("  dropped_pool    {:>9}", report.dropped_pool);
+    println!("  filtered        {:>9}", report.filtered);
+    for q in &report.queues {
+        println!(
+            "    queue {}: captured {:>7}, peak pool use {} chunks",
+            q.queue, q.captured, q.pool_peak_chunks
+        );
+    }
+    let balanced = accounted + link_dropped == total_sent;
+    println!(
+        "  sent = captured + dropped_kernel + dropped_pool + filtered{}: {}",
+        if link_dropped > 0 {
+            " + dropped on the link"
+        } else {
+            ""
+        },
+        if balanced { "holds" } else { "DOES NOT HOLD" }
+    );
+    println!(
+        "  capture CPU: {:.2} s user, {:.2} s system",
+        report.cpu_user, report.cpu_system
+    );
+    balanced
+}
+
+/// Reads the capture file back and checks each generator's frames arrived whole, once;
+/// whether they all did.
+fn check_file(path: &Path, sent: &[GenReport]) -> anyhow::Result<bool> {
+    let file = poolcap_format::read_file(path)
+        .with_context(|| format!("cannot read back {}", path.display()))?;
+    let mut checker = SeqChecker::new();
+    for p in &file.packets {
+        checker.observe(&p.data);
+    }
+    println!();
+    println!(
+        "capture file: {} ({} packets, {})",
+        path.display(),
+        file.packets.len(),
+        file.format
+    );
+    let mut complete = true;
+    for (g, r) in checker.reports(None).iter().zip(sent) {
+        let ok = g.unique == r.frames && g.duplicates == 0;
+        complete &= ok;
+        println!(
+            "  generator {}: {} of {} frames, {} missing, {} duplicates",
+            g.gen_id,
+            g.unique,
+            r.frames,
+            r.frames.saturating_sub(g.unique),
+            g.duplicates
+        );
+    }
+    if let Ok(out) = Command::new("tshark")
+        .arg("-r")
+        .arg(path)
+        .args(["-T", "fields", "-e", "frame.number"])
+        .output()
+    {
+        if out.status.success() {
+            let n = out.stdout.iter().filter(|&&b| b == b'\n').count();
+            println!("  tshark reads {n} packets");
+        }
+    }
+    Ok(complete)
 }
 
 fn send(
@@ -244,73 +323,8 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     poolcap_sys::process::interrupt(capture.0.id()).context("cannot stop the capture")?;
     let status = capture.0.wait()?;
     let report = read_stats(&stats_path)?;
-    let total_sent: u64 = sent.iter().map(|r| r.frames).sum();
-    let link_dropped: u64 = sent.iter().map(|r| r.link_dropped).sum();
-    let accounted = report.captured + report.dropped_kernel + report.dropped_pool + report.filtered;
-    println!();
-    println!("accounting ({} queues):", report.queues.len());
-    println!("  sent            {total_sent:>9}");
-    println!("  captured        {:>9}", report.captured);
-    println!("  dropped_kernel  {:>9}", report.dropped_kernel);
-    println!("  dropped_pool    {:>9}", report.dropped_pool);
-    println!("  filtered        {:>9}", report.filtered);
-    for q in &report.queues {
-        println!(
-            "    queue {}: captured {:>7}, peak pool use {} chunks",
-            q.queue, q.captured, q.pool_peak_chunks
-        );
-    }
-    let balanced = accounted + link_dropped == total_sent;
-    println!(
-        "  sent = captured + dropped_kernel + dropped_pool + filtered{}: {}",
-        if link_dropped > 0 {
-            " + dropped on the link"
-        } else {
-            ""
-        },
-        if balanced { "holds" } else { "DOES NOT HOLD" }
-    );
-    println!(
-        "  capture CPU: {:.2} s user, {:.2} s system",
-        report.cpu_user, report.cpu_system
-    );
-    let file = poolcap_format::read_file(&args.write)
-        .with_context(|| format!("cannot read back {}", args.write.display()))?;
-    let mut checker = SeqChecker::new();
-    for p in &file.packets {
-        checker.observe(&p.data);
-    }
-    println!();
-    println!(
-        "capture file: {} ({} packets, {})",
-        args.write.display(),
-        file.packets.len(),
-        file.format
-    );
-    let mut complete = true;
-    for (g, r) in checker.reports(None).iter().zip(&sent) {
-        let ok = g.unique == r.frames && g.duplicates == 0;
-        complete &= ok;
-        println!(
-            "  generator {}: {} of {} frames, {} missing, {} duplicates",
-            g.gen_id,
-            g.unique,
-            r.frames,
-            r.frames.saturating_sub(g.unique),
-            g.duplicates
-        );
-    }
-    if let Ok(out) = Command::new("tshark")
-        .arg("-r")
-        .arg(&args.write)
-        .args(["-T", "fields", "-e", "frame.number"])
-        .output()
-    {
-        if out.status.success() {
-            let n = out.stdout.iter().filter(|&&b| b == b'\n').count();
-            println!("  tshark reads {n} packets");
-        }
-    }
+    let balanced = print_accounting(&report, &sent);
+    let complete = check_file(&args.write, &sent)?;
     drop(lab);
     println!();
     println!(

@@ -136,7 +136,7 @@ pub fn serve_metrics(
     let rules = metrics.rules();
     let addr = plan.0.addr();
     let server = MetricsServer::start(plan.0, metrics)?;
-    crate::say!("metrics on http://{addr}/metrics");
+    log::info!("metrics on http://{addr}/metrics");
     Ok((server, rules))
 }
 

@@ -6,7 +6,6 @@
 //! single frame is taken from IN, and reported in one line with exit code 2.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
@@ -17,14 +16,16 @@ use serde::Serialize;
 
 use crate::capture::backend::{BackendConfig, BackendKind};
 use crate::capture::forward::{DropRule, ForwardSetup, ForwardStats};
+use crate::capture::needs::{Doing, Needs};
 use crate::capture::policy::PolicySpec;
 use crate::capture::pool::PoolSize;
 use crate::capture::queue::WaitStrategy;
-use crate::capture::{CaptureConfig, CaptureError, CaptureReport, Engine, Input, Output};
+use crate::capture::{CaptureConfig, CaptureReport, Engine, Input, Output};
 use crate::cli::capture::{engine_limits, parse_kib, parse_pool};
-use crate::cli::statsfile::StatsFile;
+use crate::cli::launch::{engine_error, Launch, Launched};
 use crate::cli::{privdrop, usage};
 use crate::{netdev, units};
+use signal_hook::consts::{SIGINT, SIGTERM};
 
 /// Arguments of `poolcap forward`.
 #[derive(Debug, Args)]
@@ -176,32 +177,36 @@ impl ForwardReport {
 
     fn print(&self) {
         let t = &self.total;
-        eprintln!(
+        crate::say!(
             "{} frames received on {} in {:.2} s",
-            t.received, self.interface_in, self.seconds
+            t.received,
+            self.interface_in,
+            self.seconds
         );
-        eprintln!(
+        crate::say!(
             "{} frames forwarded to {} ({} bytes)",
-            t.forwarded, self.interface_out, t.forwarded_bytes
+            t.forwarded,
+            self.interface_out,
+            t.forwarded_bytes
         );
-        eprintln!("{} frames dropped by rule", t.dropped_by_rule);
-        eprintln!("{} frames dropped by kernel", t.dropped_kernel);
-        eprintln!("{} frames dropped by pool", t.dropped_pool);
-        eprintln!("{} frames dropped at transmit", t.dropped_tx);
-        eprintln!("{} frames filtered", t.filtered);
-        eprintln!(
+        crate::say!("{} frames dropped by rule", t.dropped_by_rule);
+        crate::say!("{} frames dropped by kernel", t.dropped_kernel);
+        crate::say!("{} frames dropped by pool", t.dropped_pool);
+        crate::say!("{} frames dropped at transmit", t.dropped_tx);
+        crate::say!("{} frames filtered", t.filtered);
+        crate::say!(
             "{} frames not taken (left in the kernel at the stop)",
             t.not_taken
         );
         if let Some(n) = self.written {
-            eprintln!("{n} frames written");
+            crate::say!("{n} frames written");
         }
         if t.in_flight > 0 {
-            eprintln!("{} frames unaccounted for (in flight)", t.in_flight);
+            crate::say!("{} frames unaccounted for (in flight)", t.in_flight);
         }
         if self.queues.len() > 1 {
             for q in &self.queues {
-                eprintln!(
+                crate::say!(
                     "  queue {}: received {} forwarded {} dropped rule {} kernel {} pool {} tx {} filtered {} not taken {}",
                     q.queue,
                     q.received,
@@ -215,9 +220,10 @@ impl ForwardReport {
                 );
             }
         }
-        eprintln!(
+        crate::say!(
             "cpu {:.3} s user {:.3} s system",
-            self.cpu_user, self.cpu_system
+            self.cpu_user,
+            self.cpu_system
         );
     }
 }
@@ -408,84 +414,25 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
         .map(|(i, d)| config(&args, d, i == 0))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let pending_store = args.store.open(&mut configs[0])?;
-    let drop_rule = || {
-        args.drop
-            .as_deref()
-            .map(DropRule::compile)
-            .transpose()
-            .map_err(|e| usage(format!("--drop: {e}")))
-    };
-    drop_rule()?;
-    let privileges = privdrop::prepare(args.privileges.user.as_deref())?;
-    let stats = args
-        .stats_json
-        .as_deref()
-        .map(StatsFile::open)
-        .transpose()?;
-    let stats_path = stats.as_ref().map(|s| s.path().to_owned());
-    poolcap_sys::privilege::check_raw_sockets("forwarding packets")?;
-    let metrics = crate::cli::export::bind_metrics(&args.export)?;
-    let readiness = crate::cli::readiness::Readiness::connect()?;
-    let stop = crate::cli::flag_on(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
-    // Every direction is opened before any starts, so the privileges go (with the stats
-    // file and the capture files handed to -Z's user) while the process has one thread.
-    let opened = configs
-        .into_iter()
-        .zip(&dirs)
-        .map(|(cfg, dir)| {
-            let setup = ForwardSetup::open(&dir.output, out_index(dir)?, drop_rule()?)?;
-            Engine::open_forward(cfg, setup).map_err(|e| match e {
-                CaptureError::Filter(f) => usage(f.to_string()),
-                e => anyhow::Error::new(e),
-            })
-        })
-        .collect::<anyhow::Result<Vec<_>>>()
-        .and_then(|opened| {
-            let owned: Vec<&std::path::Path> = stats_path
-                .as_deref()
-                .into_iter()
-                .chain(opened.iter().filter_map(|o| o.output()))
-                .chain(args.store.store.as_deref())
-                .collect();
-            privdrop::apply(&privileges, &owned)?;
-            Ok(opened)
-        });
-    let mut engines: Vec<(Engine, String)> = Vec::new();
-    let started = opened.and_then(|opened| {
-        for o in opened {
-            let engine = o.start(Arc::clone(&stop))?;
-            let tx_path = engine.tx_path().unwrap_or("sendmmsg").to_string();
-            engines.push((engine, tx_path));
-        }
-        Ok(())
-    });
-    if let Err(e) = started {
-        // A direction already started must not go on forwarding.
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    drop_rule(&args)?;
+    let mut launched = Launch {
+        needs: Needs::of(&configs[0]),
+        doing: Doing::Forwarding,
+        user: args.privileges.user.as_deref(),
+        stats_json: args.stats_json.as_deref(),
+        metrics: &args.export,
+        stop_on: &[SIGINT, SIGTERM],
+    }
+    .prepare()?;
+    let (engines, started) = start_all(&args, &dirs, configs, &launched);
+    if let Err(e) = launched.opened(started) {
+        // A direction already started must not go on forwarding (the stop flag is up).
         engines.into_iter().for_each(|(e, _)| drop(e.run()));
-        if let Some(s) = stats {
-            s.abandon();
-        }
         return Err(e);
     }
-    let (queues, pool) = (args.queues, args.pool);
-    for (dir, (engine, tx_path)) in dirs.iter().zip(&engines) {
-        eprintln!(
-            "listening on {}, forwarding to {}, {} queue(s), pool {}x{} cells",
-            dir.input,
-            dir.output,
-            queues.unwrap_or_else(|| netdev::rx_queues(&dir.input)),
-            pool.1,
-            pool.0
-        );
-        eprintln!("{}", engine.backend_report());
-        eprintln!("transmit: {}", transmit_detail(tx_path));
-        if let Some(line) = engine.output_report() {
-            eprintln!("{line}");
-        }
-    }
+    announce(&args, &dirs, &engines);
     // Without --bidirectional (they conflict): one engine.
-    let _metrics = match (metrics, engines.first()) {
+    let _metrics = match (launched.take_metrics(), engines.first()) {
         (Some(m), Some((engine, _))) => Some(crate::cli::export::serve_metrics(
             m,
             engine,
@@ -495,7 +442,95 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
         _ => None,
     };
     let keeper = pending_store.map(|p| p.start()).transpose()?;
-    readiness.ready();
+    launched.ready();
+    let reports = run_engines(&args, &dirs, engines, keeper);
+    match reports.as_slice() {
+        [one] => launched.finish(one)?,
+        all => launched.finish(&serde_json::json!({ "directions": all }))?,
+    }
+    for r in &reports {
+        if let Some(e) = r.capture_error.as_ref().or(r.write_error.as_ref()) {
+            anyhow::bail!("{e}");
+        }
+    }
+    Ok(())
+}
+
+/// Opens every direction, drops privileges, then starts them: the engines started, and
+/// whether all were.
+fn start_all(
+    args: &ForwardArgs,
+    dirs: &[Direction],
+    configs: Vec<CaptureConfig>,
+    launched: &Launched,
+) -> (Vec<(Engine, String)>, anyhow::Result<()>) {
+    // Every direction is opened before any starts, so the privileges go (with the stats
+    // file and the capture files handed to -Z's user) while the process has one thread.
+    let opened = configs
+        .into_iter()
+        .zip(dirs)
+        .map(|(cfg, dir)| {
+            let setup = ForwardSetup::open(&dir.output, out_index(dir)?, drop_rule(args)?)?;
+            Engine::open_forward(cfg, setup).map_err(engine_error)
+        })
+        .collect::<anyhow::Result<Vec<_>>>()
+        .and_then(|opened| {
+            let owned: Vec<&Path> = opened
+                .iter()
+                .filter_map(|o| o.output())
+                .chain(args.store.store.as_deref())
+                .collect();
+            launched.drop_privileges(&owned)?;
+            Ok(opened)
+        });
+    let mut engines: Vec<(Engine, String)> = Vec::new();
+    let started = opened.and_then(|opened| {
+        for o in opened {
+            let engine = o.start(launched.stop())?;
+            let tx_path = engine.tx_path().unwrap_or("sendmmsg").to_string();
+            engines.push((engine, tx_path));
+        }
+        Ok(())
+    });
+    (engines, started)
+}
+
+/// `--drop`'s rule, compiled (each direction compiles its own).
+fn drop_rule(args: &ForwardArgs) -> anyhow::Result<Option<DropRule>> {
+    args.drop
+        .as_deref()
+        .map(DropRule::compile)
+        .transpose()
+        .map_err(|e| usage(format!("--drop: {e}")))
+}
+
+/// The start-up lines of each direction.
+fn announce(args: &ForwardArgs, dirs: &[Direction], engines: &[(Engine, String)]) {
+    for (dir, (engine, tx_path)) in dirs.iter().zip(engines) {
+        log::info!(
+            "listening on {}, forwarding to {}, {} queue(s), pool {}x{} cells",
+            dir.input,
+            dir.output,
+            args.queues.unwrap_or_else(|| netdev::rx_queues(&dir.input)),
+            args.pool.1,
+            args.pool.0
+        );
+        log::info!("{}", engine.backend_report());
+        log::info!("transmit: {}", transmit_detail(tx_path));
+        if let Some(line) = engine.output_report() {
+            log::info!("{line}");
+        }
+    }
+}
+
+/// Runs every direction's engine to its end, then ends the store's keeper and prints each
+/// direction's accounting.
+fn run_engines(
+    args: &ForwardArgs,
+    dirs: &[Direction],
+    engines: Vec<(Engine, String)>,
+    keeper: Option<crate::store::keeper::Keeper>,
+) -> Vec<ForwardReport> {
     let results: Vec<(CaptureReport, String)> = std::thread::scope(|s| {
         let running: Vec<_> = engines
             .into_iter()
@@ -508,28 +543,17 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
     });
     let reports: Vec<ForwardReport> = results
         .into_iter()
-        .zip(&dirs)
-        .map(|((r, path), d)| ForwardReport::new(&args, d, &path, r))
+        .zip(dirs)
+        .map(|((r, path), d)| ForwardReport::new(args, d, &path, r))
         .collect();
     crate::cli::store::finish(keeper);
     for r in &reports {
         if args.bidirectional {
-            eprintln!("{} -> {}:", r.interface_in, r.interface_out);
+            crate::say!("{} -> {}:", r.interface_in, r.interface_out);
         }
         r.print();
     }
-    if let Some(s) = stats {
-        match reports.as_slice() {
-            [one] => s.write(one)?,
-            all => s.write(&serde_json::json!({ "directions": all }))?,
-        }
-    }
-    for r in &reports {
-        if let Some(e) = r.capture_error.as_ref().or(r.write_error.as_ref()) {
-            anyhow::bail!("{e}");
-        }
-    }
-    Ok(())
+    reports
 }
 
 /// OUT's interface index.

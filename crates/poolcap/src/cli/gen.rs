@@ -168,7 +168,7 @@ fn replay_frames(a: &GenArgs, path: &std::path::Path) -> anyhow::Result<(Frames,
     let plan = replay::plan(file, &link).map_err(|e| cannot(&e))?;
     let name = path.display();
     if let Some(linktype) = plan.wrapped {
-        eprintln!(
+        log::info!(
             "replay: {name} holds raw IP packets (link type {linktype}); each is sent behind a \
              synthetic Ethernet header ({} > {}, ethertype of its IP version)",
             mac_string(link.src_mac),
@@ -176,7 +176,7 @@ fn replay_frames(a: &GenArgs, path: &std::path::Path) -> anyhow::Result<(Frames,
         );
     }
     if plan.backward_steps > 0 {
-        eprintln!(
+        log::warn!(
             "replay: {} timestamps of {name} go back in time; those frames follow the one \
              before with no gap (as tcpreplay does)",
             plan.backward_steps

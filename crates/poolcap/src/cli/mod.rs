@@ -19,6 +19,8 @@ pub mod forward;
 pub mod gen;
 mod ifaces;
 pub mod lab;
+mod launch;
+mod logging;
 pub mod manual;
 pub mod predict;
 mod print;
@@ -34,6 +36,8 @@ pub mod store;
 #[derive(Debug, Parser)]
 #[command(name = "poolcap", version, about, propagate_version = true)]
 pub struct Cli {
+    #[command(flatten)]
+    log: logging::LogArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -134,6 +138,7 @@ pub fn main() -> i32 {
             return 0;
         }
     };
+    logging::install(&cli.log);
     // Capture handles a closed `-w -` pipe as a write error (accounting still printed);
     // every other command ends quietly on a closed stdout, as C tools do.
     if !matches!(cli.command, Command::Capture(_) | Command::Probe(_)) {
@@ -163,7 +168,7 @@ pub fn main() -> i32 {
         Ok(()) => 0,
         Err(e) if e.downcast_ref::<Reported>().is_some() => 1,
         Err(e) => {
-            crate::say!("poolcap: {}", one_line(&e));
+            log::error!("poolcap: {}", one_line(&e));
             if let Some(Interrupted(sig)) = e.downcast_ref::<Interrupted>() {
                 128 + sig
             } else if e.downcast_ref::<UsageError>().is_some() {

@@ -441,7 +441,7 @@ fn validate(dir: &Path, profile: Option<&Path>) -> anyhow::Result<()> {
         "predicted loss (%)",
     )
     .draw(&dir.join("predict.png"), &validate::series(&compared))?;
-    eprintln!(
+    log::info!(
         "wrote {} and {}",
         dir.join("predict.csv").display(),
         dir.join("predict.png").display()

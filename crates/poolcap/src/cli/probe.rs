@@ -8,11 +8,14 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use clap::{Args, Parser};
+use poolcap_export::metrics::RuleCounters;
 use poolcap_probe::report::RuleRecord;
 use poolcap_probe::Hub;
 
-use crate::capture::{CaptureConfig, CaptureError, Engine, Output};
+use crate::capture::needs::{Doing, Needs};
+use crate::capture::{CaptureConfig, CaptureReport, Engine, Output};
 use crate::cli::capture::{config as capture_config, print_report, CaptureArgs};
+use crate::cli::launch::{engine_error, Launch, Launched};
 use crate::cli::readiness::Readiness;
 use crate::cli::{export, privdrop, usage};
 use crate::probe::control::ControlSocket;
@@ -20,6 +23,7 @@ use crate::probe::kernel::{self, KernelRules};
 use crate::probe::live::Manager;
 use crate::probe::reporter::{PeriodHook, Reporter};
 use crate::{probe, units};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 /// Arguments of `poolcap probe`.
 #[derive(Debug, Args)]
@@ -171,14 +175,14 @@ fn engine_config(a: &ProbeArgs, iface: &str) -> anyhow::Result<CaptureConfig> {
             )));
         }
     }
-    capture_config(&parsed.capture)
-}
-
-fn engine_error(e: CaptureError) -> anyhow::Error {
-    match e {
-        CaptureError::Filter(f) => usage(f.to_string()),
-        e => anyhow::Error::new(e),
-    }
+    let mut cfg = capture_config(&parsed.capture)?;
+    // -w and --duration are a live probe's (they conflict with -r).
+    cfg.output = a
+        .write
+        .clone()
+        .map(|p| (Output::File(p), poolcap_format::FileFormat::Pcapng));
+    cfg.duration = a.duration;
+    Ok(cfg)
 }
 
 /// Runs the periodic action manager on its own thread; a failure stops the capture.
@@ -251,161 +255,155 @@ fn nothing_to_show(args: &ProbeArgs, config: &poolcap_probe::Config) -> Option<S
 pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
     let mut config = poolcap_probe::config::load(&args.config).map_err(|e| usage(e.to_string()))?;
     if let Some(why) = nothing_to_show(&args, &config) {
-        crate::say!("{why}");
+        log::warn!("{why}");
     }
     if let Some(file) = &args.read {
-        if args.metrics.is_set() {
-            return Err(usage("--metrics needs a live probe (-i)"));
-        }
-        let cfg = engine_config(&args, "")?;
-        // A file has no interface: ingressInterface 0, the file's name in Kafka keys.
-        let ipfix = export::plan_ipfix(&args.ipfix, 0)?;
-        let kafka = export::plan_kafka(&args.kafka, &file.display().to_string())?;
-        let stop =
-            crate::cli::flag_on(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
-        let exporters = export::start_exporters(ipfix, kafka)?;
-        let hooks = exporter_hooks(&exporters, true);
-        let probed = probe::offline::run(
-            cfg,
-            config,
-            args.report.as_deref(),
-            !args.quiet,
-            stop,
-            hooks,
-        );
-        exporters.finish();
-        let (report, unwritten) = probed.map_err(|e| match e {
-            probe::ProbeError::Capture(c) => engine_error(c),
-            e => e.into(),
-        })?;
-        crate::say!("probed {}", file.display());
-        print_report(&report);
-        if let Some(e) = &report.capture_error {
-            anyhow::bail!("{e}");
-        }
-        return unwritten.map_or(Ok(()), |u| Err(u.into()));
+        return run_file(&args, config, file);
     }
     let iface = args.iface.clone().unwrap_or_default();
-    let kernel_only = match args.in_kernel {
-        Some(_) if args.backend.as_deref() == Some("af_xdp") => {
-            return Err(usage(
-                "--in-kernel counts at tc ingress, which the AF_XDP backend's XDP program \
-                 bypasses: use --backend af_packet",
-            ))
-        }
+    if place_in_kernel(&args, &mut config)? {
+        return run_in_kernel(args, config, &iface);
+    }
+    run_live(args, config, &iface)
+}
+
+/// `-r FILE`: the rules over a capture file, periods by the packets' timestamps.
+fn run_file(args: &ProbeArgs, config: poolcap_probe::Config, file: &Path) -> anyhow::Result<()> {
+    if args.metrics.is_set() {
+        return Err(usage("--metrics needs a live probe (-i)"));
+    }
+    let cfg = engine_config(args, "")?;
+    // A file has no interface: ingressInterface 0, the file's name in Kafka keys.
+    let ipfix = export::plan_ipfix(&args.ipfix, 0)?;
+    let kafka = export::plan_kafka(&args.kafka, &file.display().to_string())?;
+    let stop = crate::cli::flag_on(&[SIGINT, SIGTERM])?;
+    let exporters = export::start_exporters(ipfix, kafka)?;
+    let hooks = exporter_hooks(&exporters, true);
+    let report = args.report.as_deref();
+    let probed = probe::offline::run(cfg, config, report, !args.quiet, stop, hooks);
+    exporters.finish();
+    let (report, unwritten) = probed.map_err(|e| match e {
+        probe::ProbeError::Capture(c) => engine_error(c),
+        e => e.into(),
+    })?;
+    crate::say!("probed {}", file.display());
+    print_report(&report);
+    if let Some(e) = &report.capture_error {
+        anyhow::bail!("{e}");
+    }
+    unwritten.map_or(Ok(()), |u| Err(u.into()))
+}
+
+/// `--in-kernel`: places the rules (in `config`) and says whether every one went to the
+/// kernel and nothing else needs a capture socket.
+fn place_in_kernel(args: &ProbeArgs, config: &mut poolcap_probe::Config) -> anyhow::Result<bool> {
+    match args.in_kernel {
+        Some(_) if args.backend.as_deref() == Some("af_xdp") => Err(usage(
+            "--in-kernel counts at tc ingress, which the AF_XDP backend's XDP program \
+             bypasses: use --backend af_packet",
+        )),
         Some(mode) => {
-            let alone = kernel::all_in_kernel(&config)
+            let alone = kernel::all_in_kernel(config)
                 && args.write.is_none()
                 && args.store.store.is_none()
                 && !args.metrics.is_set();
-            kernel::place(&mut config, mode, !alone).map_err(usage)?;
-            alone
+            kernel::place(config, mode, !alone).map_err(usage)?;
+            Ok(alone)
         }
-        None => false,
-    };
-    if kernel_only {
-        return run_in_kernel(args, config, &iface);
+        None => Ok(false),
     }
-    let mut cfg = engine_config(&args, &iface)?;
-    poolcap_sys::privilege::check_raw_sockets("capturing packets")?;
-    let privileges = privdrop::prepare(args.privileges.user.as_deref())?;
-    let metrics = export::bind_metrics(&args.metrics)?;
-    let readiness = Readiness::connect()?;
-    let ipfix = export::plan_ipfix(&args.ipfix, poolcap_sys::socket::ifindex(&iface)?)?;
-    let kafka = export::plan_kafka(&args.kafka, &iface)?;
-    cfg.output = args
-        .write
-        .clone()
-        .map(|p| (Output::File(p), poolcap_format::FileFormat::Pcapng));
+}
+
+/// A live probe: the launch sequence, the engine with the rules on its workers, the period
+/// manager and the exporters.
+fn run_live(args: ProbeArgs, config: poolcap_probe::Config, iface: &str) -> anyhow::Result<()> {
+    let mut cfg = engine_config(&args, iface)?;
+    let mut launched = Launch {
+        needs: Needs::of(&cfg),
+        doing: Doing::Capturing,
+        user: args.privileges.user.as_deref(),
+        stats_json: None,
+        metrics: &args.metrics,
+        stop_on: &[SIGINT, SIGTERM],
+    }
+    .prepare()?;
+    let ipfix = export::plan_ipfix(&args.ipfix, poolcap_sys::socket::ifindex(iface)?)?;
+    let kafka = export::plan_kafka(&args.kafka, iface)?;
     let pending_store = args.store.open(&mut cfg)?;
-    cfg.duration = args.duration;
-    let kernel = args
-        .in_kernel
-        .map(|mode| KernelRules::start(mode, &iface, &config, true))
-        .transpose()?;
-    // The model knows rules on the workers only: with rules in the kernel, no warning.
-    let warning = args
-        .in_kernel
-        .is_none()
-        .then(|| {
-            let flow_rules = crate::cli::predict::flow_rules(&config);
-            crate::cli::predict::capture_warning(&cfg, (config.rules.len(), flow_rules))
-        })
-        .flatten();
-    let hub = Hub::new(config);
-    cfg.probe = Some(Arc::clone(&hub));
-    let socket = args.ctl.as_deref().map(ControlSocket::bind).transpose()?;
-    let stop = crate::cli::flag_on(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
-    let hangup = crate::cli::flag_on(&[signal_hook::consts::SIGHUP])?;
+    let warning = capture_warning(&args, &cfg, &config);
     let (queues, workers) = (cfg.queues, cfg.workers);
-    // The report file is created before the privileges go, and handed to -Z's user.
-    let mut reporter = Reporter::new(hub, SystemTime::now(), args.report.as_deref(), !args.quiet)?;
-    if let Some(k) = kernel {
-        reporter.set_kernel(k);
-    }
-    let kept = [
-        args.report.as_deref(),
-        args.ctl.as_deref(),
-        args.store.store.as_deref(),
-    ];
-    // With rules in the kernel a rule change loads new programs (CAP_BPF), so, as with
-    // every rule there, the privileges go only when -Z asks.
-    let keep_privileges = args.in_kernel.is_some() && args.privileges.user.is_none();
-    let engine = Engine::start(cfg, Arc::clone(&stop), |out| {
-        if keep_privileges {
-            return Ok(());
-        }
-        let owned: Vec<_> = kept.into_iter().chain([out]).flatten().collect();
-        privdrop::apply(&privileges, &owned)
-    })
-    .map_err(engine_error)?;
+    let (hub, reporter, socket) = open_rules(&args, iface, config)?;
+    cfg.probe = Some(hub);
+    let started = Engine::start(cfg, launched.stop(), |out| {
+        drop_privileges(&args, &launched, out)
+    });
+    let engine = launched.opened(started.map_err(engine_error))?;
     // Started without privileges even where the probe keeps them (for its in-kernel rules).
-    let exporters = match privdrop::unprivileged(|| export::start_exporters(ipfix, kafka)) {
+    let exporters = privdrop::unprivileged(|| export::start_exporters(ipfix, kafka));
+    let exporters = match launched.opened(exporters) {
         Ok(x) => x,
         Err(e) => {
-            stop.store(true, Ordering::Relaxed);
             let _ = engine.run();
             return Err(e);
         }
     };
     let keeper = pending_store.map(|p| p.start()).transpose()?;
-    let engine_done = Arc::new(AtomicBool::new(false));
-    let metrics = metrics
+    let metrics = launched
+        .take_metrics()
         .map(|m| export::serve_metrics(m, &engine, args.write.is_some(), exporters.counters()))
         .transpose()?;
-    if let Some((_, rules)) = &metrics {
-        let rules = rules.clone();
-        reporter.on_period(Box::new(move |records| rules.add_period(records)));
-    }
-    feed_exporters(&mut reporter, &exporters);
+    let rules = metrics.as_ref().map(|(_, rules)| rules.clone());
     let manager = Manager {
-        reporter,
+        reporter: with_outputs(reporter, rules, &exporters),
         config_path: args.config.clone(),
         counters: engine.counters(),
         socket,
-        hangup,
-        engine_done: Arc::clone(&engine_done),
+        hangup: crate::cli::flag_on(&[SIGHUP])?,
+        engine_done: Arc::new(AtomicBool::new(false)),
     };
-    let manager = spawn_manager(manager, &stop)?;
-    crate::say!(
-        "probing on {iface}, {queues} queue{}, {workers} worker{}",
-        if queues == 1 { "" } else { "s" },
-        if workers == 1 { "" } else { "s" },
-    );
-    crate::say!("{}", engine.backend_report());
-    if let Some(w) = &warning {
-        crate::say!("{w}");
-    }
-    readiness.ready();
+    let engine_done = Arc::clone(&manager.engine_done);
+    let manager = spawn_manager(manager, &launched.stop())?;
+    announce(iface, queues, workers, &engine, warning.as_deref());
+    launched.ready();
     let report = engine.run();
     engine_done.store(true, Ordering::Release);
     let last = manager
         .join()
         .map_err(|_| anyhow::anyhow!("the probe manager panicked"))?;
-    print_report(&report);
+    ended(&report, last.map(drop), exporters, keeper)
+}
+
+/// The engine's `after_open` step: the privileges go, and the report, the ctl socket and
+/// the capture file to -Z's user. With rules in the kernel a rule change loads new programs
+/// (CAP_BPF), so, as with every rule there, the privileges go only when -Z asks.
+fn drop_privileges(
+    args: &ProbeArgs,
+    launched: &Launched,
+    out: Option<&Path>,
+) -> Result<(), poolcap_sys::SysError> {
+    if args.in_kernel.is_some() && args.privileges.user.is_none() {
+        return Ok(());
+    }
+    let store = args.store.store.as_deref();
+    let owned: Vec<&Path> = [args.report.as_deref(), args.ctl.as_deref(), store, out]
+        .into_iter()
+        .flatten()
+        .collect();
+    launched.drop_privileges(&owned)
+}
+
+/// The end of a live probe: the accounting, the store's, the exporters' last records, then the first
+/// failure of the manager, the writer or the capture.
+fn ended(
+    report: &CaptureReport,
+    manager: Result<(), probe::ProbeError>,
+    exporters: export::Exporters,
+    keeper: Option<crate::store::keeper::Keeper>,
+) -> anyhow::Result<()> {
+    print_report(report);
     crate::cli::store::finish(keeper);
     exporters.finish();
-    last?;
+    manager?;
     if let Some(e) = &report.write_error {
         anyhow::bail!("write error: {e}");
     }
@@ -413,6 +411,71 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         anyhow::bail!("{e}");
     }
     Ok(())
+}
+
+/// The reporter with its period outputs: the metrics' rule counters and the exporters.
+fn with_outputs(
+    mut reporter: Reporter,
+    rules: Option<RuleCounters>,
+    exporters: &export::Exporters,
+) -> Reporter {
+    if let Some(rules) = rules {
+        reporter.on_period(Box::new(move |records| rules.add_period(records)));
+    }
+    feed_exporters(&mut reporter, exporters);
+    reporter
+}
+
+/// The load model's warning for this probe; none with rules in the kernel (the model knows
+/// rules on the workers only).
+fn capture_warning(
+    args: &ProbeArgs,
+    cfg: &CaptureConfig,
+    config: &poolcap_probe::Config,
+) -> Option<String> {
+    if args.in_kernel.is_some() {
+        return None;
+    }
+    let flow_rules = crate::cli::predict::flow_rules(config);
+    crate::cli::predict::capture_warning(cfg, (config.rules.len(), flow_rules))
+}
+
+/// The rules' hub, the period reporter (its report file created now, before the privileges
+/// go, to be handed to -Z's user) with the in-kernel rules if any, and the ctl socket.
+fn open_rules(
+    args: &ProbeArgs,
+    iface: &str,
+    config: poolcap_probe::Config,
+) -> anyhow::Result<(Arc<Hub>, Reporter, Option<ControlSocket>)> {
+    let kernel = args
+        .in_kernel
+        .map(|mode| KernelRules::start(mode, iface, &config, true))
+        .transpose()?;
+    let hub = Hub::new(config);
+    let socket = args.ctl.as_deref().map(ControlSocket::bind).transpose()?;
+    let mut reporter = Reporter::new(
+        Arc::clone(&hub),
+        SystemTime::now(),
+        args.report.as_deref(),
+        !args.quiet,
+    )?;
+    if let Some(k) = kernel {
+        reporter.set_kernel(k);
+    }
+    Ok((hub, reporter, socket))
+}
+
+/// The start-up lines of a live probe.
+fn announce(iface: &str, queues: usize, workers: usize, engine: &Engine, warning: Option<&str>) {
+    log::info!(
+        "probing on {iface}, {queues} queue{}, {workers} worker{}",
+        if queues == 1 { "" } else { "s" },
+        if workers == 1 { "" } else { "s" },
+    );
+    log::info!("{}", engine.backend_report());
+    if let Some(w) = warning {
+        log::warn!("{w}");
+    }
 }
 
 /// `--in-kernel` with every rule in the kernel: no capture socket, no workers; the manager
@@ -462,7 +525,7 @@ fn run_in_kernel(
         engine_done: Arc::clone(&done),
     };
     let manager = spawn_manager(manager, &stop)?;
-    crate::say!("probing on {iface} in the kernel (tc ingress), no capture socket");
+    log::info!("probing on {iface} in the kernel (tc ingress), no capture socket");
     readiness.ready();
     let deadline = args.duration.map(|d| std::time::Instant::now() + d);
     while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| std::time::Instant::now() < d) {

@@ -234,7 +234,7 @@ pub fn run(a: QueryArgs) -> anyhow::Result<()> {
         e => usage(e.to_string()),
     })?;
     for (path, why) in &outcome.refused {
-        crate::say!(
+        log::warn!(
             "warning: {}: index refused ({why}); read the whole file. `poolcap store {} repair` rebuilds it",
             path.display(),
             a.dir.display()

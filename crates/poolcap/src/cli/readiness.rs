@@ -37,7 +37,7 @@ impl Readiness {
     pub fn ready(&self) {
         if let Some(socket) = &self.0 {
             if let Err(e) = socket.send(b"READY=1\n") {
-                crate::say!("warning: cannot notify the service manager: {e}");
+                log::warn!("warning: cannot notify the service manager: {e}");
             }
         }
     }

@@ -40,6 +40,10 @@ pub fn trials() -> Vec<Trial> {
             "needed_capabilities_suffice_or_are_named",
             needed_capabilities_suffice_or_are_named,
         ),
+        t(
+            "forward_and_probe_ask_for_what_af_xdp_needs",
+            forward_and_probe_ask_for_what_af_xdp_needs,
+        ),
         t("pool_must_fit_memory_cgroup", pool_must_fit_memory_cgroup),
         t(
             "lab_down_leaves_running_processes_unless_forced",
@@ -431,6 +435,59 @@ fn needed_capabilities_suffice_or_are_named() {
         args.extend(extra);
         let out = output(restricted(&ns, caps, &args));
         assert_one_line_error(&out, want, &format!("{caps} {extra:?}"));
+    }
+}
+
+/// `forward` and `probe` with `--backend af_xdp` ask for what AF_XDP needs, as `capture`
+/// does: as an unprivileged user holding only CAP_NET_RAW (enough for AF_PACKET), the one-line
+/// error names CAP_NET_ADMIN and CAP_BPF before anything is opened; and with those too, the
+/// UMEM over the memlock limit names CAP_IPC_LOCK.
+fn forward_and_probe_ask_for_what_af_xdp_needs() {
+    let lab = poolcap_lab::Lab::unique(1, 3).unwrap_or_else(|e| panic!("lab up: {e}"));
+    let dir = tempdir();
+    let config = dir.path().join("probe.toml");
+    std::fs::write(
+        &config,
+        "period = \"1s\"\n[[rule]]\nname = \"all\"\nfilter = \"ip\"\nactions = [\"count\"]\n",
+    )
+    .expect("probe config");
+    let mut perms = std::fs::metadata(dir.path()).expect("dir").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(dir.path(), perms).expect("chmod");
+    let forward = [
+        "forward",
+        "-q",
+        "-i",
+        "prb0",
+        "-o",
+        "prb1",
+        "--backend",
+        "af_xdp",
+    ];
+    let probe = [
+        "probe",
+        "-q",
+        "-i",
+        "prb0",
+        "-c",
+        path_str(&config),
+        "--backend",
+        "af_xdp",
+    ];
+    for (args, what) in [
+        (&forward[..], "AF_XDP forwarding"),
+        (&probe[..], "AF_XDP capture"),
+    ] {
+        let out = output(restricted(&lab.probe.netns, "+net_raw", args));
+        let want = format!("{what} needs CAP_NET_ADMIN and CAP_BPF");
+        assert_one_line_error(&out, &want, &format!("{args:?} with CAP_NET_RAW"));
+        let out = output(restricted(
+            &lab.probe.netns,
+            "+net_raw,+net_admin,+bpf",
+            args,
+        ));
+        let want = format!("{what} needs CAP_IPC_LOCK (its UMEM of 32 MiB");
+        assert_one_line_error(&out, &want, &format!("{args:?} with the XDP capabilities"));
     }
 }
 

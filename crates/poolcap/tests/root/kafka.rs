@@ -54,6 +54,10 @@ pub fn trials() -> Vec<Trial> {
         "bad_kafka_options_fail_at_start",
         bad_kafka_options_fail_at_start,
     ));
+    all.push(t(
+        "a_refusing_broker_is_heard_through_the_logger",
+        a_refusing_broker_is_heard_through_the_logger,
+    ));
     all
 }
 
@@ -403,6 +407,48 @@ fn bad_kafka_options_fail_at_start() {
         if !expect.starts_with("--topic") {
             assert_eq!(err.trim().lines().count(), 1, "{args:?}: one line: {err}");
         }
+    }
+}
+
+/// `probe -r` to a broker address where nothing listens: librdkafka's own error (the
+/// connection refused) reaches stderr through the logger, as `librdkafka: ...` in text and
+/// as a JSON object with target `librdkafka` and level `error` with `--log-format json`;
+/// the records it could not deliver are counted.
+fn a_refusing_broker_is_heard_through_the_logger() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let file = dir.path().join("known.pcap");
+    crate::collectors::write_known_file(&file);
+    let (config, report) = (dir.path().join("probe.toml"), dir.path().join("r.jsonl"));
+    std::fs::write(&config, CONFIG).expect("write config");
+    for json in [false, true] {
+        let mut args = if json {
+            vec!["--log-format", "json"]
+        } else {
+            vec![]
+        };
+        args.extend(["probe", "-r", s(&file), "-q"]);
+        args.extend(kafka_args(&config, &report));
+        let out = poolcap_in(&lab.probe.netns, &args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let refused = |l: &&str| l.contains("Connection refused");
+        let heard = if json {
+            stderr.lines().filter(refused).any(|l| {
+                let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+                v["target"] == "librdkafka" && v["level"] == "error"
+            })
+        } else {
+            stderr
+                .lines()
+                .filter(refused)
+                .any(|l| l.starts_with("librdkafka: "))
+        };
+        assert!(
+            heard,
+            "json {json}: librdkafka's error not logged:\n{stderr}"
+        );
+        let [flows, _, reports, _] = delivered(&stderr);
+        assert_eq!((flows, reports), (0, 0), "nothing delivered:\n{stderr}");
     }
 }
 
