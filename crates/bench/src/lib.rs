@@ -32,26 +32,22 @@
 
 #![forbid(unsafe_code)]
 
-pub mod calibrate;
-pub mod child;
 pub mod doc;
 pub mod figure;
-pub mod filecount;
 pub mod flowpeers;
-pub mod forward_peers;
 pub mod manager;
 pub mod meta;
-pub mod peer;
 pub mod plot;
-pub mod point;
-pub mod probe_peers;
 pub mod progress;
-pub mod report;
-pub mod sampler;
 pub mod sim;
-pub mod stats;
 pub mod suites;
+pub mod validate;
 pub mod xdp_redirect;
+
+// The agents and formatters this rig shares with `poolcap calibrate`, under their rig names.
+pub use poolcap_measure::{
+    calibrate, child, filecount, forward_peers, peer, point, probe_peers, report, sampler, stats,
+};
 
 pub use manager::{run, Options};
 pub use suites::{Scale, Suite};

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use poolcap_lab::Lab;
@@ -23,6 +23,8 @@ use super::report::{self, Machine, Row};
 use super::sampler;
 use super::stats::Spread;
 use super::suites::{self, Calibration, CalibrationKind, Scale, Suite, Text};
+pub use poolcap_measure::scratch::{now, timestamp};
+use poolcap_measure::scratch::{remove_scratch, scratch_with};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -41,9 +43,10 @@ pub struct Options {
     pub out: PathBuf,
     /// The command line, for the summary.
     pub command: String,
-    /// The poolcap executable measured and used as the generator (default: this one): a
-    /// build from before a change, for a before/after comparison on the same rig.
-    pub subject: Option<PathBuf>,
+    /// The poolcap executable measured and used as the generator (the one beside
+    /// `poolcap-bench`, or `--subject`: a build from before a change, for a before/after
+    /// comparison on the same rig).
+    pub subject: PathBuf,
 }
 
 /// Runs the interleaved runs of `points`: for each point, run 1 of every subject, then run 2
@@ -82,34 +85,6 @@ fn run_points(
     Ok(())
 }
 
-/// UTC date and time as `YYYYMMDD-HHMMSS`.
-pub fn timestamp(unix_secs: u64) -> String {
-    let (days, secs) = (unix_secs / 86_400, unix_secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
-}
-
-/// Seconds since the Unix epoch.
-pub fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 /// The default output directory of a suite started now: `RESULTS/SUITE-YYYYMMDD-HHMMSS`.
 pub fn default_out(results: &Path, suite: Suite) -> PathBuf {
     results.join(format!("{}-{}", suite.name(), timestamp(now())))
@@ -124,39 +99,10 @@ pub fn run(opts: &Options, stop: Arc<AtomicBool>) -> anyhow::Result<Rendered> {
     poolcap_sys::privilege::check_lab()?;
     std::fs::create_dir_all(&opts.out)
         .with_context(|| format!("cannot create {}", opts.out.display()))?;
-    let (scratch, exe) = scratch_with_exe()?;
-    if let Some(other) = &opts.subject {
-        std::fs::copy(other, &exe)
-            .with_context(|| format!("--subject: cannot copy {}", other.display()))?;
-    }
+    let (scratch, exe) = scratch_with(&opts.subject)?;
     let result = run_in(opts, machine, &scratch, &exe, stop);
     remove_scratch(&scratch);
     result
-}
-
-/// Where every bench process keeps its scratch directory.
-const SCRATCH_ROOT: &str = "/var/tmp/poolcap-bench";
-
-/// Creates this process's scratch directory (capture files, stats; not tmpfs) with a copy
-/// of this executable in it, and returns both paths. Children run the copy, so a rebuild
-/// during a long bench (others build on this machine too) neither breaks nor changes what is
-/// measured. The caller removes the directory ([`remove_scratch`]).
-pub fn scratch_with_exe() -> anyhow::Result<(PathBuf, PathBuf)> {
-    let scratch = Path::new(SCRATCH_ROOT).join(std::process::id().to_string());
-    std::fs::create_dir_all(&scratch)
-        .with_context(|| format!("cannot create {}", scratch.display()))?;
-    let exe = scratch.join("poolcap");
-    std::env::current_exe()
-        .and_then(|me| std::fs::copy(me, &exe))
-        .context("cannot copy the poolcap executable")?;
-    Ok((scratch, exe))
-}
-
-/// Removes a scratch directory of [`scratch_with_exe`], and the directory above it once no
-/// other bench process has one there.
-pub fn remove_scratch(scratch: &Path) {
-    let _ = std::fs::remove_dir_all(scratch);
-    let _ = std::fs::remove_dir(SCRATCH_ROOT);
 }
 
 /// Peer programs whose version goes into `meta.json`.

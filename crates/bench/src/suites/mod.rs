@@ -27,9 +27,9 @@ use serde::{Deserialize, Serialize};
 use super::figure::Figure;
 use super::meta::Meta;
 use super::peer::{CaptureSpec, Tool, Traffic};
+pub use super::point::{ns_per_iteration, BUFFER_KIB, QUIET_BELOW};
 use super::point::{Point, GEN_CPU, TOOL_CPU};
 use super::report::{Row, Versus};
-use super::stats::Spread;
 
 pub mod appload;
 pub mod backends;
@@ -287,11 +287,6 @@ impl Calibration {
     }
 }
 
-/// A run starts once at most this share of all CPUs is busy (waiting up to a minute): on a
-/// shared 2-core machine, someone else's test run halves the sender's rate.
-pub const QUIET_BELOW: f64 = 0.15;
-/// Kernel buffer every capture tool gets by default (poolcap's default).
-pub const BUFFER_KIB: u64 = 4096;
 /// `--cpus` of a 2-queue poolcap whose threads use both CPUs: capture thread and worker of
 /// queue 0 on CPU 1, those of queue 1 on CPU 0 (shared with the generator).
 pub const CPUS_SPLIT: &str = "1,0,1,0";
@@ -516,26 +511,6 @@ pub fn figures(meta: &Meta, rows: &[Row]) -> Vec<Figure> {
         Suite::Probe => probe::figures(meta, rows),
         Suite::Forward => forward::figures(meta, rows),
     }
-}
-
-/// Nanoseconds per x-loop iteration over a 64-byte packet, measured on the tool's CPU: the
-/// fastest of 15 timings of a million iterations, since anything else running on the CPU can
-/// only make a timing slower.
-pub fn ns_per_iteration() -> anyhow::Result<f64> {
-    let t = std::thread::spawn(|| {
-        core_affinity::set_for_current(core_affinity::CoreId { id: TOOL_CPU });
-        let data = [0u8; 64];
-        let x = 1_000_000u32;
-        poolcap_engine::capture::worker::x_loop(&data, x);
-        let times = (0..15).map(|_| {
-            let t = std::time::Instant::now();
-            poolcap_engine::capture::worker::x_loop(&data, x);
-            t.elapsed().as_nanos() as f64 / f64::from(x)
-        });
-        Spread::of(times).map_or(f64::NAN, |s| s.min)
-    });
-    t.join()
-        .map_err(|_| anyhow::anyhow!("calibration thread panicked"))
 }
 
 /// The pinning sentence every summary starts its settings with.
