@@ -60,7 +60,7 @@ pub fn poolcap(load: u32, queues: u16, congestion: bool) -> CaptureSpec {
     }
 }
 
-/// The plain fanout reader with `load` on `queues` queues, placed like [`poolcap`].
+/// The plain fanout reader with `load` on `queues` queues, placed like [`poolcap()`].
 pub fn reader(load: u32, queues: u16) -> CaptureSpec {
     let two = queues > 1;
     CaptureSpec {
