@@ -3,13 +3,42 @@
 //! common method stated once at the top).
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use super::manager::{timestamp, Rendered, ReportPaths};
+use poolcap_measure::scratch::timestamp;
+
+use super::figure::Figure;
 use super::meta::Meta;
 use super::point::{GEN_CPU, TOOL_CPU};
 use super::report::{md_cell, ratio_table, table, Row};
-use super::suites::{self, Scale, Suite, QUIET_BELOW};
+use super::suites::{self, Scale, Suite, Text, QUIET_BELOW};
+
+/// A result directory turned into tables, figures and text.
+pub struct Rendered {
+    /// The directory.
+    pub dir: PathBuf,
+    /// Its description.
+    pub meta: Meta,
+    /// Aggregated rows.
+    pub rows: Vec<Row>,
+    /// The suite's text.
+    pub text: Text,
+    /// Figures, with the reason when one could not be drawn.
+    pub figures: Vec<(Figure, Result<(), String>)>,
+}
+
+/// Where `report` writes: BENCHMARKS.md and its figures.
+#[derive(Debug, Clone)]
+pub struct ReportPaths {
+    /// Result directories (`bench/results`).
+    pub results: PathBuf,
+    /// The markdown file (`BENCHMARKS.md`).
+    pub markdown: PathBuf,
+    /// The figure folder it links to (`docs/bench`), relative to the markdown file's folder.
+    pub figures: PathBuf,
+    /// The command that regenerates everything.
+    pub command: String,
+}
 
 /// A suite's headline.
 pub fn title(s: Suite) -> &'static str {

@@ -13,16 +13,16 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use poolcap_lab::Lab;
 
-use super::doc;
+use super::doc::{self, Rendered, ReportPaths};
 use super::figure::Figure;
 use super::meta::{self, Meta};
 use super::peer::{self, Generator, Traffic};
 use super::point::{set_rps, Bench, Point, Record, Subject};
 use super::progress::Progress;
-use super::report::{self, Machine, Row};
+use super::report::{self, Machine};
 use super::sampler;
 use super::stats::Spread;
-use super::suites::{self, Calibration, CalibrationKind, Scale, Suite, Text};
+use super::suites::{self, Calibration, CalibrationKind, Scale, Suite};
 pub use poolcap_measure::scratch::{now, timestamp};
 use poolcap_measure::scratch::{remove_scratch, scratch_with};
 
@@ -268,20 +268,6 @@ fn calibrate(
     })
 }
 
-/// A result directory turned into tables, figures and text.
-pub struct Rendered {
-    /// The directory.
-    pub dir: PathBuf,
-    /// Its description.
-    pub meta: Meta,
-    /// Aggregated rows.
-    pub rows: Vec<Row>,
-    /// The suite's text.
-    pub text: Text,
-    /// Figures, with the reason when one could not be drawn.
-    pub figures: Vec<(Figure, Result<(), String>)>,
-}
-
 /// Rebuilds `results.csv`, `samples.csv` (runs that sampled the tool), the figures and
 /// `summary.md` of a result directory from its `meta.json` and `raw.jsonl`.
 pub fn render(dir: &Path) -> anyhow::Result<Rendered> {
@@ -347,19 +333,6 @@ fn is_timestamp(s: &str) -> bool {
                 c.is_ascii_digit()
             }
         })
-}
-
-/// Where `report` writes: BENCHMARKS.md and its figures.
-#[derive(Debug, Clone)]
-pub struct ReportPaths {
-    /// Result directories (`bench/results`).
-    pub results: PathBuf,
-    /// The markdown file (`BENCHMARKS.md`).
-    pub markdown: PathBuf,
-    /// The figure folder it links to (`docs/bench`), relative to the markdown file's folder.
-    pub figures: PathBuf,
-    /// The command that regenerates everything.
-    pub command: String,
 }
 
 /// Rebuilds every suite's latest result directory and writes BENCHMARKS.md with the figures

@@ -9,7 +9,8 @@ use clap::builder::PossibleValue;
 use clap::{Args, ValueEnum};
 
 use poolcap::cli::usage;
-use poolcap_bench::manager::{self, ReportPaths};
+use poolcap_bench::doc::ReportPaths;
+use poolcap_bench::manager;
 use poolcap_bench::{self as bench, Scale, Suite};
 
 /// What `poolcap bench` does.
