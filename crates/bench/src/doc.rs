@@ -42,24 +42,7 @@ pub struct ReportPaths {
 
 /// A suite's headline.
 pub fn title(s: Suite) -> &'static str {
-    match s {
-        Suite::Gen => "Generator accuracy",
-        Suite::Capture => "Capture without load: loss, CPU, sender rate",
-        Suite::Burst => "Burst absorption (WireCAP Fig. 10)",
-        Suite::Rates => "Capture vs analysis throughput (Zabala et al., Figs 6-9)",
-        Suite::Imbalance => "Load imbalance and offloading (WireCAP Figs 11-12)",
-        Suite::Sizes => "Frame size, snap length, buffer size (paper 002, sessions 1-4)",
-        Suite::Appload => "Application load: compression level (Braun et al., Figs 10-11)",
-        Suite::Wait => "Wait strategies: syscalls per packet (Braun et al., 4.3)",
-        Suite::Backends => "AF_XDP (copy mode on veth) vs AF_PACKET",
-        Suite::Disk => "Writing to disk: loss, CPU, MB/s, sustained rate",
-        Suite::Soak => "Soak: growth of memory, open files, threads over a long rotated capture",
-        Suite::Predict => "Loss prediction against measurement (paper 002)",
-        Suite::Probe => "Probe analysis throughput vs pmacctd and tshark (Zabala et al., Figs 6-9)",
-        Suite::Forward => {
-            "Forwarding: rate, loss, order and latency at the sink (WireCAP Figs 13-14)"
-        }
-    }
+    s.def().title()
 }
 
 fn date(unix: u64) -> String {
@@ -239,7 +222,7 @@ fn body(r: &Rendered, h: &str, img: &str) -> String {
 /// `summary.md` of a result directory.
 pub fn summary(r: &Rendered) -> String {
     let m = &r.meta;
-    let mut s = format!("# {}\n\n{}\n\n", m.title(), m.suite.intro());
+    let mut s = format!("# {}\n\n{}\n\n", m.title(), m.suite.def().intro());
     if !r.text.headline.is_empty() {
         let _ = writeln!(s, "**In short:** {}\n", r.text.headline);
     }
@@ -473,7 +456,7 @@ fn section(r: &Rendered, img: &str) -> String {
         "## {}: {}\n\n{}\n\n",
         m.suite.name(),
         title(m.suite),
-        m.suite.intro()
+        m.suite.def().intro()
     );
     if !r.text.headline.is_empty() {
         let _ = writeln!(s, "**In short:** {}\n", r.text.headline);

@@ -123,7 +123,7 @@ fn run_in(
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<Rendered> {
     let suite = opts.suite.name();
-    let lab = Lab::unique(opts.suite.queues(), opts.suite.hosts())?;
+    let lab = Lab::unique(opts.suite.def().queues(), opts.suite.def().hosts())?;
     if opts.rps {
         set_rps(&lab, true)?;
     }
@@ -229,7 +229,10 @@ fn calibrate(
     records: &mut Vec<Record>,
 ) -> anyhow::Result<Calibration> {
     let ns_per_iteration = suites::ns_per_iteration()?;
-    let disk_mb_s = match (opts.suite.calibration(), suites::disk::dd_mib(opts.scale)) {
+    let disk_mb_s = match (
+        opts.suite.def().calibration(),
+        suites::disk::dd_mib(opts.scale),
+    ) {
         (CalibrationKind::Device, Some(mib)) => {
             suites::disk::check_room(&b.scratch, suites::disk::room_needed(opts.scale))?;
             let mb = suites::disk::device_limit(&b.scratch, mib)?;
@@ -238,7 +241,7 @@ fn calibrate(
         }
         _ => None,
     };
-    let top_pps = match opts.suite.calibration() {
+    let top_pps = match opts.suite.def().calibration() {
         CalibrationKind::Iterations | CalibrationKind::Device => None,
         CalibrationKind::TopSpeed { .. } if opts.scale == Scale::Smoke => None,
         CalibrationKind::TopSpeed { flows } => {

@@ -684,6 +684,34 @@ pub fn figures(meta: &Meta, rows: &[Row]) -> Vec<Figure> {
     .lines(crate::validate::series(&compared))]
 }
 
+/// The predict suite (see [`INTRO`]).
+pub struct Predict;
+
+impl super::BenchSuite for Predict {
+    fn title(&self) -> &'static str {
+        "Loss prediction against measurement (paper 002)"
+    }
+    fn intro(&self) -> &'static str {
+        INTRO
+    }
+    fn calibration(&self) -> super::CalibrationKind {
+        super::CalibrationKind::TopSpeed { flows: 1 }
+    }
+    fn plan(&self, scale: super::Scale, cal: &super::Calibration) -> super::Plan {
+        plan(scale, cal)
+    }
+    fn text(&self, meta: &crate::meta::Meta, rows: &[crate::report::Row]) -> super::Text {
+        text(meta, rows)
+    }
+    fn figures(
+        &self,
+        meta: &crate::meta::Meta,
+        rows: &[crate::report::Row],
+    ) -> Vec<crate::figure::Figure> {
+        figures(meta, rows)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
