@@ -3,34 +3,46 @@
 //! common method stated once at the top).
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use super::manager::{timestamp, Rendered, ReportPaths};
+use poolcap_measure::scratch::timestamp;
+
+use super::figure::Figure;
 use super::meta::Meta;
 use super::point::{GEN_CPU, TOOL_CPU};
 use super::report::{md_cell, ratio_table, table, Row};
-use super::suites::{self, Scale, Suite, QUIET_BELOW};
+use super::suites::{self, Scale, Suite, Text, QUIET_BELOW};
+
+/// A result directory turned into tables, figures and text.
+pub struct Rendered {
+    /// The directory.
+    pub dir: PathBuf,
+    /// Its description.
+    pub meta: Meta,
+    /// Aggregated rows.
+    pub rows: Vec<Row>,
+    /// The suite's text.
+    pub text: Text,
+    /// Figures, with the reason when one could not be drawn.
+    pub figures: Vec<(Figure, Result<(), String>)>,
+}
+
+/// Where `report` writes: BENCHMARKS.md and its figures.
+#[derive(Debug, Clone)]
+pub struct ReportPaths {
+    /// Result directories (`bench/results`).
+    pub results: PathBuf,
+    /// The markdown file (`BENCHMARKS.md`).
+    pub markdown: PathBuf,
+    /// The figure folder it links to (`docs/bench`), relative to the markdown file's folder.
+    pub figures: PathBuf,
+    /// The command that regenerates everything.
+    pub command: String,
+}
 
 /// A suite's headline.
 pub fn title(s: Suite) -> &'static str {
-    match s {
-        Suite::Gen => "Generator accuracy",
-        Suite::Capture => "Capture without load: loss, CPU, sender rate",
-        Suite::Burst => "Burst absorption (WireCAP Fig. 10)",
-        Suite::Rates => "Capture vs analysis throughput (Zabala et al., Figs 6-9)",
-        Suite::Imbalance => "Load imbalance and offloading (WireCAP Figs 11-12)",
-        Suite::Sizes => "Frame size, snap length, buffer size (paper 002, sessions 1-4)",
-        Suite::Appload => "Application load: compression level (Braun et al., Figs 10-11)",
-        Suite::Wait => "Wait strategies: syscalls per packet (Braun et al., 4.3)",
-        Suite::Backends => "AF_XDP (copy mode on veth) vs AF_PACKET",
-        Suite::Disk => "Writing to disk: loss, CPU, MB/s, sustained rate",
-        Suite::Soak => "Soak: growth of memory, open files, threads over a long rotated capture",
-        Suite::Predict => "Loss prediction against measurement (paper 002)",
-        Suite::Probe => "Probe analysis throughput vs pmacctd and tshark (Zabala et al., Figs 6-9)",
-        Suite::Forward => {
-            "Forwarding: rate, loss, order and latency at the sink (WireCAP Figs 13-14)"
-        }
-    }
+    s.def().title()
 }
 
 fn date(unix: u64) -> String {
@@ -210,7 +222,7 @@ fn body(r: &Rendered, h: &str, img: &str) -> String {
 /// `summary.md` of a result directory.
 pub fn summary(r: &Rendered) -> String {
     let m = &r.meta;
-    let mut s = format!("# {}\n\n{}\n\n", m.title(), m.suite.intro());
+    let mut s = format!("# {}\n\n{}\n\n", m.title(), m.suite.def().intro());
     if !r.text.headline.is_empty() {
         let _ = writeln!(s, "**In short:** {}\n", r.text.headline);
     }
@@ -444,7 +456,7 @@ fn section(r: &Rendered, img: &str) -> String {
         "## {}: {}\n\n{}\n\n",
         m.suite.name(),
         title(m.suite),
-        m.suite.intro()
+        m.suite.def().intro()
     );
     if !r.text.headline.is_empty() {
         let _ = writeln!(s, "**In short:** {}\n", r.text.headline);

@@ -1,4 +1,4 @@
-//! `poolcap bench`: the measuring rig that puts poolcap beside the tools people use today,
+//! `poolcap-bench` (`poolcap bench`): the measuring rig that puts poolcap beside the tools people use today,
 //! in the same lab, on the same frames, in the same run.
 //!
 //! Why a rig and not a script: claims such as "loses nothing where tcpdump loses nothing" or
@@ -8,9 +8,11 @@
 //! kept. It follows the manager / agents / formatters split of Zabala et al.'s rig:
 //!
 //! - [`manager`] and [`suites`]: the manager — one lab per suite, calibration, the interleaved
-//!   runs (a line each and, on a terminal, a progress bar: [`progress`]), Ctrl-C; each suite's
-//!   points, figures and the targets its summary checks;
-//! - [`point`] and [`child`]: the agents — one measured run (start the tool in the probe
+//!   runs (a line each and, on a terminal, a progress bar: [`progress`]), Ctrl-C; each suite
+//!   ([`suites::BenchSuite`], one file each) its points, figures and the targets its summary
+//!   checks. What a run is ([`setup`]: suite, scale, calibration) is plain data both use; the
+//!   import graph runs setup ← meta ← suites ← doc ← manager, with no way back;
+//! - [`point`] and [`child`] (from `poolcap-measure`, shared with `poolcap calibrate`): the agents — one measured run (start the tool in the probe
 //!   namespace, wait for its ready line, send from CPU 0, drain, read its CPU time, context
 //!   switches and syscalls, SIGINT, collect), with every child killed if anything goes wrong;
 //!   [`filecount`] counts what a tool really wrote, streaming files of any size; [`sampler`]
@@ -26,32 +28,31 @@
 //! Facts about the lab that shape the method (veth, kernel receive work on the sender's CPU,
 //! `rps_cpus` to move it to the tool's CPU) are in `docs/design.md`.
 //!
-//! Beside the rig: [`calibrate`] measures this machine's per-stage costs for `poolcap
-//! predict`, [`sim`] drives the capture thread's own decisions and offload policies
-//! (`poolcap-core`) over modelled traffic (`poolcap sim`), and [`plot`] draws every figure.
+//! Beside the rig: [`calibrate`] (`poolcap-measure`) measures this machine's per-stage costs
+//! for `poolcap predict` and [`validate`] checks them against bench results, [`sim`] drives
+//! the capture thread's own decisions and offload policies (`poolcap-core`) over modelled
+//! traffic (`poolcap sim`), and [`plot`] draws every figure. The executable's command line is
+//! `src/cli/` (`src/main.rs`).
 
 #![forbid(unsafe_code)]
 
-pub mod calibrate;
-pub mod child;
 pub mod doc;
 pub mod figure;
-pub mod filecount;
 pub mod flowpeers;
-pub mod forward_peers;
 pub mod manager;
 pub mod meta;
-pub mod peer;
 pub mod plot;
-pub mod point;
-pub mod probe_peers;
 pub mod progress;
-pub mod report;
-pub mod sampler;
+pub mod setup;
 pub mod sim;
-pub mod stats;
 pub mod suites;
+pub mod validate;
 pub mod xdp_redirect;
 
+// The agents and formatters this rig shares with `poolcap calibrate`, under their rig names.
+pub use poolcap_measure::{
+    calibrate, child, filecount, forward_peers, peer, point, probe_peers, report, sampler, stats,
+};
+
 pub use manager::{run, Options};
-pub use suites::{Scale, Suite};
+pub use setup::{Scale, Suite};

@@ -8,21 +8,23 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use poolcap_lab::Lab;
 
-use super::doc;
+use super::doc::{self, Rendered, ReportPaths};
 use super::figure::Figure;
 use super::meta::{self, Meta};
 use super::peer::{self, Generator, Traffic};
 use super::point::{set_rps, Bench, Point, Record, Subject};
 use super::progress::Progress;
-use super::report::{self, Machine, Row};
+use super::report::{self, Machine};
 use super::sampler;
 use super::stats::Spread;
-use super::suites::{self, Calibration, CalibrationKind, Scale, Suite, Text};
+use super::suites::{self, Calibration, CalibrationKind, Scale, Suite};
+pub use poolcap_measure::scratch::{now, timestamp};
+use poolcap_measure::scratch::{remove_scratch, scratch_with};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -41,9 +43,10 @@ pub struct Options {
     pub out: PathBuf,
     /// The command line, for the summary.
     pub command: String,
-    /// The poolcap executable measured and used as the generator (default: this one): a
-    /// build from before a change, for a before/after comparison on the same rig.
-    pub subject: Option<PathBuf>,
+    /// The poolcap executable measured and used as the generator (the one beside
+    /// `poolcap-bench`, or `--subject`: a build from before a change, for a before/after
+    /// comparison on the same rig).
+    pub subject: PathBuf,
     /// Only the points whose id contains this: a check of a few points, not a whole suite.
     pub points: Option<String>,
 }
@@ -84,34 +87,6 @@ fn run_points(
     Ok(())
 }
 
-/// UTC date and time as `YYYYMMDD-HHMMSS`.
-pub fn timestamp(unix_secs: u64) -> String {
-    let (days, secs) = (unix_secs / 86_400, unix_secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
-}
-
-/// Seconds since the Unix epoch.
-pub fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 /// The default output directory of a suite started now: `RESULTS/SUITE-YYYYMMDD-HHMMSS`.
 pub fn default_out(results: &Path, suite: Suite) -> PathBuf {
     results.join(format!("{}-{}", suite.name(), timestamp(now())))
@@ -126,39 +101,10 @@ pub fn run(opts: &Options, stop: Arc<AtomicBool>) -> anyhow::Result<Rendered> {
     poolcap_sys::privilege::check_lab()?;
     std::fs::create_dir_all(&opts.out)
         .with_context(|| format!("cannot create {}", opts.out.display()))?;
-    let (scratch, exe) = scratch_with_exe()?;
-    if let Some(other) = &opts.subject {
-        std::fs::copy(other, &exe)
-            .with_context(|| format!("--subject: cannot copy {}", other.display()))?;
-    }
+    let (scratch, exe) = scratch_with(&opts.subject)?;
     let result = run_in(opts, machine, &scratch, &exe, stop);
     remove_scratch(&scratch);
     result
-}
-
-/// Where every bench process keeps its scratch directory.
-const SCRATCH_ROOT: &str = "/var/tmp/poolcap-bench";
-
-/// Creates this process's scratch directory (capture files, stats; not tmpfs) with a copy
-/// of this executable in it, and returns both paths. Children run the copy, so a rebuild
-/// during a long bench (others build on this machine too) neither breaks nor changes what is
-/// measured. The caller removes the directory ([`remove_scratch`]).
-pub fn scratch_with_exe() -> anyhow::Result<(PathBuf, PathBuf)> {
-    let scratch = Path::new(SCRATCH_ROOT).join(std::process::id().to_string());
-    std::fs::create_dir_all(&scratch)
-        .with_context(|| format!("cannot create {}", scratch.display()))?;
-    let exe = scratch.join("poolcap");
-    std::env::current_exe()
-        .and_then(|me| std::fs::copy(me, &exe))
-        .context("cannot copy the poolcap executable")?;
-    Ok((scratch, exe))
-}
-
-/// Removes a scratch directory of [`scratch_with_exe`], and the directory above it once no
-/// other bench process has one there.
-pub fn remove_scratch(scratch: &Path) {
-    let _ = std::fs::remove_dir_all(scratch);
-    let _ = std::fs::remove_dir(SCRATCH_ROOT);
 }
 
 /// Peer programs whose version goes into `meta.json`.
@@ -179,7 +125,7 @@ fn run_in(
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<Rendered> {
     let suite = opts.suite.name();
-    let lab = Lab::unique(opts.suite.queues(), opts.suite.hosts())?;
+    let lab = Lab::unique(opts.suite.def().queues(), opts.suite.def().hosts())?;
     if opts.rps {
         set_rps(&lab, true)?;
     }
@@ -293,7 +239,10 @@ fn calibrate(
     records: &mut Vec<Record>,
 ) -> anyhow::Result<Calibration> {
     let ns_per_iteration = suites::ns_per_iteration()?;
-    let disk_mb_s = match (opts.suite.calibration(), suites::disk::dd_mib(opts.scale)) {
+    let disk_mb_s = match (
+        opts.suite.def().calibration(),
+        suites::disk::dd_mib(opts.scale),
+    ) {
         (CalibrationKind::Device, Some(mib)) => {
             suites::disk::check_room(&b.scratch, suites::disk::room_needed(opts.scale))?;
             let mb = suites::disk::device_limit(&b.scratch, mib)?;
@@ -302,7 +251,7 @@ fn calibrate(
         }
         _ => None,
     };
-    let top_pps = match opts.suite.calibration() {
+    let top_pps = match opts.suite.def().calibration() {
         CalibrationKind::Iterations | CalibrationKind::Device => None,
         CalibrationKind::TopSpeed { .. } if opts.scale == Scale::Smoke => None,
         CalibrationKind::TopSpeed { flows } => {
@@ -330,20 +279,6 @@ fn calibrate(
         top_pps,
         disk_mb_s,
     })
-}
-
-/// A result directory turned into tables, figures and text.
-pub struct Rendered {
-    /// The directory.
-    pub dir: PathBuf,
-    /// Its description.
-    pub meta: Meta,
-    /// Aggregated rows.
-    pub rows: Vec<Row>,
-    /// The suite's text.
-    pub text: Text,
-    /// Figures, with the reason when one could not be drawn.
-    pub figures: Vec<(Figure, Result<(), String>)>,
 }
 
 /// Rebuilds `results.csv`, `samples.csv` (runs that sampled the tool), the figures and
@@ -411,19 +346,6 @@ fn is_timestamp(s: &str) -> bool {
                 c.is_ascii_digit()
             }
         })
-}
-
-/// Where `report` writes: BENCHMARKS.md and its figures.
-#[derive(Debug, Clone)]
-pub struct ReportPaths {
-    /// Result directories (`bench/results`).
-    pub results: PathBuf,
-    /// The markdown file (`BENCHMARKS.md`).
-    pub markdown: PathBuf,
-    /// The figure folder it links to (`docs/bench`), relative to the markdown file's folder.
-    pub figures: PathBuf,
-    /// The command that regenerates everything.
-    pub command: String,
 }
 
 /// Rebuilds every suite's latest result directory and writes BENCHMARKS.md with the figures

@@ -8,7 +8,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use super::report::Machine;
-use super::suites::{Calibration, Scale, Suite};
+use super::setup::{Calibration, Scale, Suite};
 
 /// A run's description.
 #[derive(Debug, Clone, Serialize, Deserialize)]

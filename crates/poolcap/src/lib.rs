@@ -9,8 +9,9 @@
 //!   capture engine, forwarding and the probe;
 //! - `poolcap-gen` ([`gen`], [`frame`], [`flows`], [`seqcheck`], [`capfile`]): the traffic
 //!   generator and the check of what arrived;
-//! - `poolcap-bench` ([`bench`](mod@bench), [`calibrate`], [`sim`], [`plot`]): the measuring rig, the
-//!   cost calibration, the simulator and the figures;
+//! - `poolcap-measure` ([`calibrate`]): the cost calibration and the measured runs it shares
+//!   with the rig (the rig itself, the simulator and the figures are the `poolcap-bench`
+//!   executable, which `poolcap bench` and `poolcap sim` run: [`cli::rig`]);
 //! - `poolcap-sys` ([`netdev`]): kernel access; `poolcap-format`, `poolcap-lab`,
 //!   `poolcap-probe`, `poolcap-export` and `poolcap-doctor` are used by name.
 //!
@@ -20,7 +21,7 @@
 pub mod cli;
 pub mod units;
 
-pub use poolcap_bench::{self as bench, calibrate, plot, sim};
 pub use poolcap_engine::{capture, console, memlimit, outfile, probe, say, store};
 pub use poolcap_gen::{self as gen, capfile, flows, frame, seqcheck};
+pub use poolcap_measure::calibrate;
 pub use poolcap_sys::netdev;

@@ -119,6 +119,24 @@ fn targets(rows: &[Row]) -> Vec<String> {
     t
 }
 
+/// The capture suite (see [`INTRO`]).
+pub struct Capture;
+
+impl super::BenchSuite for Capture {
+    fn title(&self) -> &'static str {
+        "Capture without load: loss, CPU, sender rate"
+    }
+    fn intro(&self) -> &'static str {
+        INTRO
+    }
+    fn plan(&self, scale: super::Scale, _: &super::Calibration) -> super::Plan {
+        plan(scale)
+    }
+    fn text(&self, meta: &crate::meta::Meta, rows: &[crate::report::Row]) -> super::Text {
+        text(meta, rows)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

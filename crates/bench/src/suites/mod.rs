@@ -22,14 +22,13 @@
 //! Every suite has three scales: `Smoke` (one tiny point, for the root test), `Quick` (a few
 //! minutes) and `Full`.
 
-use serde::{Deserialize, Serialize};
-
 use super::figure::Figure;
 use super::meta::Meta;
 use super::peer::{CaptureSpec, Tool, Traffic};
+pub use super::point::{ns_per_iteration, BUFFER_KIB, QUIET_BELOW};
 use super::point::{Point, GEN_CPU, TOOL_CPU};
 use super::report::{Row, Versus};
-use super::stats::Spread;
+pub use super::setup::{Calibration, CalibrationKind, Scale, Suite, ASSUMED_TOP_PPS};
 
 pub mod appload;
 pub mod backends;
@@ -47,251 +46,58 @@ pub mod sizes;
 pub mod soak;
 pub mod wait;
 
-/// A suite of points.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Suite {
-    /// poolcap gen against trafgen: top speed, rate accuracy, spacing.
-    Gen,
-    /// poolcap capture against tcpdump, netsniff-ng and dumpcap: loss, CPU, sender rate.
-    Capture,
-    /// Burst absorption for several (M,R) with R*M fixed, under an x-loop load.
-    Burst,
-    /// Capture and analysis throughput vs offered rate (x = 0, 1000, 25000; 1 and 2 workers;
-    /// basic and congestion control).
-    Rates,
-    /// Skewed flows on 2 queues: basic vs buddy offloading vs the plain fanout reader; and
-    /// congestion control vs basic.
-    Imbalance,
-    /// Loss vs frame size, snaplen and kernel buffer size (poolcap, tcpdump, dumpcap).
-    Sizes,
-    /// Loss vs compression level of the written file (application load).
-    Appload,
-    /// Syscalls per packet and loss of the wait strategies and of the peers.
-    Wait,
-    /// AF_XDP (copy mode on veth) against AF_PACKET: CPU, sender rate, loss.
-    Backends,
-    /// Writing to disk against tcpdump, dumpcap and netsniff-ng with equal memory; the
-    /// sustained rate against the device's own limit.
-    Disk,
-    /// A long capture at 80% of the top rate into a rotated file set: growth of memory, open
-    /// files and threads, and the accounting at the end.
-    Soak,
-    /// Calibrate, then predicted against measured loss: paper 002's sessions, bursts, loads.
-    Predict,
-    /// `poolcap probe` with 1..1000 rules, basic and congestion control, against pmacctd and
-    /// tshark: capture and analysis throughput vs offered rate.
-    Probe,
-    /// Forwarding through the probe (three hosts): rate, loss, reordering and latency at the
-    /// sink against netsniff-ng and the Linux bridge.
-    Forward,
-}
-
-/// How big a run is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Scale {
-    /// One tiny point, for tests: counts add up, files exist.
-    Smoke,
-    /// A few minutes per suite.
-    Quick,
-    /// Every point.
-    Full,
-}
-
-impl Scale {
-    /// `quick`, `smoke` or `full`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Scale::Smoke => "smoke",
-            Scale::Quick => "quick",
-            Scale::Full => "full",
-        }
-    }
-
-    /// Picks one of three values.
-    pub fn pick<T>(self, smoke: T, quick: T, full: T) -> T {
-        match self {
-            Scale::Smoke => smoke,
-            Scale::Quick => quick,
-            Scale::Full => full,
-        }
-    }
-}
-
 impl Suite {
-    /// Every suite, in the order `bench all` runs them.
-    pub const ALL: [Suite; 14] = [
-        Suite::Gen,
-        Suite::Capture,
-        Suite::Burst,
-        Suite::Rates,
-        Suite::Imbalance,
-        Suite::Sizes,
-        Suite::Appload,
-        Suite::Wait,
-        Suite::Backends,
-        Suite::Disk,
-        Suite::Soak,
-        Suite::Predict,
-        Suite::Probe,
-        Suite::Forward,
-    ];
-
-    /// Its name on the command line.
-    pub fn name(self) -> &'static str {
+    /// Its implementation: the one place a suite's behaviour is looked up by its name.
+    pub fn def(self) -> &'static dyn BenchSuite {
         match self {
-            Suite::Gen => "gen",
-            Suite::Capture => "capture",
-            Suite::Burst => "burst",
-            Suite::Rates => "rates",
-            Suite::Imbalance => "imbalance",
-            Suite::Sizes => "sizes",
-            Suite::Appload => "appload",
-            Suite::Wait => "wait",
-            Suite::Backends => "backends",
-            Suite::Disk => "disk",
-            Suite::Soak => "soak",
-            Suite::Predict => "predict",
-            Suite::Probe => "probe",
-            Suite::Forward => "forward",
+            Suite::Gen => &gen::Gen,
+            Suite::Capture => &capture::Capture,
+            Suite::Burst => &burst::Burst,
+            Suite::Rates => &rates::Rates,
+            Suite::Imbalance => &imbalance::Imbalance,
+            Suite::Sizes => &sizes::Sizes,
+            Suite::Appload => &appload::Appload,
+            Suite::Wait => &wait::Wait,
+            Suite::Backends => &backends::Backends,
+            Suite::Disk => &disk::Disk,
+            Suite::Soak => &soak::Soak,
+            Suite::Predict => &predict::Predict,
+            Suite::Probe => &probe::Probe,
+            Suite::Forward => &forward::Forward,
         }
     }
+}
 
-    /// Receive queues of its lab.
-    pub fn queues(self) -> u16 {
-        match self {
-            Suite::Rates | Suite::Imbalance | Suite::Backends | Suite::Forward | Suite::Disk => 2,
-            _ => 1,
-        }
-    }
-
-    /// Hosts of its lab: 3 (sender, probe, sink) for forwarding, else 2.
-    pub fn hosts(self) -> u8 {
-        if self == Suite::Forward {
-            3
-        } else {
-            2
-        }
-    }
-
-    /// Whether some subject is a libpcap tool (they need a long drain, see [`super::point`]).
-    pub fn has_libpcap_peers(self) -> bool {
-        !matches!(self, Suite::Rates | Suite::Imbalance)
-    }
-
-    /// What its calibration measures.
-    pub fn calibration(self) -> CalibrationKind {
-        match self {
-            Suite::Burst | Suite::Soak | Suite::Predict => CalibrationKind::TopSpeed { flows: 1 },
-            Suite::Backends => CalibrationKind::TopSpeed {
-                flows: backends::FLOWS,
-            },
-            Suite::Disk => CalibrationKind::Device,
-            _ => CalibrationKind::Iterations,
-        }
-    }
-
+/// One benchmark suite, implemented in its own file (`suites/NAME.rs`): its lab, its points
+/// at each [`Scale`], and what its summary and BENCHMARKS.md say and draw. The manager and
+/// the formatters call these; a suite never calls them back.
+pub trait BenchSuite: Sync {
+    /// Its BENCHMARKS.md heading.
+    fn title(&self) -> &'static str;
     /// The paper figure or issue it reproduces, and what to read from it (for BENCHMARKS.md).
-    pub fn intro(self) -> &'static str {
-        match self {
-            Suite::Gen => gen::INTRO,
-            Suite::Capture => capture::INTRO,
-            Suite::Burst => burst::INTRO,
-            Suite::Rates => rates::INTRO,
-            Suite::Imbalance => imbalance::INTRO,
-            Suite::Sizes => sizes::INTRO,
-            Suite::Appload => appload::INTRO,
-            Suite::Wait => wait::INTRO,
-            Suite::Backends => backends::INTRO,
-            Suite::Disk => disk::INTRO,
-            Suite::Soak => soak::INTRO,
-            Suite::Predict => predict::INTRO,
-            Suite::Probe => probe::INTRO,
-            Suite::Forward => forward::INTRO,
-        }
+    fn intro(&self) -> &'static str;
+    /// Receive queues of its lab.
+    fn queues(&self) -> u16 {
+        1
+    }
+    /// Hosts of its lab: 3 (sender, probe, sink) for forwarding, else 2.
+    fn hosts(&self) -> u8 {
+        2
+    }
+    /// What its calibration measures.
+    fn calibration(&self) -> CalibrationKind {
+        CalibrationKind::Iterations
+    }
+    /// Its points at `scale`, given the calibration.
+    fn plan(&self, scale: Scale, cal: &Calibration) -> Plan;
+    /// The summary text of a finished run.
+    fn text(&self, meta: &Meta, rows: &[Row]) -> Text;
+    /// The figures of a finished run.
+    fn figures(&self, _meta: &Meta, _rows: &[Row]) -> Vec<Figure> {
+        Vec::new()
     }
 }
 
-/// What a suite calibrates before its points.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CalibrationKind {
-    /// Only the x-loop cost (cheap, in-process).
-    Iterations,
-    /// The x-loop cost and the generator's top speed of 64-byte frames over `flows` flows.
-    TopSpeed {
-        /// Flows of the calibration traffic.
-        flows: usize,
-    },
-    /// The x-loop cost and the disk's own write limit (`dd oflag=direct`).
-    Device,
-}
-
-/// Top speed assumed where none was measured (smoke runs).
-pub const ASSUMED_TOP_PPS: f64 = 500_000.0;
-
-/// What the manager measured before the points.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct Calibration {
-    /// x-loop cost per iteration over a 64-byte packet, on the tool CPU.
-    pub ns_per_iteration: f64,
-    /// Offered top speed of 64-byte frames (median), when measured.
-    pub top_pps: Option<f64>,
-    /// The scratch disk's own write limit in MB/s (`dd oflag=direct`), when measured.
-    #[serde(default)]
-    pub disk_mb_s: Option<f64>,
-}
-
-impl Calibration {
-    /// The top speed, measured or assumed.
-    pub fn top(&self) -> f64 {
-        self.top_pps.unwrap_or(ASSUMED_TOP_PPS)
-    }
-
-    /// x-loop iterations with which one core analyses `pps` packets per second.
-    pub fn load_for(&self, pps: f64) -> u32 {
-        (1e9 / (pps * self.ns_per_iteration)).round().max(1.0) as u32
-    }
-
-    /// Packets per second one core analyses at `load` iterations per packet.
-    pub fn pps_at(&self, load: u32) -> f64 {
-        1e9 / (f64::from(load) * self.ns_per_iteration)
-    }
-
-    /// The load with which one core analyses half the top speed.
-    pub fn half_load(&self) -> u32 {
-        self.load_for(self.top() / 2.0)
-    }
-
-    /// How a suite's notes begin: `calibration: x-loop 1.400 ns per iteration on CPU 1`.
-    pub fn x_loop_note(&self) -> String {
-        format!(
-            "calibration: x-loop {:.3} ns per iteration on CPU {TOOL_CPU}",
-            self.ns_per_iteration
-        )
-    }
-
-    /// [`Calibration::x_loop_note`] and the top speed, sent over `flows` (`""` or
-    /// `" over 16 flows"`): `...; offered top speed of 64 B frames 350000 pps (median)`.
-    pub fn top_speed_note(&self, flows: &str) -> String {
-        format!(
-            "{}; offered top speed of 64 B frames{flows} {:.0} pps ({})",
-            self.x_loop_note(),
-            self.top(),
-            if self.top_pps.is_some() {
-                "median"
-            } else {
-                "assumed"
-            }
-        )
-    }
-}
-
-/// A run starts once at most this share of all CPUs is busy (waiting up to a minute): on a
-/// shared 2-core machine, someone else's test run halves the sender's rate.
-pub const QUIET_BELOW: f64 = 0.15;
-/// Kernel buffer every capture tool gets by default (poolcap's default).
-pub const BUFFER_KIB: u64 = 4096;
 /// `--cpus` of a 2-queue poolcap whose threads use both CPUs: capture thread and worker of
 /// queue 0 on CPU 1, those of queue 1 on CPU 0 (shared with the generator).
 pub const CPUS_SPLIT: &str = "1,0,1,0";
@@ -339,22 +145,7 @@ pub struct Plan {
 
 /// The points of `suite` at `scale`.
 pub fn plan(suite: Suite, scale: Scale, cal: &Calibration) -> Plan {
-    match suite {
-        Suite::Gen => gen::plan(scale),
-        Suite::Capture => capture::plan(scale),
-        Suite::Burst => burst::plan(scale, cal),
-        Suite::Rates => rates::plan(scale),
-        Suite::Imbalance => imbalance::plan(scale, cal),
-        Suite::Sizes => sizes::plan(scale),
-        Suite::Appload => appload::plan(scale),
-        Suite::Wait => wait::plan(scale),
-        Suite::Backends => backends::plan(scale, cal),
-        Suite::Disk => disk::plan(scale, cal),
-        Suite::Soak => soak::plan(scale, cal),
-        Suite::Predict => predict::plan(scale, cal),
-        Suite::Probe => probe::plan(scale),
-        Suite::Forward => forward::plan(scale, cal),
-    }
+    suite.def().plan(scale, cal)
 }
 
 /// One results table.
@@ -483,59 +274,12 @@ pub fn zero_loss_counts(rows: &[Row]) -> (usize, usize, usize) {
 
 /// The summary text of a finished run.
 pub fn text(meta: &Meta, rows: &[Row]) -> Text {
-    match meta.suite {
-        Suite::Gen => gen::text(meta, rows),
-        Suite::Capture => capture::text(meta, rows),
-        Suite::Burst => burst::text(meta, rows),
-        Suite::Rates => rates::text(meta, rows),
-        Suite::Imbalance => imbalance::text(meta, rows),
-        Suite::Sizes => sizes::text(meta, rows),
-        Suite::Appload => appload::text(meta, rows),
-        Suite::Wait => wait::text(meta, rows),
-        Suite::Backends => backends::text(meta, rows),
-        Suite::Disk => disk::text(meta, rows),
-        Suite::Soak => soak::text(meta, rows),
-        Suite::Predict => predict::text(meta, rows),
-        Suite::Probe => probe::text(meta, rows),
-        Suite::Forward => forward::text(meta, rows),
-    }
+    meta.suite.def().text(meta, rows)
 }
 
 /// The figures of a finished run.
 pub fn figures(meta: &Meta, rows: &[Row]) -> Vec<Figure> {
-    match meta.suite {
-        Suite::Gen | Suite::Capture | Suite::Disk | Suite::Soak => Vec::new(),
-        Suite::Burst => burst::figures(meta, rows),
-        Suite::Rates => rates::figures(meta, rows),
-        Suite::Imbalance => imbalance::figures(meta, rows),
-        Suite::Sizes => sizes::figures(meta, rows),
-        Suite::Appload => appload::figures(meta, rows),
-        Suite::Wait => wait::figures(meta, rows),
-        Suite::Backends => backends::figures(meta, rows),
-        Suite::Predict => predict::figures(meta, rows),
-        Suite::Probe => probe::figures(meta, rows),
-        Suite::Forward => forward::figures(meta, rows),
-    }
-}
-
-/// Nanoseconds per x-loop iteration over a 64-byte packet, measured on the tool's CPU: the
-/// fastest of 15 timings of a million iterations, since anything else running on the CPU can
-/// only make a timing slower.
-pub fn ns_per_iteration() -> anyhow::Result<f64> {
-    let t = std::thread::spawn(|| {
-        core_affinity::set_for_current(core_affinity::CoreId { id: TOOL_CPU });
-        let data = [0u8; 64];
-        let x = 1_000_000u32;
-        poolcap_engine::capture::worker::x_loop(&data, x);
-        let times = (0..15).map(|_| {
-            let t = std::time::Instant::now();
-            poolcap_engine::capture::worker::x_loop(&data, x);
-            t.elapsed().as_nanos() as f64 / f64::from(x)
-        });
-        Spread::of(times).map_or(f64::NAN, |s| s.min)
-    });
-    t.join()
-        .map_err(|_| anyhow::anyhow!("calibration thread panicked"))
+    meta.suite.def().figures(meta, rows)
 }
 
 /// The pinning sentence every summary starts its settings with.
@@ -720,6 +464,19 @@ pub fn congestion_targets(rows: &[Row], tolerance: f64) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_suite_has_one_name_and_its_own_implementation() {
+        use std::collections::BTreeSet;
+        let (mut titles, mut intros) = (BTreeSet::new(), BTreeSet::new());
+        for s in Suite::ALL {
+            let name = clap::ValueEnum::to_possible_value(&s).unwrap();
+            assert_eq!(name.get_name(), s.name(), "{s:?}");
+            assert_eq!(serde_json::to_value(s).unwrap(), s.name(), "{s:?}");
+            assert!(titles.insert(s.def().title()), "{s:?}: title taken");
+            assert!(intros.insert(s.def().intro()), "{s:?}: intro taken");
+        }
+    }
 
     /// A calibration as the manager would have measured it.
     pub fn calibration(ns_per_iteration: f64, top_pps: Option<f64>) -> Calibration {

@@ -328,7 +328,7 @@ fn session(point: &str) -> &str {
 /// The profile calibrated in this run (its calibration rows only; the built-in one if the
 /// run has none, which its source then says) and every other point predicted with it.
 fn judged(meta: &Meta, rows: &[Row]) -> (Profile, Vec<validate::Compared>) {
-    let profile = calibrate::of_run(meta, rows).unwrap_or_else(Profile::built_in);
+    let profile = crate::validate::of_run(meta, rows).unwrap_or_else(Profile::built_in);
     let compared = validate::compare(rows, &profile);
     (profile, compared)
 }
@@ -681,7 +681,35 @@ pub fn figures(meta: &Meta, rows: &[Row]) -> Vec<Figure> {
     .with_subtitle(
         "every validated point (medians), predicted from this run's calibration rows only",
     )
-    .lines(validate::series(&compared))]
+    .lines(crate::validate::series(&compared))]
+}
+
+/// The predict suite (see [`INTRO`]).
+pub struct Predict;
+
+impl super::BenchSuite for Predict {
+    fn title(&self) -> &'static str {
+        "Loss prediction against measurement (paper 002)"
+    }
+    fn intro(&self) -> &'static str {
+        INTRO
+    }
+    fn calibration(&self) -> super::CalibrationKind {
+        super::CalibrationKind::TopSpeed { flows: 1 }
+    }
+    fn plan(&self, scale: super::Scale, cal: &super::Calibration) -> super::Plan {
+        plan(scale, cal)
+    }
+    fn text(&self, meta: &crate::meta::Meta, rows: &[crate::report::Row]) -> super::Text {
+        text(meta, rows)
+    }
+    fn figures(
+        &self,
+        meta: &crate::meta::Meta,
+        rows: &[crate::report::Row],
+    ) -> Vec<crate::figure::Figure> {
+        figures(meta, rows)
+    }
 }
 
 #[cfg(test)]
@@ -739,7 +767,7 @@ mod tests {
         // Sent at the sender's quiet top speed, 770k pps: the built-in profile predicts loss
         // through the page cache, none written direct (the device takes 1.9 GB/s).
         let predicted = |buffered: bool| {
-            let mut row = validate::tests::record(&disk.id, "poolcap", 0.5);
+            let mut row = poolcap_measure::testing::record(&disk.id, "poolcap", 0.5);
             row.capture = Some(CaptureSpec {
                 buffered,
                 ..spec.clone()

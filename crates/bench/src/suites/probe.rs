@@ -312,6 +312,31 @@ pub fn figures(meta: &Meta, rows: &[Row]) -> Vec<Figure> {
     out
 }
 
+/// The probe suite (see [`INTRO`]).
+pub struct Probe;
+
+impl super::BenchSuite for Probe {
+    fn title(&self) -> &'static str {
+        "Probe analysis throughput vs pmacctd and tshark (Zabala et al., Figs 6-9)"
+    }
+    fn intro(&self) -> &'static str {
+        INTRO
+    }
+    fn plan(&self, scale: super::Scale, _: &super::Calibration) -> super::Plan {
+        plan(scale)
+    }
+    fn text(&self, meta: &crate::meta::Meta, rows: &[crate::report::Row]) -> super::Text {
+        text(meta, rows)
+    }
+    fn figures(
+        &self,
+        meta: &crate::meta::Meta,
+        rows: &[crate::report::Row],
+    ) -> Vec<crate::figure::Figure> {
+        figures(meta, rows)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -60,7 +60,7 @@ pub fn poolcap(load: u32, queues: u16, congestion: bool) -> CaptureSpec {
     }
 }
 
-/// The plain fanout reader with `load` on `queues` queues, placed like [`poolcap`].
+/// The plain fanout reader with `load` on `queues` queues, placed like [`poolcap()`].
 pub fn reader(load: u32, queues: u16) -> CaptureSpec {
     let two = queues > 1;
     CaptureSpec {
@@ -367,6 +367,34 @@ pub fn figures(meta: &Meta, rows: &[Row]) -> Vec<Figure> {
         if meta.rps { "on" } else { "off" }
     );
     throughput_figures("rates", &what, rows, |r| r.capture.is_some())
+}
+
+/// The rates suite (see [`INTRO`]).
+pub struct Rates;
+
+impl super::BenchSuite for Rates {
+    fn title(&self) -> &'static str {
+        "Capture vs analysis throughput (Zabala et al., Figs 6-9)"
+    }
+    fn intro(&self) -> &'static str {
+        INTRO
+    }
+    fn queues(&self) -> u16 {
+        2
+    }
+    fn plan(&self, scale: super::Scale, _: &super::Calibration) -> super::Plan {
+        plan(scale)
+    }
+    fn text(&self, meta: &crate::meta::Meta, rows: &[crate::report::Row]) -> super::Text {
+        text(meta, rows)
+    }
+    fn figures(
+        &self,
+        meta: &crate::meta::Meta,
+        rows: &[crate::report::Row],
+    ) -> Vec<crate::figure::Figure> {
+        figures(meta, rows)
+    }
 }
 
 #[cfg(test)]

@@ -162,6 +162,27 @@ fn headline(rows: &[Row]) -> String {
     )
 }
 
+/// The soak suite (see [`INTRO`]).
+pub struct Soak;
+
+impl super::BenchSuite for Soak {
+    fn title(&self) -> &'static str {
+        "Soak: growth of memory, open files, threads over a long rotated capture"
+    }
+    fn intro(&self) -> &'static str {
+        INTRO
+    }
+    fn calibration(&self) -> super::CalibrationKind {
+        super::CalibrationKind::TopSpeed { flows: 1 }
+    }
+    fn plan(&self, scale: super::Scale, cal: &super::Calibration) -> super::Plan {
+        plan(scale, cal)
+    }
+    fn text(&self, meta: &crate::meta::Meta, rows: &[crate::report::Row]) -> super::Text {
+        text(meta, rows)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -182,7 +182,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
     }
     let stop = crate::cli::flag_on(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let when = crate::bench::manager::timestamp(crate::bench::manager::now());
+    let when = poolcap_measure::scratch::timestamp(poolcap_measure::scratch::now());
     let measure_disk = || -> anyhow::Result<Option<poolcap_doctor::profile::Disk>> {
         if args.no_disk {
             return Ok(None);
@@ -238,7 +238,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
             if let Some(d) = measure_disk()? {
                 samples.set_disk(d);
             }
-            let x_loop = crate::bench::suites::ns_per_iteration()?;
+            let x_loop = poolcap_measure::point::ns_per_iteration()?;
             let source = format!(
                 "poolcap calibrate -i {iface} on {} at {when} UTC (live traffic, mean frame {mean:.0} B)",
                 host.trim()

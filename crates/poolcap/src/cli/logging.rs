@@ -29,8 +29,9 @@ pub enum LogFormat {
     Json,
 }
 
-/// `-v`, `-q` and `--log-format`, before the subcommand (`poolcap -q probe ...`).
-#[derive(Debug, Clone, Args)]
+/// `-v`, `-q` and `--log-format`, before the subcommand (`poolcap -q probe ...`); the
+/// default says what a terminal has always shown, as text.
+#[derive(Debug, Clone, Default, Args)]
 pub struct LogArgs {
     /// Say more: -v adds debug messages, -vv trace messages.
     #[arg(short = 'v', long = "verbose", action = ArgAction::Count, conflicts_with = "quiet")]

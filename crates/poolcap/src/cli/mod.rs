@@ -5,8 +5,6 @@
 use clap::{Parser, Subcommand};
 use std::fmt;
 
-pub mod bench;
-pub mod bench_peer;
 pub mod calibrate;
 pub mod capture;
 pub mod check;
@@ -20,7 +18,7 @@ pub mod gen;
 mod ifaces;
 pub mod lab;
 mod launch;
-mod logging;
+pub mod logging;
 pub mod manual;
 pub mod predict;
 mod print;
@@ -28,7 +26,7 @@ pub mod privdrop;
 pub mod probe;
 pub mod query;
 mod readiness;
-pub mod sim;
+pub mod rig;
 pub mod statsfile;
 pub mod store;
 
@@ -56,8 +54,9 @@ enum Command {
     Gen(gen::GenArgs),
     /// Check a capture file for loss, duplicates and reordering of generator frames.
     Check(check::CheckArgs),
-    /// Benchmark poolcap against tcpdump, netsniff-ng, dumpcap and trafgen in a lab.
-    Bench(bench::BenchArgs),
+    /// Benchmark poolcap against tcpdump, netsniff-ng, dumpcap and trafgen in a lab
+    /// (runs poolcap-bench; `poolcap bench --help`).
+    Bench(rig::RigArgs),
     /// Run probe rules (counts, flows, sizes, alerts) on live traffic or a file, per period.
     Probe(Box<probe::ProbeArgs>),
     /// Packets of a store (`capture --store`) matching a filter in a time window, as pcap.
@@ -66,8 +65,9 @@ enum Command {
     Store(store::StoreArgs),
     /// Send a command to a running probe's control socket.
     Ctl(ctl::CtlArgs),
-    /// Simulate n receive queues with the engine's policies in virtual time; sweeps to CSV+PNG.
-    Sim(sim::SimArgs),
+    /// Simulate n receive queues with the engine's policies in virtual time; sweeps to CSV+PNG
+    /// (runs `poolcap-bench sim`).
+    Sim(rig::RigArgs),
     /// Read (never change) the settings that decide capture loss; each finding with its fix.
     Doctor(doctor::DoctorArgs),
     /// Predict kernel and application loss of a capture from a calibrated profile.
@@ -80,7 +80,7 @@ enum Command {
     Completions(manual::CompletionsArgs),
     /// Helpers `poolcap bench` runs as subjects (not a user feature).
     #[command(hide = true)]
-    BenchPeer(bench_peer::BenchPeerArgs),
+    BenchPeer(rig::RigArgs),
 }
 
 /// Bad usage or input: exit code 2.
@@ -126,17 +126,7 @@ pub fn usage(msg: impl Into<String>) -> anyhow::Error {
 pub fn main() -> i32 {
     let cli = match parse() {
         Ok(c) => c,
-        Err(e) if e.use_stderr() => {
-            crate::say!(
-                "poolcap: {} (see --help)",
-                clap_message(&e.render().to_string())
-            );
-            return 2;
-        }
-        Err(e) => {
-            let _ = e.print();
-            return 0;
-        }
+        Err(e) => return parse_exit_code("poolcap", &e),
     };
     logging::install(&cli.log);
     // Capture handles a closed `-w -` pipe as a write error (accounting still printed);
@@ -151,8 +141,8 @@ pub fn main() -> i32 {
         Command::Lab(a) => lab::run(a),
         Command::Gen(a) => gen::run(a),
         Command::Check(a) => check::run(a),
-        Command::Sim(a) => sim::run(a),
-        Command::Bench(a) => bench::run(a),
+        Command::Sim(a) => rig::exec(&["sim"], a),
+        Command::Bench(a) => rig::exec(&[], a),
         Command::Probe(a) => probe::run(*a),
         Command::Ctl(a) => ctl::run(a),
         Command::Query(a) => query::run(a),
@@ -162,13 +152,19 @@ pub fn main() -> i32 {
         Command::Calibrate(a) => calibrate::run(a),
         Command::Man(a) => manual::run_man(a),
         Command::Completions(a) => manual::run_completions(a),
-        Command::BenchPeer(a) => bench_peer::run(a),
+        Command::BenchPeer(a) => rig::exec(&["peer"], a),
     };
+    exit_code("poolcap", result)
+}
+
+/// The exit code of a command's `result`; an error is said on one line as `PROGRAM: ...`
+/// (unless already [`Reported`]).
+pub fn exit_code(program: &str, result: anyhow::Result<()>) -> i32 {
     match result {
         Ok(()) => 0,
         Err(e) if e.downcast_ref::<Reported>().is_some() => 1,
         Err(e) => {
-            log::error!("poolcap: {}", one_line(&e));
+            log::error!("{program}: {}", one_line(&e));
             if let Some(Interrupted(sig)) = e.downcast_ref::<Interrupted>() {
                 128 + sig
             } else if e.downcast_ref::<UsageError>().is_some() {
@@ -249,6 +245,21 @@ fn one_line(e: &anyhow::Error) -> String {
         line.push_str(&text);
     }
     line
+}
+
+/// The exit code of a command line clap did not accept: 2 for an error, said on one line as
+/// `PROGRAM: ...`; 0 for `--help` and `--version`, printed.
+pub fn parse_exit_code(program: &str, e: &clap::Error) -> i32 {
+    if e.use_stderr() {
+        crate::say!(
+            "{program}: {} (see --help)",
+            clap_message(&e.render().to_string())
+        );
+        2
+    } else {
+        let _ = e.print();
+        0
+    }
 }
 
 /// clap's error without the usage and help hints, on one line: its first paragraph, which

@@ -12,7 +12,6 @@ use poolcap_doctor::profile::Profile;
 use poolcap_doctor::system::{RealSystem, System};
 use poolcap_format::FileFormat;
 
-use crate::calibrate::validate;
 use crate::capture::compress::Compression;
 use crate::capture::savefile::FileIo;
 use crate::capture::CaptureConfig;
@@ -20,7 +19,6 @@ use crate::cli::capture::parse_pool;
 use crate::cli::usage;
 use crate::flows::IMIX;
 use crate::frame::{MAX_FRAME, MIN_FRAME};
-use crate::plot::Chart;
 use crate::units;
 
 /// Where `poolcap calibrate` saves the profile and `predict` and `capture` look for it,
@@ -402,51 +400,13 @@ pub fn flow_rules(config: &poolcap_probe::Config) -> usize {
     flows.saturating_sub(1)
 }
 
-/// `--validate DIR`: predicted against measured loss for every point of a bench result,
-/// with `profile`, else the profile the run calibrated itself (`bench predict`; saved as
-/// `profile.json` there), else the default one.
+/// `--validate DIR`: `poolcap-bench validate DIR [--profile FILE]`, which draws the figure.
 fn validate(dir: &Path, profile: Option<&Path>) -> anyhow::Result<()> {
-    let raw = dir.join("raw.jsonl");
-    if !raw.is_file() {
-        return Err(usage(format!("--validate: no {}", raw.display())));
+    let mut words = vec!["validate".into(), dir.as_os_str().to_owned()];
+    if let Some(p) = profile {
+        words.extend(["--profile".into(), p.as_os_str().to_owned()]);
     }
-    let rows = crate::bench::report::aggregate(&crate::bench::report::read_raw(&raw)?);
-    let own = match profile {
-        Some(_) => None,
-        None => crate::bench::meta::Meta::read(dir)
-            .ok()
-            .and_then(|m| crate::calibrate::of_run(&m, &rows)),
-    };
-    let (profile, note) = match own {
-        Some(p) => {
-            let file = dir.join("profile.json");
-            let text = serde_json::to_string_pretty(&p)? + "\n";
-            crate::outfile::write(&file, text.as_bytes())
-                .with_context(|| format!("cannot write {}", file.display()))?;
-            let note = format!("profile: {} (saved to {})", p.source, file.display());
-            (p, note)
-        }
-        None => load_profile(profile)?,
-    };
-    let compared = validate::compare(&rows, &profile);
-    println!("{note}");
-    print!("{}", validate::markdown(&compared));
-    println!("{}", validate::Tally::of(&compared).line());
-    let csv = dir.join("predict.csv");
-    crate::outfile::write(&csv, validate::csv(&compared).as_bytes())
-        .with_context(|| format!("cannot write {}", csv.display()))?;
-    Chart::new(
-        "Predicted against measured loss",
-        "measured loss (%)",
-        "predicted loss (%)",
-    )
-    .draw(&dir.join("predict.png"), &validate::series(&compared))?;
-    log::info!(
-        "wrote {} and {}",
-        dir.join("predict.csv").display(),
-        dir.join("predict.png").display()
-    );
-    Ok(())
+    crate::cli::rig::exec_words(words)
 }
 
 /// Minimum-size frames (60 bytes without FCS) per second at the interface's line rate

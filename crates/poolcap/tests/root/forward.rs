@@ -890,7 +890,8 @@ fn bidirectional_writes_each_direction_to_its_own_file() {
     }
 }
 
-/// The bench's XDP redirect floor (`poolcap bench-peer xdp-redirect`) with GRO on at the sink
+/// The bench's XDP redirect floor (`poolcap bench-peer xdp-redirect`, which runs
+/// `poolcap-bench peer xdp-redirect`) with GRO on at the sink
 /// (which a veth peer needs to receive redirected frames): every frame reaches the sink once
 /// and in order, its own count is what was sent, and the program leaves `prb0` at SIGINT.
 /// A missing interface is refused on one line with exit code 2.
@@ -904,7 +905,7 @@ fn xdp_redirect_delivers_every_frame_once_and_detaches() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert_eq!(err.trim(), "poolcap: no interface `nosuch0`");
+    assert_eq!(err.trim(), "poolcap-bench: no interface `nosuch0`");
     let gro = |state: &str| {
         let st = netns_command(&sink(&lab).netns, "ethtool")
             .args(["-K", "snk0", "gro", state])

@@ -22,7 +22,7 @@ use poolcap::probe::kernel::translate::{
     program, FlowMaps, Generation, KernelRule, Maps, Vlan, FLOW_SIDE,
 };
 use poolcap::probe::kernel::{flow_of, Counts, MAX_FLOW_RULES, VALUE_SIZE};
-use poolcap_bench::probe_peers::rule_set;
+use poolcap_measure::probe_peers::rule_set;
 use poolcap_sys::bpf::{PerCpuArray, PerCpuHash, TcProgram};
 use serde_json::Value;
 

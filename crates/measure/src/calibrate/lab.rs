@@ -13,10 +13,9 @@ use std::time::Duration;
 use anyhow::bail;
 use poolcap_lab::Lab;
 
-use crate::manager::{remove_scratch, scratch_with_exe};
-use crate::point::Bench;
+use crate::point::{self, Bench, QUIET_BELOW};
 use crate::report::{aggregate, Row};
-use crate::suites::{self, QUIET_BELOW};
+use crate::scratch::{remove_scratch, scratch_with_exe};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -65,7 +64,7 @@ fn measure_in(
         quiet_wait: opts.quiet_wait,
         perf: false,
     };
-    let x_loop_ns = suites::ns_per_iteration()?;
+    let x_loop_ns = point::ns_per_iteration()?;
     log::info!(
         "calibrate: lab {} ({} / {}), x-loop {x_loop_ns:.3} ns per iteration",
         lab.name,

@@ -1,15 +1,17 @@
-//! `poolcap bench`: runs a benchmark suite against the peers and writes raw runs, a CSV,
-//! figures and a markdown summary (see [`crate::bench`]); `all` runs every suite and writes
-//! BENCHMARKS.md, `report` rebuilds BENCHMARKS.md from the latest results.
+//! `poolcap-bench SUITE` (`poolcap bench SUITE`): runs a benchmark suite against the peers
+//! and writes raw runs, a CSV, figures and a markdown summary (see [`poolcap_bench`]); `all`
+//! runs every suite and writes BENCHMARKS.md, `report` rebuilds BENCHMARKS.md from the
+//! latest results.
 
 use std::path::PathBuf;
 
 use clap::builder::PossibleValue;
 use clap::{Args, ValueEnum};
 
-use crate::bench::manager::{self, ReportPaths};
-use crate::bench::{self, Scale, Suite};
-use crate::cli::usage;
+use poolcap::cli::usage;
+use poolcap_bench::doc::ReportPaths;
+use poolcap_bench::manager;
+use poolcap_bench::{self as bench, Scale, Suite};
 
 /// What `poolcap bench` does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +61,7 @@ impl ValueEnum for Target {
     }
 }
 
-/// Arguments of `poolcap bench`.
+/// Arguments of `poolcap-bench SUITE`.
 #[derive(Debug, Args)]
 #[command(after_help = "Suites:
   gen        poolcap gen vs trafgen at top speed; rate accuracy and spacing at 100k and 300k pps
@@ -101,15 +103,16 @@ put a second worker on CPU 0 and say so). Each suite writes bench/results/SUITE-
 (raw.jsonl, results.csv, meta.json, summary.md, *.png).
 
 Examples:
-  poolcap bench all --quick          # every suite, a few minutes each, then BENCHMARKS.md
-  poolcap bench imbalance --quick
-  poolcap bench soak --minutes 60
-  poolcap bench capture --runs 5 --rps --out /tmp/capture-rps
-  poolcap bench report")]
+  poolcap-bench all --quick          # every suite, a few minutes each, then BENCHMARKS.md
+  poolcap-bench imbalance --quick
+  poolcap-bench soak --minutes 60
+  poolcap-bench capture --runs 5 --rps --out /tmp/capture-rps
+  poolcap-bench report
+(`poolcap bench ...` runs the same.)")]
 pub struct BenchArgs {
     /// The suite to run, `all`, or `report`.
-    #[arg(value_enum)]
-    target: Target,
+    #[arg(value_enum, required = true)]
+    target: Option<Target>,
     /// Fewer points and frames (a few minutes per suite on 2 cores).
     #[arg(long, conflicts_with = "smoke")]
     quick: bool,
@@ -142,8 +145,9 @@ pub struct BenchArgs {
     /// The folder for its figures, relative to the markdown file's folder.
     #[arg(long, default_value = "docs/bench")]
     figures: PathBuf,
-    /// Measure this poolcap executable (it also generates the traffic) instead of this one:
-    /// a build from before a change, for a before/after comparison on the same rig.
+    /// Measure this poolcap executable (it also generates the traffic) instead of the one
+    /// beside poolcap-bench: a build from before a change, for a before/after comparison on
+    /// the same rig.
     #[arg(long, value_name = "POOLCAP")]
     subject: Option<PathBuf>,
 }
@@ -170,22 +174,46 @@ fn command_line() -> String {
         .join(" ")
 }
 
-/// Runs `poolcap bench`.
+/// The poolcap measured: `--subject`, else the one beside this executable.
+fn subject(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    if let Some(p) = given {
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(usage(format!("--subject: no file {}", p.display())))
+        };
+    }
+    let me = std::env::current_exe()?;
+    let poolcap = me.with_file_name("poolcap");
+    if poolcap.is_file() {
+        Ok(poolcap)
+    } else {
+        anyhow::bail!(
+            "no poolcap beside {} (cargo build --release -p poolcap, or give --subject)",
+            me.display()
+        )
+    }
+}
+
+/// Runs `poolcap-bench SUITE`.
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let target = args
+        .target
+        .expect("clap requires a target without a subcommand");
     if args.runs == 0 {
         return Err(usage("--runs must be at least 1"));
     }
-    if args.minutes.is_some() && args.target != Target::Suite(Suite::Soak) {
+    if args.minutes.is_some() && target != Target::Suite(Suite::Soak) {
         return Err(usage("--minutes is for the soak suite only"));
     }
-    if args.out.is_some() && !matches!(args.target, Target::Suite(_) | Target::Export) {
+    if args.out.is_some() && !matches!(target, Target::Suite(_) | Target::Export) {
         return Err(usage("--out is for a single suite; use --results with all"));
     }
     let paths = ReportPaths {
         results: args.results.clone(),
         markdown: args.markdown.clone(),
         figures: args.figures.clone(),
-        command: match args.target {
+        command: match target {
             Target::All => command_line(),
             _ => String::new(),
         },
@@ -195,18 +223,19 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .map_or(PathBuf::from("."), PathBuf::from);
-    if matches!(args.target, Target::All | Target::Report) && !bench::doc::is_repo_root(&root) {
+    if matches!(target, Target::All | Target::Report) && !bench::doc::is_repo_root(&root) {
         log::info!(
             "note: {} is not the repository root; BENCHMARKS.md goes there anyway",
             root.display()
         );
     }
-    let stop = crate::cli::flag_on(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
+    let stop = poolcap::cli::flag_on(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
     let scale = match (args.smoke, args.quick) {
         (true, _) => Scale::Smoke,
         (false, true) => Scale::Quick,
         (false, false) => Scale::Full,
     };
+    let subject = subject(args.subject.clone())?;
     let template = |suite: Suite| bench::Options {
         suite,
         scale,
@@ -218,10 +247,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             .clone()
             .unwrap_or_else(|| manager::default_out(&args.results, suite)),
         command: command_line(),
-        subject: args.subject.clone(),
+        subject: subject.clone(),
         points: args.points.clone(),
     };
-    match args.target {
+    match target {
         Target::Suite(s) => bench::run(&template(s), stop).map(|_| ()),
         Target::All => manager::run_all(&template(Suite::Gen), &paths, stop),
         Target::Report => manager::report(&paths),
@@ -230,8 +259,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 args.results
                     .join(format!("export-{}", manager::timestamp(manager::now())))
             });
-            let exe = std::env::current_exe()?;
-            bench::suites::export::run(&exe.to_string_lossy(), scale, &out, &stop).map(|_| ())
+            bench::suites::export::run(&subject.to_string_lossy(), scale, &out, &stop).map(|_| ())
         }
     }
 }

@@ -1,4 +1,4 @@
-//! `poolcap sim`: one simulated run with a per-queue table, or a sweep written as CSV + PNG.
+//! `poolcap-bench sim` (`poolcap sim`): one simulated run with a per-queue table, or a sweep written as CSV + PNG.
 //!
 //! Why on the command line: the simulator answers "what would n queues do" questions in
 //! seconds, with the engine's own policies, where the two-core lab cannot; the sweeps
@@ -9,13 +9,13 @@ use std::time::Instant;
 
 use clap::{Args, Subcommand, ValueEnum};
 
-use crate::capture::policy::{parse_buddy_groups, PolicySpec};
-use crate::cli::usage;
-use crate::plot::Chart;
-use crate::sim::model::{self, policy_label, Arrivals, Config, Shape, Split};
-use crate::sim::report::Row;
-use crate::sim::sweep::{self, Job};
-use crate::units;
+use poolcap::capture::policy::{parse_buddy_groups, PolicySpec};
+use poolcap::cli::usage;
+use poolcap::units;
+use poolcap_bench::plot::Chart;
+use poolcap_bench::sim::model::{self, policy_label, Arrivals, Config, Shape, Split};
+use poolcap_bench::sim::report::Row;
+use poolcap_bench::sim::sweep::{self, Job};
 
 /// Arguments of `poolcap sim`.
 #[derive(Debug, Args)]
@@ -163,7 +163,7 @@ struct ModelArgs {
     #[arg(long, value_delimiter = ',', default_values_t = vec![model::DEFAULT_COST_NS])]
     cost_ns: Vec<f64>,
     /// Pool geometry M,R: cells per chunk, chunks per queue.
-    #[arg(long, default_value = "256,100", value_parser = crate::cli::capture::parse_pool)]
+    #[arg(long, default_value = "256,100", value_parser = poolcap::cli::capture::parse_pool)]
     pool: (usize, usize),
     /// Kernel ring per queue, packets.
     #[arg(long, default_value_t = model::DEFAULT_RING)]
@@ -314,7 +314,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
 fn run_one(m: &ModelArgs) -> anyhow::Result<()> {
     let cfg = m.config()?;
     let t0 = Instant::now();
-    let r = crate::sim::run(&cfg).map_err(usage)?;
+    let r = poolcap_bench::sim::run(&cfg).map_err(usage)?;
     let wall = t0.elapsed().as_secs_f64();
     r.check()
         .map_err(|e| anyhow::anyhow!("simulator accounting broken: {e}"))?;

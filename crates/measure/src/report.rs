@@ -1,7 +1,7 @@
 //! The formatters: `raw.jsonl` (one object per run, written as runs finish so an interrupted
 //! bench keeps what it measured, and read back by `poolcap bench report`), `results.csv` (one
 //! row per point and subject, min / median / max of every metric) and the markdown tables of
-//! `summary.md` and `BENCHMARKS.md` (see [`super::doc`]): results, poolcap as a ratio to the
+//! `summary.md` and `BENCHMARKS.md` (`poolcap_bench::doc`): results, poolcap as a ratio to the
 //! best peer at each point, and the suite's targets.
 
 use std::fmt::Write as _;

@@ -15,8 +15,8 @@ use anyhow::{bail, Context};
 use poolcap_doctor::profile::Samples;
 
 use crate::child::{Running, Sched, TICKS_PER_SECOND};
-use crate::manager::{remove_scratch, scratch_with_exe};
 use crate::peer::{CaptureSpec, Tool};
+use crate::scratch::{remove_scratch, scratch_with_exe};
 use poolcap_sys::netdev;
 
 /// What to measure.

@@ -1,6 +1,6 @@
-//! `poolcap bench-peer`: helpers the bench runs as subjects, hidden from help because they are
+//! `poolcap-bench peer` (`poolcap bench-peer`): helpers the bench runs as subjects, hidden from help because they are
 //! measuring tools, not features. `xdp-redirect -i IN -o OUT` attaches the bench's XDP
-//! redirect floor ([`crate::bench::xdp_redirect`]) to IN, says `listening on` once it is
+//! redirect floor ([`poolcap_bench::xdp_redirect`]) to IN, says `listening on` once it is
 //! attached, holds it until SIGINT or SIGTERM, then prints how many frames it redirected.
 
 use std::sync::atomic::Ordering;
@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
-use crate::bench::xdp_redirect::XdpRedirect;
-use crate::cli::{flag_on, usage};
+use poolcap::cli::{flag_on, usage};
+use poolcap_bench::xdp_redirect::XdpRedirect;
 
-/// Arguments of `poolcap bench-peer`.
+/// Arguments of `poolcap-bench peer`.
 #[derive(Debug, Args)]
 pub struct BenchPeerArgs {
     #[command(subcommand)]
@@ -31,7 +31,7 @@ enum Peer {
     },
 }
 
-/// Runs `poolcap bench-peer`.
+/// Runs `poolcap-bench peer`.
 pub fn run(args: BenchPeerArgs) -> anyhow::Result<()> {
     let Peer::XdpRedirect { inp, out } = args.peer;
     let index = |name: &str| {

@@ -21,7 +21,7 @@
 //!   has, so the bridge floods them out of OUT: the kernel's forwarding path, a floor for the
 //!   slow path.
 //!
-//! - the XDP redirect floor (`poolcap bench-peer xdp-redirect`, [`crate::xdp_redirect`]):
+//! - the XDP redirect floor (`poolcap bench-peer xdp-redirect`, `poolcap_bench::xdp_redirect`):
 //!   `listening on ...` on stderr once attached; at exit `N frames redirected` on stdout (its
 //!   program's own per-CPU count). It needs GRO on at the sink ([`SinkGro`]). xdp-tools'
 //!   `xdp-bench redirect` (Debian 12's 1.3.1) would be the obvious peer but fails to load on

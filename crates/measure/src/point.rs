@@ -37,12 +37,36 @@ use super::filecount::count_file;
 use super::forward_peers::{out_tx, Sink, SinkGro};
 use super::peer::{self, CaptureSpec, Counts, Generator, Sent, Tool, Traffic};
 use super::sampler::{Sample, Sampler};
-use super::stats::{spacing, Spacing};
+use super::stats::{spacing, Spacing, Spread};
 
 /// The CPU the generator is pinned to.
 pub const GEN_CPU: usize = 0;
 /// The CPU the tool under test is pinned to.
 pub const TOOL_CPU: usize = 1;
+/// A run starts once at most this share of all CPUs is busy (waiting up to a minute): on a
+/// shared 2-core machine, someone else's test run halves the sender's rate.
+pub const QUIET_BELOW: f64 = 0.15;
+/// Kernel buffer every capture tool gets by default (poolcap's default).
+pub const BUFFER_KIB: u64 = 4096;
+/// Nanoseconds per x-loop iteration over a 64-byte packet, measured on the tool's CPU: the
+/// fastest of 15 timings of a million iterations, since anything else running on the CPU can
+/// only make a timing slower.
+pub fn ns_per_iteration() -> anyhow::Result<f64> {
+    let t = std::thread::spawn(|| {
+        core_affinity::set_for_current(core_affinity::CoreId { id: TOOL_CPU });
+        let data = [0u8; 64];
+        let x = 1_000_000u32;
+        poolcap_engine::capture::worker::x_loop(&data, x);
+        let times = (0..15).map(|_| {
+            let t = std::time::Instant::now();
+            poolcap_engine::capture::worker::x_loop(&data, x);
+            t.elapsed().as_nanos() as f64 / f64::from(x)
+        });
+        Spread::of(times).map_or(f64::NAN, |s| s.min)
+    });
+    t.join()
+        .map_err(|_| anyhow::anyhow!("calibration thread panicked"))
+}
 
 /// Who is measured at a point: a generator and, optionally, a capture tool.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -33,7 +33,6 @@ use poolcap_doctor::predict;
 use poolcap_doctor::profile::{self, Disk, Profile, RingFill, Samples};
 use poolcap_doctor::share::{self, Cpu, RpsWaits, Sharing};
 
-use crate::meta::Meta;
 use crate::peer::{CaptureSpec, Generator, Tool, Traffic};
 use crate::point::{Point, Subject};
 use crate::report::Row;
@@ -59,7 +58,7 @@ pub struct Stage {
 /// `peers`.
 pub fn stages(levels: &[&str], peers: bool) -> Vec<Stage> {
     let poolcap = |key: &str, f: &dyn Fn(&mut CaptureSpec)| {
-        let mut spec = CaptureSpec::new(Tool::Poolcap, crate::suites::BUFFER_KIB);
+        let mut spec = CaptureSpec::new(Tool::Poolcap, crate::point::BUFFER_KIB);
         f(&mut spec);
         Stage {
             key: key.to_owned(),
@@ -87,7 +86,7 @@ pub fn stages(levels: &[&str], peers: bool) -> Vec<Stage> {
             key: profile::probe_key(rules),
             spec: CaptureSpec {
                 rules: Some(rules),
-                ..CaptureSpec::new(Tool::Probe, crate::suites::BUFFER_KIB)
+                ..CaptureSpec::new(Tool::Probe, crate::point::BUFFER_KIB)
             },
         });
     }
@@ -99,7 +98,7 @@ pub fn stages(levels: &[&str], peers: bool) -> Vec<Stage> {
         spec: CaptureSpec {
             rules: Some(most),
             all_flows: true,
-            ..CaptureSpec::new(Tool::Probe, crate::suites::BUFFER_KIB)
+            ..CaptureSpec::new(Tool::Probe, crate::point::BUFFER_KIB)
         },
     });
     if peers {
@@ -107,7 +106,7 @@ pub fn stages(levels: &[&str], peers: bool) -> Vec<Stage> {
             for (what, write) in [("null", false), ("file", true)] {
                 let spec = CaptureSpec {
                     write,
-                    ..CaptureSpec::new(tool, crate::suites::BUFFER_KIB)
+                    ..CaptureSpec::new(tool, crate::point::BUFFER_KIB)
                 };
                 if crate::peer::missing(&spec.programs()).is_none() {
                     v.push(Stage {
@@ -214,7 +213,7 @@ pub const SATURATED_LOAD: u32 = 20_000;
 /// - `DEEP_POINT`, rps on, with `peers` and 64 B among `sizes`: tcpdump's configurations
 ///   with rings of `DEEP_RING_KIB` at top speed.
 pub fn points(sizes: &[usize], frames: u64, levels: &[&str], peers: bool) -> Vec<Point> {
-    let count = || CaptureSpec::new(Tool::Poolcap, crate::suites::BUFFER_KIB);
+    let count = || CaptureSpec::new(Tool::Poolcap, crate::point::BUFFER_KIB);
     let mut v = Vec::new();
     // The peers run with rps on too: a tool that wakes per packet pays more behind the
     // receive softirq than its rps-off run shows.
@@ -248,7 +247,7 @@ pub fn points(sizes: &[usize], frames: u64, levels: &[&str], peers: bool) -> Vec
         });
         if !peer_stages.is_empty() {
             let mut light = vec![Subject::named(KERNEL_RPS_LIGHT, count())];
-            light.extend(behind(LIGHT, crate::suites::BUFFER_KIB));
+            light.extend(behind(LIGHT, crate::point::BUFFER_KIB));
             let paced = Traffic {
                 rate: Some(LIGHT_PPS),
                 ..traffic.clone()
@@ -280,7 +279,7 @@ pub fn points(sizes: &[usize], frames: u64, levels: &[&str], peers: bool) -> Vec
     let stopped = |tool: Tool, load: u32| CaptureSpec {
         load,
         stopped: true,
-        ..CaptureSpec::new(tool, crate::suites::BUFFER_KIB)
+        ..CaptureSpec::new(tool, crate::point::BUFFER_KIB)
     };
     let mut rings = vec![Subject::named(RING_POOLCAP, stopped(Tool::Poolcap, 1))];
     let tcpdump = stopped(Tool::Tcpdump, 0);
@@ -621,26 +620,6 @@ fn netdev_budget_s() -> Option<f64> {
     (usecs > 0.0).then_some(usecs / 1e6)
 }
 
-/// The profile calibrated by a bench run with calibration points ([`points`], as
-/// `poolcap bench predict` runs first): from its calibration rows alone and its x-loop cost
-/// (`None`: the run has none).
-pub fn of_run(meta: &Meta, rows: &[Row]) -> Option<Profile> {
-    let samples = samples(rows);
-    samples.keys().next()?;
-    let source = format!(
-        "poolcap bench {} calibration points ({} run started {} UTC)",
-        meta.suite.name(),
-        meta.scale.name(),
-        crate::manager::timestamp(meta.started)
-    );
-    Some(of_rows(
-        rows,
-        meta.calibration.ns_per_iteration,
-        None,
-        source,
-    ))
-}
-
 /// The profile from `samples` and the x-loop cost timed in-process, with `source` (the load
 /// average is the caller's to set). With a saturated worker among the samples the x-loop's
 /// cost is that worker's instead (`x_loop_in_pipeline`).
@@ -775,7 +754,7 @@ mod tests {
                 .collect()
         };
         assert!(rings(top).iter().all(|&k| k == BEHIND_RING_KIB));
-        assert!(rings(light).iter().all(|&k| k == crate::suites::BUFFER_KIB));
+        assert!(rings(light).iter().all(|&k| k == crate::point::BUFFER_KIB));
         // Without the peers there is nothing to measure at a light rate, nor deep.
         assert_eq!(super::points(&SIZES, 1000, &[], false).len(), 5);
         // The deep point: tcpdump alone, at 64 B and top speed, in S3's ring.
@@ -815,7 +794,7 @@ mod tests {
         // One run per subject at 64 B: the sender alone at 500k pps, 400k while poolcap
         // counts at 0.01 s of CPU for 3000 packets; a validated point is left out.
         let run = |point: &str, subject: &str, pps: f64, cpu: Option<f64>| {
-            let mut r = super::validate::tests::record(point, "poolcap", 0.0);
+            let mut r = crate::testing::record(point, "poolcap", 0.0);
             r.subject = subject.to_owned();
             r.traffic.burst = None;
             r.sent.as_mut().unwrap().pps = pps;
@@ -995,7 +974,7 @@ mod tests {
         // 1.2 s of a 2 s window (waiting 60%) and lost 0.05%; count ran 1 ms, waited 1 ms in
         // 4 slices and lost nothing.
         let run = |subject: &str, run_ns, wait_ns, loss| {
-            let mut r = super::validate::tests::record("calibrate 64B", "tcpdump", loss);
+            let mut r = crate::testing::record("calibrate 64B", "tcpdump", loss);
             r.subject = subject.to_owned();
             r.capture.as_mut().unwrap().load = 0;
             r.sched = Some((

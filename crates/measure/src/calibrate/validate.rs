@@ -22,7 +22,6 @@ use poolcap_doctor::profile::Profile;
 use serde::Serialize;
 
 use crate::peer::Tool;
-use crate::plot::Series;
 use crate::report::{md_cell, Row};
 
 /// Relative error allowed where loss was measured.
@@ -424,37 +423,11 @@ pub fn csv(rows: &[Compared]) -> String {
     s
 }
 
-/// Predicted against measured loss in percent, one series per tool, and the diagonal.
-pub fn series(rows: &[Compared]) -> Vec<Series> {
-    let mut v: Vec<Series> = ["poolcap", "tcpdump", "dumpcap"]
-        .iter()
-        .map(|tool| {
-            let mut pts: Vec<(f64, f64)> = rows
-                .iter()
-                .filter(|r| r.tool == *tool)
-                .map(|r| (r.measured * 100.0, r.predicted * 100.0))
-                .collect();
-            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-            Series::new(*tool, pts)
-        })
-        .filter(|s| !s.points.is_empty())
-        .collect();
-    let top = rows
-        .iter()
-        .map(|r| r.measured.max(r.predicted) * 100.0)
-        .fold(1.0, f64::max);
-    v.push(Series::new(
-        "predicted = measured",
-        vec![(0.0, 0.0), (top, top)],
-    ));
-    v
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::point::Record;
     use crate::report::aggregate;
+    use crate::testing::record;
 
     #[test]
     fn verdicts_follow_the_issue_targets() {
@@ -472,27 +445,6 @@ pub(crate) mod tests {
         assert!(predicts_no_loss(0.09, 10.0) && !predicts_no_loss(0.1, 10.0));
         assert_eq!(relative_error(0.5, 0.25), Some(0.5));
         assert_eq!(relative_error(0.005, 0.25), None);
-    }
-
-    /// A run of a burst point: 3 bursts of 1000 frames with 0.495 s idle after each but the
-    /// last, sent in 1 s.
-    pub(crate) fn record(point: &str, tool: &str, loss: f64) -> Record {
-        serde_json::from_value(serde_json::json!({
-            "suite": "burst", "point": point, "subject": tool, "poolcap": tool == "poolcap",
-            "run": 1, "rps": false,
-            "traffic": {"size": 64, "count": 3000, "rate": null, "burst": 1000, "idle": 495.0,
-                        "flows": 1, "skew": null, "batch": null},
-            "generator": "poolcap",
-            "capture": {"tool": tool, "buffer_kib": 512, "write": false, "pcap_ns": false,
-                        "pool": [64, 256], "load": 3000, "snaplen": null, "compress": null,
-                        "queues": null, "workers": null, "offload": null, "wait": null,
-                        "backend": null, "cpus": null, "taskset": null},
-            "sent": {"frames": 3000, "pps": 3000.0, "seconds": 1.0, "batch": null},
-            "counts": null, "in_file": null, "loss": loss, "cpu_s": null, "cpu_total_s": null,
-            "spacing": null, "syscalls": null, "voluntary_switches": null,
-            "involuntary_switches": null, "wall_s": 2.0, "busy_before": null, "error": null
-        }))
-        .unwrap()
     }
 
     #[test]
@@ -545,7 +497,6 @@ pub(crate) mod tests {
             "{table}"
         );
         assert_eq!(csv(&c).lines().count(), 2);
-        assert_eq!(series(&c).len(), 2);
     }
 
     fn compared(measured: f64, predicted: f64) -> Compared {
