@@ -27,6 +27,7 @@ pub fn title(s: Suite) -> &'static str {
         Suite::Soak => "Soak: growth of memory, open files, threads over a long rotated capture",
         Suite::Predict => "Loss prediction against measurement (paper 002)",
         Suite::Probe => "Probe analysis throughput vs pmacctd and tshark (Zabala et al., Figs 6-9)",
+        Suite::Store => "Packet store: capture with an index, queries against the scan",
         Suite::Forward => {
             "Forwarding: rate, loss, order and latency at the sink (WireCAP Figs 13-14)"
         }

@@ -18,6 +18,7 @@
 //! | [`predict`] | `poolcap predict` against paper 002's sessions, bursts and loads |
 //! | [`probe`] | Zabala et al. Figs 6-9 with real analysis: probe rules vs pmacctd and tshark |
 //! | [`forward`] | WireCAP Figs 13-14: forwarding rate, loss, order and latency through the probe |
+//! | [`store`] | the packet store: `--store` against `-w`, index size, queries against the scan |
 //!
 //! Every suite has three scales: `Smoke` (one tiny point, for the root test), `Quick` (a few
 //! minutes) and `Full`.
@@ -45,6 +46,7 @@ pub mod probe;
 pub mod rates;
 pub mod sizes;
 pub mod soak;
+pub mod store;
 pub mod wait;
 
 /// A suite of points.
@@ -85,6 +87,9 @@ pub enum Suite {
     /// Forwarding through the probe (three hosts): rate, loss, reordering and latency at the
     /// sink against netsniff-ng and the Linux bridge.
     Forward,
+    /// The packet store: `capture --store` against `-w` alone (loss, CPU, index size), and
+    /// queries over a store of over 20 GB against `tcpdump -r` over every file.
+    Store,
 }
 
 /// How big a run is.
@@ -121,7 +126,7 @@ impl Scale {
 
 impl Suite {
     /// Every suite, in the order `bench all` runs them.
-    pub const ALL: [Suite; 14] = [
+    pub const ALL: [Suite; 15] = [
         Suite::Gen,
         Suite::Capture,
         Suite::Burst,
@@ -136,6 +141,7 @@ impl Suite {
         Suite::Predict,
         Suite::Probe,
         Suite::Forward,
+        Suite::Store,
     ];
 
     /// Its name on the command line.
@@ -155,6 +161,7 @@ impl Suite {
             Suite::Predict => "predict",
             Suite::Probe => "probe",
             Suite::Forward => "forward",
+            Suite::Store => "store",
         }
     }
 
@@ -209,6 +216,7 @@ impl Suite {
             Suite::Predict => predict::INTRO,
             Suite::Probe => probe::INTRO,
             Suite::Forward => forward::INTRO,
+            Suite::Store => store::INTRO,
         }
     }
 }
@@ -354,6 +362,7 @@ pub fn plan(suite: Suite, scale: Scale, cal: &Calibration) -> Plan {
         Suite::Predict => predict::plan(scale, cal),
         Suite::Probe => probe::plan(scale),
         Suite::Forward => forward::plan(scale, cal),
+        Suite::Store => store::plan(scale),
     }
 }
 
@@ -498,13 +507,14 @@ pub fn text(meta: &Meta, rows: &[Row]) -> Text {
         Suite::Predict => predict::text(meta, rows),
         Suite::Probe => probe::text(meta, rows),
         Suite::Forward => forward::text(meta, rows),
+        Suite::Store => store::text(meta, rows),
     }
 }
 
 /// The figures of a finished run.
 pub fn figures(meta: &Meta, rows: &[Row]) -> Vec<Figure> {
     match meta.suite {
-        Suite::Gen | Suite::Capture | Suite::Disk | Suite::Soak => Vec::new(),
+        Suite::Gen | Suite::Capture | Suite::Disk | Suite::Soak | Suite::Store => Vec::new(),
         Suite::Burst => burst::figures(meta, rows),
         Suite::Rates => rates::figures(meta, rows),
         Suite::Imbalance => imbalance::figures(meta, rows),
