@@ -384,10 +384,7 @@ fn measure_queries(
             }
             drop_caches()?;
             let mut q = Command::new(&b.exe);
-            q.arg("query")
-                .arg(dir)
-                .arg(filter)
-                .args(["-w", "/dev/null"]);
+            q.args(["query", "-w", "/dev/null"]).arg(dir).arg(filter);
             let (s, err) = timed(q)?;
             let (matched, read) = query_line(&err).context("poolcap query printed no summary")?;
             push(
