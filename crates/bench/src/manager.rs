@@ -213,6 +213,9 @@ fn run_in(
     }
     meta.write(&opts.out)?;
     run_points(&b, suite, &points, opts.runs, &mut log, &mut records)?;
+    if opts.suite == Suite::Store && !stop.load(Ordering::Relaxed) {
+        suites::store::queries(&b, opts.scale, opts.runs, &mut log, &mut records)?;
+    }
     meta.interrupted = stop.load(Ordering::Relaxed);
     meta.finished = Some(now());
     meta.write(&opts.out)?;

@@ -46,6 +46,9 @@ pub enum Suite {
     /// Forwarding through the probe (three hosts): rate, loss, reordering and latency at the
     /// sink against netsniff-ng and the Linux bridge.
     Forward,
+    /// The packet store: capture with `--store` against `-w` alone, then queries against
+    /// `tcpdump -r` over every file and the disk's read limit.
+    Store,
 }
 
 /// How big a run is.
@@ -82,7 +85,7 @@ impl Scale {
 
 impl Suite {
     /// Every suite, in the order `bench all` runs them.
-    pub const ALL: [Suite; 14] = [
+    pub const ALL: [Suite; 15] = [
         Suite::Gen,
         Suite::Capture,
         Suite::Burst,
@@ -97,6 +100,7 @@ impl Suite {
         Suite::Predict,
         Suite::Probe,
         Suite::Forward,
+        Suite::Store,
     ];
 
     /// Its name on the command line and in result directories.
@@ -116,6 +120,7 @@ impl Suite {
             Suite::Predict => "predict",
             Suite::Probe => "probe",
             Suite::Forward => "forward",
+            Suite::Store => "store",
         }
     }
 }

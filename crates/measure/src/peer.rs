@@ -136,6 +136,17 @@ pub struct CaptureSpec {
     /// resumed: what it captures is what its kernel ring held (calibration of the ring).
     #[serde(default)]
     pub stopped: bool,
+    /// poolcap only, when writing: `--store DIR -C MB` instead of `-w FILE`, into the
+    /// directory [`store_dir`] of the run's file, rotating every MB millions of bytes.
+    #[serde(default)]
+    pub store: Option<u64>,
+}
+
+/// The store directory of a run whose file would be `file` (`FILE.store`).
+pub fn store_dir(file: &Path) -> std::path::PathBuf {
+    let mut name = file.as_os_str().to_owned();
+    name.push(".store");
+    name.into()
 }
 
 impl CaptureSpec {
@@ -185,6 +196,7 @@ impl CaptureSpec {
             all_flows: false,
             in_kernel: false,
             stopped: false,
+            store: None,
         }
     }
 
@@ -364,7 +376,11 @@ impl Tool {
                     "-B",
                     &kib,
                 ]);
-                if spec.write || spec.dev_null {
+                let store = spec.store.filter(|_| spec.write);
+                let dir = store_dir(Path::new(&out)).to_string_lossy().into_owned();
+                if let Some(mb) = store {
+                    push(&["--store", &dir, "-C", &mb.to_string()]);
+                } else if spec.write || spec.dev_null {
                     let format = match (spec.pcapng, spec.pcap_ns) {
                         (true, _) => "pcapng",
                         (false, true) => "pcap-ns",

@@ -282,6 +282,40 @@ pub struct Record {
 }
 
 impl Record {
+    /// A record of `subject` at `point` with nothing measured yet (no traffic, no capture).
+    pub fn blank(suite: &str, point: &str, subject: &str, poolcap: bool, run: usize) -> Record {
+        Record {
+            suite: suite.to_owned(),
+            point: point.to_owned(),
+            subject: subject.to_owned(),
+            poolcap,
+            group: String::new(),
+            run,
+            rps: false,
+            traffic: Traffic::top(0, 0),
+            generator: Generator::Poolcap,
+            capture: None,
+            sent: None,
+            counts: None,
+            in_file: None,
+            file_bytes: None,
+            file_truncated: false,
+            loss: None,
+            cpu_s: None,
+            cpu_total_s: None,
+            spacing: None,
+            syscalls: None,
+            voluntary_switches: None,
+            involuntary_switches: None,
+            sched: None,
+            busy_s: None,
+            wall_s: 0.0,
+            busy_before: None,
+            samples: Vec::new(),
+            error: None,
+        }
+    }
+
     /// Packets the tool captured: what is in the file for writing runs, else its own count.
     pub fn captured(&self) -> Option<u64> {
         self.in_file.or(self.counts.as_ref().map(|c| c.captured))
@@ -335,6 +369,35 @@ fn busy_share(window: Duration) -> Option<f64> {
     (t1 > t0).then(|| (b1 - b0) as f64 / (t1 - t0) as f64)
 }
 
+/// What a store directory holds after a run: its capture files counted as streams (not
+/// through the store's own indexes), and the bytes of its indexes.
+struct Held {
+    packets: u64,
+    bytes: u64,
+    truncated: bool,
+    index_bytes: u64,
+}
+
+fn count_store(dir: &Path) -> anyhow::Result<Held> {
+    let mut held = Held {
+        packets: 0,
+        bytes: 0,
+        truncated: false,
+        index_bytes: 0,
+    };
+    let store = poolcap_engine::store::Store::open(dir)?;
+    for f in store.files()? {
+        let c =
+            count_file(&f, None, false).with_context(|| format!("cannot read {}", f.display()))?;
+        held.packets += c.packets;
+        held.bytes += c.bytes;
+        held.truncated |= c.truncated;
+        let idx = poolcap_engine::store::index::index_path(&f);
+        held.index_bytes += std::fs::metadata(idx).map_or(0, |m| m.len());
+    }
+    Ok(held)
+}
+
 /// Removes `file` and the files a rotation wrote beside it (`capture.pcap0`, `capture.pcap1`,
 /// ...), so a soak's rotated set does not stay on disk until the bench ends.
 fn remove_with_rotated(file: &Path) {
@@ -376,41 +439,19 @@ impl Bench<'_> {
         let rps_set = point.rps.map_or(Ok(()), |on| set_rps(self.lab, on));
         let busy_before = self.wait_quiet();
         let started = Instant::now();
-        let mut rec = Record {
-            suite: suite.to_owned(),
-            point: point.id.clone(),
-            subject: subject.name.clone(),
-            poolcap: subject.is_poolcap(),
-            group: subject.group.clone(),
-            run,
-            rps: point.rps.unwrap_or(self.rps),
-            traffic: point.traffic.clone(),
-            generator: subject.generator,
-            capture: subject.capture.clone(),
-            sent: None,
-            counts: None,
-            in_file: None,
-            file_bytes: None,
-            file_truncated: false,
-            loss: None,
-            cpu_s: None,
-            cpu_total_s: None,
-            spacing: None,
-            syscalls: None,
-            voluntary_switches: None,
-            involuntary_switches: None,
-            sched: None,
-            busy_s: None,
-            wall_s: 0.0,
-            busy_before,
-            samples: Vec::new(),
-            error: None,
-        };
+        let mut rec = Record::blank(suite, &point.id, &subject.name, subject.is_poolcap(), run);
+        rec.group = subject.group.clone();
+        rec.rps = point.rps.unwrap_or(self.rps);
+        rec.traffic = point.traffic.clone();
+        rec.generator = subject.generator;
+        rec.capture = subject.capture.clone();
+        rec.busy_before = busy_before;
         let file = self.scratch.join("capture.pcap");
         if let Err(e) = rps_set.and_then(|()| self.measure(point, subject, &file, &mut rec)) {
             rec.error = Some(format!("{e:#}"));
         }
         remove_with_rotated(&file);
+        let _ = std::fs::remove_dir_all(peer::store_dir(&file));
         rec.wall_s = started.elapsed().as_secs_f64();
         rec
     }
@@ -560,8 +601,17 @@ impl Bench<'_> {
             counts.extra.insert("out_tx".into(), out as f64);
             rec.in_file = Some(sink.finish(&mut counts.extra)?.unique);
         }
-        // A rotated set has no one file to count (and -W overwrote its oldest files).
-        if spec.write && spec.rotate.is_none() {
+        if let (true, Some(_)) = (spec.write, spec.store) {
+            let held = count_store(&peer::store_dir(file))?;
+            rec.in_file = Some(held.packets);
+            rec.file_bytes = Some(held.bytes);
+            rec.file_truncated = held.truncated;
+            if let Some(c) = rec.counts.as_mut() {
+                c.extra
+                    .insert("index_bytes".into(), held.index_bytes as f64);
+            }
+        } else if spec.write && spec.rotate.is_none() {
+            // A rotated set has no one file to count (and -W overwrote its oldest files).
             let f = count_file(file, spec.compress.as_deref(), point.spacing)
                 .with_context(|| format!("cannot read {}'s file", spec.tool.name()))?;
             rec.in_file = Some(f.packets);

@@ -26,7 +26,7 @@ pub enum Target {
     Export,
 }
 
-const TARGETS: [Target; 17] = [
+const TARGETS: [Target; 18] = [
     Target::Suite(Suite::Gen),
     Target::Suite(Suite::Capture),
     Target::Suite(Suite::Burst),
@@ -41,6 +41,7 @@ const TARGETS: [Target; 17] = [
     Target::Suite(Suite::Predict),
     Target::Suite(Suite::Probe),
     Target::Suite(Suite::Forward),
+    Target::Suite(Suite::Store),
     Target::All,
     Target::Report,
     Target::Export,
@@ -93,6 +94,11 @@ impl ValueEnum for Target {
              vs netsniff-ng --in/--out and the Linux bridge at 64/512/1514 B, 50k pps and top
              speed, x = 0 and heavy: forwarded pps, loss and reordering at the sink, latency
              p50/p99/p99.9/max, the forwarder's accounting, CPU per packet
+  store      the packet store: capture --store vs -w alone (1514 B top, 64 B 300k pps, imix;
+             loss, CPU per packet, index bytes); then a query store (2.5 GB quick, > 20 GB full,
+             imix over 100k flows) queried for one flow and for 10% of the traffic against
+             tcpdump -r over every file and against reading just the matching packets, page
+             cache dropped before each (needs about 23 GB free in /var/tmp for a full run)
   all        every suite (sizes with --rps), then `report`
   export     poolcap probe --ipfix vs softflowd and pmacctd's nfprobe into nfcapd (1k-100k flows);
              the CPU of a Prometheus scrape and Kafka records/s (outside `all`)

@@ -18,6 +18,7 @@
 //! | [`predict`] | `poolcap predict` against paper 002's sessions, bursts and loads |
 //! | [`probe`] | Zabala et al. Figs 6-9 with real analysis: probe rules vs pmacctd and tshark |
 //! | [`forward`] | WireCAP Figs 13-14: forwarding rate, loss, order and latency through the probe |
+//! | [`store`] | the packet store: `--store` against `-w`, index size, queries against the scan |
 //!
 //! Every suite has three scales: `Smoke` (one tiny point, for the root test), `Quick` (a few
 //! minutes) and `Full`.
@@ -44,6 +45,7 @@ pub mod probe;
 pub mod rates;
 pub mod sizes;
 pub mod soak;
+pub mod store;
 pub mod wait;
 
 impl Suite {
@@ -64,6 +66,7 @@ impl Suite {
             Suite::Predict => &predict::Predict,
             Suite::Probe => &probe::Probe,
             Suite::Forward => &forward::Forward,
+            Suite::Store => &store::StoreSuite,
         }
     }
 }
