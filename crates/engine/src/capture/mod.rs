@@ -82,13 +82,13 @@ use self::pipeline::Pipeline;
 use self::policy::{group_of, PolicySpec};
 use self::pool::{Pool, PoolSize};
 use self::queue::WaitStrategy;
+use self::savefile::BoxedOutput;
 use self::sink::{Sink, SinkSpec};
 use self::source::Source;
 use self::start::{
     check_memory, open_input, open_sink, retire_tuning, writes_only, InputPlan, Plan, Started,
 };
 use self::threads::Threads;
-use self::writer::BoxedOutput;
 use poolcap_sys::netdev;
 
 /// How often the supervising thread looks at the stop flag and the counters.

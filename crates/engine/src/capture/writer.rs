@@ -31,16 +31,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
-use poolcap_format::{IfStats, Output, WriteError};
+use poolcap_format::{IfStats, WriteError};
 
 use super::doorbell::Doorbell;
 use super::pool::{Chunk, Pool};
 use super::progress::Progress;
 use super::rotate::Next;
-use super::savefile::Savefiles;
-
-/// The output of a capture: a file or standard output.
-pub type BoxedOutput = Box<dyn Output + Send>;
+use super::savefile::{Savefiles, DIRECT_BATCH_BYTES};
 
 /// Most runs of records handed to the kernel in one vectored write (IOV_MAX on Linux).
 const MAX_SPANS: usize = 1024;
@@ -50,14 +47,6 @@ const MAX_SPANS: usize = 1024;
 /// CPU; 1 MiB took no less and lost frames in 3 of 4 runs (a long write keeps the capture
 /// thread off a shared core).
 pub const BATCH_BYTES: usize = 256 << 10;
-
-/// Bytes of records per write with direct I/O: the device's pace grows with the write's size
-/// (`dd oflag=direct` here: 256 KiB 0.58 GB/s, 1 MiB 1.0 GB/s, 4 MiB 1.8 GB/s), and the
-/// writes go to the device from an I/O thread while the writer fills the next buffer (see
-/// `poolcap_format::DirectFile`). 4 MiB was slower than 2 MiB from a file in RAM to disk
-/// (3.8 GB, 3 interleaved rounds on 2 shared cores: pcap 483-515 against 757-830 MB/s,
-/// pcapng 359-865 against 631-902): four buffers of 4 MiB no longer stay in the cache.
-pub const DIRECT_BATCH_BYTES: usize = 2 << 20;
 
 /// Bytes of records per write, with or without direct I/O.
 pub fn batch_bytes(direct: bool) -> usize {
@@ -599,7 +588,7 @@ impl FileWriter {
             Next::Same => {}
             Next::Rotate(path) => {
                 self.write_batch(queues, batch)?;
-                self.out.close(stats())?;
+                self.out.close_behind(stats())?;
                 self.out.open(path)?;
             }
             Next::LimitReached => {
