@@ -268,6 +268,9 @@ pub struct Savefiles {
     closing: Vec<Closing>,
 }
 
+/// How a file is closed: its statistics block, its writes still in flight, its sync.
+type CloseJob = Box<dyn FnOnce() -> Result<(), WriteError> + Send>;
+
 /// A file whose close (statistics block, the writes still in flight, sync) runs on a
 /// thread of its own, so that a device that stalls at a rotation stalls no packet.
 struct Closing {
@@ -439,11 +442,7 @@ impl Savefiles {
     }
 
     /// Takes the current file and returns how to close it, and its whole packets.
-    #[allow(clippy::type_complexity)]
-    fn closing_job(
-        &mut self,
-        totals: IfStats,
-    ) -> Option<(Box<dyn FnOnce() -> Result<(), WriteError> + Send>, u64)> {
+    fn closing_job(&mut self, totals: IfStats) -> Option<(CloseJob, u64)> {
         let writer = self.writer.take()?;
         let stats = IfStats {
             received: totals.received.saturating_sub(self.base.received),
