@@ -42,7 +42,7 @@ pub struct ReportPaths {
 
 /// A suite's headline.
 pub fn title(s: Suite) -> &'static str {
-    s.def().title()
+    s.def().title
 }
 
 fn date(unix: u64) -> String {
@@ -222,7 +222,7 @@ fn body(r: &Rendered, h: &str, img: &str) -> String {
 /// `summary.md` of a result directory.
 pub fn summary(r: &Rendered) -> String {
     let m = &r.meta;
-    let mut s = format!("# {}\n\n{}\n\n", m.title(), m.suite.def().intro());
+    let mut s = format!("# {}\n\n{}\n\n", m.title(), m.suite.def().intro);
     if !r.text.headline.is_empty() {
         let _ = writeln!(s, "**In short:** {}\n", r.text.headline);
     }
@@ -456,7 +456,7 @@ fn section(r: &Rendered, img: &str) -> String {
         "## {}: {}\n\n{}\n\n",
         m.suite.name(),
         title(m.suite),
-        m.suite.def().intro()
+        m.suite.def().intro
     );
     if !r.text.headline.is_empty() {
         let _ = writeln!(s, "**In short:** {}\n", r.text.headline);

@@ -9,7 +9,7 @@
 //!
 //! - [`manager`] and [`suites`]: the manager — one lab per suite, calibration, the interleaved
 //!   runs (a line each and, on a terminal, a progress bar: [`progress`]), Ctrl-C; each suite
-//!   ([`suites::BenchSuite`], one file each) its points, figures and the targets its summary
+//!   ([`suites::SuiteDef`], one file each) its points, figures and the targets its summary
 //!   checks. What a run is ([`setup`]: suite, scale, calibration) is plain data both use; the
 //!   import graph runs setup ← meta ← suites ← doc ← manager, with no way back;
 //! - [`point`] and [`child`] (from `poolcap-measure`, shared with `poolcap calibrate`): the agents — one measured run (start the tool in the probe

@@ -125,7 +125,7 @@ fn run_in(
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<Rendered> {
     let suite = opts.suite.name();
-    let lab = Lab::unique(opts.suite.def().queues(), opts.suite.def().hosts())?;
+    let lab = Lab::unique(opts.suite.def().queues, opts.suite.def().hosts)?;
     if opts.rps {
         set_rps(&lab, true)?;
     }
@@ -243,7 +243,7 @@ fn calibrate(
 ) -> anyhow::Result<Calibration> {
     let ns_per_iteration = suites::ns_per_iteration()?;
     let disk_mb_s = match (
-        opts.suite.def().calibration(),
+        opts.suite.def().calibration,
         suites::disk::dd_mib(opts.scale),
     ) {
         (CalibrationKind::Device, Some(mib)) => {
@@ -254,7 +254,7 @@ fn calibrate(
         }
         _ => None,
     };
-    let top_pps = match opts.suite.def().calibration() {
+    let top_pps = match opts.suite.def().calibration {
         CalibrationKind::Iterations | CalibrationKind::Device => None,
         CalibrationKind::TopSpeed { .. } if opts.scale == Scale::Smoke => None,
         CalibrationKind::TopSpeed { flows } => {

@@ -2,7 +2,7 @@
 //! manager calibrated first. Plain data that `meta.json` records ([`super::meta`]) and the
 //! suites read; it depends on no other part of the rig, so the suites, the manager and the
 //! formatters all depend on it and not on each other. Each suite's behaviour is its
-//! [`super::suites::BenchSuite`] implementation (`Suite::def`).
+//! [`super::suites::SuiteDef`] (`Suite::def`).
 
 use serde::{Deserialize, Serialize};
 

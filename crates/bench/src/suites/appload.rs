@@ -189,29 +189,15 @@ pub fn figures(meta: &Meta, rows: &[Row]) -> Vec<Figure> {
 }
 
 /// The appload suite (see [`INTRO`]).
-pub struct Appload;
-
-impl super::BenchSuite for Appload {
-    fn title(&self) -> &'static str {
-        "Application load: compression level (Braun et al., Figs 10-11)"
-    }
-    fn intro(&self) -> &'static str {
-        INTRO
-    }
-    fn plan(&self, scale: super::Scale, _: &super::Calibration) -> super::Plan {
-        plan(scale)
-    }
-    fn text(&self, meta: &crate::meta::Meta, rows: &[crate::report::Row]) -> super::Text {
-        text(meta, rows)
-    }
-    fn figures(
-        &self,
-        meta: &crate::meta::Meta,
-        rows: &[crate::report::Row],
-    ) -> Vec<crate::figure::Figure> {
-        figures(meta, rows)
-    }
-}
+pub const DEF: super::SuiteDef = super::SuiteDef {
+    figures,
+    ..super::SuiteDef::new(
+        "Application load: compression level (Braun et al., Figs 10-11)",
+        INTRO,
+        |scale, _| plan(scale),
+        text,
+    )
+};
 
 #[cfg(test)]
 mod tests {

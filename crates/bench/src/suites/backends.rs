@@ -320,35 +320,12 @@ pub fn figures(meta: &Meta, rows: &[Row]) -> Vec<Figure> {
 }
 
 /// The backends suite (see [`INTRO`]).
-pub struct Backends;
-
-impl super::BenchSuite for Backends {
-    fn title(&self) -> &'static str {
-        "AF_XDP (copy mode on veth) vs AF_PACKET"
-    }
-    fn intro(&self) -> &'static str {
-        INTRO
-    }
-    fn queues(&self) -> u16 {
-        2
-    }
-    fn calibration(&self) -> super::CalibrationKind {
-        super::CalibrationKind::TopSpeed { flows: FLOWS }
-    }
-    fn plan(&self, scale: super::Scale, cal: &super::Calibration) -> super::Plan {
-        plan(scale, cal)
-    }
-    fn text(&self, meta: &crate::meta::Meta, rows: &[crate::report::Row]) -> super::Text {
-        text(meta, rows)
-    }
-    fn figures(
-        &self,
-        meta: &crate::meta::Meta,
-        rows: &[crate::report::Row],
-    ) -> Vec<crate::figure::Figure> {
-        figures(meta, rows)
-    }
-}
+pub const DEF: super::SuiteDef = super::SuiteDef {
+    calibration: super::CalibrationKind::TopSpeed { flows: FLOWS },
+    queues: 2,
+    figures,
+    ..super::SuiteDef::new("AF_XDP (copy mode on veth) vs AF_PACKET", INTRO, plan, text)
+};
 
 #[cfg(test)]
 mod tests {

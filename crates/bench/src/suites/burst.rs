@@ -191,32 +191,11 @@ pub fn figures(meta: &Meta, rows: &[Row]) -> Vec<Figure> {
 }
 
 /// The burst suite (see [`INTRO`]).
-pub struct Burst;
-
-impl super::BenchSuite for Burst {
-    fn title(&self) -> &'static str {
-        "Burst absorption (WireCAP Fig. 10)"
-    }
-    fn intro(&self) -> &'static str {
-        INTRO
-    }
-    fn calibration(&self) -> super::CalibrationKind {
-        super::CalibrationKind::TopSpeed { flows: 1 }
-    }
-    fn plan(&self, scale: super::Scale, cal: &super::Calibration) -> super::Plan {
-        plan(scale, cal)
-    }
-    fn text(&self, meta: &crate::meta::Meta, rows: &[crate::report::Row]) -> super::Text {
-        text(meta, rows)
-    }
-    fn figures(
-        &self,
-        meta: &crate::meta::Meta,
-        rows: &[crate::report::Row],
-    ) -> Vec<crate::figure::Figure> {
-        figures(meta, rows)
-    }
-}
+pub const DEF: super::SuiteDef = super::SuiteDef {
+    calibration: super::CalibrationKind::TopSpeed { flows: 1 },
+    figures,
+    ..super::SuiteDef::new("Burst absorption (WireCAP Fig. 10)", INTRO, plan, text)
+};
 
 #[cfg(test)]
 mod tests {

@@ -120,22 +120,12 @@ fn targets(rows: &[Row]) -> Vec<String> {
 }
 
 /// The capture suite (see [`INTRO`]).
-pub struct Capture;
-
-impl super::BenchSuite for Capture {
-    fn title(&self) -> &'static str {
-        "Capture without load: loss, CPU, sender rate"
-    }
-    fn intro(&self) -> &'static str {
-        INTRO
-    }
-    fn plan(&self, scale: super::Scale, _: &super::Calibration) -> super::Plan {
-        plan(scale)
-    }
-    fn text(&self, meta: &crate::meta::Meta, rows: &[crate::report::Row]) -> super::Text {
-        text(meta, rows)
-    }
-}
+pub const DEF: super::SuiteDef = super::SuiteDef::new(
+    "Capture without load: loss, CPU, sender rate",
+    INTRO,
+    |scale, _| plan(scale),
+    text,
+);
 
 #[cfg(test)]
 mod tests {

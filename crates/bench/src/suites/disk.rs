@@ -636,28 +636,16 @@ fn cpu_without_write(rows: &[Row]) -> Option<String> {
 }
 
 /// The disk suite (see [`INTRO`]).
-pub struct Disk;
-
-impl super::BenchSuite for Disk {
-    fn title(&self) -> &'static str {
-        "Writing to disk: loss, CPU, MB/s, sustained rate"
-    }
-    fn intro(&self) -> &'static str {
-        INTRO
-    }
-    fn queues(&self) -> u16 {
-        2
-    }
-    fn calibration(&self) -> super::CalibrationKind {
-        super::CalibrationKind::Device
-    }
-    fn plan(&self, scale: super::Scale, cal: &super::Calibration) -> super::Plan {
-        plan(scale, cal)
-    }
-    fn text(&self, meta: &crate::meta::Meta, rows: &[crate::report::Row]) -> super::Text {
-        text(meta, rows)
-    }
-}
+pub const DEF: super::SuiteDef = super::SuiteDef {
+    queues: 2,
+    calibration: super::CalibrationKind::Device,
+    ..super::SuiteDef::new(
+        "Writing to disk: loss, CPU, MB/s, sustained rate",
+        INTRO,
+        plan,
+        text,
+    )
+};
 
 #[cfg(test)]
 mod tests {

@@ -440,35 +440,17 @@ pub fn figures(_meta: &Meta, rows: &[Row]) -> Vec<Figure> {
 }
 
 /// The forward suite (see [`INTRO`]).
-pub struct Forward;
-
-impl super::BenchSuite for Forward {
-    fn title(&self) -> &'static str {
-        "Forwarding: rate, loss, order and latency at the sink (WireCAP Figs 13-14)"
-    }
-    fn intro(&self) -> &'static str {
-        INTRO
-    }
-    fn queues(&self) -> u16 {
-        2
-    }
-    fn hosts(&self) -> u8 {
-        3
-    }
-    fn plan(&self, scale: super::Scale, cal: &super::Calibration) -> super::Plan {
-        plan(scale, cal)
-    }
-    fn text(&self, meta: &crate::meta::Meta, rows: &[crate::report::Row]) -> super::Text {
-        text(meta, rows)
-    }
-    fn figures(
-        &self,
-        meta: &crate::meta::Meta,
-        rows: &[crate::report::Row],
-    ) -> Vec<crate::figure::Figure> {
-        figures(meta, rows)
-    }
-}
+pub const DEF: super::SuiteDef = super::SuiteDef {
+    queues: 2,
+    hosts: 3,
+    figures,
+    ..super::SuiteDef::new(
+        "Forwarding: rate, loss, order and latency at the sink (WireCAP Figs 13-14)",
+        INTRO,
+        plan,
+        text,
+    )
+};
 
 #[cfg(test)]
 mod tests {

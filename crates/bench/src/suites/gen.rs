@@ -174,19 +174,5 @@ fn targets(rows: &[Row]) -> Vec<String> {
 }
 
 /// The gen suite (see [`INTRO`]).
-pub struct Gen;
-
-impl super::BenchSuite for Gen {
-    fn title(&self) -> &'static str {
-        "Generator accuracy"
-    }
-    fn intro(&self) -> &'static str {
-        INTRO
-    }
-    fn plan(&self, scale: super::Scale, _: &super::Calibration) -> super::Plan {
-        plan(scale)
-    }
-    fn text(&self, meta: &crate::meta::Meta, rows: &[crate::report::Row]) -> super::Text {
-        text(meta, rows)
-    }
-}
+pub const DEF: super::SuiteDef =
+    super::SuiteDef::new("Generator accuracy", INTRO, |scale, _| plan(scale), text);

@@ -338,32 +338,16 @@ pub fn figures(meta: &Meta, rows: &[Row]) -> Vec<Figure> {
 }
 
 /// The imbalance suite (see [`INTRO`]).
-pub struct Imbalance;
-
-impl super::BenchSuite for Imbalance {
-    fn title(&self) -> &'static str {
-        "Load imbalance and offloading (WireCAP Figs 11-12)"
-    }
-    fn intro(&self) -> &'static str {
-        INTRO
-    }
-    fn queues(&self) -> u16 {
-        2
-    }
-    fn plan(&self, scale: super::Scale, cal: &super::Calibration) -> super::Plan {
-        plan(scale, cal)
-    }
-    fn text(&self, meta: &crate::meta::Meta, rows: &[crate::report::Row]) -> super::Text {
-        text(meta, rows)
-    }
-    fn figures(
-        &self,
-        meta: &crate::meta::Meta,
-        rows: &[crate::report::Row],
-    ) -> Vec<crate::figure::Figure> {
-        figures(meta, rows)
-    }
-}
+pub const DEF: super::SuiteDef = super::SuiteDef {
+    queues: 2,
+    figures,
+    ..super::SuiteDef::new(
+        "Load imbalance and offloading (WireCAP Figs 11-12)",
+        INTRO,
+        plan,
+        text,
+    )
+};
 
 #[cfg(test)]
 mod tests {

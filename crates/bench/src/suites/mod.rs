@@ -50,54 +50,68 @@ pub mod wait;
 
 impl Suite {
     /// Its implementation: the one place a suite's behaviour is looked up by its name.
-    pub fn def(self) -> &'static dyn BenchSuite {
+    pub fn def(self) -> &'static SuiteDef {
         match self {
-            Suite::Gen => &gen::Gen,
-            Suite::Capture => &capture::Capture,
-            Suite::Burst => &burst::Burst,
-            Suite::Rates => &rates::Rates,
-            Suite::Imbalance => &imbalance::Imbalance,
-            Suite::Sizes => &sizes::Sizes,
-            Suite::Appload => &appload::Appload,
-            Suite::Wait => &wait::Wait,
-            Suite::Backends => &backends::Backends,
-            Suite::Disk => &disk::Disk,
-            Suite::Soak => &soak::Soak,
-            Suite::Predict => &predict::Predict,
-            Suite::Probe => &probe::Probe,
-            Suite::Forward => &forward::Forward,
-            Suite::Store => &store::StoreSuite,
+            Suite::Gen => &gen::DEF,
+            Suite::Capture => &capture::DEF,
+            Suite::Burst => &burst::DEF,
+            Suite::Rates => &rates::DEF,
+            Suite::Imbalance => &imbalance::DEF,
+            Suite::Sizes => &sizes::DEF,
+            Suite::Appload => &appload::DEF,
+            Suite::Wait => &wait::DEF,
+            Suite::Backends => &backends::DEF,
+            Suite::Disk => &disk::DEF,
+            Suite::Soak => &soak::DEF,
+            Suite::Predict => &predict::DEF,
+            Suite::Probe => &probe::DEF,
+            Suite::Forward => &forward::DEF,
+            Suite::Store => &store::DEF,
         }
     }
 }
 
-/// One benchmark suite, implemented in its own file (`suites/NAME.rs`): its lab, its points
-/// at each [`Scale`], and what its summary and BENCHMARKS.md say and draw. The manager and
-/// the formatters call these; a suite never calls them back.
-pub trait BenchSuite: Sync {
+/// What a suite is: its BENCHMARKS.md heading and introduction, its lab, what it
+/// calibrates, and how it plans its points and reports a run. Each suite's file has one,
+/// `DEF`; [`Suite::def`] looks it up. The manager and the formatters call it; a suite
+/// never calls them back.
+pub struct SuiteDef {
     /// Its BENCHMARKS.md heading.
-    fn title(&self) -> &'static str;
+    pub title: &'static str,
     /// The paper figure or issue it reproduces, and what to read from it (for BENCHMARKS.md).
-    fn intro(&self) -> &'static str;
+    pub intro: &'static str,
     /// Receive queues of its lab.
-    fn queues(&self) -> u16 {
-        1
-    }
+    pub queues: u16,
     /// Hosts of its lab: 3 (sender, probe, sink) for forwarding, else 2.
-    fn hosts(&self) -> u8 {
-        2
-    }
+    pub hosts: u8,
     /// What its calibration measures.
-    fn calibration(&self) -> CalibrationKind {
-        CalibrationKind::Iterations
-    }
-    /// Its points at `scale`, given the calibration.
-    fn plan(&self, scale: Scale, cal: &Calibration) -> Plan;
+    pub calibration: CalibrationKind,
+    /// Its points at a scale, given the calibration.
+    pub plan: fn(Scale, &Calibration) -> Plan,
     /// The summary text of a finished run.
-    fn text(&self, meta: &Meta, rows: &[Row]) -> Text;
+    pub text: fn(&Meta, &[Row]) -> Text,
     /// The figures of a finished run.
-    fn figures(&self, _meta: &Meta, _rows: &[Row]) -> Vec<Figure> {
-        Vec::new()
+    pub figures: fn(&Meta, &[Row]) -> Vec<Figure>,
+}
+
+impl SuiteDef {
+    /// A suite on one queue and two hosts, calibrating the x-loop, without figures.
+    pub const fn new(
+        title: &'static str,
+        intro: &'static str,
+        plan: fn(Scale, &Calibration) -> Plan,
+        text: fn(&Meta, &[Row]) -> Text,
+    ) -> Self {
+        Self {
+            title,
+            intro,
+            queues: 1,
+            hosts: 2,
+            calibration: CalibrationKind::Iterations,
+            plan,
+            text,
+            figures: |_, _| Vec::new(),
+        }
     }
 }
 
@@ -148,7 +162,7 @@ pub struct Plan {
 
 /// The points of `suite` at `scale`.
 pub fn plan(suite: Suite, scale: Scale, cal: &Calibration) -> Plan {
-    suite.def().plan(scale, cal)
+    (suite.def().plan)(scale, cal)
 }
 
 /// One results table.
@@ -277,12 +291,12 @@ pub fn zero_loss_counts(rows: &[Row]) -> (usize, usize, usize) {
 
 /// The summary text of a finished run.
 pub fn text(meta: &Meta, rows: &[Row]) -> Text {
-    meta.suite.def().text(meta, rows)
+    (meta.suite.def().text)(meta, rows)
 }
 
 /// The figures of a finished run.
 pub fn figures(meta: &Meta, rows: &[Row]) -> Vec<Figure> {
-    meta.suite.def().figures(meta, rows)
+    (meta.suite.def().figures)(meta, rows)
 }
 
 /// The pinning sentence every summary starts its settings with.
@@ -476,8 +490,8 @@ mod tests {
             let name = clap::ValueEnum::to_possible_value(&s).unwrap();
             assert_eq!(name.get_name(), s.name(), "{s:?}");
             assert_eq!(serde_json::to_value(s).unwrap(), s.name(), "{s:?}");
-            assert!(titles.insert(s.def().title()), "{s:?}: title taken");
-            assert!(intros.insert(s.def().intro()), "{s:?}: intro taken");
+            assert!(titles.insert(s.def().title), "{s:?}: title taken");
+            assert!(intros.insert(s.def().intro), "{s:?}: intro taken");
         }
     }
 

@@ -685,32 +685,16 @@ pub fn figures(meta: &Meta, rows: &[Row]) -> Vec<Figure> {
 }
 
 /// The predict suite (see [`INTRO`]).
-pub struct Predict;
-
-impl super::BenchSuite for Predict {
-    fn title(&self) -> &'static str {
-        "Loss prediction against measurement (paper 002)"
-    }
-    fn intro(&self) -> &'static str {
-        INTRO
-    }
-    fn calibration(&self) -> super::CalibrationKind {
-        super::CalibrationKind::TopSpeed { flows: 1 }
-    }
-    fn plan(&self, scale: super::Scale, cal: &super::Calibration) -> super::Plan {
-        plan(scale, cal)
-    }
-    fn text(&self, meta: &crate::meta::Meta, rows: &[crate::report::Row]) -> super::Text {
-        text(meta, rows)
-    }
-    fn figures(
-        &self,
-        meta: &crate::meta::Meta,
-        rows: &[crate::report::Row],
-    ) -> Vec<crate::figure::Figure> {
-        figures(meta, rows)
-    }
-}
+pub const DEF: super::SuiteDef = super::SuiteDef {
+    calibration: super::CalibrationKind::TopSpeed { flows: 1 },
+    figures,
+    ..super::SuiteDef::new(
+        "Loss prediction against measurement (paper 002)",
+        INTRO,
+        plan,
+        text,
+    )
+};
 
 #[cfg(test)]
 mod tests {

@@ -313,29 +313,15 @@ pub fn figures(meta: &Meta, rows: &[Row]) -> Vec<Figure> {
 }
 
 /// The probe suite (see [`INTRO`]).
-pub struct Probe;
-
-impl super::BenchSuite for Probe {
-    fn title(&self) -> &'static str {
-        "Probe analysis throughput vs pmacctd and tshark (Zabala et al., Figs 6-9)"
-    }
-    fn intro(&self) -> &'static str {
-        INTRO
-    }
-    fn plan(&self, scale: super::Scale, _: &super::Calibration) -> super::Plan {
-        plan(scale)
-    }
-    fn text(&self, meta: &crate::meta::Meta, rows: &[crate::report::Row]) -> super::Text {
-        text(meta, rows)
-    }
-    fn figures(
-        &self,
-        meta: &crate::meta::Meta,
-        rows: &[crate::report::Row],
-    ) -> Vec<crate::figure::Figure> {
-        figures(meta, rows)
-    }
-}
+pub const DEF: super::SuiteDef = super::SuiteDef {
+    figures,
+    ..super::SuiteDef::new(
+        "Probe analysis throughput vs pmacctd and tshark (Zabala et al., Figs 6-9)",
+        INTRO,
+        |scale, _| plan(scale),
+        text,
+    )
+};
 
 #[cfg(test)]
 mod tests {

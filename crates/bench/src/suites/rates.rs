@@ -370,32 +370,16 @@ pub fn figures(meta: &Meta, rows: &[Row]) -> Vec<Figure> {
 }
 
 /// The rates suite (see [`INTRO`]).
-pub struct Rates;
-
-impl super::BenchSuite for Rates {
-    fn title(&self) -> &'static str {
-        "Capture vs analysis throughput (Zabala et al., Figs 6-9)"
-    }
-    fn intro(&self) -> &'static str {
-        INTRO
-    }
-    fn queues(&self) -> u16 {
-        2
-    }
-    fn plan(&self, scale: super::Scale, _: &super::Calibration) -> super::Plan {
-        plan(scale)
-    }
-    fn text(&self, meta: &crate::meta::Meta, rows: &[crate::report::Row]) -> super::Text {
-        text(meta, rows)
-    }
-    fn figures(
-        &self,
-        meta: &crate::meta::Meta,
-        rows: &[crate::report::Row],
-    ) -> Vec<crate::figure::Figure> {
-        figures(meta, rows)
-    }
-}
+pub const DEF: super::SuiteDef = super::SuiteDef {
+    queues: 2,
+    figures,
+    ..super::SuiteDef::new(
+        "Capture vs analysis throughput (Zabala et al., Figs 6-9)",
+        INTRO,
+        |scale, _| plan(scale),
+        text,
+    )
+};
 
 #[cfg(test)]
 mod tests {

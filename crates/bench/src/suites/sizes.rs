@@ -380,29 +380,15 @@ pub fn figures(meta: &Meta, rows: &[Row]) -> Vec<Figure> {
 }
 
 /// The sizes suite (see [`INTRO`]).
-pub struct Sizes;
-
-impl super::BenchSuite for Sizes {
-    fn title(&self) -> &'static str {
-        "Frame size, snap length, buffer size (paper 002, sessions 1-4)"
-    }
-    fn intro(&self) -> &'static str {
-        INTRO
-    }
-    fn plan(&self, scale: super::Scale, _: &super::Calibration) -> super::Plan {
-        plan(scale)
-    }
-    fn text(&self, meta: &crate::meta::Meta, rows: &[crate::report::Row]) -> super::Text {
-        text(meta, rows)
-    }
-    fn figures(
-        &self,
-        meta: &crate::meta::Meta,
-        rows: &[crate::report::Row],
-    ) -> Vec<crate::figure::Figure> {
-        figures(meta, rows)
-    }
-}
+pub const DEF: super::SuiteDef = super::SuiteDef {
+    figures,
+    ..super::SuiteDef::new(
+        "Frame size, snap length, buffer size (paper 002, sessions 1-4)",
+        INTRO,
+        |scale, _| plan(scale),
+        text,
+    )
+};
 
 #[cfg(test)]
 mod tests {

@@ -163,25 +163,15 @@ fn headline(rows: &[Row]) -> String {
 }
 
 /// The soak suite (see [`INTRO`]).
-pub struct Soak;
-
-impl super::BenchSuite for Soak {
-    fn title(&self) -> &'static str {
-        "Soak: growth of memory, open files, threads over a long rotated capture"
-    }
-    fn intro(&self) -> &'static str {
-        INTRO
-    }
-    fn calibration(&self) -> super::CalibrationKind {
-        super::CalibrationKind::TopSpeed { flows: 1 }
-    }
-    fn plan(&self, scale: super::Scale, cal: &super::Calibration) -> super::Plan {
-        plan(scale, cal)
-    }
-    fn text(&self, meta: &crate::meta::Meta, rows: &[crate::report::Row]) -> super::Text {
-        text(meta, rows)
-    }
-}
+pub const DEF: super::SuiteDef = super::SuiteDef {
+    calibration: super::CalibrationKind::TopSpeed { flows: 1 },
+    ..super::SuiteDef::new(
+        "Soak: growth of memory, open files, threads over a long rotated capture",
+        INTRO,
+        plan,
+        text,
+    )
+};
 
 #[cfg(test)]
 mod tests {

@@ -663,22 +663,12 @@ fn disk_mb_s(rows: &[Row]) -> Option<f64> {
 }
 
 /// The store suite (see [`INTRO`]).
-pub struct StoreSuite;
-
-impl super::BenchSuite for StoreSuite {
-    fn title(&self) -> &'static str {
-        "Packet store: capture with an index, queries against the scan"
-    }
-    fn intro(&self) -> &'static str {
-        INTRO
-    }
-    fn plan(&self, scale: super::Scale, _cal: &super::Calibration) -> super::Plan {
-        plan(scale)
-    }
-    fn text(&self, meta: &Meta, rows: &[Row]) -> super::Text {
-        text(meta, rows)
-    }
-}
+pub const DEF: super::SuiteDef = super::SuiteDef::new(
+    "Packet store: capture with an index, queries against the scan",
+    INTRO,
+    |scale, _| plan(scale),
+    text,
+);
 
 #[cfg(test)]
 mod tests {

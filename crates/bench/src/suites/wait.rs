@@ -166,29 +166,15 @@ pub fn figures(meta: &Meta, rows: &[Row]) -> Vec<Figure> {
 }
 
 /// The wait suite (see [`INTRO`]).
-pub struct Wait;
-
-impl super::BenchSuite for Wait {
-    fn title(&self) -> &'static str {
-        "Wait strategies: syscalls per packet (Braun et al., 4.3)"
-    }
-    fn intro(&self) -> &'static str {
-        INTRO
-    }
-    fn plan(&self, scale: super::Scale, _: &super::Calibration) -> super::Plan {
-        plan(scale)
-    }
-    fn text(&self, meta: &crate::meta::Meta, rows: &[crate::report::Row]) -> super::Text {
-        text(meta, rows)
-    }
-    fn figures(
-        &self,
-        meta: &crate::meta::Meta,
-        rows: &[crate::report::Row],
-    ) -> Vec<crate::figure::Figure> {
-        figures(meta, rows)
-    }
-}
+pub const DEF: super::SuiteDef = super::SuiteDef {
+    figures,
+    ..super::SuiteDef::new(
+        "Wait strategies: syscalls per packet (Braun et al., 4.3)",
+        INTRO,
+        |scale, _| plan(scale),
+        text,
+    )
+};
 
 #[cfg(test)]
 mod tests {
