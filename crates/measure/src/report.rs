@@ -80,7 +80,8 @@ fn n0(x: f64) -> String {
 fn kilo(x: f64) -> String {
     format!("{:.0}k", x / 1e3)
 }
-fn pct(x: f64) -> String {
+/// A share as a percentage: `0`, `0.0123%` below a tenth of a percent, else `12.34%`.
+pub fn pct(x: f64) -> String {
     match x {
         0.0 => "0".to_owned(),
         x if x.abs() < 0.001 => format!("{:.4}%", x * 100.0),

@@ -41,6 +41,12 @@ impl Spread {
     }
 }
 
+/// The median of `values` (mean of the two middle ones for an even count), ignoring NaN;
+/// `None` when nothing is left.
+pub fn median(values: impl IntoIterator<Item = f64>) -> Option<f64> {
+    Spread::of(values).map(|s| s.median)
+}
+
 /// How evenly frames arrived, from capture timestamps in nanoseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Spacing {

@@ -226,14 +226,9 @@ pub fn med(rows: &[Row], at: impl Fn(&str) -> bool, subject: &str, key: &str) ->
         .and_then(|r| r.median(key))
 }
 
-/// `12.3%`, `0`, or `–`.
+/// [`pct`], or `–`.
 pub fn pct_or_dash(x: Option<f64>) -> String {
-    match x {
-        None => "–".into(),
-        Some(0.0) => "0".into(),
-        Some(x) if x < 0.001 => format!("{:.3}%", x * 100.0),
-        Some(x) => format!("{:.1}%", x * 100.0),
-    }
+    x.map_or_else(|| "–".into(), pct)
 }
 
 /// `123k` or `–`.
@@ -363,10 +358,7 @@ pub fn checks_line(name: &str, checks: &[Check]) -> String {
     )
 }
 
-/// `0.1234%`.
-pub fn pct(x: f64) -> String {
-    format!("{:.4}%", x * 100.0)
-}
+pub use poolcap_measure::report::pct;
 
 /// The capture issue's loss targets at every point where poolcap and a peer were measured:
 /// zero wherever a peer's is zero, never above the best peer's (medians).

@@ -116,19 +116,6 @@ fn top_point(rows: &[Row]) -> Option<String> {
         .map(|r| r.point.clone())
 }
 
-/// The median of `xs` (NaN-free).
-fn median_of(mut xs: Vec<f64>) -> Option<f64> {
-    xs.sort_by(f64::total_cmp);
-    let n = xs.len();
-    (n > 0).then(|| {
-        if n % 2 == 1 {
-            xs[n / 2]
-        } else {
-            (xs[n / 2 - 1] + xs[n / 2]) / 2.0
-        }
-    })
-}
-
 /// Whether the paper's conclusion holds: at the highest offered rate, for every rule count,
 /// the in-kernel probe with congestion control analyses more than the user-space one with
 /// congestion control.
@@ -192,7 +179,7 @@ fn headline(rows: &[Row]) -> String {
             pct_or_dash(Some(loss)),
             r.subject,
             r.point,
-            pct_or_dash(median_of(all))
+            pct_or_dash(poolcap_measure::stats::median(all))
         ));
     }
     if let Some(top) = top_point(rows) {

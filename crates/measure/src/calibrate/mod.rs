@@ -36,6 +36,7 @@ use poolcap_doctor::share::{self, Cpu, RpsWaits, Sharing};
 use crate::peer::{CaptureSpec, Generator, Tool, Traffic};
 use crate::point::{Point, Subject};
 use crate::report::Row;
+use crate::stats::median;
 
 pub mod disk;
 pub mod lab;
@@ -504,8 +505,8 @@ fn sharing_of<'a>(runs: impl Iterator<Item = &'a Row>) -> BTreeMap<String, Shari
     }
     by_key
         .into_iter()
-        .filter_map(|(k, (mut s, mut w))| {
-            let (share, wait_s) = (median(&mut s)?, median(&mut w)?);
+        .filter_map(|(k, (s, w))| {
+            let (share, wait_s) = (median(s)?, median(w)?);
             Some((k, Sharing { share, wait_s }))
         })
         .collect()
@@ -577,22 +578,16 @@ fn waits<'a>(
     }
     let longest_s = budget.or(allowed);
     let bound = longest_s.unwrap_or(f64::INFINITY);
-    let mut tails: Vec<f64> = measuring
+    let tails: Vec<f64> = measuring
         .into_iter()
         .filter_map(|(q, loss, depth)| share::tail_of(q, loss, depth, bound))
         .collect();
-    let tail_s = median(&mut tails).or_else(|| median(&mut slices))?;
+    let tail_s = median(tails).or_else(|| median(slices))?;
     Some(Waited {
         sharing: sharing_of(runs),
         tail_s,
         longest_s,
     })
-}
-
-/// The median of `v` (sorted in place), `None` when empty.
-fn median(v: &mut [f64]) -> Option<f64> {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied()
 }
 
 /// The profile of calibration rows: their costs, the x-loop cost and the CPU they got, and

@@ -22,7 +22,7 @@ use poolcap_doctor::profile::Profile;
 use serde::Serialize;
 
 use crate::peer::Tool;
-use crate::report::{md_cell, Row};
+use crate::report::{md_cell, pct, Row};
 
 /// Relative error allowed where loss was measured.
 pub const TOLERANCE: f64 = 0.2;
@@ -345,14 +345,6 @@ fn measured(r: &Compared) -> String {
         pct(r.measured)
     } else {
         format!("{} ({}–{})", pct(r.measured), pct(lo), pct(hi))
-    }
-}
-
-fn pct(x: f64) -> String {
-    match x {
-        0.0 => "0".to_owned(),
-        x if x < 0.0001 => format!("{:.4}%", x * 100.0),
-        x => format!("{:.2}%", x * 100.0),
     }
 }
 

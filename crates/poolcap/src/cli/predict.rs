@@ -11,6 +11,7 @@ use poolcap_doctor::predict::{self, DiskIo, Output, Prediction, Scenario, Tool};
 use poolcap_doctor::profile::Profile;
 use poolcap_doctor::system::{RealSystem, System};
 use poolcap_format::FileFormat;
+use poolcap_measure::report::pct;
 
 use crate::capture::compress::Compression;
 use crate::capture::savefile::FileIo;
@@ -211,10 +212,6 @@ fn frames_in(seconds: f64, pps: f64, burst: Option<(u64, f64)>) -> anyhow::Resul
 fn mean_size(sizes: &[(f64, f64)]) -> f64 {
     let w: f64 = sizes.iter().map(|s| s.1).sum();
     sizes.iter().map(|(b, x)| b * x).sum::<f64>() / w
-}
-
-fn pct(x: f64) -> String {
-    format!("{:.2}%", x * 100.0)
 }
 
 fn rate(pps: f64) -> String {

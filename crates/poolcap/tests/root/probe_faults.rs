@@ -803,7 +803,7 @@ fn predict_counts_each_flows_rules_table_update() {
         let loss = stdout
             .lines()
             .find_map(|l| l.strip_prefix("predicted loss "))
-            .and_then(|l| l.split('%').next())
+            .and_then(|l| l.split([' ', '%']).next())
             .and_then(|n| n.parse::<f64>().ok())
             .unwrap_or_else(|| panic!("no loss in {stdout}"));
         (loss, stdout)
