@@ -155,6 +155,16 @@ pub fn check_af_xdp(
     })
 }
 
+/// Loading BPF programs and maps and attaching them at tc ingress (the in-kernel probe).
+/// CAP_BPF may be stood in for by CAP_SYS_ADMIN, as on kernels before 5.8.
+pub fn check_tc_bpf(purpose: &'static str) -> std::result::Result<(), MissingPrivilege> {
+    let mut caps = vec![Capability::NetAdmin];
+    if !Capability::SysAdmin.is_effective() {
+        caps.push(Capability::Bpf);
+    }
+    require(&caps, purpose)
+}
+
 /// RLIMIT_MEMLOCK's soft limit in bytes; None if unlimited.
 pub fn memlock_limit() -> Option<u64> {
     let mut r = libc::rlimit {

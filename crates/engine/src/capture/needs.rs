@@ -22,6 +22,8 @@ pub enum Needs {
         /// Every queue's UMEM together.
         umem_bytes: u64,
     },
+    /// BPF programs at tc ingress (the in-kernel probe): CAP_NET_ADMIN and CAP_BPF.
+    TcPrograms,
 }
 
 impl Needs {
@@ -47,6 +49,7 @@ impl Needs {
             Self::Nothing => Ok(()),
             Self::RawSockets => privilege::check_raw_sockets(doing.raw_sockets()),
             Self::AfXdp { umem_bytes } => privilege::check_af_xdp(doing.af_xdp(), umem_bytes),
+            Self::TcPrograms => privilege::check_tc_bpf("placing probe rules in the kernel"),
         }
     }
 }

@@ -16,7 +16,6 @@ use crate::capture::needs::{Doing, Needs};
 use crate::capture::{CaptureConfig, CaptureReport, Engine, Output};
 use crate::cli::capture::{config as capture_config, print_report, CaptureArgs};
 use crate::cli::launch::{engine_error, Launch, Launched};
-use crate::cli::readiness::Readiness;
 use crate::cli::{export, privdrop, usage};
 use crate::probe::control::ControlSocket;
 use crate::probe::kernel::{self, KernelRules};
@@ -273,10 +272,21 @@ fn run_file(args: &ProbeArgs, config: poolcap_probe::Config, file: &Path) -> any
         return Err(usage("--metrics needs a live probe (-i)"));
     }
     let cfg = engine_config(args, "")?;
+    let launched = Launch {
+        needs: Needs::of(&cfg),
+        doing: Doing::Capturing,
+        user: args.privileges.user.as_deref(),
+        stats_json: None,
+        metrics: &args.metrics,
+        stop_on: &[SIGINT, SIGTERM],
+    }
+    .prepare()?;
     // A file has no interface: ingressInterface 0, the file's name in Kafka keys.
     let ipfix = export::plan_ipfix(&args.ipfix, 0)?;
     let kafka = export::plan_kafka(&args.kafka, &file.display().to_string())?;
-    let stop = crate::cli::flag_on(&[SIGINT, SIGTERM])?;
+    let stop = launched.stop();
+    drop_privileges(args, &launched, None)?;
+    launched.ready();
     let exporters = export::start_exporters(ipfix, kafka)?;
     let hooks = exporter_hooks(&exporters, true);
     let report = args.report.as_deref();
@@ -486,33 +496,27 @@ fn run_in_kernel(
     iface: &str,
 ) -> anyhow::Result<()> {
     let mode = args.in_kernel.unwrap_or(kernel::Mode::On);
-    // A rule change loads a new program (CAP_BPF), so privileges go only when -Z asks.
-    let privileges = args
-        .privileges
-        .user
-        .as_deref()
-        .map(|user| privdrop::prepare(Some(user)))
-        .transpose()?;
+    let launched = Launch {
+        needs: Needs::TcPrograms,
+        doing: Doing::Capturing,
+        user: args.privileges.user.as_deref(),
+        stats_json: None,
+        metrics: &args.metrics,
+        stop_on: &[SIGINT, SIGTERM],
+    }
+    .prepare()?;
     let ipfix = export::plan_ipfix(&args.ipfix, poolcap_sys::socket::ifindex(iface)?)?;
     let kafka = export::plan_kafka(&args.kafka, iface)?;
-    let readiness = Readiness::connect()?;
     let kernel = KernelRules::start(mode, iface, &config, false)?;
     let socket = args.ctl.as_deref().map(ControlSocket::bind).transpose()?;
-    let stop = crate::cli::flag_on(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
-    let hangup = crate::cli::flag_on(&[signal_hook::consts::SIGHUP])?;
+    let hangup = crate::cli::flag_on(&[SIGHUP])?;
     let hub = Hub::new(config);
     let started = SystemTime::now();
     let mut reporter = Reporter::new(hub, started, args.report.as_deref(), !args.quiet)?;
     reporter.set_kernel(kernel);
     // The program, the ctl socket and the report file are open by now; the exporters'
     // threads start after the drop, and without privileges where the probe keeps them.
-    if let Some(privileges) = &privileges {
-        let owned: Vec<&Path> = [args.report.as_deref(), args.ctl.as_deref()]
-            .into_iter()
-            .flatten()
-            .collect();
-        privdrop::apply(privileges, &owned)?;
-    }
+    drop_privileges(&args, &launched, None)?;
     let exporters = privdrop::unprivileged(|| export::start_exporters(ipfix, kafka))?;
     feed_exporters(&mut reporter, &exporters);
     let done = Arc::new(AtomicBool::new(false));
@@ -524,9 +528,10 @@ fn run_in_kernel(
         hangup,
         engine_done: Arc::clone(&done),
     };
+    let stop = launched.stop();
     let manager = spawn_manager(manager, &stop)?;
     log::info!("probing on {iface} in the kernel (tc ingress), no capture socket");
-    readiness.ready();
+    launched.ready();
     let deadline = args.duration.map(|d| std::time::Instant::now() + d);
     while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| std::time::Instant::now() < d) {
         std::thread::sleep(Duration::from_millis(20));

@@ -441,7 +441,8 @@ fn needed_capabilities_suffice_or_are_named() {
 /// `forward` and `probe` with `--backend af_xdp` ask for what AF_XDP needs, as `capture`
 /// does: as an unprivileged user holding only CAP_NET_RAW (enough for AF_PACKET), the one-line
 /// error names CAP_NET_ADMIN and CAP_BPF before anything is opened; and with those too, the
-/// UMEM over the memlock limit names CAP_IPC_LOCK.
+/// UMEM over the memlock limit names CAP_IPC_LOCK. `probe --in-kernel` names what its tc
+/// programs need.
 fn forward_and_probe_ask_for_what_af_xdp_needs() {
     let lab = poolcap_lab::Lab::unique(1, 3).unwrap_or_else(|e| panic!("lab up: {e}"));
     let dir = tempdir();
@@ -489,6 +490,20 @@ fn forward_and_probe_ask_for_what_af_xdp_needs() {
         let want = format!("{what} needs CAP_IPC_LOCK (its UMEM of 32 MiB");
         assert_one_line_error(&out, &want, &format!("{args:?} with the XDP capabilities"));
     }
+    // The in-kernel probe goes through the same launch: its tc programs are checked for
+    // before any is loaded.
+    let in_kernel = [
+        "probe",
+        "-q",
+        "-i",
+        "prb0",
+        "-c",
+        path_str(&config),
+        "--in-kernel",
+    ];
+    let out = output(restricted(&lab.probe.netns, "+net_raw", &in_kernel));
+    let want = "placing probe rules in the kernel needs CAP_NET_ADMIN and CAP_BPF";
+    assert_one_line_error(&out, want, "--in-kernel with CAP_NET_RAW");
 }
 
 /// A memory cgroup this test creates and removes, v2 or v1, whichever has the controller.
