@@ -103,7 +103,7 @@ pub fn query(sys: &dyn System, flag: &str, iface: &str) -> Option<String> {
 #[cfg(test)]
 pub(crate) mod samples {
     /// `ethtool -g` of an ixgbe port with small rings.
-    pub const RING_IXGBE: &str = "Ring parameters for eth1:
+    pub(crate) const RING_IXGBE: &str = "Ring parameters for eth1:
 Pre-set maximums:
 RX:		4096
 RX Mini:	n/a
@@ -116,7 +116,7 @@ RX Jumbo:	n/a
 TX:		512
 ";
     /// `ethtool -l` of the same port, 4 of 63 combined channels.
-    pub const CHANNELS_IXGBE: &str = "Channel parameters for eth1:
+    pub(crate) const CHANNELS_IXGBE: &str = "Channel parameters for eth1:
 Pre-set maximums:
 RX:		n/a
 TX:		n/a
@@ -129,7 +129,7 @@ Other:		1
 Combined:	4
 ";
     /// `ethtool -k` excerpt with GRO and LRO on.
-    pub const FEATURES_LRO: &str = "Features for eth1:
+    pub(crate) const FEATURES_LRO: &str = "Features for eth1:
 rx-checksumming: on
 tcp-segmentation-offload: on
 generic-segmentation-offload: on
@@ -137,7 +137,7 @@ generic-receive-offload: on
 large-receive-offload: on
 ";
     /// `ethtool -k` excerpt of veth: GRO off, LRO fixed off.
-    pub const FEATURES_VETH: &str = "Features for prb0:
+    pub(crate) const FEATURES_VETH: &str = "Features for prb0:
 tcp-segmentation-offload: on
 generic-segmentation-offload: on
 generic-receive-offload: off

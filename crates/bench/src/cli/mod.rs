@@ -37,7 +37,7 @@ enum Command {
 }
 
 /// Runs the command line and returns the process exit code.
-pub fn main() -> i32 {
+pub(crate) fn main() -> i32 {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => return poolcap::cli::parse_exit_code("poolcap-bench", &e),

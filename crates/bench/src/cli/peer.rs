@@ -13,7 +13,7 @@ use poolcap_bench::xdp_redirect::XdpRedirect;
 
 /// Arguments of `poolcap-bench peer`.
 #[derive(Debug, Args)]
-pub struct BenchPeerArgs {
+pub(super) struct BenchPeerArgs {
     #[command(subcommand)]
     peer: Peer,
 }
@@ -32,7 +32,7 @@ enum Peer {
 }
 
 /// Runs `poolcap-bench peer`.
-pub fn run(args: BenchPeerArgs) -> anyhow::Result<()> {
+pub(super) fn run(args: BenchPeerArgs) -> anyhow::Result<()> {
     let Peer::XdpRedirect { inp, out } = args.peer;
     let index = |name: &str| {
         poolcap_sys::socket::ifindex(name).map_err(|_| usage(format!("no interface `{name}`")))

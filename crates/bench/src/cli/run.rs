@@ -15,7 +15,7 @@ use poolcap_bench::{self as bench, Scale, Suite};
 
 /// What `poolcap bench` does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Target {
+pub(super) enum Target {
     /// One suite.
     Suite(Suite),
     /// Every suite, then the report.
@@ -115,7 +115,7 @@ Examples:
   poolcap-bench capture --runs 5 --rps --out /tmp/capture-rps
   poolcap-bench report
 (`poolcap bench ...` runs the same.)")]
-pub struct BenchArgs {
+pub(super) struct BenchArgs {
     /// The suite to run, `all`, or `report`.
     #[arg(value_enum, required = true)]
     target: Option<Target>,
@@ -202,7 +202,7 @@ fn subject(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 }
 
 /// Runs `poolcap-bench SUITE`.
-pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+pub(super) fn run(args: BenchArgs) -> anyhow::Result<()> {
     let target = args
         .target
         .expect("clap requires a target without a subcommand");

@@ -45,7 +45,7 @@ Examples:
   poolcap sim sweep queues               # drop rate vs queues (4..64), 4 policies
   poolcap sim sweep threshold --out dir  # drop rate vs T = 60..90"
 )]
-pub struct SimArgs {
+pub(super) struct SimArgs {
     #[command(subcommand)]
     command: Option<Box<SimCommand>>,
     #[command(flatten)]
@@ -304,7 +304,7 @@ fn describe(c: &Config) -> String {
 }
 
 /// Runs `poolcap sim`.
-pub fn run(args: SimArgs) -> anyhow::Result<()> {
+pub(super) fn run(args: SimArgs) -> anyhow::Result<()> {
     match args.command.map(|c| *c) {
         Some(SimCommand::Sweep(s)) => run_sweep(s),
         None => run_one(&args.model),

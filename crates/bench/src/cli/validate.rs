@@ -17,7 +17,7 @@ use poolcap_measure::calibrate::validate;
 
 /// Arguments of `poolcap-bench validate`.
 #[derive(Debug, Args)]
-pub struct ValidateArgs {
+pub(super) struct ValidateArgs {
     /// A bench result directory (raw.jsonl, meta.json).
     dir: PathBuf,
     /// Profile from `poolcap calibrate` (default: the run's own calibration, else
@@ -27,7 +27,7 @@ pub struct ValidateArgs {
 }
 
 /// Runs `poolcap-bench validate`.
-pub fn run(args: ValidateArgs) -> anyhow::Result<()> {
+pub(super) fn run(args: ValidateArgs) -> anyhow::Result<()> {
     let dir = &args.dir;
     let raw = dir.join("raw.jsonl");
     if !raw.is_file() {

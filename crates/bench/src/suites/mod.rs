@@ -488,7 +488,7 @@ mod tests {
     }
 
     /// A calibration as the manager would have measured it.
-    pub fn calibration(ns_per_iteration: f64, top_pps: Option<f64>) -> Calibration {
+    pub(super) fn calibration(ns_per_iteration: f64, top_pps: Option<f64>) -> Calibration {
         Calibration {
             ns_per_iteration,
             top_pps,

@@ -17,7 +17,7 @@ use super::source::{Filler, KernelDrops, Source};
 
 /// Faults to inject; `None` injects none.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Faults {
+pub(super) struct Faults {
     /// Every Nth packet is dropped by the "kernel".
     pub drop_every: Option<usize>,
     /// Every Nth packet of a batch swaps places with the one after it.
@@ -30,7 +30,7 @@ pub struct Faults {
 
 /// See the module docs.
 #[derive(Debug)]
-pub struct MemSource {
+pub(super) struct MemSource {
     packets: Vec<RecordedPacket>,
     next: usize,
     batch: usize,
@@ -45,7 +45,7 @@ pub struct MemSource {
 
 impl MemSource {
     /// A source that hands out `packets` in batches of `batch`, with `faults`.
-    pub fn new(packets: Vec<RecordedPacket>, batch: usize, faults: Faults) -> Self {
+    pub(super) fn new(packets: Vec<RecordedPacket>, batch: usize, faults: Faults) -> Self {
         Self {
             packets,
             next: 0,
@@ -60,7 +60,7 @@ impl MemSource {
 
     /// The same source whose packets (sorted by timestamp) arrive at their timestamps on
     /// `clock`.
-    pub fn arriving_on(mut self, clock: VirtualClock) -> Self {
+    pub(super) fn arriving_on(mut self, clock: VirtualClock) -> Self {
         self.arrivals = Some(clock);
         self
     }

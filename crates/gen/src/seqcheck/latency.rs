@@ -9,7 +9,7 @@ use serde::Serialize;
 
 /// Latencies collected so far.
 #[derive(Debug, Default, Clone)]
-pub struct Latencies {
+pub(super) struct Latencies {
     ns: Vec<i64>,
 }
 
@@ -33,12 +33,12 @@ pub struct LatencyReport {
 
 impl Latencies {
     /// Adds one frame's latency.
-    pub fn push(&mut self, ns: i64) {
+    pub(super) fn push(&mut self, ns: i64) {
         self.ns.push(ns);
     }
 
     /// The percentiles, or `None` if no frame carried a send time.
-    pub fn report(&self) -> Option<LatencyReport> {
+    pub(super) fn report(&self) -> Option<LatencyReport> {
         let mut v = self.ns.clone();
         v.sort_unstable();
         let n = v.len();

@@ -40,7 +40,7 @@ fn scalar(key: &str, v: &toml::Value) -> Result<String, String> {
 
 /// The command-line words a file's settings stand for.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Words {
+pub(super) struct Words {
     /// The options, to go before the command line's own.
     pub options: Vec<OsString>,
     /// The filter expression's words, to go last (a capture takes the filter last).
@@ -49,7 +49,7 @@ pub struct Words {
 
 /// The words the file's settings stand for, except those of options the command line
 /// (`given`) sets itself.
-pub fn words(
+pub(super) fn words(
     path: &Path,
     text: &str,
     command: &Command,

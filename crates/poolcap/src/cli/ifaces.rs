@@ -75,7 +75,7 @@ fn interfaces() -> std::io::Result<Vec<Iface>> {
 }
 
 /// Prints the interfaces, one per line, as `capture -D` does.
-pub fn print() -> anyhow::Result<()> {
+pub(super) fn print() -> anyhow::Result<()> {
     for i in interfaces()? {
         println!("{}", i.line());
     }

@@ -25,7 +25,7 @@ use crate::cli::statsfile::StatsFile;
 use crate::cli::usage;
 
 /// What a command asks of the launch.
-pub struct Launch<'a> {
+pub(super) struct Launch<'a> {
     /// What its configuration needs ([`Needs::of`]).
     pub needs: Needs,
     /// What it does with its sockets, as the missing-privilege error says it.
@@ -41,7 +41,7 @@ pub struct Launch<'a> {
 }
 
 /// A launch under way: what was opened before the engine, held until it runs.
-pub struct Launched {
+pub(super) struct Launched {
     plan: Plan,
     stats: Option<StatsFile>,
     metrics: Option<MetricsPlan>,
@@ -51,7 +51,7 @@ pub struct Launched {
 
 /// A capture error as the exit code wants it: a filter that does not compile is bad input
 /// (exit code 2), anything else a runtime failure.
-pub fn engine_error(e: CaptureError) -> anyhow::Error {
+pub(super) fn engine_error(e: CaptureError) -> anyhow::Error {
     match e {
         CaptureError::Filter(f) => usage(f.to_string()),
         e => anyhow::Error::new(e),
@@ -60,7 +60,7 @@ pub fn engine_error(e: CaptureError) -> anyhow::Error {
 
 impl Launch<'_> {
     /// Checks and opens everything the engine does not: see the module docs for the order.
-    pub fn prepare(self) -> anyhow::Result<Launched> {
+    pub(super) fn prepare(self) -> anyhow::Result<Launched> {
         self.needs.check(self.doing)?;
         let plan = match self.needs {
             // Nothing privileged to open (a file): the capabilities go all the same.
@@ -83,13 +83,13 @@ impl Launch<'_> {
 
 impl Launched {
     /// The flag the stop signals raise.
-    pub fn stop(&self) -> Arc<AtomicBool> {
+    pub(super) fn stop(&self) -> Arc<AtomicBool> {
         Arc::clone(&self.stop)
     }
 
     /// Gives up privileges (the engine's `after_open` step), handing `owned` and the
     /// statistics file to `-Z`'s user.
-    pub fn drop_privileges(&self, owned: &[&Path]) -> Result<(), SysError> {
+    pub(super) fn drop_privileges(&self, owned: &[&Path]) -> Result<(), SysError> {
         let stats = self.stats.as_ref().map(StatsFile::path);
         let owned: Vec<&Path> = owned.iter().copied().chain(stats).collect();
         privdrop::apply(&self.plan, &owned)
@@ -98,7 +98,7 @@ impl Launched {
     /// The outcome of opening the engine: on an error the run is over before it began, so
     /// the stop flag is raised (for engines already started) and the statistics file this
     /// run created is removed.
-    pub fn opened<T>(&mut self, opened: anyhow::Result<T>) -> anyhow::Result<T> {
+    pub(super) fn opened<T>(&mut self, opened: anyhow::Result<T>) -> anyhow::Result<T> {
         if opened.is_err() {
             self.stop.store(true, Ordering::Relaxed);
             if let Some(s) = self.stats.take() {
@@ -109,17 +109,17 @@ impl Launched {
     }
 
     /// The bound `--metrics` endpoint, to serve once the engine runs.
-    pub fn take_metrics(&mut self) -> Option<MetricsPlan> {
+    pub(super) fn take_metrics(&mut self) -> Option<MetricsPlan> {
         self.metrics.take()
     }
 
     /// Tells the service manager the process is ready: sockets open, privileges dropped.
-    pub fn ready(&self) {
+    pub(super) fn ready(&self) {
         self.readiness.ready();
     }
 
     /// Writes the run's `report` to `--stats-json`, if given.
-    pub fn finish(self, report: &impl Serialize) -> anyhow::Result<()> {
+    pub(super) fn finish(self, report: &impl Serialize) -> anyhow::Result<()> {
         self.stats.map_or(Ok(()), |s| s.write(report))
     }
 }

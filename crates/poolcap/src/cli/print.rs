@@ -21,7 +21,7 @@ const FILE_HEADER: usize = 24;
 const RECORD_HEADER: usize = 16;
 
 /// Turns a pcap (nanosecond) stream into lines on `out`; see the module docs.
-pub struct Printer<W: Write> {
+pub(super) struct Printer<W: Write> {
     out: W,
     /// Bytes received and not yet printed (a record cut between two writes).
     carry: Vec<u8>,
@@ -35,7 +35,7 @@ pub struct Printer<W: Write> {
 impl<W: Write> Printer<W> {
     /// A printer to `out`; `live`: packets come from this namespace's interfaces now, so
     /// their indexes are named.
-    pub fn new(out: W, live: bool) -> Self {
+    pub(super) fn new(out: W, live: bool) -> Self {
         Self {
             out,
             carry: Vec::new(),

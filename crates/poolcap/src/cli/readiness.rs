@@ -9,12 +9,12 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 
 /// The service manager's notification socket, if the process runs under one.
-pub struct Readiness(Option<UnixDatagram>);
+pub(super) struct Readiness(Option<UnixDatagram>);
 
 impl Readiness {
     /// Connects to `$NOTIFY_SOCKET` (a path, or `@name` in the abstract namespace); nothing
     /// to do without it.
-    pub fn connect() -> anyhow::Result<Self> {
+    pub(super) fn connect() -> anyhow::Result<Self> {
         let Some(target) = std::env::var_os("NOTIFY_SOCKET") else {
             return Ok(Self(None));
         };
@@ -34,7 +34,7 @@ impl Readiness {
 
     /// Tells the service manager the process is ready; a failure is only warned about (the
     /// capture itself runs).
-    pub fn ready(&self) {
+    pub(super) fn ready(&self) {
         if let Some(socket) = &self.0 {
             if let Err(e) = socket.send(b"READY=1\n") {
                 log::warn!("warning: cannot notify the service manager: {e}");

@@ -406,7 +406,7 @@ fn forward_smoke_run_accounts_exactly_and_the_sink_sees_each_frame_once() {
     assert!(summary.contains("Worst point and median"), "{summary}");
 }
 
-pub fn trials() -> Vec<Trial> {
+pub(crate) fn trials() -> Vec<Trial> {
     vec![
         trial(
             "bench_rates_smoke_run_accounts_for_every_packet_and_writes_its_files",

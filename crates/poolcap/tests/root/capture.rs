@@ -18,7 +18,7 @@ use crate::common::{
     tempdir, trial, tshark_count, Background, SmallFs,
 };
 
-pub fn trials() -> Vec<Trial> {
+pub(crate) fn trials() -> Vec<Trial> {
     // Named like the default harness names tests of module `capture`, so that
     // `cargo test --test root -- capture` selects all of them.
     let t = |name: &'static str, f: fn()| trial(&format!("capture::{name}"), f);

@@ -16,7 +16,7 @@ use crate::common::{
     tcpdump_count, tempdir, thread_identities, trial, Background,
 };
 
-pub fn trials() -> Vec<Trial> {
+pub(crate) fn trials() -> Vec<Trial> {
     let t = |name: &'static str, f: fn()| trial(&format!("cli::{name}"), f);
     vec![
         t(

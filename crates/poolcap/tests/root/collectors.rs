@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::common::{lab, netns_command, path_str as s, poolcap_in, tempdir, trial, Background};
 
-pub fn trials() -> Vec<Trial> {
+pub(crate) fn trials() -> Vec<Trial> {
     let t = |name: &'static str, f: fn()| trial(&format!("collectors::{name}"), f);
     vec![t(
         "ipfix_of_a_file_reads_alike_in_nfdump_and_tshark",
@@ -30,7 +30,7 @@ const T0: u64 = 1_700_000_000;
 /// One flow of the known file, and how many records an export with a 10 s active and a
 /// 5 s idle timeout makes of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Known {
+pub(crate) struct Known {
     pub proto: u8,
     pub src: &'static str,
     pub sport: u16,
@@ -119,7 +119,7 @@ fn icmp(kind: u8, code: u8, payload: usize) -> Vec<u8> {
 }
 
 /// Writes the known file (pcap, microseconds) to `path`; returns its flows.
-pub fn write_known_file(path: &Path) -> Vec<Known> {
+pub(crate) fn write_known_file(path: &Path) -> Vec<Known> {
     // (ms after T0, frame)
     let mut packets: Vec<(u64, Vec<u8>)> = Vec::new();
     let (a, b, c) = ([10, 1, 0, 1], [10, 1, 0, 2], [10, 1, 0, 3]);
@@ -359,7 +359,7 @@ fn tshark_read(capture: &Path) -> (Flows, Option<(u64, u64, u64)>, u64) {
 }
 
 /// The probe's report, summed per flow: (packets, bytes, IP bytes).
-pub fn report_flows(path: &Path) -> BTreeMap<(u8, String, u16), (u64, u64, u64)> {
+pub(crate) fn report_flows(path: &Path) -> BTreeMap<(u8, String, u16), (u64, u64, u64)> {
     let mut flows = BTreeMap::new();
     for line in std::fs::read_to_string(path).expect("read report").lines() {
         let r: Value = serde_json::from_str(line).expect("report line");

@@ -9,10 +9,10 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-pub use poolcap_lab::{if_counters, netns_command, Lab};
+pub(crate) use poolcap_lab::{if_counters, netns_command, Lab};
 
 /// A test that panics with context on failure.
-pub fn trial(name: &str, f: fn()) -> libtest_mimic::Trial {
+pub(crate) fn trial(name: &str, f: fn()) -> libtest_mimic::Trial {
     libtest_mimic::Trial::test(name, move || {
         f();
         Ok(())
@@ -20,17 +20,17 @@ pub fn trial(name: &str, f: fn()) -> libtest_mimic::Trial {
 }
 
 /// The poolcap binary under test.
-pub fn bin() -> &'static str {
+pub(crate) fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_poolcap")
 }
 
 /// A fresh lab with `queues` queues, unique to this test.
-pub fn lab(queues: u16) -> Lab {
+pub(crate) fn lab(queues: u16) -> Lab {
     Lab::unique(queues, 2).unwrap_or_else(|e| panic!("lab up: {e}"))
 }
 
 /// Runs `poolcap ARGS` in `netns` and returns its output (panics if it cannot start).
-pub fn poolcap_in(netns: &str, args: &[&str]) -> Output {
+pub(crate) fn poolcap_in(netns: &str, args: &[&str]) -> Output {
     netns_command(netns, bin())
         .args(args)
         .output()
@@ -38,7 +38,7 @@ pub fn poolcap_in(netns: &str, args: &[&str]) -> Output {
 }
 
 /// Runs `poolcap gen -i snd0 ARGS --json` in the lab's sender and returns the JSON report.
-pub fn gen(lab: &Lab, args: &[&str]) -> serde_json::Value {
+pub(crate) fn gen(lab: &Lab, args: &[&str]) -> serde_json::Value {
     let mut all = vec!["gen", "-i", &lab.sender.iface, "--json"];
     all.extend_from_slice(args);
     let out = poolcap_in(&lab.sender.netns, &all);
@@ -52,7 +52,7 @@ pub fn gen(lab: &Lab, args: &[&str]) -> serde_json::Value {
 }
 
 /// A background process whose stderr is collected; killed on drop if still running.
-pub struct Background {
+pub(crate) struct Background {
     pub child: Child,
     stderr_lines: mpsc::Receiver<String>,
     pub stderr: Vec<String>,
@@ -60,7 +60,7 @@ pub struct Background {
 
 impl Background {
     /// Starts `cmd` and waits (up to 20 s) for a stderr line containing `ready`.
-    pub fn start(mut cmd: Command, ready: &str) -> Background {
+    pub(crate) fn start(mut cmd: Command, ready: &str) -> Background {
         let child = cmd
             .stdin(Stdio::null())
             .stderr(Stdio::piped())
@@ -88,7 +88,7 @@ impl Background {
     }
 
     /// Collects the stderr (piped) of a child already spawned, without waiting for it.
-    pub fn from_child(mut child: Child) -> Background {
+    pub(crate) fn from_child(mut child: Child) -> Background {
         let err = child.stderr.take().expect("stderr piped");
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -106,7 +106,7 @@ impl Background {
     }
 
     /// Waits up to `timeout` for a new stderr line containing `needle`; true if one came.
-    pub fn wait_for(&mut self, needle: &str, timeout: Duration) -> bool {
+    pub(crate) fn wait_for(&mut self, needle: &str, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         while let Some(left) = deadline.checked_duration_since(Instant::now()) {
             match self.stderr_lines.recv_timeout(left) {
@@ -125,7 +125,7 @@ impl Background {
 
     /// Sends `signal` (e.g. "INT") to the process by PID and waits for it; returns its exit
     /// code and all of its stderr.
-    pub fn stop(self, signal: &str) -> (Option<i32>, String) {
+    pub(crate) fn stop(self, signal: &str) -> (Option<i32>, String) {
         let pid = self.child.id().to_string();
         let _ = Command::new("kill")
             .args([&format!("-{signal}"), &pid])
@@ -134,14 +134,14 @@ impl Background {
     }
 
     /// Waits for the process to exit on its own.
-    pub fn wait(self) -> (Option<i32>, String) {
+    pub(crate) fn wait(self) -> (Option<i32>, String) {
         let (code, stderr, _) = self.wait_with_stdout();
         (code, stderr)
     }
 
     /// Waits for the process to exit on its own; also returns its standard output (if it
     /// was piped).
-    pub fn wait_with_stdout(mut self) -> (Option<i32>, String, String) {
+    pub(crate) fn wait_with_stdout(mut self) -> (Option<i32>, String, String) {
         let mut out = String::new();
         if let Some(mut o) = self.child.stdout.take() {
             let _ = o.read_to_string(&mut out);
@@ -164,7 +164,7 @@ impl Drop for Background {
 }
 
 /// Starts `poolcap capture -i prb0 ARGS` in the lab's probe and waits until it listens.
-pub fn capture(lab: &Lab, args: &[&str]) -> Background {
+pub(crate) fn capture(lab: &Lab, args: &[&str]) -> Background {
     let mut cmd = netns_command(&lab.probe.netns, bin());
     cmd.args(["capture", "-i", &lab.probe.iface, "-q"])
         .args(args);
@@ -172,7 +172,7 @@ pub fn capture(lab: &Lab, args: &[&str]) -> Background {
 }
 
 /// Starts `tcpdump -i prb0 ARGS` in the lab's probe and waits until it listens.
-pub fn tcpdump(lab: &Lab, args: &[&str]) -> Background {
+pub(crate) fn tcpdump(lab: &Lab, args: &[&str]) -> Background {
     let mut cmd = netns_command(&lab.probe.netns, "tcpdump");
     cmd.args([
         "-i",
@@ -190,7 +190,7 @@ pub fn tcpdump(lab: &Lab, args: &[&str]) -> Background {
 /// an optional filter expression.
 /// Packets tcpdump reads in every capture file of `files` but `except` (a rotated set beside
 /// its stats file).
-pub fn tcpdump_count_set(files: &[PathBuf], except: &Path) -> u64 {
+pub(crate) fn tcpdump_count_set(files: &[PathBuf], except: &Path) -> u64 {
     files
         .iter()
         .filter(|f| f.as_path() != except)
@@ -198,7 +198,7 @@ pub fn tcpdump_count_set(files: &[PathBuf], except: &Path) -> u64 {
         .sum()
 }
 
-pub fn tcpdump_count(file: &Path, filter: &[&str]) -> u64 {
+pub(crate) fn tcpdump_count(file: &Path, filter: &[&str]) -> u64 {
     let out = Command::new("tcpdump")
         .arg("-nr")
         .arg(file)
@@ -215,7 +215,7 @@ pub fn tcpdump_count(file: &Path, filter: &[&str]) -> u64 {
 }
 
 /// Counts the packets of a capture file with tshark.
-pub fn tshark_count(file: &Path) -> u64 {
+pub(crate) fn tshark_count(file: &Path) -> u64 {
     let out = Command::new("tshark")
         .arg("-r")
         .arg(file)
@@ -233,7 +233,7 @@ pub fn tshark_count(file: &Path) -> u64 {
 
 /// Checks the generator frames of a file: returns (frames, unique, missing, duplicates) of
 /// the only generator in it.
-pub fn check_sequences(file: &Path, expected: u64) -> (u64, u64, u64, u64) {
+pub(crate) fn check_sequences(file: &Path, expected: u64) -> (u64, u64, u64, u64) {
     let f =
         poolcap_format::read_file(file).unwrap_or_else(|e| panic!("read {}: {e}", file.display()));
     let mut c = poolcap::seqcheck::SeqChecker::new();
@@ -251,12 +251,12 @@ pub fn check_sequences(file: &Path, expected: u64) -> (u64, u64, u64, u64) {
 }
 
 /// A scratch directory removed on drop.
-pub fn tempdir() -> tempfile::TempDir {
+pub(crate) fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().expect("tempdir")
 }
 
 /// Reads a `--stats-json` file.
-pub fn stats(path: &Path) -> serde_json::Value {
+pub(crate) fn stats(path: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("stats json {}: {e}", path.display()));
     serde_json::from_str(&text)
@@ -264,25 +264,25 @@ pub fn stats(path: &Path) -> serde_json::Value {
 }
 
 /// An unsigned field of a JSON object (panics naming the field and the object).
-pub fn num(v: &serde_json::Value, key: &str) -> u64 {
+pub(crate) fn num(v: &serde_json::Value, key: &str) -> u64 {
     v.get(key)
         .and_then(serde_json::Value::as_u64)
         .unwrap_or_else(|| panic!("no unsigned `{key}` in {v}"))
 }
 
 /// captured + dropped_kernel + dropped_pool + filtered of a stats object.
-pub fn accounted(s: &serde_json::Value) -> u64 {
+pub(crate) fn accounted(s: &serde_json::Value) -> u64 {
     num(s, "captured") + num(s, "dropped_kernel") + num(s, "dropped_pool") + num(s, "filtered")
 }
 
 /// A small tmpfs mounted on a scratch directory, so a capture file runs out of space
 /// (ENOSPC) after `size` bytes (or a ramfs); unmounted on drop.
-pub struct SmallFs {
+pub(crate) struct SmallFs {
     dir: tempfile::TempDir,
 }
 
 impl SmallFs {
-    pub fn mount(size: &str) -> SmallFs {
+    pub(crate) fn mount(size: &str) -> SmallFs {
         let dir = tempdir();
         let st = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "poolcap-test"])
@@ -295,7 +295,7 @@ impl SmallFs {
 
     /// A ramfs (no size limit): a file system that refuses `O_DIRECT` (tmpfs takes it
     /// since Linux 6.6).
-    pub fn ramfs() -> SmallFs {
+    pub(crate) fn ramfs() -> SmallFs {
         let dir = tempdir();
         let st = Command::new("mount")
             .args(["-t", "ramfs", "poolcap-test"])
@@ -306,7 +306,7 @@ impl SmallFs {
         SmallFs { dir }
     }
 
-    pub fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 }
@@ -321,7 +321,7 @@ impl Drop for SmallFs {
 }
 
 /// `Uid:` (real, effective, saved, fs) and `CapEff:` of every thread of process `pid`.
-pub fn thread_identities(pid: u32) -> Vec<(String, u64)> {
+pub(crate) fn thread_identities(pid: u32) -> Vec<(String, u64)> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("task dir");
     tasks
         .map(|t| {
@@ -341,17 +341,17 @@ pub fn thread_identities(pid: u32) -> Vec<(String, u64)> {
 }
 
 /// A path as a command-line argument.
-pub fn path_str(p: &Path) -> &str {
+pub(crate) fn path_str(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
 
 /// Frames the generator's JSON report says reached the wire (sent less link drops).
-pub fn on_wire(g: &serde_json::Value) -> u64 {
+pub(crate) fn on_wire(g: &serde_json::Value) -> u64 {
     num(g, "frames") - num(g, "link_dropped")
 }
 
 /// Starts `poolcap probe -i prb0 -q ARGS` in the lab's probe host; waits until it runs.
-pub fn start_probe(lab: &Lab, args: &[&str]) -> Background {
+pub(crate) fn start_probe(lab: &Lab, args: &[&str]) -> Background {
     let mut cmd = netns_command(&lab.probe.netns, bin());
     cmd.args(["probe", "-i", &lab.probe.iface, "-q"])
         .args(args)
@@ -361,7 +361,7 @@ pub fn start_probe(lab: &Lab, args: &[&str]) -> Background {
 
 /// The interface statistics blocks of a pcapng file as tshark's own pcapng dissector reads
 /// the file's structure (an outside reader): (received, dropped) per block.
-pub fn tshark_statistics_blocks(file: &Path) -> Vec<(u64, u64)> {
+pub(crate) fn tshark_statistics_blocks(file: &Path) -> Vec<(u64, u64)> {
     let out = Command::new("tshark")
         .args(["-X", "read_format:MIME Files Format", "-r"])
         .arg(file)

@@ -16,7 +16,7 @@ use crate::common::{
     tshark_count, SmallFs,
 };
 
-pub fn trials() -> Vec<Trial> {
+pub(crate) fn trials() -> Vec<Trial> {
     let t = |name: &'static str, f: fn()| trial(&format!("disk::{name}"), f);
     vec![
         t(

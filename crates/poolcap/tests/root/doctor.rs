@@ -10,7 +10,7 @@ use libtest_mimic::Trial;
 
 use crate::common::{bin, capture, lab, netns_command, poolcap_in, tempdir, trial, Background};
 
-pub fn trials() -> Vec<Trial> {
+pub(crate) fn trials() -> Vec<Trial> {
     vec![
         trial(
             "doctor_judges_a_veth_and_sees_rps_on_the_capture_cpu",

@@ -17,7 +17,7 @@ use crate::common::{
     tempdir, trial, Background,
 };
 
-pub fn trials() -> Vec<Trial> {
+pub(crate) fn trials() -> Vec<Trial> {
     let t = |name: &'static str, f: fn()| trial(&format!("export::{name}"), f);
     vec![
         t(

@@ -18,7 +18,7 @@ use crate::common::{
 };
 use crate::forward::lab3;
 
-pub fn trials() -> Vec<Trial> {
+pub(crate) fn trials() -> Vec<Trial> {
     let t = |name: &'static str, f: fn()| trial(&format!("field::{name}"), f);
     vec![
         t(

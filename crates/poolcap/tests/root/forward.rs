@@ -957,7 +957,7 @@ fn xdp_redirect_delivers_every_frame_once_and_detaches() {
     );
 }
 
-pub fn trials() -> Vec<Trial> {
+pub(crate) fn trials() -> Vec<Trial> {
     vec![
         trial(
             "forward_xdp_redirect_delivers_every_frame_once_and_detaches",

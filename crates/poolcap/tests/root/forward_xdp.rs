@@ -207,7 +207,7 @@ fn stops_mid_traffic_with_every_frame_counted_from_the_umem() {
 }
 
 /// The AF_XDP forwarding tests.
-pub fn trials() -> Vec<Trial> {
+pub(crate) fn trials() -> Vec<Trial> {
     vec![
         trial(
             "forward_xdp_stops_mid_traffic_with_every_frame_counted",

@@ -18,7 +18,7 @@ use poolcap_format::{CaptureWriter, FileFormat, RecordedPacket};
 
 use crate::common::{self, trial, Background, Lab};
 
-pub fn trials() -> Vec<Trial> {
+pub(crate) fn trials() -> Vec<Trial> {
     vec![
         trial(
             "gen_exact_count_seen_by_counters_and_tcpdump",

@@ -16,7 +16,7 @@ use crate::common::{
     capture, gen, lab, num, stats, tcpdump, tempdir, trial, tshark_count, Background, Lab,
 };
 
-pub fn trials() -> Vec<Trial> {
+pub(crate) fn trials() -> Vec<Trial> {
     let t = |name: &'static str, f: fn()| trial(&format!("hardening::{name}"), f);
     vec![
         t(

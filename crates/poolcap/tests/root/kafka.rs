@@ -19,7 +19,7 @@ use crate::common::{
 };
 use crate::export::probe_report;
 
-pub fn trials() -> Vec<Trial> {
+pub(crate) fn trials() -> Vec<Trial> {
     let t = |name: &'static str, f: fn()| trial(&format!("kafka::{name}"), f);
     let broker = [
         t(

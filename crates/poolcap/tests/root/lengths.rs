@@ -97,7 +97,7 @@ fn capture_file_selects(file: &Path, filter: &str, dir: &Path) -> u64 {
     num(&s, "captured")
 }
 
-pub fn trials() -> Vec<Trial> {
+pub(crate) fn trials() -> Vec<Trial> {
     vec![trial(
         "filter_lengths_read_the_wire_length_of_cut_packets",
         length_filters_read_the_wire_length_of_cut_packets,

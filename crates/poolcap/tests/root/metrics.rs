@@ -13,7 +13,7 @@ use crate::common::{
 };
 use crate::deploy;
 
-pub fn trials() -> Vec<Trial> {
+pub(crate) fn trials() -> Vec<Trial> {
     let t = |name: &'static str, f: fn()| trial(&format!("metrics::{name}"), f);
     vec![
         t(

@@ -156,7 +156,7 @@ fn inplace_reader_accounts_exactly() {
     );
 }
 
-pub fn trials() -> Vec<Trial> {
+pub(crate) fn trials() -> Vec<Trial> {
     vec![
         trial(
             "inplace_reader_accounts_exactly",

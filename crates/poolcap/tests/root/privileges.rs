@@ -17,7 +17,7 @@ use crate::common::{
     tcpdump_count, tcpdump_count_set, tempdir, thread_identities, trial, Background, Lab,
 };
 
-pub fn trials() -> Vec<Trial> {
+pub(crate) fn trials() -> Vec<Trial> {
     let t = |name: &'static str, f: fn()| trial(&format!("privileges::{name}"), f);
     vec![
         t(

@@ -19,7 +19,7 @@ use crate::common::{
     trial, Background,
 };
 
-pub fn trials() -> Vec<Trial> {
+pub(crate) fn trials() -> Vec<Trial> {
     let t = |name: &'static str, f: fn()| trial(&format!("probe::{name}"), f);
     vec![
         t(
@@ -533,7 +533,7 @@ const REPLAY_CONFIG: &str = "period = \"1h\"\n\
     [[rule]]\nname = \"frag\"\nfilter = \"ip[6:2] & 0x3fff != 0\"\nactions = [\"count\"]\n";
 
 /// `rule`'s flow tables against tshark's IPv4, IPv6 and TCP conversations in `file`.
-pub fn assert_flows_match_tshark(recs: &[Value], rule: &str, file: &Path) {
+pub(crate) fn assert_flows_match_tshark(recs: &[Value], rule: &str, file: &Path) {
     assert_conversations(
         &our_conversations(recs, rule, addr4),
         &tshark_conv(file, "ip"),

@@ -15,7 +15,7 @@ use crate::common::{
 };
 use crate::probe::{records, stop_probe, write, write_pcap};
 
-pub fn trials() -> Vec<Trial> {
+pub(crate) fn trials() -> Vec<Trial> {
     let t = |name: &'static str, f: fn()| trial(&format!("probe_faults::{name}"), f);
     vec![
         t(

@@ -35,7 +35,7 @@ use crate::probe::{
     tcpdump_selects, totals, write, write_pcap, MAC_A, MAC_B,
 };
 
-pub fn trials() -> Vec<Trial> {
+pub(crate) fn trials() -> Vec<Trial> {
     let t = |name: &'static str, f: fn()| trial(&format!("probe_kernel::{name}"), f);
     vec![
         t(

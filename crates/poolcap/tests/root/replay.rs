@@ -15,7 +15,7 @@ use poolcap_format::{CaptureWriter, FileFormat};
 use crate::common::{self, netns_command, trial, Lab};
 use crate::gen::{assert_same_frames, error_line, poolcap_here, replay_frames, u64_of, Probe};
 
-pub fn trials() -> Vec<Trial> {
+pub(crate) fn trials() -> Vec<Trial> {
     // The `gen_replay_` prefix: `-- gen` selects every generator test, `-- gen_replay` these.
     vec![
         trial(

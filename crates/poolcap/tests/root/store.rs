@@ -10,7 +10,7 @@ use libtest_mimic::Trial;
 
 use crate::common::*;
 
-pub fn trials() -> Vec<Trial> {
+pub(crate) fn trials() -> Vec<Trial> {
     let t = |name: &'static str, f: fn()| trial(&format!("store::{name}"), f);
     vec![
         t(

@@ -327,7 +327,7 @@ fn xdp_errors_are_clear() {
     );
 }
 
-pub fn trials() -> Vec<Trial> {
+pub(crate) fn trials() -> Vec<Trial> {
     vec![
         trial(
             "xdp::exact_counts_on_1_2_4_queues",

@@ -7,21 +7,21 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 /// A file under the repository's `deploy/`.
-pub fn path(rel: &str) -> PathBuf {
+pub(crate) fn path(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../deploy")
         .join(rel)
 }
 
 /// The Prometheus alert rules.
-pub const RULES: &str = "prometheus/poolcap-rules.yml";
+pub(crate) const RULES: &str = "prometheus/poolcap-rules.yml";
 /// Their promtool unit tests.
-pub const RULE_TESTS: &str = "prometheus/poolcap-rules.test.yml";
+pub(crate) const RULE_TESTS: &str = "prometheus/poolcap-rules.test.yml";
 /// The Grafana dashboard.
-pub const DASHBOARD: &str = "grafana/poolcap.json";
+pub(crate) const DASHBOARD: &str = "grafana/poolcap.json";
 
 /// Every query of the dashboard's panels, as Grafana stores it.
-pub fn dashboard_queries() -> Vec<String> {
+pub(crate) fn dashboard_queries() -> Vec<String> {
     let text = std::fs::read_to_string(path(DASHBOARD)).expect("read the dashboard");
     let d: serde_json::Value = serde_json::from_str(&text).expect("the dashboard is JSON");
     let panels = d["panels"].as_array().expect("panels");
@@ -41,7 +41,7 @@ pub fn dashboard_queries() -> Vec<String> {
 }
 
 /// Every alert's expression in the rules file (each on its `expr:` line).
-pub fn rule_queries() -> Vec<String> {
+pub(crate) fn rule_queries() -> Vec<String> {
     let text = std::fs::read_to_string(path(RULES)).expect("read the rules");
     let exprs: Vec<String> = text
         .lines()
@@ -54,7 +54,7 @@ pub fn rule_queries() -> Vec<String> {
 
 /// The metric names a query uses: poolcap's own (`poolcap_`) and the process metrics
 /// (`process_`). Prometheus's own series (`up`) and functions are not poolcap's.
-pub fn metric_names(query: &str) -> BTreeSet<String> {
+pub(crate) fn metric_names(query: &str) -> BTreeSet<String> {
     query
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
         .filter(|t| t.starts_with("poolcap_") || t.starts_with("process_"))
@@ -63,7 +63,7 @@ pub fn metric_names(query: &str) -> BTreeSet<String> {
 }
 
 /// A dashboard query as plain PromQL: Grafana's variables replaced by what they stand for.
-pub fn as_promql(query: &str) -> String {
+pub(crate) fn as_promql(query: &str) -> String {
     query
         .replace("$__rate_interval", "5m")
         .replace("$job", ".*")

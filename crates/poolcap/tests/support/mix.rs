@@ -5,10 +5,10 @@
 
 use std::path::Path;
 
-pub const FRAMES: u32 = 400;
+pub(crate) const FRAMES: u32 = 400;
 
 /// Frame `i`: UDP 53, TCP 80, VLAN 100 TCP 80, VLAN 200 UDP 1234 or ARP, by `i % 5`.
-pub fn frame(i: u32) -> Vec<u8> {
+pub(crate) fn frame(i: u32) -> Vec<u8> {
     let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1];
     let (vlan, proto, port) = match i % 5 {
         0 => (None, Some(17u8), 53u16),
@@ -52,7 +52,7 @@ pub fn frame(i: u32) -> Vec<u8> {
 }
 
 /// A microsecond pcap of [`FRAMES`] frames, 1 ms apart.
-pub fn write_pcap(path: &Path) {
+pub(crate) fn write_pcap(path: &Path) {
     let mut b = Vec::new();
     b.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
     b.extend_from_slice(&2u16.to_le_bytes());
