@@ -42,8 +42,8 @@ mod forward_out;
 pub mod forward_xdp;
 pub mod link;
 pub mod linktype;
-#[cfg(test)]
-mod mem;
+#[cfg(any(test, feature = "sim"))]
+pub mod mem;
 pub mod needs;
 pub mod nic;
 pub mod pipeline;
@@ -53,6 +53,8 @@ pub mod progress;
 pub mod queue;
 pub mod rotate;
 pub mod savefile;
+#[cfg(any(test, feature = "sim"))]
+pub mod sim;
 pub mod sink;
 pub mod source;
 mod start;
