@@ -12,8 +12,8 @@
 //!
 //! The shape: a capture thread ([`queue`]) is a thin shell around [`decide::Loop`], the
 //! capture decisions as a value with no clock reads or syscalls, which live with the offload
-//! policies and the pool geometry in the `poolcap-core` crate (which `poolcap sim` drives
-//! too); which data path runs is one [`pipeline::Pipeline`] chosen at start (count in the
+//! policies and the pool geometry in the `poolcap-core` crate; `poolcap sim` turns the shell
+//! itself in virtual time ([`sim`], behind the `sim` feature); which data path runs is one [`pipeline::Pipeline`] chosen at start (count in the
 //! kernel ring, straight to a sink, or through workers); sinks (the file writer, the
 //! forwarder) are behind one [`sink::Sink`] trait.
 //!
