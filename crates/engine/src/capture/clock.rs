@@ -3,7 +3,8 @@
 //! by turn in virtual time: a test drives the real shell over the in-memory source and
 //! checks what it decides (when a chunk is sealed, how long a pause lasts) to the
 //! nanosecond, on any machine, however loaded (quinn's `Pair::drive` does this for a
-//! connection). A capture runs on [`RealClock`].
+//! connection), and `poolcap-bench sim` turns many shells on one virtual time (see
+//! `super::sim`). A capture runs on [`RealClock`].
 
 use std::time::{Duration, Instant};
 
