@@ -170,15 +170,14 @@ impl Engine {
         Ok(true)
     }
 
-    /// Books pause onsets and ends, and the longest capture queues.
+    /// Books the pause onsets and ends of the queues that turned.
     fn observe(&mut self, t: Duration) {
-        for q in 0..self.seen.len() {
+        for &q in self.queues.turned() {
             let paused = self.queues.paused(q);
-            let free = self.queues.free_chunks(q);
-            let backlog = self.queues.backlog(q);
             let s = &mut self.seen[q];
             match (paused, s.paused_since) {
                 (true, None) => {
+                    let free = self.queues.free_chunks(q);
                     s.paused_since = Some(t);
                     s.stats.pause_onsets += 1;
                     s.stats.min_free_at_pause =
@@ -190,12 +189,18 @@ impl Engine {
                 }
                 _ => {}
             }
-            s.stats.peak_backlog = s.stats.peak_backlog.max(backlog);
         }
     }
 
-    /// Worker w takes the next chunk of its capture queue, if any.
+    /// Worker w takes the next chunk of its capture queue, if any. The queue is longest
+    /// just before a take (it grows only while its worker is busy).
     fn start(&mut self, w: usize) {
+        let backlog = self.queues.backlog(w);
+        if backlog == 0 {
+            return;
+        }
+        let st = &mut self.seen[w].stats;
+        st.peak_backlog = st.peak_backlog.max(backlog);
         let Some(c) = self.queues.take_captured(w) else {
             return;
         };

@@ -68,6 +68,8 @@ pub struct Queues {
     clock: VirtualClock,
     queues: Vec<Queue>,
     pools: Arc<Vec<Arc<Pool>>>,
+    /// The queues the last [`Queues::turn_due`] turned.
+    turned: Vec<usize>,
 }
 
 impl std::fmt::Debug for Queues {
@@ -139,6 +141,7 @@ impl Queues {
             clock,
             queues,
             pools,
+            turned: Vec::with_capacity(n),
         }
     }
 
@@ -169,7 +172,8 @@ impl Queues {
     /// the run with its error.
     pub fn turn_due(&mut self) -> Result<(), CaptureError> {
         let now = self.now();
-        for q in &mut self.queues {
+        self.turned.clear();
+        for (i, q) in self.queues.iter_mut().enumerate() {
             if q.wake.is_some_and(|w| w.at > now) {
                 continue;
             }
@@ -177,6 +181,7 @@ impl Queues {
             let Some(shell) = &mut q.shell else {
                 continue;
             };
+            self.turned.push(i);
             let mut turns = 0;
             while q.wake.is_none() {
                 if !shell.turn() {
@@ -194,6 +199,11 @@ impl Queues {
             }
         }
         Ok(())
+    }
+
+    /// The queues the last [`Queues::turn_due`] turned: only their pauses can have changed.
+    pub fn turned(&self) -> &[usize] {
+        &self.turned
     }
 
     /// A worker takes the next chunk waiting in capture queue `w`, which wakes its capture
