@@ -48,3 +48,43 @@ fn bad_usage_is_one_line_and_exit_code_2() {
     // A suite and a subcommand do not mix.
     one_line_usage_error(&bench(&["sim", "gen"]));
 }
+
+#[test]
+fn sim_prints_its_table_and_a_burst_loses_what_the_engine_loses() {
+    // The burst of the bench crate's a_burst_is_lost_where_the_engines_shell_loses_it,
+    // through the command line: the report's format and its counts.
+    let out = bench(&[
+        "sim",
+        "--queues",
+        "1",
+        "--pool",
+        "32,16",
+        "--ring",
+        "100",
+        "--cost-ns",
+        "1000000",
+        "--arrivals",
+        "constant",
+        "--rate",
+        "1000M",
+        "--seconds",
+        "0.000001",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("queue  offered/s     arrived   processed  drop:kern  drop:pool"),
+        "{text}"
+    );
+    let all: Vec<&str> = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("all"))
+        .expect("a total line")
+        .split_whitespace()
+        .collect();
+    assert_eq!(all[2..6], ["1000", "580", "420", "0"], "{text}");
+    assert!(
+        text.contains("drop rate 42.000% (kernel 42.000%, pool 0.000%)"),
+        "{text}"
+    );
+}

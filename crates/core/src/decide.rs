@@ -390,6 +390,11 @@ impl Loop {
         true
     }
 
+    /// Whether the policy holds the queue's packets in the kernel now (a congestion pause).
+    pub fn paused(&self) -> bool {
+        self.paused_since.is_some()
+    }
+
     /// The capture ends: how long it was still paused.
     pub fn finish(&mut self, now: Duration) -> Option<Duration> {
         self.paused_since.take().map(|t| now.saturating_sub(t))

@@ -21,13 +21,15 @@ use poolcap_bench::sim::sweep::{self, Job};
 #[derive(Debug, Args)]
 #[command(
     args_conflicts_with_subcommands = true,
-    after_help = "Model: per receive queue a kernel ring of --ring packets, an infinitely fast capture \
-thread that fills chunks of M packets from a pool of R chunks (--pool M,R), and one worker that \
-spends --cost-ns per packet on the chunks of its capture queue. A chunk is sealed when full or \
---seal-after its first packet, and the policy (the engine's own code) picks the capture queue it \
-joins; it always returns to its home pool. No free chunk: the packet is dropped by the pool. \
-Capture paused by the policy: packets wait in the kernel ring, and beyond it are dropped by the \
-kernel. Every packet ends processed, dropped by the kernel or dropped by the pool.
+    after_help = "Model: per receive queue the engine's own capture thread (its decisions, pool and \
+offload policy: the code a capture runs) in virtual time, infinitely fast, over a kernel ring of \
+--ring packets; it fills chunks of M packets from a pool of R chunks (--pool M,R), and one worker \
+spends --cost-ns per packet on the chunks of its capture queue. A chunk is sealed when full, or \
+when the ring is idle and it has been open --seal-after, and the policy picks the capture queue \
+it joins; it always returns to its home pool. When the next batch would not fit with a chunk to \
+spare, or the policy pauses the capture, packets wait in the kernel ring, and beyond it are \
+dropped by the kernel; the pool drops only what neither holds. Every packet ends processed, \
+dropped by the kernel or dropped by the pool.
 
 Defaults (the regime the sweeps study): 1 Mpps in 1000 flows with Zipf(1.1) shares, each flow \
 hashed to a queue and ON a quarter of the time (10 ms mean ON periods, sending at 4x its average \
@@ -168,7 +170,7 @@ struct ModelArgs {
     /// Kernel ring per queue, packets.
     #[arg(long, default_value_t = model::DEFAULT_RING)]
     ring: usize,
-    /// Seal a partly filled chunk this long after its first packet.
+    /// Seal a partly filled chunk once the ring is idle and it has been open this long.
     #[arg(long, default_value = "1ms", value_parser = units::parse_duration)]
     seal_after: std::time::Duration,
     /// Virtual seconds of traffic per run.

@@ -70,7 +70,8 @@ pub struct Arrivals {
 pub struct Config {
     /// Receive queues n, each with a capture thread, a pool, a capture queue and one worker.
     pub queues: usize,
-    /// Kernel ring per queue, in packets: it fills only while the capture is paused.
+    /// Kernel ring per queue, in packets: it fills while the capture is paused or the pool
+    /// has no room for the next batch.
     pub ring: usize,
     /// Cells per chunk (M).
     pub cells: usize,
@@ -78,7 +79,8 @@ pub struct Config {
     pub chunks: usize,
     /// Worker cost per packet in ns; one value for every worker, or one per worker.
     pub cost_ns: Vec<f64>,
-    /// A partly filled chunk is sealed this long (ns) after its first packet.
+    /// A partly filled chunk is sealed once the ring is idle and it has been open this long
+    /// (ns; below 1 ns, at once).
     pub seal_after_ns: f64,
     /// The offload / congestion policy, one instance per queue.
     pub policy: PolicySpec,

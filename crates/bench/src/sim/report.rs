@@ -45,8 +45,6 @@ pub struct QueueReport {
     pub peak_in_use: usize,
     /// Longest capture queue (chunks waiting, any home).
     pub peak_backlog: usize,
-    /// Most packets held in the kernel ring.
-    pub peak_kernel: usize,
     /// Free chunks in the pool after the run drained (R when every chunk came home).
     pub final_free: usize,
 }
@@ -119,7 +117,6 @@ impl Report {
             };
             t.peak_in_use = t.peak_in_use.max(q.peak_in_use);
             t.peak_backlog = t.peak_backlog.max(q.peak_backlog);
-            t.peak_kernel = t.peak_kernel.max(q.peak_kernel);
             t.final_free += q.final_free;
         }
         t

@@ -1,10 +1,18 @@
-//! The in-memory source, for deterministic tests of the pipeline: a list of packets handed
-//! out in batches, with faults injected on purpose (smoltcp's FaultInjector): packets the
-//! "kernel" drops, packets delivered out of order, batches that do not come (stalls), and a
-//! kernel error after a number of packets. Drops are reported as kernel drops, so the
-//! accounting must still add up exactly. With a [`VirtualClock`], packets arrive at their
-//! timestamps on that clock, so a test can drive the capture thread's shell through time.
+//! The in-memory source, for deterministic tests of the pipeline and for `poolcap-bench sim`:
+//! a list of packets handed out in batches, with faults injected on purpose (smoltcp's
+//! FaultInjector): packets the "kernel" drops, packets delivered out of order, batches that
+//! do not come (stalls), and a kernel error after a number of packets. Drops are reported
+//! as kernel drops, so the accounting must still add up exactly.
+//!
+//! With a [`VirtualClock`] ([`MemSource::arriving_on`]), packets arrive at their timestamps
+//! on that clock into a "kernel ring" of a bounded size ([`MemSource::with_ring`]), which
+//! drops what arrives while it is full, so a test or the simulator can drive the capture
+//! thread's real shell through time. The packets are read from their iterator only as they
+//! arrive, so a simulated run of millions need not hold them all.
 
+use std::cell::{RefCell, RefMut};
+use std::collections::VecDeque;
+use std::iter::Peekable;
 use std::time::Duration;
 
 use poolcap_format::RecordedPacket;
@@ -17,7 +25,7 @@ use super::source::{Filler, KernelDrops, Source};
 
 /// Faults to inject; `None` injects none.
 #[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Faults {
+pub struct Faults {
     /// Every Nth packet is dropped by the "kernel".
     pub drop_every: Option<usize>,
     /// Every Nth packet of a batch swaps places with the one after it.
@@ -28,58 +36,116 @@ pub(super) struct Faults {
     pub error_after: Option<u64>,
 }
 
+/// Packets still to come, in timestamp order.
+struct Coming(Box<dyn Iterator<Item = RecordedPacket> + Send>);
+
+impl Iterator for Coming {
+    type Item = RecordedPacket;
+
+    fn next(&mut self) -> Option<RecordedPacket> {
+        self.0.next()
+    }
+}
+
+impl std::fmt::Debug for Coming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Coming")
+    }
+}
+
+/// The packets that have arrived and wait to be taken, and those still to come.
+#[derive(Debug)]
+struct Ring {
+    coming: Peekable<Coming>,
+    waiting: VecDeque<RecordedPacket>,
+    /// Most packets that wait; more are dropped.
+    size: usize,
+    /// Packets that have arrived so far (the index of the next one).
+    arrived: usize,
+    /// Since the last report: packets put into the ring, and dropped.
+    received: u64,
+    dropped: u64,
+}
+
+impl Ring {
+    /// Lets in the packets that have arrived by `now_ns` (all when `None`).
+    fn admit(&mut self, now_ns: Option<u64>, drop_every: Option<usize>) {
+        while let Some(p) = self
+            .coming
+            .next_if(|p| now_ns.is_none_or(|now| p.ts_ns <= now))
+        {
+            self.arrived += 1;
+            let injected = drop_every.is_some_and(|n| n > 0 && self.arrived.is_multiple_of(n));
+            if injected || self.waiting.len() >= self.size {
+                self.dropped += 1;
+            } else {
+                self.received += 1;
+                self.waiting.push_back(p);
+            }
+        }
+    }
+}
+
 /// See the module docs.
 #[derive(Debug)]
-pub(super) struct MemSource {
-    packets: Vec<RecordedPacket>,
-    next: usize,
+pub struct MemSource {
+    ring: RefCell<Ring>,
     batch: usize,
     faults: Faults,
     looks: u64,
     delivered: u64,
-    /// Packets reported to the capture thread as received (or dropped) by the "kernel".
-    reported: usize,
     /// Packets arrive at their timestamps on this clock; without one, all are there.
     arrivals: Option<VirtualClock>,
 }
 
 impl MemSource {
     /// A source that hands out `packets` in batches of `batch`, with `faults`.
-    pub(super) fn new(packets: Vec<RecordedPacket>, batch: usize, faults: Faults) -> Self {
+    pub fn new(
+        packets: impl IntoIterator<Item = RecordedPacket, IntoIter: Send + 'static>,
+        batch: usize,
+        faults: Faults,
+    ) -> Self {
         Self {
-            packets,
-            next: 0,
+            ring: RefCell::new(Ring {
+                coming: Coming(Box::new(packets.into_iter())).peekable(),
+                waiting: VecDeque::new(),
+                size: usize::MAX,
+                arrived: 0,
+                received: 0,
+                dropped: 0,
+            }),
             batch: batch.max(1),
             faults,
             looks: 0,
             delivered: 0,
-            reported: 0,
             arrivals: None,
         }
     }
 
-    /// The same source whose packets (sorted by timestamp) arrive at their timestamps on
+    /// The same source whose packets (in timestamp order) arrive at their timestamps on
     /// `clock`.
-    pub(super) fn arriving_on(mut self, clock: VirtualClock) -> Self {
+    pub fn arriving_on(mut self, clock: VirtualClock) -> Self {
         self.arrivals = Some(clock);
         self
     }
 
-    /// How many packets have arrived by now.
-    fn arrived(&self) -> usize {
-        match &self.arrivals {
-            None => self.packets.len(),
-            Some(clock) => {
-                let now = clock.wall_ns();
-                self.packets.partition_point(|p| p.ts_ns <= now)
-            }
-        }
+    /// The same source with room for `size` packets waiting to be taken; packets that
+    /// arrive while it is full are kernel drops.
+    pub fn with_ring(self, size: usize) -> Self {
+        self.ring.borrow_mut().size = size.max(1);
+        self
     }
 
-    fn dropped(&self, i: usize) -> bool {
-        self.faults
-            .drop_every
-            .is_some_and(|n| n > 0 && (i + 1).is_multiple_of(n))
+    /// The ring with every packet arrived by now let in; tells the clock when the next one
+    /// comes.
+    fn ring(&self) -> RefMut<'_, Ring> {
+        let mut r = self.ring.borrow_mut();
+        let now = self.arrivals.as_ref().map(VirtualClock::wall_ns);
+        r.admit(now, self.faults.drop_every);
+        if let Some(clock) = &self.arrivals {
+            clock.next_packet_at(r.coming.peek().map(|p| p.ts_ns));
+        }
+        r
     }
 
     fn failed(&self) -> bool {
@@ -98,17 +164,20 @@ impl Source for MemSource {
         // Packets that arrive in time are drained up to the stop's cut, as from a ring;
         // the others stop at once, as a file does.
         let file_like = self.arrivals.is_none();
-        if stall || (file_like && filler.stopping()) || self.exhausted() || self.failed() {
+        if stall || (file_like && filler.stopping()) || self.failed() {
             return false;
         }
-        let end = (self.next + self.batch).min(self.arrived());
-        if end == self.next {
+        let mut batch: Vec<RecordedPacket> = {
+            let mut r = self.ring();
+            let n = r.waiting.len().min(self.batch);
+            r.waiting.drain(..n).collect()
+        };
+        if batch.is_empty() {
             return false;
         }
-        let mut order: Vec<usize> = (self.next..end).filter(|&i| !self.dropped(i)).collect();
         if let Some(n) = self.faults.reorder_every.filter(|&n| n > 0) {
-            for k in (n - 1..order.len().saturating_sub(1)).step_by(n) {
-                order.swap(k, k + 1);
+            for k in (n - 1..batch.len().saturating_sub(1)).step_by(n) {
+                batch.swap(k, k + 1);
             }
         }
         // Past an injected error nothing more is delivered; the rest counts as not taken.
@@ -116,10 +185,8 @@ impl Source for MemSource {
             .faults
             .error_after
             .map_or(u64::MAX, |n| n - self.delivered);
-        order.truncate(usize::try_from(left).unwrap_or(usize::MAX));
-        self.next = end;
-        for i in order {
-            let p = &self.packets[i];
+        batch.truncate(usize::try_from(left).unwrap_or(usize::MAX));
+        for p in batch {
             if !file_like && filler.past_cut(p.ts_ns) {
                 continue;
             }
@@ -129,6 +196,8 @@ impl Source for MemSource {
         true
     }
 
+    /// In time, ready when a packet waits (the clock makes the wait); otherwise a short
+    /// sleep.
     fn poll(&self, timeout: Duration) -> Result<Readiness, SysError> {
         if self.failed() {
             return Err(SysError {
@@ -137,30 +206,37 @@ impl Source for MemSource {
                 source: std::io::Error::other("injected fault"),
             });
         }
+        if self.arrivals.is_some() {
+            return Ok(if self.ring().waiting.is_empty() {
+                Readiness::Idle
+            } else {
+                Readiness::Readable
+            });
+        }
         std::thread::sleep(timeout.min(Duration::from_millis(1)));
         Ok(Readiness::Idle)
     }
 
     /// Packets wait in the source, as in a kernel ring, while the pool has no room.
     fn next_batch_len(&self) -> Option<usize> {
-        Some((self.arrived() - self.next).min(self.batch))
+        Some(self.ring().waiting.len().min(self.batch))
     }
 
     /// The packets that arrived since the last call: the dropped ones as kernel drops, the
     /// rest as received.
     fn kernel_drops(&mut self) -> Result<KernelDrops, SysError> {
-        let (from, to) = (self.reported, self.arrived());
-        self.reported = to;
-        let drops = (from..to).filter(|&i| self.dropped(i)).count() as u64;
-        Ok(KernelDrops {
-            kernel: drops,
-            received: Some((to - from) as u64 - drops),
+        let mut r = self.ring();
+        let d = KernelDrops {
+            kernel: std::mem::take(&mut r.dropped),
+            received: Some(std::mem::take(&mut r.received)),
             ..KernelDrops::default()
-        })
+        };
+        Ok(d)
     }
 
     fn exhausted(&self) -> bool {
-        self.next == self.packets.len()
+        let mut r = self.ring();
+        r.waiting.is_empty() && r.coming.peek().is_none()
     }
 }
 

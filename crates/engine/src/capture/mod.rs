@@ -10,12 +10,13 @@
 //! x-loop load; an optional file writer that merges the queues in timestamp order. Every
 //! packet ends in exactly one counter of [`account`].
 //!
-//! The shape: a capture thread ([`queue`]) is a thin shell around [`decide::Loop`], the
-//! capture decisions as a value with no clock reads or syscalls, which live with the offload
-//! policies and the pool geometry in the `poolcap-core` crate (which `poolcap sim` drives
-//! too); which data path runs is one [`pipeline::Pipeline`] chosen at start (count in the
-//! kernel ring, straight to a sink, or through workers); sinks (the file writer, the
-//! forwarder) are behind one [`sink::Sink`] trait.
+//! The shape: a capture thread ([`queue`]) is a thin shell around [`decide::Loop`], the capture
+//! decisions as a value with no clock reads or syscalls, which live with the offload policies
+//! and the pool geometry in the `poolcap-core` crate; `poolcap sim` turns the shell itself in
+//! virtual time (`sim`, behind the `sim` feature); which data path runs is one
+//! [`pipeline::Pipeline`] chosen at start (count in the kernel ring, straight to a sink, or
+//! through workers); sinks (the file writer, the forwarder) are behind one [`sink::Sink`]
+//! trait.
 //!
 //! Lifecycle: [`Engine::start`] sets everything up and returns once every queue is ready
 //! (the caller then prints `listening on`); [`Engine::run`] supervises until the stop flag,
@@ -42,8 +43,8 @@ mod forward_out;
 pub mod forward_xdp;
 pub mod link;
 pub mod linktype;
-#[cfg(test)]
-mod mem;
+#[cfg(any(test, feature = "sim"))]
+pub mod mem;
 pub mod needs;
 pub mod nic;
 pub mod pipeline;
@@ -53,6 +54,8 @@ pub mod progress;
 pub mod queue;
 pub mod rotate;
 pub mod savefile;
+#[cfg(any(test, feature = "sim"))]
+pub mod sim;
 pub mod sink;
 pub mod source;
 mod start;

@@ -152,6 +152,12 @@ impl<C: Clock> Shell<C> {
         }
     }
 
+    /// Whether the offload policy has paused the capture (see `decide`).
+    #[cfg(any(test, feature = "sim"))]
+    pub(crate) fn paused(&self) -> bool {
+        self.turns.decide.paused()
+    }
+
     /// Ends the capture (see [`CaptureThread::run`]).
     pub(crate) fn end(mut self) -> CaptureEnd {
         let writer = self.thread.writer.take();
@@ -566,13 +572,24 @@ mod tests {
             }
         }
 
+        /// One turn, then time moves on to the end of the wait it asked for (a poll's ends
+        /// at the next packet; nothing else happens meanwhile, so a wait for room lasts its
+        /// timeout); false once the capture is over.
+        fn turn(&mut self) -> bool {
+            let on = self.shell.turn();
+            if let Some(w) = self.clock.take_wake() {
+                self.clock.set(w.at);
+            }
+            on
+        }
+
         /// Turns until `until` holds or the capture is over; false if it ended first.
         fn turn_until(&mut self, mut until: impl FnMut(&Self) -> bool) -> bool {
             for _ in 0..1_000_000 {
                 if until(self) {
                     return true;
                 }
-                if !self.shell.turn() {
+                if !self.turn() {
                     return false;
                 }
             }
@@ -662,7 +679,7 @@ mod tests {
         assert!(rig.turn_until(|r| r.counters.snapshot(0).captured > held));
         assert_eq!(rig.clock.now(), drained_at, "the room was seen at once");
         // Every packet has arrived, so the queue ends once it has taken them all.
-        while rig.shell.turn() {
+        while rig.turn() {
             rig.drain();
         }
         let s = rig.end();
@@ -688,7 +705,7 @@ mod tests {
         }));
         rig.stop.store(true, Ordering::Relaxed);
         let stop_at = rig.clock.now();
-        while rig.shell.turn() {
+        while rig.turn() {
             captured += rig.drain().iter().sum::<usize>();
         }
         let ended_at = rig.clock.now();

@@ -4,7 +4,7 @@
 //!
 //! Sources: an AF_PACKET fanout socket with a TPACKET_V3 ring (`af_packet`), an AF_XDP
 //! socket whose UMEM is the pool (`af_xdp`), a pcap/pcapng file (`file`) and an in-memory
-//! list with injected faults for tests (`mem`). Every source takes packets only up to the
+//! list with injected faults, for tests and the simulator (`mem`). Every source takes packets only up to the
 //! stop's cut and within a count limit (see `end`); the packets past either count as
 //! `not_taken`. A source only moves packets and reports the kernel's counters; what to do
 //! when it has none (wait, seal, stop) is the capture thread's decision.
