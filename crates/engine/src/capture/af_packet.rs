@@ -173,9 +173,9 @@ impl PacketSource {
 }
 
 /// The one walk of a held block: each packet's metadata goes straight into the list its
-/// chunk takes whole ([`Chunk::hold`]), and the stripped VLAN tags are put back once the
-/// walk is over. (A list of the packets walked, pushed into the chunk in a second pass,
-/// cost about 15% of the capture thread's time at 64-byte frames.)
+/// chunk takes whole ([`Chunk::hold`](super::pool::Chunk::hold)), and the stripped VLAN
+/// tags are put back once the walk is over. (A list of the packets walked, pushed into the
+/// chunk in a second pass, took about 15% of the capture thread's time at 64-byte frames.)
 #[derive(Debug, Default)]
 struct HeldWalk {
     /// The packets of the block being held, as they will be in its chunk.
