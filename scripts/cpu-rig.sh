@@ -13,8 +13,9 @@
 # COUNT (1500000), ROUNDS (3), SINK (null | file), TOOLS (space-separated from: poolcap
 # poolcap-B2048 poolcap-default poolcap-pcapng tcpdump tcpdump-B2048 netsniff-ng),
 # PEER_KIB (36864: poolcap's 4 MiB ring plus 32 MiB pool, the equal memory of `bench disk`).
-# Prints one line per run: tool, ns/pkt, run/pkt, captured, sent, voluntary context
-# switches (wakeups) of all its threads, load.
+# Prints one line per run: tool, ns/pkt, run/pkt, captured, sent, the sender's rate (kpps:
+# a sender slowed by other load stretches the run, and a tool's time-based wakeups then
+# add to its CPU per packet), voluntary context switches (wakeups) of all its threads, load.
 set -euo pipefail
 POOLCAP=${POOLCAP:-$(dirname "$0")/../target/release/poolcap}
 SIZE=${SIZE:-64}
@@ -73,7 +74,7 @@ captured() {
 rate_args=()
 [ "$RATE" != 0 ] && rate_args=(--rate "$RATE")
 echo "# size=$SIZE rate=$RATE count=$COUNT sink=$SINK peer_kib=$PEER_KIB $(date -u +%FT%TZ)"
-printf '%-16s %8s %8s %10s %10s %8s  %s\n' tool ns/pkt run/pkt captured sent switches load
+printf '%-16s %8s %8s %10s %10s %6s %8s  %s\n' tool ns/pkt run/pkt captured sent kpps switches load
 for round in $(seq "$ROUNDS"); do
   for tool in $TOOLS; do
     out=/dev/null
@@ -93,9 +94,11 @@ for round in $(seq "$ROUNDS"); do
     kill -INT "$pid"
     wait "$pid" || true
     sent=$(grep -o '"frames": *[0-9]*' "$DIR/gen.json" | grep -o '[0-9]*$')
+    pps=$(grep -o '"pps": *[0-9.]*' "$DIR/gen.json" | grep -o '[0-9.]*$')
     got=$(captured "$tool" "$log")
-    printf '%-16s %8.1f %8.1f %10s %10s %8s  %s\n' "$tool" "$(echo "$ns / $sent" | bc -l)" \
-      "$(echo "($ns - $ns_before) / $got" | bc -l)" "$got" "$sent" "$sw" "$load"
+    printf '%-16s %8.1f %8.1f %10s %10s %6.0f %8s  %s\n' "$tool" "$(echo "$ns / $sent" | bc -l)" \
+      "$(echo "($ns - $ns_before) / $got" | bc -l)" "$got" "$sent" "$(echo "$pps / 1000" | bc -l)" \
+      "$sw" "$load"
     rm -f "$DIR/out.pcap" "$DIR/stats.json"
   done
 done

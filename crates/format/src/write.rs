@@ -875,16 +875,26 @@ fn append(
     data: &[u8],
     orig_len: u32,
 ) {
-    let (words, k) = head_words(format, record_len, ts_ns, data.len(), orig_len);
-    let mut head = [0u8; EPB_FIXED - 4];
-    let head_len = put_words(&mut head, &words[..k]);
+    let (words, _) = head_words(format, record_len, ts_ns, data.len(), orig_len);
     buf.reserve(record_len);
-    buf.extend_from_slice(&head[..head_len]);
-    buf.extend_from_slice(data);
-    if format == FileFormat::Pcapng {
-        let pad = record_len - head_len - data.len() - 4;
-        buf.extend_from_slice(&[0; 3][..pad]);
-        buf.extend_from_slice(&(record_len as u32).to_ne_bytes());
+    // Each header is a copy of a constant length, made without a call: small records are
+    // mostly header (64-byte frames to /dev/null spent a sixth of their time in copies).
+    match format {
+        FileFormat::Pcap | FileFormat::PcapNs => {
+            let mut head = [0u8; PCAP_RECORD_HEADER];
+            put_words(&mut head, &words[..4]);
+            buf.extend_from_slice(&head);
+            buf.extend_from_slice(data);
+        }
+        FileFormat::Pcapng => {
+            let mut head = [0u8; EPB_FIXED - 4];
+            put_words(&mut head, &words);
+            buf.extend_from_slice(&head);
+            buf.extend_from_slice(data);
+            let pad = record_len - head.len() - data.len() - 4;
+            buf.extend_from_slice(&[0; 3][..pad]);
+            buf.extend_from_slice(&(record_len as u32).to_ne_bytes());
+        }
     }
 }
 

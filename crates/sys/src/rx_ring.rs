@@ -260,6 +260,28 @@ impl std::fmt::Debug for HeldBlock {
 }
 
 impl HeldBlock {
+    /// A block made of `block` (a whole TPACKET_V3 block, header first) in memory of its
+    /// own rather than a ring's, read with the same bounds as a ring block: for tests of
+    /// what holds ring blocks, as [`block_packets`] is for the walk.
+    pub fn copy_of(block: &[u8]) -> Result<Self> {
+        let map = Arc::new(Mmap::anonymous(block.len().max(BD_BLK_LEN + 4))?);
+        let base = map.base();
+        // SAFETY: the fresh mapping is at least `block.len()` bytes, writable, and no other
+        // view of it exists yet; `block` cannot overlap it.
+        unsafe { std::ptr::copy_nonoverlapping(block.as_ptr(), base.as_ptr(), block.len()) };
+        let size = map.len();
+        let field = |at| u32_at(block, at).unwrap_or(0);
+        let (first, end) = body_bounds(field(BD_OFFSET_TO_FIRST_PKT), field(BD_BLK_LEN), size);
+        Ok(HeldBlock {
+            _map: map,
+            base,
+            size,
+            first,
+            end,
+            num_pkts: field(BD_NUM_PKTS),
+        })
+    }
+
     /// The block's packets in arrival order; each says where its bytes lie in the block
     /// ([`RxPacket::offset`]).
     pub fn packets(&self) -> Packets<'_> {

@@ -59,6 +59,47 @@ pub struct PacketMeta {
     pub wire_len: u32,
 }
 
+/// Where packets of one ring block may lie to be written from it as records: each record's
+/// header goes before the packet's bytes, past the block's descriptor, and its trailer after
+/// them, inside the block (which the kernel's layout ensures; see the module docs).
+#[derive(Debug, Clone, Copy)]
+pub struct HeldRoom {
+    records: FileFormat,
+    /// The block's first packet byte plus a record header: the lowest packet offset.
+    lowest: usize,
+    size: usize,
+}
+
+impl HeldRoom {
+    /// The room of `block`, written as `records`.
+    pub fn new(block: &HeldBlock, records: FileFormat) -> Self {
+        HeldRoom {
+            records,
+            lowest: block.body_start() + records.record_head(),
+            size: block.size(),
+        }
+    }
+
+    /// The metadata of a packet whose `caplen` bytes lie at `offset` in the block, if its
+    /// record fits around it there.
+    #[inline]
+    pub fn meta(
+        &self,
+        ts_ns: u64,
+        offset: usize,
+        caplen: usize,
+        wire_len: u32,
+    ) -> Option<PacketMeta> {
+        let end = offset - self.records.record_head().min(offset) + self.records.record_len(caplen);
+        (offset >= self.lowest && end <= self.size).then_some(PacketMeta {
+            ts_ns,
+            offset: offset as u32,
+            caplen: caplen as u32,
+            wire_len,
+        })
+    }
+}
+
 /// Where a chunk keeps its packets' bytes.
 #[derive(Debug)]
 enum Storage {
@@ -152,50 +193,27 @@ impl Chunk {
         }
     }
 
-    /// Takes a ring block to fill this chunk of blocks with (false, and the block goes back,
-    /// if this chunk is of another kind or holds one already).
-    pub fn hold(&mut self, held: HeldBlock) -> bool {
-        match &mut self.storage {
-            Storage::Held { block, .. } if block.is_none() => {
-                *block = Some(held);
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// The held block's bytes `range`, to change in place before its packets are pushed.
-    pub fn block_mut(&mut self, range: Range<usize>) -> Option<&mut [u8]> {
-        match &mut self.storage {
-            Storage::Held { block: Some(b), .. } => Some(b.bytes_mut(range)),
+    /// The record format of a chunk of ring blocks (none for other kinds).
+    pub fn held_records(&self) -> Option<FileFormat> {
+        match &self.storage {
+            Storage::Held { records, .. } => Some(*records),
             _ => None,
         }
     }
 
-    /// Appends a packet whose `caplen` bytes lie at `offset` in the held block. False,
-    /// storing nothing, when no block is held or its record would not fit around it in the
-    /// block (which the kernel's layout rules out; see the module docs).
-    #[inline]
-    pub fn push_held(&mut self, ts_ns: u64, offset: usize, caplen: usize, wire_len: u32) -> bool {
-        let Storage::Held {
-            block: Some(b),
-            records,
-        } = &self.storage
-        else {
-            return false;
-        };
-        let head = records.record_head();
-        let end = offset - head.min(offset) + records.record_len(caplen);
-        if offset < head + b.body_start() || end > b.size() {
-            return false;
+    /// Takes a ring block to fill this chunk of blocks with, and `meta`, its packets as
+    /// walked ([`HeldRoom::meta`]): the list is swapped in whole and `meta` gets this empty
+    /// chunk's list back, so no packet is copied twice and no list is allocated. False, and
+    /// the block goes back, if this chunk is of another kind or holds one already.
+    pub fn hold(&mut self, held: HeldBlock, meta: &mut Vec<PacketMeta>) -> bool {
+        match &mut self.storage {
+            Storage::Held { block, .. } if block.is_none() && self.meta.is_empty() => {
+                *block = Some(held);
+                std::mem::swap(&mut self.meta, meta);
+                true
+            }
+            _ => false,
         }
-        self.meta.push(PacketMeta {
-            ts_ns,
-            offset: offset as u32,
-            caplen: caplen as u32,
-            wire_len,
-        });
-        true
     }
 
     /// Appends a copy of a packet whose bytes are the concatenation of `parts` (at most

@@ -17,7 +17,7 @@ use poolcap_sys::xsk::RxFrame;
 use poolcap_sys::SysError;
 
 use super::end::{Budget, Cut};
-use super::pool::{Chunk, Pool};
+use super::pool::{Chunk, HeldRoom, PacketMeta, Pool};
 use super::worker::x_loop;
 use super::CaptureError;
 
@@ -196,12 +196,14 @@ impl Filler {
         }
     }
 
-    /// Takes a packet that stays where it lies, at `offset` in the ring block `chunk`
-    /// holds ([`Chunk::push_held`]); `len` bytes lie there.
+    /// Takes a packet that stays where it lies, at `offset` in a ring block of `room`
+    /// ([`HeldRoom::meta`]), into `meta`, the block's packets as walked; `len` bytes lie
+    /// there.
     #[inline]
     pub(crate) fn push_held(
         &mut self,
-        chunk: &mut Chunk,
+        meta: &mut Vec<PacketMeta>,
+        room: &HeldRoom,
         ts: u64,
         offset: usize,
         len: usize,
@@ -210,7 +212,8 @@ impl Filler {
         if self.past_cut(ts) || !self.within_budget() {
             return;
         }
-        if chunk.push_held(ts, offset, len.min(self.snaplen), wire) {
+        if let Some(m) = room.meta(ts, offset, len.min(self.snaplen), wire) {
+            meta.push(m);
             self.tally.captured += 1;
             self.tally.bytes += u64::from(wire);
         } else {
