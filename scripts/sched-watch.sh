@@ -21,14 +21,17 @@ while [ ! -e $OUT/stop ]; do
     n=$((n + 1))
     if [ $((n % 10)) -eq 0 ]; then
         snap > $OUT/cur
-        join <(sort $OUT/prev) <(sort $OUT/cur) | awk '{print $2, ($7 - $4) / 1e6}' >> $OUT/worst
+        join <(sort $OUT/prev) <(sort $OUT/cur) | awk '{print $2, ($8 - $4) / 1e6}' >> $OUT/worst
         cp $OUT/cur $OUT/prev
     fi
 done
 snap > $OUT/s1
 {
     echo "thread run_ms wait_ms timeslices worst_1s_wait_ms"
-    join <(sort $OUT/s0) <(sort $OUT/s1) | while read -r tid c r0 w0 s0 _ r1 w1 s1; do
+    # A thread started after the first snapshot (the direct writer's I/O thread) counts
+    # from zero.
+    join -a 2 -e 0 -o 2.1,2.2,1.3,1.4,1.5,2.2,2.3,2.4,2.5 <(sort $OUT/s0) <(sort $OUT/s1) |
+    while read -r tid c r0 w0 s0 _ r1 w1 s1; do
         worst=$(awk -v c="$c" '$1 == c && $2 > m {m = $2} END {printf "%.1f", m}' $OUT/worst)
         printf "%s(%s) %.0f %.0f %d %s\n" "$c" "$tid" $(((r1 - r0) / 1000000)) \
             $(((w1 - w0) / 1000000)) $((s1 - s0)) "$worst"

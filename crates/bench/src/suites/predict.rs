@@ -333,9 +333,18 @@ fn session(point: &str) -> &str {
 }
 
 /// The profile calibrated in this run (its calibration rows only; the built-in one if the
-/// run has none, which its source then says) and every other point predicted with it.
+/// run has none, which its source then says, with the disk measured in this run if it was)
+/// and every other point predicted with it.
 fn judged(meta: &Meta, rows: &[Row]) -> (Profile, Vec<validate::Compared>) {
-    let profile = crate::validate::of_run(meta, rows).unwrap_or_else(Profile::built_in);
+    let profile = crate::validate::of_run(meta, rows).unwrap_or_else(|| {
+        let mut p = Profile::built_in();
+        if let Some(d) = &meta.disk {
+            p.disk = Some(d.clone());
+            p.source
+                .push_str("; the disk (`disk`) measured in this run, before its points");
+        }
+        p
+    });
     let compared = validate::compare(rows, &profile);
     (profile, compared)
 }
