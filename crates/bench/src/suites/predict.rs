@@ -717,6 +717,40 @@ mod tests {
     use super::*;
 
     #[test]
+    fn without_calibration_rows_the_built_in_profile_takes_the_runs_disk() {
+        let disk = poolcap_doctor::profile::Disk {
+            dir: "/var/tmp/poolcap-bench/1".into(),
+            direct_bytes_per_s: Some(1.8e9),
+            buffered_bytes_per_s: Some(2e8),
+            dirty_limit_bytes: Some(3.5e9),
+        };
+        let mut meta = Meta {
+            suite: super::super::Suite::Predict,
+            scale: Scale::Quick,
+            runs: 1,
+            rps: false,
+            command: "poolcap bench predict --quick --points disk".into(),
+            machine: crate::report::Machine::read(),
+            versions: vec![],
+            sender_iface: "snd0".into(),
+            probe_iface: "prb0".into(),
+            queues: 1,
+            calibration: Calibration::default(),
+            disk: Some(disk.clone()),
+            notes: vec![],
+            started: 100,
+            finished: Some(400),
+            interrupted: false,
+            perf: false,
+        };
+        let (p, _) = judged(&meta, &[]);
+        assert_eq!(p.disk, Some(disk));
+        assert!(p.source.contains("measured in this run"), "{}", p.source);
+        meta.disk = None;
+        assert_eq!(judged(&meta, &[]).0, Profile::built_in());
+    }
+
+    #[test]
     fn calibration_comes_first_and_every_session_is_planned() {
         let c = super::super::tests::calibration(1.0, Some(500e3));
         let q = plan(Scale::Quick, &c).points;
