@@ -34,8 +34,9 @@ paper 002's four sessions with rps on (frame sizes at top speed with a 2 MB buff
 kernel buffer; a larger capture buffer; snaplength 96 with tuned buffers), session 1 at a fixed \
 450k pps (S5, not the paper's: the same offered rate for every tool and run), a burst grid and a \
 load grid, for poolcap, tcpdump and dumpcap, and a probe grid (`poolcap probe` with 16, 256 and \
-1000 rules, rps off), and one long writing point (poolcap writing pcapng through the page cache, \
-1514 B at top speed for four times the dirty limit on the development VM), judged by the profile's disk. \
+1000 rules, rps off), and one long writing point (poolcap writing pcap, 1514 B at top speed, over \
+20 GB, with its default direct I/O and with `--buffered`), judged by the disk measured in the same run \
+before its points (as `poolcap calibrate --disk-dir`: direct and buffered writes of twice the dirty limit). \
 Every measured point is predicted from the \
 profile of the calibration rows only. Target: relative error ≤ 20% where the measured loss is \
 ≥ 1%, and a correct \"no loss\" (under one frame predicted lost) where none was measured. A peer offered a rate \
