@@ -13,6 +13,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use poolcap_lab::Lab;
 
+use super::calibrate::disk::{self, DiskOptions};
 use super::doc::{self, Rendered, ReportPaths};
 use super::figure::Figure;
 use super::meta::{self, Meta};
@@ -23,6 +24,7 @@ use super::report::{self, Machine};
 use super::sampler;
 use super::stats::Spread;
 use super::suites::{self, Calibration, CalibrationKind, Scale, Suite};
+use poolcap_doctor::profile::Disk;
 pub use poolcap_measure::scratch::{now, timestamp};
 use poolcap_measure::scratch::{remove_scratch, scratch_with};
 
@@ -171,6 +173,7 @@ fn run_in(
             top_pps: None,
             disk_mb_s: None,
         },
+        disk: None,
         notes: Vec::new(),
         started: now(),
         finished: None,
@@ -187,7 +190,7 @@ fn run_in(
     let mut points = plan.points;
     meta.notes = plan.notes;
     if let Some(only) = &opts.points {
-        points.retain(|p| p.id.contains(only.as_str()));
+        points.retain(|p| picked(&p.id, only));
         if points.is_empty() {
             bail!("no point of {suite} has `{only}` in its id");
         }
@@ -211,6 +214,9 @@ fn run_in(
         log::info!("note: {note}");
         meta.notes.push(note);
     }
+    if points.iter().any(|p| p.id == suites::predict::LONG_WRITE) {
+        meta.disk = Some(measure_disk(&b)?);
+    }
     meta.write(&opts.out)?;
     run_points(&b, suite, &points, opts.runs, &mut log, &mut records)?;
     if opts.suite == Suite::Store && !stop.load(Ordering::Relaxed) {
@@ -230,6 +236,31 @@ fn run_in(
         bail!("interrupted; partial results in {}", opts.out.display());
     }
     Ok(r)
+}
+
+/// Whether a point `id` is one `--points` asks for: its id contains one of the filter's
+/// `|`-separated parts (`calibrate|disk`: the calibration points and the long writing point).
+fn picked(id: &str, filter: &str) -> bool {
+    filter.split('|').any(|part| id.contains(part))
+}
+
+/// The scratch directory's disk as `poolcap calibrate --disk-dir` measures it: a direct and a
+/// buffered write of twice the page cache's dirty limit (at least 1 GiB), each timed to its
+/// `fsync` (for the prediction of points that write more than the page cache holds).
+fn measure_disk(b: &Bench) -> anyhow::Result<Disk> {
+    let opts = DiskOptions {
+        dir: b.scratch.clone(),
+        bytes: None,
+        dirty_limit: disk::dirty_limit_bytes(),
+        time_limit: Duration::from_secs(120),
+    };
+    suites::disk::check_room(&b.scratch, opts.bytes())?;
+    log::info!(
+        "calibration: the disk: {} MB written direct and buffered in {}",
+        opts.bytes() / 1_000_000,
+        b.scratch.display()
+    );
+    disk::measure(&opts, &b.stop)
 }
 
 /// What a suite needs before its points: the x-loop cost and, for some, the generator's top
@@ -489,5 +520,25 @@ mod tests {
         assert!(l.ends_with("rates-20260102-000000"), "{l:?}");
         assert!(latest(d.path(), Suite::Wait).is_none());
         assert!(is_timestamp("20260101-000000") && !is_timestamp("2026010-1000000"));
+    }
+
+    #[test]
+    fn a_points_filter_picks_every_point_of_any_of_its_parts() {
+        // The calibration points and the long writing point of `predict`, and nothing else.
+        let plan = suites::plan(Suite::Predict, Scale::Quick, &Calibration::default()).points;
+        let picked_ids: Vec<&str> = plan
+            .iter()
+            .map(|p| p.id.as_str())
+            .filter(|id| picked(id, "calibrate|disk"))
+            .collect();
+        assert!(picked_ids.contains(&suites::predict::LONG_WRITE));
+        assert!(picked_ids.iter().any(|id| id.starts_with("calibrate ")));
+        assert!(picked_ids.len() < plan.len());
+        assert!(picked_ids
+            .iter()
+            .all(|id| id.starts_with("calibrate ") || *id == suites::predict::LONG_WRITE));
+        // One part: as before, its text anywhere in the id.
+        assert!(picked("64B 300k pcap>/dev/null rps off", "/dev/null"));
+        assert!(!picked("64B top pcap rps off", "/dev/null|>20GB"));
     }
 }

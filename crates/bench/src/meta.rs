@@ -35,6 +35,10 @@ pub struct Meta {
     pub queues: u16,
     /// What was calibrated.
     pub calibration: Calibration,
+    /// The scratch disk's sustained rates, direct and through the page cache, when a point
+    /// needs them (`poolcap calibrate`'s disk stage; `bench predict`'s long writing point).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<poolcap_doctor::profile::Disk>,
     /// Notes from the run (skipped subjects, calibration).
     pub notes: Vec<String>,
     /// Unix time the run started.
@@ -117,6 +121,12 @@ mod tests {
                 top_pps: None,
                 disk_mb_s: None,
             },
+            disk: Some(poolcap_doctor::profile::Disk {
+                dir: "/var/tmp".into(),
+                direct_bytes_per_s: Some(2e9),
+                buffered_bytes_per_s: None,
+                dirty_limit_bytes: Some(2.2e9),
+            }),
             notes: vec![],
             started: 100,
             finished: Some(400),

@@ -26,7 +26,7 @@ pub fn of_run(meta: &Meta, rows: &[Row]) -> Option<Profile> {
     Some(calibrate::of_rows(
         rows,
         meta.calibration.ns_per_iteration,
-        None,
+        meta.disk.clone(),
         source,
     ))
 }

@@ -322,6 +322,24 @@ impl Record {
     }
 }
 
+/// The peak resident memory of processes `pids` so far (`VmHWM` of `/proc/PID/status`,
+/// summed over a pipe's processes), KiB: what a tool took at its worst, its kernel ring
+/// included (the ring is mapped into it), the page cache not (`None`: a process is gone).
+fn peak_memory_kib(pids: &[u32]) -> Option<u64> {
+    pids.iter()
+        .map(|pid| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))?
+                .split_whitespace()
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
 /// `ip netns exec NS taskset -c CPUS PROGRAM ARGS...`.
 pub(super) fn pinned(netns: &str, cpus: &str, argv: &[String]) -> Command {
     let mut cmd = netns_command(netns, "taskset");
@@ -577,6 +595,7 @@ impl Bench<'_> {
                 bail!("perf counted no syscalls: {}", f.text.trim());
             }
         }
+        let peak_kib = peak_memory_kib(&tool.pids());
         // A compressor may still hold tens of MB to compress at a slow level (zstd -19
         // compresses about 2 MB/s here): give it time to finish rather than lose the file.
         let finish = if spec.compress.is_some() { 300 } else { 60 };
@@ -596,6 +615,9 @@ impl Bench<'_> {
             rec.involuntary_switches = Some(b.1.saturating_sub(a.1));
         }
         rec.counts = Some(spec.tool.parse(&fin.text, &stats)?);
+        if let (Some(kib), Some(c)) = (peak_kib, rec.counts.as_mut()) {
+            c.extra.insert("peak_rss_kib".into(), kib as f64);
+        }
         if let (Some(sink), Some(before), Some(counts)) = (sink, out_before, rec.counts.as_mut()) {
             let out = out_tx(self.lab)?.saturating_sub(before);
             counts.extra.insert("out_tx".into(), out as f64);
@@ -637,5 +659,25 @@ impl Bench<'_> {
         let r = Running::spawn(cmd, "perf stat")?;
         std::thread::sleep(Duration::from_millis(200));
         Ok(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peak_memory_sums_a_pipes_processes_and_is_none_once_one_is_gone() {
+        let me = std::process::id();
+        // Touch 64 MiB so the peak is at least that.
+        let v = vec![1u8; 64 << 20];
+        let one = peak_memory_kib(&[me]).unwrap();
+        assert!(
+            one >= 64 << 10,
+            "{one} KiB, {}",
+            v.iter().map(|&b| b as u64).sum::<u64>()
+        );
+        assert!(peak_memory_kib(&[me, me]).unwrap() >= 2 * one);
+        assert_eq!(peak_memory_kib(&[me, u32::MAX]), None);
     }
 }

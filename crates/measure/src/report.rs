@@ -478,6 +478,13 @@ pub const METRICS: &[Metric] = &[
         show: n0,
     },
     Metric {
+        key: "peak_mib",
+        title: "peak memory MiB",
+        better: Better::Lower,
+        get: |r| extra(r, "peak_rss_kib").map(|k| k / 1024.0),
+        show: n0,
+    },
+    Metric {
         key: "rss_growth_kib",
         title: "RSS growth after warm-up KiB",
         better: Better::Lower,

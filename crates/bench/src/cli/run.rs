@@ -131,8 +131,9 @@ pub(super) struct BenchArgs {
     /// Runs per point and tool (interleaved).
     #[arg(long, default_value_t = 3)]
     runs: usize,
-    /// Only the points whose id contains this (e.g. `/dev/null` in `disk`): a check of a
-    /// few points of one suite.
+    /// Only the points whose id contains this (e.g. `/dev/null` in `disk`), or one of its
+    /// `|`-separated parts (`calibrate|disk` in `predict`: the calibration points and the long
+    /// writing point): a check of a few points of one suite.
     #[arg(long, value_name = "TEXT")]
     points: Option<String>,
     /// Output directory of a single suite [default: RESULTS/SUITE-YYYYMMDD-HHMMSS, UTC].

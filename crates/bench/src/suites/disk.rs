@@ -61,6 +61,14 @@ const POOL_BYTES: u64 = POOL.0 as u64 * POOL.1 as u64 * CELL_BYTES;
 /// The peers' kernel buffer (KiB): poolcap's ring plus its pool, so each tool has the same
 /// memory between the wire and the disk.
 pub const PEER_KIB: u64 = RING_KIB + POOL_BYTES / 1024;
+/// Bytes poolcap's direct writer may hold beyond the ring at its peak: its 4 batches of 2
+/// MiB and, while the device is behind, up to 256 MiB of stall buffers
+/// (`poolcap_format::direct::{DEPTH, STALL_BYTES}`).
+const WRITER_PEAK_BYTES: u64 = (8 + 256) << 20;
+/// The kernel buffer (KiB) of the peers that the sustained points also run at poolcap's
+/// peak memory: its ring and pool plus [`WRITER_PEAK_BYTES`], 300 MiB, so a peer that loses
+/// with 36 MiB is also seen with all the memory poolcap may take.
+pub const PEER_PEAK_KIB: u64 = PEER_KIB + WRITER_PEAK_BYTES / 1024;
 /// Bytes a sustained point writes at least: far more than the page cache holds (24 GiB of
 /// RAM, dirty limit 20%), so a path that does not keep up with the device cannot hide.
 pub const SUSTAINED_BYTES: f64 = 20.5e9;
@@ -240,6 +248,15 @@ fn sustained(size: Size, out: Output, scale: Scale) -> Point {
     let record = p.traffic.size as f64 + 16.0;
     p.id = format!("{} top {} >20GB", size.label(), out.name());
     p.traffic.count = (SUSTAINED_BYTES / record).ceil() as u64;
+    // The peers that write pcap again with poolcap's peak memory as their kernel buffer,
+    // right after poolcap's two subjects (a run cut short still compares them).
+    if out == Output::Pcap && scale != Scale::Smoke {
+        for (at, tool) in [(2, Tool::Tcpdump), (3, Tool::NetsniffNg)] {
+            let name = format!("{} {}M", tool.name(), PEER_PEAK_KIB / 1024);
+            p.subjects
+                .insert(at, Subject::named(name, spec(tool, PEER_PEAK_KIB, true)));
+        }
+    }
     p
 }
 
@@ -452,12 +469,16 @@ pub fn device_limit(dir: &Path, mib: u64) -> anyhow::Result<f64> {
     Ok(written as f64 / 1e6 / seconds)
 }
 
-/// Rows of points whose id passes `keep`.
-fn table(title: &str, rows: &[Row], keep: impl Fn(&str) -> bool) -> Table {
+/// Rows of points whose id passes `keep`, with the tools' peak memory if `memory`.
+fn table(title: &str, rows: &[Row], keep: impl Fn(&str) -> bool, memory: bool) -> Table {
+    let mut columns = [&ACCOUNTING[..], &["cpu_s_per_mpkt", "mb_per_s", "wall_s"]].concat();
+    if memory {
+        columns.push("peak_mib");
+    }
     Table::new(
         title,
         rows_where(rows, |r| keep(&r.point)),
-        &[&ACCOUNTING[..], &["cpu_s_per_mpkt", "mb_per_s", "wall_s"]].concat(),
+        &columns,
         &["loss", "cpu_s_per_mpkt", "sender_pps", "mb_per_s"],
     )
 }
@@ -478,9 +499,14 @@ pub fn text(meta: &Meta, rows: &[Row]) -> Text {
             " pcap>/dev/null ",
         ),
     ] {
-        tables.push(table(title, rows, |p| p.contains(pattern)));
+        tables.push(table(title, rows, |p| p.contains(pattern), false));
     }
-    tables.push(table("Sustained: over 20 GB per run", rows, is_sustained));
+    tables.push(table(
+        "Sustained: over 20 GB per run",
+        rows,
+        is_sustained,
+        true,
+    ));
     let mut sections = Vec::new();
     if let Some(s) = sustained_text(meta, rows) {
         sections.push(("Sustained rate against the device".to_owned(), s));
@@ -501,6 +527,16 @@ pub fn text(meta: &Meta, rows: &[Row]) -> Text {
              so the zstd:1 points compare poolcap with `tcpdump -w - | zstd -1 -q -c`"
                 .into(),
             "MB/s written = size of the file (compressed, if so) / seconds of sending".into(),
+            format!(
+                "memory over 20 GB: poolcap's direct writer may take up to {} MiB beyond its \
+                 {} MiB ring (4 batches of 2 MiB, and stall buffers while the device is behind), \
+                 so those points also run tcpdump and netsniff-ng with a {} MiB kernel buffer; \
+                 peak memory = the tool's peak resident set (`VmHWM`, its mapped kernel ring \
+                 included, the page cache not; summed over a pipe's processes)",
+                WRITER_PEAK_BYTES >> 20,
+                PEER_KIB / 1024,
+                PEER_PEAK_KIB / 1024
+            ),
         ],
         tables,
         sections,
@@ -559,8 +595,11 @@ fn headline(meta: &Meta, rows: &[Row]) -> String {
         .iter()
         .filter(|r| is_sustained(&r.point))
         .filter_map(|r| {
+            let memory = r
+                .median("peak_mib")
+                .map_or(String::new(), |m| format!(" (peak {m:.0} MiB)"));
             Some(format!(
-                "{} {} {}",
+                "{} {} {}{memory}",
                 r.point,
                 r.subject,
                 pct_or_dash(Some(r.median("loss")?))
@@ -571,9 +610,11 @@ fn headline(meta: &Meta, rows: &[Row]) -> String {
         String::new()
     } else {
         format!(
-            "Over 20 GB at top speed, loss (median of runs; every tool with {} MiB between \
-             the wire and the disk): {}. ",
+            "Over 20 GB at top speed, loss (median of runs; every tool with a {} MiB ring, the \
+             `{}M` peers with poolcap's peak memory; peak memory is the tool's resident peak, \
+             the page cache not counted): {}. ",
             PEER_KIB / 1024,
+            PEER_PEAK_KIB / 1024,
             long.join(", ")
         )
     };
@@ -692,7 +733,30 @@ mod tests {
             );
         }
         let big = f.iter().find(|p| p.id == "1514B top pcap >20GB").unwrap();
-        assert_eq!(big.subjects.len(), 5);
+        let names: Vec<&str> = big.subjects.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "poolcap",
+                "poolcap --buffered",
+                "tcpdump 300M",
+                "netsniff-ng 300M",
+                "tcpdump",
+                "netsniff-ng",
+                "dumpcap"
+            ]
+        );
+        // The peers at poolcap's peak memory: its ring and pool, its direct writer's batches
+        // and stall buffers.
+        let peak = (PEER_KIB << 10) as usize
+            + poolcap_format::direct::DEPTH * (2 << 20)
+            + poolcap_format::direct::STALL_BYTES;
+        for s in &big.subjects[2..4] {
+            let c = s.capture.as_ref().unwrap();
+            assert_eq!(((c.buffer_kib << 10) as usize, c.write), (peak, true));
+        }
+        let ng = f.iter().find(|p| p.id == "1514B top pcapng >20GB").unwrap();
+        assert_eq!(ng.subjects.len(), 3, "no peer at peak memory writes pcapng");
         let imix = f.iter().find(|p| p.id.starts_with("imix")).unwrap();
         assert!(imix.traffic.imix);
         assert!(f.iter().all(|p| p.rps.is_some()));

@@ -34,8 +34,9 @@ paper 002's four sessions with rps on (frame sizes at top speed with a 2 MB buff
 kernel buffer; a larger capture buffer; snaplength 96 with tuned buffers), session 1 at a fixed \
 450k pps (S5, not the paper's: the same offered rate for every tool and run), a burst grid and a \
 load grid, for poolcap, tcpdump and dumpcap, and a probe grid (`poolcap probe` with 16, 256 and \
-1000 rules, rps off), and one long writing point (poolcap writing pcapng through the page cache, \
-1514 B at top speed for four times the dirty limit on the development VM), judged by the profile's disk. \
+1000 rules, rps off), and one long writing point (poolcap writing pcap, 1514 B at top speed, over \
+20 GB, with its default direct I/O and with `--buffered`), judged by the disk measured in the same run \
+before its points (as `poolcap calibrate --disk-dir`: direct and buffered writes of twice the dirty limit). \
 Every measured point is predicted from the \
 profile of the calibration rows only. Target: relative error ≤ 20% where the measured loss is \
 ≥ 1%, and a correct \"no loss\" (under one frame predicted lost) where none was measured. A peer offered a rate \
@@ -243,27 +244,34 @@ fn probe_grid(rules: &[usize], frames: u64) -> Vec<Point> {
         .collect()
 }
 
-/// Frames of the long writing point ([`long_write`]): 1514 B frames make 12.4 GB of pcapng,
-/// four times the page cache's dirty limit on the development VM (3.0 GB of 24 GB of memory,
-/// `vm.dirty_ratio` 20), so most of the run goes at write-back's pace.
-const LONG_WRITE_FRAMES: u64 = 8_000_000;
+/// Frames of the long writing point ([`long_write`]): as `bench disk`'s sustained point,
+/// 1514 B frames making over 20 GB of pcap, several times the page cache's dirty limit on
+/// the development VM (2.2 GB of 24 GB of memory), so the page cache cannot hide a path
+/// slower than the offered rate.
+pub const LONG_WRITE_FRAMES: u64 = 13_398_693;
 
-/// The long writing point: poolcap writing pcapng through the page cache (`--buffered`)
-/// in the scratch directory under /var/tmp, 1514 B frames at top speed, rps off, for
-/// [`LONG_WRITE_FRAMES`]: faster than write-back on a quiet machine (the sender's 770k pps
-/// are 1.2 GB/s, write-back 0.4-0.8 GB/s), so it loses once the page cache is full; the
-/// model must say so from the profile's disk.
+/// The id of the long writing point.
+pub const LONG_WRITE: &str = "disk 1514B pcap >20GB";
+
+/// The long writing point: poolcap writing pcap in the scratch directory under /var/tmp,
+/// 1514 B frames at top speed, rps off, for [`LONG_WRITE_FRAMES`], once with its default
+/// direct I/O and once through the page cache (`--buffered`): the sender's 550-770k pps are
+/// 0.85-1.2 GB/s, above write-back's 0.4-0.8 GB/s and below the device's direct rate, so the
+/// buffered writer loses once the page cache is full and the direct one keeps up unless
+/// the device stalls; the model must say which from the profile's disk.
 fn long_write() -> Point {
-    let spec = CaptureSpec {
+    let spec = |buffered| CaptureSpec {
         write: true,
-        pcapng: true,
-        buffered: true,
+        buffered,
         ..CaptureSpec::new(Tool::Poolcap, super::BUFFER_KIB)
     };
     point(
-        "disk 1514B -w".to_owned(),
+        LONG_WRITE.to_owned(),
         Traffic::top(1514, LONG_WRITE_FRAMES),
-        vec![Subject::capture(spec)],
+        vec![
+            Subject::capture(spec(false)),
+            Subject::named("poolcap --buffered", spec(true)),
+        ],
         false,
     )
 }
@@ -326,9 +334,18 @@ fn session(point: &str) -> &str {
 }
 
 /// The profile calibrated in this run (its calibration rows only; the built-in one if the
-/// run has none, which its source then says) and every other point predicted with it.
+/// run has none, which its source then says, with the disk measured in this run if it was)
+/// and every other point predicted with it.
 fn judged(meta: &Meta, rows: &[Row]) -> (Profile, Vec<validate::Compared>) {
-    let profile = crate::validate::of_run(meta, rows).unwrap_or_else(Profile::built_in);
+    let profile = crate::validate::of_run(meta, rows).unwrap_or_else(|| {
+        let mut p = Profile::built_in();
+        if let Some(d) = &meta.disk {
+            p.disk = Some(d.clone());
+            p.source
+                .push_str("; the disk (`disk`) measured in this run, before its points");
+        }
+        p
+    });
     let compared = validate::compare(rows, &profile);
     (profile, compared)
 }
@@ -701,6 +718,40 @@ mod tests {
     use super::*;
 
     #[test]
+    fn without_calibration_rows_the_built_in_profile_takes_the_runs_disk() {
+        let disk = poolcap_doctor::profile::Disk {
+            dir: "/var/tmp/poolcap-bench/1".into(),
+            direct_bytes_per_s: Some(1.8e9),
+            buffered_bytes_per_s: Some(2e8),
+            dirty_limit_bytes: Some(3.5e9),
+        };
+        let mut meta = Meta {
+            suite: super::super::Suite::Predict,
+            scale: Scale::Quick,
+            runs: 1,
+            rps: false,
+            command: "poolcap bench predict --quick --points disk".into(),
+            machine: crate::report::Machine::read(),
+            versions: vec![],
+            sender_iface: "snd0".into(),
+            probe_iface: "prb0".into(),
+            queues: 1,
+            calibration: Calibration::default(),
+            disk: Some(disk.clone()),
+            notes: vec![],
+            started: 100,
+            finished: Some(400),
+            interrupted: false,
+            perf: false,
+        };
+        let (p, _) = judged(&meta, &[]);
+        assert_eq!(p.disk, Some(disk));
+        assert!(p.source.contains("measured in this run"), "{}", p.source);
+        meta.disk = None;
+        assert_eq!(judged(&meta, &[]).0, Profile::built_in());
+    }
+
+    #[test]
     fn calibration_comes_first_and_every_session_is_planned() {
         let c = super::super::tests::calibration(1.0, Some(500e3));
         let q = plan(Scale::Quick, &c).points;
@@ -742,35 +793,50 @@ mod tests {
         let burst = q.iter().find(|p| p.id == "burst poolcap B=32768").unwrap();
         assert_eq!(burst.subjects[0].capture.as_ref().unwrap().load, 4000);
         assert_eq!(burst.rps, Some(false));
-        // The long writing point writes pcapng through the page cache, for more bytes than
-        // the cache holds dirty, and is judged by the profile's disk.
-        let disk = q.iter().find(|p| session(&p.id) == "disk").unwrap();
-        let spec = disk.subjects[0].capture.as_ref().unwrap();
-        assert!(spec.write && spec.pcapng && spec.buffered, "{spec:?}");
+        // The long writing point writes pcap direct and through the page cache, for more
+        // bytes than the cache holds dirty, and is judged by the profile's disk.
+        let disk = q.iter().find(|p| p.id == LONG_WRITE).unwrap();
+        assert_eq!(session(&disk.id), "disk");
+        let specs: Vec<&CaptureSpec> = disk
+            .subjects
+            .iter()
+            .map(|s| s.capture.as_ref().unwrap())
+            .collect();
+        assert!(specs.iter().all(|s| s.write && !s.pcapng), "{specs:?}");
+        assert_eq!(
+            specs.iter().map(|s| s.buffered).collect::<Vec<_>>(),
+            [false, true]
+        );
         assert_eq!(disk.traffic.count, LONG_WRITE_FRAMES);
-        // Sent at the sender's quiet top speed, 770k pps: the built-in profile predicts loss
-        // through the page cache, none written direct (the device takes 1.9 GB/s).
-        let predicted = |buffered: bool| {
+        assert!(
+            LONG_WRITE_FRAMES as f64 * 1530.0 > 20e9,
+            "over 20 GB of pcap"
+        );
+        // Sent at the sender's top speed, 558k pps: the built-in profile predicts loss
+        // through the page cache, none written direct (the device takes 1.6 GB/s).
+        let predicted = |spec: &CaptureSpec| {
             let mut row = poolcap_measure::testing::record(&disk.id, "poolcap", 0.5);
-            row.capture = Some(CaptureSpec {
-                buffered,
-                ..spec.clone()
-            });
+            row.capture = Some(spec.clone());
             row.traffic = disk.traffic.clone();
             let sent = row.sent.as_mut().unwrap();
-            (sent.frames, sent.pps) = (LONG_WRITE_FRAMES, 770e3);
+            (sent.frames, sent.pps) = (LONG_WRITE_FRAMES, 558e3);
             sent.seconds = LONG_WRITE_FRAMES as f64 / sent.pps;
             let rows = crate::report::aggregate(&[row]);
             let pps = validate::offered_pps(&rows[0]).unwrap();
             let scenario = validate::scenario(&rows[0], pps).unwrap();
             poolcap_doctor::predict::predict(&Profile::built_in(), &scenario).unwrap()
         };
-        let buffered = predicted(true);
+        let buffered = predicted(specs[1]);
         let d = buffered.disk.expect("the built-in profile knows the disk");
         assert_eq!(d.io, poolcap_doctor::predict::DiskIo::Buffered);
-        assert!(LONG_WRITE_FRAMES as f64 > 3.0 * d.buffer_frames, "{d:?}");
+        assert!(LONG_WRITE_FRAMES as f64 > 5.0 * d.buffer_frames, "{d:?}");
         assert!(buffered.loss > 0.1, "{buffered:?}");
-        assert_eq!(predicted(false).loss, 0.0);
+        let direct = predicted(specs[0]);
+        assert_eq!(
+            direct.disk.map(|d| d.io),
+            Some(poolcap_doctor::predict::DiskIo::Direct)
+        );
+        assert_eq!(direct.loss, 0.0);
         let smoke = plan(Scale::Smoke, &c).points;
         assert_eq!(
             smoke.len(),
