@@ -53,7 +53,7 @@ pub mod select;
 
 use std::path::{Path, PathBuf};
 
-use index::{index_path, Index, IndexError};
+use index::{index_path, Index, IndexError, IndexFile};
 
 /// The marker file that makes a directory a store.
 pub const MARKER: &str = "poolcap-store.json";
@@ -105,8 +105,8 @@ pub struct Store {
 /// What is known of one capture file's index.
 #[derive(Debug)]
 pub enum IndexState {
-    /// A sound index.
-    Sound(Index),
+    /// A sound index (its head read; its blocks are read as a query needs them).
+    Sound(IndexFile),
     /// No index (the file being written, or one closed by a crash).
     Missing,
     /// An index that is not used, and why.
@@ -120,7 +120,7 @@ impl IndexState {
         if !idx.exists() {
             return IndexState::Missing;
         }
-        match Index::load(&idx, capture) {
+        match IndexFile::open(&idx, capture) {
             Ok(i) => IndexState::Sound(i),
             Err(e) => IndexState::Refused(e),
         }
@@ -147,7 +147,7 @@ pub struct Status {
 /// One file's packets and time span, from its index or by reading it.
 pub fn file_span(capture: &Path, state: &IndexState) -> std::io::Result<(u64, Option<(u64, u64)>)> {
     if let IndexState::Sound(i) = state {
-        return Ok((i.packets, (i.packets > 0).then_some((i.first, i.last))));
+        return Ok((i.packets(), (i.packets() > 0).then_some(i.span())));
     }
     let Some((header, file)) = pcapfile::open(capture)? else {
         return Ok((0, None));

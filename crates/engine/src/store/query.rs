@@ -14,14 +14,14 @@
 //! whole. Every packet read is then tested against the window and the whole filter by
 //! libpcap, so the answer is what `tcpdump -r FILTER` gives over the same files.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::PathBuf;
 
 use poolcap_format::LinkType;
 use poolcap_sys::pcap_filter::OfflineFilter;
 
-use super::index::Index;
+use super::index::{IndexError, IndexFile};
 use super::pcapfile::{self, FILE_HEADER};
 use super::select::Selector;
 use super::{file_span, show_time, IndexState, Store, StoreError};
@@ -49,6 +49,8 @@ pub struct Outcome {
     pub bytes_read: u64,
     /// Bytes of capture files held.
     pub bytes_held: u64,
+    /// Bytes of indexes read.
+    pub index_bytes_read: u64,
     /// Files read whole because their index was refused: name and why.
     pub refused: Vec<(PathBuf, String)>,
 }
@@ -175,23 +177,48 @@ impl Query {
         self.since.is_none_or(|s| ts >= s) && self.until.is_none_or(|u| ts < u)
     }
 
-    /// The ranges of `index`'s file to read.
-    fn ranges(&self, index: &Index, selector: &Selector) -> Vec<(u64, u64)> {
-        let chosen: Option<BTreeSet<u32>> = selector.regions(index);
+    /// The ranges of `index`'s file to read: the pages of the regions the filter's keys
+    /// point at (all regions where it has none) whose time span meets the window. Where
+    /// they cover most of the file, one range from the first to the last: read in large
+    /// sequential reads, it costs less than the reads it replaces.
+    pub fn ranges(
+        &self,
+        index: &mut IndexFile,
+        selector: &Selector,
+    ) -> Result<Vec<(u64, u64)>, IndexError> {
+        let chosen: Option<BTreeMap<u32, u16>> = if index.keyed() {
+            let postings = index.postings(&selector.key_ranges())?;
+            selector.regions(&postings)
+        } else {
+            None
+        };
+        if chosen.is_none() && self.since.is_none() && self.until.is_none() {
+            return Ok(vec![(FILE_HEADER, index.file_len())]);
+        }
+        let numbers: BTreeSet<u32> = match &chosen {
+            Some(c) => c.keys().copied().collect(),
+            None => (0..index.region_count()).collect(),
+        };
         let mut ranges: Vec<(u64, u64)> = Vec::new();
-        for (n, r) in index.regions.iter().enumerate() {
-            if !self.meets(r.first, r.last)
-                || chosen.as_ref().is_some_and(|c| !c.contains(&(n as u32)))
-            {
+        for (n, (region, end)) in index.regions(&numbers)? {
+            if !self.meets(region.first, region.last) {
                 continue;
             }
-            let (from, to) = (r.offset, index.region_end(n));
-            match ranges.last_mut() {
-                Some(last) if last.1 == from => last.1 = to,
-                _ => ranges.push((from, to)),
+            let mask = chosen.as_ref().map_or(u16::MAX, |c| c[&n]);
+            for (from, to) in region.ranges(mask, end) {
+                match ranges.last_mut() {
+                    Some(last) if last.1 == from => last.1 = to,
+                    _ => ranges.push((from, to)),
+                }
             }
         }
-        ranges
+        let bytes: u64 = ranges.iter().map(|(a, b)| b - a).sum();
+        if let (Some(first), Some(last)) = (ranges.first(), ranges.last()) {
+            if bytes >= (last.1 - first.0) / 2 {
+                return Ok(vec![(first.0, last.1)]);
+            }
+        }
+        Ok(ranges)
     }
 
     /// Runs the query over `store`, writing the pcap stream to `out` (None: only count).
@@ -209,25 +236,34 @@ impl Query {
         let mut plans = Vec::new();
         let mut held: Option<(u64, u64)> = None;
         for path in store.files()? {
-            let state = IndexState::of(&path);
+            let mut state = IndexState::of(&path);
             let Ok(Some((header, file))) = pcapfile::open(&path) else {
                 // Deleted by retention since it was listed, or not (yet) a pcap file.
                 continue;
             };
             let len = file.metadata().map_or(0, |m| m.len());
             outcome.bytes_held += len;
-            let (ranges, span) = match &state {
-                IndexState::Sound(index) => {
-                    let span = (index.first, index.last);
-                    if index.packets > 0 {
-                        held = Some(held.map_or(span, |(a, b)| (a.min(span.0), b.max(span.1))));
-                        if !self.meets(index.first, index.last) {
-                            continue;
-                        }
+            let mut indexed = None;
+            if let IndexState::Sound(index) = &mut state {
+                let span = index.span();
+                if index.packets() > 0 {
+                    held = Some(held.map_or(span, |(a, b)| (a.min(span.0), b.max(span.1))));
+                    if !self.meets(span.0, span.1) {
+                        outcome.index_bytes_read += index.bytes_read;
+                        continue;
                     }
-                    (self.ranges(index, &selector), span)
                 }
-                IndexState::Missing | IndexState::Refused(_) => {
+                let ranges = self.ranges(index, &selector);
+                outcome.index_bytes_read += index.bytes_read;
+                match ranges {
+                    Ok(ranges) => indexed = Some((ranges, span)),
+                    // A block that fails its checksum: the index is not used.
+                    Err(e) => state = IndexState::Refused(e),
+                }
+            }
+            let (ranges, span) = match (&state, indexed) {
+                (_, Some(planned)) => planned,
+                _ => {
                     if let IndexState::Refused(e) = &state {
                         outcome.refused.push((path.clone(), e.to_string()));
                     }
@@ -296,6 +332,15 @@ impl Query {
         let mut out = out;
         if let Some(o) = out.as_mut() {
             o.write_all(&header.raw).map_err(io("the output"))?;
+        }
+        // Scattered reads are queued with the kernel all at once, so that the device works
+        // on many together (one after the other, each waits its turn: for a one-flow query
+        // the reads, not the bytes, are the cost).
+        for plan in plans.iter().filter(|p| p.ranges.len() > 1) {
+            for &(from, to) in &plan.ranges {
+                // A hint: if it fails, the reads below are only slower.
+                let _ = poolcap_sys::readahead::will_need(&plan.file, from, to - from);
+            }
         }
         for group in overlapping(plans) {
             outcome.files_read += group.len();
