@@ -663,6 +663,13 @@ impl IndexFile {
         })
     }
 
+    /// Reads every block and checks it (for `status` and `repair`: a query checks only the
+    /// blocks it reads).
+    pub fn verify(&mut self) -> Result<(), IndexError> {
+        let bytes = self.read(0, self.head.blocks_end())?;
+        Index::decode(&bytes).map(|_| ())
+    }
+
     /// Bytes of the capture file it was built from.
     pub fn file_len(&self) -> u64 {
         self.head.file_len

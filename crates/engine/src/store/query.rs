@@ -8,8 +8,10 @@
 //! one store at once, a clock set back) are merged packet by packet, each time taking the
 //! earliest next matching packet of them (ties: the file ordered first), as `mergecap`
 //! merges files. A file's own packets keep their order; the file being written, whose last
-//! time is not known yet, is merged with every file that starts after its first packet. In a file with a sound index only the regions the filter's indexable part
-//! selects (`select`) and whose time span meets the window are read; a file without one
+//! time is not known yet, is merged with every file that starts after its first packet. In a file with a sound index only the pages of the regions the filter's
+//! indexable part selects (`select`) and whose time span meets the window are read (all of
+//! them queued with the kernel first; where they cover half or more of the stretch from the
+//! first to the last, that stretch in one sequential read); a file without one
 //! (the file being written, or one whose index is refused, which is said, by name) is read
 //! whole. Every packet read is then tested against the window and the whole filter by
 //! libpcap, so the answer is what `tcpdump -r FILTER` gives over the same files.
@@ -368,5 +370,56 @@ impl Query {
             o.flush().map_err(io("the output"))?;
         }
         Ok(outcome)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::index::{index_path, tests::udp_pcap, Index};
+
+    #[test]
+    fn a_one_flow_query_reads_the_pages_of_its_packets_and_a_few_index_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(dir.path()).unwrap();
+        let capture = dir.path().join("20261127T160000Z-1-000000000");
+        // 20,000 packets of 300 bytes over 1,000 flows: flow 77's 20 packets lie in 20
+        // different 64 KiB regions.
+        let flow = |i: u32| (i * 7919) % 1000;
+        udp_pcap(&capture, 20_000, 300, flow);
+        Index::build(&capture).unwrap().save(&capture).unwrap();
+        let q = Query {
+            filter: Some("src host 10.1.0.77 and udp src port 1101".into()),
+            ..Query::default()
+        };
+        let mut out = Vec::new();
+        let outcome = q.run(&store, Some(&mut out)).unwrap();
+        // The answer: flow 77's records, in order, after the file header.
+        let bytes = std::fs::read(&capture).unwrap();
+        let record = 16 + 300;
+        let want: Vec<u8> = (0..20_000u32)
+            .filter(|&i| flow(i) == 77)
+            .flat_map(|i| {
+                let at = 24 + i as usize * record;
+                bytes[at..at + record].to_vec()
+            })
+            .collect();
+        assert_eq!(outcome.packets, 20);
+        assert_eq!(&out[24..], &want[..]);
+        // Each packet's page, from its first record to the next page's: at most a page and
+        // a record each (whole 64 KiB regions were 20 times 65 KB).
+        let bound = 20 * (4096 + record as u64);
+        assert!(
+            outcome.bytes_read <= bound,
+            "{} > {bound}",
+            outcome.bytes_read
+        );
+        // The index's head, two key blocks (address, port) and the region blocks named.
+        let idx = std::fs::metadata(index_path(&capture)).unwrap().len();
+        assert!(
+            outcome.index_bytes_read * 4 < idx,
+            "{} of {idx}",
+            outcome.index_bytes_read
+        );
     }
 }
