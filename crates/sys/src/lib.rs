@@ -5,7 +5,7 @@
 //! receive ring ([`rx_ring`]), waiting on capture sockets ([`poll`]), the forwarder's sender
 //! ([`tx`]), AF_XDP sockets for capture and for forwarding from the UMEM ([`xsk`]), generated
 //! eBPF programs and maps ([`bpf`]), shared memory mappings (module `mmap`), a handful of
-//! process facts ([`process`]), libpcap's version ([`libpcap`]) and its filter over a packet
+//! process facts ([`process`]), read-ahead hints for files ([`readahead`]), libpcap's version ([`libpcap`]) and its filter over a packet
 //! cut short ([`pcap_filter`]), and what a TCP peer has not acknowledged ([`tcp`]).
 //! Pipeline logic lives in `poolcap-core` and `poolcap-engine`, which forbid `unsafe` (as
 //! every other crate of the workspace does).
@@ -27,6 +27,7 @@ pub mod pcap_filter;
 pub mod poll;
 pub mod privilege;
 pub mod process;
+pub mod readahead;
 pub mod rx_ring;
 pub mod socket;
 pub(crate) mod sockopt;

@@ -2,7 +2,7 @@
 //! same traffic (loss, CPU per packet over all threads, index bytes against packet bytes).
 //! Query points, over a store of over 20 GB in a full run: a selective query (one flow of
 //! 100k) and a broad one (10% of the traffic) against `tcpdump -r FILTER` over every file,
-//! against reading just the matching packets (and just the regions the index picked) with
+//! against reading just the matching packets (and just the pages the index picked) with
 //! the page cache dropped, and against the disk's own read rate.
 //!
 //! Why the query store is written from a generated stream (`capture -r - --store`) and not
@@ -19,8 +19,8 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use poolcap_engine::store::index::Index;
 use poolcap_engine::store::pcapfile::{self, FILE_HEADER};
+use poolcap_engine::store::query::Query;
 use poolcap_engine::store::select::Selector;
 use poolcap_engine::store::{IndexState, Store};
 use rand::rngs::SmallRng;
@@ -64,7 +64,7 @@ const STORE: &str = "poolcap --store";
 const QUERY: &str = "poolcap query";
 const SCAN: &str = "tcpdump -r, every file";
 const PACKETS: &str = "read the matching packets";
-const REGIONS: &str = "read the chosen regions";
+const REGIONS: &str = "read the chosen pages";
 /// Point ids of the queries.
 const SELECTIVE: &str = "selective: 1 flow of 100k";
 const BROAD: &str = "broad: 10% of the traffic";
@@ -255,8 +255,8 @@ fn read_ranges(ranges: &[(PathBuf, u64, u64)]) -> anyhow::Result<f64> {
     Ok(t.elapsed().as_secs_f64())
 }
 
-/// The regions the index picks for `filter` and, within them, the matching packets (by
-/// `matches` on the frame): each as (file, offset, length).
+/// The ranges the index picks for `filter` (what `poolcap query` reads) and, within them,
+/// the matching packets (by `matches` on the frame): each as (file, offset, length).
 type Ranges = Vec<(PathBuf, u64, u64)>;
 fn candidates(
     store: &Store,
@@ -264,22 +264,21 @@ fn candidates(
     matches: impl Fn(&[u8]) -> bool,
 ) -> anyhow::Result<(Ranges, Ranges)> {
     let selector = Selector::parse(filter);
-    let (mut regions, mut packets) = (Vec::new(), Vec::new());
+    let query = Query::default();
+    let (mut chosen, mut packets) = (Vec::new(), Vec::new());
     for f in store.files()? {
-        let IndexState::Sound(index) = IndexState::of(&f) else {
+        let IndexState::Sound(mut index) = IndexState::of(&f) else {
             bail!("{} has no sound index", f.display());
         };
-        let chosen: Vec<u32> = match selector.regions(&index) {
-            Some(set) => set.into_iter().collect(),
-            None => (0..index.regions.len() as u32).collect(),
-        };
+        let ranges = query
+            .ranges(&mut index, &selector)
+            .with_context(|| format!("{}: index", f.display()))?;
         let Some((header, file)) = pcapfile::open(&f)? else {
             continue;
         };
         let mut records = pcapfile::Records::new(header, file, FILE_HEADER, 0)?;
-        for n in chosen {
-            let (from, to) = span(&index, n as usize);
-            regions.push((f.clone(), from, to - from));
+        for (from, to) in ranges {
+            chosen.push((f.clone(), from, to - from));
             records.seek(from, to)?;
             while let Some(r) = records.next_record()? {
                 if matches(r.data) {
@@ -288,11 +287,7 @@ fn candidates(
             }
         }
     }
-    Ok((regions, packets))
-}
-
-fn span(index: &Index, n: usize) -> (u64, u64) {
-    (index.regions[n].offset, index.region_end(n))
+    Ok((chosen, packets))
 }
 
 /// A record of a query subject: its seconds, bytes read and packets matched.

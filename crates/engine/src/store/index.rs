@@ -1,40 +1,71 @@
 //! One capture file's index: the file cut into regions (runs of whole records of about
-//! [`REGION_BYTES`], each with its offset, packet count and first and last time: the coarse
-//! time slots), and for each key (see `keys`) the sorted list of regions holding a packet
-//! with it. Regions, not packet offsets as Stenographer stores them: a region number costs a
-//! byte or two per key, where a 4-byte offset per key and packet would be 20 bytes or more
-//! per packet, a third of a 64-byte frame; a selective query still reads only the 64 KiB
-//! regions its flow touches, and libpcap then picks the packets out exactly.
+//! [`REGION_BYTES`], each with its offset, packet count, first and last time: the coarse
+//! time slots, and where the first record starting in each of its 4 KiB pages lies), and
+//! for each key (see `keys`) the sorted list of regions holding a packet with it, each with
+//! a mask of the pages of the region where such a packet starts. Regions, not packet
+//! offsets as Stenographer stores them: a region number and its mask cost three or four
+//! bytes per key and region, where a 4-byte offset per key and packet would be 20 bytes or
+//! more per packet, a third of a 64-byte frame; a selective query still reads only the
+//! pages its flow starts in (from the first record starting in each to the next page's
+//! first record), and libpcap then picks the packets out exactly.
 //!
-//! The file (`NAME.idx` beside capture file `NAME`):
+//! The file is laid out so that a query reads only what it needs: a head (the file's
+//! summary and a directory of blocks, with one CRC-32 over both), then the regions in
+//! blocks of [`REGIONS_PER_BLOCK`], then the keys in order, in blocks of about
+//! [`KEY_BLOCK_BYTES`]; the directory holds each block's CRC-32, and each key block's first
+//! key and length. A lookup reads the head, then only the key blocks whose key range holds
+//! a key it asks for, then only the region blocks of the regions those keys name: a few
+//! 4 KiB pieces per file, where reading the whole index of a 1 GB file is megabytes.
 //!
 //! ```text
-//! magic "PCSTIDX\n" | version u32 | body length u64 | body | CRC-32 of all before it
-//! body: capture file length u64, CRC-32 of its first 4 KiB u32, link type u32,
-//!       packets u64, first and last time u64 (ns), keyed u8 (0: link type not dissected),
-//!       regions u32, each: offset u64, packets u32, first u64, last u64;
-//!       keys u32, each: kind u8, value (1, 2, 4 or 16 bytes by kind), count and region
-//!       numbers as LEB128 deltas.
+//! head:   magic "PCSTIDX\n" | version u32 | capture file length u64 |
+//!         CRC-32 of its first 4 KiB u32 | link type u32 | packets u64 |
+//!         first and last time u64 (ns) | keyed u8 (0: link type not dissected) |
+//!         regions u32 | key blocks u32 |
+//!         per region block: CRC-32 u32 |
+//!         per key block: first key (kind and value, zero-padded to 17 bytes),
+//!                        length u32, CRC-32 u32 |
+//!         CRC-32 of the head before it
+//! region: offset u64, packets u32, first u64, last u64 (ns), and for pages 1 to 15 the
+//!         offset in the region of the first record starting in that page, u16 (0: none)
+//! key:    kind u8, value (1, 2, 4 or 16 bytes by kind), count (LEB128), then per region:
+//!         its number as a LEB128 delta from the previous one and its page mask u16
 //! ```
 //!
-//! All integers little-endian. An index whose checksum fails, whose version is not this
-//! one, or whose capture file no longer has the length and first bytes it was built from is
-//! refused ([`IndexError`]), never used.
+//! All integers little-endian. An index whose head or any block it reads fails its
+//! checksum, whose version is not this one, or whose capture file no longer has the length
+//! and first bytes it was built from is refused ([`IndexError`]), never used.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs::File;
 use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use super::keys;
 use super::pcapfile::{self, FILE_HEADER};
 
 /// The format version this build writes and reads.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 const MAGIC: &[u8; 8] = b"PCSTIDX\n";
 /// Bytes of records after which a region ends (at the next record's start).
 pub const REGION_BYTES: u64 = 64 * 1024;
+/// The unit a key's page mask points at within a region.
+pub const PAGE_BYTES: u64 = 4096;
+/// Pages of a region (the last one's records may run past `REGION_BYTES`).
+const PAGES: usize = (REGION_BYTES / PAGE_BYTES) as usize;
+/// Regions per region block.
+pub const REGIONS_PER_BLOCK: usize = 64;
+/// Bytes of keys after which a key block ends (at the next key).
+pub const KEY_BLOCK_BYTES: usize = 4096;
 /// Bytes at the start of the capture file the index checks it against.
 const HEAD_BYTES: usize = 4096;
+/// Bytes of the head before the directory.
+const FIXED: usize = 8 + 4 + 8 + 4 + 4 + 8 + 8 + 8 + 1 + 4 + 4;
+/// Bytes of a region in a region block.
+const REGION_ENTRY: usize = 8 + 4 + 8 + 8 + 2 * (PAGES - 1);
+/// Bytes of a key block's directory entry.
+const KEY_DIR_ENTRY: usize = KEY + 4 + 4;
 
 /// A run of whole records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,9 +78,52 @@ pub struct Region {
     pub first: u64,
     /// See `first`.
     pub last: u64,
+    /// For pages 1 to 15: the offset in the region of the first record starting in it
+    /// (0: none starts there; page 0's is the region's start).
+    pub pages: [u16; PAGES - 1],
 }
 
-/// A capture file's index (see the module docs).
+impl Region {
+    /// Where, relative to the region, the first record starting in page `p` lies.
+    fn page_start(&self, p: usize) -> Option<u64> {
+        match p {
+            0 => Some(0),
+            _ => Some(u64::from(self.pages[p - 1])).filter(|&at| at != 0),
+        }
+    }
+
+    /// The byte ranges holding the records that start in the pages of `mask` (a region
+    /// ending at `end`), adjacent ones joined.
+    pub fn ranges(&self, mask: u16, end: u64) -> Vec<(u64, u64)> {
+        let starts: Vec<(usize, u64)> = (0..PAGES)
+            .filter_map(|p| self.page_start(p).map(|at| (p, self.offset + at)))
+            .collect();
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        for (i, &(p, from)) in starts.iter().enumerate() {
+            if mask & (1 << p) == 0 {
+                continue;
+            }
+            let to = starts.get(i + 1).map_or(end, |&(_, at)| at);
+            match out.last_mut() {
+                Some(last) if last.1 == from => last.1 = to,
+                _ => out.push((from, to)),
+            }
+        }
+        out
+    }
+}
+
+/// One region a key is found in, and the pages of it where its packets start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Posting {
+    /// The region's number.
+    pub region: u32,
+    /// Bit `p`: a packet with the key starts in page `p` of the region.
+    pub pages: u16,
+}
+
+/// A capture file's index, whole (see the module docs): built, written, read back whole
+/// by tests and retention; queries read it in pieces through [`IndexFile`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Index {
     /// Bytes of the capture file it was built from.
@@ -67,25 +141,27 @@ pub struct Index {
     pub keyed: bool,
     /// The regions, in file order.
     pub regions: Vec<Region>,
-    /// Key (kind byte and value) -> sorted region numbers.
+    /// Key (kind byte and value) -> sorted regions with their page masks.
     pub postings: Postings,
 }
 
 /// Bytes of the longest key (kind and an IPv6 address); shorter keys are padded with
 /// zeros, which keeps their order.
-const KEY: usize = 17;
+pub const KEY: usize = 17;
 
-/// Keys in order, each with its sorted region numbers, in flat arrays: a query looks keys
-/// up by binary search, and loading an index allocates three vectors, not two per key.
+/// Keys in order, each with its sorted postings, in flat arrays: a query looks keys up by
+/// binary search, and loading keys allocates three vectors, not two per key. It holds all
+/// of a file's keys (a whole [`Index`]) or the blocks a lookup read ([`IndexFile::postings`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Postings {
     keys: Vec<[u8; KEY]>,
-    /// Where each key's regions end in `regions`.
+    /// Where each key's postings end in `postings`.
     ends: Vec<u32>,
-    regions: Vec<u32>,
+    postings: Vec<Posting>,
 }
 
-fn padded(key: &[u8]) -> [u8; KEY] {
+/// `key` zero-padded to [`KEY`] bytes.
+pub fn padded(key: &[u8]) -> [u8; KEY] {
     let mut k = [0u8; KEY];
     let n = key.len().min(KEY);
     k[..n].copy_from_slice(&key[..n]);
@@ -104,15 +180,15 @@ fn width(kind: u8) -> Option<usize> {
 }
 
 impl Postings {
-    fn push(&mut self, key: &[u8], regions: impl IntoIterator<Item = u32>) {
+    fn push(&mut self, key: &[u8], postings: impl IntoIterator<Item = Posting>) {
         self.keys.push(padded(key));
-        self.regions.extend(regions);
-        self.ends.push(self.regions.len() as u32);
+        self.postings.extend(postings);
+        self.ends.push(self.postings.len() as u32);
     }
 
-    fn list(&self, n: usize) -> &[u32] {
+    fn list(&self, n: usize) -> &[Posting] {
         let start = if n == 0 { 0 } else { self.ends[n - 1] as usize };
-        &self.regions[start..self.ends[n] as usize]
+        &self.postings[start..self.ends[n] as usize]
     }
 
     /// Number of keys.
@@ -125,22 +201,22 @@ impl Postings {
         self.keys.is_empty()
     }
 
-    /// The regions of `key` (kind byte and value; none if absent).
-    pub fn get(&self, key: &[u8]) -> &[u32] {
+    /// The postings of `key` (kind byte and value; none if absent).
+    pub fn get(&self, key: &[u8]) -> &[Posting] {
         self.keys
             .binary_search(&padded(key))
             .map_or(&[][..], |n| self.list(n))
     }
 
-    /// Keys from `lo` to `hi` (both included, compared as padded keys), with their regions.
-    pub fn between(&self, lo: &[u8], hi: &[u8]) -> impl Iterator<Item = (&[u8], &[u32])> {
+    /// Keys from `lo` to `hi` (both included, compared as padded keys), with their postings.
+    pub fn between(&self, lo: &[u8], hi: &[u8]) -> impl Iterator<Item = (&[u8], &[Posting])> {
         let (lo, hi) = (padded(lo), padded(hi));
         let from = self.keys.partition_point(|k| *k < lo);
         let to = self.keys.partition_point(|k| *k <= hi);
         (from..to.max(from)).map(move |n| (&self.keys[n][..], self.list(n)))
     }
 
-    fn iter(&self) -> impl Iterator<Item = (&[u8], &[u32])> {
+    fn iter(&self) -> impl Iterator<Item = (&[u8], &[Posting])> {
         (0..self.keys.len()).map(move |n| {
             let k = &self.keys[n];
             (&k[..1 + width(k[0]).unwrap_or(0)], self.list(n))
@@ -174,7 +250,7 @@ pub enum IndexError {
 /// CRC-32 of the first bytes of `path`.
 fn head_crc(path: &Path) -> std::io::Result<u32> {
     let mut head = Vec::with_capacity(HEAD_BYTES);
-    std::fs::File::open(path)?
+    File::open(path)?
         .take(HEAD_BYTES as u64)
         .read_to_end(&mut head)?;
     Ok(crc32fast::hash(&head))
@@ -188,7 +264,7 @@ impl Index {
         let keyed = keys::dissects(linktype);
         let mut records = pcapfile::Records::new(header, file, FILE_HEADER, u64::MAX)?;
         let mut regions: Vec<Region> = Vec::new();
-        let mut postings: HashMap<Vec<u8>, Vec<u32>> = HashMap::new();
+        let mut postings: HashMap<Vec<u8>, Vec<Posting>> = HashMap::new();
         let mut end = FILE_HEADER;
         let mut packets = 0u64;
         while let Some(r) = records.next_record()? {
@@ -201,10 +277,18 @@ impl Index {
                     packets: 0,
                     first: r.ts_ns,
                     last: r.ts_ns,
+                    pages: [0; PAGES - 1],
                 });
             }
             let number = (regions.len() - 1) as u32;
             let region = regions.last_mut().expect("pushed above");
+            // The page of the region this record starts in; the first record starting
+            // in a page is where a read of that page begins.
+            let within = r.offset - region.offset;
+            let page = (within / PAGE_BYTES) as usize;
+            if page > 0 && region.pages[page - 1] == 0 {
+                region.pages[page - 1] = within as u16;
+            }
             region.packets += 1;
             region.first = region.first.min(r.ts_ns);
             region.last = region.last.max(r.ts_ns);
@@ -213,8 +297,12 @@ impl Index {
             if keyed {
                 keys::keys(linktype, r.data, &mut |k| {
                     let list = postings.entry(k.to_vec()).or_default();
-                    if list.last() != Some(&number) {
-                        list.push(number);
+                    match list.last_mut() {
+                        Some(last) if last.region == number => last.pages |= 1 << page,
+                        _ => list.push(Posting {
+                            region: number,
+                            pages: 1 << page,
+                        }),
                     }
                 });
             }
@@ -231,7 +319,7 @@ impl Index {
             keyed,
             regions,
             postings: {
-                let sorted: BTreeMap<Vec<u8>, Vec<u32>> = postings.into_iter().collect();
+                let sorted: BTreeMap<Vec<u8>, Vec<Posting>> = postings.into_iter().collect();
                 let mut p = Postings::default();
                 for (k, list) in sorted {
                     p.push(&k, list);
@@ -243,113 +331,98 @@ impl Index {
 
     /// The index's bytes (see the module docs).
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::new();
-        b.extend_from_slice(&self.file_len.to_le_bytes());
-        b.extend_from_slice(&self.head_crc.to_le_bytes());
-        b.extend_from_slice(&self.linktype.to_le_bytes());
-        b.extend_from_slice(&self.packets.to_le_bytes());
-        b.extend_from_slice(&self.first.to_le_bytes());
-        b.extend_from_slice(&self.last.to_le_bytes());
-        b.push(u8::from(self.keyed));
-        b.extend_from_slice(&(self.regions.len() as u32).to_le_bytes());
-        for r in &self.regions {
-            b.extend_from_slice(&r.offset.to_le_bytes());
-            b.extend_from_slice(&r.packets.to_le_bytes());
-            b.extend_from_slice(&r.first.to_le_bytes());
-            b.extend_from_slice(&r.last.to_le_bytes());
-        }
-        b.extend_from_slice(&(self.postings.len() as u32).to_le_bytes());
+        let region_blocks: Vec<Vec<u8>> = self
+            .regions
+            .chunks(REGIONS_PER_BLOCK)
+            .map(|chunk| {
+                let mut b = Vec::with_capacity(chunk.len() * REGION_ENTRY);
+                for r in chunk {
+                    b.extend_from_slice(&r.offset.to_le_bytes());
+                    b.extend_from_slice(&r.packets.to_le_bytes());
+                    b.extend_from_slice(&r.first.to_le_bytes());
+                    b.extend_from_slice(&r.last.to_le_bytes());
+                    for at in r.pages {
+                        b.extend_from_slice(&at.to_le_bytes());
+                    }
+                }
+                b
+            })
+            .collect();
+        let mut key_blocks: Vec<([u8; KEY], Vec<u8>)> = Vec::new();
         for (key, list) in self.postings.iter() {
+            if key_blocks
+                .last()
+                .is_none_or(|(_, b)| b.len() >= KEY_BLOCK_BYTES)
+            {
+                key_blocks.push((padded(key), Vec::new()));
+            }
+            let b = &mut key_blocks.last_mut().expect("pushed above").1;
             b.extend_from_slice(key);
-            leb128(&mut b, list.len() as u64);
+            leb128(b, list.len() as u64);
             let mut prev = 0;
-            for &n in list {
-                leb128(&mut b, u64::from(n - prev));
-                prev = n;
+            for p in list {
+                leb128(b, u64::from(p.region - prev));
+                b.extend_from_slice(&p.pages.to_le_bytes());
+                prev = p.region;
             }
         }
-        let mut out = Vec::with_capacity(b.len() + 24);
+        let mut out = Vec::new();
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&VERSION.to_le_bytes());
-        out.extend_from_slice(&(b.len() as u64).to_le_bytes());
-        out.extend_from_slice(&b);
+        out.extend_from_slice(&self.file_len.to_le_bytes());
+        out.extend_from_slice(&self.head_crc.to_le_bytes());
+        out.extend_from_slice(&self.linktype.to_le_bytes());
+        out.extend_from_slice(&self.packets.to_le_bytes());
+        out.extend_from_slice(&self.first.to_le_bytes());
+        out.extend_from_slice(&self.last.to_le_bytes());
+        out.push(u8::from(self.keyed));
+        out.extend_from_slice(&(self.regions.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(key_blocks.len() as u32).to_le_bytes());
+        for b in &region_blocks {
+            out.extend_from_slice(&crc32fast::hash(b).to_le_bytes());
+        }
+        for (first, b) in &key_blocks {
+            out.extend_from_slice(first);
+            out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+            out.extend_from_slice(&crc32fast::hash(b).to_le_bytes());
+        }
         let crc = crc32fast::hash(&out);
         out.extend_from_slice(&crc.to_le_bytes());
+        for b in region_blocks
+            .iter()
+            .chain(key_blocks.iter().map(|(_, b)| b))
+        {
+            out.extend_from_slice(b);
+        }
         out
     }
 
-    /// Parses an index's bytes, checking magic, checksum and version.
+    /// Parses an index's bytes, checking magic, version and every checksum.
     pub fn decode(bytes: &[u8]) -> Result<Index, IndexError> {
-        if bytes.len() < 24 || &bytes[..8] != MAGIC {
+        let head = Head::parse(bytes)?;
+        if bytes.len() as u64 != head.blocks_end() {
             return Err(IndexError::Malformed);
         }
-        let (content, crc) = bytes.split_at(bytes.len() - 4);
-        if crc32fast::hash(content).to_le_bytes() != crc {
-            return Err(IndexError::Checksum);
+        let block = |(from, to): (u64, u64)| &bytes[from as usize..to as usize];
+        let mut regions = Vec::with_capacity(head.regions as usize);
+        for n in 0..head.region_crcs.len() {
+            regions.extend(head.region_block(n, block(head.region_span(n)))?);
         }
-        let mut c = Cursor(&content[8..]);
-        let version = c.u32()?;
-        if version != VERSION {
-            return Err(IndexError::Version(version));
-        }
-        if c.u64()? != c.0.len() as u64 {
-            return Err(IndexError::Malformed);
-        }
-        let (file_len, head_crc, linktype) = (c.u64()?, c.u32()?, c.u32()?);
-        let (packets, first, last) = (c.u64()?, c.u64()?, c.u64()?);
-        let keyed = c.take(1)?[0] != 0;
-        let regions = (0..c.u32()?)
-            .map(|_| {
-                Ok(Region {
-                    offset: c.u64()?,
-                    packets: c.u32()?,
-                    first: c.u64()?,
-                    last: c.u64()?,
-                })
-            })
-            .collect::<Result<Vec<_>, IndexError>>()?;
         let mut postings = Postings::default();
-        for _ in 0..c.u32()? {
-            let kind = c.take(1)?[0];
-            let width = width(kind).ok_or(IndexError::Malformed)?;
-            let mut key = [0u8; KEY];
-            key[0] = kind;
-            key[1..=width].copy_from_slice(c.take(width)?);
-            if postings.keys.last().is_some_and(|last| *last >= key) {
-                return Err(IndexError::Malformed);
-            }
-            let mut n = 0u64;
-            for _ in 0..c.leb128()? {
-                n += c.leb128()?;
-                if n >= regions.len() as u64 {
-                    return Err(IndexError::Malformed);
-                }
-                postings.regions.push(n as u32);
-            }
-            postings.keys.push(key);
-            postings.ends.push(postings.regions.len() as u32);
+        for n in 0..head.key_dir.len() {
+            head.key_block(n, block(head.key_span(n)), &mut postings)?;
         }
         Ok(Index {
-            file_len,
-            head_crc,
-            linktype,
-            packets,
-            first,
-            last,
-            keyed,
+            file_len: head.file_len,
+            head_crc: head.head_crc,
+            linktype: head.linktype,
+            packets: head.packets,
+            first: head.first,
+            last: head.last,
+            keyed: head.keyed,
             regions,
             postings,
         })
-    }
-
-    /// Reads the index at `idx` and checks it against its capture file `capture`.
-    pub fn load(idx: &Path, capture: &Path) -> Result<Index, IndexError> {
-        let index = Index::decode(&std::fs::read(idx)?)?;
-        let len = std::fs::metadata(capture)?.len();
-        if len != index.file_len || head_crc(capture)? != index.head_crc {
-            return Err(IndexError::Mismatch);
-        }
-        Ok(index)
     }
 
     /// Writes the index beside `capture` (as `NAME.idx`, through a hidden temporary file
@@ -368,6 +441,345 @@ impl Index {
     pub fn region_end(&self, n: usize) -> u64 {
         self.regions.get(n + 1).map_or(self.file_len, |r| r.offset)
     }
+}
+
+/// An index's head: its summary and block directory (see the module docs).
+#[derive(Debug)]
+struct Head {
+    file_len: u64,
+    head_crc: u32,
+    linktype: u32,
+    packets: u64,
+    first: u64,
+    last: u64,
+    keyed: bool,
+    regions: u32,
+    region_crcs: Vec<u32>,
+    /// Per key block: first key, length, CRC-32.
+    key_dir: Vec<([u8; KEY], u32, u32)>,
+    /// Where key block n starts (n = key blocks: where they end).
+    key_starts: Vec<u64>,
+    /// Bytes of the head, its CRC included.
+    len: u64,
+}
+
+impl Head {
+    /// Bytes of the head of an index whose fixed part is `fixed`, or an error.
+    fn len_of(fixed: &[u8]) -> Result<u64, IndexError> {
+        if fixed.len() < FIXED || &fixed[..8] != MAGIC {
+            return Err(IndexError::Malformed);
+        }
+        let mut c = Cursor(&fixed[8..FIXED]);
+        let version = c.u32()?;
+        if version != VERSION {
+            return Err(IndexError::Version(version));
+        }
+        c.take(8 + 4 + 4 + 8 + 8 + 8 + 1)?;
+        let (regions, key_blocks) = (u64::from(c.u32()?), u64::from(c.u32()?));
+        let region_blocks = regions.div_ceil(REGIONS_PER_BLOCK as u64);
+        Ok(FIXED as u64 + region_blocks * 4 + key_blocks * KEY_DIR_ENTRY as u64 + 4)
+    }
+
+    /// Parses the head at the start of `bytes` (which may go on past it).
+    fn parse(bytes: &[u8]) -> Result<Head, IndexError> {
+        let len = Head::len_of(bytes)?;
+        if (bytes.len() as u64) < len {
+            return Err(IndexError::Malformed);
+        }
+        let (content, crc) = bytes[..len as usize].split_at(len as usize - 4);
+        if crc32fast::hash(content).to_le_bytes() != crc {
+            return Err(IndexError::Checksum);
+        }
+        let mut c = Cursor(&content[12..]);
+        let (file_len, head_crc, linktype) = (c.u64()?, c.u32()?, c.u32()?);
+        let (packets, first, last) = (c.u64()?, c.u64()?, c.u64()?);
+        let keyed = c.take(1)?[0] != 0;
+        let (regions, key_blocks) = (c.u32()?, c.u32()?);
+        let region_crcs = (0..(regions as usize).div_ceil(REGIONS_PER_BLOCK))
+            .map(|_| c.u32())
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut at = len + u64::from(regions) * REGION_ENTRY as u64;
+        let mut key_starts = vec![at];
+        let mut key_dir = Vec::with_capacity(key_blocks as usize);
+        for _ in 0..key_blocks {
+            let mut first = [0u8; KEY];
+            first.copy_from_slice(c.take(KEY)?);
+            let (block_len, crc) = (c.u32()?, c.u32()?);
+            if key_dir.last().is_some_and(|(k, _, _)| *k >= first) {
+                return Err(IndexError::Malformed);
+            }
+            key_dir.push((first, block_len, crc));
+            at += u64::from(block_len);
+            key_starts.push(at);
+        }
+        Ok(Head {
+            file_len,
+            head_crc,
+            linktype,
+            packets,
+            first,
+            last,
+            keyed,
+            regions,
+            region_crcs,
+            key_dir,
+            key_starts,
+            len,
+        })
+    }
+
+    /// Where the blocks end: the index's length.
+    fn blocks_end(&self) -> u64 {
+        *self
+            .key_starts
+            .last()
+            .expect("one more than the key blocks")
+    }
+
+    /// Bytes of region block `n` in the index: from, to.
+    fn region_span(&self, n: usize) -> (u64, u64) {
+        let first = (n * REGIONS_PER_BLOCK) as u64;
+        let last = (first + REGIONS_PER_BLOCK as u64).min(u64::from(self.regions));
+        let at = |r: u64| self.len + r * REGION_ENTRY as u64;
+        (at(first), at(last))
+    }
+
+    /// Bytes of key block `n` in the index: from, to.
+    fn key_span(&self, n: usize) -> (u64, u64) {
+        (self.key_starts[n], self.key_starts[n + 1])
+    }
+
+    /// The regions of region block `n`, whose bytes are `b`.
+    fn region_block(&self, n: usize, b: &[u8]) -> Result<Vec<Region>, IndexError> {
+        if crc32fast::hash(b) != self.region_crcs[n] {
+            return Err(IndexError::Checksum);
+        }
+        let mut c = Cursor(b);
+        let mut out = Vec::with_capacity(b.len() / REGION_ENTRY);
+        while !c.0.is_empty() {
+            let mut r = Region {
+                offset: c.u64()?,
+                packets: c.u32()?,
+                first: c.u64()?,
+                last: c.u64()?,
+                pages: [0; PAGES - 1],
+            };
+            for at in &mut r.pages {
+                *at = c.u16()?;
+            }
+            out.push(r);
+        }
+        Ok(out)
+    }
+
+    /// Adds the keys of key block `n`, whose bytes are `b`, to `postings` (whose keys all
+    /// come before this block's).
+    fn key_block(&self, n: usize, b: &[u8], postings: &mut Postings) -> Result<(), IndexError> {
+        let (first, _, crc) = self.key_dir[n];
+        if crc32fast::hash(b) != crc {
+            return Err(IndexError::Checksum);
+        }
+        let mut c = Cursor(b);
+        let mut at_first = true;
+        while !c.0.is_empty() {
+            let kind = c.take(1)?[0];
+            let width = width(kind).ok_or(IndexError::Malformed)?;
+            let mut key = [0u8; KEY];
+            key[0] = kind;
+            key[1..=width].copy_from_slice(c.take(width)?);
+            // Keys ascend, the block's first is the directory's, none reaches the next's.
+            let misplaced = postings.keys.last().is_some_and(|last| *last >= key)
+                || (at_first && key != first)
+                || self
+                    .key_dir
+                    .get(n + 1)
+                    .is_some_and(|(next, _, _)| key >= *next);
+            at_first = false;
+            if misplaced {
+                return Err(IndexError::Malformed);
+            }
+            let mut region = 0u64;
+            for i in 0..c.leb128()? {
+                let delta = c.leb128()?;
+                if i > 0 && delta == 0 {
+                    return Err(IndexError::Malformed);
+                }
+                region += delta;
+                if region >= u64::from(self.regions) {
+                    return Err(IndexError::Malformed);
+                }
+                postings.postings.push(Posting {
+                    region: region as u32,
+                    pages: c.u16()?,
+                });
+            }
+            postings.keys.push(key);
+            postings.ends.push(postings.postings.len() as u32);
+        }
+        Ok(())
+    }
+}
+
+/// A capture file's index on disk, read in pieces: its head when opened, then the key and
+/// region blocks a query asks for (see the module docs).
+#[derive(Debug)]
+pub struct IndexFile {
+    file: File,
+    head: Head,
+    /// Bytes of the index read so far.
+    pub bytes_read: u64,
+}
+
+impl IndexFile {
+    /// Opens the index at `idx`, reads its head and checks it against its capture file
+    /// `capture`.
+    pub fn open(idx: &Path, capture: &Path) -> Result<IndexFile, IndexError> {
+        let file = File::open(idx)?;
+        let size = file.metadata()?.len();
+        // One read for a small head; the rest of a larger directory in a second one.
+        let mut bytes = vec![0u8; size.min(4096) as usize];
+        file.read_exact_at(&mut bytes, 0)?;
+        let len = Head::len_of(&bytes)?;
+        if len > size {
+            return Err(IndexError::Malformed);
+        }
+        let read = bytes.len();
+        if len > read as u64 {
+            bytes.resize(len as usize, 0);
+            file.read_exact_at(&mut bytes[read..], read as u64)?;
+        }
+        let head = Head::parse(&bytes)?;
+        if head.blocks_end() != size {
+            return Err(IndexError::Malformed);
+        }
+        let capture_len = std::fs::metadata(capture)?.len();
+        if capture_len != head.file_len || head_crc(capture)? != head.head_crc {
+            return Err(IndexError::Mismatch);
+        }
+        Ok(IndexFile {
+            file,
+            bytes_read: bytes.len() as u64,
+            head,
+        })
+    }
+
+    /// Reads every block and checks it (for `status` and `repair`: a query checks only the
+    /// blocks it reads).
+    pub fn verify(&mut self) -> Result<(), IndexError> {
+        let bytes = self.read(0, self.head.blocks_end())?;
+        Index::decode(&bytes).map(|_| ())
+    }
+
+    /// Bytes of the capture file it was built from.
+    pub fn file_len(&self) -> u64 {
+        self.head.file_len
+    }
+
+    /// Packets in the file.
+    pub fn packets(&self) -> u64 {
+        self.head.packets
+    }
+
+    /// Time of the first and last packet (ns; 0 for an empty file).
+    pub fn span(&self) -> (u64, u64) {
+        (self.head.first, self.head.last)
+    }
+
+    /// False when the link type is not dissected: every key query selects every region.
+    pub fn keyed(&self) -> bool {
+        self.head.keyed
+    }
+
+    /// Number of regions.
+    pub fn region_count(&self) -> u32 {
+        self.head.regions
+    }
+
+    /// Reads the bytes from `from` to `to` of the index.
+    fn read(&mut self, from: u64, to: u64) -> Result<Vec<u8>, IndexError> {
+        let mut b = vec![0u8; (to - from) as usize];
+        self.file.read_exact_at(&mut b, from)?;
+        self.bytes_read += b.len() as u64;
+        Ok(b)
+    }
+
+    /// The keys (with their postings) of the key blocks that may hold a key from `lo` to
+    /// `hi` (both included, padded keys) for any of `ranges`: the keys in the ranges, and
+    /// the others of the same blocks.
+    pub fn postings(&mut self, ranges: &[([u8; KEY], [u8; KEY])]) -> Result<Postings, IndexError> {
+        let dir = &self.head.key_dir;
+        let mut blocks = BTreeSet::new();
+        for (lo, hi) in ranges {
+            // The block a key lies in is the last one whose first key is not after it.
+            let from = dir.partition_point(|(k, _, _)| k <= lo).saturating_sub(1);
+            let to = dir.partition_point(|(k, _, _)| k <= hi);
+            blocks.extend(from..to.max(from));
+        }
+        let mut postings = Postings::default();
+        for run in runs(&blocks) {
+            let (from, to) = (self.head.key_span(run.0).0, self.head.key_span(run.1).1);
+            let bytes = self.read(from, to)?;
+            for n in run.0..=run.1 {
+                let (a, b) = self.head.key_span(n);
+                let block = &bytes[(a - from) as usize..(b - from) as usize];
+                self.head.key_block(n, block, &mut postings)?;
+            }
+        }
+        Ok(postings)
+    }
+
+    /// Regions `numbers` and each one's end (the next region's offset, or the file's
+    /// end), reading only the region blocks that hold them.
+    pub fn regions(
+        &mut self,
+        numbers: &BTreeSet<u32>,
+    ) -> Result<BTreeMap<u32, (Region, u64)>, IndexError> {
+        let count = self.head.regions;
+        let wanted: BTreeSet<usize> = numbers
+            .iter()
+            .filter(|&&n| n < count)
+            .flat_map(|&n| [n, (n + 1).min(count - 1)])
+            .map(|n| n as usize / REGIONS_PER_BLOCK)
+            .collect();
+        let mut got: BTreeMap<u32, Region> = BTreeMap::new();
+        for run in runs(&wanted) {
+            let (from, to) = (
+                self.head.region_span(run.0).0,
+                self.head.region_span(run.1).1,
+            );
+            let bytes = self.read(from, to)?;
+            for n in run.0..=run.1 {
+                let (a, b) = self.head.region_span(n);
+                let block = &bytes[(a - from) as usize..(b - from) as usize];
+                let first = (n * REGIONS_PER_BLOCK) as u32;
+                for (i, r) in self.head.region_block(n, block)?.into_iter().enumerate() {
+                    got.insert(first + i as u32, r);
+                }
+            }
+        }
+        let mut out = BTreeMap::new();
+        for &n in numbers.iter().filter(|&&n| n < count) {
+            let end = if n + 1 == count {
+                self.head.file_len
+            } else {
+                got[&(n + 1)].offset
+            };
+            out.insert(n, (got[&n], end));
+        }
+        Ok(out)
+    }
+}
+
+/// Runs of consecutive numbers in `set`, as (first, last).
+fn runs(set: &BTreeSet<usize>) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for &n in set {
+        match out.last_mut() {
+            Some(run) if run.1 + 1 == n => run.1 = n,
+            _ => out.push((n, n)),
+        }
+    }
+    out
 }
 
 /// The index file of capture file `capture`.
@@ -401,6 +813,11 @@ impl<'a> Cursor<'a> {
         Ok(head)
     }
 
+    fn u16(&mut self) -> Result<u16, IndexError> {
+        let b = self.take(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+
     fn u32(&mut self) -> Result<u32, IndexError> {
         let b = self.take(4)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
@@ -427,42 +844,160 @@ impl<'a> Cursor<'a> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn sample() -> Index {
-        let mut postings = Postings::default();
-        postings.push(&[keys::PORT, 0, 80], [0, 2, 300]);
-        postings.push(&[keys::V4, 10, 0, 0, 1], [1]);
-        Index {
-            file_len: 1000,
-            head_crc: 7,
-            linktype: 1,
-            packets: 3,
-            first: 5,
-            last: 9,
-            keyed: true,
-            regions: (0..301)
-                .map(|i| Region {
-                    offset: 24 + i,
-                    packets: 1,
-                    first: 5,
-                    last: 9,
-                })
-                .collect(),
-            postings,
+    /// Writes a nanosecond pcap of `n` Ethernet/IPv4/UDP frames of `size` bytes, packet `i`
+    /// from 10.1.(f/256).(f%256):(1024+f) (f = `flow(i)`) to 192.0.2.1:53, at time i µs.
+    pub(crate) fn udp_pcap(path: &Path, n: u32, size: usize, flow: impl Fn(u32) -> u32) {
+        let mut b = Vec::new();
+        b.extend_from_slice(&0xa1b2_3c4du32.to_le_bytes());
+        b.extend_from_slice(&[2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        b.extend_from_slice(&65535u32.to_le_bytes());
+        b.extend_from_slice(&1u32.to_le_bytes());
+        for i in 0..n {
+            let f = flow(i);
+            let len = size.max(42);
+            let mut frame = vec![0u8; len];
+            frame[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+            frame[14] = 0x45;
+            frame[16..18].copy_from_slice(&((len - 14) as u16).to_be_bytes());
+            frame[22] = 64;
+            frame[23] = 17;
+            frame[26..30].copy_from_slice(&[10, 1, (f >> 8) as u8, f as u8]);
+            frame[30..34].copy_from_slice(&[192, 0, 2, 1]);
+            frame[34..36].copy_from_slice(&(1024 + f as u16).to_be_bytes());
+            frame[36..38].copy_from_slice(&53u16.to_be_bytes());
+            frame[38..40].copy_from_slice(&((len - 34) as u16).to_be_bytes());
+            let ns = u64::from(i) * 1000;
+            b.extend_from_slice(&((1_700_000_000 + ns / 1_000_000_000) as u32).to_le_bytes());
+            b.extend_from_slice(&((ns % 1_000_000_000) as u32).to_le_bytes());
+            b.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+            b.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+            b.extend_from_slice(&frame);
         }
+        std::fs::write(path, b).unwrap();
+    }
+
+    /// A capture file of 6,000 packets over 1,500 flows (111 regions) and its index, saved
+    /// beside it.
+    fn sample(dir: &Path) -> (std::path::PathBuf, Index) {
+        let capture = dir.join("f");
+        udp_pcap(&capture, 6000, 1200, |i| (i * 7919) % 1500);
+        let index = Index::build(&capture).unwrap();
+        index.save(&capture).unwrap();
+        (capture, index)
+    }
+
+    fn v4(f: u32) -> [u8; KEY] {
+        padded(&[keys::V4, 10, 1, (f >> 8) as u8, f as u8])
+    }
+
+    /// What lookups answer: one address's postings, a range of ports' keys, and the
+    /// regions those name.
+    fn answers(file: &mut IndexFile) -> Result<String, IndexError> {
+        let one = file.postings(&[(v4(77), v4(77))])?;
+        let ports = file.postings(&[(
+            padded(&[keys::PORT, 0x04, 0x00]),
+            padded(&[keys::PORT, 0x04, 0x40]),
+        )])?;
+        let numbers: BTreeSet<u32> = one.get(&v4(77)).iter().map(|p| p.region).collect();
+        let regions = file.regions(&numbers)?;
+        Ok(format!("{:?} {:?} {regions:?}", one.get(&v4(77)), ports))
     }
 
     #[test]
     fn an_index_reads_back_as_written_and_any_flipped_bit_is_refused() {
-        let bytes = sample().encode();
-        assert_eq!(Index::decode(&bytes).unwrap(), sample());
-        for at in [0, 9, 30, bytes.len() / 2, bytes.len() - 1] {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, index) = sample(dir.path());
+        let bytes = index.encode();
+        let head = Head::parse(&bytes).unwrap();
+        assert!(
+            head.key_dir.len() > 4 && head.region_crcs.len() > 1,
+            "{head:?}"
+        );
+        assert_eq!(Index::decode(&bytes).unwrap(), index);
+        // A bit of every byte (each of the eight in turn).
+        for at in 0..bytes.len() {
             let mut bad = bytes.clone();
-            bad[at] ^= 0x10;
+            bad[at] ^= 1 << (at % 8);
             assert!(Index::decode(&bad).is_err(), "byte {at} flipped");
         }
         assert!(Index::decode(&bytes[..bytes.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn a_flipped_bit_in_any_block_is_refused_by_a_lookup_or_changes_no_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        let (capture, _) = sample(dir.path());
+        let idx = index_path(&capture);
+        let good = std::fs::read(&idx).unwrap();
+        let truth = answers(&mut IndexFile::open(&idx, &capture).unwrap()).unwrap();
+        let (mut refused, mut same) = (0, 0);
+        let writer = std::fs::OpenOptions::new().write(true).open(&idx).unwrap();
+        for at in 0..good.len() {
+            if at > 0 {
+                writer
+                    .write_all_at(&good[at - 1..at], at as u64 - 1)
+                    .unwrap();
+            }
+            writer
+                .write_all_at(&[good[at] ^ (1 << (at % 8))], at as u64)
+                .unwrap();
+            match IndexFile::open(&idx, &capture).and_then(|mut f| answers(&mut f)) {
+                Err(_) => refused += 1,
+                Ok(a) => {
+                    assert_eq!(a, truth, "byte {at} flipped changed an answer");
+                    same += 1;
+                }
+            }
+        }
+        // Flips in the head and the blocks read are refused, the others are never read.
+        assert!(refused > 0 && same > 0, "{refused} refused, {same} unread");
+    }
+
+    #[test]
+    fn a_one_key_lookup_reads_the_head_and_a_few_blocks_not_the_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let (capture, index) = sample(dir.path());
+        let idx = index_path(&capture);
+        let mut file = IndexFile::open(&idx, &capture).unwrap();
+        let postings = file.postings(&[(v4(77), v4(77))]).unwrap();
+        let list = postings.get(&v4(77)).to_vec();
+        assert_eq!(list, index.postings.get(&v4(77)));
+        let numbers: BTreeSet<u32> = list.iter().map(|p| p.region).collect();
+        let regions = file.regions(&numbers).unwrap();
+        for (n, (r, end)) in &regions {
+            assert_eq!(*r, index.regions[*n as usize]);
+            assert_eq!(*end, index.region_end(*n as usize));
+        }
+        let size = std::fs::metadata(&idx).unwrap().len();
+        let head = Head::parse(&index.encode()).unwrap().len;
+        // The head, one key block (two where the key's list crosses into the next is not
+        // possible: a key lies in one block) and at most two region blocks per region.
+        let bound = head + 2 * KEY_BLOCK_BYTES as u64 + 2 * 64 * 1024;
+        assert!(file.bytes_read <= bound, "{} > {bound}", file.bytes_read);
+        assert!(file.bytes_read * 4 < size, "{} of {size}", file.bytes_read);
+    }
+
+    #[test]
+    fn a_pages_range_holds_exactly_the_records_starting_in_those_pages() {
+        let dir = tempfile::tempdir().unwrap();
+        let (capture, index) = sample(dir.path());
+        let (header, file) = pcapfile::open(&capture).unwrap().unwrap();
+        let mut records = pcapfile::Records::new(header, file, FILE_HEADER, 0).unwrap();
+        for (n, r) in index.regions.iter().enumerate().take(5) {
+            for p in 0..PAGES {
+                let mut seen = Vec::new();
+                for (from, to) in r.ranges(1 << p, index.region_end(n)) {
+                    records.seek(from, to).unwrap();
+                    while let Some(rec) = records.next_record().unwrap() {
+                        seen.push(rec.offset);
+                    }
+                }
+                let page = |o: u64| (o - r.offset) / PAGE_BYTES;
+                assert!(!seen.is_empty() && seen.iter().all(|&o| page(o) == p as u64));
+            }
+        }
     }
 }

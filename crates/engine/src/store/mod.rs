@@ -19,10 +19,11 @@
 //! poolcap's choice: files stay plain pcap written by the capture's own writer and
 //! rotation (any tool reads them, no new write path to make lossless); the index is
 //! Stenographer's attributes, but pointing at 64 KiB regions of the file (n2disk's blocks)
-//! instead of packets, which makes it smaller the more packets of a flow share a region
-//! (see `index`; measured with 100k random UDP flows, the worst case: 4.3% of the packet
-//! bytes for imix sizes, 14.6% for 64-byte frames), plus each region's time span as the
-//! timeline; it is
+//! and the 4 KiB pages of them where the key's packets start, instead of packets, which
+//! makes it smaller the more packets of a flow share a region (see `index`; measured with
+//! 100k random UDP flows, the worst case, before the page masks: 4.3% of the packet bytes
+//! for imix sizes, 14.6% for 64-byte frames), plus each region's time span as the
+//! timeline, in checksummed blocks a query reads only as it needs them; it is
 //! written per file when the file is closed, by a thread that reads the file back while it
 //! is still in the page cache, so the capture path does no indexing at all. A query uses
 //! the index only for the parts of the filter it understands (`select`) and always lets
@@ -53,7 +54,7 @@ pub mod select;
 
 use std::path::{Path, PathBuf};
 
-use index::{index_path, Index, IndexError};
+use index::{index_path, Index, IndexError, IndexFile};
 
 /// The marker file that makes a directory a store.
 pub const MARKER: &str = "poolcap-store.json";
@@ -105,8 +106,8 @@ pub struct Store {
 /// What is known of one capture file's index.
 #[derive(Debug)]
 pub enum IndexState {
-    /// A sound index.
-    Sound(Index),
+    /// A sound index (its head read; its blocks are read as a query needs them).
+    Sound(IndexFile),
     /// No index (the file being written, or one closed by a crash).
     Missing,
     /// An index that is not used, and why.
@@ -120,9 +121,20 @@ impl IndexState {
         if !idx.exists() {
             return IndexState::Missing;
         }
-        match Index::load(&idx, capture) {
+        match IndexFile::open(&idx, capture) {
             Ok(i) => IndexState::Sound(i),
             Err(e) => IndexState::Refused(e),
+        }
+    }
+
+    /// The state of capture file `capture`'s index, every block of it checked.
+    pub fn verified(capture: &Path) -> IndexState {
+        match IndexState::of(capture) {
+            IndexState::Sound(mut i) => match i.verify() {
+                Ok(()) => IndexState::Sound(i),
+                Err(e) => IndexState::Refused(e),
+            },
+            other => other,
         }
     }
 }
@@ -147,7 +159,7 @@ pub struct Status {
 /// One file's packets and time span, from its index or by reading it.
 pub fn file_span(capture: &Path, state: &IndexState) -> std::io::Result<(u64, Option<(u64, u64)>)> {
     if let IndexState::Sound(i) = state {
-        return Ok((i.packets, (i.packets > 0).then_some((i.first, i.last))));
+        return Ok((i.packets(), (i.packets() > 0).then_some(i.span())));
     }
     let Some((header, file)) = pcapfile::open(capture)? else {
         return Ok((0, None));
@@ -240,7 +252,7 @@ impl Store {
     pub fn status(&self) -> Result<Status, StoreError> {
         let mut s = Status::default();
         for f in self.files()? {
-            let state = IndexState::of(&f);
+            let state = IndexState::verified(&f);
             let (packets, span) = match file_span(&f, &state) {
                 Ok(s) => s,
                 // Deleted by retention since it was listed.
@@ -268,7 +280,7 @@ impl Store {
     pub fn repair(&self) -> Result<Vec<(PathBuf, String)>, StoreError> {
         let mut done = Vec::new();
         for f in self.files()? {
-            let why = match IndexState::of(&f) {
+            let why = match IndexState::verified(&f) {
                 IndexState::Sound(_) => continue,
                 IndexState::Missing => "no index".to_string(),
                 IndexState::Refused(e) => e.to_string(),

@@ -14,10 +14,10 @@
 //!   libpcap's offsets (`vlan`, `mpls`, `pppoed`, `pppoes`, `geneve`, `vxlan`) or if this
 //!   parser does not follow it.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use super::index::Index;
+use super::index::{padded, Posting, Postings, KEY};
 use super::keys;
 
 /// A filter as the index sees it.
@@ -65,20 +65,51 @@ impl Selector {
         matches!(self, Selector::All)
     }
 
-    /// The region numbers of `index` that may hold a match; `None`: all of them.
-    pub fn regions(&self, index: &Index) -> Option<BTreeSet<u32>> {
-        if !index.keyed {
-            return None;
+    /// The key ranges (lowest and highest padded key, both included) whose postings
+    /// [`Selector::regions`] looks at: what a lookup has to read.
+    pub fn key_ranges(&self) -> Vec<([u8; KEY], [u8; KEY])> {
+        match self {
+            Selector::All => Vec::new(),
+            Selector::Keys(ms) => ms.iter().map(KeyMatch::range).collect(),
+            Selector::And(a, b) | Selector::Or(a, b) => {
+                let mut r = a.key_ranges();
+                r.extend(b.key_ranges());
+                r
+            }
         }
+    }
+
+    /// The regions that may hold a match, each with the mask of its pages where such a
+    /// packet may start, from `postings` (which hold at least the keys of
+    /// [`Selector::key_ranges`]); `None`: all of them, whole.
+    pub fn regions(&self, postings: &Postings) -> Option<BTreeMap<u32, u16>> {
         match self {
             Selector::All => None,
-            Selector::Keys(ms) => Some(ms.iter().flat_map(|m| m.regions(index)).collect()),
-            Selector::And(a, b) => match (a.regions(index), b.regions(index)) {
+            Selector::Keys(ms) => {
+                let mut out: BTreeMap<u32, u16> = BTreeMap::new();
+                for p in ms.iter().flat_map(|m| m.postings(postings)) {
+                    *out.entry(p.region).or_default() |= p.pages;
+                }
+                Some(out)
+            }
+            Selector::And(a, b) => match (a.regions(postings), b.regions(postings)) {
                 (None, x) | (x, None) => x,
-                (Some(a), Some(b)) => Some(a.intersection(&b).copied().collect()),
+                (Some(a), Some(b)) => Some(
+                    a.into_iter()
+                        .filter_map(|(n, m)| {
+                            let both = m & b.get(&n).copied().unwrap_or(0);
+                            (both != 0).then_some((n, both))
+                        })
+                        .collect(),
+                ),
             },
-            Selector::Or(a, b) => match (a.regions(index), b.regions(index)) {
-                (Some(a), Some(b)) => Some(a.union(&b).copied().collect()),
+            Selector::Or(a, b) => match (a.regions(postings), b.regions(postings)) {
+                (Some(mut a), Some(b)) => {
+                    for (n, m) in b {
+                        *a.entry(n).or_default() |= m;
+                    }
+                    Some(a)
+                }
                 _ => None,
             },
         }
@@ -86,26 +117,43 @@ impl Selector {
 }
 
 impl KeyMatch {
-    fn regions(&self, index: &Index) -> Vec<u32> {
+    /// The lowest and highest key it may match.
+    fn range(&self) -> ([u8; KEY], [u8; KEY]) {
         match self {
-            KeyMatch::Exact(k) => index.postings.get(k).to_vec(),
-            KeyMatch::Prefix { kind, value, bits } => index
-                .postings
-                .between(
-                    &[*kind],
-                    &[
-                        *kind, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
-                        0xff, 0xff, 0xff, 0xff, 0xff,
-                    ],
-                )
-                .filter(|(k, _)| prefix_matches(&k[1..1 + value.len()], value, *bits))
-                .flat_map(|(_, l)| l.iter().copied())
-                .collect(),
-            KeyMatch::Ports(lo, hi) => index
-                .postings
-                .between(&port_key(*lo), &port_key(*hi))
-                .flat_map(|(_, l)| l.iter().copied())
-                .collect(),
+            KeyMatch::Exact(k) => (padded(k), padded(k)),
+            KeyMatch::Prefix { kind, value, bits } => {
+                let mut lo = padded(&[*kind]);
+                let mut hi = lo;
+                for (i, &v) in value.iter().enumerate().take(KEY - 1) {
+                    let keep = bits.saturating_sub(8 * i as u32).min(8);
+                    let mask = if keep == 0 { 0 } else { 0xffu8 << (8 - keep) };
+                    lo[1 + i] = v & mask;
+                    hi[1 + i] = v | !mask;
+                }
+                (lo, hi)
+            }
+            KeyMatch::Ports(lo, hi) => (padded(&port_key(*lo)), padded(&port_key(*hi))),
+        }
+    }
+
+    fn postings<'a>(&self, postings: &'a Postings) -> Vec<&'a Posting> {
+        match self {
+            KeyMatch::Exact(k) => postings.get(k).iter().collect(),
+            KeyMatch::Prefix { value, bits, .. } => {
+                let (lo, hi) = self.range();
+                postings
+                    .between(&lo, &hi)
+                    .filter(|(k, _)| prefix_matches(&k[1..1 + value.len()], value, *bits))
+                    .flat_map(|(_, l)| l.iter())
+                    .collect()
+            }
+            KeyMatch::Ports(..) => {
+                let (lo, hi) = self.range();
+                postings
+                    .between(&lo, &hi)
+                    .flat_map(|(_, l)| l.iter())
+                    .collect()
+            }
         }
     }
 }

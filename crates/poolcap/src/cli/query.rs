@@ -244,11 +244,12 @@ pub fn run(a: QueryArgs) -> anyhow::Result<()> {
         println!("{}", outcome.packets);
     }
     crate::say!(
-        "{} packets matched; read {} of {} bytes in {} files",
+        "{} packets matched; read {} of {} bytes in {} files and {} bytes of indexes",
         outcome.packets,
         outcome.bytes_read,
         outcome.bytes_held,
-        outcome.files_read
+        outcome.files_read,
+        outcome.index_bytes_read
     );
     Ok(())
 }
