@@ -44,6 +44,7 @@
 //! number; queries order files by their packets' time instead (see `query`), since two
 //! runs may overlap and a clock may be set back.
 
+pub mod build;
 pub mod index;
 pub mod keeper;
 pub mod keys;
