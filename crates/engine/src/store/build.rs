@@ -350,7 +350,7 @@ impl Written {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A pcap file (nanoseconds) of `n` frames of mixed sizes over many flows, some IPv6,

@@ -54,7 +54,10 @@ impl Header {
         } else {
             u64::from(frac) * 1000
         };
-        (u64::from(sec) * 1_000_000_000 + frac_ns, self.u32_at(head, 8))
+        (
+            u64::from(sec) * 1_000_000_000 + frac_ns,
+            self.u32_at(head, 8),
+        )
     }
 
     fn u32_at(&self, b: &[u8], at: usize) -> u32 {
