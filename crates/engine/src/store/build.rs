@@ -11,8 +11,12 @@
 //! number in this file), found through a small direct-mapped cache in front of a map to
 //! key numbers: a packet's keys mostly repeat within a region (the EtherType, the
 //! protocol, a busy server's address and port), so most cost one probe of the cache. A
-//! key's first packet in a region appends one (key, region) pair; the pairs are grouped
-//! by key once, when the file is closed.
+//! key's first packet in a region appends one (key number, region) pair; the pairs are
+//! grouped by key once, when the file is closed. No per-key state is touched on a cache
+//! hit or per pair: with many flows the map's memory misses the CPU's caches, and the
+//! keeper's time went to those misses (perf annotate: map probe and a per-key last-region
+//! load), so a key evicted from the cache and seen again in a region posts a repeat,
+//! dropped at the grouping.
 //!
 //! [`Builder::record`] is the one place a record is indexed: whatever else the index
 //! learns per record goes there.
@@ -48,8 +52,8 @@ const EMPTY: Slot = Slot {
 /// Each key's regions, gathered as (key number, region) pairs.
 struct Keys {
     ids: HashMap<Key, u32, foldhash::fast::FixedState>,
-    /// By number: the key, and the last region posted for it.
-    keys: Vec<(Key, u32)>,
+    /// The keys by number.
+    keys: Vec<Key>,
     v6: HashMap<[u8; 16], u32, foldhash::fast::FixedState>,
     v6_addrs: Vec<[u8; 16]>,
     pairs: Vec<(u32, u32)>,
@@ -89,28 +93,22 @@ impl Keys {
         let key = self.compact(kind, value);
         let at = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - CACHE_SLOTS.trailing_zeros()))
             as usize;
-        let mut slot = self.cache[at];
+        let slot = &mut self.cache[at];
+        if slot.key == key && slot.region == region {
+            return;
+        }
         if slot.key != key {
             let next = self.keys.len() as u32;
             let id = *self.ids.entry(key).or_insert(next);
             if id == next {
-                self.keys.push((key, u32::MAX));
+                self.keys.push(key);
             }
-            slot = Slot {
-                key,
-                id,
-                region: u32::MAX,
-            };
+            (slot.key, slot.id) = (key, id);
         }
-        if slot.region != region {
-            slot.region = region;
-            let last = &mut self.keys[slot.id as usize].1;
-            if *last != region {
-                *last = region;
-                self.pairs.push((slot.id, region));
-            }
-        }
-        self.cache[at] = slot;
+        slot.region = region;
+        // A key that left the cache and came back within a region posts it twice: the
+        // repeats are dropped when the pairs are grouped.
+        self.pairs.push((slot.id, region));
     }
 
     /// The key's bytes as the index holds them (kind byte and value).
@@ -144,13 +142,15 @@ impl Keys {
             at[id as usize] += 1;
         }
         let mut order: Vec<(Vec<u8>, u32)> = (0..self.keys.len() as u32)
-            .map(|id| (self.bytes(self.keys[id as usize].0), id))
+            .map(|id| (self.bytes(self.keys[id as usize]), id))
             .collect();
         order.sort_unstable();
         let mut p = Postings::default();
         for (key, id) in order {
             let (from, to) = (starts[id as usize], starts[id as usize + 1]);
-            p.push(&key, grouped[from as usize..to as usize].iter().copied());
+            let mut list = grouped[from as usize..to as usize].to_vec();
+            list.dedup();
+            p.push(&key, list);
         }
         p
     }
