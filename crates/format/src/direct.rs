@@ -62,6 +62,13 @@
 //! direct write rewrites it whole; the kernel writes the cached page back before that
 //! write. So a reader sees every ended batch once the writer has been idle, and only whole
 //! records.
+//!
+//! A file's bytes can be fed to a consumer as its writes land ([`DirectFile::with_feed`]; the
+//! packet store's indexer, which so never reads the file back): each landed buffer is lent
+//! ([`Landed`], with its offset in the file), and comes back to the file's spare buffers when
+//! the consumer drops it. A consumer that refuses one (it is behind) is fed nothing more of
+//! the file, and the writer never waits for it. The carried tail written at the close is fed
+//! too, so with [`Tail::Carry`] the bytes fed are the file's bytes, in order, with no gap.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -206,6 +213,46 @@ impl Aligned {
     }
 }
 
+/// A landed write's bytes, lent to the file's feed (see the module docs): dropping it
+/// gives the buffer back to its file.
+pub struct Landed {
+    at: u64,
+    buf: Aligned,
+    home: Sender<Aligned>,
+}
+
+impl Landed {
+    /// Offset of the first byte in the file.
+    pub fn at(&self) -> u64 {
+        self.at
+    }
+
+    /// The bytes written there.
+    pub fn bytes(&self) -> &[u8] {
+        self.buf.bytes()
+    }
+}
+
+impl Drop for Landed {
+    fn drop(&mut self) {
+        if !self.buf.mem.is_empty() {
+            // A file already closed frees it.
+            let _ = self.home.send(std::mem::take(&mut self.buf));
+        }
+    }
+}
+
+/// Takes each landed write of a file in order, or gives it back (`Some`) when it cannot
+/// take it now; the file then feeds it nothing more.
+pub type Feed = Box<dyn FnMut(Landed) -> Option<Landed> + Send>;
+
+/// A file's feed (none once it refused a write) and the way its lent buffers come back.
+struct Fed {
+    feed: Option<Feed>,
+    home: Sender<Aligned>,
+    back: Receiver<Aligned>,
+}
+
 /// A buffer of whole blocks to write at `at`.
 struct Job {
     buf: Aligned,
@@ -328,6 +375,8 @@ pub struct DirectFile {
     cached: Option<File>,
     /// Bytes of ended batches readers can see (with `cached`).
     shown: u64,
+    /// Where landed writes go, while it takes them.
+    fed: Option<Fed>,
 }
 
 impl std::fmt::Debug for DirectFile {
@@ -363,7 +412,38 @@ impl DirectFile {
             lost: None,
             cached: None,
             shown: 0,
+            fed: None,
         }
+    }
+
+    /// Lends each write to `feed` once it has landed (see the module docs).
+    pub fn with_feed(mut self, feed: Feed) -> Self {
+        let (home, back) = mpsc::channel();
+        self.fed = Some(Fed {
+            feed: Some(feed),
+            home,
+            back,
+        });
+        self
+    }
+
+    /// Lends the bytes `buf` written at `at` to the feed; the buffer back if it has none
+    /// or does not take it.
+    fn lend(&mut self, at: u64, buf: Aligned) -> Option<Aligned> {
+        let Some(Fed {
+            feed: Some(feed),
+            home,
+            ..
+        }) = &mut self.fed
+        else {
+            return Some(buf);
+        };
+        let home = home.clone();
+        let mut refused = feed(Landed { at, buf, home })?;
+        if let Some(fed) = &mut self.fed {
+            fed.feed = None;
+        }
+        Some(std::mem::take(&mut refused.buf))
     }
 
     /// Shows readers the carried tail at each flush, written through `cached`: the same
@@ -433,6 +513,9 @@ impl DirectFile {
     /// An empty buffer: a spare one, a new one while fewer than `most` exist, or else
     /// the oldest write's once it has landed.
     fn free_buffer(&mut self) -> io::Result<Aligned> {
+        while let Some(buf) = self.fed.as_ref().and_then(|f| f.back.try_recv().ok()) {
+            self.keep(buf);
+        }
         if self.spare.is_empty() && self.buffers >= self.most {
             self.wait_one()?;
             self.check()?;
@@ -457,7 +540,9 @@ impl DirectFile {
         match done.outcome {
             Outcome::Written => {
                 self.landed = flight.ended;
-                self.keep(done.buf);
+                if let Some(buf) = self.lend(flight.at, done.buf) {
+                    self.keep(buf);
+                }
             }
             Outcome::Skipped => self.keep(done.buf),
             Outcome::Failed { error, landed } => {
@@ -626,8 +711,14 @@ impl Output for DirectFile {
         self.end_batch()?;
         self.wait_all()?;
         self.check()?;
-        if self.carried() > 0 {
+        let tail = self.carried();
+        if tail > 0 {
             let cur = std::mem::take(&mut self.cur);
+            if self.fed.as_ref().is_some_and(|f| f.feed.is_some()) {
+                let mut last = Aligned::with_room(tail);
+                last.append(&cur.bytes()[..tail]);
+                self.lend(self.physical, last);
+            }
             self.cut(cur, self.physical, 0, self.ended)?;
         }
         Ok(())
@@ -888,6 +979,61 @@ mod tests {
         }
         w.finish(None).unwrap();
         check_packets(&read_bytes(&std::fs::read(&path).unwrap()).unwrap(), 1000);
+    }
+
+    /// Writes 3000 records of mixed sizes into a direct pcap file fed to a feed that takes
+    /// `take` writes then refuses; returns the file's bytes and the writes fed.
+    fn fed_file(take: usize) -> (Vec<u8>, Vec<(u64, Vec<u8>)>) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fed");
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&path)
+            .unwrap();
+        let got = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let into = Arc::clone(&got);
+        let feed: Feed = Box::new(move |l: Landed| {
+            let mut got = into.lock().unwrap();
+            if got.len() == take {
+                return Some(l);
+            }
+            got.push((l.at(), l.bytes().to_vec()));
+            None // dropped here: the buffer goes home
+        });
+        let direct = DirectFile::new(file, 1 << 16, Tail::Carry).with_feed(feed);
+        let mut w = CaptureWriter::new(direct, FileFormat::PcapNs, 0, "t0")
+            .unwrap()
+            .with_buffer_size(1 << 16);
+        for i in 0..3000 {
+            let data = vec![i as u8; 60 + i % 1400];
+            w.write_packet(i as u64 * 1000, &data, data.len() as u32)
+                .unwrap();
+        }
+        w.finish(None).unwrap();
+        let fed = got.lock().unwrap().clone();
+        (std::fs::read(&path).unwrap(), fed)
+    }
+
+    #[test]
+    fn a_feed_gets_the_files_bytes_in_order_until_it_refuses_one() {
+        let (bytes, fed) = fed_file(usize::MAX);
+        check_packets(&read_bytes(&bytes).unwrap(), 3000);
+        assert!(fed.len() > 10, "{} writes", fed.len());
+        let mut whole = Vec::new();
+        for (at, b) in &fed {
+            assert_eq!(*at, whole.len() as u64, "in order, no gap");
+            whole.extend_from_slice(b);
+        }
+        assert_eq!(whole, bytes, "the carried tail at the close included");
+        // Refused at the fifth write: four fed, none after, the file whole all the same.
+        let (bytes, fed) = fed_file(4);
+        check_packets(&read_bytes(&bytes).unwrap(), 3000);
+        assert_eq!(fed.len(), 4);
+        assert!(fed
+            .iter()
+            .all(|(at, b)| bytes[*at as usize..][..b.len()] == b[..]));
     }
 
     #[test]

@@ -35,7 +35,6 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
 use poolcap_format::{
@@ -44,6 +43,7 @@ use poolcap_format::{
 
 use super::compress::{Compressed, Compression};
 use super::rotate::{Next, Rotation};
+use crate::store::keeper::Tell;
 
 /// The output of a capture: a file or standard output.
 pub type BoxedOutput = Box<dyn Output + Send>;
@@ -136,8 +136,9 @@ pub struct FileOptions {
     pub io: FileIo,
     /// `-U`: every packet handed to the output as soon as the writer takes it.
     pub packet_buffered: bool,
-    /// Told the name of each file once it is closed whole (the packet store's indexer).
-    pub closed: Option<Sender<PathBuf>>,
+    /// Told of each file (the packet store's keeper): opened, its writes as they land
+    /// (uncompressed pcap with direct I/O), closed whole.
+    pub closed: Option<Tell>,
     /// Read while written (the packet store): once the writer is idle, every batch it
     /// wrote is visible in the file, its last records too.
     pub live_tail: bool,
@@ -165,8 +166,8 @@ pub struct FileSpec {
     pub io: FileIo,
     /// `-U`: hand what is buffered to the output after every round of the writer.
     pub packet_buffered: bool,
-    /// Told the name of each file once it is closed whole.
-    pub closed: Option<Sender<PathBuf>>,
+    /// Told of each file (see [`FileOptions::closed`]).
+    pub closed: Option<Tell>,
     /// See [`FileOptions::live_tail`].
     pub live_tail: bool,
 }
@@ -204,6 +205,9 @@ impl FileSpec {
                         .open(path)
                         .map_err(io)?;
                     direct = direct.with_live_tail(cached);
+                }
+                if let (Some(tell), Tail::Carry) = (&self.closed, self.direct_tail()) {
+                    direct = direct.with_feed(tell.feed(path));
                 }
                 (Box::new(direct), WritePath::Direct)
             }
@@ -500,9 +504,8 @@ impl Savefiles {
             return Err(e);
         }
         self.closed_packets += packets;
-        if let (Some(tx), Some(path)) = (&self.spec.closed, &path) {
-            // A listener that went away only stops hearing of files.
-            let _ = tx.send(path.clone());
+        if let (Some(tell), Some(path)) = (&self.spec.closed, &path) {
+            tell.closed(path.clone());
         }
         match (&self.spec.post_rotate, path) {
             (Some(cmd), Some(path)) => self.post_rotate(cmd.clone(), path, packets),
@@ -692,7 +695,7 @@ mod tests {
     fn each_file_is_announced_once_closed_whole() {
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = (dir.path().join("a"), dir.path().join("b"));
-        let (tx, rx) = std::sync::mpsc::channel();
+        let (tx, rx) = crate::store::keeper::Keeper::channel();
         let spec = FileSpec {
             closed: Some(tx),
             ..spec(None)
@@ -700,11 +703,11 @@ mod tests {
         let (w, how) = spec.open(&a).unwrap();
         let mut set = Savefiles::new(spec.clone(), w, Some((a.clone(), how)), None);
         set.writer().unwrap().write_packet(1, &[1; 60], 60).unwrap();
-        assert!(rx.try_recv().is_err(), "the open file is not announced");
+        assert!(rx.closed().is_empty(), "the open file is not announced");
         set.close(IfStats::default()).unwrap();
         set.open(b.clone()).unwrap();
         set.close(IfStats::default()).unwrap();
-        assert_eq!(rx.try_iter().collect::<Vec<_>>(), [a, b]);
+        assert_eq!(rx.closed(), [a, b]);
     }
 
     /// An output whose sync stalls until the test lets it go (a device that stalls).
@@ -734,7 +737,7 @@ mod tests {
         // file only once it is closed, before the next.
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = (dir.path().join("a"), dir.path().join("b"));
-        let (tx, closed) = std::sync::mpsc::channel();
+        let (tx, closed) = crate::store::keeper::Keeper::channel();
         let spec = FileSpec {
             closed: Some(tx),
             ..spec(None)
@@ -752,11 +755,11 @@ mod tests {
             2,
             "the closing file's packet still counts"
         );
-        assert!(closed.try_recv().is_err(), "announced before it was closed");
+        assert!(closed.closed().is_empty(), "announced before it was closed");
         release.send(()).unwrap();
         set.close(IfStats::default()).unwrap();
         assert_eq!(set.packets_written(), 2);
-        assert_eq!(closed.try_iter().collect::<Vec<_>>(), [a, b]);
+        assert_eq!(closed.closed(), [a, b]);
     }
 
     #[test]

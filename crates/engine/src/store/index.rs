@@ -36,12 +36,13 @@
 //! checksum, whose version is not this one, or whose capture file no longer has the length
 //! and first bytes it was built from is refused ([`IndexError`]), never used.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+use super::build::Builder;
 use super::keys;
 use super::pcapfile::{self, FILE_HEADER};
 
@@ -53,7 +54,7 @@ pub const REGION_BYTES: u64 = 64 * 1024;
 /// The unit a key's page mask points at within a region.
 pub const PAGE_BYTES: u64 = 4096;
 /// Pages of a region (the last one's records may run past `REGION_BYTES`).
-const PAGES: usize = (REGION_BYTES / PAGE_BYTES) as usize;
+pub const PAGES: usize = (REGION_BYTES / PAGE_BYTES) as usize;
 /// Regions per region block.
 pub const REGIONS_PER_BLOCK: usize = 64;
 /// Bytes of keys after which a key block ends (at the next key).
@@ -128,7 +129,7 @@ pub struct Posting {
 pub struct Index {
     /// Bytes of the capture file it was built from.
     pub file_len: u64,
-    head_crc: u32,
+    pub(super) head_crc: u32,
     /// The capture file's link type.
     pub linktype: u32,
     /// Packets in the file.
@@ -180,7 +181,7 @@ fn width(kind: u8) -> Option<usize> {
 }
 
 impl Postings {
-    fn push(&mut self, key: &[u8], postings: impl IntoIterator<Item = Posting>) {
+    pub(super) fn push(&mut self, key: &[u8], postings: impl IntoIterator<Item = Posting>) {
         self.keys.push(padded(key));
         self.postings.extend(postings);
         self.ends.push(self.postings.len() as u32);
@@ -257,76 +258,15 @@ fn head_crc(path: &Path) -> std::io::Result<u32> {
 }
 
 impl Index {
-    /// Reads the capture file `path` through and indexes it.
+    /// Reads the capture file `path` through and indexes it (see `build`).
     pub fn build(path: &Path) -> Result<Index, IndexError> {
         let (header, file) = pcapfile::open(path)?.ok_or(IndexError::NotPcap)?;
-        let linktype = header.linktype;
-        let keyed = keys::dissects(linktype);
+        let mut builder = Builder::new(header.linktype);
         let mut records = pcapfile::Records::new(header, file, FILE_HEADER, u64::MAX)?;
-        let mut regions: Vec<Region> = Vec::new();
-        let mut postings: HashMap<Vec<u8>, Vec<Posting>> = HashMap::new();
-        let mut end = FILE_HEADER;
-        let mut packets = 0u64;
         while let Some(r) = records.next_record()? {
-            let new_region = regions
-                .last()
-                .is_none_or(|last| r.offset - last.offset >= REGION_BYTES);
-            if new_region {
-                regions.push(Region {
-                    offset: r.offset,
-                    packets: 0,
-                    first: r.ts_ns,
-                    last: r.ts_ns,
-                    pages: [0; PAGES - 1],
-                });
-            }
-            let number = (regions.len() - 1) as u32;
-            let region = regions.last_mut().expect("pushed above");
-            // The page of the region this record starts in; the first record starting
-            // in a page is where a read of that page begins.
-            let within = r.offset - region.offset;
-            let page = (within / PAGE_BYTES) as usize;
-            if page > 0 && region.pages[page - 1] == 0 {
-                region.pages[page - 1] = within as u16;
-            }
-            region.packets += 1;
-            region.first = region.first.min(r.ts_ns);
-            region.last = region.last.max(r.ts_ns);
-            packets += 1;
-            end = r.offset + r.raw.len() as u64;
-            if keyed {
-                keys::keys(linktype, r.data, &mut |k| {
-                    let list = postings.entry(k.to_vec()).or_default();
-                    match list.last_mut() {
-                        Some(last) if last.region == number => last.pages |= 1 << page,
-                        _ => list.push(Posting {
-                            region: number,
-                            pages: 1 << page,
-                        }),
-                    }
-                });
-            }
+            builder.record(r.offset, r.ts_ns, r.data);
         }
-        Ok(Index {
-            // A record cut short at the end is not part of the file's indexed content;
-            // the length checked later is that of the whole file as read.
-            file_len: std::fs::metadata(path)?.len().max(end),
-            head_crc: head_crc(path)?,
-            linktype,
-            packets,
-            first: regions.iter().map(|r| r.first).min().unwrap_or(0),
-            last: regions.iter().map(|r| r.last).max().unwrap_or(0),
-            keyed,
-            regions,
-            postings: {
-                let sorted: BTreeMap<Vec<u8>, Vec<Posting>> = postings.into_iter().collect();
-                let mut p = Postings::default();
-                for (k, list) in sorted {
-                    p.push(&k, list);
-                }
-                p
-            },
-        })
+        Ok(builder.finish(std::fs::metadata(path)?.len(), head_crc(path)?))
     }
 
     /// The index's bytes (see the module docs).

@@ -1,23 +1,108 @@
 //! The store's keeper: a thread beside the capture that indexes each capture file once
-//! the writer has closed it (it is told the name over a channel, and reads the file back
-//! while it is still in the page cache), then deletes the oldest whole files and their
-//! indexes to keep the store within its size budget and age limit. The capture path only
-//! sends a file name per rotation; all indexing and deleting happens here.
+//! the writer has closed it, then deletes the oldest whole files and their indexes to keep
+//! the store within its size budget and age limit.
+//!
+//! It indexes a file from the bytes the writer wrote, lent to it as each direct write lands
+//! (`poolcap_format::DirectFile::with_feed`, parsed by `build::Written`), so no file is read
+//! back: a 100 MB file written with direct I/O is not in the page cache, and reading it back
+//! cost more CPU than writing it. The capture path never waits for the keeper: at most
+//! [`LENT`] writes are lent at a time, and a file whose write finds them all lent (the keeper
+//! is behind) lends nothing more; that file, one written through the page cache, and one
+//! whose bytes fed do not add up to the closed file are read back from disk instead
+//! (counted in [`KeeperReport::read_back`]). Either way the index is the one `store DIR
+//! repair` builds from the file.
 //!
 //! The file being written is never deleted: only files the keeper was told are closed, or
 //! that were in the store before this run, are candidates. The age limit is counted back
 //! from the newest packet written, so a store filled from a recorded file keeps the last
 //! DURATION of its traffic too.
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::index::{index_path, Index};
+use poolcap_format::{Feed, Landed};
+
+use super::build::Written;
+use super::index::{index_path, Index, IndexError};
 use super::Store;
+
+/// Writes lent to the keeper at most (2 MiB each: 32 MiB, about 40 ms of the lab's top
+/// write rate), so a keeper that falls behind holds bounded memory.
+pub const LENT: usize = 16;
+
+/// What the keeper hears from the capture's writer.
+pub enum Told {
+    /// A file was opened; its writes come as `Landed` with this number.
+    Opened(u64, PathBuf),
+    /// A write of file number `.0` landed.
+    Landed(u64, Landed),
+    /// A file was closed whole.
+    Closed(PathBuf),
+}
+
+/// The writer's side of the keeper's channel (cloned into each capture file set).
+#[derive(Clone)]
+pub struct Tell {
+    tx: Sender<Told>,
+    files: Arc<AtomicU64>,
+    lent: Arc<AtomicUsize>,
+}
+
+impl std::fmt::Debug for Tell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tell").finish_non_exhaustive()
+    }
+}
+
+impl Tell {
+    /// Announces the file `path`, just opened, and returns the feed its writes land in.
+    pub fn feed(&self, path: &Path) -> Feed {
+        let id = self.files.fetch_add(1, Ordering::Relaxed);
+        // A listener that went away only stops hearing of files.
+        let _ = self.tx.send(Told::Opened(id, path.to_owned()));
+        let (tx, lent) = (self.tx.clone(), Arc::clone(&self.lent));
+        Box::new(move |landed| {
+            if lent.fetch_add(1, Ordering::AcqRel) >= LENT {
+                lent.fetch_sub(1, Ordering::AcqRel);
+                return Some(landed);
+            }
+            // Sent or dropped (the keeper has gone): either way the buffer goes home.
+            let _ = tx.send(Told::Landed(id, landed));
+            None
+        })
+    }
+
+    /// Announces the file `path`, closed whole.
+    pub fn closed(&self, path: PathBuf) {
+        let _ = self.tx.send(Told::Closed(path));
+    }
+}
+
+/// The keeper's side of its channel.
+#[derive(Debug)]
+pub struct Heard {
+    rx: Receiver<Told>,
+    lent: Arc<AtomicUsize>,
+}
+
+impl Heard {
+    /// The files announced closed so far (what a test of the writer checks).
+    #[cfg(test)]
+    pub(crate) fn closed(&self) -> Vec<PathBuf> {
+        self.rx
+            .try_iter()
+            .filter_map(|t| match t {
+                Told::Closed(p) => Some(p),
+                _ => None,
+            })
+            .collect()
+    }
+}
 
 /// How much the store keeps.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -33,6 +118,8 @@ pub struct Retention {
 pub struct KeeperReport {
     /// Files indexed.
     pub indexed: usize,
+    /// Of those, files read back from disk (see the module docs).
+    pub read_back: usize,
     /// Index bytes written.
     pub index_bytes: u64,
     /// Files deleted (with their indexes) by retention.
@@ -51,24 +138,27 @@ pub struct Keeper {
 }
 
 impl Keeper {
-    /// The channel the writer sends each closed file's name to (made before the capture
+    /// The channel the writer tells the keeper of its files on (made before the capture
     /// starts; the keeper itself starts after it, once privileges are dropped, as a
     /// process drops them only while it has one thread).
-    pub fn channel() -> (Sender<PathBuf>, Receiver<PathBuf>) {
-        std::sync::mpsc::channel()
+    pub fn channel() -> (Tell, Heard) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let lent = Arc::new(AtomicUsize::new(0));
+        let tell = Tell {
+            tx,
+            files: Arc::new(AtomicU64::new(0)),
+            lent: Arc::clone(&lent),
+        };
+        (tell, Heard { rx, lent })
     }
 
-    /// Starts the keeper of `store`, hearing of closed files on `rx`.
-    pub fn start(
-        store: Store,
-        retention: Retention,
-        rx: Receiver<PathBuf>,
-    ) -> std::io::Result<Keeper> {
+    /// Starts the keeper of `store`, hearing of the writer's files on `heard`.
+    pub fn start(store: Store, retention: Retention, heard: Heard) -> std::io::Result<Keeper> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name("store-keeper".into())
-            .spawn(move || run(&store, retention, &rx, &flag))?;
+            .spawn(move || run(&store, retention, &heard, &flag))?;
         Ok(Keeper { stop, thread })
     }
 
@@ -82,25 +172,42 @@ impl Keeper {
     }
 }
 
-fn run(
-    store: &Store,
-    retention: Retention,
-    rx: &Receiver<PathBuf>,
-    stop: &AtomicBool,
-) -> KeeperReport {
+fn run(store: &Store, retention: Retention, heard: &Heard, stop: &AtomicBool) -> KeeperReport {
     let mut report = KeeperReport::default();
+    let mut open: HashMap<u64, (PathBuf, Written)> = HashMap::new();
     loop {
-        let closed = match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(p) => p,
+        let told = match heard.rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(t) => t,
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) if !stop.load(Ordering::Acquire) => {
                 continue
             }
-            Err(_) => match rx.try_recv() {
-                Ok(p) => p,
+            Err(_) => match heard.rx.try_recv() {
+                Ok(t) => t,
                 Err(_) => return report,
             },
         };
-        let newest = match Index::build(&closed).and_then(|i| Ok((i.save(&closed)?, i))) {
+        let closed = match told {
+            Told::Opened(id, path) => {
+                open.insert(id, (path, Written::new()));
+                continue;
+            }
+            Told::Landed(id, landed) => {
+                if let Some((_, w)) = open.get_mut(&id) {
+                    w.feed(landed.at(), landed.bytes());
+                }
+                drop(landed);
+                heard.lent.fetch_sub(1, Ordering::AcqRel);
+                continue;
+            }
+            Told::Closed(path) => path,
+        };
+        let written = open
+            .iter()
+            .find(|(_, (p, _))| *p == closed)
+            .map(|(id, _)| *id)
+            .and_then(|id| open.remove(&id))
+            .map(|(_, w)| w);
+        let newest = match index(&closed, written, &mut report) {
             Ok((bytes, index)) => {
                 report.indexed += 1;
                 report.index_bytes += bytes;
@@ -119,6 +226,24 @@ fn run(
                 .push(format!("{}: retention: {e}", store.dir().display()));
         }
     }
+}
+
+/// Indexes the closed file `closed` from its bytes `written`, or reads it back if they are
+/// not all there; saves the index and returns its bytes and itself.
+fn index(
+    closed: &Path,
+    written: Option<Written>,
+    report: &mut KeeperReport,
+) -> Result<(u64, Index), IndexError> {
+    let len = std::fs::metadata(closed)?.len();
+    let index = match written.and_then(|w| w.finish(len)) {
+        Some(i) => i,
+        None => {
+            report.read_back += 1;
+            Index::build(closed)?
+        }
+    };
+    Ok((index.save(closed)?, index))
 }
 
 /// Deletes the oldest files up to and including `closed` (never a later one: the file
@@ -158,4 +283,66 @@ fn prune(
         report.deleted_bytes += bytes;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use poolcap_format::{CaptureWriter, DirectFile, FileFormat, Tail};
+    use std::os::unix::fs::OpenOptionsExt;
+
+    /// Writes `n` packets of mixed flows as a store file written with direct I/O in
+    /// writes of 64 KiB, each lent to `tell`'s keeper as it lands; announces it closed.
+    fn write_file(tell: &Tell, path: &Path, n: usize) {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+            .unwrap();
+        let direct = DirectFile::new(file, 1 << 16, Tail::Carry).with_feed(tell.feed(path));
+        let mut w = CaptureWriter::new(direct, FileFormat::PcapNs, 0, "t0")
+            .unwrap()
+            .with_buffer_size(1 << 16);
+        let sample =
+            poolcap_format::read_bytes(&crate::store::build::tests::sample_file(n, false)).unwrap();
+        for p in &sample.packets {
+            w.write_packet(p.ts_ns, &p.data, p.orig_len).unwrap();
+        }
+        w.finish(None).unwrap();
+        tell.closed(path.to_owned());
+    }
+
+    #[test]
+    fn a_file_is_indexed_from_its_written_bytes_or_read_back_when_the_keeper_is_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(dir.path()).unwrap();
+        // A file of fewer writes than LENT: every write lent (the keeper starts after it,
+        // as a keeper that is slow but not too slow), none read back.
+        let (tell, heard) = Keeper::channel();
+        let a = dir.path().join("a");
+        write_file(&tell, &a, 1000);
+        let lent = heard.lent.load(Ordering::Acquire);
+        assert!(lent > 3 && lent < LENT, "{lent} writes");
+        let r = Keeper::start(store.clone(), Retention::default(), heard)
+            .unwrap()
+            .finish();
+        assert_eq!((r.indexed, r.read_back, r.errors.len()), (1, 0, 0), "{r:?}");
+        // More writes than LENT while the keeper does not take them (it fell behind):
+        // LENT writes were lent, the rest not, and the file is read back.
+        let (tell, heard) = Keeper::channel();
+        let b = dir.path().join("b");
+        write_file(&tell, &b, 6000);
+        assert_eq!(heard.lent.load(Ordering::Acquire), LENT, "lent at most");
+        let r = Keeper::start(store, Retention::default(), heard)
+            .unwrap()
+            .finish();
+        assert_eq!((r.indexed, r.read_back, r.errors.len()), (1, 1, 0), "{r:?}");
+        for (f, n) in [(a, 1000), (b, 6000)] {
+            let saved = Index::decode(&std::fs::read(index_path(&f)).unwrap()).unwrap();
+            assert_eq!(saved, Index::build(&f).unwrap(), "{}", f.display());
+            assert_eq!(saved.packets, n);
+            assert!(saved.regions.len() > 5 && saved.postings.len() > 100);
+        }
+    }
 }

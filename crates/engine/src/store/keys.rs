@@ -34,8 +34,9 @@ pub fn dissects(linktype: u32) -> bool {
     matches!(linktype, 1 | 101 | 276)
 }
 
-/// Calls `key` with each key of the packet `data` of `linktype` (repeats possible).
-pub fn keys(linktype: u32, data: &[u8], key: &mut impl FnMut(&[u8])) {
+/// Calls `key` with each key of the packet `data` of `linktype` (kind byte, value; repeats
+/// possible). No key is allocated: the index builder calls this for every packet.
+pub fn keys(linktype: u32, data: &[u8], key: &mut impl FnMut(u8, &[u8])) {
     let (ethertype, at) = match linktype {
         1 if data.len() >= 14 => (be16(data, 12), 14),
         276 if data.len() >= 20 => (be16(data, 0), 20),
@@ -47,7 +48,7 @@ pub fn keys(linktype: u32, data: &[u8], key: &mut impl FnMut(&[u8])) {
         _ => return,
     };
     let (mut ethertype, mut at) = (ethertype, at);
-    key(&kv(ETHERTYPE, &ethertype.to_be_bytes()));
+    key(ETHERTYPE, &ethertype.to_be_bytes());
     // Up to two VLAN tags; the outer EtherType was indexed, now the inner ones.
     for _ in 0..2 {
         if !ETH_VLAN.contains(&ethertype) || data.len() < at + 4 {
@@ -55,7 +56,7 @@ pub fn keys(linktype: u32, data: &[u8], key: &mut impl FnMut(&[u8])) {
         }
         ethertype = be16(data, at + 2);
         at += 4;
-        key(&kv(ETHERTYPE, &ethertype.to_be_bytes()));
+        key(ETHERTYPE, &ethertype.to_be_bytes());
     }
     let l3 = &data[at.min(data.len())..];
     match ethertype {
@@ -70,35 +71,28 @@ fn be16(d: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([d[at], d[at + 1]])
 }
 
-fn kv(kind: u8, value: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(1 + value.len());
-    k.push(kind);
-    k.extend_from_slice(value);
-    k
-}
-
-fn ipv4(ip: &[u8], key: &mut impl FnMut(&[u8])) {
+fn ipv4(ip: &[u8], key: &mut impl FnMut(u8, &[u8])) {
     if ip.len() < 20 {
         return;
     }
     let proto = ip[9];
-    key(&kv(PROTO, &[proto]));
-    key(&kv(V4, &ip[12..16]));
-    key(&kv(V4, &ip[16..20]));
+    key(PROTO, &[proto]);
+    key(V4, &ip[12..16]);
+    key(V4, &ip[16..20]);
     let ihl = usize::from(ip[0] & 0x0f) * 4;
     ports(proto, ip.get(ihl..).unwrap_or(&[]), key);
 }
 
-fn ipv6(ip: &[u8], key: &mut impl FnMut(&[u8])) {
+fn ipv6(ip: &[u8], key: &mut impl FnMut(u8, &[u8])) {
     if ip.len() < 40 {
         return;
     }
-    key(&kv(V6, &ip[8..24]));
-    key(&kv(V6, &ip[24..40]));
+    key(V6, &ip[8..24]);
+    key(V6, &ip[24..40]);
     let (mut next, mut at) = (ip[6], 40);
     // Hop-by-hop, routing, fragment, destination options: each names the next header.
     for _ in 0..8 {
-        key(&kv(PROTO, &[next]));
+        key(PROTO, &[next]);
         if !matches!(next, 0 | 43 | 44 | 60) || ip.len() < at + 8 {
             break;
         }
@@ -113,15 +107,15 @@ fn ipv6(ip: &[u8], key: &mut impl FnMut(&[u8])) {
     ports(next, ip.get(at..).unwrap_or(&[]), key);
 }
 
-fn ports(proto: u8, l4: &[u8], key: &mut impl FnMut(&[u8])) {
+fn ports(proto: u8, l4: &[u8], key: &mut impl FnMut(u8, &[u8])) {
     if matches!(proto, 6 | 17 | 132) && l4.len() >= 4 {
-        key(&kv(PORT, &l4[0..2]));
-        key(&kv(PORT, &l4[2..4]));
+        key(PORT, &l4[0..2]);
+        key(PORT, &l4[2..4]);
     }
 }
 
 /// ARP/RARP for IPv4: sender and target protocol addresses.
-fn arp(a: &[u8], key: &mut impl FnMut(&[u8])) {
+fn arp(a: &[u8], key: &mut impl FnMut(u8, &[u8])) {
     if a.len() < 8 {
         return;
     }
@@ -129,8 +123,8 @@ fn arp(a: &[u8], key: &mut impl FnMut(&[u8])) {
     if plen != 4 || a.len() < 8 + 2 * hlen + 8 {
         return;
     }
-    key(&kv(V4, &a[8 + hlen..8 + hlen + 4]));
-    key(&kv(V4, &a[8 + 2 * hlen + 4..8 + 2 * hlen + 8]));
+    key(V4, &a[8 + hlen..8 + hlen + 4]);
+    key(V4, &a[8 + 2 * hlen + 4..8 + 2 * hlen + 8]);
 }
 
 #[cfg(test)]
@@ -139,7 +133,11 @@ mod tests {
 
     fn all(linktype: u32, data: &[u8]) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
-        keys(linktype, data, &mut |k| out.push(k.to_vec()));
+        keys(linktype, data, &mut |kind, value| {
+            let mut k = vec![kind];
+            k.extend_from_slice(value);
+            out.push(k);
+        });
         out
     }
 

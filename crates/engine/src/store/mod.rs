@@ -23,9 +23,10 @@
 //! makes it smaller the more packets of a flow share a region (see `index`; measured with
 //! 100k random UDP flows, the worst case, before the page masks: 4.3% of the packet bytes
 //! for imix sizes, 14.6% for 64-byte frames), plus each region's time span as the
-//! timeline, in checksummed blocks a query reads only as it needs them; it is
-//! written per file when the file is closed, by a thread that reads the file back while it
-//! is still in the page cache, so the capture path does no indexing at all. A query uses
+//! timeline, in checksummed blocks a query reads only as it needs them; it is built per
+//! file by a thread beside the capture from the writes the writer lends it as they land
+//! (`keeper`, `build`), so the capture path does no indexing and never reads a file back.
+//! A query uses
 //! the index only for the parts of the filter it understands (`select`) and always lets
 //! libpcap decide on every packet read, so the index can make a query faster, never
 //! wrong. The file being written has no index: queries scan it (the writer makes its last
@@ -45,6 +46,7 @@
 //! number; queries order files by their packets' time instead (see `query`), since two
 //! runs may overlap and a clock may be set back.
 
+pub mod build;
 pub mod index;
 pub mod keeper;
 pub mod keys;

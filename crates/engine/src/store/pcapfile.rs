@@ -10,7 +10,7 @@ use std::path::Path;
 /// Bytes of the file header.
 pub const FILE_HEADER: u64 = 24;
 /// Bytes of a record header.
-const RECORD_HEADER: usize = 16;
+pub const RECORD_HEADER: usize = 16;
 
 /// What a capture file's header says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,7 +26,8 @@ pub struct Header {
 }
 
 impl Header {
-    fn parse(raw: [u8; 24]) -> Option<Header> {
+    /// The header whose bytes are `raw`; `None` if they are not a pcap file header.
+    pub fn parse(raw: [u8; 24]) -> Option<Header> {
         let magic = u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
         let (big, nanos) = match magic {
             0xa1b2_c3d4 => (false, false),
@@ -43,6 +44,20 @@ impl Header {
         };
         h.linktype = h.u32_at(&raw, 20) & 0x0fff_ffff;
         Some(h)
+    }
+
+    /// A record header's time (ns) and captured length.
+    pub fn record(&self, head: &[u8]) -> (u64, u32) {
+        let (sec, frac) = (self.u32_at(head, 0), self.u32_at(head, 4));
+        let frac_ns = if self.nanos {
+            u64::from(frac)
+        } else {
+            u64::from(frac) * 1000
+        };
+        (
+            u64::from(sec) * 1_000_000_000 + frac_ns,
+            self.u32_at(head, 8),
+        )
     }
 
     fn u32_at(&self, b: &[u8], at: usize) -> u32 {
@@ -184,14 +199,8 @@ impl Records {
         if !read_whole(&mut self.input, &mut self.buf)? {
             return Ok(None);
         }
-        let h = &self.header;
-        let (sec, frac) = (h.u32_at(&self.buf, 0), h.u32_at(&self.buf, 4));
-        let (caplen, wire_len) = (h.u32_at(&self.buf, 8), h.u32_at(&self.buf, 12));
-        let frac_ns = if h.nanos {
-            u64::from(frac)
-        } else {
-            u64::from(frac) * 1000
-        };
+        let (ts_ns, caplen) = self.header.record(&self.buf);
+        let wire_len = self.header.u32_at(&self.buf, 12);
         self.buf.resize(RECORD_HEADER + caplen as usize, 0);
         if !read_whole(&mut self.input, &mut self.buf[RECORD_HEADER..])? {
             return Ok(None);
@@ -200,7 +209,7 @@ impl Records {
         self.offset += self.buf.len() as u64;
         Ok(Some(Record {
             offset,
-            ts_ns: u64::from(sec) * 1_000_000_000 + frac_ns,
+            ts_ns,
             data: &self.buf[RECORD_HEADER..],
             raw: &self.buf,
             wire_len,

@@ -11,7 +11,7 @@ use poolcap_format::FileFormat;
 use crate::capture::rotate::RotateSpec;
 use crate::capture::{CaptureConfig, Output};
 use crate::cli::usage;
-use crate::store::keeper::{Keeper, Retention};
+use crate::store::keeper::{Heard, Keeper, Retention};
 use crate::store::{show_time, Store};
 
 /// What to do with the store.
@@ -89,7 +89,7 @@ pub struct StoreOptions {
 pub struct PendingStore {
     store: Store,
     retention: Retention,
-    closed: std::sync::mpsc::Receiver<PathBuf>,
+    closed: Heard,
 }
 
 /// A store's files: `rotate_mb` (-C), else a tenth of the budget within 1 MB..1000 MB;
@@ -158,8 +158,10 @@ pub fn finish(keeper: Option<Keeper>) {
     let Some(k) = keeper else { return };
     let r = k.finish();
     crate::say!(
-        "store: {} files indexed ({} index bytes), {} deleted by retention ({} bytes)",
+        "store: {} files indexed ({} read back from disk; {} index bytes), {} deleted by \
+         retention ({} bytes)",
         r.indexed,
+        r.read_back,
         r.index_bytes,
         r.deleted,
         r.deleted_bytes

@@ -65,6 +65,10 @@ pub(crate) fn trials() -> Vec<Trial> {
             "a_query_across_a_retention_deletion_answers_from_the_files_it_opened",
             a_query_across_a_retention_deletion_answers_from_the_files_it_opened,
         ),
+        t(
+            "a_live_captures_indexes_from_its_written_bytes_equal_repairs",
+            a_live_captures_indexes_from_its_written_bytes_equal_repairs,
+        ),
     ]
 }
 
@@ -594,6 +598,46 @@ fn a_live_capture_into_a_store_answers_as_tcpdump() {
             &query(&store, dir.path(), shape, None, None),
             &dump_files(&files, shape),
             shape,
+        );
+    }
+}
+
+/// A live capture's keeper indexes each file from the bytes the writer wrote (none read
+/// back), and each index is byte for byte the one `store DIR repair` builds from the file.
+fn a_live_captures_indexes_from_its_written_bytes_equal_repairs() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let store = dir.path().join("store");
+    let bg = capture(&lab, &["-Z", "root", "--store", s(&store), "-C", "1"]);
+    let g = gen(
+        &lab,
+        &[
+            "--count", "20000", "--size", "imix", "--rate", "20k", "--flows", "5000",
+        ],
+    );
+    assert!(num(&g, "frames") >= 20000, "{g}");
+    let (code, stderr) = bg.stop("INT");
+    assert_eq!(code, Some(0), "{stderr}");
+    let files = capture_files(&store);
+    assert!(files.len() >= 4, "{files:?}");
+    let line = format!("{} files indexed (0 read back from disk;", files.len());
+    assert!(stderr.contains(&line), "want `{line}` in: {stderr}");
+    let kept: Vec<Vec<u8>> = files
+        .iter()
+        .map(|f| std::fs::read(format!("{}.idx", f.display())).unwrap())
+        .collect();
+    for f in &files {
+        std::fs::remove_file(format!("{}.idx", f.display())).unwrap();
+    }
+    let out = ok(&["store", s(&store), "repair"]);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(said.matches("indexed").count(), files.len(), "{said}");
+    for (f, idx) in files.iter().zip(&kept) {
+        let rebuilt = std::fs::read(format!("{}.idx", f.display())).unwrap();
+        assert!(
+            rebuilt == *idx,
+            "{}: the capture's index differs",
+            f.display()
         );
     }
 }

@@ -1,0 +1,511 @@
+//! Building a capture file's [`Index`] record by record: from the file on disk
+//! ([`Index::build`], for repair and a file a crash left unindexed), or from the bytes the
+//! capture writer wrote, handed over in memory as each write lands ([`Written`], the
+//! keeper's usual way: no file is read back).
+//!
+//! Why it is shaped so: the keeper runs beside the capture on the same cores, and a
+//! profile of `capture -r --store` (1M imix packets, 65,536 flows) put 84% of the
+//! process's CPU in the keeper, most of it in a `HashMap<Vec<u8>, Vec<u32>>` fed one
+//! allocated key per key and packet (SipHash, `memcmp`, `malloc`), the rest in reading
+//! the file back. Here a key is one `u64` (kind byte and value; an IPv6 address by its
+//! number in this file), found through a small direct-mapped cache in front of a map to
+//! key numbers: a packet's keys mostly repeat within a region (the EtherType, the
+//! protocol, a busy server's address and port), so most cost one probe of the cache. A
+//! key's first packet in a region appends one (key number, region) pair; the pairs are
+//! grouped by key once, when the file is closed. No per-key state is touched on a cache
+//! hit or per pair: with many flows the map's memory misses the CPU's caches, and the
+//! keeper's time went to those misses (perf annotate: map probe and a per-key last-region
+//! load), so a key evicted from the cache and seen again in a region posts a repeat,
+//! dropped at the grouping.
+//!
+//! [`Builder::record`] is the one place a record is indexed: whatever else the index
+//! learns per record goes there.
+
+use std::collections::HashMap;
+
+use super::index::{Index, Posting, Postings, Region, PAGES, PAGE_BYTES, REGION_BYTES};
+use super::keys;
+use super::pcapfile::{Header, FILE_HEADER, RECORD_HEADER};
+
+/// A key as one number: its kind byte on top, then its value's bytes (big-endian, up to
+/// 4), or for an IPv6 address its number among this file's IPv6 addresses.
+type Key = u64;
+
+/// Slots of the key cache (a power of two): 64 KiB, which stays in the core's L2.
+const CACHE_SLOTS: usize = 4096;
+
+/// A cache slot: a key, its number, the last region it was seen in through the slot, and
+/// the pages of that region posted for it through the slot.
+#[derive(Clone, Copy)]
+struct Slot {
+    key: Key,
+    id: u32,
+    region: u32,
+    pages: u16,
+}
+
+/// No key has kind 0, so a slot with key 0 is empty.
+const EMPTY: Slot = Slot {
+    key: 0,
+    id: 0,
+    region: u32::MAX,
+    pages: 0,
+};
+
+/// A key's packet in a region: (key number, region, page bit).
+type Pair = (u32, u32, u16);
+
+/// Each key's regions and pages, gathered as [`Pair`]s.
+struct Keys {
+    ids: HashMap<Key, u32, foldhash::fast::FixedState>,
+    /// The keys by number.
+    keys: Vec<Key>,
+    v6: HashMap<[u8; 16], u32, foldhash::fast::FixedState>,
+    v6_addrs: Vec<[u8; 16]>,
+    pairs: Vec<Pair>,
+    cache: Box<[Slot]>,
+}
+
+impl Keys {
+    fn new() -> Self {
+        Keys {
+            ids: HashMap::default(),
+            keys: Vec::new(),
+            v6: HashMap::default(),
+            v6_addrs: Vec::new(),
+            pairs: Vec::new(),
+            cache: vec![EMPTY; CACHE_SLOTS].into_boxed_slice(),
+        }
+    }
+
+    fn compact(&mut self, kind: u8, value: &[u8]) -> Key {
+        let v = if kind == keys::V6 {
+            let mut a = [0u8; 16];
+            a.copy_from_slice(value);
+            let next = self.v6_addrs.len() as u32;
+            let n = *self.v6.entry(a).or_insert(next);
+            if n == next {
+                self.v6_addrs.push(a);
+            }
+            u64::from(n)
+        } else {
+            value.iter().fold(0u64, |v, &b| (v << 8) | u64::from(b))
+        };
+        (u64::from(kind) << 56) | v
+    }
+
+    /// Notes that page `page` of `region` holds the start of a packet with the key
+    /// (`kind`, `value`).
+    fn post(&mut self, kind: u8, value: &[u8], region: u32, page: usize) {
+        let key = self.compact(kind, value);
+        let at = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - CACHE_SLOTS.trailing_zeros()))
+            as usize;
+        let bit = 1u16 << page;
+        let slot = &mut self.cache[at];
+        if slot.key == key && slot.region == region && slot.pages & bit != 0 {
+            return;
+        }
+        if slot.key != key {
+            let next = self.keys.len() as u32;
+            let id = *self.ids.entry(key).or_insert(next);
+            if id == next {
+                self.keys.push(key);
+            }
+            // The slot's pages were the other key's.
+            (slot.key, slot.id, slot.region, slot.pages) = (key, id, region, 0);
+        } else if slot.region != region {
+            (slot.region, slot.pages) = (region, 0);
+        }
+        slot.pages |= bit;
+        // A key that left the cache and came back within a region posts it again: the
+        // pairs of one region are joined when they are grouped.
+        self.pairs.push((slot.id, region, bit));
+    }
+
+    /// The key's bytes as the index holds them (kind byte and value).
+    fn bytes(&self, key: Key) -> Vec<u8> {
+        let kind = (key >> 56) as u8;
+        let mut b = vec![kind];
+        match kind {
+            keys::V6 => b.extend_from_slice(&self.v6_addrs[(key & 0xffff_ffff) as usize]),
+            keys::PROTO => b.push(key as u8),
+            keys::PORT | keys::ETHERTYPE => b.extend_from_slice(&(key as u16).to_be_bytes()),
+            _ => b.extend_from_slice(&(key as u32).to_be_bytes()),
+        }
+        b
+    }
+
+    /// The keys in order, each with its regions in order.
+    fn postings(self) -> Postings {
+        // Group the pairs by key number (each key's regions stay in the order posted,
+        // ascending), then take the keys in the order of their bytes.
+        let mut starts = vec![0u32; self.keys.len() + 1];
+        for &(id, _, _) in &self.pairs {
+            starts[id as usize + 1] += 1;
+        }
+        for n in 1..starts.len() {
+            starts[n] += starts[n - 1];
+        }
+        let mut grouped = vec![(0u32, 0u16); self.pairs.len()];
+        let mut at = starts.clone();
+        for &(id, region, bit) in &self.pairs {
+            grouped[at[id as usize] as usize] = (region, bit);
+            at[id as usize] += 1;
+        }
+        let mut order: Vec<(Vec<u8>, u32)> = (0..self.keys.len() as u32)
+            .map(|id| (self.bytes(self.keys[id as usize]), id))
+            .collect();
+        order.sort_unstable();
+        let mut p = Postings::default();
+        for (key, id) in order {
+            let (from, to) = (starts[id as usize], starts[id as usize + 1]);
+            let mut list: Vec<Posting> = Vec::new();
+            for &(region, bit) in &grouped[from as usize..to as usize] {
+                match list.last_mut() {
+                    Some(last) if last.region == region => last.pages |= bit,
+                    _ => list.push(Posting { region, pages: bit }),
+                }
+            }
+            p.push(&key, list);
+        }
+        p
+    }
+}
+
+/// An index being built from a capture file's records, in file order.
+pub struct Builder {
+    linktype: u32,
+    keyed: bool,
+    regions: Vec<Region>,
+    packets: u64,
+    /// Where the last record ends.
+    end: u64,
+    keys: Keys,
+}
+
+impl Builder {
+    /// A builder for a capture file of `linktype`.
+    pub fn new(linktype: u32) -> Self {
+        Builder {
+            linktype,
+            keyed: keys::dissects(linktype),
+            regions: Vec::new(),
+            packets: 0,
+            end: FILE_HEADER,
+            keys: Keys::new(),
+        }
+    }
+
+    /// Indexes the record at byte `offset` (its record header's) with time `ts_ns` and
+    /// captured bytes `data`.
+    pub fn record(&mut self, offset: u64, ts_ns: u64, data: &[u8]) {
+        let new_region = self
+            .regions
+            .last()
+            .is_none_or(|last| offset - last.offset >= REGION_BYTES);
+        if new_region {
+            self.regions.push(Region {
+                offset,
+                packets: 0,
+                first: ts_ns,
+                last: ts_ns,
+                pages: [0; PAGES - 1],
+            });
+        }
+        let number = (self.regions.len() - 1) as u32;
+        let region = self.regions.last_mut().expect("pushed above");
+        // The page of the region this record starts in; the first record starting in a
+        // page is where a read of that page begins.
+        let within = offset - region.offset;
+        let page = (within / PAGE_BYTES) as usize;
+        if page > 0 && region.pages[page - 1] == 0 {
+            region.pages[page - 1] = within as u16;
+        }
+        region.packets += 1;
+        region.first = region.first.min(ts_ns);
+        region.last = region.last.max(ts_ns);
+        self.packets += 1;
+        self.end = offset + (RECORD_HEADER + data.len()) as u64;
+        if self.keyed {
+            let k = &mut self.keys;
+            keys::keys(self.linktype, data, &mut |kind, value| {
+                k.post(kind, value, number, page);
+            });
+        }
+    }
+
+    /// The index of a capture file of `file_len` bytes (a record cut short at its end is
+    /// not indexed) whose first 4 KiB have the CRC-32 `head_crc`.
+    pub fn finish(self, file_len: u64, head_crc: u32) -> Index {
+        Index {
+            file_len: file_len.max(self.end),
+            head_crc,
+            linktype: self.linktype,
+            packets: self.packets,
+            first: self.regions.iter().map(|r| r.first).min().unwrap_or(0),
+            last: self.regions.iter().map(|r| r.last).max().unwrap_or(0),
+            keyed: self.keyed,
+            regions: self.regions,
+            postings: self.keys.postings(),
+        }
+    }
+}
+
+/// Bytes at the start of a capture file its index checks it against (see `index`).
+const HEAD_BYTES: usize = 4096;
+
+/// A capture file's index built from its bytes as they were written, in order, from
+/// memory: the writes that landed, each with its offset in the file.
+pub struct Written {
+    /// Bytes fed so far (where the next write must start).
+    fed: u64,
+    /// The file's first bytes, for its header and the index's check of them.
+    head: Vec<u8>,
+    /// The file header and the builder, once the header is fed.
+    built: Option<(Header, Builder)>,
+    /// A record not yet fed whole, and its offset.
+    partial: Vec<u8>,
+    partial_at: u64,
+    /// A write was missed (or the header is not pcap): the file is indexed from disk.
+    broken: bool,
+}
+
+impl Default for Written {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Written {
+    /// Nothing fed yet.
+    pub fn new() -> Self {
+        Written {
+            fed: 0,
+            head: Vec::with_capacity(HEAD_BYTES),
+            built: None,
+            partial: Vec::new(),
+            partial_at: FILE_HEADER,
+            broken: false,
+        }
+    }
+
+    /// Bytes fed so far.
+    pub fn fed(&self) -> u64 {
+        self.fed
+    }
+
+    /// Feeds the file's bytes `bytes` at offset `at`: the next ones, or the builder gives
+    /// up (a write was missed).
+    pub fn feed(&mut self, at: u64, bytes: &[u8]) {
+        if self.broken || at != self.fed {
+            self.broken = true;
+            return;
+        }
+        self.fed += bytes.len() as u64;
+        let mut b = bytes;
+        if self.head.len() < HEAD_BYTES {
+            let n = b.len().min(HEAD_BYTES - self.head.len());
+            self.head.extend_from_slice(&b[..n]);
+        }
+        if self.built.is_none() {
+            let got = self.partial.len();
+            let n = b.len().min(FILE_HEADER as usize - got);
+            self.partial.extend_from_slice(&b[..n]);
+            b = &b[n..];
+            if self.partial.len() < FILE_HEADER as usize {
+                return;
+            }
+            let mut raw = [0u8; FILE_HEADER as usize];
+            raw.copy_from_slice(&self.partial);
+            self.partial.clear();
+            let Some(header) = Header::parse(raw) else {
+                self.broken = true;
+                return;
+            };
+            self.built = Some((header, Builder::new(header.linktype)));
+        }
+        let Some((header, builder)) = &mut self.built else {
+            return;
+        };
+        // A record begun in an earlier write: complete it from this one.
+        if !self.partial.is_empty() {
+            let need = |p: &[u8]| {
+                if p.len() < RECORD_HEADER {
+                    RECORD_HEADER
+                } else {
+                    RECORD_HEADER + header.record(p).1 as usize
+                }
+            };
+            while self.partial.len() < need(&self.partial) && !b.is_empty() {
+                let n = b.len().min(need(&self.partial) - self.partial.len());
+                self.partial.extend_from_slice(&b[..n]);
+                b = &b[n..];
+            }
+            if self.partial.len() < need(&self.partial) {
+                return;
+            }
+            let (ts, _) = header.record(&self.partial);
+            builder.record(self.partial_at, ts, &self.partial[RECORD_HEADER..]);
+            self.partial_at += self.partial.len() as u64;
+            self.partial.clear();
+        }
+        while b.len() >= RECORD_HEADER {
+            let (ts, caplen) = header.record(b);
+            let len = RECORD_HEADER + caplen as usize;
+            if b.len() < len {
+                break;
+            }
+            builder.record(self.partial_at, ts, &b[RECORD_HEADER..len]);
+            self.partial_at += len as u64;
+            b = &b[len..];
+        }
+        self.partial.extend_from_slice(b);
+    }
+
+    /// The index of the file, if every byte of its `file_len` was fed; else `None` (it is
+    /// then built from the file on disk).
+    pub fn finish(self, file_len: u64) -> Option<Index> {
+        if self.broken || self.fed != file_len {
+            return None;
+        }
+        let (_, builder) = self.built?;
+        Some(builder.finish(file_len, crc32fast::hash(&self.head)))
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// Two ports whose keys share a cache slot.
+    fn colliding_ports() -> (u16, u16) {
+        let mut keys = Keys::new();
+        let mut seen: HashMap<usize, u16> = HashMap::new();
+        for p in 1..=u16::MAX {
+            let key = keys.compact(keys::PORT, &p.to_be_bytes());
+            let at = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                >> (64 - CACHE_SLOTS.trailing_zeros())) as usize;
+            if let Some(&q) = seen.get(&at) {
+                return (q, p);
+            }
+            seen.insert(at, p);
+        }
+        unreachable!("65535 ports in 4096 slots collide")
+    }
+
+    #[test]
+    fn a_key_taking_over_a_cache_slot_gets_every_page_it_starts_in() {
+        let (a, b) = colliding_ports();
+        let mut keys = Keys::new();
+        // In one region: a in page 1, then b (same slot) in pages 2 and 1.
+        keys.post(keys::PORT, &a.to_be_bytes(), 0, 1);
+        keys.post(keys::PORT, &b.to_be_bytes(), 0, 2);
+        keys.post(keys::PORT, &b.to_be_bytes(), 0, 1);
+        let p = keys.postings();
+        let pages = |port: u16| {
+            let key = [&[keys::PORT][..], &port.to_be_bytes()[..]].concat();
+            p.get(&key)
+                .iter()
+                .map(|x| (x.region, x.pages))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(pages(a), vec![(0, 0b10)]);
+        assert_eq!(pages(b), vec![(0, 0b110)], "b's page 1 is in its mask");
+    }
+
+    /// A pcap file (nanoseconds) of `n` frames of mixed sizes over many flows, some IPv6,
+    /// some tagged, some ARP, one cut short at the end when `cut`.
+    pub(crate) fn sample_file(n: usize, cut: bool) -> Vec<u8> {
+        let mut f = Vec::new();
+        f.extend_from_slice(&0xa1b2_3c4du32.to_le_bytes());
+        f.extend_from_slice(&[2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        f.extend_from_slice(&65535u32.to_le_bytes());
+        f.extend_from_slice(&1u32.to_le_bytes());
+        let mut seed = 7u64;
+        let mut rnd = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for i in 0..n {
+            let r = rnd();
+            let mut frame = vec![2u8; 12];
+            match r % 10 {
+                0 => {
+                    frame.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0, 0, 8, 17, 64]);
+                    for b in 0..32u64 {
+                        frame.push(((r >> (b % 8)) as u8) & 3);
+                    }
+                    frame.extend_from_slice(&[(r >> 9) as u8, 1, 0, 53, 0, 8, 0, 0]);
+                }
+                1 => {
+                    frame.extend_from_slice(&[0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
+                    frame.extend_from_slice(&[2; 6]);
+                    frame.extend_from_slice(&[10, 0, (r >> 8) as u8 & 7, 1]);
+                    frame.extend_from_slice(&[0; 6]);
+                    frame.extend_from_slice(&[10, 0, 0, 2]);
+                }
+                v => {
+                    if v == 2 {
+                        frame.extend_from_slice(&[0x81, 0, 0, 5]);
+                    }
+                    let proto = if r & 0x100 == 0 { 17 } else { 6 };
+                    frame.extend_from_slice(&[0x08, 0x00, 0x45, 0, 0, 40, 0, 0, 0, 0, 64, proto]);
+                    frame.extend_from_slice(&[0, 0, 10, (r >> 12) as u8 % 9, (r >> 20) as u8, 1]);
+                    frame.extend_from_slice(&[192, 0, 2, 1]);
+                    frame.extend_from_slice(&((1024 + (r >> 28) % 3000) as u16).to_be_bytes());
+                    frame.extend_from_slice(&[0, 53, 0, 8, 0, 0]);
+                }
+            }
+            frame.resize([60, 590, 1514][(r >> 40) as usize % 3].max(frame.len()), 0);
+            let ts = 1_700_000_000_000_000_000u64 + i as u64 * 1000 + (r >> 50) % 5000;
+            f.extend_from_slice(&((ts / 1_000_000_000) as u32).to_le_bytes());
+            f.extend_from_slice(&((ts % 1_000_000_000) as u32).to_le_bytes());
+            f.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+            f.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+            f.extend_from_slice(&frame);
+        }
+        if cut {
+            f.truncate(f.len() - 100);
+        }
+        f
+    }
+
+    #[test]
+    fn an_index_built_from_the_written_bytes_is_the_one_built_from_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        for (n, cut) in [(0, false), (1, false), (3000, false), (3000, true)] {
+            let bytes = sample_file(n, cut);
+            let path = dir.path().join(format!("f{n}{cut}"));
+            std::fs::write(&path, &bytes).unwrap();
+            let from_disk = Index::build(&path).unwrap();
+            assert_eq!(from_disk.packets, (n - usize::from(cut)) as u64);
+            assert!(n < 3000 || from_disk.regions.len() > 10 && from_disk.postings.len() > 100);
+            // Fed in writes of many sizes, records cut anywhere (within the header too).
+            for size in [1, 7, 4096, 100_000] {
+                let mut w = Written::new();
+                for (i, chunk) in bytes.chunks(size).enumerate() {
+                    w.feed((i * size) as u64, chunk);
+                }
+                let fed = w.finish(bytes.len() as u64).expect("fed whole");
+                assert_eq!(fed, from_disk, "{n} packets, cut {cut}, writes of {size}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_missed_or_short_feed_gives_no_index() {
+        let bytes = sample_file(500, false);
+        let mut w = Written::new();
+        w.feed(0, &bytes[..8192]);
+        w.feed(12_288, &bytes[12_288..]);
+        assert!(w.finish(bytes.len() as u64).is_none(), "a write missed");
+        let mut w = Written::new();
+        w.feed(0, &bytes[..8192]);
+        assert!(w.finish(bytes.len() as u64).is_none(), "the end missed");
+        let mut w = Written::new();
+        w.feed(0, &[0u8; 100]);
+        assert!(w.finish(100).is_none(), "not pcap");
+    }
+}
