@@ -66,7 +66,7 @@ pub const PEER_KIB: u64 = RING_KIB + POOL_BYTES / 1024;
 /// (`poolcap_format::direct::{DEPTH, STALL_BYTES}`).
 const WRITER_PEAK_BYTES: u64 = (8 + 256) << 20;
 /// The kernel buffer (KiB) of the peers that the sustained points also run at poolcap's
-/// peak memory: its ring and pool plus [`WRITER_PEAK_BYTES`], 300 MiB, so a peer that loses
+/// peak memory: its ring and pool plus `WRITER_PEAK_BYTES`, 300 MiB, so a peer that loses
 /// with 36 MiB is also seen with all the memory poolcap may take.
 pub const PEER_PEAK_KIB: u64 = PEER_KIB + WRITER_PEAK_BYTES / 1024;
 /// Bytes a sustained point writes at least: far more than the page cache holds (24 GiB of

@@ -244,7 +244,7 @@ fn probe_grid(rules: &[usize], frames: u64) -> Vec<Point> {
         .collect()
 }
 
-/// Frames of the long writing point ([`long_write`]): as `bench disk`'s sustained point,
+/// Frames of the long writing point (`long_write`): as `bench disk`'s sustained point,
 /// 1514 B frames making over 20 GB of pcap, several times the page cache's dirty limit on
 /// the development VM (2.2 GB of 24 GB of memory), so the page cache cannot hide a path
 /// slower than the offered rate.

@@ -484,6 +484,40 @@ mod tests {
         assert_eq!(file.len(), 300);
     }
 
+    /// A stalling source of `n` packets: every other look finds nothing (a wait of about
+    /// a millisecond), so it outlasts the supervisor's tick by far.
+    fn slow(q: u8, n: u32) -> MemSource {
+        let faults = Faults {
+            stall_every: Some(2),
+            ..Faults::default()
+        };
+        MemSource::new(packets(q, n), 50, faults)
+    }
+
+    #[test]
+    fn one_source_running_out_leaves_the_others_to_read_theirs_to_the_end() {
+        let quick = MemSource::new(packets(0, 10), 50, Faults::default());
+        let (r, file) = run(vec![quick, slow(1, 20_000)], None, 0);
+        assert_eq!((r.captured, r.not_taken), (20_010, 0), "{r:?}");
+        assert_eq!(file.len(), 20_010);
+    }
+
+    #[test]
+    fn one_source_failing_ends_the_capture_of_every_queue() {
+        let failing = MemSource::new(
+            packets(0, 1000),
+            64,
+            Faults {
+                error_after: Some(300),
+                ..Faults::default()
+            },
+        );
+        let (r, _) = run(vec![failing, slow(1, 200_000)], None, 0);
+        assert!(r.capture_error.is_some(), "{r:?}");
+        // The slow queue needs seconds for its packets; the failure ended it long before.
+        assert!(r.not_taken > 700, "{r:?}");
+    }
+
     #[test]
     fn a_count_limit_takes_exactly_n_from_several_queues_and_leaves_the_rest() {
         let sources = (0..2)

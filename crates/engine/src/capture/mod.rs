@@ -738,8 +738,8 @@ impl Engine {
                 break;
             }
             let now = self.snapshot();
-            if self.threads.a_capture_ended() {
-                break; // a capture thread failed; drain the others
+            if self.threads.capture_over() {
+                break; // a capture thread failed (drain the others), or all ended
             }
             if let Some(asked) = &self.stats_request {
                 if asked.swap(false, Ordering::Relaxed) {

@@ -24,7 +24,7 @@ use super::progress::Progress;
 use super::queue::CaptureThread;
 use super::sink::{FileSink, ForwardSink, Sink, SinkIo, SinkSpec};
 use super::source::Source;
-use super::threads::{spawn, Threads};
+use super::threads::{spawn, FailFlag, Threads};
 use super::worker::{served_queues, Next, Worker};
 use super::writer::{self, InlineWriter};
 use super::{file, linktype, rotate, savefile, CaptureConfig, CaptureError, Input, Output};
@@ -463,9 +463,12 @@ impl Started<'_> {
                 writer: writer.take(),
             };
             let cpus = cfg.cpus.clone();
+            let failed = FailFlag::new(&threads.capture_failed);
             let h = spawn(format!("capture-{i}"), "capture thread", move || {
                 super::pin(&cpus, i);
-                t.run()
+                let end = t.run();
+                failed.ended(end.result.is_ok());
+                end
             })?;
             threads.captures.push(h);
         }

@@ -25,6 +25,8 @@ pub(super) struct Threads {
     /// The one capture thread runs the file writer itself (no sink thread).
     pub(super) inline_writer: bool,
     pub(super) stop: Arc<AtomicBool>,
+    /// Raised by a capture thread that ends with an error or a panic ([`FailFlag`]).
+    pub(super) capture_failed: Arc<AtomicBool>,
     pub(super) captures_done: Arc<AtomicBool>,
     pub(super) workers_done: Arc<AtomicBool>,
     pub(super) worker_bells: Vec<Arc<Doorbell>>,
@@ -52,6 +54,7 @@ impl Threads {
             sink: None,
             inline_writer: false,
             stop,
+            capture_failed: Arc::default(),
             captures_done: Arc::default(),
             workers_done: Arc::default(),
             worker_bells,
@@ -59,9 +62,12 @@ impl Threads {
         }
     }
 
-    /// True once a capture thread has ended (it failed: they run until the stop).
-    pub(super) fn a_capture_ended(&self) -> bool {
-        self.captures.iter().any(JoinHandle::is_finished)
+    /// True once a capture thread failed (the others are drained), or every one ended
+    /// (their sources ran out: files, the in-memory source). One source running out does
+    /// not end the others: they read theirs to the end.
+    pub(super) fn capture_over(&self) -> bool {
+        self.capture_failed.load(Ordering::Acquire)
+            || self.captures.iter().all(JoinHandle::is_finished)
     }
 
     /// Stops every thread in pipeline order and joins it.
@@ -132,6 +138,36 @@ pub(super) fn spawn<T: Send + 'static>(
 /// Test hook: makes the Nth spawn of the calling thread fail, and tracks whether the threads
 /// it spawned have ended (each holds a clone of one token while it runs). Per calling
 /// thread, so tests running in parallel do not see each other's spawns.
+/// Raises its flag when dropped unless the capture thread it guards ended cleanly: an error
+/// or a panic (which unwinds through it) ends the capture.
+pub(super) struct FailFlag {
+    flag: Arc<AtomicBool>,
+    clean: bool,
+}
+
+impl FailFlag {
+    /// A guard of `flag`, raised unless [`FailFlag::ended`] says the end was clean.
+    pub(super) fn new(flag: &Arc<AtomicBool>) -> Self {
+        FailFlag {
+            flag: Arc::clone(flag),
+            clean: false,
+        }
+    }
+
+    /// Records how the thread ended (`clean`: without an error).
+    pub(super) fn ended(mut self, clean: bool) {
+        self.clean = clean;
+    }
+}
+
+impl Drop for FailFlag {
+    fn drop(&mut self) {
+        if !self.clean {
+            self.flag.store(true, Ordering::Release);
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod failpoint {
     use std::cell::{Cell, RefCell};
