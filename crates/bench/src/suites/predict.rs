@@ -1,5 +1,5 @@
-//! `predict`: issue 16's validation of `poolcap predict`. The run first calibrates (the
-//! points of [`calibrate::points`], as `poolcap calibrate` does), then measures the
+//! `predict`: `poolcap predict` validated against measurement. The run first calibrates
+//! (the points of [`calibrate::points`], as `poolcap calibrate` does), then measures the
 //! points the model is judged on: paper 002's four sessions (frame sizes at top speed, a
 //! larger kernel buffer, a larger capture buffer, snaplength 96 with tuned buffers), a burst
 //! grid and a load grid, for poolcap, tcpdump and dumpcap, and a probe grid (`poolcap probe`
@@ -23,7 +23,7 @@ use crate::report::Row;
 use poolcap_doctor::profile::Profile;
 
 /// For BENCHMARKS.md.
-pub const INTRO: &str = "Issue 16: `poolcap predict` against measurement. One run \
+pub const INTRO: &str = "`poolcap predict` against measurement. One run \
 calibrates this machine's stage costs (the calibration points, as `poolcap calibrate`: the \
 sender alone, each capture configuration (poolcap counting, copying, writing pcap and pcapng, \
 its probe with 1 and 100 rules; tcpdump and dumpcap) and poolcap with a saturated worker at 64, \

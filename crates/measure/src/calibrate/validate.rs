@@ -6,8 +6,8 @@
 //!
 //! The offered rate is what the generator achieved (on veth the capture's kernel work slows
 //! the sender, so the nominal rate would overstate it); within bursts it is the frames over
-//! the sending time without the idle gaps. Runs are summarised by their median. The target
-//! (issue 16): relative error at most 20% where the measured loss is at least 1%, and "no
+//! the sending time without the idle gaps. Runs are summarised by their median. The target:
+//! relative error at most 20% where the measured loss is at least 1%, and "no
 //! loss" predicted where none was measured; points with a measured loss between 0 and 1% are
 //! shown but not judged. A prediction of fewer than one lost frame over the point's offered
 //! frames is a "no loss" verdict ([`predicts_no_loss`]): the model is a fluid and its
