@@ -272,15 +272,7 @@ fn run_file(args: &ProbeArgs, config: poolcap_probe::Config, file: &Path) -> any
         return Err(usage("--metrics needs a live probe (-i)"));
     }
     let cfg = engine_config(args, "")?;
-    let launched = Launch {
-        needs: Needs::of(&cfg),
-        doing: Doing::Capturing,
-        user: args.privileges.user.as_deref(),
-        stats_json: None,
-        metrics: &args.metrics,
-        stop_on: &[SIGINT, SIGTERM],
-    }
-    .prepare()?;
+    let launched = launch(args, Needs::of(&cfg))?;
     // A file has no interface: ingressInterface 0, the file's name in Kafka keys.
     let ipfix = export::plan_ipfix(&args.ipfix, 0)?;
     let kafka = export::plan_kafka(&args.kafka, &file.display().to_string())?;
@@ -324,19 +316,24 @@ fn place_in_kernel(args: &ProbeArgs, config: &mut poolcap_probe::Config) -> anyh
     }
 }
 
-/// A live probe: the launch sequence, the engine with the rules on its workers, the period
-/// manager and the exporters.
-fn run_live(args: ProbeArgs, config: poolcap_probe::Config, iface: &str) -> anyhow::Result<()> {
-    let mut cfg = engine_config(&args, iface)?;
-    let mut launched = Launch {
-        needs: Needs::of(&cfg),
+/// The launch sequence of every probe (a file, live, in the kernel) for what it `needs`.
+fn launch(args: &ProbeArgs, needs: Needs) -> anyhow::Result<Launched> {
+    Launch {
+        needs,
         doing: Doing::Capturing,
         user: args.privileges.user.as_deref(),
         stats_json: None,
         metrics: &args.metrics,
         stop_on: &[SIGINT, SIGTERM],
     }
-    .prepare()?;
+    .prepare()
+}
+
+/// A live probe: the launch sequence, the engine with the rules on its workers, the period
+/// manager and the exporters.
+fn run_live(args: ProbeArgs, config: poolcap_probe::Config, iface: &str) -> anyhow::Result<()> {
+    let mut cfg = engine_config(&args, iface)?;
+    let mut launched = launch(&args, Needs::of(&cfg))?;
     let ipfix = export::plan_ipfix(&args.ipfix, poolcap_sys::socket::ifindex(iface)?)?;
     let kafka = export::plan_kafka(&args.kafka, iface)?;
     let pending_store = args.store.open(&mut cfg)?;
@@ -496,15 +493,7 @@ fn run_in_kernel(
     iface: &str,
 ) -> anyhow::Result<()> {
     let mode = args.in_kernel.unwrap_or(kernel::Mode::On);
-    let launched = Launch {
-        needs: Needs::TcPrograms,
-        doing: Doing::Capturing,
-        user: args.privileges.user.as_deref(),
-        stats_json: None,
-        metrics: &args.metrics,
-        stop_on: &[SIGINT, SIGTERM],
-    }
-    .prepare()?;
+    let launched = launch(&args, Needs::TcPrograms)?;
     let ipfix = export::plan_ipfix(&args.ipfix, poolcap_sys::socket::ifindex(iface)?)?;
     let kafka = export::plan_kafka(&args.kafka, iface)?;
     let kernel = KernelRules::start(mode, iface, &config, false)?;
