@@ -809,6 +809,16 @@ mod tests {
     /// `per_batch` through a `DirectFile` on the temporary directory's file system; `check`
     /// looks at the file after each batch, with writes on their way, and again once synced
     /// (its last argument).
+    /// A new file at `path`, opened for direct I/O.
+    fn new_direct(path: &std::path::Path) -> std::fs::File {
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+            .unwrap()
+    }
+
     fn write_direct(
         format: FileFormat,
         packets: usize,
@@ -817,12 +827,7 @@ mod tests {
     ) -> (Vec<u8>, u64) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("d");
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(&path)
-            .unwrap();
+        let file = new_direct(&path);
         let tail = if format == FileFormat::Pcapng {
             Tail::Pad(Padding::Pcapng)
         } else {
@@ -955,12 +960,7 @@ mod tests {
     fn a_live_tail_shows_every_ended_batch_whole_at_each_flush() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("live");
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(&path)
-            .unwrap();
+        let file = new_direct(&path);
         let cached = OpenOptions::new().write(true).open(&path).unwrap();
         let direct = DirectFile::new(file, 1 << 16, Tail::Carry).with_live_tail(cached);
         let mut w = CaptureWriter::new(direct, FileFormat::PcapNs, 0, "t0")
@@ -986,12 +986,7 @@ mod tests {
     fn fed_file(take: usize) -> (Vec<u8>, Vec<(u64, Vec<u8>)>) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("fed");
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(&path)
-            .unwrap();
+        let file = new_direct(&path);
         let got = Arc::new(std::sync::Mutex::new(Vec::new()));
         let into = Arc::clone(&got);
         let feed: Feed = Box::new(move |l: Landed| {
