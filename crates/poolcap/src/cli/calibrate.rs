@@ -4,6 +4,7 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -183,30 +184,13 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
     let stop = crate::cli::flag_on(&[signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let when = poolcap_measure::scratch::timestamp(poolcap_measure::scratch::now());
-    let measure_disk = || -> anyhow::Result<Option<poolcap_doctor::profile::Disk>> {
-        if args.no_disk {
-            return Ok(None);
-        }
-        let opts = disk::DiskOptions {
-            dir: args.disk_dir.clone(),
-            bytes: args.disk_bytes,
-            dirty_limit: disk::dirty_limit_bytes(),
-            time_limit: args.disk_time,
-        };
-        log::info!(
-            "calibrate: disk: writing {} MB in {}, direct and buffered",
-            opts.bytes() / 1_000_000,
-            opts.dir.display()
-        );
-        disk::measure(&opts, &stop).map(Some)
-    };
     let mut profile = match &args.iface {
         None => {
             let (rows, x_loop) = lab::measure(
                 &lab::LabOptions {
                     frames: args.frames,
                     runs: args.runs,
-                    levels: levels.clone(),
+                    levels,
                     peers: !args.no_peers,
                     quiet_wait: args.quiet_wait,
                 },
@@ -217,41 +201,79 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
                 host.trim(),
                 args.frames
             );
-            calibrate::of_rows(&rows, x_loop, measure_disk()?, source)
+            calibrate::of_rows(&rows, x_loop, measure_disk(&args, &stop)?, source)
         }
         Some(iface) => {
-            if poolcap_sys::netdev::mtu(iface).is_none() {
-                return Err(crate::cli::usage(format!(
-                    "-i: no interface `{iface}` in this network namespace"
-                )));
-            }
-            let (samples, mean) = live::measure(
-                &live::LiveOptions {
-                    iface: iface.clone(),
-                    window: args.window,
-                    levels: levels.clone(),
-                    peers: !args.no_peers,
-                },
-                &stop,
-            )?;
-            let mut samples = samples;
-            if let Some(d) = measure_disk()? {
-                samples.set_disk(d);
-            }
-            let x_loop = poolcap_measure::point::ns_per_iteration()?;
             let source = format!(
-                "poolcap calibrate -i {iface} on {} at {when} UTC (live traffic, mean frame {mean:.0} B)",
+                "poolcap calibrate -i {iface} on {} at {when} UTC",
                 host.trim()
             );
-            calibrate::profile(&samples, x_loop, source)
+            live_profile(&args, iface, levels, &stop, source)?
         }
     };
     profile.load_average = calibrate::load_average();
-    let text = serde_json::to_string_pretty(&profile)? + "\n";
+    save(&profile, out)
+}
+
+/// The disk's sustained rates, direct and through the page cache, unless `--no-disk`.
+fn measure_disk(
+    args: &CalibrateArgs,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<Option<poolcap_doctor::profile::Disk>> {
+    if args.no_disk {
+        return Ok(None);
+    }
+    let opts = disk::DiskOptions {
+        dir: args.disk_dir.clone(),
+        bytes: args.disk_bytes,
+        dirty_limit: disk::dirty_limit_bytes(),
+        time_limit: args.disk_time,
+    };
+    log::info!(
+        "calibrate: disk: writing {} MB in {}, direct and buffered",
+        opts.bytes() / 1_000_000,
+        opts.dir.display()
+    );
+    disk::measure(&opts, stop).map(Some)
+}
+
+/// A profile from the live traffic of `-i IFACE` (and the disk).
+fn live_profile(
+    args: &CalibrateArgs,
+    iface: &str,
+    levels: Vec<String>,
+    stop: &Arc<AtomicBool>,
+    source: String,
+) -> anyhow::Result<Profile> {
+    if poolcap_sys::netdev::mtu(iface).is_none() {
+        return Err(crate::cli::usage(format!(
+            "-i: no interface `{iface}` in this network namespace"
+        )));
+    }
+    let (mut samples, mean) = live::measure(
+        &live::LiveOptions {
+            iface: iface.to_owned(),
+            window: args.window,
+            levels,
+            peers: !args.no_peers,
+        },
+        stop,
+    )?;
+    if let Some(d) = measure_disk(args, stop)? {
+        samples.set_disk(d);
+    }
+    let x_loop = poolcap_measure::point::ns_per_iteration()?;
+    let source = format!("{source} (live traffic, mean frame {mean:.0} B)");
+    Ok(calibrate::profile(&samples, x_loop, source))
+}
+
+/// Saves the profile, prints it, and says what its buffers hold.
+fn save(profile: &Profile, out: ProfileFile) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(profile)? + "\n";
     let path = out.path.clone();
     out.save(&text)?;
     print!("{text}");
-    for line in buffers(&profile) {
+    for line in buffers(profile) {
         log::info!("calibrate: {line}");
     }
     log::info!(

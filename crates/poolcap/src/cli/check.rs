@@ -79,8 +79,27 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
             checker.observe_at(data, p.ts_ns);
         }
     }
-    let names: Vec<String> = args.files.iter().map(|p| p.display().to_string()).collect();
     let reports = checker.reports(args.expect);
+    print_reports(&args, packets, &checker, &reports)?;
+    if let Some(n) = args.expect {
+        if reports.is_empty() && n > 0 {
+            anyhow::bail!("expected {n} frames per generator, found no generator frames");
+        }
+        if let Some(why) = reports.iter().find_map(|r| verdict(r, n)) {
+            anyhow::bail!("{why}");
+        }
+    }
+    Ok(())
+}
+
+/// Prints what `check` found: one line for the files, one per generator (or JSON).
+fn print_reports(
+    args: &CheckArgs,
+    packets: u64,
+    checker: &SeqChecker,
+    reports: &[GenReport],
+) -> anyhow::Result<()> {
+    let names: Vec<String> = args.files.iter().map(|p| p.display().to_string()).collect();
     if args.json {
         let v = serde_json::json!({
             "files": args.files,
@@ -96,7 +115,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
             packets,
             checker.untagged()
         );
-        for r in &reports {
+        for r in reports {
             println!(
                 "generator {}: {} frames, {} unique, {} missing, {} duplicates, {} reordered \
                  ({} within a flow){}",
@@ -116,14 +135,6 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
             if let Some(l) = &r.latency {
                 println!("  {}", latency_line(l));
             }
-        }
-    }
-    if let Some(n) = args.expect {
-        if reports.is_empty() && n > 0 {
-            anyhow::bail!("expected {n} frames per generator, found no generator frames");
-        }
-        if let Some(why) = reports.iter().find_map(|r| verdict(r, n)) {
-            anyhow::bail!("{why}");
         }
     }
     Ok(())

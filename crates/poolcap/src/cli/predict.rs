@@ -312,6 +312,8 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         return validate(dir, args.profile.as_deref());
     }
     let (profile, mut note) = load_profile(args.profile.as_deref())?;
+    let (rules, flow_rules) = rules_of(&args, &mut note)?;
+    let io = io_of(&args)?;
     let (Some(rate), Some(Sizes(sizes))) = (args.rate, args.size) else {
         return Err(usage("give --rate and --size (or --validate DIR)"));
     };
@@ -319,31 +321,6 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         Tool::Poolcap => 4 << 20,
         Tool::Tcpdump | Tool::Dumpcap => 2 << 20,
     });
-    let (rules, flow_rules) = match (&args.probe, args.rules) {
-        (Some(file), _) => probe_rules(file)?,
-        (None, Some(n)) => (n as usize, 0),
-        (None, None) => (0, 0),
-    };
-    if rules > 0 && args.tool != Tool::Poolcap {
-        return Err(usage(
-            "--probe and --rules describe `poolcap probe`: drop --tool",
-        ));
-    }
-    if flow_rules > 0 {
-        note += &format!(
-            "\n{flow_rules} flows rules beyond the first are taken to update their flow table \
-             with every packet (an upper bound for rules whose filters select)"
-        );
-    }
-    let io = match (args.io, args.tool) {
-        (Some(DiskIo::Direct), Tool::Tcpdump | Tool::Dumpcap) => {
-            return Err(usage(
-                "--io direct: tcpdump and dumpcap write through the page cache",
-            ))
-        }
-        (Some(io), _) => io,
-        (None, tool) => DiskIo::default_for(tool),
-    };
     let pps = rate.pps(mean_size(&sizes));
     let burst = args.burst.zip(args.idle.map(|d| d.as_secs_f64()));
     let count = match args.duration {
@@ -376,6 +353,39 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         print_text(&p, &note);
     }
     Ok(())
+}
+
+/// The probe's rule counts (all rules, and `flows` rules beyond the first), from `--probe`
+/// or `--rules`; a note on what flows rules are taken to cost.
+fn rules_of(args: &PredictArgs, note: &mut String) -> anyhow::Result<(usize, usize)> {
+    let (rules, flow_rules) = match (&args.probe, args.rules) {
+        (Some(file), _) => probe_rules(file)?,
+        (None, Some(n)) => (n as usize, 0),
+        (None, None) => (0, 0),
+    };
+    if rules > 0 && args.tool != Tool::Poolcap {
+        return Err(usage(
+            "--probe and --rules describe `poolcap probe`: drop --tool",
+        ));
+    }
+    if flow_rules > 0 {
+        *note += &format!(
+            "\n{flow_rules} flows rules beyond the first are taken to update their flow table \
+             with every packet (an upper bound for rules whose filters select)"
+        );
+    }
+    Ok((rules, flow_rules))
+}
+
+/// How the tool writes (`--io`, else its default); tcpdump and dumpcap only buffered.
+fn io_of(args: &PredictArgs) -> anyhow::Result<DiskIo> {
+    match (args.io, args.tool) {
+        (Some(DiskIo::Direct), Tool::Tcpdump | Tool::Dumpcap) => Err(usage(
+            "--io direct: tcpdump and dumpcap write through the page cache",
+        )),
+        (Some(io), _) => Ok(io),
+        (None, tool) => Ok(DiskIo::default_for(tool)),
+    }
 }
 
 /// The rules of the probe configuration `file` that run on the workers (all of them: the
