@@ -523,10 +523,14 @@ mod held_tests {
         let ms = Duration::from_millis;
         let us = Duration::from_micros;
         let idle = ms(50); // the capture thread's wait with nothing pending
-        // 64-byte frames at 100k pps: a 256 KiB block fills in about 18 ms; looking every
-        // millisecond woke the thread ~18 times per block.
+                           // 64-byte frames at 100k pps: a 256 KiB block fills in about 18 ms; looking every
+                           // millisecond woke the thread ~18 times per block.
         assert_eq!(held_wait(ms(18), idle), HELD_WAIT_MAX);
-        assert_eq!(held_wait(ms(6), idle), ms(6), "300k pps: one look per block");
+        assert_eq!(
+            held_wait(ms(6), idle),
+            ms(6),
+            "300k pps: one look per block"
+        );
         // 1514-byte frames at top speed: as often as before.
         assert_eq!(held_wait(us(350), idle), HELD_WAIT);
         assert_eq!(held_wait(Duration::ZERO, idle), HELD_WAIT, "one packet");

@@ -168,10 +168,16 @@ fn direct_writing_looks_at_the_ring_about_once_a_block() {
     assert!(stderr.contains("with direct I/O (O_DIRECT)"), "{stderr}");
     let st = stats(&sj);
     let sent = on_wire(&g);
-    assert_eq!(num(&st, "captured"), sent, "loss at 50k pps (busy machine? rerun): {st}");
+    assert_eq!(
+        num(&st, "captured"),
+        sent,
+        "loss at 50k pps (busy machine? rerun): {st}"
+    );
     assert_eq!(tcpdump_reads_whole(&file), sent);
     // Waits counted, not timed: a slower sender (a loaded machine) makes more per frame.
-    let waits = st["syscalls_per_packet"].as_f64().expect("syscalls_per_packet");
+    let waits = st["syscalls_per_packet"]
+        .as_f64()
+        .expect("syscalls_per_packet");
     assert!(waits < 1.0 / 200.0, "{waits} waits per frame: {st}");
 }
 
