@@ -31,10 +31,26 @@ use super::linktype::{sll2_header, SLL2_LEN};
 use super::pool::{HeldRoom, PacketMeta, Pool};
 use super::source::{poll_ms, Filler, KernelDrops, Source};
 
-/// How long a capture thread holding blocks sleeps before it looks at the ring again when
-/// the kernel's `poll` cannot tell (see [`PacketSource::poll`]): a 256 KiB block fills in
-/// 0.35 ms with 1514-byte frames at top speed on the veth lab, 2 ms with 64-byte frames.
+/// The shortest sleep of a capture thread holding blocks before it looks at the ring again
+/// when the kernel's `poll` cannot tell (see [`held_wait`]): a 256 KiB block fills in
+/// 0.35 ms with 1514-byte frames at top speed on the veth lab.
 const HELD_WAIT: Duration = Duration::from_millis(1);
+
+/// The longest such sleep: at top speed (1514-byte frames, a 256 KiB block every 0.35 ms)
+/// about 30 blocks fill meanwhile, well within the default ring (36 MiB: 144 blocks) with
+/// the writer's held share of the pool (16 of 64 chunks) besides.
+const HELD_WAIT_MAX: Duration = Duration::from_millis(10);
+
+/// How long to sleep before looking at the ring again while the newest block taken is still
+/// held (by the file writer, until its batch is written), so `poll` cannot say when the
+/// next block retires: about as long as the last block took to fill, first packet to last,
+/// since at that rate the next one retires then (or by the retire timeout, later still);
+/// within [`HELD_WAIT`] and [`HELD_WAIT_MAX`], and never past `timeout`. A fixed 1 ms sleep
+/// woke the thread ~770 times a second writing 64-byte frames at 100k pps with direct I/O
+/// (whose writer holds blocks up to 50 ms), where a block fills in about 18 ms.
+fn held_wait(last_fill: Duration, timeout: Duration) -> Duration {
+    last_fill.clamp(HELD_WAIT, HELD_WAIT_MAX).min(timeout)
+}
 
 /// An AF_PACKET fanout socket with its ring.
 #[derive(Debug)]
@@ -45,6 +61,8 @@ pub struct PacketSource {
     holds: bool,
     /// The walk of the block being held.
     walk: HeldWalk,
+    /// How long the last block held took to fill, its first packet to its last.
+    last_fill: Duration,
     framing: Framing,
 }
 
@@ -144,6 +162,7 @@ impl PacketSource {
             ring,
             holds: q.holds,
             walk: HeldWalk::default(),
+            last_fill: Duration::ZERO,
             framing,
         })
     }
@@ -167,6 +186,10 @@ impl PacketSource {
         self.walk.take(&mut block, records, ethernet, filler);
         let holds = chunk.hold(block, &mut self.walk.meta);
         debug_assert!(holds, "a free chunk holds no block");
+        if let Some(last) = chunk.len().checked_sub(1) {
+            let span = chunk.meta(last).ts_ns.saturating_sub(chunk.meta(0).ts_ns);
+            self.last_fill = Duration::from_nanos(span);
+        }
         filler.seal_held(pool, chunk);
         true
     }
@@ -264,8 +287,8 @@ impl Source for PacketSource {
 
     /// Holding blocks, the kernel's `poll` cannot tell whether a new block has retired while
     /// the writer still holds the last one (see `RxRing::last_taken_held`): then it only
-    /// reads a pending error (a link gone down) and looks at the next block again after a
-    /// short sleep, in which at top speed a few blocks fill.
+    /// reads a pending error (a link gone down) and looks at the next block again after
+    /// about the time the last block took to fill ([`held_wait`]).
     fn poll(&self, timeout: Duration) -> Result<Readiness, SysError> {
         if !(self.holds && self.ring.last_taken_held()) {
             return self.sock.wait_readable(poll_ms(timeout));
@@ -274,7 +297,7 @@ impl Source for PacketSource {
         if now == Readiness::LinkDown || self.ring.next_block_packets().is_some() {
             return Ok(now);
         }
-        std::thread::sleep(timeout.min(HELD_WAIT));
+        std::thread::sleep(held_wait(self.last_fill, timeout));
         Ok(if self.ring.next_block_packets().is_some() {
             Readiness::Readable
         } else {
@@ -493,6 +516,25 @@ mod held_tests {
             }
         }
         w.finish(None).unwrap()
+    }
+
+    #[test]
+    fn holding_the_newest_block_sleeps_about_as_long_as_the_last_block_took_to_fill() {
+        let ms = Duration::from_millis;
+        let us = Duration::from_micros;
+        let idle = ms(50); // the capture thread's wait with nothing pending
+                           // 64-byte frames at 100k pps: a 256 KiB block fills in about 18 ms; looking every
+                           // millisecond woke the thread ~18 times per block.
+        assert_eq!(held_wait(ms(18), idle), HELD_WAIT_MAX);
+        assert_eq!(
+            held_wait(ms(6), idle),
+            ms(6),
+            "300k pps: one look per block"
+        );
+        // 1514-byte frames at top speed: as often as before.
+        assert_eq!(held_wait(us(350), idle), HELD_WAIT);
+        assert_eq!(held_wait(Duration::ZERO, idle), HELD_WAIT, "one packet");
+        assert_eq!(held_wait(ms(6), ms(4)), ms(4), "never past the timeout");
     }
 
     /// What the held path writes of `blocks`: each walked into a chunk of a pool of blocks,

@@ -401,7 +401,8 @@ impl CaptureThread {
         }
     }
 
-    /// Waits as `decide` said: every kick and block is a syscall.
+    /// Waits as `decide` said, no longer than the inline writer's held batch may wait: every
+    /// kick and block is a syscall.
     fn wait(&self, w: Wait, clock: &impl Clock) -> Result<(), SysError> {
         let mut readiness = Readiness::Idle;
         if w.kick {
@@ -417,11 +418,11 @@ impl CaptureThread {
             Block::No => {}
             Block::Poll(d) => {
                 QueueCounters::add(&self.counters.syscalls, 1);
-                readiness = clock.poll(self.source.as_ref(), d)?;
+                readiness = clock.poll(self.source.as_ref(), self.until_writer_due(d))?;
             }
             Block::Sleep(d) => {
                 QueueCounters::add(&self.counters.syscalls, 1);
-                clock.sleep(d);
+                clock.sleep(self.until_writer_due(d));
             }
         }
         if readiness == Readiness::LinkDown {
@@ -429,6 +430,15 @@ impl CaptureThread {
             self.link_down.store(true, Ordering::Relaxed);
         }
         Ok(())
+    }
+
+    /// `d`, cut short to when the inline writer's held batch is due by its age: the writer
+    /// runs only between this thread's turns.
+    fn until_writer_due(&self, d: Duration) -> Duration {
+        match self.writer.as_ref().and_then(InlineWriter::due_in) {
+            Some(due) => d.min(due),
+            None => d,
+        }
     }
 
     /// After the last turn: seals the open chunk, lets go of what the source still holds,

@@ -74,7 +74,8 @@ pub fn min_write(direct: bool) -> usize {
 /// are this share (1/N) of its pool, so the pool keeps room.
 const HOLD_CHUNKS_SHARE: usize = 4;
 
-/// ... or once its first record is this old (plus the writer's idle wait at most).
+/// ... or once its first record is this old (plus one turn of the capture thread at most:
+/// an inline writer's thread waits no longer, see [`InlineWriter::due_in`]).
 const HOLD_TIME: Duration = Duration::from_millis(50);
 
 #[derive(Debug, Default)]
@@ -256,6 +257,15 @@ impl InlineWriter {
         if !round.progressed {
             self.fw.tick(&mut self.m);
         }
+    }
+
+    /// How long until the batch it holds is due by its age ([`HOLD_TIME`]), if it holds one:
+    /// the capture thread waits no longer, so a record waits no longer than that.
+    pub fn due_in(&self) -> Option<Duration> {
+        self.m
+            .batch
+            .since
+            .map(|t| HOLD_TIME.saturating_sub(t.elapsed()))
     }
 
     /// After the capture thread's last seal: writes everything and closes the last file.
