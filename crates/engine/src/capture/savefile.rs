@@ -207,7 +207,9 @@ impl FileSpec {
                     direct = direct.with_live_tail(cached);
                 }
                 if let (Some(tell), Tail::Carry) = (&self.closed, self.direct_tail()) {
-                    direct = direct.with_feed(tell.feed(path));
+                    direct = direct
+                        .with_feed(tell.feed(path))
+                        .with_buffers(tell.buffers());
                 }
                 (Box::new(direct), WritePath::Direct)
             }

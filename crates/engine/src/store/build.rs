@@ -152,23 +152,39 @@ impl Keys {
             grouped[at[id as usize] as usize] = (region, bit);
             at[id as usize] += 1;
         }
-        let mut order: Vec<(Vec<u8>, u32)> = (0..self.keys.len() as u32)
-            .map(|id| (self.bytes(self.keys[id as usize]), id))
+        let mut order: Vec<(u8, u128, u32)> = (0..self.keys.len() as u32)
+            .map(|id| {
+                let (kind, value) = self.ordered(self.keys[id as usize]);
+                (kind, value, id)
+            })
             .collect();
         order.sort_unstable();
         let mut p = Postings::default();
-        for (key, id) in order {
+        let mut list: Vec<Posting> = Vec::new();
+        for (_, _, id) in order {
             let (from, to) = (starts[id as usize], starts[id as usize + 1]);
-            let mut list: Vec<Posting> = Vec::new();
             for &(region, bit) in &grouped[from as usize..to as usize] {
                 match list.last_mut() {
                     Some(last) if last.region == region => last.pages |= bit,
                     _ => list.push(Posting { region, pages: bit }),
                 }
             }
-            p.push(&key, list);
+            p.push(&self.bytes(self.keys[id as usize]), list.drain(..));
         }
         p
+    }
+
+    /// The key as numbers that sort as its bytes do (kind byte, then the value, whose
+    /// bytes are of one length per kind, big-endian): sorted without an allocation or a
+    /// `memcmp` per comparison, where sorting the keys' bytes was a third of the work at a
+    /// file's close (perf, 1514-byte frames over 65,536 flows).
+    fn ordered(&self, key: Key) -> (u8, u128) {
+        let kind = (key >> 56) as u8;
+        let value = match kind {
+            keys::V6 => u128::from_be_bytes(self.v6_addrs[(key & 0xffff_ffff) as usize]),
+            _ => u128::from(key & 0x00ff_ffff_ffff_ffff),
+        };
+        (kind, value)
     }
 }
 
@@ -411,6 +427,32 @@ pub(crate) mod tests {
         };
         assert_eq!(pages(a), vec![(0, 0b10)]);
         assert_eq!(pages(b), vec![(0, 0b110)], "b's page 1 is in its mask");
+    }
+
+    #[test]
+    fn keys_are_ordered_as_their_bytes() {
+        let mut keys = Keys::new();
+        let mut all = Vec::new();
+        for (kind, value) in [
+            (keys::PORT, &[0, 53][..]),
+            (keys::PORT, &[1, 0][..]),
+            (keys::PORT, &[0, 255][..]),
+            (keys::PROTO, &[17][..]),
+            (keys::PROTO, &[6][..]),
+            (keys::ETHERTYPE, &[0x86, 0xdd][..]),
+            (keys::V4, &[10, 0, 0, 2][..]),
+            (keys::V4, &[9, 255, 255, 255][..]),
+            (keys::V6, &[2u8; 16][..]),
+            (keys::V6, &[1u8; 16][..]),
+            (keys::V6, &[[1u8; 15].as_slice(), &[3]].concat()[..]),
+        ] {
+            let key = keys.compact(kind, value);
+            all.push((keys.ordered(key), keys.bytes(key)));
+        }
+        let mut by_number = all.clone();
+        by_number.sort_by_key(|(n, _)| *n);
+        all.sort_by(|a, b| a.1.cmp(&b.1));
+        assert_eq!(by_number, all);
     }
 
     /// A pcap file (nanoseconds) of `n` frames of mixed sizes over many flows, some IPv6,

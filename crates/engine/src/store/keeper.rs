@@ -1,6 +1,8 @@
 //! The store's keeper: a thread beside the capture that indexes each capture file once
 //! the writer has closed it, then deletes the oldest whole files and their indexes to keep
-//! the store within its size budget and age limit.
+//! the store within its size budget and age limit. It is two threads: one takes the writes
+//! lent to it and parses them, one (the closer) saves each closed file's index and prunes,
+//! so the writes of the next file are taken while a closed one is indexed (see [`take`]).
 //!
 //! It indexes a file from the bytes the writer wrote, lent to it as each direct write lands
 //! (`poolcap_format::DirectFile::with_feed`, parsed by `build::Written`), so no file is read
@@ -25,7 +27,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use poolcap_format::{Feed, Landed};
+use poolcap_format::{Buffers, Feed, Landed, DEPTH};
 
 use super::build::Written;
 use super::index::{index_path, Index, IndexError};
@@ -51,6 +53,7 @@ pub struct Tell {
     tx: Sender<Told>,
     files: Arc<AtomicU64>,
     lent: Arc<AtomicUsize>,
+    buffers: Buffers,
 }
 
 impl std::fmt::Debug for Tell {
@@ -75,6 +78,12 @@ impl Tell {
             let _ = tx.send(Told::Landed(id, landed));
             None
         })
+    }
+
+    /// The buffers the writers' files share: the ones lent come back there, for the next
+    /// write or the next file (enough for [`LENT`] and one file's own).
+    pub fn buffers(&self) -> Buffers {
+        self.buffers.clone()
     }
 
     /// Announces the file `path`, closed whole.
@@ -148,6 +157,7 @@ impl Keeper {
             tx,
             files: Arc::new(AtomicU64::new(0)),
             lent: Arc::clone(&lent),
+            buffers: Buffers::new(LENT + DEPTH),
         };
         (tell, Heard { rx, lent })
     }
@@ -173,7 +183,51 @@ impl Keeper {
 }
 
 fn run(store: &Store, retention: Retention, heard: &Heard, stop: &AtomicBool) -> KeeperReport {
-    let mut report = KeeperReport::default();
+    let (to_close, closing) = std::sync::mpsc::channel::<(PathBuf, Option<Written>)>();
+    std::thread::scope(|s| {
+        let closer = std::thread::Builder::new()
+            .name("store-closer".into())
+            .spawn_scoped(s, move || {
+                let mut report = KeeperReport::default();
+                for (path, written) in closing {
+                    close(store, retention, &path, written, &mut report);
+                }
+                report
+            });
+        match closer {
+            Ok(closer) => {
+                // Sent or not (the closer has gone, its report says why).
+                take(heard, stop, |path, written| {
+                    let _ = to_close.send((path, written));
+                });
+                drop(to_close);
+                closer.join().unwrap_or_else(|_| KeeperReport {
+                    errors: vec!["the store closer panicked".into()],
+                    ..KeeperReport::default()
+                })
+            }
+            Err(e) => {
+                let mut report = KeeperReport::default();
+                report.errors.push(format!(
+                    "no closer thread ({e}): files indexed as they close"
+                ));
+                take(heard, stop, |path, written| {
+                    close(store, retention, &path, written, &mut report);
+                });
+                report
+            }
+        }
+    })
+}
+
+/// Takes what the writer tells until it has gone (or `stop` is set and all is heard):
+/// feeds each landed write to its file's builder and hands each closed file, with its
+/// builder, to `closed`. It does nothing else, so the writes lent come back at once: the
+/// indexing and pruning at a close (tens of ms for a 100 MB file of small packets) happen
+/// on the closer thread, where they held the writes of the next file (up to [`LENT`] of
+/// them, 40 ms of writes) and made the writer refuse the rest of it, which was then read
+/// back from disk, holding the next file up in turn.
+fn take(heard: &Heard, stop: &AtomicBool, mut closed: impl FnMut(PathBuf, Option<Written>)) {
     let mut open: HashMap<u64, (PathBuf, Written)> = HashMap::new();
     loop {
         let told = match heard.rx.recv_timeout(Duration::from_millis(100)) {
@@ -183,13 +237,12 @@ fn run(store: &Store, retention: Retention, heard: &Heard, stop: &AtomicBool) ->
             }
             Err(_) => match heard.rx.try_recv() {
                 Ok(t) => t,
-                Err(_) => return report,
+                Err(_) => return,
             },
         };
-        let closed = match told {
+        match told {
             Told::Opened(id, path) => {
                 open.insert(id, (path, Written::new()));
-                continue;
             }
             Told::Landed(id, landed) => {
                 if let Some((_, w)) = open.get_mut(&id) {
@@ -197,34 +250,45 @@ fn run(store: &Store, retention: Retention, heard: &Heard, stop: &AtomicBool) ->
                 }
                 drop(landed);
                 heard.lent.fetch_sub(1, Ordering::AcqRel);
-                continue;
             }
-            Told::Closed(path) => path,
-        };
-        let written = open
-            .iter()
-            .find(|(_, (p, _))| *p == closed)
-            .map(|(id, _)| *id)
-            .and_then(|id| open.remove(&id))
-            .map(|(_, w)| w);
-        let newest = match index(&closed, written, &mut report) {
-            Ok((bytes, index)) => {
-                report.indexed += 1;
-                report.index_bytes += bytes;
-                index.last
+            Told::Closed(path) => {
+                let written = open
+                    .iter()
+                    .find(|(_, (p, _))| *p == path)
+                    .map(|(id, _)| *id)
+                    .and_then(|id| open.remove(&id))
+                    .map(|(_, w)| w);
+                closed(path, written);
             }
-            Err(e) => {
-                report
-                    .errors
-                    .push(format!("{}: cannot index: {e}", closed.display()));
-                continue;
-            }
-        };
-        if let Err(e) = prune(store, retention, &closed, newest, &mut report) {
+        }
+    }
+}
+
+/// Indexes the closed file `closed` (from `written`, or read back), then prunes the store.
+fn close(
+    store: &Store,
+    retention: Retention,
+    closed: &Path,
+    written: Option<Written>,
+    report: &mut KeeperReport,
+) {
+    let newest = match index(closed, written, report) {
+        Ok((bytes, index)) => {
+            report.indexed += 1;
+            report.index_bytes += bytes;
+            index.last
+        }
+        Err(e) => {
             report
                 .errors
-                .push(format!("{}: retention: {e}", store.dir().display()));
+                .push(format!("{}: cannot index: {e}", closed.display()));
+            return;
         }
+    };
+    if let Err(e) = prune(store, retention, closed, newest, report) {
+        report
+            .errors
+            .push(format!("{}: retention: {e}", store.dir().display()));
     }
 }
 
@@ -294,13 +358,18 @@ mod tests {
     /// Writes `n` packets of mixed flows as a store file written with direct I/O in
     /// writes of 64 KiB, each lent to `tell`'s keeper as it lands; announces it closed.
     fn write_file(tell: &Tell, path: &Path, n: usize) {
+        write_file_fed(tell.feed(path), tell, path, n);
+    }
+
+    /// `write_file`, its writes lent to `feed`.
+    fn write_file_fed(feed: Feed, tell: &Tell, path: &Path, n: usize) {
         let file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .custom_flags(libc::O_DIRECT)
             .open(path)
             .unwrap();
-        let direct = DirectFile::new(file, 1 << 16, Tail::Carry).with_feed(tell.feed(path));
+        let direct = DirectFile::new(file, 1 << 16, Tail::Carry).with_feed(feed);
         let mut w = CaptureWriter::new(direct, FileFormat::PcapNs, 0, "t0")
             .unwrap()
             .with_buffer_size(1 << 16);
@@ -344,5 +413,58 @@ mod tests {
             assert_eq!(saved.packets, n);
             assert!(saved.regions.len() > 5 && saved.postings.len() > 100);
         }
+    }
+
+    #[test]
+    fn the_keeper_takes_the_next_files_writes_while_a_closed_file_is_indexed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(dir.path()).unwrap();
+        let (tell, heard) = Keeper::channel();
+        let lent = Arc::clone(&heard.lent);
+        let keeper = Keeper::start(store, Retention::default(), heard).unwrap();
+        // A closed file whose indexing blocks: a FIFO, read back (nothing was fed), until
+        // it is opened for writing below.
+        let slow = dir.path().join("slow");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&slow)
+            .status()
+            .unwrap()
+            .success());
+        let _ = tell.feed(&slow);
+        tell.closed(slow.clone());
+        // The next file, more writes than LENT: each is taken before the next lands (the
+        // feed waits for it, a hang guard of 10 s), none refused, none read back.
+        let b = dir.path().join("b");
+        let mut feed = tell.feed(&b);
+        let waited = Arc::new(AtomicBool::new(false));
+        let timed_out = Arc::clone(&waited);
+        let taken: Feed = Box::new(move |landed| {
+            let refused = feed(landed);
+            if timed_out.load(Ordering::Acquire) {
+                return refused;
+            }
+            let guard = std::time::Instant::now();
+            while lent.load(Ordering::Acquire) > 0 {
+                if guard.elapsed() > Duration::from_secs(10) {
+                    timed_out.store(true, Ordering::Release);
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            refused
+        });
+        write_file_fed(taken, &tell, &b, 6000);
+        assert!(
+            !waited.load(Ordering::Acquire),
+            "a write was not taken in 10 s"
+        );
+        // The FIFO's reader gets its end of file: that file cannot be indexed.
+        drop(std::fs::OpenOptions::new().write(true).open(&slow).unwrap());
+        drop(tell);
+        let r = keeper.finish();
+        assert_eq!((r.indexed, r.read_back, r.errors.len()), (1, 1, 1), "{r:?}");
+        let saved = Index::decode(&std::fs::read(index_path(&b)).unwrap()).unwrap();
+        assert_eq!(saved, Index::build(&b).unwrap());
+        assert_eq!(saved.packets, 6000);
     }
 }
