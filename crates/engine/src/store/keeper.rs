@@ -12,10 +12,8 @@
 //! (counted in [`KeeperReport::read_back`]). Either way the index is the one `store DIR
 //! repair` builds from the file.
 //!
-//! The file being written is never deleted: only files the keeper was told are closed, or
-//! that were in the store before this run, are candidates. The age limit is counted back
-//! from the newest packet written, so a store filled from a recorded file keeps the last
-//! DURATION of its traffic too.
+//! What it deletes, by the packets' time and the budget, is `retention`'s rule; never the
+//! file being written.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -28,7 +26,8 @@ use std::time::Duration;
 use poolcap_format::{Feed, Landed};
 
 use super::build::Written;
-use super::index::{index_path, Index, IndexError};
+use super::index::{Index, IndexError};
+use super::retention;
 use super::Store;
 
 /// Writes lent to the keeper at most (2 MiB each: 32 MiB, about 40 ms of the lab's top
@@ -175,6 +174,7 @@ impl Keeper {
 fn run(store: &Store, retention: Retention, heard: &Heard, stop: &AtomicBool) -> KeeperReport {
     let mut report = KeeperReport::default();
     let mut open: HashMap<u64, (PathBuf, Written)> = HashMap::new();
+    let mut ages = retention::Ages::default();
     loop {
         let told = match heard.rx.recv_timeout(Duration::from_millis(100)) {
             Ok(t) => t,
@@ -207,11 +207,10 @@ fn run(store: &Store, retention: Retention, heard: &Heard, stop: &AtomicBool) ->
             .map(|(id, _)| *id)
             .and_then(|id| open.remove(&id))
             .map(|(_, w)| w);
-        let newest = match index(&closed, written, &mut report) {
-            Ok((bytes, index)) => {
+        match index(&closed, written, &mut report) {
+            Ok(bytes) => {
                 report.indexed += 1;
                 report.index_bytes += bytes;
-                index.last
             }
             Err(e) => {
                 report
@@ -220,7 +219,7 @@ fn run(store: &Store, retention: Retention, heard: &Heard, stop: &AtomicBool) ->
                 continue;
             }
         };
-        if let Err(e) = prune(store, retention, &closed, newest, &mut report) {
+        if let Err(e) = retention::prune(store, retention, &closed, &mut ages, &mut report) {
             report
                 .errors
                 .push(format!("{}: retention: {e}", store.dir().display()));
@@ -229,12 +228,12 @@ fn run(store: &Store, retention: Retention, heard: &Heard, stop: &AtomicBool) ->
 }
 
 /// Indexes the closed file `closed` from its bytes `written`, or reads it back if they are
-/// not all there; saves the index and returns its bytes and itself.
+/// not all there; saves the index and returns its bytes.
 fn index(
     closed: &Path,
     written: Option<Written>,
     report: &mut KeeperReport,
-) -> Result<(u64, Index), IndexError> {
+) -> Result<u64, IndexError> {
     let len = std::fs::metadata(closed)?.len();
     let index = match written.and_then(|w| w.finish(len)) {
         Some(i) => i,
@@ -243,51 +242,13 @@ fn index(
             Index::build(closed)?
         }
     };
-    Ok((index.save(closed)?, index))
-}
-
-/// Deletes the oldest files up to and including `closed` (never a later one: the file
-/// being written) while the store is over its budget or they are too old.
-fn prune(
-    store: &Store,
-    retention: Retention,
-    closed: &std::path::Path,
-    newest: u64,
-    report: &mut KeeperReport,
-) -> Result<(), super::StoreError> {
-    let files = store.files()?;
-    let size = |p: &std::path::Path| std::fs::metadata(p).map_or(0, |m| m.len());
-    let mut total: u64 = files.iter().map(|f| size(f) + size(&index_path(f))).sum();
-    let oldest_kept = retention
-        .keep
-        .map(|k| newest.saturating_sub(k.as_nanos() as u64));
-    for f in files.iter().filter(|f| f.as_path() <= closed) {
-        let over = retention.size.is_some_and(|s| total > s);
-        let old = oldest_kept.is_some_and(|limit| {
-            std::fs::read(index_path(f))
-                .ok()
-                .and_then(|b| Index::decode(&b).ok())
-                .is_some_and(|i| i.last < limit)
-        });
-        if !over && !old {
-            break;
-        }
-        let bytes = size(f) + size(&index_path(f));
-        std::fs::remove_file(f).map_err(|source| super::StoreError::Io {
-            what: f.display().to_string(),
-            source,
-        })?;
-        let _ = std::fs::remove_file(index_path(f));
-        total = total.saturating_sub(bytes);
-        report.deleted += 1;
-        report.deleted_bytes += bytes;
-    }
-    Ok(())
+    Ok(index.save(closed)?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::index::index_path;
     use poolcap_format::{CaptureWriter, DirectFile, FileFormat, Tail};
     use std::os::unix::fs::OpenOptionsExt;
 
