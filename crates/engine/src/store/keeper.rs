@@ -14,10 +14,8 @@
 //! (counted in [`KeeperReport::read_back`]). Either way the index is the one `store DIR
 //! repair` builds from the file.
 //!
-//! The file being written is never deleted: only files the keeper was told are closed, or
-//! that were in the store before this run, are candidates. The age limit is counted back
-//! from the newest packet written, so a store filled from a recorded file keeps the last
-//! DURATION of its traffic too.
+//! What it deletes, by the packets' time and the budget, is `retention`'s rule; never the
+//! file being written.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -30,7 +28,8 @@ use std::time::Duration;
 use poolcap_format::{Buffers, Feed, Landed, DEPTH};
 
 use super::build::Written;
-use super::index::{index_path, Index, IndexError};
+use super::index::{Index, IndexError};
+use super::retention;
 use super::Store;
 
 /// Writes lent to the keeper at most (2 MiB each: 32 MiB, about 40 ms of the lab's top
@@ -188,9 +187,9 @@ fn run(store: &Store, retention: Retention, heard: &Heard, stop: &AtomicBool) ->
         let closer = std::thread::Builder::new()
             .name("store-closer".into())
             .spawn_scoped(s, move || {
-                let mut report = KeeperReport::default();
+                let (mut report, mut ages) = (KeeperReport::default(), retention::Ages::default());
                 for (path, written) in closing {
-                    close(store, retention, &path, written, &mut report);
+                    close(store, retention, &path, written, &mut ages, &mut report);
                 }
                 report
             });
@@ -207,12 +206,12 @@ fn run(store: &Store, retention: Retention, heard: &Heard, stop: &AtomicBool) ->
                 })
             }
             Err(e) => {
-                let mut report = KeeperReport::default();
+                let (mut report, mut ages) = (KeeperReport::default(), retention::Ages::default());
                 report.errors.push(format!(
                     "no closer thread ({e}): files indexed as they close"
                 ));
                 take(heard, stop, |path, written| {
-                    close(store, retention, &path, written, &mut report);
+                    close(store, retention, &path, written, &mut ages, &mut report);
                 });
                 report
             }
@@ -270,13 +269,13 @@ fn close(
     retention: Retention,
     closed: &Path,
     written: Option<Written>,
+    ages: &mut retention::Ages,
     report: &mut KeeperReport,
 ) {
-    let newest = match index(closed, written, report) {
-        Ok((bytes, index)) => {
+    match index(closed, written, report) {
+        Ok(bytes) => {
             report.indexed += 1;
             report.index_bytes += bytes;
-            index.last
         }
         Err(e) => {
             report
@@ -284,8 +283,8 @@ fn close(
                 .push(format!("{}: cannot index: {e}", closed.display()));
             return;
         }
-    };
-    if let Err(e) = prune(store, retention, closed, newest, report) {
+    }
+    if let Err(e) = retention::prune(store, retention, closed, ages, report) {
         report
             .errors
             .push(format!("{}: retention: {e}", store.dir().display()));
@@ -293,12 +292,12 @@ fn close(
 }
 
 /// Indexes the closed file `closed` from its bytes `written`, or reads it back if they are
-/// not all there; saves the index and returns its bytes and itself.
+/// not all there; saves the index and returns its bytes.
 fn index(
     closed: &Path,
     written: Option<Written>,
     report: &mut KeeperReport,
-) -> Result<(u64, Index), IndexError> {
+) -> Result<u64, IndexError> {
     let len = std::fs::metadata(closed)?.len();
     let index = match written.and_then(|w| w.finish(len)) {
         Some(i) => i,
@@ -307,51 +306,13 @@ fn index(
             Index::build(closed)?
         }
     };
-    Ok((index.save(closed)?, index))
-}
-
-/// Deletes the oldest files up to and including `closed` (never a later one: the file
-/// being written) while the store is over its budget or they are too old.
-fn prune(
-    store: &Store,
-    retention: Retention,
-    closed: &std::path::Path,
-    newest: u64,
-    report: &mut KeeperReport,
-) -> Result<(), super::StoreError> {
-    let files = store.files()?;
-    let size = |p: &std::path::Path| std::fs::metadata(p).map_or(0, |m| m.len());
-    let mut total: u64 = files.iter().map(|f| size(f) + size(&index_path(f))).sum();
-    let oldest_kept = retention
-        .keep
-        .map(|k| newest.saturating_sub(k.as_nanos() as u64));
-    for f in files.iter().filter(|f| f.as_path() <= closed) {
-        let over = retention.size.is_some_and(|s| total > s);
-        let old = oldest_kept.is_some_and(|limit| {
-            std::fs::read(index_path(f))
-                .ok()
-                .and_then(|b| Index::decode(&b).ok())
-                .is_some_and(|i| i.last < limit)
-        });
-        if !over && !old {
-            break;
-        }
-        let bytes = size(f) + size(&index_path(f));
-        std::fs::remove_file(f).map_err(|source| super::StoreError::Io {
-            what: f.display().to_string(),
-            source,
-        })?;
-        let _ = std::fs::remove_file(index_path(f));
-        total = total.saturating_sub(bytes);
-        report.deleted += 1;
-        report.deleted_bytes += bytes;
-    }
-    Ok(())
+    Ok(index.save(closed)?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::index::index_path;
     use poolcap_format::{CaptureWriter, DirectFile, FileFormat, Tail};
     use std::os::unix::fs::OpenOptionsExt;
 

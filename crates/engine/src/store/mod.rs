@@ -52,6 +52,7 @@ pub mod keeper;
 pub mod keys;
 pub mod pcapfile;
 pub mod query;
+pub mod retention;
 pub mod select;
 
 use std::path::{Path, PathBuf};
@@ -154,8 +155,35 @@ pub struct Status {
     pub packets: u64,
     /// First and last packet time (ns), if any packet is held.
     pub held: Option<(u64, u64)>,
-    /// Files without a sound index (read whole by queries), with why.
+    /// Files without a sound index (read whole by queries), with why; not those being
+    /// written.
     pub unindexed: Vec<(PathBuf, String)>,
+    /// Files being written (see [`being_written`]): no index yet, read whole by queries.
+    pub being_written: Vec<PathBuf>,
+}
+
+/// Whether capture file `f` of `files` (the store's, by name) is being written: it has no
+/// index, it is the last file of its run (`START-PID-`), and that run's process is alive.
+/// Such a file is left to its writer's keeper: `repair` does not index it, `status` does
+/// not call it unindexed. (A crashed run's PID taken by another process makes its last file
+/// look written: queries read it whole, which is never wrong, until that process ends.)
+pub fn being_written(f: &Path, files: &[PathBuf]) -> bool {
+    let Some(name) = f.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    let Some((run, _)) = name.rsplit_once('-') else {
+        return false;
+    };
+    let Some(pid) = run.split('-').nth(1).and_then(|p| p.parse::<u32>().ok()) else {
+        return false;
+    };
+    let last_of_run = !files.iter().any(|g| {
+        g.as_path() > f
+            && g.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(run) && n.as_bytes().get(run.len()) == Some(&b'-'))
+    });
+    last_of_run && !index_path(f).exists() && Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// One file's packets and time span, from its index or by reading it.
@@ -253,7 +281,8 @@ impl Store {
     /// What the store holds.
     pub fn status(&self) -> Result<Status, StoreError> {
         let mut s = Status::default();
-        for f in self.files()? {
+        let files = self.files()?;
+        for f in files.iter().cloned() {
             let state = IndexState::verified(&f);
             let (packets, span) = match file_span(&f, &state) {
                 Ok(s) => s,
@@ -270,6 +299,7 @@ impl Store {
             }
             match state {
                 IndexState::Sound(_) => {}
+                IndexState::Missing if being_written(&f, &files) => s.being_written.push(f),
                 IndexState::Missing => s.unindexed.push((f, "no index".into())),
                 IndexState::Refused(e) => s.unindexed.push((f, e.to_string())),
             }
@@ -277,13 +307,16 @@ impl Store {
         Ok(s)
     }
 
-    /// Builds the index of every capture file without a sound one; returns each file
-    /// indexed with why it was (missing, or the refused index's fault).
+    /// Builds the index of every capture file without a sound one, except files being
+    /// written; returns each file indexed with why it was (missing, or the refused index's
+    /// fault).
     pub fn repair(&self) -> Result<Vec<(PathBuf, String)>, StoreError> {
         let mut done = Vec::new();
-        for f in self.files()? {
+        let files = self.files()?;
+        for f in files.iter().cloned() {
             let why = match IndexState::verified(&f) {
                 IndexState::Sound(_) => continue,
+                IndexState::Missing if being_written(&f, &files) => continue,
                 IndexState::Missing => "no index".to_string(),
                 IndexState::Refused(e) => e.to_string(),
             };
@@ -298,8 +331,75 @@ impl Store {
     }
 }
 
+/// The time (ns) in a capture file's name (`20261127T160000Z-PID-N`: its run's start, see
+/// [`Store::run_template`]), if it is a store's name.
+pub fn name_time(capture: &Path) -> Option<u64> {
+    let name = capture.file_name()?.to_str()?;
+    let s = name.split('-').next()?.as_bytes();
+    if s.len() != 16 || s[8] != b'T' || s[15] != b'Z' {
+        return None;
+    }
+    let d = |r: std::ops::Range<usize>| std::str::from_utf8(&s[r]).ok();
+    let rfc = format!(
+        "{}-{}-{}T{}:{}:{}Z",
+        d(0..4)?,
+        d(4..6)?,
+        d(6..8)?,
+        d(9..11)?,
+        d(11..13)?,
+        d(13..15)?
+    );
+    let t = humantime::parse_rfc3339(&rfc).ok()?;
+    Some(t.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos() as u64)
+}
+
 /// A time (ns since the epoch) as RFC 3339 in UTC, `2026-11-27T16:00:00.000000000Z`.
 pub fn show_time(ns: u64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns);
     humantime::format_rfc3339_nanos(t).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_names_time_is_its_runs_start() {
+        let t = name_time(Path::new("/s/20261127T160000Z-12345-000000003"));
+        assert_eq!(t, Some(1_795_795_200 * 1_000_000_000));
+        assert_eq!(name_time(Path::new("/s/notes")), None);
+        assert_eq!(
+            name_time(Path::new("/s/20261327T160000Z-1-000000000")),
+            None
+        );
+    }
+
+    #[test]
+    fn the_last_file_of_a_live_run_is_being_written_and_not_repaired() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(dir.path()).unwrap();
+        let sample = build::tests::sample_file(500, false);
+        // This process's run (alive), and a run whose process is gone (PIDs stop at 2^22).
+        let live = format!("20261127T160000Z-{}-", std::process::id());
+        let names = [
+            format!("{live}000000000"),
+            format!("{live}000000001"),
+            "20261127T150000Z-4194305-000000000".to_string(),
+        ];
+        for n in &names {
+            std::fs::write(dir.path().join(n), &sample).unwrap();
+        }
+        let s = store.status().unwrap();
+        assert_eq!(s.being_written, [dir.path().join(&names[1])]);
+        let unindexed: Vec<PathBuf> = s.unindexed.into_iter().map(|(f, _)| f).collect();
+        assert_eq!(
+            unindexed,
+            [dir.path().join(&names[2]), dir.path().join(&names[0])]
+        );
+        assert_eq!((s.files, s.packets), (3, 1500));
+        // Repair indexes the closed file and the dead run's last, not the one written.
+        assert_eq!(store.repair().unwrap().len(), 2);
+        let s = store.status().unwrap();
+        assert_eq!((s.unindexed.len(), s.being_written.len()), (0, 1));
+    }
 }

@@ -66,34 +66,20 @@ pub struct CaptureArgs {
     /// With -r: replay at X times the recorded pace (default: as fast as possible).
     #[arg(long, requires = "read", value_parser = parse_speed)]
     speed: Option<f64>,
-    /// Capture into a packet store in DIR: rotated pcap files (-C SIZE each, default a tenth
-    /// of --store-size, at most 1000 MB) each indexed when closed, the oldest deleted first
-    /// to stay within --store-size and --store-keep; query with `poolcap query DIR`.
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["write", "print", "rotate_seconds", "rotate_files", "format", "compress"])]
-    store: Option<PathBuf>,
-    /// With --store: keep capture files and indexes within SIZE bytes (e.g. 500G).
-    #[arg(long, value_name = "SIZE", requires = "store", value_parser = units::parse_bytes)]
-    store_size: Option<u64>,
-    /// With --store: keep the last DURATION of traffic (e.g. 7d; counted back from the newest
-    /// packet written).
-    #[arg(long, value_name = "DURATION", requires = "store", value_parser = humantime::parse_duration)]
-    store_keep: Option<Duration>,
-    /// With --store: answer `GET /query?filter=F&since=T&until=T` on ADDR with the matching
-    /// packets as a pcap stream (PORT or :PORT: loopback; ADDR:PORT, e.g. 0.0.0.0:8080, as
-    /// written).
-    #[arg(long, value_name = "ADDR", requires = "store")]
-    query_listen: Option<String>,
+    /// --store DIR, --store-size, --store-keep, --query-listen.
+    #[command(flatten)]
+    store: super::store::StoreOptions,
     /// Write packets to FILE (`-` for standard output). Without it packets are printed one
     /// line each when standard output is a terminal (or with --print), else only counted.
     #[arg(short = 'w')]
     write: Option<PathBuf>,
     /// Print one line per packet on standard output (time, addresses, ports, protocol,
     /// length, as tcpdump -q -n), also when it is not a terminal.
-    #[arg(long, conflicts_with = "write")]
+    #[arg(long, conflicts_with_all = ["write", "store"])]
     print: bool,
     /// File format: pcapng (nanosecond), pcap (microsecond) or pcap-ns. Default: from -w's
     /// name (.pcap and .cap: pcap; .pcapng: pcapng; also before .gz or .zst), else pcapng.
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, conflicts_with = "store")]
     format: Option<FileFormat>,
     /// Packet-buffered output: each packet is in the file or pipe as soon as the writer
     /// takes it, not when a write batch fills (for `-w - | tcpdump -r -`).
@@ -159,7 +145,7 @@ pub struct CaptureArgs {
     buddy_groups: Option<String>,
     /// Compress the file as it is written: zstd[:LEVEL] (default 3) or gzip[:LEVEL]
     /// (default 6). The level is also a real per-packet application load.
-    #[arg(long, requires = "write")]
+    #[arg(long, requires = "write", conflicts_with = "store")]
     compress: Option<crate::capture::compress::Compression>,
     // Output files: rotation, post-rotate command and durability (tcpdump's -C -G -W -z).
     /// Before writing a packet, start a new file if the current one is larger than SIZE
@@ -169,11 +155,11 @@ pub struct CaptureArgs {
     rotate_size: Option<u64>,
     /// Start a new file every SECONDS (on the first packet after); FILE is expanded by
     /// strftime(3), e.g. -w 'cap-%Y%m%d-%H%M%S.pcapng'.
-    #[arg(short = 'G', value_name = "SECONDS", value_parser = parse_positive::<u64>)]
+    #[arg(short = 'G', value_name = "SECONDS", value_parser = parse_positive::<u64>, conflicts_with = "store")]
     rotate_seconds: Option<u64>,
     /// With -C: a ring of COUNT files FILE0.. (the oldest is overwritten); with -G alone:
     /// stop after COUNT files.
-    #[arg(short = 'W', value_name = "COUNT", value_parser = parse_positive::<u32>)]
+    #[arg(short = 'W', value_name = "COUNT", value_parser = parse_positive::<u32>, conflicts_with = "store")]
     rotate_files: Option<u32>,
     /// Run `COMMAND FILE` on each closed file (not through a shell), e.g. -z gzip.
     #[arg(short = 'z', value_name = "COMMAND")]
@@ -246,7 +232,7 @@ fn file_io(a: &CaptureArgs) -> FileIo {
 
 /// The output files' options, checked against -w.
 fn file_options(a: &CaptureArgs) -> anyhow::Result<FileOptions> {
-    if a.store.is_some() {
+    if a.store.store.is_some() {
         return Ok(FileOptions {
             fsync: a.fsync,
             io: file_io(a),
@@ -486,7 +472,7 @@ pub(crate) fn config(a: &CaptureArgs) -> anyhow::Result<CaptureConfig> {
 /// Whether packets are printed: asked for, or nothing written and a terminal to print on.
 fn prints(a: &CaptureArgs) -> bool {
     use std::io::IsTerminal;
-    a.print || (a.write.is_none() && a.store.is_none() && std::io::stdout().is_terminal())
+    a.print || (a.write.is_none() && a.store.store.is_none() && std::io::stdout().is_terminal())
 }
 
 /// The format packets are written in: `--format`, else -w's name, else pcapng.
@@ -574,27 +560,18 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         stop_on: &[SIGINT, SIGTERM, SIGHUP],
     }
     .prepare()?;
-    let query_listener = args
-        .query_listen
-        .as_deref()
-        .map(|a| {
-            let addr = poolcap_export::http::parse_listen_for("--query-listen", a)?;
-            poolcap_export::http::Listener::bind(addr)
-        })
-        .transpose()?;
     let pending_store = set_output(&args, &mut cfg)?;
     // SIGUSR1 prints the accounting so far, as tcpdump does.
     cfg.stats_request = Some(crate::cli::flag_on(&[SIGUSR1])?);
     let warning = crate::cli::predict::capture_warning(&cfg, (0, 0));
     let (iface, snaplen, queues, pool) = (cfg.iface.clone(), cfg.snaplen, cfg.queues, cfg.pool);
     let started = Engine::start(cfg, launched.stop(), |out| {
-        let owned: Vec<&Path> = out.into_iter().chain(args.store.as_deref()).collect();
+        let owned: Vec<&Path> = out.into_iter().chain(args.store.store.as_deref()).collect();
         launched.drop_privileges(&owned)
     });
     let engine = launched.opened(started.map_err(engine_error))?;
     // After the engine started: privileges are dropped by then.
-    let keeper = pending_store.map(|p| p.start()).transpose()?;
-    let _queries = serve_queries(query_listener, &args)?;
+    let store = pending_store.map(|p| p.start()).transpose()?;
     announce(&args, &engine, &iface, snaplen, queues, pool);
     let _metrics = launched
         .take_metrics()
@@ -607,7 +584,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     let report = engine.run();
     print_report(&report);
     launched.finish(&report)?;
-    super::store::finish(keeper);
+    super::store::finish(store);
     outcome(&args, &report)
 }
 
@@ -658,30 +635,7 @@ fn set_output(
         let printer = crate::cli::print::Printer::new(std::io::stdout(), args.read.is_none());
         cfg.output = Some((Output::Sink(Box::new(printer)), FileFormat::PcapNs));
     }
-    args.store
-        .as_deref()
-        .map(|dir| {
-            let retention = crate::store::keeper::Retention {
-                size: args.store_size,
-                keep: args.store_keep,
-            };
-            let rotation = super::store::rotation(args.rotate_size, args.store_size);
-            super::store::open_store(dir, retention, rotation, cfg)
-        })
-        .transpose()
-}
-
-/// `--query-listen`: serves the store's queries once the capture runs.
-fn serve_queries(
-    listener: Option<poolcap_export::http::Listener>,
-    args: &CaptureArgs,
-) -> anyhow::Result<Option<poolcap_export::http::MetricsServer>> {
-    let (Some(l), Some(dir)) = (listener, &args.store) else {
-        return Ok(None);
-    };
-    let server = super::query::serve(l, dir)?;
-    log::info!("store: queries on http://{}/query", server.addr());
-    Ok(Some(server))
+    args.store.open(args.rotate_size, cfg)
 }
 
 /// How the capture ended, as the exit code says it.

@@ -413,7 +413,7 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
         .enumerate()
         .map(|(i, d)| config(&args, d, i == 0))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let pending_store = args.store.open(&mut configs[0])?;
+    let pending_store = args.store.open(None, &mut configs[0])?;
     drop_rule(&args)?;
     let mut launched = Launch {
         needs: Needs::of(&configs[0]),
@@ -441,9 +441,9 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
         )?),
         _ => None,
     };
-    let keeper = pending_store.map(|p| p.start()).transpose()?;
+    let store = pending_store.map(|p| p.start()).transpose()?;
     launched.ready();
-    let reports = run_engines(&args, &dirs, engines, keeper);
+    let reports = run_engines(&args, &dirs, engines, store);
     match reports.as_slice() {
         [one] => launched.finish(one)?,
         all => launched.finish(&serde_json::json!({ "directions": all }))?,
@@ -529,7 +529,7 @@ fn run_engines(
     args: &ForwardArgs,
     dirs: &[Direction],
     engines: Vec<(Engine, String)>,
-    keeper: Option<crate::store::keeper::Keeper>,
+    store: Option<crate::cli::store::RunningStore>,
 ) -> Vec<ForwardReport> {
     let results: Vec<(CaptureReport, String)> = std::thread::scope(|s| {
         let running: Vec<_> = engines
@@ -546,7 +546,7 @@ fn run_engines(
         .zip(dirs)
         .map(|((r, path), d)| ForwardReport::new(args, d, &path, r))
         .collect();
-    crate::cli::store::finish(keeper);
+    crate::cli::store::finish(store);
     for r in &reports {
         if args.bidirectional {
             crate::say!("{} -> {}:", r.interface_in, r.interface_out);

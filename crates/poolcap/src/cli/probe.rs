@@ -336,7 +336,7 @@ fn run_live(args: ProbeArgs, config: poolcap_probe::Config, iface: &str) -> anyh
     let mut launched = launch(&args, Needs::of(&cfg))?;
     let ipfix = export::plan_ipfix(&args.ipfix, poolcap_sys::socket::ifindex(iface)?)?;
     let kafka = export::plan_kafka(&args.kafka, iface)?;
-    let pending_store = args.store.open(&mut cfg)?;
+    let pending_store = args.store.open(None, &mut cfg)?;
     let warning = capture_warning(&args, &cfg, &config);
     let (queues, workers) = (cfg.queues, cfg.workers);
     let (hub, reporter, socket) = open_rules(&args, iface, config)?;
@@ -354,7 +354,7 @@ fn run_live(args: ProbeArgs, config: poolcap_probe::Config, iface: &str) -> anyh
             return Err(e);
         }
     };
-    let keeper = pending_store.map(|p| p.start()).transpose()?;
+    let store = pending_store.map(|p| p.start()).transpose()?;
     let metrics = launched
         .take_metrics()
         .map(|m| export::serve_metrics(m, &engine, args.write.is_some(), exporters.counters()))
@@ -377,7 +377,7 @@ fn run_live(args: ProbeArgs, config: poolcap_probe::Config, iface: &str) -> anyh
     let last = manager
         .join()
         .map_err(|_| anyhow::anyhow!("the probe manager panicked"))?;
-    ended(&report, last.map(drop), exporters, keeper)
+    ended(&report, last.map(drop), exporters, store)
 }
 
 /// The engine's `after_open` step: the privileges go, and the report, the ctl socket and
@@ -405,10 +405,10 @@ fn ended(
     report: &CaptureReport,
     manager: Result<(), probe::ProbeError>,
     exporters: export::Exporters,
-    keeper: Option<crate::store::keeper::Keeper>,
+    store: Option<crate::cli::store::RunningStore>,
 ) -> anyhow::Result<()> {
     print_report(report);
-    crate::cli::store::finish(keeper);
+    crate::cli::store::finish(store);
     exporters.finish();
     manager?;
     if let Some(e) = &report.write_error {

@@ -69,6 +69,14 @@ pub(crate) fn trials() -> Vec<Trial> {
             "a_live_captures_indexes_from_its_written_bytes_equal_repairs",
             a_live_captures_indexes_from_its_written_bytes_equal_repairs,
         ),
+        t(
+            "retention_goes_by_the_packets_time_not_the_names",
+            retention_goes_by_the_packets_time_not_the_names,
+        ),
+        t(
+            "store_status_and_repair_refuse_bad_input_in_one_line",
+            store_status_and_repair_refuse_bad_input_in_one_line,
+        ),
     ]
 }
 
@@ -1014,12 +1022,46 @@ fn probe_and_forward_store_what_they_see() {
     )
     .unwrap();
     let store = dir.path().join("store");
-    let bg = start_probe(&lab, &["-c", s(&cfg), "--store", s(&store)]);
+    let bg = start_probe(
+        &lab,
+        &[
+            "-c",
+            s(&cfg),
+            "--store",
+            s(&store),
+            "--query-listen",
+            "18941",
+        ],
+    );
     let g = gen(&lab, &traffic);
     std::thread::sleep(std::time::Duration::from_millis(500));
+    // While it runs: its one file is being written (not called unindexed), with every
+    // frame so far; over HTTP, the query answers as tcpdump over the file.
+    let st = status(&store);
+    let files = capture_files(&store);
+    assert_eq!(
+        (
+            files.len(),
+            field(&st, "being written"),
+            field(&st, "unindexed")
+        ),
+        (1, 1, 0),
+        "probe, live: {st}"
+    );
+    assert_eq!(
+        field(&st, "bytes"),
+        std::fs::metadata(&files[0]).unwrap().len()
+    );
+    assert_eq!(field(&st, "packets"), tcpdump_count(&files[0], &[]), "{st}");
+    assert!(field(&st, "packets") >= num(&g, "frames"), "{st}");
+    http_answers_as_tcpdump(&lab, 18941, &files, dir.path(), "probe");
     let (code, stderr) = bg.stop("INT");
     assert_eq!(code, Some(0), "probe: {stderr}");
     assert!(stderr.contains("files indexed"), "{stderr}");
+    assert!(
+        stderr.contains("store: queries on http://127.0.0.1:18941/query"),
+        "{stderr}"
+    );
     // One file (the default size is 1000 MB): whole once closed, indexed.
     let st = status(&store);
     assert_eq!(field(&st, "unindexed"), 0, "probe: {st}");
@@ -1037,9 +1079,22 @@ fn probe_and_forward_store_what_they_see() {
     // The forwarder: what it forwarded.
     let dir = tempdir();
     let store = dir.path().join("store");
-    let bg = crate::forward::forward(&lab, &["--store", s(&store), "--store-size", "10M"]);
+    let bg = crate::forward::forward(
+        &lab,
+        &[
+            "--store",
+            s(&store),
+            "--store-size",
+            "10M",
+            "--query-listen",
+            "18942",
+        ],
+    );
     let g = gen(&lab, &traffic);
     std::thread::sleep(std::time::Duration::from_millis(500));
+    let files = capture_files(&store);
+    assert!(files.len() >= 2, "{files:?}");
+    http_answers_as_tcpdump(&lab, 18942, &files, dir.path(), "forward");
     let (code, stderr) = bg.stop("INT");
     assert_eq!(code, Some(0), "forward: {stderr}");
     // --store-size 10M: files of 1 MB.
@@ -1059,6 +1114,24 @@ fn probe_and_forward_store_what_they_see() {
         !out.status.success() && err.contains("not with --bidirectional"),
         "{err}"
     );
+}
+
+/// `GET /query` on `port` in the probe's namespace answers three queries (one flow, UDP,
+/// everything) byte for byte as tcpdump over `files`.
+fn http_answers_as_tcpdump(lab: &Lab, port: u16, files: &[PathBuf], dir: &Path, what: &str) {
+    let body = dir.join("body.pcap");
+    for (params, filter) in [
+        ("?filter=udp+and+src+port+10003", "udp and src port 10003"),
+        ("?filter=udp", "udp"),
+        ("", ""),
+    ] {
+        let url = format!("http://127.0.0.1:{port}/query{params}");
+        let (head, _) = curl(lab, &url, &body);
+        assert_eq!(head, "200 application/vnd.tcpdump.pcap", "{what} {params}");
+        let want = dump_files(files, filter);
+        assert!(!want.is_empty(), "{what} {params}: matches something");
+        same(&dump(&body, filter), &want, &format!("{what} {params}"));
+    }
 }
 
 /// `curl` in the probe's namespace: the HTTP status, content type and body of `GET url`.
@@ -1160,4 +1233,101 @@ fn queries_over_http_stream_pcap_and_refuse_bad_input() {
         stderr.contains("store: queries on http://127.0.0.1:18938/query"),
         "{stderr}"
     );
+}
+
+/// `N files indexed ... M deleted by retention` from the store's end line: (N, M).
+fn indexed_and_deleted(stderr: &str) -> (u64, u64) {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("files indexed"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let before = |what: &str| -> u64 {
+        let head = &line[..line.find(what).unwrap_or_else(|| panic!("{line}"))];
+        let word = head.split_whitespace().last().unwrap_or_default();
+        word.parse().unwrap_or_else(|_| panic!("{line}"))
+    };
+    (before("files indexed"), before("deleted by retention"))
+}
+
+/// `--store-keep` counts back from the newest packet held and ages each file by its last
+/// packet, whatever its name says: `capture -r` of three days of traffic from 2023 (its
+/// files named today) keeps the last day of it; a recording of older traffic loaded into
+/// that store afterwards (its files named later still) goes whole.
+fn retention_goes_by_the_packets_time_not_the_names() {
+    const DAY: f64 = 86_400.0;
+    let dir = tempdir();
+    let input = dir.path().join("days.pcap");
+    write_timed(&input, PACKETS, |i| {
+        (f64::from(i) * 3.0 * DAY * 1e6 / f64::from(PACKETS)) as i64
+    });
+    let store = dir.path().join("store");
+    let stderr = build_store(&input, &store, &["--store-keep", "1d"]);
+    let (indexed, deleted) = indexed_and_deleted(&stderr);
+    assert!(indexed >= 8 && deleted > 0 && deleted < indexed, "{stderr}");
+    let st = status(&store);
+    assert_eq!(field(&st, "unindexed"), 0, "{st}");
+    // The newest packet is 3 d (less 11 s) after T0: every packet of the last 2 d is held,
+    // and the first file held is the one whose last packet is not a day older than that
+    // (files hold about 6 h of this traffic).
+    let held = st.lines().next().unwrap().strip_prefix("held: ").unwrap();
+    let first = secs_after_t0(held.split(" to ").next().unwrap());
+    assert!(
+        first > 1.5 * DAY && first <= 2.0 * DAY,
+        "first held {first} s after T0: {st}"
+    );
+    let all = query(&store, dir.path(), "", None, None);
+    assert!(
+        all.ends_with(&dump(
+            &window(&input, dir.path(), Some(2.0 * DAY), None),
+            ""
+        )),
+        "the last day of traffic is held whole: {st}"
+    );
+    same(&all, &dump_files(&capture_files(&store), ""), "held");
+    // A day of traffic older still, loaded now under later names: all of it is older than
+    // a day before the newest packet held, so each of its files goes once closed.
+    let older = dir.path().join("older.pcap");
+    write_timed(&older, 8000, |i| {
+        (-3.0 * DAY * 1e6 + f64::from(i) * DAY * 1e6 / 8000.0) as i64
+    });
+    let stderr = build_store(&older, &store, &["--store-keep", "1d"]);
+    let (indexed, deleted) = indexed_and_deleted(&stderr);
+    assert!(indexed >= 2 && deleted == indexed, "{stderr}");
+    assert_eq!(status(&store), st, "the store holds what it held before");
+}
+
+/// `store DIR status|repair` on a directory that is not a store, a store of a newer format
+/// or a damaged marker: one line, exit status 2.
+fn store_status_and_repair_refuse_bad_input_in_one_line() {
+    let dir = tempdir();
+    let plain = dir.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    let newer = dir.path().join("newer");
+    std::fs::create_dir(&newer).unwrap();
+    std::fs::write(newer.join("poolcap-store.json"), "{\"format\": 9}").unwrap();
+    let damaged = dir.path().join("damaged");
+    std::fs::create_dir(&damaged).unwrap();
+    std::fs::write(damaged.join("poolcap-store.json"), "{\"form").unwrap();
+    for action in ["status", "repair"] {
+        for (store, says) in [
+            (&plain, "is not a poolcap store"),
+            (
+                &newer,
+                "written by a newer poolcap (store format 9; this one reads 1)",
+            ),
+            (&damaged, "marker is damaged"),
+        ] {
+            let out = poolcap(&["store", s(store), action]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{action} {}: {err}",
+                store.display()
+            );
+            assert!(err.contains(says), "{action}: {err}");
+            assert_eq!(err.trim().lines().count(), 1, "{action}: {err}");
+            assert!(out.stdout.is_empty(), "{action}: {out:?}");
+        }
+    }
 }
