@@ -89,7 +89,6 @@ use self::pipeline::Pipeline;
 use self::policy::group_of;
 use self::pool::{Pool, PoolSize};
 use self::sink::{Sink, SinkSpec};
-use self::source::Source;
 use self::start::{
     check_memory, open_input, open_sink, retire_tuning, writes_only, InputPlan, Plan, Started,
 };

@@ -11,7 +11,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use libtest_mimic::Trial;
-use serde_json::Value;
 
 use crate::common::{
     self, accounted, capture, check_sequences, gen, lab, num, on_wire, path_str, poolcap_in, stats,
@@ -103,8 +102,6 @@ fn wait_exit(mut bg: Background, timeout: Duration, what: &str) -> (Option<i32>,
         }
     }
 }
-
-/// One field of every packet of a file, as tshark prints it.
 
 /// Reads a capture file with poolcap's reader.
 fn read(file: &Path) -> poolcap_format::CaptureFile {

@@ -7,11 +7,10 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
 use libtest_mimic::Trial;
 
-use crate::common::{bin, gen, if_counters, num, poolcap_in, stats, tcpdump_count, tempdir, trial};
+use crate::common::{bin, if_counters, num, poolcap_in, tcpdump_count, tempdir, trial};
 use crate::forward::{
     assert_equation, forward, forward_through_link_changes, lab3, sink, sink_frames,
     stops_mid_traffic_with_every_frame_counted, through_sink,

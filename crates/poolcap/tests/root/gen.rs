@@ -523,7 +523,7 @@ fn sizes_imix_and_jumbo_lengths() {
 fn flows_and_skew_in_the_capture() {
     // Two queues: with several flows, `--qdisc-bypass auto` goes through the qdisc so the
     // flow hash spreads them over the transmit queues; tcpdump sees all queues of prb0.
-    let (lab, mut probe, r) = send_all_to_probe(
+    let (_lab, mut probe, r) = send_all_to_probe(
         2,
         &["--count", "20000", "--flows", "16", "--skew", "0.8"],
         20_000,
@@ -568,7 +568,7 @@ fn flows_and_skew_in_the_capture() {
 }
 
 fn rate_limited_count_is_exact() {
-    let (lab, mut probe, r) = send_all_to_probe(1, &["--rate", "50k", "--count", "10000"], 10_000);
+    let (_lab, mut probe, r) = send_all_to_probe(1, &["--rate", "50k", "--count", "10000"], 10_000);
     // Not a speed check: frame 9999 is due 0.19998 s after the start and is never sent early,
     // so a run that took less than 0.1 s was not paced at all.
     let seconds = f64_of(&r, "seconds");
@@ -583,7 +583,7 @@ fn rate_limited_count_is_exact() {
 /// 20k frames take longer than the 30 ms idle, so a schedule counted from each burst's start
 /// would leave almost no gap.
 fn bursts_send_everything() {
-    let (lab, mut probe, r) = send_all_to_probe(
+    let (_lab, mut probe, _) = send_all_to_probe(
         1,
         &["--burst", "20000", "--idle", "30ms", "--count", "60000"],
         60000,
