@@ -21,7 +21,6 @@ use super::peer::{self, Generator, Traffic};
 use super::point::{set_rps, Bench, Point, Record, Subject};
 use super::progress::Progress;
 use super::report::{self, Machine};
-use super::sampler;
 use super::stats::Spread;
 use super::suites::{self, Calibration, CalibrationKind, Scale, Suite};
 use poolcap_doctor::profile::Disk;
@@ -324,7 +323,7 @@ pub fn render(dir: &Path) -> anyhow::Result<Rendered> {
     report::write_csv(&dir.join("results.csv"), meta.suite.name(), &rows)?;
     let sampled = records.iter().filter(|r| !r.samples.is_empty());
     if sampled.clone().next().is_some() {
-        sampler::write_csv(
+        report::write_samples_csv(
             &dir.join("samples.csv"),
             sampled.map(|r| (r.point.as_str(), r.subject.as_str(), r.run, &r.samples[..])),
         )?;

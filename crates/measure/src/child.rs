@@ -16,9 +16,17 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use poolcap_lab::netns_command;
 
 /// Clock ticks per second of `/proc/PID/stat` (USER_HZ, 100 on Linux).
 pub const TICKS_PER_SECOND: f64 = 100.0;
+
+/// `ip netns exec NS taskset -c CPUS PROGRAM ARGS...`.
+pub(super) fn pinned(netns: &str, cpus: &str, argv: &[String]) -> Command {
+    let mut cmd = netns_command(netns, "taskset");
+    cmd.arg("-c").arg(cpus).args(argv);
+    cmd
+}
 
 /// A started child process (and, for a tool writing into a pipe, the program reading it).
 pub struct Running {

@@ -36,9 +36,8 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context};
 use poolcap_lab::Lab;
 
-use super::child::Running;
-use super::peer::{number_before, CaptureSpec, Counts, Launch, Tool};
-use super::point::pinned;
+use super::child::{pinned, Running};
+use super::tool::{number_before, stats_text, CaptureSpec, Counts, Launch, Tool};
 use poolcap_gen::seqcheck::SeqChecker;
 
 /// The probe's OUT interface in the three-host lab.
@@ -134,11 +133,7 @@ pub fn launch(
 /// instead by the caller), `dropped` what it says it dropped.
 pub fn parse(tool: Tool, output: &str, stats: &Path) -> anyhow::Result<Counts> {
     match tool {
-        Tool::Forward => {
-            let text = std::fs::read_to_string(stats)
-                .with_context(|| format!("poolcap forward wrote no {}", stats.display()))?;
-            parse_forward_stats(&text)
-        }
+        Tool::Forward => parse_forward_stats(&stats_text(tool, stats)?),
         Tool::NetsniffFwd => Ok(Counts {
             captured: number_before(output, "packets passed filter")?,
             dropped: number_before(output, "packets failed filter")?,

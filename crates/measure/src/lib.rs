@@ -12,7 +12,7 @@
 //!   reads a running tool's memory, open files and threads from `/proc`;
 //! - [`peer`]: how to start each tool and read its final counts (recorded outputs are its
 //!   unit tests); [`probe_peers`] and [`forward_peers`] the same for the analysis tools and
-//!   the forwarders;
+//!   the forwarders; [`tool`] what all three share (which tool, its settings, its counts);
 //! - [`stats`] and [`report`]: min / median / max over runs, `raw.jsonl`, the aggregated rows;
 //! - [`scratch`]: the scratch directory with a copy of the executable under test;
 //! - [`calibrate`]: this machine's per-stage costs as a `poolcap_doctor` profile, and
@@ -33,3 +33,4 @@ pub mod scratch;
 pub mod stats;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod tool;

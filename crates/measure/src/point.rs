@@ -32,7 +32,7 @@ use anyhow::{bail, Context};
 use poolcap_lab::{netns_command, Lab};
 use serde::{Deserialize, Serialize};
 
-use super::child::{Running, Sched, TICKS_PER_SECOND};
+use super::child::{pinned, Running, Sched, TICKS_PER_SECOND};
 use super::filecount::count_file;
 use super::forward_peers::{out_tx, Sink, SinkGro};
 use super::peer::{self, CaptureSpec, Counts, Generator, Sent, Tool, Traffic};
@@ -338,13 +338,6 @@ fn peak_memory_kib(pids: &[u32]) -> Option<u64> {
                 .ok()
         })
         .sum()
-}
-
-/// `ip netns exec NS taskset -c CPUS PROGRAM ARGS...`.
-pub(super) fn pinned(netns: &str, cpus: &str, argv: &[String]) -> Command {
-    let mut cmd = netns_command(netns, "taskset");
-    cmd.arg("-c").arg(cpus).args(argv);
-    cmd
 }
 
 /// Sets the rps_cpus of every receive queue of the lab's probe interface: `on` sends the

@@ -30,7 +30,7 @@ use anyhow::{anyhow, Context};
 use std::sync::atomic::AtomicBool;
 
 use super::child::{Finished, Running};
-use super::peer::{check_exit, number_before, CaptureSpec, Counts, Launch, Tool};
+use super::tool::{check_exit, number_before, CaptureSpec, Counts, Launch, Tool};
 
 /// The report period of every analysis tool, in seconds.
 pub const PERIOD_S: u32 = 1;

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::peer::{CaptureSpec, Traffic};
 use super::point::Record;
-use super::sampler::growth;
+use super::sampler::{growth, Sample};
 use super::stats::Spread;
 
 /// Appends records to `raw.jsonl` as they come.
@@ -633,6 +633,29 @@ pub fn csv_field(s: &str) -> String {
     } else {
         s.to_owned()
     }
+}
+
+/// Writes the samples of every run that has some as CSV: `point,subject,run,t_s,rss_kib,
+/// fds,threads`.
+pub fn write_samples_csv<'a>(
+    path: &Path,
+    runs: impl IntoIterator<Item = (&'a str, &'a str, usize, &'a [Sample])>,
+) -> anyhow::Result<()> {
+    let mut out = String::from("point,subject,run,t_s,rss_kib,fds,threads\n");
+    for (point, subject, run, samples) in runs {
+        for s in samples {
+            out.push_str(&format!(
+                "{},{},{run},{:.3},{},{},{}\n",
+                csv_field(point),
+                csv_field(subject),
+                s.t_s,
+                s.rss_kib,
+                s.fds,
+                s.threads
+            ));
+        }
+    }
+    std::fs::write(path, out).with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// Writes `results.csv`: one row per point and subject.

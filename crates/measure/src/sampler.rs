@@ -6,13 +6,11 @@
 //! three small files per sample and never touches the tool, so it does not change what it
 //! measures. [`growth`] is the verdict over the samples, a pure function.
 
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 /// The tool's state at one moment.
@@ -130,29 +128,6 @@ pub fn growth(samples: &[Sample]) -> Option<Growth> {
         fds: range(|s| s.fds),
         threads: range(|s| s.threads),
     })
-}
-
-/// Writes the samples of every run that has some as CSV: `point,subject,run,t_s,rss_kib,
-/// fds,threads`.
-pub fn write_csv<'a>(
-    path: &Path,
-    runs: impl IntoIterator<Item = (&'a str, &'a str, usize, &'a [Sample])>,
-) -> anyhow::Result<()> {
-    let mut out = String::from("point,subject,run,t_s,rss_kib,fds,threads\n");
-    for (point, subject, run, samples) in runs {
-        for s in samples {
-            out.push_str(&format!(
-                "{},{},{run},{:.3},{},{},{}\n",
-                super::report::csv_field(point),
-                super::report::csv_field(subject),
-                s.t_s,
-                s.rss_kib,
-                s.fds,
-                s.threads
-            ));
-        }
-    }
-    std::fs::write(path, out).with_context(|| format!("cannot write {}", path.display()))
 }
 
 #[cfg(test)]

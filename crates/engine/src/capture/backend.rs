@@ -20,10 +20,10 @@ use poolcap_sys::SysError;
 
 use super::af_packet::{PacketSource, QueueSocket};
 use super::af_xdp::XdpSource;
+use super::error::CaptureError;
 use super::filter;
 use super::pool::{Pool, PoolSize};
 use super::source::Source;
-use super::CaptureError;
 use poolcap_sys::netdev;
 
 /// Which backend to capture with.

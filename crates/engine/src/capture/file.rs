@@ -41,23 +41,13 @@ use poolcap_sys::pcap_filter::OfflineFilter;
 use poolcap_sys::poll::Readiness;
 use poolcap_sys::SysError;
 
+use super::error::{CaptureError, FileError};
 use super::filter::compile_user;
 use super::pool::Pool;
 use super::source::{Filler, Source};
-use super::CaptureError;
 
 /// Packets moved per batch.
 const BATCH: usize = 256;
-
-/// A file that cannot be captured from.
-#[derive(Debug, thiserror::Error)]
-#[error("cannot read {what}: {why}")]
-pub struct FileError {
-    /// The file (or standard input).
-    pub what: String,
-    /// Why.
-    pub why: String,
-}
 
 /// How long a held source sleeps before it looks at its gate again.
 const HELD_WAIT: Duration = Duration::from_millis(1);

@@ -48,13 +48,13 @@ use serde::{Deserialize, Serialize};
 
 use super::account::QueueStats;
 use super::doorbell::Doorbell;
+use super::error::CaptureError;
 use super::filter::{compile_user, FilterError};
 pub use super::forward_out::{AllForwardCounters, ForwardCounters};
 use super::forward_out::{OutState, TRANSIENT_PAUSE, TRANSIENT_RETRIES};
 use super::forward_xdp::XdpTransmit;
 use super::pool::{Chunk, Pool};
 use super::progress::Progress;
-use super::CaptureError;
 use poolcap_sys::pcap_filter::OfflineFilter;
 
 /// Send buffer of the transmit socket: room for a few chunks of full-size frames, so a

@@ -31,9 +31,9 @@ use std::io;
 
 use poolcap_sys::xsk::{RxFrame, UmemShare, XskTx};
 
+use super::error::CaptureError;
 use super::forward_out::{ForwardCounters, OutState, TRANSIENT_PAUSE, TRANSIENT_RETRIES};
 use super::pool::{Chunk, Pool};
-use super::CaptureError;
 use poolcap_sys::netdev;
 
 /// TX and completion ring entries per queue: a few chunks of frames.

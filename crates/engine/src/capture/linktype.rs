@@ -6,7 +6,7 @@
 
 use poolcap_format::LinkType;
 
-use super::CaptureError;
+use super::error::CaptureError;
 
 /// The interface name that means every interface (as tcpdump's `-i any`).
 pub const ANY: &str = "any";

@@ -33,9 +33,11 @@ pub mod backend;
 pub mod bpf;
 pub mod clock;
 pub mod compress;
+pub mod config;
 pub use poolcap_core::decide;
 pub mod doorbell;
 pub mod end;
+pub mod error;
 pub mod file;
 pub mod filter;
 pub mod forward;
@@ -70,24 +72,23 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use poolcap_format::{FileFormat, LinkType};
+use poolcap_format::LinkType;
 use poolcap_sys::process::{cpu_time, CpuTime, Who};
-use poolcap_sys::rx_ring::RingGeometry;
-use poolcap_sys::socket::{ifindex, FanoutMode};
+use poolcap_sys::socket::ifindex;
 use poolcap_sys::SysError;
 use serde::{Deserialize, Serialize};
 
+pub use self::config::{CaptureConfig, Input, Output};
+pub use self::error::CaptureError;
+
 use self::account::{QueueCounters, QueueStats};
-use self::backend::{BackendConfig, Opened};
+use self::backend::Opened;
 use self::end::Budget;
 use self::link::{LinkEvent, LinkWatch};
 use self::pipeline::Pipeline;
-use self::policy::{group_of, PolicySpec};
+use self::policy::group_of;
 use self::pool::{Pool, PoolSize};
-use self::queue::WaitStrategy;
-use self::savefile::BoxedOutput;
 use self::sink::{Sink, SinkSpec};
-use self::source::Source;
 use self::start::{
     check_memory, open_input, open_sink, retire_tuning, writes_only, InputPlan, Plan, Started,
 };
@@ -100,156 +101,6 @@ const SUPERVISOR_TICK: Duration = Duration::from_millis(50);
 /// The supervisor looks at the interface every this many ticks while it is up (a deleted
 /// interface also makes its sockets report ENETDOWN, which brings the next look forward).
 const LINK_LOOK_TICKS: u32 = 5;
-
-/// Where a capture's packets come from.
-pub enum Input {
-    /// The interface `iface`, through the configured backend.
-    Live,
-    /// A pcap/pcapng file (plain, gzip or zstd; `-` for standard input), as fast as the
-    /// pipeline takes it or at `speed` times its recorded pace.
-    File {
-        /// The file.
-        path: PathBuf,
-        /// Pace, as a multiple of the recorded one.
-        speed: Option<f64>,
-    },
-    /// Sources built by the caller (tests: `mem`), one per queue.
-    Sources(Vec<Box<dyn Source>>),
-}
-
-/// A resolved capture.
-pub struct CaptureConfig {
-    /// Where packets come from.
-    pub input: Input,
-    /// Interface (for a file: the name recorded in the output).
-    pub iface: String,
-    /// Receive queues (fanout sockets).
-    pub queues: usize,
-    /// Fanout mode.
-    pub fanout: FanoutMode,
-    /// Pool per queue.
-    pub pool: PoolSize,
-    /// Worker threads.
-    pub workers: usize,
-    /// x-loop iterations per packet.
-    pub load: u32,
-    /// Run the load in the capture thread on the kernel ring (no pool, no workers).
-    pub in_place: bool,
-    /// Capture threads' wait strategy.
-    pub wait: WaitStrategy,
-    /// Bytes kept per packet.
-    pub snaplen: u32,
-    /// Kernel ring per queue.
-    pub ring: RingGeometry,
-    /// tcpdump filter expression.
-    pub filter: Option<String>,
-    /// Output and its format.
-    pub output: Option<(Output, FileFormat)>,
-    /// Compress the output.
-    pub compress: Option<compress::Compression>,
-    /// Rotation, `-z` and `--fsync` of output files.
-    pub files: savefile::FileOptions,
-    /// Stop after this many packets.
-    pub count: Option<u64>,
-    /// Stop after this long.
-    pub duration: Option<Duration>,
-    /// CPUs to pin capture threads (then workers) to, round robin.
-    pub cpus: Option<Vec<usize>>,
-    /// Seal a partly filled chunk after this long without new packets.
-    pub seal_after: Duration,
-    /// Offload policy.
-    pub policy: PolicySpec,
-    /// Backend (AF_PACKET, AF_XDP).
-    pub backend: BackendConfig,
-    /// Buddy groups (every queue in exactly one).
-    pub buddy_groups: Vec<Vec<usize>>,
-    /// Print a status line this often on stderr (None: quiet).
-    pub status_every: Option<Duration>,
-    /// Run the probe's rules on the workers instead of the x-loop (`poolcap probe`).
-    pub probe: Option<Arc<poolcap_probe::Hub>>,
-    /// Put the interface in promiscuous mode while capturing (tcpdump's default; `-p`
-    /// turns it off).
-    pub promiscuous: bool,
-    /// Set (by SIGUSR1) to have the running accounting printed; the supervisor clears it.
-    pub stats_request: Option<Arc<AtomicBool>>,
-}
-
-impl std::fmt::Debug for CaptureConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CaptureConfig")
-            .field("iface", &self.iface)
-            .field("queues", &self.queues)
-            .finish()
-    }
-}
-
-/// Where captured packets go.
-pub enum Output {
-    /// Standard output (`-w -`).
-    Stdout,
-    /// A file, created (truncated) only once everything else is set up.
-    File(PathBuf),
-    /// Any other sink (tests).
-    Sink(BoxedOutput),
-}
-
-/// Why a capture could not start or failed.
-#[derive(Debug, thiserror::Error)]
-pub enum CaptureError {
-    /// No such interface.
-    #[error("no such interface `{0}`")]
-    NoInterface(String),
-    /// The filter did not compile.
-    #[error(transparent)]
-    Filter(#[from] filter::FilterError),
-    /// Pools and rings need more memory than is available.
-    #[error("pools and rings need {need_mib} MiB but only {avail_mib} MiB are available; use a smaller --pool or -B")]
-    Memory {
-        /// MiB needed.
-        need_mib: u64,
-        /// MiB available.
-        avail_mib: u64,
-    },
-    /// A kernel call failed.
-    #[error(transparent)]
-    Sys(#[from] SysError),
-    /// The output file could not be created.
-    #[error("cannot write {path}: {source}")]
-    Open {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The capture file could not be read.
-    #[error(transparent)]
-    File(#[from] file::FileError),
-    /// AF_XDP could not be set up.
-    #[error("{0}")]
-    Xdp(String),
-    /// The file header could not be written.
-    #[error("cannot write the capture file header: {0}")]
-    Header(poolcap_format::WriteError),
-    /// The interface's link type is not one poolcap can capture.
-    #[error("`{iface}` has link type ARPHRD {arphrd}, which poolcap cannot capture from (it captures Ethernet, loopback, raw IP devices such as tun, WireGuard and IP tunnels, 802.11 and CAN)")]
-    LinkType {
-        /// The interface.
-        iface: String,
-        /// Its ARPHRD_ type.
-        arphrd: u16,
-    },
-    /// The interface was deleted while capturing.
-    #[error("interface `{0}` disappeared during the capture")]
-    LinkGone(String),
-    /// A capture thread failed while running.
-    #[error("capture thread of queue {queue} failed: {source}")]
-    Thread {
-        /// Queue.
-        queue: usize,
-        /// Error.
-        source: SysError,
-    },
-}
 
 /// The outcome of a capture.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -372,14 +223,6 @@ fn if_frames(iface: &str, inbound_only: bool) -> Option<u64> {
         netdev::counter(iface, "tx_packets")?
     };
     Some(netdev::counter(iface, "rx_packets")? + tx)
-}
-
-fn pin(cpus: &Option<Vec<usize>>, i: usize) {
-    if let Some(list) = cpus.as_ref().filter(|l| !l.is_empty()) {
-        core_affinity::set_for_current(core_affinity::CoreId {
-            id: list[i % list.len()],
-        });
-    }
 }
 
 /// Everything a capture opened, before its threads start (see [`Engine::launch`]).

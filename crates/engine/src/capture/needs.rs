@@ -7,7 +7,7 @@
 use poolcap_sys::privilege::{self, MissingPrivilege};
 
 use super::backend::{umem_frame_size, BackendKind};
-use super::{CaptureConfig, Input};
+use super::config::{CaptureConfig, Input};
 
 /// The privileges a configuration needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

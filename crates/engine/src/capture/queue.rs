@@ -25,20 +25,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use poolcap_core::decide::{self, Begin, Block, Look, Loop, Pause, Quiet, Spin, Step, Then, Wait};
+use poolcap_core::policy::{Basic, Policy};
 use poolcap_sys::poll::Readiness;
 use poolcap_sys::SysError;
 
 use super::account::QueueCounters;
 use super::clock::{Clock, RealClock};
-use super::decide::{self, Begin, Block, Look, Loop, Pause, Quiet, Spin, Step, Then, Wait};
 use super::end::{Budget, Cut};
+use super::error::CaptureError;
 use super::pipeline::Handoff;
-use super::policy::Policy;
 use super::pool::{Chunk, Pool};
 use super::progress::Progress;
 use super::source::{Filler, Source};
 use super::writer::{InlineWriter, WriterOutcome};
-use super::CaptureError;
 
 pub use poolcap_core::wait::WaitStrategy;
 
@@ -270,7 +270,7 @@ impl CaptureThread {
             coalesce: self.source.coalesce(),
             merged: self.merged,
         };
-        let policy = std::mem::replace(&mut self.policy, Box::new(super::policy::Basic));
+        let policy = std::mem::replace(&mut self.policy, Box::new(Basic));
         let turns = Turns {
             clock,
             decide: Loop::new(setup, policy, Duration::ZERO),

@@ -23,13 +23,13 @@ use super::account::{QueueCounters, QueueStats};
 use super::clock::{VirtualClock, Wake};
 use super::doorbell::Doorbell;
 use super::end::Cut;
+use super::error::CaptureError;
 use super::mem::{Faults, MemSource};
 use super::pipeline::Handoff;
 use super::policy::{group_of, PolicySpec};
 use super::pool::{Chunk, Pool, PoolSize, Room};
 use super::progress::Progress;
 use super::queue::{CaptureThread, Shell, WaitStrategy};
-use super::CaptureError;
 
 /// The packets' clock at virtual time 0.
 pub const EPOCH_NS: u64 = 1_700_000_000_000_000_000;

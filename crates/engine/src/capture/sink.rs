@@ -17,13 +17,13 @@ use crossbeam_queue::ArrayQueue;
 use poolcap_format::{FileFormat, IfStats};
 
 use super::account::{self, QueueCounters};
+use super::config::Output;
 use super::doorbell::Doorbell;
 use super::forward::{AllForwardCounters, ForwardSetup, Forwarder, WriteFeed};
 use super::pool::{Chunk, Pool};
 use super::progress::Progress;
 use super::savefile::{Savefiles, WritePath};
 use super::writer::{self, FileWriter, InlineWriter, WriterOutcome, Written};
-use super::Output;
 
 /// What a sink thread is given by the engine.
 #[derive(Debug, Clone)]

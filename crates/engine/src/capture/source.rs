@@ -17,9 +17,9 @@ use poolcap_sys::xsk::RxFrame;
 use poolcap_sys::SysError;
 
 use super::end::{Budget, Cut};
+use super::error::CaptureError;
 use super::pool::{Chunk, HeldRoom, PacketMeta, Pool};
 use super::worker::x_loop;
-use super::CaptureError;
 
 /// Wall-clock nanoseconds since the epoch (the kernel's timestamp clock).
 pub fn now_ns() -> u64 {

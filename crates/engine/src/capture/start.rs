@@ -15,8 +15,10 @@ use poolcap_sys::SysError;
 
 use super::account::QueueCounters;
 use super::backend::{self, Opened, Setup};
+use super::config::{CaptureConfig, Input, Output};
 use super::doorbell::Doorbell;
 use super::end::{Budget, Cut};
+use super::error::CaptureError;
 use super::forward::AllForwardCounters;
 use super::pipeline::{Analysis, Handoff, Pipeline};
 use super::pool::{Chunk, Pool};
@@ -27,7 +29,7 @@ use super::source::Source;
 use super::threads::{spawn, FailFlag, Threads};
 use super::worker::{served_queues, Next, Worker};
 use super::writer::{self, InlineWriter};
-use super::{file, linktype, rotate, savefile, CaptureConfig, CaptureError, Input, Output};
+use super::{file, linktype, rotate, savefile};
 
 /// Block retire timeout when no analysis waits for packets (they are only counted, or only
 /// written to a file from one queue): blocks may fill for longer and wake the capture thread
@@ -465,7 +467,7 @@ impl Started<'_> {
             let cpus = cfg.cpus.clone();
             let failed = FailFlag::new(&threads.capture_failed);
             let h = spawn(format!("capture-{i}"), "capture thread", move || {
-                super::pin(&cpus, i);
+                pin(&cpus, i);
                 let end = t.run();
                 failed.ended(end.result.is_ok());
                 end
@@ -529,12 +531,21 @@ impl Started<'_> {
             };
             let (cpus, q) = (self.cfg.cpus.clone(), self.q);
             let h = spawn(format!("worker-{i}"), "worker thread", move || {
-                super::pin(&cpus, q + i);
+                pin(&cpus, q + i);
                 wk.run()
             })?;
             threads.workers.push(h);
         }
         Ok(())
+    }
+}
+
+/// Pins the calling thread to the `i`-th of `cpus` (round robin), if any are given.
+fn pin(cpus: &Option<Vec<usize>>, i: usize) {
+    if let Some(list) = cpus.as_ref().filter(|l| !l.is_empty()) {
+        core_affinity::set_for_current(core_affinity::CoreId {
+            id: list[i % list.len()],
+        });
     }
 }
 

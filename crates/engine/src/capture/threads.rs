@@ -12,9 +12,9 @@ use std::thread::JoinHandle;
 use poolcap_sys::SysError;
 
 use super::doorbell::Doorbell;
+use super::error::CaptureError;
 use super::queue::CaptureEnd;
 use super::writer::WriterOutcome;
-use super::CaptureError;
 
 /// The running threads and the signals that stop them.
 pub(super) struct Threads {

@@ -359,18 +359,12 @@ fn forward_smoke_run_accounts_exactly_and_the_sink_sees_each_frame_once() {
             continue;
         }
         assert_eq!(x("received"), sent, "received = frames sent: {r}");
-        let terms: u64 = [
-            "forwarded",
-            "dropped_by_rule",
-            "dropped_kernel",
-            "dropped_pool",
-            "dropped_tx",
-            "filtered",
-        ]
-        .iter()
-        .map(|k| x(k))
-        .sum();
-        assert_eq!(terms, sent, "received = the six terms: {r}");
+        let terms: u64 = poolcap_measure::forward_peers::TERMS
+            .iter()
+            .map(|k| x(k))
+            .sum();
+        assert_eq!(x("not_taken"), 0, "the forwarder took every frame: {r}");
+        assert_eq!(terms, sent, "received = the seven terms: {r}");
         assert_eq!(x("in_flight"), 0, "{r}");
         assert_eq!(
             x("out_tx"),

@@ -11,11 +11,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use libtest_mimic::Trial;
-use serde_json::Value;
 
 use crate::common::{
-    self, accounted, capture, check_sequences, gen, lab, num, poolcap_in, stats, tcpdump_count,
-    tempdir, trial, tshark_count, Background, SmallFs,
+    self, accounted, capture, check_sequences, gen, lab, num, on_wire, path_str, poolcap_in, stats,
+    tcpdump_count, tempdir, trial, tshark_count, Background, Lab, SmallFs,
 };
 
 pub(crate) fn trials() -> Vec<Trial> {
@@ -64,14 +63,10 @@ pub(crate) fn trials() -> Vec<Trial> {
 /// Time for the last frames the generator handed to the kernel to reach the capture ring.
 const SETTLE: Duration = Duration::from_millis(300);
 
-fn path_str(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
-/// Frames the generator's kernel accepted, minus the ones the link dropped on transmit (which
-/// no capture socket ever sees).
-fn on_wire(g: &Value) -> u64 {
-    num(g, "frames") - num(g, "link_dropped")
+/// Starts `poolcap capture ARGS -w FILE --stats-json SJ`.
+fn capture_with_stats(lab: &Lab, args: &[&str], file: &Path, sj: &Path) -> Background {
+    let out = ["-w", path_str(file), "--stats-json", path_str(sj)];
+    capture(lab, &[args, &out[..]].concat())
 }
 
 fn assert_no_panic(stderr: &str, what: &str) {
@@ -106,26 +101,6 @@ fn wait_exit(mut bg: Background, timeout: Duration, what: &str) -> (Option<i32>,
             Err(e) => panic!("{what}: wait: {e}"),
         }
     }
-}
-
-/// One field of every packet of a file, as tshark prints it.
-fn tshark_fields(file: &Path, field: &str) -> Vec<String> {
-    let out = Command::new("tshark")
-        .arg("-r")
-        .arg(file)
-        .args(["-T", "fields", "-e", field])
-        .output()
-        .expect("tshark -r");
-    assert!(
-        out.status.success(),
-        "tshark -r {} -e {field}: {}",
-        file.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_owned)
-        .collect()
 }
 
 /// Reads a capture file with poolcap's reader.
@@ -171,17 +146,7 @@ fn capture_formats_exact_and_readable() {
     for (i, format) in ["pcapng", "pcap", "pcap-ns"].into_iter().enumerate() {
         let file = dir.path().join(format!("out.{format}"));
         let sj = dir.path().join(format!("{format}.json"));
-        let bg = capture(
-            &lab,
-            &[
-                "-w",
-                path_str(&file),
-                "--format",
-                format,
-                "--stats-json",
-                path_str(&sj),
-            ],
-        );
+        let bg = capture_with_stats(&lab, &["--format", format], &file, &sj);
         let gen_id = (100 + i).to_string();
         let g = gen(&lab, &["--count", "10000", "--gen-id", &gen_id]);
         stop_ok(bg, format);
@@ -228,7 +193,7 @@ fn capture_formats_exact_and_readable() {
         }
 
         // Timestamp resolution: tshark prints 9 fractional digits whatever the file holds.
-        let times = tshark_fields(&file, "frame.time_epoch");
+        let times = common::tshark_fields(&file, &["frame.time_epoch"]);
         assert_eq!(times.len(), 10000, "{format}: tshark epochs");
         let ns: Vec<u64> = times
             .iter()
@@ -256,17 +221,7 @@ fn snaplen_keeps_original_length() {
     let dir = tempdir();
     let file = dir.path().join("snap.pcapng");
     let sj = dir.path().join("snap.json");
-    let bg = capture(
-        &lab,
-        &[
-            "-s",
-            "96",
-            "-w",
-            path_str(&file),
-            "--stats-json",
-            path_str(&sj),
-        ],
-    );
+    let bg = capture_with_stats(&lab, &["-s", "96"], &file, &sj);
     let g = gen(
         &lab,
         &["--count", "2000", "--size", "1000", "--gen-id", "7"],
@@ -298,8 +253,8 @@ fn snaplen_keeps_original_length() {
         "{r:?}"
     );
 
-    let lens = tshark_fields(&file, "frame.len");
-    let caps = tshark_fields(&file, "frame.cap_len");
+    let lens = common::tshark_fields(&file, &["frame.len"]);
+    let caps = common::tshark_fields(&file, &["frame.cap_len"]);
     assert_eq!((lens.len(), caps.len()), (2000, 2000), "tshark rows");
     assert!(
         lens.iter().all(|l| l == "1000"),
@@ -501,19 +456,7 @@ fn queues_2_and_4_capture_each_packet_once() {
             let file = dir.path().join(format!("{fanout}.pcapng"));
             let sj = dir.path().join(format!("{fanout}.json"));
             let qs = queues.to_string();
-            let bg = capture(
-                &lab,
-                &[
-                    "--queues",
-                    &qs,
-                    "--fanout",
-                    fanout,
-                    "-w",
-                    path_str(&file),
-                    "--stats-json",
-                    path_str(&sj),
-                ],
-            );
+            let bg = capture_with_stats(&lab, &["--queues", &qs, "--fanout", fanout], &file, &sj);
             let g = gen(
                 &lab,
                 &["--count", "20000", "--flows", "32", "--gen-id", "5"],
@@ -564,17 +507,7 @@ fn count_limit_writes_exactly_n() {
     let dir = tempdir();
     let file = dir.path().join("c.pcapng");
     let sj = dir.path().join("c.json");
-    let bg = capture(
-        &lab,
-        &[
-            "-c",
-            "500",
-            "-w",
-            path_str(&file),
-            "--stats-json",
-            path_str(&sj),
-        ],
-    );
+    let bg = capture_with_stats(&lab, &["-c", "500"], &file, &sj);
     let g = gen(&lab, &["--count", "2000", "--gen-id", "11"]);
     assert_eq!(on_wire(&g), 2000, "{g}");
     let (code, stderr) = wait_exit(bg, Duration::from_secs(10), "capture -c 500");
@@ -807,10 +740,7 @@ fn interrupted_capture_file_is_valid() {
     let dir = tempdir();
     let file = dir.path().join("i.pcapng");
     let sj = dir.path().join("i.json");
-    let bg = capture(
-        &lab,
-        &["-w", path_str(&file), "--stats-json", path_str(&sj)],
-    );
+    let bg = capture_with_stats(&lab, &[], &file, &sj);
     let (g, (code, stderr)) = std::thread::scope(|sc| {
         let sender = sc.spawn(|| {
             gen(
@@ -915,10 +845,7 @@ fn write_error_stops_cleanly() {
     let fs = SmallFs::mount("3m");
     let file = fs.path("x.pcapng");
     let sj = dir.path().join("small.json");
-    let bg = capture(
-        &lab,
-        &["-w", path_str(&file), "--stats-json", path_str(&sj)],
-    );
+    let bg = capture_with_stats(&lab, &[], &file, &sj);
     let g = gen(&lab, &["--count", "50000", "--gen-id", "14"]);
     assert_eq!(on_wire(&g), 50000, "{g}");
     // A full disk ends the writing, not the capture: it goes on counting until stopped.

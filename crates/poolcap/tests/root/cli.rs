@@ -13,7 +13,7 @@ use libtest_mimic::Trial;
 
 use crate::common::{
     bin, capture, check_sequences, gen, lab, netns_command, num, path_str, poolcap_in, stats,
-    tcpdump_count, tempdir, thread_identities, trial, Background,
+    tcpdump_count, tempdir, thread_identities, trial, Background, Lab,
 };
 
 pub(crate) fn trials() -> Vec<Trial> {
@@ -151,24 +151,20 @@ fn sighup_stops_with_summary() {
     assert_eq!(num(&stats(&sj), "captured"), 1000);
 }
 
+/// Runs `poolcap capture -i prb0 --duration 5s ARGS` in the lab's probe host (a capture
+/// whose ARGS are refused ends at once): its output.
+fn capture_for_5s(lab: &Lab, args: &[&str]) -> std::process::Output {
+    let capture = ["capture", "-i", "prb0", "--duration", "5s"];
+    poolcap_in(&lab.probe.netns, &[&capture[..], args].concat())
+}
+
 /// A `--stats-json` path that cannot be written fails before capturing (exit 2, one line),
 /// not after the capture; and no output file is written through a symbolic link, so a link
 /// planted in a shared directory cannot make a root capture overwrite its target.
 fn output_paths_checked_at_start() {
     let lab = lab(1);
     let dir = tempdir();
-    let out = poolcap_in(
-        &lab.probe.netns,
-        &[
-            "capture",
-            "-i",
-            "prb0",
-            "--duration",
-            "5s",
-            "--stats-json",
-            "/nonexistent-dir/s.json",
-        ],
-    );
+    let out = capture_for_5s(&lab, &["--stats-json", "/nonexistent-dir/s.json"]);
     assert_one_line_error(
         &out,
         "/nonexistent-dir/s.json",
@@ -176,18 +172,7 @@ fn output_paths_checked_at_start() {
     );
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     // The OS error is printed once, not once by the message and again as its cause.
-    let out = poolcap_in(
-        &lab.probe.netns,
-        &[
-            "capture",
-            "-i",
-            "prb0",
-            "--duration",
-            "5s",
-            "-w",
-            "/nonexistent-dir/x.pcapng",
-        ],
-    );
+    let out = capture_for_5s(&lab, &["-w", "/nonexistent-dir/x.pcapng"]);
     assert_one_line_error(&out, "/nonexistent-dir/x.pcapng", "-w in a missing dir");
     assert_eq!(
         text(&out.stderr)
@@ -229,9 +214,7 @@ fn output_paths_checked_at_start() {
         vec!["-w", path_str(&link)],
         vec!["-w", path_str(&real), "--stats-json", path_str(&link)],
     ] {
-        let mut all = vec!["capture", "-i", "prb0", "--duration", "5s"];
-        all.extend(&args);
-        let out = poolcap_in(&lab.probe.netns, &all);
+        let out = capture_for_5s(&lab, &args);
         assert_one_line_error(&out, "symbolic link", &format!("{args:?}"));
         assert_eq!(
             std::fs::read(&victim).expect("victim"),
@@ -336,18 +319,7 @@ fn privileges_dropped_after_opening() {
         assert_eq!(check_sequences(&file, 1000), (1000, 1000, 0, 0), "-Z {z:?}");
     }
     // An unknown user is bad usage, before anything is opened.
-    let out = poolcap_in(
-        &lab.probe.netns,
-        &[
-            "capture",
-            "-i",
-            "prb0",
-            "--duration",
-            "5s",
-            "-Z",
-            "no-such-user-x",
-        ],
-    );
+    let out = capture_for_5s(&lab, &["-Z", "no-such-user-x"]);
     assert_one_line_error(&out, "no-such-user-x", "-Z unknown");
     assert_eq!(out.status.code(), Some(2));
 }

@@ -186,8 +186,6 @@ pub(crate) fn tcpdump(lab: &Lab, args: &[&str]) -> Background {
     Background::start(cmd, "listening on")
 }
 
-/// Counts the packets of a capture file with `tcpdump -r` (an independent reader), applying
-/// an optional filter expression.
 /// Packets tcpdump reads in every capture file of `files` but `except` (a rotated set beside
 /// its stats file).
 pub(crate) fn tcpdump_count_set(files: &[PathBuf], except: &Path) -> u64 {
@@ -198,37 +196,46 @@ pub(crate) fn tcpdump_count_set(files: &[PathBuf], except: &Path) -> u64 {
         .sum()
 }
 
+/// Counts the packets of a capture file with `tcpdump -r` (an independent reader), applying
+/// an optional filter expression.
 pub(crate) fn tcpdump_count(file: &Path, filter: &[&str]) -> u64 {
-    let out = Command::new("tcpdump")
-        .arg("-nr")
-        .arg(file)
-        .args(filter)
-        .output()
-        .expect("tcpdump -r");
-    assert!(
-        out.status.success(),
-        "tcpdump -r {}: {}",
-        file.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout.iter().filter(|&&b| b == b'\n').count() as u64
+    let mut cmd = Command::new("tcpdump");
+    cmd.arg("-nr").arg(file).args(filter);
+    lines_read(cmd, file).lines().count() as u64
 }
 
 /// Counts the packets of a capture file with tshark.
 pub(crate) fn tshark_count(file: &Path) -> u64 {
-    let out = Command::new("tshark")
-        .arg("-r")
-        .arg(file)
-        .args(["-T", "fields", "-e", "frame.number"])
+    tshark_fields(file, &["frame.number"]).len() as u64
+}
+
+/// `fields` of every packet of a capture file as tshark reads them: a line a packet, the
+/// fields separated by tabs.
+pub(crate) fn tshark_fields(file: &Path, fields: &[&str]) -> Vec<String> {
+    let mut tshark = Command::new("tshark");
+    tshark.arg("-r").arg(file).args(["-T", "fields"]);
+    for f in fields {
+        tshark.args(["-e", f]);
+    }
+    lines_read(tshark, file)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The standard output of `reader` (tcpdump, tshark) reading `file`, which it must read
+/// without error.
+fn lines_read(mut reader: Command, file: &Path) -> String {
+    let out = reader
         .output()
-        .expect("tshark -r");
+        .unwrap_or_else(|e| panic!("{reader:?}: {e}"));
     assert!(
         out.status.success(),
-        "tshark -r {}: {}",
+        "{reader:?} {}: {}",
         file.display(),
         String::from_utf8_lossy(&out.stderr)
     );
-    out.stdout.iter().filter(|&&b| b == b'\n').count() as u64
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Checks the generator frames of a file: returns (frames, unique, missing, duplicates) of
@@ -362,7 +369,8 @@ pub(crate) fn start_probe(lab: &Lab, args: &[&str]) -> Background {
 /// The interface statistics blocks of a pcapng file as tshark's own pcapng dissector reads
 /// the file's structure (an outside reader): (received, dropped) per block.
 pub(crate) fn tshark_statistics_blocks(file: &Path) -> Vec<(u64, u64)> {
-    let out = Command::new("tshark")
+    let mut tshark = Command::new("tshark");
+    tshark
         .args(["-X", "read_format:MIME Files Format", "-r"])
         .arg(file)
         .args([
@@ -372,16 +380,8 @@ pub(crate) fn tshark_statistics_blocks(file: &Path) -> Vec<(u64, u64)> {
             "pcapng.options.option.data.interface.received",
             "-e",
             "pcapng.options.option.data.interface.dropped",
-        ])
-        .output()
-        .expect("tshark -r");
-    assert!(
-        out.status.success(),
-        "tshark -r {}: {}",
-        file.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
+        ]);
+    lines_read(tshark, file)
         .lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| {

@@ -13,7 +13,7 @@ use libtest_mimic::Trial;
 
 use crate::common::{
     accounted, capture, gen, lab, num, on_wire, poolcap_in, stats, tcpdump_count, tempdir, trial,
-    tshark_count, SmallFs,
+    tshark_count, Lab, SmallFs,
 };
 
 pub(crate) fn trials() -> Vec<Trial> {
@@ -108,15 +108,13 @@ fn default_writes_directly_or_falls_back_and_says_so() {
         for format in ["pcap", "pcapng"] {
             let file = dir.join(format!("d.{format}"));
             let sj = disk.path().join(format!("{format}.json"));
-            let bg = capture(&lab, &["-w", s(&file), "--stats-json", s(&sj)]);
-            let g = gen(
+            let (code, stderr, g) = capture_while_sending(
                 &lab,
+                &["-w", s(&file), "--stats-json", s(&sj)],
                 &[
                     "--count", "20000", "--size", "1000", "--rate", "40k", "--gen-id", "29",
                 ],
             );
-            std::thread::sleep(SETTLE);
-            let (code, stderr) = bg.stop("INT");
             let what = format!("{format} in {}", dir.display());
             assert_eq!(code, Some(0), "{what}: {stderr}");
             let line = format!("writing to {} {says}", s(&file));
@@ -197,31 +195,10 @@ fn default_compressed_rotation_writes_every_frame_once() {
         let dir = tempdir();
         let base = dir.path().join("c.pcapng.z");
         let sj = dir.path().join("c.json");
-        let qs = queues.to_string();
-        let args = [
-            "--compress",
-            compress,
-            "--queues",
-            &qs,
-            "-C",
-            "1",
-            "-w",
-            s(&base),
-            "--stats-json",
-            s(&sj),
-        ];
-        let bg = capture(&lab, &args);
-        // About 10 MB before compression: ten files at -C 1 (the limit counts bytes before
-        // compression).
-        let g = gen(
-            &lab,
-            &[
-                "--count", "10000", "--size", "1000", "--rate", "40k", "--flows", "16", "--gen-id",
-                "30",
-            ],
-        );
-        std::thread::sleep(SETTLE);
-        let (code, stderr) = bg.stop("INT");
+        // About 10 MB: ten files (the -C limit counts bytes before compression).
+        let compressed = ["--compress", compress];
+        let sent = ("10000", "16", "30");
+        let (code, stderr, g) = rotate_every_mb(&lab, queues, &compressed, (&base, &sj), sent);
         assert_eq!(code, Some(0), "{what}: {stderr}");
         assert!(
             stderr.contains("with direct I/O (O_DIRECT)"),
@@ -253,11 +230,7 @@ fn default_compressed_rotation_writes_every_frame_once() {
             );
             packets.extend(file.packets.into_iter().map(|p| p.data));
         }
-        let written = num(&st, "written");
-        let (frames, unique, _, dups, _) = union(&packets);
-        assert_eq!((frames, unique, dups), (written, written, 0), "{what}");
-        let dropped = num(&st, "dropped_kernel") + num(&st, "dropped_pool");
-        assert_eq!(on_wire(&g) - unique, dropped, "{what}: {st}");
+        assert_every_frame_once(&packets, &st, &g, &what);
     }
 }
 
@@ -280,10 +253,8 @@ fn files_from_the_ring_are_the_wire_with_vlan_tags_and_snaplen() {
         let snap = format!("{snaplen} ({format})");
         let snaplen_arg = snaplen.to_string();
         let args = ["--format", format, "-s", &snaplen_arg, "-w", s(&file)];
-        let bg = capture(&lab, &args);
-        gen(&lab, &["--replay", s(&mix), "--topspeed"]);
-        std::thread::sleep(SETTLE);
-        let (code, stderr) = bg.stop("INT");
+        let (code, stderr, _) =
+            capture_while_sending(&lab, &args, &["--replay", s(&mix), "--topspeed"]);
         assert_eq!(code, Some(0), "-s {snap}: {stderr}");
         assert!(
             stderr.contains("writing from the ring"),
@@ -383,6 +354,129 @@ fn tcpdump_reads_whole(file: &Path) -> u64 {
     out.stdout.iter().filter(|&&b| b == b'\n').count() as u64
 }
 
+/// Starts `poolcap capture ARGS`, sends `traffic` from the generator, lets the last frames
+/// settle and stops the capture with SIGINT: its exit code, its stderr and the generator's
+/// report.
+fn capture_while_sending(
+    lab: &Lab,
+    args: &[&str],
+    traffic: &[&str],
+) -> (Option<i32>, String, serde_json::Value) {
+    let bg = capture(lab, args);
+    let g = gen(lab, traffic);
+    std::thread::sleep(SETTLE);
+    let (code, stderr) = bg.stop("INT");
+    (code, stderr, g)
+}
+
+/// [`capture_while_sending`] 1000 B frames at 40k/s (`(frames, flows, generator id)`:
+/// 1,000 frames a file) into a set rotated at `-C 1` named from `base`, over `queues`
+/// queues, with the capture options `extra` and its stats in `sj`.
+fn rotate_every_mb(
+    lab: &Lab,
+    queues: u16,
+    extra: &[&str],
+    (base, sj): (&Path, &Path),
+    (frames, flows, gen_id): (&str, &str, &str),
+) -> (Option<i32>, String, serde_json::Value) {
+    let qs = queues.to_string();
+    let rotation = [
+        "--queues",
+        &qs,
+        "-C",
+        "1",
+        "-w",
+        s(base),
+        "--stats-json",
+        s(sj),
+    ];
+    let traffic = [
+        "--count", frames, "--size", "1000", "--rate", "40k", "--flows", flows, "--gen-id", gen_id,
+    ];
+    capture_while_sending(lab, &[extra, &rotation[..]].concat(), &traffic)
+}
+
+/// Starts `poolcap capture ARGS`, sends `traffic` from the generator in the background and
+/// kills the capture with `-9` 1.2 s into it, once `ready_to_kill` returns.
+fn kill_9_while_sending(lab: &Lab, args: &[&str], traffic: &[&str], ready_to_kill: impl Fn()) {
+    let bg = capture(lab, args);
+    std::thread::scope(|sc| {
+        let sender = sc.spawn(|| gen(lab, traffic));
+        std::thread::sleep(Duration::from_millis(1200));
+        ready_to_kill();
+        let (code, _) = bg.stop("KILL");
+        assert_eq!(code, None, "killed by a signal");
+        sender.join().expect("generator");
+    });
+}
+
+/// The frames of a capture's files (`packets`, read as one set) hold each frame the stats
+/// `st` say were written exactly once, and every frame on the wire (`g`) is in the set or
+/// counted as dropped.
+fn assert_every_frame_once(
+    packets: &[Vec<u8>],
+    st: &serde_json::Value,
+    g: &serde_json::Value,
+    what: &str,
+) {
+    let written = num(st, "written");
+    let (frames, unique, missing, dups, _) = union(packets);
+    assert_eq!((frames, unique, dups), (written, written, 0), "{what}");
+    let dropped = num(st, "dropped_kernel") + num(st, "dropped_pool");
+    assert_eq!(on_wire(g) - unique, dropped, "{what}: {st}");
+    assert!(
+        missing <= dropped,
+        "{what}: {missing} missing below the highest: {st}"
+    );
+}
+
+/// `poolcap check` takes the whole set `files`; its report.
+fn poolcap_check(files: &[PathBuf], what: &str) -> String {
+    let out = Command::new(crate::common::bin())
+        .arg("check")
+        .args(files)
+        .output()
+        .expect("poolcap check");
+    assert!(
+        out.status.success(),
+        "{what}: poolcap check: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A capture whose file system filled up (`code` and `stderr` of its end): it exits 1 with
+/// exactly one error line, naming `file` and ENOSPC, and its stats (`sj`) say some packets
+/// were written and the rest not, adding up to those captured. The stats and `written`.
+fn assert_full_disk(
+    code: Option<i32>,
+    stderr: &str,
+    file: &Path,
+    sj: &Path,
+    what: &str,
+) -> (serde_json::Value, u64) {
+    assert_eq!(code, Some(1), "{what}: {stderr}");
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("poolcap:"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{what}: {stderr}");
+    assert!(
+        errors[0].contains(s(file)) && errors[0].contains("No space left on device"),
+        "{what}: {}",
+        errors[0]
+    );
+    let st = stats(sj);
+    let written = num(&st, "written");
+    assert!(written > 0 && num(&st, "not_written") > 0, "{what}: {st}");
+    assert_eq!(
+        written + num(&st, "not_written"),
+        num(&st, "captured"),
+        "{what}: {st}"
+    );
+    (st, written)
+}
+
 /// `-C` as tcpdump has it: buffered, so that each file's size is its records' (a direct
 /// file also holds its writes' padding: see
 /// `direct_rotation_one_and_two_queues_writes_every_frame_once`).
@@ -391,25 +485,9 @@ fn size_rotation_loses_and_repeats_nothing() {
     let dir = tempdir();
     let base = dir.path().join("r.pcapng");
     let sj = dir.path().join("r.json");
-    let args = [
-        "--buffered",
-        "-C",
-        "1",
-        "-w",
-        s(&base),
-        "--stats-json",
-        s(&sj),
-    ];
-    let bg = capture(&lab, &args);
     // About 20 MB: twenty 1 MB files.
-    let g = gen(
-        &lab,
-        &[
-            "--count", "20000", "--size", "1000", "--rate", "40k", "--gen-id", "21",
-        ],
-    );
-    std::thread::sleep(SETTLE);
-    let (code, stderr) = bg.stop("INT");
+    let sent = ("20000", "1", "21");
+    let (code, stderr, g) = rotate_every_mb(&lab, 1, &["--buffered"], (&base, &sj), sent);
     assert_eq!(code, Some(0), "{stderr}");
     let st = stats(&sj);
     assert_eq!(
@@ -471,25 +549,8 @@ fn size_rotation_loses_and_repeats_nothing() {
     );
     // Each captured frame is in exactly one file: none lost or repeated in a rotation.
     assert_eq!(written, num(&st, "captured"), "{st}");
-    let (frames, unique, missing, dups, _) = union(&packets);
-    assert_eq!((frames, unique, dups), (written, written, 0));
-    // Every frame on the wire is in the set or counted as dropped.
-    let dropped = num(&st, "dropped_kernel") + num(&st, "dropped_pool");
-    assert_eq!(on_wire(&g) - unique, dropped, "{st}");
-    assert!(
-        missing <= dropped,
-        "{missing} missing below the highest: {st}"
-    );
-    // poolcap check takes the whole set.
-    let mut cmd = Command::new(crate::common::bin());
-    cmd.arg("check").args(&set);
-    let out = cmd.output().expect("poolcap check");
-    assert!(
-        out.status.success(),
-        "poolcap check: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
+    assert_every_frame_once(&packets, &st, &g, "-C 1");
+    let text = poolcap_check(&set, "-C 1");
     assert!(text.contains(&format!("{written} packets")), "{text}");
 }
 
@@ -499,29 +560,8 @@ fn size_ring_keeps_the_last_files() {
     let base = dir.path().join("ring");
     let json = tempdir();
     let sj = json.path().join("stats.json");
-    let bg = capture(
-        &lab,
-        &[
-            "-C",
-            "1",
-            "-W",
-            "3",
-            "--format",
-            "pcap",
-            "-w",
-            s(&base),
-            "--stats-json",
-            s(&sj),
-        ],
-    );
-    let g = gen(
-        &lab,
-        &[
-            "--count", "8000", "--size", "1000", "--rate", "40k", "--gen-id", "22",
-        ],
-    );
-    std::thread::sleep(SETTLE);
-    let (code, stderr) = bg.stop("INT");
+    let ring = ["-W", "3", "--format", "pcap"];
+    let (code, stderr, g) = rotate_every_mb(&lab, 1, &ring, (&base, &sj), ("8000", "1", "22"));
     assert_eq!(code, Some(0), "{stderr}");
     let st = stats(&sj);
     let set = files(dir.path(), "ring");
@@ -670,28 +710,13 @@ fn kill_9_leaves_whole_records() {
         if buffered {
             args.push("--buffered");
         }
-        let bg = capture(&lab, &args);
-        std::thread::scope(|sc| {
-            let sender = sc.spawn(|| {
-                gen(
-                    &lab,
-                    &[
-                        "--rate",
-                        "20k",
-                        "--size",
-                        "1000",
-                        "--duration",
-                        "2s",
-                        "--gen-id",
-                        "24",
-                    ],
-                )
-            });
-            std::thread::sleep(Duration::from_millis(1200));
-            let (code, _) = bg.stop("KILL");
-            assert_eq!(code, None, "killed by a signal");
-            sender.join().expect("generator");
-        });
+        let traffic = ["--rate", "20k", "--size", "1000", "--duration", "2s"];
+        kill_9_while_sending(
+            &lab,
+            &args,
+            &[&traffic[..], &["--gen-id", "24"]].concat(),
+            || {},
+        );
         let set = files(dir.path(), "k.pcapng");
         assert!(set.len() >= 2, "{compress:?}: {set:?}");
         let mut packets = Vec::new();
@@ -729,37 +754,14 @@ fn compressed_full_disk_reports_what_decompresses() {
         let file = fs.path("c.pcapng.z");
         let json = tempdir();
         let sj = json.path().join("c.json");
-        let bg = capture(
+        let (code, stderr, _) = capture_while_sending(
             &lab,
             &["--compress", how, "-w", s(&file), "--stats-json", s(&sj)],
-        );
-        gen(
-            &lab,
             &[
                 "--count", "30000", "--size", "1200", "--rate", "50k", "--gen-id", "25",
             ],
         );
-        std::thread::sleep(SETTLE);
-        let (code, stderr) = bg.stop("INT");
-        assert_eq!(code, Some(1), "{how}: {stderr}");
-        let errors: Vec<&str> = stderr
-            .lines()
-            .filter(|l| l.starts_with("poolcap:"))
-            .collect();
-        assert_eq!(errors.len(), 1, "{how}: {stderr}");
-        assert!(
-            errors[0].contains(s(&file)) && errors[0].contains("No space left on device"),
-            "{how}: {}",
-            errors[0]
-        );
-        let st = stats(&sj);
-        let written = num(&st, "written");
-        assert!(written > 0 && num(&st, "not_written") > 0, "{how}: {st}");
-        assert_eq!(
-            written + num(&st, "not_written"),
-            num(&st, "captured"),
-            "{st}"
-        );
+        let (st, written) = assert_full_disk(code, &stderr, &file, &sj, how);
         let raw = std::fs::read(&file).expect("compressed file");
         let mut plain = Vec::new();
         if how.starts_with("zstd") {
@@ -847,33 +849,10 @@ fn direct_rotation_one_and_two_queues_writes_every_frame_once() {
         let dir = tempdir();
         let base = dir.path().join("d.pcapng");
         let sj = dir.path().join("d.json");
-        let qs = queues.to_string();
-        let bg = capture(
-            &lab,
-            &[
-                "--direct",
-                "--format",
-                format,
-                "--queues",
-                &qs,
-                "-C",
-                "1",
-                "-w",
-                s(&base),
-                "--stats-json",
-                s(&sj),
-            ],
-        );
-        // About 10 MB: ten 1 MB files.
-        let g = gen(
-            &lab,
-            &[
-                "--count", "10000", "--size", "1000", "--rate", "40k", "--flows", "16", "--gen-id",
-                "26",
-            ],
-        );
-        std::thread::sleep(SETTLE);
-        let (code, stderr) = bg.stop("INT");
+        // About 10 MB: ten files.
+        let direct = ["--direct", "--format", format];
+        let sent = ("10000", "16", "26");
+        let (code, stderr, g) = rotate_every_mb(&lab, queues, &direct, (&base, &sj), sent);
         assert_eq!(code, Some(0), "{what}: {stderr}");
         let st = stats(&sj);
         assert_eq!(
@@ -926,24 +905,11 @@ fn direct_rotation_one_and_two_queues_writes_every_frame_once() {
             packets.extend(file.packets.into_iter().map(|p| p.data));
         }
         assert_eq!(tshark_count(&set[0]), read(&set[0]).packets.len() as u64);
-        let written = num(&st, "written");
         if pcapng {
             assert_eq!(received, num(&st, "captured"), "{what}: {st}");
         }
-        let (frames, unique, missing, dups, _) = union(&packets);
-        assert_eq!((frames, unique, dups), (written, written, 0), "{what}");
-        // Every frame on the wire is in the set or counted as dropped.
-        let dropped = num(&st, "dropped_kernel") + num(&st, "dropped_pool");
-        assert_eq!(on_wire(&g) - unique, dropped, "{what}: {st}");
-        assert!(missing <= dropped, "{what}: {missing} missing: {st}");
-        let mut cmd = Command::new(crate::common::bin());
-        cmd.arg("check").args(&set);
-        let out = cmd.output().expect("poolcap check");
-        assert!(
-            out.status.success(),
-            "{what}: poolcap check: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_every_frame_once(&packets, &st, &g, &what);
+        poolcap_check(&set, &what);
     }
 }
 
@@ -972,34 +938,14 @@ fn direct_full_disk(format: &str) {
         "--stats-json",
         s(&sj),
     ];
-    let bg = capture(&lab, &args);
-    gen(
+    let (code, stderr, _) = capture_while_sending(
         &lab,
+        &args,
         &[
             "--count", "20000", "--size", "1200", "--rate", "50k", "--gen-id", "27",
         ],
     );
-    std::thread::sleep(SETTLE);
-    let (code, stderr) = bg.stop("INT");
-    assert_eq!(code, Some(1), "{format}: {stderr}");
-    let errors: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.starts_with("poolcap:"))
-        .collect();
-    assert_eq!(errors.len(), 1, "{format}: {stderr}");
-    assert!(
-        errors[0].contains(s(&file)) && errors[0].contains("No space left on device"),
-        "{}",
-        errors[0]
-    );
-    let st = stats(&sj);
-    let written = num(&st, "written");
-    assert!(written > 0 && num(&st, "not_written") > 0, "{st}");
-    assert_eq!(
-        written + num(&st, "not_written"),
-        num(&st, "captured"),
-        "{st}"
-    );
+    let (st, written) = assert_full_disk(code, &stderr, &file, &sj, format);
     let len = std::fs::metadata(&file).expect("stat").len() as usize;
     let f = read(&file);
     let records: usize = f.packets.iter().map(|p| 16 + p.data.len()).sum();
@@ -1021,13 +967,9 @@ fn direct_pcap_kill_9_cuts_only_the_last_record() {
     let dir = tempdir();
     let base = dir.path().join("k.pcap");
     let args = ["--direct", "--format", "pcap", "-C", "4", "-w", s(&base)];
-    let bg = capture(&lab, &args);
-    std::thread::scope(|sc| {
-        let sender = sc.spawn(|| {
-            let g = ["--rate", "20k", "--size", "1000", "--duration", "3s"];
-            gen(&lab, &[&g[..], &["--gen-id", "28"]].concat())
-        });
-        std::thread::sleep(Duration::from_millis(1200));
+    let traffic = ["--rate", "20k", "--size", "1000", "--duration", "3s"];
+    let traffic = [&traffic[..], &["--gen-id", "28"]].concat();
+    kill_9_while_sending(&lab, &args, &traffic, || {
         // Kill while the current file holds blocks (a new file is empty until its first),
         // so that its cut-short end is what the readers meet.
         for _ in 0..100 {
@@ -1037,9 +979,6 @@ fn direct_pcap_kill_9_cuts_only_the_last_record() {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        let (code, _) = bg.stop("KILL");
-        assert_eq!(code, None, "killed by a signal");
-        sender.join().expect("generator");
     });
     let set = files(dir.path(), "k.pcap");
     assert!(set.len() >= 2, "{set:?}");

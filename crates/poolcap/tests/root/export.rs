@@ -5,7 +5,7 @@
 //! capture's accounting. Every collector runs in the lab's probe namespace, on its loopback.
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -222,6 +222,25 @@ fn start_nfcapd(lab: &poolcap_lab::Lab, dir: &Path) -> Background {
     Background::start(cmd, "Bound to")
 }
 
+/// Stops nfcapd with SIGTERM, which it must end on cleanly (having written its files).
+fn stop_nfcapd(nfcapd: Background) {
+    let (code, log) = nfcapd.stop("TERM");
+    assert_eq!(code, Some(0), "nfcapd: {log}");
+}
+
+/// After [`export_through_an_outage`]: the outage lost records (`lost`), and the collectors
+/// hold (`held`) exactly the `records` the probe counts as exported.
+fn assert_outage_accounted(records: u64, lost: u64, held: usize) {
+    assert!(
+        lost > 0,
+        "the outage lost records: {records} exported, {lost} not"
+    );
+    assert_eq!(
+        held as u64, records,
+        "the collectors hold what the probe counts as exported"
+    );
+}
+
 /// One nfdump flow: (source port, packets, bytes, input interface).
 fn nfdump_flows(dir: &Path) -> Vec<(u16, u64, u64, u64)> {
     let out: Output = Command::new("nfdump")
@@ -301,6 +320,58 @@ fn exported(stderr: &str) -> (u64, u64) {
 const FLOWS_CONFIG: &str =
     "period = \"250ms\"\n[[rule]]\nname = \"all\"\nfilter = \"ip\"\nactions = [\"flows\"]\n";
 
+/// What a probe that exported its flows to nfcapd left: the generator's report, the probe's
+/// stderr, the records it counts as exported and as lost, its report file and nfcapd's
+/// directory.
+struct ToNfcapd {
+    g: Value,
+    stderr: String,
+    records: u64,
+    lost: u64,
+    report: PathBuf,
+    flows: PathBuf,
+}
+
+/// Runs a probe with the configuration `config` (written in `dir`) exporting to nfcapd
+/// (`--ipfix` [`COLLECTOR`] and `args`) while the generator sends `traffic`, then stops the
+/// probe (which must end cleanly) and nfcapd.
+fn export_to_nfcapd(
+    lab: &poolcap_lab::Lab,
+    dir: &Path,
+    config: &str,
+    args: &[&str],
+    traffic: &[&str],
+) -> ToNfcapd {
+    let config_file = dir.join("probe.toml");
+    std::fs::write(&config_file, config).expect("write config");
+    let flows = dir.join("flows");
+    let report = dir.join("report.jsonl");
+    let nfcapd = start_nfcapd(lab, &flows);
+    let to_nfcapd = [
+        "-c",
+        s(&config_file),
+        "--report",
+        s(&report),
+        "--ipfix",
+        COLLECTOR,
+    ];
+    let probe = start_probe(lab, &[&to_nfcapd[..], args].concat());
+    let g = gen(lab, traffic);
+    std::thread::sleep(SETTLE);
+    let (code, stderr) = probe.stop("INT");
+    assert_eq!(code, Some(0), "probe: {stderr}");
+    let (records, lost) = exported(&stderr);
+    stop_nfcapd(nfcapd);
+    ToNfcapd {
+        g,
+        stderr,
+        records,
+        lost,
+        report,
+        flows,
+    }
+}
+
 /// The probe exports its flows over UDP to nfcapd with a 1 s active timeout, so 2 s of
 /// traffic splits every flow into several records. nfdump's records add up to the probe's
 /// report and the capture's accounting, packet for packet and byte for byte (IP bytes:
@@ -310,48 +381,30 @@ const FLOWS_CONFIG: &str =
 fn ipfix_flows_in_nfcapd_equal_the_probe_report() {
     let lab = lab(2);
     let dir = tempdir();
-    let config = dir.path().join("probe.toml");
-    std::fs::write(&config, FLOWS_CONFIG).expect("write config");
-    let flows_dir = dir.path().join("flows");
-    let report = dir.path().join("report.jsonl");
-    let nfcapd = start_nfcapd(&lab, &flows_dir);
-    let probe = start_probe(
+    let run = export_to_nfcapd(
         &lab,
-        &[
-            "-c",
-            s(&config),
-            "--report",
-            s(&report),
-            "--ipfix",
-            COLLECTOR,
-            "--ipfix-active",
-            "1s",
-        ],
+        dir.path(),
+        FLOWS_CONFIG,
+        &["--ipfix-active", "1s"],
+        &["--count", "20000", "--rate", "10k", "--flows", "8"],
     );
-    let g = gen(&lab, &["--count", "20000", "--rate", "10k", "--flows", "8"]);
-    let sent = on_wire(&g);
-    std::thread::sleep(SETTLE);
-    let (code, stderr) = probe.stop("INT");
-    assert_eq!(code, Some(0), "probe: {stderr}");
-    let (records, lost) = exported(&stderr);
-    assert_eq!(lost, 0, "{stderr}");
-    let (code, nf_log) = nfcapd.stop("TERM");
-    assert_eq!(code, Some(0), "nfcapd: {nf_log}");
+    let sent = on_wire(&run.g);
+    assert_eq!(run.lost, 0, "{}", run.stderr);
 
-    let (distinct, packets, bytes, captured) = probe_report(&report);
+    let (distinct, packets, bytes, captured) = probe_report(&run.report);
     assert_eq!(captured, sent, "no loss at 10k pps");
     assert_eq!(
         packets, captured,
         "every captured packet is IP and in the rule"
     );
-    let got = nfdump_flows(&flows_dir);
+    let got = nfdump_flows(&run.flows);
     assert_eq!(
         got.len() as u64,
-        records,
+        run.records,
         "nfcapd has every record exported"
     );
     assert_eq!(got.iter().map(|f| f.1).sum::<u64>(), packets, "{got:?}");
-    let ip_bytes = report_ip_bytes(&report);
+    let ip_bytes = report_ip_bytes(&run.report);
     assert_eq!(ip_bytes, bytes - 14 * packets, "untagged Ethernet frames");
     assert_eq!(got.iter().map(|f| f.2).sum::<u64>(), ip_bytes, "{got:?}");
     let iface = ifindex(&lab.probe.netns, &lab.probe.iface);
@@ -371,47 +424,29 @@ fn ipfix_flows_in_nfcapd_equal_the_probe_report() {
 fn ipfix_exports_every_flow_not_only_the_top_ones() {
     let lab = lab(1);
     let dir = tempdir();
-    let config = dir.path().join("probe.toml");
-    std::fs::write(
-        &config,
-        "period = \"250ms\"\n[[rule]]\nname = \"all\"\nfilter = \"ip\"\nactions = [\"flows\"]\ntop = 5\n",
-    )
-    .expect("write config");
-    let flows_dir = dir.path().join("flows");
-    let report = dir.path().join("report.jsonl");
-    let nfcapd = start_nfcapd(&lab, &flows_dir);
-    let probe = start_probe(
+    let run = export_to_nfcapd(
         &lab,
-        &[
-            "-c",
-            s(&config),
-            "--report",
-            s(&report),
-            "--ipfix",
-            COLLECTOR,
-        ],
-    );
-    let g = gen(
-        &lab,
+        dir.path(),
+        &format!("{FLOWS_CONFIG}top = 5\n"),
+        &[],
         &["--count", "30000", "--rate", "10k", "--flows", "32"],
     );
-    std::thread::sleep(SETTLE);
-    let (code, stderr) = probe.stop("INT");
-    assert_eq!(code, Some(0), "probe: {stderr}");
-    let (records, lost) = exported(&stderr);
-    let (code, nf_log) = nfcapd.stop("TERM");
-    assert_eq!(code, Some(0), "nfcapd: {nf_log}");
-    let text = std::fs::read_to_string(&report).expect("read report");
+    let text = std::fs::read_to_string(&run.report).expect("read report");
     for line in text.lines() {
         let r: Value = serde_json::from_str(line).expect("report line");
         let listed = r["flows"]["list"].as_array().expect("flows").len();
         assert!(listed <= 5, "the report lists the top 5: {r}");
     }
-    let got = nfdump_flows(&flows_dir);
-    assert_eq!((got.len() as u64, lost), (records, 0), "{stderr}");
+    let got = nfdump_flows(&run.flows);
+    assert_eq!(
+        (got.len() as u64, run.lost),
+        (run.records, 0),
+        "{}",
+        run.stderr
+    );
     assert_eq!(
         got.iter().map(|f| f.1).sum::<u64>(),
-        on_wire(&g),
+        on_wire(&run.g),
         "every packet on the wire is in nfdump's flows"
     );
     let ports: BTreeSet<u16> = got.iter().map(|f| f.0).collect();
@@ -498,22 +533,13 @@ fn ipfix_udp_counts_as_exported_what_a_restarted_nfcapd_holds() {
     let first = start_nfcapd(&lab, &before);
     let mut second = None;
     let (records, lost) = export_through_an_outage(&lab, dir.path(), COLLECTOR, || {
-        let (code, log) = first.stop("TERM");
-        assert_eq!(code, Some(0), "nfcapd: {log}");
+        stop_nfcapd(first);
         std::thread::sleep(Duration::from_secs(1));
         second = Some(start_nfcapd(&lab, &after));
     });
-    let (code, log) = second.expect("restarted").stop("TERM");
-    assert_eq!(code, Some(0), "nfcapd: {log}");
+    stop_nfcapd(second.expect("restarted"));
     let held = nfdump_flows(&before).len() + nfdump_flows(&after).len();
-    assert!(
-        lost > 0,
-        "the outage lost records: {records} exported, {lost} not"
-    );
-    assert_eq!(
-        held as u64, records,
-        "nfcapd holds what the probe counts as exported"
-    );
+    assert_outage_accounted(records, lost, held);
 }
 
 /// A TCP collector is killed 1 s into the traffic and started again 1 s later: the probe
@@ -536,17 +562,8 @@ fn ipfix_tcp_counts_as_exported_what_a_restarted_collector_holds() {
     std::thread::sleep(SETTLE);
     drop(second);
     std::thread::sleep(SETTLE);
-    let (code, log) = nfcapd.stop("TERM");
-    assert_eq!(code, Some(0), "nfcapd: {log}");
-    let held = nfdump_flows(&flows).len();
-    assert!(
-        lost > 0,
-        "the outage lost records: {records} exported, {lost} not"
-    );
-    assert_eq!(
-        held as u64, records,
-        "the collectors hold what the probe counts as exported"
-    );
+    stop_nfcapd(nfcapd);
+    assert_outage_accounted(records, lost, nfdump_flows(&flows).len());
 }
 
 /// nfcapd stops halfway through the traffic: the probe keeps capturing every packet, and
@@ -575,8 +592,7 @@ fn a_collector_that_goes_away_never_stops_the_capture() {
     );
     let g1 = gen(&lab, &["--count", "5000", "--rate", "10k", "--flows", "4"]);
     std::thread::sleep(SETTLE);
-    let (code, _) = nfcapd.stop("TERM");
-    assert_eq!(code, Some(0));
+    stop_nfcapd(nfcapd);
     let g2 = gen(&lab, &["--count", "10000", "--rate", "10k", "--flows", "4"]);
     std::thread::sleep(SETTLE);
     let metrics = curl(&lab.probe.netns, &format!("http://{METRICS}/metrics"));

@@ -81,18 +81,10 @@ pub(crate) fn through_sink(lab: &Lab, dir: &Path, args: &[&str], gen_args: &[&st
 
 /// The seven terms of the forwarding equation.
 fn terms(s: &serde_json::Value) -> u64 {
-    [
-        "forwarded",
-        "dropped_by_rule",
-        "dropped_kernel",
-        "dropped_pool",
-        "dropped_tx",
-        "filtered",
-        "not_taken",
-    ]
-    .iter()
-    .map(|k| num(s, k))
-    .sum()
+    poolcap_measure::forward_peers::TERMS
+        .iter()
+        .map(|k| num(s, k))
+        .sum()
 }
 
 /// Checks the equation in total and per queue, and that the queues add up to the total.
@@ -404,6 +396,41 @@ fn drop_rule_removes_exactly_the_matching_frames() {
     );
 }
 
+/// Sends a batch of 3,000 frames at 20k/s through the forwarder `fwd`, then another after
+/// each of `changes` (`ip -n NETNS link set IFACE STATE`), 400 ms apart, and stops it (exit 0):
+/// its stats, whose accounting adds up to the frames sent with no loss before OUT, and its
+/// stderr.
+pub(crate) fn forward_through_link_changes(
+    lab: &Lab,
+    fwd: Background,
+    json: &Path,
+    changes: &[(&str, &str, &str)],
+) -> (serde_json::Value, String) {
+    let batch = ["--count", "3000", "--rate", "20k"];
+    let settle = || std::thread::sleep(std::time::Duration::from_millis(400));
+    let mut total = num(&gen(lab, &batch), "frames");
+    settle();
+    for (netns, iface, state) in changes {
+        let st = Command::new("ip")
+            .args(["-n", netns, "link", "set", iface, state])
+            .status()
+            .expect("ip link set");
+        assert!(st.success(), "ip -n {netns} link set {iface} {state}");
+        total += num(&gen(lab, &batch), "frames");
+        settle();
+    }
+    let (code, err) = fwd.stop("INT");
+    assert_eq!(code, Some(0), "forward failed: {err}");
+    let s = stats(json);
+    assert_equation(&s, total);
+    assert_eq!(
+        (num(&s, "dropped_kernel"), num(&s, "dropped_pool")),
+        (0, 0),
+        "loss at 20k pps (busy machine? rerun): {s}"
+    );
+    (s, err)
+}
+
 /// While OUT is down (or has no carrier: the sink's end is down) its frames count as
 /// `dropped_tx`, said once per outage; forwarding resumes when it comes back.
 fn out_going_down_counts_dropped_tx_and_resumes() {
@@ -411,39 +438,14 @@ fn out_going_down_counts_dropped_tx_and_resumes() {
     let dir = tempdir();
     let json = dir.path().join("fwd.json");
     let fwd = forward(&lab, &["--stats-json", json.to_str().unwrap()]);
-    let set = |netns: &str, iface: &str, state: &str| {
-        let st = Command::new("ip")
-            .args(["-n", netns, "link", "set", iface, state])
-            .status()
-            .expect("ip link set");
-        assert!(st.success());
-    };
     let (probe, sink_ns) = (lab.probe.netns.as_str(), sink(&lab).netns.as_str());
-    let settle = || std::thread::sleep(std::time::Duration::from_millis(400));
-    let batch = ["--count", "3000", "--rate", "20k"];
-    let mut total = num(&gen(&lab, &batch), "frames");
-    settle();
-    set(probe, "prb1", "down");
-    total += num(&gen(&lab, &batch), "frames");
-    settle();
-    set(probe, "prb1", "up");
-    total += num(&gen(&lab, &batch), "frames");
-    settle();
-    set(sink_ns, "snk0", "down");
-    total += num(&gen(&lab, &batch), "frames");
-    settle();
-    set(sink_ns, "snk0", "up");
-    total += num(&gen(&lab, &batch), "frames");
-    settle();
-    let (code, err) = fwd.stop("INT");
-    assert_eq!(code, Some(0), "forward failed: {err}");
-    let s = stats(&json);
-    assert_equation(&s, total);
-    assert_eq!(
-        (num(&s, "dropped_kernel"), num(&s, "dropped_pool")),
-        (0, 0),
-        "loss at 20k pps (busy machine? rerun): {s}"
-    );
+    let changes = [
+        (probe, "prb1", "down"),
+        (probe, "prb1", "up"),
+        (sink_ns, "snk0", "down"),
+        (sink_ns, "snk0", "up"),
+    ];
+    let (s, err) = forward_through_link_changes(&lab, fwd, &json, &changes);
     assert_eq!(
         num(&s, "dropped_tx"),
         6000,
@@ -574,26 +576,8 @@ fn check_reports_latency_through_the_forwarder() {
 /// its capture time (ns since the epoch) less the 48-bit send stamp that follows the
 /// 16-byte tag at the start of the UDP payload, modulo 2^48.
 fn tshark_latencies(file: &Path) -> Vec<i64> {
-    let out = Command::new("tshark")
-        .arg("-r")
-        .arg(file)
-        .args([
-            "-T",
-            "fields",
-            "-e",
-            "frame.time_epoch",
-            "-e",
-            "udp.payload",
-        ])
-        .output()
-        .expect("tshark -r");
-    assert!(
-        out.status.success(),
-        "tshark -r {}: {out:?}",
-        file.display()
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
+    crate::common::tshark_fields(file, &["frame.time_epoch", "udp.payload"])
+        .iter()
         .map(|l| {
             let (time, payload) = l.split_once('\t').unwrap_or_else(|| panic!("line {l}"));
             let (secs, frac) = time.split_once('.').unwrap_or((time, "0"));

@@ -7,14 +7,13 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
 use libtest_mimic::Trial;
 
-use crate::common::{bin, gen, if_counters, num, poolcap_in, stats, tcpdump_count, tempdir, trial};
+use crate::common::{bin, if_counters, num, poolcap_in, tcpdump_count, tempdir, trial};
 use crate::forward::{
-    assert_equation, forward, lab3, sink, sink_frames, stops_mid_traffic_with_every_frame_counted,
-    through_sink,
+    assert_equation, forward, forward_through_link_changes, lab3, sink, sink_frames,
+    stops_mid_traffic_with_every_frame_counted, through_sink,
 };
 
 /// What every AF_XDP forward on veth must report as its transmit path.
@@ -127,32 +126,9 @@ fn out_down_counts_dropped_tx() {
             json.to_str().unwrap(),
         ],
     );
-    let set = |state: &str| {
-        let st = Command::new("ip")
-            .args(["-n", &lab.probe.netns, "link", "set", "prb1", state])
-            .status()
-            .expect("ip link set");
-        assert!(st.success());
-    };
-    let settle = || std::thread::sleep(Duration::from_millis(400));
-    let batch = ["--count", "3000", "--rate", "20k"];
-    let mut total = num(&gen(&lab, &batch), "frames");
-    settle();
-    set("down");
-    total += num(&gen(&lab, &batch), "frames");
-    settle();
-    set("up");
-    total += num(&gen(&lab, &batch), "frames");
-    settle();
-    let (code, err) = fwd.stop("INT");
-    assert_eq!(code, Some(0), "forward failed: {err}");
-    let s = stats(&json);
-    assert_equation(&s, total);
-    assert_eq!(
-        (num(&s, "dropped_kernel"), num(&s, "dropped_pool")),
-        (0, 0),
-        "loss at 20k pps (busy machine? rerun): {s}"
-    );
+    let probe = lab.probe.netns.as_str();
+    let changes = [(probe, "prb1", "down"), (probe, "prb1", "up")];
+    let (s, err) = forward_through_link_changes(&lab, fwd, &json, &changes);
     assert_eq!(num(&s, "dropped_tx"), 3000, "the second batch: {s}");
     assert_eq!(num(&s, "forwarded"), 6000, "the others: {s}");
     let got = if_counters(&sink(&lab).netns, "snk0").expect("snk0 counters");

@@ -110,6 +110,51 @@ impl Probe {
         );
         read_packets(&self.file)
     }
+
+    /// [`Probe::stop`], then checks that the file holds the generator's `n` frames, each
+    /// once, none missing.
+    pub(crate) fn stop_exact(&mut self, n: u64) -> Vec<RecordedPacket> {
+        let packets = self.stop(n as usize);
+        assert_eq!(
+            common::check_sequences(&self.file, n),
+            (n, n, 0, 0),
+            "(frames, unique, missing, duplicates)"
+        );
+        packets
+    }
+}
+
+/// A lab of `queues` queues whose probe interface tcpdump records ([`Probe`]) while the
+/// generator sends `traffic`, all `n` frames of it ([`assert_sent_all`]): the lab, the
+/// recording and the generator's report.
+fn send_all_to_probe(queues: u16, traffic: &[&str], n: u64) -> (Lab, Probe, serde_json::Value) {
+    let lab = common::lab(queues);
+    let probe = Probe::start(&lab);
+    let r = common::gen(&lab, traffic);
+    assert_sent_all(&r, n);
+    (lab, probe, r)
+}
+
+/// Runs `poolcap gen -i snd0 --count COUNT --size SIZE` in the lab's sender: its output.
+fn gen_sized(lab: &Lab, count: &str, size: &str) -> std::process::Output {
+    common::poolcap_in(
+        &lab.sender.netns,
+        &[
+            "gen",
+            "-i",
+            &lab.sender.iface,
+            "--count",
+            count,
+            "--size",
+            size,
+        ],
+    )
+}
+
+/// The generator's report `r` says it sent `n` frames and the link dropped none.
+fn assert_sent_all(r: &serde_json::Value, n: u64) {
+    assert_eq!(u64_of(r, "frames"), n, "{r}");
+    assert_eq!(u64_of(r, "link_dropped"), 0, "{r}");
 }
 
 fn read_packets(file: &Path) -> Vec<RecordedPacket> {
@@ -348,7 +393,7 @@ fn exact_count_seen_by_counters_and_tcpdump() {
         "prb0 dropped on receive"
     );
 
-    let packets = probe.stop(20_000);
+    let packets = probe.stop_exact(20_000);
     assert_eq!(packets.len(), 20_000, "frames in the tcpdump file");
     assert!(
         packets
@@ -374,11 +419,6 @@ fn exact_count_seen_by_counters_and_tcpdump() {
         "tcpdump -r with a filter: one flow, UDP source port 10000"
     );
     assert_eq!(common::tshark_count(&probe.file), 20_000, "tshark -r");
-    assert_eq!(
-        common::check_sequences(&probe.file, 20_000),
-        (20_000, 20_000, 0, 0),
-        "(frames, unique, missing, duplicates)"
-    );
 }
 
 fn sizes_imix_and_jumbo_lengths() {
@@ -455,18 +495,7 @@ fn sizes_imix_and_jumbo_lengths() {
     // Sizes outside 60..9000 are usage errors (exit 2), found before anything is sent.
     let before = probe_counters(&lab);
     for bad in ["9001", "59", "0", "big"] {
-        let out = common::poolcap_in(
-            &lab.sender.netns,
-            &[
-                "gen",
-                "-i",
-                &lab.sender.iface,
-                "--count",
-                "1",
-                "--size",
-                bad,
-            ],
-        );
+        let out = gen_sized(&lab, "1", bad);
         let what = format!("gen --size {bad}");
         assert_eq!(out.status.code(), Some(2), "{what}: {out:?}");
         let line = error_line(&what, &out);
@@ -477,18 +506,7 @@ fn sizes_imix_and_jumbo_lengths() {
     }
     // A size the CLI accepts but the 1500-byte MTU of the veth does not: a clean runtime
     // failure naming the interface, and nothing on the wire.
-    let out = common::poolcap_in(
-        &lab.sender.netns,
-        &[
-            "gen",
-            "-i",
-            &lab.sender.iface,
-            "--count",
-            "10",
-            "--size",
-            "1515",
-        ],
-    );
+    let out = gen_sized(&lab, "10", "1515");
     assert!(
         !out.status.success(),
         "gen --size 1515 on a 1500 MTU: {out:?}"
@@ -505,14 +523,11 @@ fn sizes_imix_and_jumbo_lengths() {
 fn flows_and_skew_in_the_capture() {
     // Two queues: with several flows, `--qdisc-bypass auto` goes through the qdisc so the
     // flow hash spreads them over the transmit queues; tcpdump sees all queues of prb0.
-    let lab = common::lab(2);
-    let mut probe = Probe::start(&lab);
-    let r = common::gen(
-        &lab,
+    let (_lab, mut probe, r) = send_all_to_probe(
+        2,
         &["--count", "20000", "--flows", "16", "--skew", "0.8"],
+        20_000,
     );
-    assert_eq!(u64_of(&r, "frames"), 20_000, "{r}");
-    assert_eq!(u64_of(&r, "link_dropped"), 0, "{r}");
     assert_eq!(
         r["qdisc_bypass"], false,
         "several flows over several tx queues must use the qdisc: {r}"
@@ -553,11 +568,7 @@ fn flows_and_skew_in_the_capture() {
 }
 
 fn rate_limited_count_is_exact() {
-    let lab = common::lab(1);
-    let mut probe = Probe::start(&lab);
-    let r = common::gen(&lab, &["--rate", "50k", "--count", "10000"]);
-    assert_eq!(u64_of(&r, "frames"), 10_000, "{r}");
-    assert_eq!(u64_of(&r, "link_dropped"), 0, "{r}");
+    let (_lab, mut probe, r) = send_all_to_probe(1, &["--rate", "50k", "--count", "10000"], 10_000);
     // Not a speed check: frame 9999 is due 0.19998 s after the start and is never sent early,
     // so a run that took less than 0.1 s was not paced at all.
     let seconds = f64_of(&r, "seconds");
@@ -565,32 +576,19 @@ fn rate_limited_count_is_exact() {
         seconds > 0.1,
         "10000 frames at 50k pps took {seconds} s: {r}"
     );
-    probe.stop(10_000);
-    assert_eq!(
-        common::check_sequences(&probe.file, 10_000),
-        (10_000, 10_000, 0, 0),
-        "(frames, unique, missing, duplicates)"
-    );
+    probe.stop_exact(10_000);
 }
 
 /// Bursts at top speed, each followed by its silence, measured from the burst's actual end:
 /// 20k frames take longer than the 30 ms idle, so a schedule counted from each burst's start
 /// would leave almost no gap.
 fn bursts_send_everything() {
-    let lab = common::lab(1);
-    let mut probe = Probe::start(&lab);
-    let r = common::gen(
-        &lab,
+    let (_lab, mut probe, _) = send_all_to_probe(
+        1,
         &["--burst", "20000", "--idle", "30ms", "--count", "60000"],
+        60000,
     );
-    assert_eq!(u64_of(&r, "frames"), 60000, "{r}");
-    assert_eq!(u64_of(&r, "link_dropped"), 0, "{r}");
-    probe.stop(60000);
-    assert_eq!(
-        common::check_sequences(&probe.file, 60000),
-        (60000, 60000, 0, 0),
-        "(frames, unique, missing, duplicates)"
-    );
+    probe.stop_exact(60000);
     let f = poolcap_format::read_file(&probe.file).expect("read the probe's file");
     let ts: Vec<u64> = f.packets.iter().map(|p| p.ts_ns).collect();
     for b in [20000, 40000] {
@@ -634,12 +632,7 @@ fn duration_stops() {
         frames,
         "prb0 received what the report says was sent"
     );
-    let packets = probe.stop(frames as usize);
-    assert_eq!(
-        common::check_sequences(&probe.file, frames),
-        (frames, frames, 0, 0),
-        "(frames, unique, missing, duplicates)"
-    );
+    let packets = probe.stop_exact(frames);
     // The frames' send stamps: every batch went out within 300 ms of the first.
     let stamps: Vec<u64> = packets
         .iter()

@@ -21,6 +21,34 @@ fn assert_kernel_agrees(lab: &Lab, before: u64, s: &serde_json::Value) {
     );
 }
 
+/// Captures with `args` on a lab of `queues` queues while the generator sends `traffic`, and
+/// stops the capture 300 ms after (exit 0). Every frame sent is accounted for, and that
+/// accounting is what prb0's own counter received: the stats and the generator's report.
+fn capture_accounted(
+    queues: u16,
+    args: &[&str],
+    traffic: &[&str],
+) -> (serde_json::Value, serde_json::Value) {
+    let lab = lab(queues);
+    let dir = tempdir();
+    let json = dir.path().join("stats.json");
+    let stats_json = ["--stats-json", json.to_str().unwrap()];
+    let cap = capture(&lab, &[args, &stats_json[..]].concat());
+    let rx_before = rx_packets(&lab);
+    let sent = gen(&lab, traffic);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (code, err) = cap.stop("INT");
+    assert_eq!(code, Some(0), "capture failed: {err}");
+    let s = stats(&json);
+    assert_kernel_agrees(&lab, rx_before, &s);
+    assert_eq!(
+        accounted(&s),
+        sent["frames"].as_u64().unwrap(),
+        "sent = captured + dropped_kernel + dropped_pool + filtered: {s}"
+    );
+    (s, sent)
+}
+
 fn queue_sum(s: &serde_json::Value, key: &str) -> u64 {
     s["queues"]
         .as_array()
@@ -33,11 +61,8 @@ fn queue_sum(s: &serde_json::Value, key: &str) -> u64 {
 /// Two queues, one elephant flow, a heavy per-packet load: the hot queue's backlog passes T
 /// and its chunks go to the other queue's worker.
 fn buddy_offloads_and_accounts_exactly() {
-    let lab = lab(2);
-    let dir = tempdir();
-    let json = dir.path().join("stats.json");
-    let cap = capture(
-        &lab,
+    let (s, sent) = capture_accounted(
+        2,
         &[
             "--queues",
             "2",
@@ -47,29 +72,12 @@ fn buddy_offloads_and_accounts_exactly() {
             "32,16",
             "--offload",
             "buddy:50",
-            "--stats-json",
-            json.to_str().unwrap(),
         ],
-    );
-    let rx_before = rx_packets(&lab);
-    let sent = gen(
-        &lab,
         &[
             "--count", "60000", "--rate", "60k", "--flows", "16", "--skew", "0.8",
         ],
     );
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let (code, err) = cap.stop("INT");
-    assert_eq!(code, Some(0), "capture failed: {err}");
-    let s = stats(&json);
-    assert_kernel_agrees(&lab, rx_before, &s);
-    let frames = sent["frames"].as_u64().unwrap();
     assert_eq!(sent["link_dropped"].as_u64(), Some(0));
-    assert_eq!(
-        accounted(&s),
-        frames,
-        "sent = captured + dropped_kernel + dropped_pool + filtered: {s}"
-    );
     let out = queue_sum(&s, "offloaded_out");
     assert!(out > 0, "no chunk was offloaded: {s}");
     assert_eq!(
@@ -83,11 +91,8 @@ fn buddy_offloads_and_accounts_exactly() {
 /// With congestion control the capture pauses at the high mark and the kernel counts what
 /// it then drops.
 fn congestion_pauses_and_accounts_exactly() {
-    let lab = lab(1);
-    let dir = tempdir();
-    let json = dir.path().join("stats.json");
-    let cap = capture(
-        &lab,
+    let (s, _) = capture_accounted(
+        1,
         &[
             "--load",
             "50000",
@@ -97,22 +102,8 @@ fn congestion_pauses_and_accounts_exactly() {
             "256",
             "--offload",
             "congestion:75,25",
-            "--stats-json",
-            json.to_str().unwrap(),
         ],
-    );
-    let rx_before = rx_packets(&lab);
-    let sent = gen(&lab, &["--count", "50000"]);
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let (code, err) = cap.stop("INT");
-    assert_eq!(code, Some(0), "capture failed: {err}");
-    let s = stats(&json);
-    assert_kernel_agrees(&lab, rx_before, &s);
-    let frames = sent["frames"].as_u64().unwrap();
-    assert_eq!(
-        accounted(&s),
-        frames,
-        "sent = captured + dropped_kernel + dropped_pool + filtered: {s}"
+        &["--count", "50000"],
     );
     assert!(queue_sum(&s, "paused_ms") > 0, "capture never paused: {s}");
     assert!(
@@ -124,31 +115,11 @@ fn congestion_pauses_and_accounts_exactly() {
 /// The plain in-place reader (the baseline peer) accounts for every packet too, and its
 /// only buffer is the kernel ring: under overload the kernel drops, the pool never does.
 fn inplace_reader_accounts_exactly() {
-    let lab = lab(2);
-    let dir = tempdir();
-    let json = dir.path().join("stats.json");
-    let cap = capture(
-        &lab,
-        &[
-            "--queues",
-            "2",
-            "--inplace",
-            "--load",
-            "20000",
-            "-B",
-            "256",
-            "--stats-json",
-            json.to_str().unwrap(),
-        ],
+    let (s, _) = capture_accounted(
+        2,
+        &["--queues", "2", "--inplace", "--load", "20000", "-B", "256"],
+        &["--count", "50000", "--flows", "8"],
     );
-    let rx_before = rx_packets(&lab);
-    let sent = gen(&lab, &["--count", "50000", "--flows", "8"]);
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let (code, err) = cap.stop("INT");
-    assert_eq!(code, Some(0), "capture failed: {err}");
-    let s = stats(&json);
-    assert_kernel_agrees(&lab, rx_before, &s);
-    assert_eq!(accounted(&s), sent["frames"].as_u64().unwrap(), "{s}");
     assert_eq!(s["dropped_pool"].as_u64(), Some(0), "{s}");
     assert!(
         s["dropped_kernel"].as_u64().unwrap() > 0,

@@ -6,7 +6,7 @@
 //! create them there), an open one where rotated files are made after it.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -54,6 +54,56 @@ pub(crate) fn trials() -> Vec<Trial> {
 const NOBODY: u32 = 65534;
 const SETTLE: Duration = Duration::from_millis(400);
 
+/// Sends `traffic` from the generator while `tool` runs, then stops `tool` with SIGINT, on
+/// which it must exit 0 (`what` names it): the generator's report and the tool's stderr.
+fn send_then_stop(
+    lab: &Lab,
+    tool: Background,
+    traffic: &[&str],
+    what: &str,
+) -> (serde_json::Value, String) {
+    let g = gen(lab, traffic);
+    std::thread::sleep(SETTLE);
+    let (code, stderr) = tool.stop("INT");
+    assert_eq!(code, Some(0), "{what}: {stderr}");
+    (g, stderr)
+}
+
+/// Starts `poolcap probe -Z root ARGS` with one rule, `all` (`(filter, action)`, see
+/// [`one_rule_config`]), reporting into `dir`, and checks that its threads are sealed: the
+/// probe and its report file.
+fn sealed_root_probe(
+    lab: &Lab,
+    dir: &Path,
+    (filter, action): (&str, &str),
+    args: &[&str],
+) -> (Background, PathBuf) {
+    let config = one_rule_config(dir, filter, action);
+    let report = dir.join("r.jsonl");
+    let root = ["-Z", "root", "-c", s(&config), "--report", s(&report)];
+    let probe = start_probe(lab, &[&root[..], args].concat());
+    assert_sealed(&probe, &format!("probe -Z root {}", args.join(" ")));
+    (probe, report)
+}
+
+/// Packets a probe's report (`--report`, one JSON object a line) counts over all its lines.
+fn reported_packets(report: &Path) -> u64 {
+    std::fs::read_to_string(report)
+        .expect("report")
+        .lines()
+        .map(|l| num(&serde_json::from_str(l).expect("json line"), "packets"))
+        .sum()
+}
+
+/// Writes `probe.toml` into `dir`: one rule, `all`, with `filter` and `action`, reported
+/// every 250 ms.
+fn one_rule_config(dir: &Path, filter: &str, action: &str) -> PathBuf {
+    let text = format!(
+        "period = \"250ms\"\n[[rule]]\nname = \"all\"\nfilter = \"{filter}\"\nactions = [\"{action}\"]\n"
+    );
+    crate::probe::write(dir, "probe.toml", &text)
+}
+
 /// Every thread of `bg` runs as `uid` (real, effective, saved, fs) with no capability.
 fn assert_dropped(bg: &Background, uid: u32, what: &str) {
     let ids = thread_identities(bg.child.id());
@@ -77,11 +127,7 @@ fn owner(p: &Path) -> (u32, u32) {
 fn probe_runs_as_the_dropped_user_and_owns_its_files() {
     let lab = crate::common::lab(1);
     let dir = tempdir(); // 0700, root's
-    let config = crate::probe::write(
-        dir.path(),
-        "probe.toml",
-        "period = \"250ms\"\n[[rule]]\nname = \"all\"\nfilter = \"ip\"\nactions = [\"flows\"]\n",
-    );
+    let config = one_rule_config(dir.path(), "ip", "flows");
     let default_uid = Command::new("id")
         .args(["-u", "poolcap"])
         .output()
@@ -123,15 +169,13 @@ fn probe_runs_as_the_dropped_user_and_owns_its_files() {
             .output()
             .expect("run ctl");
         assert!(status.status.success(), "ctl status: {status:?}");
-        let g = gen(&lab, &["--count", "1000", "--rate", "10k", "--flows", "4"]);
-        std::thread::sleep(SETTLE);
-        let (code, stderr) = probe.stop("INT");
-        assert_eq!(code, Some(0), "probe -Z {z:?}: {stderr}");
-        let packets: u64 = std::fs::read_to_string(&report)
-            .expect("report")
-            .lines()
-            .map(|l| num(&serde_json::from_str(l).expect("json line"), "packets"))
-            .sum();
+        let (g, stderr) = send_then_stop(
+            &lab,
+            probe,
+            &["--count", "1000", "--rate", "10k", "--flows", "4"],
+            &format!("probe -Z {z:?}"),
+        );
+        let packets = reported_packets(&report);
         assert_eq!(packets, on_wire(&g), "-Z {z:?}: {stderr}");
         assert_eq!(tcpdump_count(&file, &[]), on_wire(&g), "-Z {z:?}");
         assert_eq!(owner(&file), (uid, uid), "-Z {z:?}: at the end");
@@ -151,10 +195,7 @@ fn forward_runs_as_the_dropped_user_and_owns_its_stats() {
         .args(["--stats-json", s(&json)]);
     let fwd = Background::start(cmd, "listening on");
     assert_dropped(&fwd, NOBODY, "forward -Z nobody");
-    let g = gen(&lab, &["--count", "2000", "--rate", "10k"]);
-    std::thread::sleep(SETTLE);
-    let (code, stderr) = fwd.stop("INT");
-    assert_eq!(code, Some(0), "forward: {stderr}");
+    let (g, _) = send_then_stop(&lab, fwd, &["--count", "2000", "--rate", "10k"], "forward");
     let st = stats(&json);
     assert_eq!(num(&st, "received"), on_wire(&g), "{st}");
     assert_eq!(num(&st, "forwarded"), on_wire(&g), "{st}");
@@ -186,13 +227,12 @@ fn rotated_capture_files_belong_to_the_dropped_user() {
             s(&json),
         ],
     );
-    let g = gen(
+    let (g, _) = send_then_stop(
         &lab,
+        cap,
         &["--count", "3000", "--rate", "10k", "--size", "1000"],
+        "capture",
     );
-    std::thread::sleep(SETTLE);
-    let (code, stderr) = cap.stop("INT");
-    assert_eq!(code, Some(0), "capture: {stderr}");
     let files: Vec<_> = std::fs::read_dir(dir.path())
         .expect("read dir")
         .map(|e| e.expect("entry").path())
@@ -279,34 +319,11 @@ fn every_thread_of_a_root_capture_probe_and_forward_is_sealed() {
         ],
     );
     assert_sealed(&cap, "capture -Z root");
-    let g = gen(&lab, &["--count", "500", "--rate", "10k"]);
-    std::thread::sleep(SETTLE);
-    let (code, stderr) = cap.stop("INT");
-    assert_eq!(code, Some(0), "capture: {stderr}");
+    let (g, _) = send_then_stop(&lab, cap, &["--count", "500", "--rate", "10k"], "capture");
     assert_eq!(tcpdump_count(&file, &[]), on_wire(&g));
 
-    let config = crate::probe::write(
-        dir.path(),
-        "probe.toml",
-        "period = \"250ms\"\n[[rule]]\nname = \"all\"\nfilter = \"ip\"\nactions = [\"flows\"]\n",
-    );
-    let report = dir.path().join("r.jsonl");
-    let probe = start_probe(
-        &lab,
-        &[
-            "-Z",
-            "root",
-            "-c",
-            s(&config),
-            "--report",
-            s(&report),
-            "--metrics",
-            "127.0.0.1:9464",
-            "--ipfix",
-            "127.0.0.1:4739",
-        ],
-    );
-    assert_sealed(&probe, "probe -Z root --metrics --ipfix");
+    let exporting = ["--metrics", "127.0.0.1:9464", "--ipfix", "127.0.0.1:4739"];
+    let (probe, _) = sealed_root_probe(&lab, dir.path(), ("ip", "flows"), &exporting);
     let (code, stderr) = probe.stop("INT");
     assert_eq!(code, Some(0), "probe: {stderr}");
 
@@ -341,13 +358,12 @@ fn a_root_captures_post_rotate_command_runs_without_capabilities() {
         &lab,
         &["-Z", "root", "-w", s(&file), "-C", "1", "-z", s(&script)],
     );
-    gen(
+    send_then_stop(
         &lab,
+        cap,
         &["--count", "2500", "--rate", "10k", "--size", "1000"],
+        "capture",
     );
-    std::thread::sleep(SETTLE);
-    let (code, stderr) = cap.stop("INT");
-    assert_eq!(code, Some(0), "capture: {stderr}");
     let reports: Vec<_> = std::fs::read_dir(dir.path())
         .expect("read dir")
         .map(|e| e.expect("entry").path())
@@ -365,36 +381,10 @@ fn a_root_captures_post_rotate_command_runs_without_capabilities() {
 fn the_in_kernel_probes_exporter_threads_are_sealed() {
     let lab = crate::common::lab(1);
     let dir = tempdir();
-    let config = crate::probe::write(
-        dir.path(),
-        "probe.toml",
-        "period = \"250ms\"\n[[rule]]\nname = \"all\"\nfilter = \"udp\"\nactions = [\"count\"]\n",
-    );
-    let report = dir.path().join("r.jsonl");
-    let probe = start_probe(
-        &lab,
-        &[
-            "--in-kernel",
-            "-Z",
-            "root",
-            "-c",
-            s(&config),
-            "--report",
-            s(&report),
-            "--ipfix",
-            "127.0.0.1:4739",
-        ],
-    );
-    assert_sealed(&probe, "probe --in-kernel -Z root --ipfix");
-    let g = gen(&lab, &["--count", "1000", "--rate", "10k"]);
-    std::thread::sleep(SETTLE);
-    let (code, stderr) = probe.stop("INT");
-    assert_eq!(code, Some(0), "probe: {stderr}");
-    let packets: u64 = std::fs::read_to_string(&report)
-        .expect("report")
-        .lines()
-        .map(|l| num(&serde_json::from_str(l).expect("json line"), "packets"))
-        .sum();
+    let in_kernel = ["--in-kernel", "--ipfix", "127.0.0.1:4739"];
+    let (probe, report) = sealed_root_probe(&lab, dir.path(), ("udp", "count"), &in_kernel);
+    let (g, stderr) = send_then_stop(&lab, probe, &["--count", "1000", "--rate", "10k"], "probe");
+    let packets = reported_packets(&report);
     assert_eq!(packets, on_wire(&g), "{stderr}");
 }
 
@@ -404,11 +394,7 @@ fn the_in_kernel_probes_exporter_threads_are_sealed() {
 fn a_probe_keeping_privileges_for_kernel_rules_exports_without_them() {
     let lab = crate::common::lab(1);
     let dir = tempdir();
-    let config = crate::probe::write(
-        dir.path(),
-        "probe.toml",
-        "period = \"250ms\"\n[[rule]]\nname = \"all\"\nfilter = \"udp\"\nactions = [\"flows\"]\n",
-    );
+    let config = one_rule_config(dir.path(), "udp", "flows");
     for extra in [&[][..], &["--metrics", "127.0.0.1:9464"][..]] {
         let mut args = vec!["--in-kernel", "-c", s(&config), "--ipfix", "127.0.0.1:4739"];
         args.extend(extra);

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::common::{
     bin, gen, lab, num, on_wire, path_str as s, poolcap_in, start_probe, tcpdump_count, tempdir,
-    trial, Background,
+    trial, Background, Lab,
 };
 
 pub(crate) fn trials() -> Vec<Trial> {
@@ -64,6 +64,37 @@ pub(crate) fn stop_probe(bg: Background) -> String {
     assert_eq!(code, Some(0), "probe exit code; stderr:\n{stderr}");
     assert!(!stderr.contains("panicked"), "probe panicked:\n{stderr}");
     stderr
+}
+
+/// Starts `poolcap probe -c CFG ARGS` in `lab` with its report and control socket in `dir`
+/// (`report.jsonl` and `ctl.sock`, returned in that order).
+pub(crate) fn start_probe_with_ctl(
+    lab: &Lab,
+    dir: &Path,
+    cfg: &Path,
+    args: &[&str],
+) -> (Background, PathBuf, PathBuf) {
+    let report = dir.join("report.jsonl");
+    let socket = dir.join("ctl.sock");
+    let files = ["-c", s(cfg), "--report", s(&report), "--ctl", s(&socket)];
+    let bg = start_probe(lab, &[&files[..], args].concat());
+    (bg, report, socket)
+}
+
+/// Runs `poolcap probe -c CFG --report REPORT ARGS` in `lab` while the generator sends
+/// `traffic`, then stops it ([`stop_probe`]): the report's records, the probe's stderr and
+/// the generator's report.
+fn probe_while_sending(
+    lab: &Lab,
+    (cfg, report): (&Path, &Path),
+    args: &[&str],
+    traffic: &[&str],
+) -> (Vec<Value>, String, Value) {
+    let to_report = ["-c", s(cfg), "--report", s(report)];
+    let bg = start_probe(lab, &[&to_report[..], args].concat());
+    let g = gen(lab, traffic);
+    let stderr = stop_probe(bg);
+    (records(report), stderr, g)
 }
 
 pub(crate) fn records(path: &Path) -> Vec<Value> {
@@ -256,29 +287,14 @@ fn rules_match_tcpdump_and_tshark_on_generator_traffic() {
     let report = dir.path().join("report.jsonl");
     let file = dir.path().join("probe.pcapng");
     let lab = lab(2);
-    let bg = start_probe(
+    let (recs, stderr, g) = probe_while_sending(
         &lab,
-        &[
-            "-c",
-            s(&cfg),
-            "--report",
-            s(&report),
-            "-w",
-            s(&file),
-            "--queues",
-            "2",
-            "--workers",
-            "2",
-        ],
-    );
-    let g = gen(
-        &lab,
+        (&cfg, &report),
+        &["-w", s(&file), "--queues", "2", "--workers", "2"],
         &[
             "--count", "20000", "--rate", "16k", "--flows", "8", "--size", "imix",
         ],
     );
-    let stderr = stop_probe(bg);
-    let recs = records(&report);
     let periods = of_rule(&recs, "all").len();
     assert!(
         periods >= 2,
@@ -645,7 +661,8 @@ const CTL_CONFIG: &str = "period = \"1h\"\n\
     [[rule]]\nname = \"all\"\nfilter = \"udp\"\nactions = [\"count\"]\n\
     [[rule]]\nname = \"p9\"\nfilter = \"udp dst port 9\"\nactions = [\"count\"]\n";
 
-fn ctl(socket: &Path, words: &[&str]) -> (bool, String) {
+/// `poolcap ctl SOCKET WORDS`: whether it succeeded, and its stdout and stderr.
+pub(crate) fn ctl(socket: &Path, words: &[&str]) -> (bool, String) {
     let out = Command::new(bin())
         .args(["ctl", s(socket)])
         .args(words)
@@ -663,25 +680,10 @@ fn ctl_changes_rules_without_loss_or_double_count() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempdir();
     let cfg = write(dir.path(), "probe.toml", CTL_CONFIG);
-    let report = dir.path().join("report.jsonl");
-    let file = dir.path().join("probe.pcapng");
-    let socket = dir.path().join("ctl.sock");
     let lab = lab(2);
-    let bg = start_probe(
-        &lab,
-        &[
-            "-c",
-            s(&cfg),
-            "--report",
-            s(&report),
-            "-w",
-            s(&file),
-            "--ctl",
-            s(&socket),
-            "--queues",
-            "2",
-        ],
-    );
+    let file = dir.path().join("probe.pcapng");
+    let args = ["-w", s(&file), "--queues", "2"];
+    let (bg, report, socket) = start_probe_with_ctl(&lab, dir.path(), &cfg, &args);
     let mode = std::fs::metadata(&socket)
         .expect("socket")
         .permissions()
@@ -830,13 +832,10 @@ fn buddy_offload_under_load_analyses_every_captured_packet() {
     );
     let report = dir.path().join("report.jsonl");
     let lab = lab(2);
-    let bg = start_probe(
+    let (recs, stderr, g) = probe_while_sending(
         &lab,
+        (&cfg, &report),
         &[
-            "-c",
-            s(&cfg),
-            "--report",
-            s(&report),
             "--queues",
             "2",
             "--workers",
@@ -848,15 +847,10 @@ fn buddy_offload_under_load_analyses_every_captured_packet() {
             "--offload",
             "buddy:50",
         ],
-    );
-    let g = gen(
-        &lab,
         &[
             "--count", "60000", "--rate", "60k", "--flows", "16", "--skew", "0.8",
         ],
     );
-    let stderr = stop_probe(bg);
-    let recs = records(&report);
     let all = of_rule(&recs, "all");
     let sum = |k: &str| -> u64 { all.iter().map(|r| num(&r["accounting"], k)).sum() };
     let captured = sum("captured");
@@ -943,15 +937,14 @@ fn file_reports_equal_live_reports_and_cut_periods_by_timestamp() {
     let live = dir.path().join("live.jsonl");
     let file = dir.path().join("live.pcapng");
     let lab = lab(2);
-    let bg = start_probe(&lab, &["-c", s(&cfg), "--report", s(&live), "-w", s(&file)]);
-    gen(
+    let (on, _, _) = probe_while_sending(
         &lab,
+        (&cfg, &live),
+        &["-w", s(&file)],
         &[
             "--count", "6000", "--rate", "10k", "--flows", "8", "--size", "imix",
         ],
     );
-    stop_probe(bg);
-    let on = records(&live);
     let in_file = tcpdump_count(&file, &[]);
     assert!(in_file > 0, "nothing captured");
 

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use libtest_mimic::Trial;
 
 use crate::common::{
-    bin, lab, netns_command, num, path_str as s, start_probe, tempdir, trial, SmallFs,
+    bin, lab, netns_command, num, path_str as s, start_probe, tempdir, trial, Lab, SmallFs,
 };
-use crate::probe::{records, stop_probe, write, write_pcap};
+use crate::probe::{records, start_probe_with_ctl, stop_probe, write, write_pcap};
 
 pub(crate) fn trials() -> Vec<Trial> {
     let t = |name: &'static str, f: fn()| trial(&format!("probe_faults::{name}"), f);
@@ -98,6 +98,32 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// `probe -i prb0 -q -c CFG --duration DURATION`: a probe of the lab's probe interface
+/// that ends by itself.
+fn live_probe<'a>(cfg: &'a Path, duration: &'a str) -> [&'a str; 8] {
+    [
+        "probe",
+        "-i",
+        "prb0",
+        "-q",
+        "-c",
+        s(cfg),
+        "--duration",
+        duration,
+    ]
+}
+
+/// Runs `poolcap probe -i prb0 -q -c CFG --duration 1s ARGS` in the lab's probe host: its
+/// exit code and stderr.
+fn probe_for_1s(lab: &Lab, cfg: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let out = netns_command(&lab.probe.netns, bin())
+        .args(live_probe(cfg, "1s"))
+        .args(args)
+        .output()
+        .expect("probe");
+    (out.status.code(), text(&out.stderr))
+}
+
 /// Waits for `child` to exit; kills it and fails after `guard` (a hang guard, not a timing
 /// claim). Returns its exit code and stderr.
 fn wait_guarded(mut child: std::process::Child, guard: Duration, what: &str) -> (i32, String) {
@@ -133,18 +159,7 @@ fn output_files_are_never_written_through_a_link() {
     write_pcap(&trace, &crate::probe::real_looking_frames());
     let runs: Vec<(Vec<&str>, bool)> = vec![
         (
-            vec![
-                "probe",
-                "-i",
-                "prb0",
-                "-q",
-                "-c",
-                s(&cfg),
-                "--report",
-                s(&link),
-                "--duration",
-                "500ms",
-            ],
+            [&live_probe(&cfg, "500ms")[..], &["--report", s(&link)]].concat(),
             true,
         ),
         (
@@ -230,22 +245,8 @@ fn a_dead_ctl_socket_is_replaced_a_live_one_refused() {
     status();
     // A probe on the same socket, refused with `why`.
     let refused = |why: &str| {
-        let out = netns_command(&lab.probe.netns, bin())
-            .args([
-                "probe",
-                "-i",
-                "prb0",
-                "-q",
-                "-c",
-                s(&cfg),
-                "--ctl",
-                s(&socket),
-            ])
-            .args(["--duration", "1s"])
-            .output()
-            .expect("probe");
-        let err = text(&out.stderr);
-        assert!(!out.status.success(), "{err}");
+        let (code, err) = probe_for_1s(&lab, &cfg, &["--ctl", s(&socket)]);
+        assert_ne!(code, Some(0), "{err}");
         assert!(err.contains(why), "want `{why}`: {err}");
     };
     // While it runs, another probe on the same socket is refused.
@@ -276,12 +277,7 @@ fn silent_ctl_clients_hold_up_no_command_or_stop() {
         "probe.toml",
         &CONFIG.replace("period = \"1s\"", "period = \"200ms\""),
     );
-    let socket = dir.path().join("ctl.sock");
-    let report = dir.path().join("r.jsonl");
-    let bg = start_probe(
-        &lab,
-        &["-c", s(&cfg), "--ctl", s(&socket), "--report", s(&report)],
-    );
+    let (bg, report, socket) = start_probe_with_ctl(&lab, dir.path(), &cfg, &[]);
     let silent: Vec<UnixStream> = (0..20)
         .map(|_| UnixStream::connect(&socket).expect("connect"))
         .collect();
@@ -419,16 +415,7 @@ fn silent_runs_say_why_and_bad_names_are_refused() {
     // --ipfix with count rules only, stderr read to the first line and then closed.
     let cfg = write(dir.path(), "probe.toml", CONFIG);
     let mut child = netns_command(&lab.probe.netns, bin())
-        .args([
-            "probe",
-            "-i",
-            "prb0",
-            "-q",
-            "-c",
-            s(&cfg),
-            "--duration",
-            "1500ms",
-        ])
+        .args(live_probe(&cfg, "1500ms"))
         .args(["--ipfix", "127.0.0.1:4739"])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -451,22 +438,9 @@ fn silent_runs_say_why_and_bad_names_are_refused() {
     );
 
     for (topic, why) in [("a b", "` ` is not allowed"), ("", "1 to 249")] {
-        let out = netns_command(&lab.probe.netns, bin())
-            .args([
-                "probe",
-                "-i",
-                "prb0",
-                "-q",
-                "-c",
-                s(&cfg),
-                "--duration",
-                "1s",
-            ])
-            .args(["--kafka", "127.0.0.1:9092", "--topic", topic])
-            .output()
-            .expect("probe");
-        let err = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "topic {topic:?}: {err}");
+        let kafka = ["--kafka", "127.0.0.1:9092", "--topic", topic];
+        let (code, err) = probe_for_1s(&lab, &cfg, &kafka);
+        assert_eq!(code, Some(2), "topic {topic:?}: {err}");
         assert!(
             err.contains("--topic") && err.contains(why),
             "{topic:?}: {err}"
@@ -659,23 +633,8 @@ fn each_periods_accounting_covers_its_rules_packets_under_ctl() {
          [[rule]]\nname = \"all\"\nfilter = \"\"\nactions = [\"count\"]\n\
          [[rule]]\nname = \"p9\"\nfilter = \"udp dst port 9\"\nactions = [\"count\"]\n",
     );
-    let socket = dir.path().join("ctl.sock");
-    let report = dir.path().join("r.jsonl");
-    let bg = start_probe(
-        &lab,
-        &[
-            "-c",
-            s(&cfg),
-            "--ctl",
-            s(&socket),
-            "--report",
-            s(&report),
-            "--queues",
-            "2",
-            "--load",
-            "2000",
-        ],
-    );
+    let queues = ["--queues", "2", "--load", "2000"];
+    let (bg, report, socket) = start_probe_with_ctl(&lab, dir.path(), &cfg, &queues);
     let sender = netns_command(&lab.sender.netns, bin())
         .args([
             "gen",

@@ -31,8 +31,8 @@ use crate::common::{
     Background, Lab,
 };
 use crate::probe::{
-    assert_flows_match_tshark, probe_file, real_looking_frames, records, stop_probe,
-    tcpdump_selects, totals, write, write_pcap, MAC_A, MAC_B,
+    assert_flows_match_tshark, probe_file, real_looking_frames, records, start_probe_with_ctl,
+    stop_probe, tcpdump_selects, totals, write, write_pcap, MAC_A, MAC_B,
 };
 
 pub(crate) fn trials() -> Vec<Trial> {
@@ -471,24 +471,10 @@ fn kernel_and_user_rules_count_the_same_traffic_alike() {
     let frames = real_looking_frames();
     write_pcap(&trace, &frames);
     let cfg = write(dir.path(), "probe.toml", &pair_config());
-    let report = dir.path().join("report.jsonl");
-    let file = dir.path().join("probe.pcapng");
-    let socket = dir.path().join("ctl.sock");
     let lab = lab(2);
-    let bg = start_probe(
-        &lab,
-        &[
-            "-c",
-            s(&cfg),
-            "--report",
-            s(&report),
-            "-w",
-            s(&file),
-            "--ctl",
-            s(&socket),
-            "--in-kernel=auto",
-        ],
-    );
+    let file = dir.path().join("probe.pcapng");
+    let args = ["-w", s(&file), "--in-kernel=auto"];
+    let (bg, report, socket) = start_probe_with_ctl(&lab, dir.path(), &cfg, &args);
     let loops = 20;
     gen(
         &lab,
@@ -663,17 +649,8 @@ fn start_in_kernel(lab: &Lab, cfg: &Path, report: &Path, socket: &Path) -> Backg
 
 /// `poolcap ctl SOCKET WORDS`, which must answer ok.
 fn ctl(socket: &Path, words: &[&str]) {
-    let out = Command::new(bin())
-        .args(["ctl", s(socket)])
-        .args(words)
-        .output()
-        .expect("poolcap ctl");
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success() && text.starts_with("ok"),
-        "ctl {words:?}: {text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (ok, text) = crate::probe::ctl(socket, words);
+    assert!(ok && text.starts_with("ok"), "ctl {words:?}: {text}");
 }
 
 /// The program ids of the TCX links process `pid` holds (from its fds' fdinfo).

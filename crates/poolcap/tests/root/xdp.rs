@@ -1,6 +1,6 @@
 //! AF_XDP backend tests in a lab (native XDP on veth, copy mode).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use libtest_mimic::Trial;
@@ -9,14 +9,16 @@ use crate::common::{
     bin, capture, check_sequences, gen, lab, netns_command, num, stats, tempdir, trial, Lab,
 };
 
-/// Captures with `args` while `traffic` runs; returns the stats JSON.
+/// Captures with `args` into `dir`'s `NAME.pcapng` (stats in `NAME.json`) while `traffic`
+/// runs: the stats JSON and the file.
 fn capture_run(
     lab: &Lab,
-    file: &Path,
-    json: &Path,
+    (dir, name): (&Path, &str),
     args: &[&str],
     traffic: &[&[&str]],
-) -> serde_json::Value {
+) -> (serde_json::Value, PathBuf) {
+    let file = dir.join(format!("{name}.pcapng"));
+    let json = dir.join(format!("{name}.json"));
     let mut all = vec![
         "-w",
         file.to_str().unwrap(),
@@ -32,7 +34,7 @@ fn capture_run(
     let (code, err) = cap.stop("INT");
     assert_eq!(code, Some(0), "capture {args:?} failed: {err}");
     assert!(err.contains("backend af_"), "no backend report: {err}");
-    stats(json)
+    (stats(&json), file)
 }
 
 fn xdp_attached(lab: &Lab) -> bool {
@@ -54,12 +56,10 @@ fn xdp_exact_counts_on_1_2_4_queues() {
     for q in [1u16, 2, 4] {
         let lab = lab(q);
         let dir = tempdir();
-        let (file, json) = (dir.path().join("x.pcapng"), dir.path().join("x.json"));
         let qs = q.to_string();
-        let s = capture_run(
+        let (s, file) = capture_run(
             &lab,
-            &file,
-            &json,
+            (dir.path(), "x"),
             &["--backend", "af_xdp", "--queues", &qs],
             &[&["--count", "20000", "--flows", "32"]],
         );
@@ -93,31 +93,10 @@ fn xdp_exact_counts_on_1_2_4_queues() {
 
 /// The frames of a file as sorted lines of (length, source port, payload) from tshark.
 fn frames_by_tshark(file: &Path) -> Vec<String> {
-    let out = Command::new("tshark")
-        .arg("-r")
-        .arg(file)
-        .args([
-            "-T",
-            "fields",
-            "-e",
-            "frame.len",
-            "-e",
-            "udp.srcport",
-            "-e",
-            "udp.dstport",
-            "-e",
-            "data.data",
-        ])
-        .output()
-        .expect("tshark");
-    assert!(
-        out.status.success(),
-        "tshark: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(without_send_time)
+    let fields = ["frame.len", "udp.srcport", "udp.dstport", "data.data"];
+    let mut lines: Vec<String> = crate::common::tshark_fields(file, &fields)
+        .iter()
+        .map(|l| without_send_time(l))
         .collect();
     lines.sort();
     lines
@@ -143,12 +122,9 @@ fn xdp_file_holds_the_same_frames_as_af_packet() {
     ];
     let mut files = Vec::new();
     for backend in ["af_packet", "af_xdp"] {
-        let file = dir.path().join(format!("{backend}.pcapng"));
-        let json = dir.path().join(format!("{backend}.json"));
-        let s = capture_run(
+        let (s, file) = capture_run(
             &lab,
-            &file,
-            &json,
+            (dir.path(), backend),
             &["--backend", backend, "--queues", "2"],
             &[traffic],
         );
@@ -178,12 +154,9 @@ fn xdp_filters_agree_with_af_packet() {
     ];
     let mut captured = Vec::new();
     for backend in ["af_packet", "af_xdp"] {
-        let file = dir.path().join(format!("{backend}.pcapng"));
-        let json = dir.path().join(format!("{backend}.json"));
-        let s = capture_run(
+        let (s, _) = capture_run(
             &lab,
-            &file,
-            &json,
+            (dir.path(), backend),
             &[
                 "--backend",
                 backend,
@@ -224,8 +197,11 @@ fn xdp_filters_agree_with_af_packet() {
     assert_eq!(captured, vec![3000, 3000]);
 }
 
-fn run_probe(lab: &Lab, args: &[&str]) -> (Option<i32>, String) {
+/// Runs `poolcap capture -i prb0 --backend af_xdp ARGS` in the lab's probe host: its exit
+/// code and stderr.
+fn capture_af_xdp(lab: &Lab, args: &[&str]) -> (Option<i32>, String) {
     let out = netns_command(&lab.probe.netns, bin())
+        .args(["capture", "-i", &lab.probe.iface, "--backend", "af_xdp"])
         .args(args)
         .output()
         .expect("run poolcap");
@@ -238,39 +214,13 @@ fn run_probe(lab: &Lab, args: &[&str]) -> (Option<i32>, String) {
 fn xdp_errors_are_clear() {
     let lab = lab(2);
     let iface = lab.probe.iface.clone();
-    let (code, err) = run_probe(
-        &lab,
-        &[
-            "capture",
-            "-i",
-            &iface,
-            "--backend",
-            "af_xdp",
-            "--queues",
-            "4",
-            "-c",
-            "1",
-        ],
-    );
+    let (code, err) = capture_af_xdp(&lab, &["--queues", "4", "-c", "1"]);
     assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains("2 receive queues") && err.lines().count() == 1,
         "{err}"
     );
-    let (code, err) = run_probe(
-        &lab,
-        &[
-            "capture",
-            "-i",
-            &iface,
-            "--backend",
-            "af_xdp",
-            "--zero-copy",
-            "required",
-            "-c",
-            "1",
-        ],
-    );
+    let (code, err) = capture_af_xdp(&lab, &["--zero-copy", "required", "-c", "1"]);
     assert_ne!(code, Some(0));
     assert!(err.contains("zero-copy"), "{err}");
     assert!(
@@ -296,30 +246,14 @@ fn xdp_errors_are_clear() {
         .status()
         .expect("ip");
     assert!(st.success());
-    let (code, err) = run_probe(
-        &lab,
-        &["capture", "-i", &iface, "--backend", "af_xdp", "-c", "1"],
-    );
+    let (code, err) = capture_af_xdp(&lab, &["-c", "1"]);
     assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains("already attached") && err.contains("--force"),
         "{err}"
     );
     assert!(xdp_attached(&lab), "the foreign program must stay");
-    let (code, err) = run_probe(
-        &lab,
-        &[
-            "capture",
-            "-i",
-            &iface,
-            "--backend",
-            "af_xdp",
-            "--force",
-            "--duration",
-            "300ms",
-            "-q",
-        ],
-    );
+    let (code, err) = capture_af_xdp(&lab, &["--force", "--duration", "300ms", "-q"]);
     assert_eq!(code, Some(0), "{err}");
     assert!(
         !xdp_attached(&lab),
