@@ -288,7 +288,7 @@ impl Source for PacketSource {
     /// Holding blocks, the kernel's `poll` cannot tell whether a new block has retired while
     /// the writer still holds the last one (see `RxRing::last_taken_held`): then it only
     /// reads a pending error (a link gone down) and looks at the next block again after
-    /// about the time the last block took to fill ([`held_wait`]).
+    /// about the time the last block took to fill (`held_wait`).
     fn poll(&self, timeout: Duration) -> Result<Readiness, SysError> {
         if !(self.holds && self.ring.last_taken_held()) {
             return self.sock.wait_readable(poll_ms(timeout));

@@ -259,7 +259,7 @@ impl InlineWriter {
         }
     }
 
-    /// How long until the batch it holds is due by its age ([`HOLD_TIME`]), if it holds one:
+    /// How long until the batch it holds is due by its age (`HOLD_TIME`), if it holds one:
     /// the capture thread waits no longer, so a record waits no longer than that.
     pub fn due_in(&self) -> Option<Duration> {
         self.m

@@ -2,7 +2,7 @@
 //! the writer has closed it, then deletes the oldest whole files and their indexes to keep
 //! the store within its size budget and age limit. It is two threads: one takes the writes
 //! lent to it and parses them, one (the closer) saves each closed file's index and prunes,
-//! so the writes of the next file are taken while a closed one is indexed (see [`take`]).
+//! so the writes of the next file are taken while a closed one is indexed (see `take`).
 //!
 //! It indexes a file from the bytes the writer wrote, lent to it as each direct write lands
 //! (`poolcap_format::DirectFile::with_feed`, parsed by `build::Written`), so no file is read

@@ -154,8 +154,8 @@ fn open_store(
 
 impl StoreOptions {
     /// If --store is given: binds --query-listen's address (before privileges are dropped:
-    /// a port below 1024 needs them), [`open_store`]s DIR with files of `rotate_mb` (-C)
-    /// or [`rotation`]'s default size, and points `cfg` at it.
+    /// a port below 1024 needs them), opens DIR (`open_store`) with files of `rotate_mb` (-C)
+    /// or `rotation`'s default size, and points `cfg` at it.
     pub fn open(
         &self,
         rotate_mb: Option<u64>,
