@@ -22,6 +22,7 @@
 //!   (per queue: captured, drops, `syscalls`, `offloaded_out`/`offloaded_in`, `paused_ms`).
 //!   `--inplace` makes it the plain AF_PACKET fanout reader (the load runs on the kernel ring
 //!   in the capture thread, no pool): the Suricata/Zeek-style baseline, measured as a peer.
+//! - stenotype: see [`super::stenotype`] (it writes a store only, not a pcap file).
 //! - poolcap gen: one JSON object on stdout with `--json`.
 //! - trafgen: sends a config file's frames; at exit `N packets outgoing` and
 //!   `S sec, U usec on CPUk (N packets)` per sending CPU on stdout.
@@ -66,6 +67,8 @@ pub enum Tool {
     Bridge,
     /// poolcap's XDP program redirecting IN to OUT (`poolcap bench-peer xdp-redirect`).
     XdpRedirect,
+    /// Google Stenographer's packet writer and indexer (see [`super::stenotype`]).
+    Stenotype,
 }
 
 /// How to run a capture tool at one point. Fields after `load` are optional settings, most of
@@ -136,8 +139,9 @@ pub struct CaptureSpec {
     /// resumed: what it captures is what its kernel ring held (calibration of the ring).
     #[serde(default)]
     pub stopped: bool,
-    /// poolcap only, when writing: `--store DIR -C MB` instead of `-w FILE`, into the
-    /// directory [`store_dir`] of the run's file, rotating every MB millions of bytes.
+    /// poolcap and stenotype, when writing: a store (`--store DIR -C MB`; stenotype's
+    /// `--dir DIR --filesize_mb MB`) instead of `-w FILE`, into the directory [`store_dir`]
+    /// of the run's file, rotating every MB millions of bytes.
     #[serde(default)]
     pub store: Option<u64>,
 }
@@ -295,6 +299,7 @@ impl Tool {
             Tool::NetsniffFwd => "netsniff-ng --in/--out",
             Tool::Bridge => "linux bridge",
             Tool::XdpRedirect => "xdp redirect",
+            Tool::Stenotype => "stenotype",
         }
     }
 
@@ -309,6 +314,7 @@ impl Tool {
             Tool::Tcpdump => &["tcpdump"],
             Tool::NetsniffNg => &["netsniff-ng", "stdbuf"],
             Tool::Dumpcap => &["dumpcap"],
+            Tool::Stenotype => &["stenotype", "sh"],
         }
     }
 
@@ -339,6 +345,7 @@ impl Tool {
             Tool::Dumpcap | Tool::Tshark => "Capturing on",
             Tool::Probe => "probing on",
             Tool::Pmacct => "link type is",
+            Tool::Stenotype => "starting to process packets",
         }
     }
 
@@ -460,6 +467,13 @@ impl Tool {
             Tool::Forward | Tool::NetsniffFwd | Tool::Bridge | Tool::XdpRedirect => {
                 return super::forward_peers::launch(self, spec, iface, cpu, stats, exe);
             }
+            Tool::Stenotype => {
+                let Some(mb) = spec.store.filter(|_| spec.write) else {
+                    bail!("stenotype only writes a store: give it `write` and `store`");
+                };
+                let dir = store_dir(Path::new(&out));
+                v.extend(super::stenotype::argv(spec, iface, &dir, mb));
+            }
             Tool::Dumpcap => {
                 let mib = spec.buffer_kib.div_ceil(1024).max(1).to_string();
                 push(&["dumpcap", "-i", iface, "-q"]);
@@ -509,6 +523,7 @@ impl Tool {
             Tool::Forward | Tool::NetsniffFwd | Tool::Bridge | Tool::XdpRedirect => {
                 super::forward_peers::parse(self, output, stats)
             }
+            Tool::Stenotype => Ok(super::stenotype::parse(output)),
             Tool::Dumpcap => {
                 let captured = number_after(output, "Packets captured:")?;
                 let (received, dropped) = after(output, "Packets received/dropped on interface")
