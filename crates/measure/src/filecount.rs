@@ -28,6 +28,20 @@ pub struct FileCount {
     pub bytes: u64,
 }
 
+/// What a store directory (poolcap's `--store`, or a peer's such as stenotype's) holds after
+/// a run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StoreHeld {
+    /// Whole packets in its packet files.
+    pub packets: u64,
+    /// Bytes of its packet files on disk.
+    pub bytes: u64,
+    /// A packet file ends inside a record or block, or was never closed.
+    pub truncated: bool,
+    /// Bytes of its index files.
+    pub index_bytes: u64,
+}
+
 /// Read buffer: larger than any record (snap length at most 256 KiB).
 const BUFFER: usize = 1 << 20;
 

@@ -13,6 +13,8 @@
 //! - [`peer`]: how to start each tool and read its final counts (recorded outputs are its
 //!   unit tests); [`probe_peers`] and [`forward_peers`] the same for the analysis tools and
 //!   the forwarders; [`tool`] what all three share (which tool, its settings, its counts);
+//! - [`stenotype`]: Google Stenographer's writer as a peer of `capture --store`, and its
+//!   files counted from their ring blocks;
 //! - [`stats`] and [`report`]: min / median / max over runs, `raw.jsonl`, the aggregated rows;
 //! - [`scratch`]: the scratch directory with a copy of the executable under test;
 //! - [`calibrate`]: this machine's per-stage costs as a `poolcap_doctor` profile, and
@@ -31,6 +33,7 @@ pub mod report;
 pub mod sampler;
 pub mod scratch;
 pub mod stats;
+pub mod stenotype;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod tool;

@@ -22,6 +22,7 @@
 //!   (per queue: captured, drops, `syscalls`, `offloaded_out`/`offloaded_in`, `paused_ms`).
 //!   `--inplace` makes it the plain AF_PACKET fanout reader (the load runs on the kernel ring
 //!   in the capture thread, no pool): the Suricata/Zeek-style baseline, measured as a peer.
+//! - stenotype: see [`super::stenotype`] (it writes a store only, not a pcap file).
 //! - poolcap gen: one JSON object on stdout with `--json`.
 //! - trafgen: sends a config file's frames; at exit `N packets outgoing` and
 //!   `S sec, U usec on CPUk (N packets)` per sending CPU on stdout.
@@ -196,6 +197,13 @@ impl Tool {
             Tool::Forward | Tool::NetsniffFwd | Tool::Bridge | Tool::XdpRedirect => {
                 return super::forward_peers::launch(self, spec, iface, cpu, stats, exe);
             }
+            Tool::Stenotype => {
+                let Some(mb) = spec.store.filter(|_| spec.write) else {
+                    bail!("stenotype only writes a store: give it `write` and `store`");
+                };
+                let dir = store_dir(Path::new(&out));
+                v.extend(super::stenotype::argv(spec, iface, &dir, mb));
+            }
             Tool::Dumpcap => {
                 let mib = spec.buffer_kib.div_ceil(1024).max(1).to_string();
                 push(&["dumpcap", "-i", iface, "-q"]);
@@ -241,6 +249,7 @@ impl Tool {
             Tool::Forward | Tool::NetsniffFwd | Tool::Bridge | Tool::XdpRedirect => {
                 super::forward_peers::parse(self, output, stats)
             }
+            Tool::Stenotype => Ok(super::stenotype::parse(output)),
             Tool::Dumpcap => {
                 let captured = number_after(output, "Packets captured:")?;
                 let (received, dropped) = after(output, "Packets received/dropped on interface")

@@ -33,7 +33,7 @@ use poolcap_lab::{netns_command, Lab};
 use serde::{Deserialize, Serialize};
 
 use super::child::{pinned, Running, Sched, TICKS_PER_SECOND};
-use super::filecount::count_file;
+use super::filecount::{count_file, StoreHeld};
 use super::forward_peers::{out_tx, Sink, SinkGro};
 use super::peer::{self, CaptureSpec, Counts, Generator, Sent, Tool, Traffic};
 use super::sampler::{Sample, Sampler};
@@ -380,22 +380,10 @@ fn busy_share(window: Duration) -> Option<f64> {
     (t1 > t0).then(|| (b1 - b0) as f64 / (t1 - t0) as f64)
 }
 
-/// What a store directory holds after a run: its capture files counted as streams (not
-/// through the store's own indexes), and the bytes of its indexes.
-struct Held {
-    packets: u64,
-    bytes: u64,
-    truncated: bool,
-    index_bytes: u64,
-}
-
-fn count_store(dir: &Path) -> anyhow::Result<Held> {
-    let mut held = Held {
-        packets: 0,
-        bytes: 0,
-        truncated: false,
-        index_bytes: 0,
-    };
+/// What poolcap's store directory holds after a run: its capture files counted as streams
+/// (not through the store's own indexes), and the bytes of its indexes.
+fn count_store(dir: &Path) -> anyhow::Result<StoreHeld> {
+    let mut held = StoreHeld::default();
     let store = poolcap_engine::store::Store::open(dir)?;
     for f in store.files()? {
         let c =
@@ -617,7 +605,12 @@ impl Bench<'_> {
             rec.in_file = Some(sink.finish(&mut counts.extra)?.unique);
         }
         if let (true, Some(_)) = (spec.write, spec.store) {
-            let held = count_store(&peer::store_dir(file))?;
+            let dir = peer::store_dir(file);
+            let held = if spec.tool == Tool::Stenotype {
+                super::stenotype::count_dir(&dir)?
+            } else {
+                count_store(&dir)?
+            };
             rec.in_file = Some(held.packets);
             rec.file_bytes = Some(held.bytes);
             rec.file_truncated = held.truncated;

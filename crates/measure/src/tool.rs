@@ -38,6 +38,8 @@ pub enum Tool {
     Bridge,
     /// poolcap's XDP program redirecting IN to OUT (`poolcap bench-peer xdp-redirect`).
     XdpRedirect,
+    /// Google Stenographer's packet writer and indexer (see [`super::stenotype`]).
+    Stenotype,
 }
 
 /// How to run a capture tool at one point. Fields after `load` are optional settings, most of
@@ -108,8 +110,9 @@ pub struct CaptureSpec {
     /// resumed: what it captures is what its kernel ring held (calibration of the ring).
     #[serde(default)]
     pub stopped: bool,
-    /// poolcap only, when writing: `--store DIR -C MB` instead of `-w FILE`, into the
-    /// directory [`store_dir`] of the run's file, rotating every MB millions of bytes.
+    /// poolcap and stenotype, when writing: a store (`--store DIR -C MB`; stenotype's
+    /// `--dir DIR --filesize_mb MB`) instead of `-w FILE`, into the directory [`store_dir`]
+    /// of the run's file, rotating every MB millions of bytes.
     #[serde(default)]
     pub store: Option<u64>,
 }
@@ -249,6 +252,7 @@ impl Tool {
             Tool::NetsniffFwd => "netsniff-ng --in/--out",
             Tool::Bridge => "linux bridge",
             Tool::XdpRedirect => "xdp redirect",
+            Tool::Stenotype => "stenotype",
         }
     }
 
@@ -263,6 +267,7 @@ impl Tool {
             Tool::Tcpdump => &["tcpdump"],
             Tool::NetsniffNg => &["netsniff-ng", "stdbuf"],
             Tool::Dumpcap => &["dumpcap"],
+            Tool::Stenotype => &["stenotype", "sh"],
         }
     }
 
@@ -276,6 +281,7 @@ impl Tool {
             Tool::Dumpcap | Tool::Tshark => "Capturing on",
             Tool::Probe => "probing on",
             Tool::Pmacct => "link type is",
+            Tool::Stenotype => "starting to process packets",
         }
     }
 }

@@ -29,7 +29,7 @@ use poolcap_engine::store::{IndexState, Store};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::disk::{check_room, POOL, RING_KIB, SUSTAINED_BYTES};
+use super::disk::{check_room, PEER_KIB, POOL, RING_KIB, SUSTAINED_BYTES};
 use super::{checks_line, pct, spec, Check, Plan, Scale, Table, Text};
 use crate::meta::Meta;
 use crate::peer::{Counts, Tool, Traffic};
@@ -64,6 +64,9 @@ const ONE_FLOW: usize = 54_321;
 /// Subject names.
 const WRITE: &str = "poolcap -w";
 const STORE: &str = "poolcap --store";
+/// Google Stenographer's writer and indexer (a peer; skipped where it is not installed:
+/// `scripts/stenotype.sh` builds it).
+const STENOTYPE: &str = "stenotype";
 const QUERY: &str = "poolcap query";
 const SCAN: &str = "tcpdump -r, every file";
 const PACKETS: &str = "read the matching packets";
@@ -73,7 +76,8 @@ const SELECTIVE: &str = "selective: 1 flow of 100k";
 const BROAD: &str = "broad: 10% of the traffic";
 const DISK: &str = "disk read limit";
 
-/// A capture point's subjects: `-w` alone, then `--store`, with the disk suite's memory.
+/// A capture point's subjects: `-w` alone, then `--store`, with the disk suite's memory;
+/// then stenotype with the same memory as its ring (the disk suite's peer buffer).
 fn subjects() -> Vec<Subject> {
     let base = || crate::peer::CaptureSpec {
         pool: Some(POOL),
@@ -86,6 +90,13 @@ fn subjects() -> Vec<Subject> {
             crate::peer::CaptureSpec {
                 store: Some(FILE_MB),
                 ..base()
+            },
+        ),
+        Subject::named(
+            STENOTYPE,
+            crate::peer::CaptureSpec {
+                store: Some(FILE_MB),
+                ..spec(Tool::Stenotype, PEER_KIB, true)
             },
         ),
     ]
@@ -121,8 +132,13 @@ pub fn plan(scale: Scale) -> Plan {
             "capture points: `-B {RING_KIB} --pool {},{}` for both subjects; `--store DIR -C \
              {FILE_MB}` (a file every {FILE_MB} MB, each indexed by the keeper thread when \
              closed; the last one at exit, after the CPU window); `--flows {FLOWS}` (the \
-             generator's schedule sends 65,536 of them)",
-            POOL.0, POOL.1
+             generator's schedule sends 65,536 of them); stenotype: `--blocks {}` (1 MiB ring \
+             blocks: the same memory), `--aiops {}`, `--filesize_mb {FILE_MB}`, \
+             `--blockage_sec 1`, one thread",
+            POOL.0,
+            POOL.1,
+            PEER_KIB / 1024,
+            PEER_KIB / 2048
         )],
     }
 }
@@ -474,13 +490,15 @@ fn med(rows: &[Row], point: &str, subject: &str, key: &str) -> Option<f64> {
 
 /// The capture points' rows.
 fn capture_rows(rows: &[Row]) -> Vec<Row> {
-    super::rows_where(rows, |r| r.subject == WRITE || r.subject == STORE)
+    super::rows_where(rows, |r| {
+        [WRITE, STORE, STENOTYPE].contains(&r.subject.as_str())
+    })
 }
 
 /// Summary text.
 pub fn text(meta: &Meta, rows: &[Row]) -> Text {
     let capture = Table::new(
-        "Capture: --store against -w alone",
+        "Capture: --store against -w alone and stenotype",
         capture_rows(rows),
         &[
             "offered",
@@ -506,6 +524,13 @@ pub fn text(meta: &Meta, rows: &[Row]) -> Text {
             "capture points: both subjects are poolcap with the same memory (`-B` ring and \
              pool as the disk suite), writing under /var/tmp with direct I/O; captured = \
              packets found in the file or in the store's files, read back as streams"
+                .into(),
+            "stenotype (Google Stenographer's writer, built by `scripts/stenotype.sh`): its \
+             ring gets poolcap's ring and pool (the disk suite's peer buffer) as 1 MiB \
+             blocks, half of them in flight to the disk (`--aiops`); it writes whole ring \
+             blocks with O_DIRECT, so captured = the blocks' packet counts, file bytes = \
+             its packet files (partly filled blocks included), index share = its leveldb \
+             index files against them"
                 .into(),
             format!(
                 "query store: `poolcap capture -q -r - --store DIR -C {QUERY_FILE_MB}` fed a \
@@ -579,6 +604,26 @@ fn targets(rows: &[Row]) -> (Vec<String>, String) {
             });
         }
     }
+    let mut peer = Vec::new();
+    for p in &points {
+        let Some(loss) = med(rows, p, STENOTYPE, "loss") else {
+            continue;
+        };
+        let cpu =
+            |s: &str| med(rows, p, s, "cpu_s_per_mpkt").map_or("–".into(), |x| format!("{x:.3}"));
+        peer.push(Check {
+            point: p.clone(),
+            ok: true,
+            detail: format!(
+                "loss {} (--store {}); CPU {} vs --store {} s/Mpkt; index {} of packet bytes",
+                pct(loss),
+                med(rows, p, STORE, "loss").map_or("–".into(), pct),
+                cpu(STENOTYPE),
+                cpu(STORE),
+                med(rows, p, STENOTYPE, "index_share").map_or("–".into(), pct),
+            ),
+        });
+    }
     let q = |s: &str, k: &str| med(rows, SELECTIVE, s, k);
     let mut selective = Vec::new();
     if let (Some(query), Some(scan)) = (q(QUERY, "query_s"), q(SCAN, "query_s")) {
@@ -619,6 +664,7 @@ fn targets(rows: &[Row]) -> (Vec<String>, String) {
         checks_line("--store keeps zero loss wherever -w alone is lossless (medians)", &loss),
         checks_line("--store's CPU per packet at most 1.2× -w alone's (medians)", &cpu),
         checks_line("index bytes at most 5% of packet bytes for imix (64 B, 1514 B reported)", &index),
+        checks_line("stenotype, same memory and traffic (reported, medians)", &peer),
         checks_line(
             &format!("selective query over {held}: at least 100× faster than the scan, within 3× of reading the matching packets"),
             &selective,
@@ -725,7 +771,7 @@ mod tests {
         for p in &q {
             assert_eq!(p.traffic.flows, FLOWS);
             let names: Vec<&str> = p.subjects.iter().map(|s| s.name.as_str()).collect();
-            assert_eq!(names, [WRITE, STORE]);
+            assert_eq!(names, [WRITE, STORE, STENOTYPE]);
             let c: Vec<_> = p
                 .subjects
                 .iter()
@@ -735,6 +781,12 @@ mod tests {
             assert_eq!(
                 (c[0].store, c[0].pool, c[1].pool),
                 (None, Some(POOL), Some(POOL))
+            );
+            // stenotype: a store of files as large, its ring as large as poolcap's ring
+            // and pool together.
+            assert_eq!(
+                (c[2].tool, c[2].write, c[2].store, c[2].buffer_kib),
+                (Tool::Stenotype, true, Some(FILE_MB), RING_KIB + 32 * 1024)
             );
         }
         assert!(q

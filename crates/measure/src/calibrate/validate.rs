@@ -119,7 +119,8 @@ pub fn scenario(row: &Row, pps: f64) -> Option<Scenario> {
         | Tool::Forward
         | Tool::NetsniffFwd
         | Tool::Bridge
-        | Tool::XdpRedirect => return None,
+        | Tool::XdpRedirect
+        | Tool::Stenotype => return None,
     };
     let multi = c.queues.is_some_and(|q| q > 1) || c.workers.is_some_and(|w| w > 1);
     if multi || c.inplace || c.backend.as_deref() == Some("af_xdp") || c.in_kernel {
