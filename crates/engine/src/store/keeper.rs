@@ -29,6 +29,7 @@ use poolcap_format::{Feed, Landed};
 
 use super::build::Written;
 use super::index::{index_path, Index, IndexError};
+use super::prefix::Prefixes;
 use super::Store;
 
 /// Writes lent to the keeper at most (2 MiB each: 32 MiB, about 40 ms of the lab's top
@@ -122,6 +123,10 @@ pub struct KeeperReport {
     pub read_back: usize,
     /// Index bytes written.
     pub index_bytes: u64,
+    /// Prefix indexes saved of files being written (see `prefix`).
+    pub prefixes: usize,
+    /// Time spent building and saving them.
+    pub prefix_time: Duration,
     /// Files deleted (with their indexes) by retention.
     pub deleted: usize,
     /// Bytes deleted.
@@ -175,7 +180,10 @@ impl Keeper {
 fn run(store: &Store, retention: Retention, heard: &Heard, stop: &AtomicBool) -> KeeperReport {
     let mut report = KeeperReport::default();
     let mut open: HashMap<u64, (PathBuf, Written)> = HashMap::new();
+    let mut prefixes = Prefixes::default();
     loop {
+        report.errors.extend(prefixes.save_due(&open));
+        (report.prefixes, report.prefix_time) = (prefixes.saved, prefixes.spent);
         let told = match heard.rx.recv_timeout(Duration::from_millis(100)) {
             Ok(t) => t,
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) if !stop.load(Ordering::Acquire) => {
@@ -205,6 +213,7 @@ fn run(store: &Store, retention: Retention, heard: &Heard, stop: &AtomicBool) ->
             .iter()
             .find(|(_, (p, _))| *p == closed)
             .map(|(id, _)| *id)
+            .inspect(|&id| prefixes.closed(id))
             .and_then(|id| open.remove(&id))
             .map(|(_, w)| w);
         let newest = match index(&closed, written, &mut report) {
@@ -243,7 +252,9 @@ fn index(
             Index::build(closed)?
         }
     };
-    Ok((index.save(closed)?, index))
+    let bytes = index.save(closed)?;
+    super::prefix::remove(closed);
+    Ok((bytes, index))
 }
 
 /// Deletes the oldest files up to and including `closed` (never a later one: the file
@@ -278,6 +289,7 @@ fn prune(
             source,
         })?;
         let _ = std::fs::remove_file(index_path(f));
+        super::prefix::remove(f);
         total = total.saturating_sub(bytes);
         report.deleted += 1;
         report.deleted_bytes += bytes;
