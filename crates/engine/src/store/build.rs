@@ -56,6 +56,7 @@ const EMPTY: Slot = Slot {
 type Pair = (u32, u32, u16);
 
 /// Each key's regions and pages, gathered as [`Pair`]s.
+#[derive(Clone)]
 struct Keys {
     ids: HashMap<Key, u32, foldhash::fast::FixedState>,
     /// The keys by number.
@@ -179,6 +180,7 @@ impl Keys {
 }
 
 /// An index being built from a capture file's records, in file order.
+#[derive(Clone)]
 pub struct Builder {
     linktype: u32,
     keyed: bool,
@@ -390,11 +392,19 @@ impl Written {
     /// The prefix index of the file being written (see [`Builder::prefix`]), if every
     /// byte so far was fed and it has a whole region.
     pub fn prefix(&self) -> Option<Index> {
+        let (builder, head_crc) = self.snapshot()?;
+        builder.prefix(head_crc)
+    }
+
+    /// A copy of the builder so far and the CRC-32 of the file's first bytes, to build the
+    /// prefix index from elsewhere while this one is fed on; `None` where
+    /// [`Written::prefix`] would be.
+    pub fn snapshot(&self) -> Option<(Builder, u32)> {
         if self.broken || self.head.len() < HEAD_BYTES {
             return None;
         }
         let (_, builder) = self.built.as_ref()?;
-        builder.prefix(crc32fast::hash(&self.head))
+        Some((builder.clone(), crc32fast::hash(&self.head)))
     }
 
     /// The index of the file, if every byte of its `file_len` was fed; else `None` (it is

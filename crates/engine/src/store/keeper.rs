@@ -191,7 +191,11 @@ fn run(store: &Store, retention: Retention, heard: &Heard, stop: &AtomicBool) ->
             }
             Err(_) => match heard.rx.try_recv() {
                 Ok(t) => t,
-                Err(_) => return report,
+                Err(_) => {
+                    report.errors.extend(prefixes.wait());
+                    (report.prefixes, report.prefix_time) = (prefixes.saved, prefixes.spent);
+                    return report;
+                }
             },
         };
         let closed = match told {
@@ -213,7 +217,7 @@ fn run(store: &Store, retention: Retention, heard: &Heard, stop: &AtomicBool) ->
             .iter()
             .find(|(_, (p, _))| *p == closed)
             .map(|(id, _)| *id)
-            .inspect(|&id| prefixes.closed(id))
+            .inspect(|&id| report.errors.extend(prefixes.closed(id)))
             .and_then(|id| open.remove(&id))
             .map(|(_, w)| w);
         let newest = match index(&closed, written, &mut report) {

@@ -327,7 +327,8 @@ impl Query {
                     let span = if self.since.is_some() || self.until.is_some() {
                         // Its span decides both whether it is read and what is held: the
                         // prefix index's, and the rest's read from the file.
-                        let rest = span_from(header, &file, covered.0).map_err(io(path.display()))?;
+                        let rest =
+                            span_from(header, &file, covered.0).map_err(io(path.display()))?;
                         let Some(span) = join(covered.1, rest) else {
                             continue;
                         };
@@ -521,13 +522,21 @@ mod tests {
         for (what, bytes_at, named) in [
             ("damaged", (damaged, at.clone()), &at),
             ("another file's", (foreign, at.clone()), &at),
-            ("as a closed file's", (good.clone(), index_path(&capture)), &capture),
+            (
+                "as a closed file's",
+                (good.clone(), index_path(&capture)),
+                &capture,
+            ),
         ] {
             std::fs::remove_file(&at).unwrap();
             std::fs::write(&bytes_at.1, &bytes_at.0).unwrap();
             let (out, outcome) = answer(&flow77, &store);
             assert_eq!(&out[24..], &cases[0].1[..], "{what}");
-            assert_eq!(outcome.bytes_read, bytes.len() as u64 - 24, "{what}: read whole");
+            assert_eq!(
+                outcome.bytes_read,
+                bytes.len() as u64 - 24,
+                "{what}: read whole"
+            );
             assert_eq!(outcome.refused.len(), 1, "{what}");
             assert_eq!(&outcome.refused[0].0, named, "{what}");
             let _ = std::fs::remove_file(index_path(&capture));

@@ -450,7 +450,12 @@ fn answers_as_tcpdump(store: &Path, dir: &Path, filters: &[&str], what: &str) {
 
 /// A capture into `store` in files of `mb` MB, and `gen`'s report of the traffic it was
 /// sent, all of it: `count` frames of `size` bytes over `flows` flows at 20k/s.
-fn capturing(lab: &Lab, store: &Path, mb: &str, traffic: [&str; 3]) -> (Background, serde_json::Value) {
+fn capturing(
+    lab: &Lab,
+    store: &Path,
+    mb: &str,
+    traffic: [&str; 3],
+) -> (Background, serde_json::Value) {
     let bg = capture(lab, &["-Z", "root", "--store", s(store), "-C", mb]);
     let [count, size, flows] = traffic;
     let g = gen(
@@ -657,7 +662,11 @@ fn a_query_during_capture_reads_the_live_file_through_its_prefix_index() {
     answers_as_tcpdump(
         &store,
         dir.path(),
-        &["udp src port 10003", "udp and (port 10007 or port 10500)", "udp"],
+        &[
+            "udp src port 10003",
+            "udp and (port 10007 or port 10500)",
+            "udp",
+        ],
         "during the capture",
     );
     let (code, stderr) = bg.stop("INT");
