@@ -56,6 +56,7 @@ const EMPTY: Slot = Slot {
 type Pair = (u32, u32, u16);
 
 /// Each key's regions and pages, gathered as [`Pair`]s.
+#[derive(Clone)]
 struct Keys {
     ids: HashMap<Key, u32, foldhash::fast::FixedState>,
     /// The keys by number.
@@ -135,20 +136,23 @@ impl Keys {
         b
     }
 
-    /// The keys in order, each with its regions in order.
-    fn postings(self) -> Postings {
+    /// The keys in order, each with its regions before region `below` in order (keys
+    /// with none left out).
+    fn postings(&self, below: u32) -> Postings {
+        // Pairs are posted in region order: those of the regions asked for come first.
+        let pairs = &self.pairs[..self.pairs.partition_point(|p| p.1 < below)];
         // Group the pairs by key number (each key's regions stay in the order posted,
         // ascending), then take the keys in the order of their bytes.
         let mut starts = vec![0u32; self.keys.len() + 1];
-        for &(id, _, _) in &self.pairs {
+        for &(id, _, _) in pairs {
             starts[id as usize + 1] += 1;
         }
         for n in 1..starts.len() {
             starts[n] += starts[n - 1];
         }
-        let mut grouped = vec![(0u32, 0u16); self.pairs.len()];
+        let mut grouped = vec![(0u32, 0u16); pairs.len()];
         let mut at = starts.clone();
-        for &(id, region, bit) in &self.pairs {
+        for &(id, region, bit) in pairs {
             grouped[at[id as usize] as usize] = (region, bit);
             at[id as usize] += 1;
         }
@@ -163,6 +167,9 @@ impl Keys {
         let mut list: Vec<Posting> = Vec::new();
         for (_, _, id) in order {
             let (from, to) = (starts[id as usize], starts[id as usize + 1]);
+            if from == to {
+                continue;
+            }
             for &(region, bit) in &grouped[from as usize..to as usize] {
                 match list.last_mut() {
                     Some(last) if last.region == region => last.pages |= bit,
@@ -189,6 +196,7 @@ impl Keys {
 }
 
 /// An index being built from a capture file's records, in file order.
+#[derive(Clone)]
 pub struct Builder {
     linktype: u32,
     keyed: bool,
@@ -261,9 +269,28 @@ impl Builder {
             first: self.regions.iter().map(|r| r.first).min().unwrap_or(0),
             last: self.regions.iter().map(|r| r.last).max().unwrap_or(0),
             keyed: self.keyed,
+            postings: self.keys.postings(u32::MAX),
             regions: self.regions,
-            postings: self.keys.postings(),
         }
+    }
+
+    /// The index of the whole regions so far (all but the last, which may grow): what
+    /// [`Builder::finish`] gives for the file cut where the last region starts. `None`
+    /// before a region is whole.
+    pub fn prefix(&self, head_crc: u32) -> Option<Index> {
+        let whole = self.regions.len().checked_sub(1).filter(|&n| n > 0)?;
+        let regions = &self.regions[..whole];
+        Some(Index {
+            file_len: self.regions[whole].offset,
+            head_crc,
+            linktype: self.linktype,
+            packets: regions.iter().map(|r| u64::from(r.packets)).sum(),
+            first: regions.iter().map(|r| r.first).min().unwrap_or(0),
+            last: regions.iter().map(|r| r.last).max().unwrap_or(0),
+            keyed: self.keyed,
+            regions: regions.to_vec(),
+            postings: self.keys.postings(whole as u32),
+        })
     }
 }
 
@@ -378,6 +405,24 @@ impl Written {
         self.partial.extend_from_slice(b);
     }
 
+    /// The prefix index of the file being written (see [`Builder::prefix`]), if every
+    /// byte so far was fed and it has a whole region.
+    pub fn prefix(&self) -> Option<Index> {
+        let (builder, head_crc) = self.snapshot()?;
+        builder.prefix(head_crc)
+    }
+
+    /// A copy of the builder so far and the CRC-32 of the file's first bytes, to build the
+    /// prefix index from elsewhere while this one is fed on; `None` where
+    /// [`Written::prefix`] would be.
+    pub fn snapshot(&self) -> Option<(Builder, u32)> {
+        if self.broken || self.head.len() < HEAD_BYTES {
+            return None;
+        }
+        let (_, builder) = self.built.as_ref()?;
+        Some((builder.clone(), crc32fast::hash(&self.head)))
+    }
+
     /// The index of the file, if every byte of its `file_len` was fed; else `None` (it is
     /// then built from the file on disk).
     pub fn finish(self, file_len: u64) -> Option<Index> {
@@ -417,7 +462,7 @@ pub(crate) mod tests {
         keys.post(keys::PORT, &a.to_be_bytes(), 0, 1);
         keys.post(keys::PORT, &b.to_be_bytes(), 0, 2);
         keys.post(keys::PORT, &b.to_be_bytes(), 0, 1);
-        let p = keys.postings();
+        let p = keys.postings(u32::MAX);
         let pages = |port: u16| {
             let key = [&[keys::PORT][..], &port.to_be_bytes()[..]].concat();
             p.get(&key)
@@ -534,6 +579,29 @@ pub(crate) mod tests {
                 assert_eq!(fed, from_disk, "{n} packets, cut {cut}, writes of {size}");
             }
         }
+    }
+
+    #[test]
+    fn a_prefix_index_is_the_index_of_the_file_cut_where_its_last_region_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes = sample_file(3000, false);
+        let mut w = Written::new();
+        assert!(w.prefix().is_none(), "nothing fed");
+        let mut prefixes = 0;
+        for (i, chunk) in bytes.chunks(100_000).enumerate() {
+            w.feed((i * 100_000) as u64, chunk);
+            let Some(prefix) = w.prefix() else { continue };
+            let cut = dir.path().join(format!("cut{i}"));
+            std::fs::write(&cut, &bytes[..prefix.file_len as usize]).unwrap();
+            let want = Index::build(&cut).unwrap();
+            assert!(!want.regions.is_empty() && want.postings.len() > 10, "{i}");
+            assert_eq!(prefix, want, "after write {i}");
+            prefixes += 1;
+        }
+        assert!(prefixes > 5, "{prefixes} prefixes");
+        // A missed write ends the prefixes.
+        w.feed(1, &bytes[..10]);
+        assert!(w.prefix().is_none());
     }
 
     #[test]

@@ -35,6 +35,12 @@
 //! All integers little-endian. An index whose head or any block it reads fails its
 //! checksum, whose version is not this one, or whose capture file no longer has the length
 //! and first bytes it was built from is refused ([`IndexError`]), never used.
+//!
+//! The file being written gets a prefix index now and then ([`Cover::Prefix`], saved by
+//! the keeper): the same format over the whole regions written so far, its "capture file
+//! length" the bytes it covers, under another name (`NAME.prefix.idx`) and another magic
+//! (`PCSTPRE\n`), so that it is never taken for a closed file's index, by name or by
+//! content. Its checks are the same, but the capture file may have grown past it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
@@ -48,7 +54,6 @@ use super::pcapfile::{self, FILE_HEADER};
 
 /// The format version this build writes and reads.
 pub const VERSION: u32 = 2;
-const MAGIC: &[u8; 8] = b"PCSTIDX\n";
 /// Bytes of records after which a region ends (at the next record's start).
 pub const REGION_BYTES: u64 = 64 * 1024;
 /// The unit a key's page mask points at within a region.
@@ -67,6 +72,35 @@ const FIXED: usize = 8 + 4 + 8 + 4 + 4 + 8 + 8 + 8 + 1 + 4 + 4;
 const REGION_ENTRY: usize = 8 + 4 + 8 + 8 + 2 * (PAGES - 1);
 /// Bytes of a key block's directory entry.
 const KEY_DIR_ENTRY: usize = KEY + 4 + 4;
+
+/// What an index file covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cover {
+    /// A closed capture file, whole (`NAME.idx`).
+    Whole,
+    /// The first bytes (whole regions) of a capture file being written, or left unindexed
+    /// by a crash (`NAME.prefix.idx`).
+    Prefix,
+}
+
+impl Cover {
+    fn magic(self) -> &'static [u8; 8] {
+        match self {
+            Cover::Whole => b"PCSTIDX\n",
+            Cover::Prefix => b"PCSTPRE\n",
+        }
+    }
+
+    /// The index file of this cover for capture file `capture`.
+    pub fn path(self, capture: &Path) -> std::path::PathBuf {
+        let mut name = capture.file_name().unwrap_or_default().to_os_string();
+        name.push(match self {
+            Cover::Whole => ".idx",
+            Cover::Prefix => ".prefix.idx",
+        });
+        capture.with_file_name(name)
+    }
+}
 
 /// A run of whole records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -271,6 +305,11 @@ impl Index {
 
     /// The index's bytes (see the module docs).
     pub fn encode(&self) -> Vec<u8> {
+        self.encode_as(Cover::Whole)
+    }
+
+    /// The index's bytes as an index of `cover`.
+    pub(crate) fn encode_as(&self, cover: Cover) -> Vec<u8> {
         let region_blocks: Vec<Vec<u8>> = self
             .regions
             .chunks(REGIONS_PER_BLOCK)
@@ -307,7 +346,7 @@ impl Index {
             }
         }
         let mut out = Vec::new();
-        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(cover.magic());
         out.extend_from_slice(&VERSION.to_le_bytes());
         out.extend_from_slice(&self.file_len.to_le_bytes());
         out.extend_from_slice(&self.head_crc.to_le_bytes());
@@ -339,7 +378,12 @@ impl Index {
 
     /// Parses an index's bytes, checking magic, version and every checksum.
     pub fn decode(bytes: &[u8]) -> Result<Index, IndexError> {
-        let head = Head::parse(bytes)?;
+        Index::decode_as(bytes, Cover::Whole)
+    }
+
+    /// [`Index::decode`] for an index of `cover`.
+    fn decode_as(bytes: &[u8], cover: Cover) -> Result<Index, IndexError> {
+        let head = Head::parse(bytes, cover)?;
         if bytes.len() as u64 != head.blocks_end() {
             return Err(IndexError::Malformed);
         }
@@ -368,8 +412,14 @@ impl Index {
     /// Writes the index beside `capture` (as `NAME.idx`, through a hidden temporary file
     /// renamed into place, so a reader sees a whole index or none); returns its bytes.
     pub fn save(&self, capture: &Path) -> std::io::Result<u64> {
-        let bytes = self.encode();
-        let idx = index_path(capture);
+        self.save_as(capture, Cover::Whole)
+    }
+
+    /// [`Index::save`] as an index of `cover` (a prefix index replaces the last one at
+    /// once, by the rename).
+    pub fn save_as(&self, capture: &Path, cover: Cover) -> std::io::Result<u64> {
+        let bytes = self.encode_as(cover);
+        let idx = cover.path(capture);
         let name = idx.file_name().map(|n| n.to_string_lossy().into_owned());
         let tmp = idx.with_file_name(format!(".{}.tmp", name.unwrap_or_default()));
         std::fs::write(&tmp, &bytes)?;
@@ -405,8 +455,8 @@ struct Head {
 
 impl Head {
     /// Bytes of the head of an index whose fixed part is `fixed`, or an error.
-    fn len_of(fixed: &[u8]) -> Result<u64, IndexError> {
-        if fixed.len() < FIXED || &fixed[..8] != MAGIC {
+    fn len_of(fixed: &[u8], cover: Cover) -> Result<u64, IndexError> {
+        if fixed.len() < FIXED || &fixed[..8] != cover.magic() {
             return Err(IndexError::Malformed);
         }
         let mut c = Cursor(&fixed[8..FIXED]);
@@ -421,8 +471,8 @@ impl Head {
     }
 
     /// Parses the head at the start of `bytes` (which may go on past it).
-    fn parse(bytes: &[u8]) -> Result<Head, IndexError> {
-        let len = Head::len_of(bytes)?;
+    fn parse(bytes: &[u8], cover: Cover) -> Result<Head, IndexError> {
+        let len = Head::len_of(bytes, cover)?;
         if (bytes.len() as u64) < len {
             return Err(IndexError::Malformed);
         }
@@ -565,6 +615,7 @@ impl Head {
 #[derive(Debug)]
 pub struct IndexFile {
     file: File,
+    cover: Cover,
     head: Head,
     /// Bytes of the index read so far.
     pub bytes_read: u64,
@@ -574,12 +625,19 @@ impl IndexFile {
     /// Opens the index at `idx`, reads its head and checks it against its capture file
     /// `capture`.
     pub fn open(idx: &Path, capture: &Path) -> Result<IndexFile, IndexError> {
+        IndexFile::open_as(idx, capture, Cover::Whole)
+    }
+
+    /// [`IndexFile::open`] for an index of `cover`: a prefix index checks that the capture
+    /// file still begins with the bytes it was built from and is at least as long as the
+    /// part it covers.
+    pub fn open_as(idx: &Path, capture: &Path, cover: Cover) -> Result<IndexFile, IndexError> {
         let file = File::open(idx)?;
         let size = file.metadata()?.len();
         // One read for a small head; the rest of a larger directory in a second one.
         let mut bytes = vec![0u8; size.min(4096) as usize];
         file.read_exact_at(&mut bytes, 0)?;
-        let len = Head::len_of(&bytes)?;
+        let len = Head::len_of(&bytes, cover)?;
         if len > size {
             return Err(IndexError::Malformed);
         }
@@ -588,16 +646,21 @@ impl IndexFile {
             bytes.resize(len as usize, 0);
             file.read_exact_at(&mut bytes[read..], read as u64)?;
         }
-        let head = Head::parse(&bytes)?;
+        let head = Head::parse(&bytes, cover)?;
         if head.blocks_end() != size {
             return Err(IndexError::Malformed);
         }
         let capture_len = std::fs::metadata(capture)?.len();
-        if capture_len != head.file_len || head_crc(capture)? != head.head_crc {
+        let fits = match cover {
+            Cover::Whole => capture_len == head.file_len,
+            Cover::Prefix => capture_len >= head.file_len,
+        };
+        if !fits || head_crc(capture)? != head.head_crc {
             return Err(IndexError::Mismatch);
         }
         Ok(IndexFile {
             file,
+            cover,
             bytes_read: bytes.len() as u64,
             head,
         })
@@ -607,10 +670,11 @@ impl IndexFile {
     /// blocks it reads).
     pub fn verify(&mut self) -> Result<(), IndexError> {
         let bytes = self.read(0, self.head.blocks_end())?;
-        Index::decode(&bytes).map(|_| ())
+        Index::decode_as(&bytes, self.cover).map(|_| ())
     }
 
-    /// Bytes of the capture file it was built from.
+    /// Bytes of the capture file it was built from (for a prefix index: the bytes it
+    /// covers, where its last region ends).
     pub fn file_len(&self) -> u64 {
         self.head.file_len
     }
@@ -724,9 +788,7 @@ fn runs(set: &BTreeSet<usize>) -> Vec<(usize, usize)> {
 
 /// The index file of capture file `capture`.
 pub fn index_path(capture: &Path) -> std::path::PathBuf {
-    let mut name = capture.file_name().unwrap_or_default().to_os_string();
-    name.push(".idx");
-    capture.with_file_name(name)
+    Cover::Whole.path(capture)
 }
 
 fn leb128(b: &mut Vec<u8>, mut v: u64) {
@@ -851,7 +913,7 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (_, index) = sample(dir.path());
         let bytes = index.encode();
-        let head = Head::parse(&bytes).unwrap();
+        let head = Head::parse(&bytes, Cover::Whole).unwrap();
         assert!(
             head.key_dir.len() > 4 && head.region_crcs.len() > 1,
             "{head:?}"
@@ -912,7 +974,7 @@ pub(crate) mod tests {
             assert_eq!(*end, index.region_end(*n as usize));
         }
         let size = std::fs::metadata(&idx).unwrap().len();
-        let head = Head::parse(&index.encode()).unwrap().len;
+        let head = Head::parse(&index.encode(), Cover::Whole).unwrap().len;
         // The head, one key block (two where the key's list crosses into the next is not
         // possible: a key lies in one block) and at most two region blocks per region.
         let bound = head + 2 * KEY_BLOCK_BYTES as u64 + 2 * 64 * 1024;

@@ -29,6 +29,7 @@ use poolcap_format::{Buffers, Feed, Landed, DEPTH};
 
 use super::build::Written;
 use super::index::{Index, IndexError};
+use super::prefix::Prefixes;
 use super::retention;
 use super::Store;
 
@@ -130,6 +131,10 @@ pub struct KeeperReport {
     pub read_back: usize,
     /// Index bytes written.
     pub index_bytes: u64,
+    /// Prefix indexes saved of files being written (see `prefix`).
+    pub prefixes: usize,
+    /// Time spent building and saving them.
+    pub prefix_time: Duration,
     /// Files deleted (with their indexes) by retention.
     pub deleted: usize,
     /// Bytes deleted.
@@ -196,27 +201,45 @@ fn run(store: &Store, retention: Retention, heard: &Heard, stop: &AtomicBool) ->
         match closer {
             Ok(closer) => {
                 // Sent or not (the closer has gone, its report says why).
-                take(heard, stop, |path, written| {
+                let taken = take(heard, stop, |path, written| {
                     let _ = to_close.send((path, written));
                 });
                 drop(to_close);
-                closer.join().unwrap_or_else(|_| KeeperReport {
+                taken.into(closer.join().unwrap_or_else(|_| KeeperReport {
                     errors: vec!["the store closer panicked".into()],
                     ..KeeperReport::default()
-                })
+                }))
             }
             Err(e) => {
                 let (mut report, mut ages) = (KeeperReport::default(), retention::Ages::default());
                 report.errors.push(format!(
                     "no closer thread ({e}): files indexed as they close"
                 ));
-                take(heard, stop, |path, written| {
+                let taken = take(heard, stop, |path, written| {
                     close(store, retention, &path, written, &mut ages, &mut report);
                 });
-                report
+                taken.into(report)
             }
         }
     })
+}
+
+/// What taking the writer's writes did besides feeding the builders: the prefix indexes of
+/// files being written (see `prefix`) it saved, and what went wrong.
+#[derive(Default)]
+struct Taken {
+    errors: Vec<String>,
+    prefixes: usize,
+    prefix_time: Duration,
+}
+
+impl Taken {
+    /// Adds what was taken to the closer's `report`.
+    fn into(self, mut report: KeeperReport) -> KeeperReport {
+        report.errors.extend(self.errors);
+        (report.prefixes, report.prefix_time) = (self.prefixes, self.prefix_time);
+        report
+    }
 }
 
 /// Takes what the writer tells until it has gone (or `stop` is set and all is heard):
@@ -226,9 +249,16 @@ fn run(store: &Store, retention: Retention, heard: &Heard, stop: &AtomicBool) ->
 /// on the closer thread, where they held the writes of the next file (up to [`LENT`] of
 /// them, 40 ms of writes) and made the writer refuse the rest of it, which was then read
 /// back from disk, holding the next file up in turn.
-fn take(heard: &Heard, stop: &AtomicBool, mut closed: impl FnMut(PathBuf, Option<Written>)) {
+fn take(
+    heard: &Heard,
+    stop: &AtomicBool,
+    mut closed: impl FnMut(PathBuf, Option<Written>),
+) -> Taken {
     let mut open: HashMap<u64, (PathBuf, Written)> = HashMap::new();
+    let mut prefixes = Prefixes::default();
+    let mut taken = Taken::default();
     loop {
+        taken.errors.extend(prefixes.save_due(&open));
         let told = match heard.rx.recv_timeout(Duration::from_millis(100)) {
             Ok(t) => t,
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) if !stop.load(Ordering::Acquire) => {
@@ -236,7 +266,11 @@ fn take(heard: &Heard, stop: &AtomicBool, mut closed: impl FnMut(PathBuf, Option
             }
             Err(_) => match heard.rx.try_recv() {
                 Ok(t) => t,
-                Err(_) => return,
+                Err(_) => {
+                    taken.errors.extend(prefixes.wait());
+                    (taken.prefixes, taken.prefix_time) = (prefixes.saved, prefixes.spent);
+                    return taken;
+                }
             },
         };
         match told {
@@ -255,6 +289,7 @@ fn take(heard: &Heard, stop: &AtomicBool, mut closed: impl FnMut(PathBuf, Option
                     .iter()
                     .find(|(_, (p, _))| *p == path)
                     .map(|(id, _)| *id)
+                    .inspect(|&id| taken.errors.extend(prefixes.closed(id)))
                     .and_then(|id| open.remove(&id))
                     .map(|(_, w)| w);
                 closed(path, written);
@@ -306,7 +341,9 @@ fn index(
             Index::build(closed)?
         }
     };
-    Ok(index.save(closed)?)
+    let bytes = index.save(closed)?;
+    super::prefix::remove(closed);
+    Ok(bytes)
 }
 
 #[cfg(test)]

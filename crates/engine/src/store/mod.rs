@@ -29,8 +29,10 @@
 //! A query uses
 //! the index only for the parts of the filter it understands (`select`) and always lets
 //! libpcap decide on every packet read, so the index can make a query faster, never
-//! wrong. The file being written has no index: queries scan it (the writer makes its last
-//! batch visible once the file is quiet, `poolcap_format::DirectFile::with_live_tail`).
+//! wrong. The file being written has a prefix index of what the keeper was fed so far,
+//! saved every second or so (`prefix`): queries use it for that part and read the rest
+//! whole (the writer makes its last batch visible once the file is quiet,
+//! `poolcap_format::DirectFile::with_live_tail`).
 //! Arkime's per-session positions need a database and a session table in the capture
 //! path; not taken.
 //!
@@ -40,6 +42,8 @@
 //! DIR/poolcap-store.json                    marker: {"format": 1}
 //! DIR/20261127T160000Z-12345-000000000      capture file (pcap, nanoseconds)
 //! DIR/20261127T160000Z-12345-000000000.idx  its index
+//! DIR/20261127T160000Z-12345-000000001      the file being written
+//! DIR/20261127T160000Z-12345-000000001.prefix.idx  the index of its first regions
 //! ```
 //!
 //! File names sort in the order of their run's start (UTC), the process and the file's
@@ -51,6 +55,7 @@ pub mod index;
 pub mod keeper;
 pub mod keys;
 pub mod pcapfile;
+pub mod prefix;
 pub mod query;
 pub mod retention;
 pub mod select;
@@ -325,6 +330,7 @@ impl Store {
                 source: std::io::Error::other(e.to_string()),
             })?;
             index.save(&f).map_err(io(&f))?;
+            prefix::remove(&f);
             done.push((f, why));
         }
         Ok(done)

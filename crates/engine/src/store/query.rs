@@ -23,10 +23,10 @@ use std::path::PathBuf;
 use poolcap_format::LinkType;
 use poolcap_sys::pcap_filter::OfflineFilter;
 
-use super::index::{IndexError, IndexFile};
+use super::index::{Cover, IndexError, IndexFile};
 use super::pcapfile::{self, FILE_HEADER};
 use super::select::Selector;
-use super::{file_span, show_time, IndexState, Store, StoreError};
+use super::{show_time, IndexState, Store, StoreError};
 use crate::capture::filter::{compile_user, FilterError};
 
 /// What to look for.
@@ -154,6 +154,28 @@ impl Cursor {
     }
 }
 
+/// The earliest and latest time of `file`'s records from byte `from` on.
+fn span_from(
+    header: pcapfile::Header,
+    file: &std::fs::File,
+    from: u64,
+) -> std::io::Result<Option<(u64, u64)>> {
+    let mut records = pcapfile::Records::new(header, file.try_clone()?, from, u64::MAX)?;
+    let mut span = None;
+    while let Some(r) = records.next_record()? {
+        span = join(span, Some((r.ts_ns, r.ts_ns)));
+    }
+    Ok(span)
+}
+
+/// The span of both.
+fn join(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<(u64, u64)> {
+    match (a, b) {
+        (Some((a0, a1)), Some((b0, b1))) => Some((a0.min(b0), a1.max(b1))),
+        (x, None) | (None, x) => x,
+    }
+}
+
 /// Plans in time order, in groups whose time spans overlap (each group is merged).
 fn overlapping(mut plans: Vec<Plan>) -> Vec<Vec<Plan>> {
     plans.sort_by(|a, b| a.span.0.cmp(&b.span.0).then_with(|| a.path.cmp(&b.path)));
@@ -246,6 +268,17 @@ impl Query {
             let len = file.metadata().map_or(0, |m| m.len());
             outcome.bytes_held += len;
             let mut indexed = None;
+            // The file being written (or one a crash left unindexed): its prefix index,
+            // if it has a sound one.
+            let mut prefix = None;
+            if matches!(state, IndexState::Missing) {
+                let at = Cover::Prefix.path(&path);
+                match IndexFile::open_as(&at, &path, Cover::Prefix) {
+                    Ok(p) => prefix = Some(p),
+                    Err(IndexError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => outcome.refused.push((at, e.to_string())),
+                }
+            }
             if let IndexState::Sound(index) = &mut state {
                 let span = index.span();
                 if index.packets() > 0 {
@@ -269,10 +302,36 @@ impl Query {
                     if let IndexState::Refused(e) = &state {
                         outcome.refused.push((path.clone(), e.to_string()));
                     }
+                    // Where a sound prefix index covers the first part: the pages it
+                    // selects there, then the rest whole.
+                    let mut ranges = vec![(FILE_HEADER, u64::MAX)];
+                    let mut covered = (FILE_HEADER, None);
+                    if let Some(p) = &mut prefix {
+                        let planned = self.ranges(p, &selector);
+                        outcome.index_bytes_read += p.bytes_read;
+                        match planned {
+                            Ok(mut r) => {
+                                let rest = p.file_len();
+                                match r.last_mut() {
+                                    Some(last) if last.1 == rest => last.1 = u64::MAX,
+                                    _ => r.push((rest, u64::MAX)),
+                                }
+                                ranges = r;
+                                covered = (rest, (p.packets() > 0).then(|| p.span()));
+                            }
+                            Err(e) => outcome
+                                .refused
+                                .push((Cover::Prefix.path(&path), e.to_string())),
+                        }
+                    }
                     let span = if self.since.is_some() || self.until.is_some() {
-                        // Its span decides both whether it is read and what is held.
-                        let (_, span) = file_span(&path, &state).map_err(io(path.display()))?;
-                        let Some(span) = span else { continue };
+                        // Its span decides both whether it is read and what is held: the
+                        // prefix index's, and the rest's read from the file.
+                        let rest =
+                            span_from(header, &file, covered.0).map_err(io(path.display()))?;
+                        let Some(span) = join(covered.1, rest) else {
+                            continue;
+                        };
                         held = Some(held.map_or(span, |(a, b)| (a.min(span.0), b.max(span.1))));
                         if !self.meets(span.0, span.1) {
                             continue;
@@ -287,7 +346,7 @@ impl Query {
                         };
                         (first, u64::MAX)
                     };
-                    (vec![(FILE_HEADER, u64::MAX)], span)
+                    (ranges, span)
                 }
             };
             plans.push(Plan {
@@ -339,7 +398,8 @@ impl Query {
         // on many together (one after the other, each waits its turn: for a one-flow query
         // the reads, not the bytes, are the cost).
         for plan in plans.iter().filter(|p| p.ranges.len() > 1) {
-            for &(from, to) in &plan.ranges {
+            // (The rest of a file being written is read as it comes.)
+            for &(from, to) in plan.ranges.iter().filter(|r| r.1 != u64::MAX) {
                 // A hint: if it fails, the reads below are only slower.
                 let _ = poolcap_sys::readahead::will_need(&plan.file, from, to - from);
             }
@@ -376,7 +436,113 @@ impl Query {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::build::Written;
     use crate::store::index::{index_path, tests::udp_pcap, Index};
+
+    /// Bytes of a record of `udp_pcap(.., 300, ..)`.
+    const RECORD: u64 = 16 + 300;
+
+    /// The records `i` of a `udp_pcap(.., 300, ..)` file's `bytes` that `take` takes.
+    fn records(bytes: &[u8], take: impl Fn(u32) -> bool) -> Vec<u8> {
+        let record = RECORD as usize;
+        (0..((bytes.len() - 24) / record) as u32)
+            .filter(|&i| take(i))
+            .flat_map(|i| {
+                let at = 24 + i as usize * record;
+                bytes[at..at + record].to_vec()
+            })
+            .collect()
+    }
+
+    /// The pcap stream `q` writes over `store`, and what it did.
+    fn answer(q: &Query, store: &Store) -> (Vec<u8>, Outcome) {
+        let mut out = Vec::new();
+        let outcome = q.run(store, Some(&mut out)).unwrap();
+        (out, outcome)
+    }
+
+    #[test]
+    fn a_file_being_written_is_read_through_its_prefix_index_and_whole_past_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(dir.path()).unwrap();
+        let capture = dir.path().join("20261127T160000Z-1-000000000");
+        let flow = |i: u32| (i * 7919) % 1000;
+        udp_pcap(&capture, 20_000, 300, flow);
+        let bytes = std::fs::read(&capture).unwrap();
+        // The keeper was fed the first 4 MB; the file has grown to 6.3 MB since.
+        let mut fed = Written::new();
+        fed.feed(0, &bytes[..4_000_000]);
+        let prefix = fed.prefix().unwrap();
+        assert!(prefix.file_len > 3_900_000, "{}", prefix.file_len);
+        prefix.save_as(&capture, Cover::Prefix).unwrap();
+        let tail = bytes.len() as u64 - prefix.file_len;
+        // Flow 77, and flow 77 between packets 5,000 and 15,000 (at i µs).
+        let t = |i: u64| 1_700_000_000_000_000_000 + i * 1000;
+        let flow77 = Query {
+            filter: Some("src host 10.1.0.77 and udp src port 1101".into()),
+            ..Query::default()
+        };
+        let window = Query {
+            since: Some(t(5000)),
+            until: Some(t(15_000)),
+            ..flow77.clone()
+        };
+        let cases = [
+            (&flow77, records(&bytes, |i| flow(i) == 77)),
+            (
+                &window,
+                records(&bytes, |i| flow(i) == 77 && (5000..15_000).contains(&i)),
+            ),
+        ];
+        for (q, want) in &cases {
+            let (out, outcome) = answer(q, &store);
+            assert_eq!(&out[24..], &want[..], "{q:?}");
+            assert!(outcome.refused.is_empty(), "{:?}", outcome.refused);
+            // The pages of the packets in the prefix, and the rest whole (twice with a
+            // window: its times are read first).
+            let bound = 2 * tail + 20 * (4096 + RECORD);
+            assert!(
+                outcome.bytes_read <= bound && outcome.index_bytes_read > 0,
+                "{} > {bound}",
+                outcome.bytes_read
+            );
+        }
+        // Refused, said by name, and the file read whole, with the same answer: a damaged
+        // prefix index, one of another file, and one put where a closed file's index goes.
+        let at = Cover::Prefix.path(&capture);
+        let good = std::fs::read(&at).unwrap();
+        let mut damaged = good.clone();
+        damaged[40] ^= 1;
+        let elsewhere = tempfile::tempdir().unwrap();
+        let other = elsewhere.path().join("other");
+        udp_pcap(&other, 20_000, 300, |i| i % 7);
+        let mut fed = Written::new();
+        fed.feed(0, &std::fs::read(&other).unwrap()[..4_000_000]);
+        let foreign = fed.prefix().unwrap().encode_as(Cover::Prefix);
+        for (what, bytes_at, named) in [
+            ("damaged", (damaged, at.clone()), &at),
+            ("another file's", (foreign, at.clone()), &at),
+            (
+                "as a closed file's",
+                (good.clone(), index_path(&capture)),
+                &capture,
+            ),
+        ] {
+            std::fs::remove_file(&at).unwrap();
+            std::fs::write(&bytes_at.1, &bytes_at.0).unwrap();
+            let (out, outcome) = answer(&flow77, &store);
+            assert_eq!(&out[24..], &cases[0].1[..], "{what}");
+            assert_eq!(
+                outcome.bytes_read,
+                bytes.len() as u64 - 24,
+                "{what}: read whole"
+            );
+            assert_eq!(outcome.refused.len(), 1, "{what}");
+            assert_eq!(&outcome.refused[0].0, named, "{what}");
+            let _ = std::fs::remove_file(index_path(&capture));
+            std::fs::write(&at, &good).unwrap();
+        }
+    }
 
     #[test]
     fn a_one_flow_query_reads_the_pages_of_its_packets_and_a_few_index_blocks() {
@@ -392,18 +558,11 @@ mod tests {
             filter: Some("src host 10.1.0.77 and udp src port 1101".into()),
             ..Query::default()
         };
-        let mut out = Vec::new();
-        let outcome = q.run(&store, Some(&mut out)).unwrap();
+        let (out, outcome) = answer(&q, &store);
         // The answer: flow 77's records, in order, after the file header.
         let bytes = std::fs::read(&capture).unwrap();
-        let record = 16 + 300;
-        let want: Vec<u8> = (0..20_000u32)
-            .filter(|&i| flow(i) == 77)
-            .flat_map(|i| {
-                let at = 24 + i as usize * record;
-                bytes[at..at + record].to_vec()
-            })
-            .collect();
+        let record = RECORD as usize;
+        let want = records(&bytes, |i| flow(i) == 77);
         assert_eq!(outcome.packets, 20);
         assert_eq!(&out[24..], &want[..]);
         // Each packet's page, from its first record to the next page's: at most a page and

@@ -129,6 +129,7 @@ pub fn prune(
             source,
         })?;
         let _ = std::fs::remove_file(index_path(f));
+        super::prefix::remove(f);
         report.deleted += 1;
         report.deleted_bytes += held[i].bytes;
     }

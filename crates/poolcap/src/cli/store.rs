@@ -209,12 +209,14 @@ pub fn finish(running: Option<RunningStore>) {
     let r = running.keeper.finish();
     crate::say!(
         "store: {} files indexed ({} read back from disk; {} index bytes), {} deleted by \
-         retention ({} bytes)",
+         retention ({} bytes), {} prefix indexes of files being written ({} ms)",
         r.indexed,
         r.read_back,
         r.index_bytes,
         r.deleted,
-        r.deleted_bytes
+        r.deleted_bytes,
+        r.prefixes,
+        r.prefix_time.as_millis()
     );
     for e in &r.errors {
         crate::say!("store: {e}");

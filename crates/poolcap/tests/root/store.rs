@@ -77,6 +77,10 @@ pub(crate) fn trials() -> Vec<Trial> {
             "store_status_and_repair_refuse_bad_input_in_one_line",
             store_status_and_repair_refuse_bad_input_in_one_line,
         ),
+        t(
+            "a_query_during_capture_reads_the_live_file_through_its_prefix_index",
+            a_query_during_capture_reads_the_live_file_through_its_prefix_index,
+        ),
     ]
 }
 
@@ -439,6 +443,39 @@ fn dump_files(files: &[PathBuf], filter: &str) -> String {
     files.iter().map(|f| dump(f, filter)).collect()
 }
 
+/// Asserts that `query STORE FILTER` answers as tcpdump over each capture file the store
+/// holds, for each filter of `filters`.
+fn answers_as_tcpdump(store: &Path, dir: &Path, filters: &[&str], what: &str) {
+    let files = capture_files(store);
+    for filter in filters {
+        same(
+            &query(store, dir, filter, None, None),
+            &dump_files(&files, filter),
+            &format!("{what}: {filter}"),
+        );
+    }
+}
+
+/// A capture into `store` in files of `mb` MB, and `gen`'s report of the traffic it was
+/// sent, all of it: `count` frames of `size` bytes over `flows` flows at 20k/s.
+fn capturing(
+    lab: &Lab,
+    store: &Path,
+    mb: &str,
+    traffic: [&str; 3],
+) -> (Background, serde_json::Value) {
+    let bg = capture(lab, &["-Z", "root", "--store", s(store), "-C", mb]);
+    let [count, size, flows] = traffic;
+    let g = gen(
+        lab,
+        &[
+            "--count", count, "--size", size, "--rate", "20k", "--flows", flows,
+        ],
+    );
+    assert!(num(&g, "frames") >= count.parse().unwrap(), "{g}");
+    (bg, g)
+}
+
 fn retention_deletes_the_oldest_files_and_queries_see_the_rest() {
     let dir = tempdir();
     let input = dir.path().join("in.pcap");
@@ -454,13 +491,12 @@ fn retention_deletes_the_oldest_files_and_queries_see_the_rest() {
     // The oldest packets are gone; what is left answers as tcpdump over the files left.
     let held = field(&st, "packets");
     assert!(held < u64::from(PACKETS), "{st}");
-    for shape in ["host 10.0.1.3", "tcp[13] & 2 != 0 and port 80", ""] {
-        same(
-            &query(&store, dir.path(), shape, None, None),
-            &dump_files(&files, shape),
-            shape,
-        );
-    }
+    answers_as_tcpdump(
+        &store,
+        dir.path(),
+        &["host 10.0.1.3", "tcp[13] & 2 != 0 and port 80", ""],
+        "after retention",
+    );
     // A window before what is held: one line saying what is held.
     let out = poolcap(&["query", s(&store), "--until", &at(1.0)]);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -569,14 +605,7 @@ fn a_live_capture_into_a_store_answers_as_tcpdump() {
     let lab = lab(1);
     let dir = tempdir();
     let store = dir.path().join("store");
-    let bg = capture(&lab, &["-Z", "root", "--store", s(&store), "-C", "1"]);
-    let g = gen(
-        &lab,
-        &[
-            "--count", "6000", "--size", "700", "--rate", "20k", "--flows", "50",
-        ],
-    );
-    assert!(num(&g, "frames") >= 6000, "{g}");
+    let (bg, g) = capturing(&lab, &store, "1", ["6000", "700", "50"]);
     std::thread::sleep(std::time::Duration::from_millis(500));
     // While the capture runs: the live file has no index and is read whole.
     let files = capture_files(&store);
@@ -600,14 +629,59 @@ fn a_live_capture_into_a_store_answers_as_tcpdump() {
     assert!(stderr.contains("files indexed"), "{stderr}");
     let st = status(&store);
     assert_eq!(field(&st, "unindexed"), 0, "{st}");
+    answers_as_tcpdump(
+        &store,
+        dir.path(),
+        &["udp port 9", "udp and src port 10029", ""],
+        "after the capture",
+    );
+}
+
+/// A query during a capture reads the file being written through the prefix index the
+/// keeper saves of it (the pages of its flow there, the rest whole) and answers as tcpdump
+/// over the same bytes; the closed file's index replaces the prefix index.
+fn a_query_during_capture_reads_the_live_file_through_its_prefix_index() {
+    let lab = lab(1);
+    let dir = tempdir();
+    let store = dir.path().join("store");
+    // One file of 21 MB, still being written; flow 3 has 30 of its 30,000 packets.
+    let (bg, _) = capturing(&lab, &store, "100", ["30000", "700", "1000"]);
     let files = capture_files(&store);
-    for shape in ["udp port 9", "udp and src port 10029", ""] {
-        same(
-            &query(&store, dir.path(), shape, None, None),
-            &dump_files(&files, shape),
-            shape,
+    assert_eq!(files.len(), 1, "{files:?}");
+    let prefix = PathBuf::from(format!("{}.prefix.idx", files[0].display()));
+    // The keeper saves a prefix index at most every second: wait for one that covers
+    // nearly the whole file (hang guard: 20 s).
+    let started = std::time::Instant::now();
+    let (read, held) = loop {
+        let out = ok(&["query", s(&store), "--count", "udp src port 10003"]);
+        let (read, held) = read_and_held(&String::from_utf8_lossy(&out.stderr));
+        if read * 20 < held {
+            break (read, held);
+        }
+        assert!(
+            started.elapsed().as_secs() < 20,
+            "hang guard: read {read} of {held} bytes; prefix index there: {}",
+            prefix.exists()
         );
-    }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert!(held > 20_000_000, "read {read} of {held}");
+    assert!(prefix.exists());
+    answers_as_tcpdump(
+        &store,
+        dir.path(),
+        &[
+            "udp src port 10003",
+            "udp and (port 10007 or port 10500)",
+            "udp",
+        ],
+        "during the capture",
+    );
+    let (code, stderr) = bg.stop("INT");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("1 files indexed"), "{stderr}");
+    assert!(!prefix.exists(), "the index replaces the prefix index");
+    assert_eq!(field(&status(&store), "unindexed"), 0);
 }
 
 /// A live capture's keeper indexes each file from the bytes the writer wrote (none read
@@ -616,14 +690,7 @@ fn a_live_captures_indexes_from_its_written_bytes_equal_repairs() {
     let lab = lab(1);
     let dir = tempdir();
     let store = dir.path().join("store");
-    let bg = capture(&lab, &["-Z", "root", "--store", s(&store), "-C", "1"]);
-    let g = gen(
-        &lab,
-        &[
-            "--count", "20000", "--size", "imix", "--rate", "20k", "--flows", "5000",
-        ],
-    );
-    assert!(num(&g, "frames") >= 20000, "{g}");
+    let (bg, _) = capturing(&lab, &store, "1", ["20000", "imix", "5000"]);
     let (code, stderr) = bg.stop("INT");
     assert_eq!(code, Some(0), "{stderr}");
     let files = capture_files(&store);
@@ -654,24 +721,13 @@ fn a_live_captures_indexes_from_its_written_bytes_equal_repairs() {
 /// asserts the store answers as tcpdump over its files all the same.
 fn killed_store(lab: &Lab, dir: &Path) -> PathBuf {
     let store = dir.join("store");
-    let bg = capture(lab, &["-Z", "root", "--store", s(&store), "-C", "1"]);
-    gen(
-        lab,
-        &[
-            "--count", "4000", "--size", "700", "--rate", "20k", "--flows", "20",
-        ],
-    );
+    let (bg, _) = capturing(lab, &store, "1", ["4000", "700", "20"]);
     std::thread::sleep(std::time::Duration::from_millis(500));
     let (code, _) = bg.stop("KILL");
     assert_ne!(code, Some(0));
     let st = status(&store);
     assert_eq!(field(&st, "unindexed"), 1, "the file being written: {st}");
-    let files = capture_files(&store);
-    same(
-        &query(&store, dir, "udp src port 10003", None, None),
-        &dump_files(&files, "udp src port 10003"),
-        "after kill -9",
-    );
+    answers_as_tcpdump(&store, dir, &["udp src port 10003"], "after kill -9");
     store
 }
 
@@ -689,10 +745,10 @@ fn after_kill_9_the_store_answers_and_the_next_start_indexes_the_last_file() {
     assert!(stderr.contains("(no index)"), "{stderr}");
     let st = status(&store);
     assert_eq!(field(&st, "unindexed"), 0, "{st}");
-    let files = capture_files(&store);
-    same(
-        &query(&store, dir.path(), "udp src port 10003", None, None),
-        &dump_files(&files, "udp src port 10003"),
+    answers_as_tcpdump(
+        &store,
+        dir.path(),
+        &["udp src port 10003"],
         "after the restart",
     );
 }
@@ -843,12 +899,7 @@ fn a_query_across_a_retention_deletion_answers_from_the_files_it_opened() {
         "every packet of the files the query opened",
     );
     // The next query sees what is left, and says nothing of what is gone.
-    let left = capture_files(&store);
-    same(
-        &query(&store, dir.path(), "", None, None),
-        &dump_files(&left, ""),
-        "after the deletion",
-    );
+    answers_as_tcpdump(&store, dir.path(), &[""], "after the deletion");
 }
 
 /// Wireshark's sample capture that the pcap-parser crate (a dependency of the workspace)
