@@ -5,7 +5,7 @@
 //! a live file of up to -C bytes whole.
 //!
 //! When: at most every [`EVERY`], once at least two regions more were fed, and no sooner
-//! after a save than [`QUIET`] times what it took: a save encodes the prefix whole (its cost
+//! after a save than `QUIET` times what it took: a save encodes the prefix whole (its cost
 //! grows with the file: 250-350 ms for 100 MB of imix over 100k flows on a loaded machine),
 //! and this keeps the saves to a twentieth of a core whatever the file's size. The keeper
 //! only copies the builder (`Written::snapshot`); a thread of its own builds and saves the
