@@ -228,57 +228,38 @@ impl Output for Vec<u8> {
     }
 }
 
-impl<T: Output + ?Sized> Output for &mut T {
-    fn truncate_to(&mut self, len: u64) -> io::Result<()> {
-        (**self).truncate_to(len)
-    }
+/// An output reached through a reference or a box is that output.
+macro_rules! output_through {
+    ($($outer:ty),+) => {$(
+        impl<T: Output + ?Sized> Output for $outer {
+            fn truncate_to(&mut self, len: u64) -> io::Result<()> {
+                (**self).truncate_to(len)
+            }
 
-    fn end_batch(&mut self) -> io::Result<()> {
-        (**self).end_batch()
-    }
+            fn end_batch(&mut self) -> io::Result<()> {
+                (**self).end_batch()
+            }
 
-    fn partial_batch_kept(&self, accepted: usize) -> usize {
-        (**self).partial_batch_kept(accepted)
-    }
+            fn partial_batch_kept(&self, accepted: usize) -> usize {
+                (**self).partial_batch_kept(accepted)
+            }
 
-    fn sync(&mut self) -> io::Result<()> {
-        (**self).sync()
-    }
+            fn sync(&mut self) -> io::Result<()> {
+                (**self).sync()
+            }
 
-    fn close(&mut self) -> io::Result<()> {
-        (**self).close()
-    }
+            fn close(&mut self) -> io::Result<()> {
+                (**self).close()
+            }
 
-    fn landed(&self) -> Option<u64> {
-        (**self).landed()
-    }
+            fn landed(&self) -> Option<u64> {
+                (**self).landed()
+            }
+        }
+    )+};
 }
 
-impl<T: Output + ?Sized> Output for Box<T> {
-    fn truncate_to(&mut self, len: u64) -> io::Result<()> {
-        (**self).truncate_to(len)
-    }
-
-    fn end_batch(&mut self) -> io::Result<()> {
-        (**self).end_batch()
-    }
-
-    fn partial_batch_kept(&self, accepted: usize) -> usize {
-        (**self).partial_batch_kept(accepted)
-    }
-
-    fn sync(&mut self) -> io::Result<()> {
-        (**self).sync()
-    }
-
-    fn close(&mut self) -> io::Result<()> {
-        (**self).close()
-    }
-
-    fn landed(&self) -> Option<u64> {
-        (**self).landed()
-    }
-}
+output_through!(&mut T, Box<T>);
 
 /// Why writing a capture failed.
 #[derive(Debug, Error)]
