@@ -71,6 +71,25 @@ pub fn parse_rate(s: &str) -> Result<Rate, String> {
     Ok(if bits { Rate::Bps(r) } else { Rate::Pps(r) })
 }
 
+/// Parses `M,R`, both at least 1.
+pub fn parse_pool(s: &str) -> Result<(usize, usize), String> {
+    let (m, r) = s
+        .split_once(',')
+        .ok_or_else(|| format!("`{s}`: give the pool as M,R (cells per chunk, chunks)"))?;
+    let m: usize = m
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{m}` is not a number of cells"))?;
+    let r: usize = r
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{r}` is not a number of chunks"))?;
+    if m == 0 || r == 0 {
+        return Err("M (cells per chunk) and R (chunks) must both be at least 1".into());
+    }
+    Ok((m, r))
+}
+
 /// Parses a count such as `1000`, `10k`, `2M`.
 pub fn parse_count(s: &str) -> Result<u64, String> {
     let (v, rest) = split_number(s.trim())?;

@@ -165,7 +165,7 @@ struct ModelArgs {
     #[arg(long, value_delimiter = ',', default_values_t = vec![model::DEFAULT_COST_NS])]
     cost_ns: Vec<f64>,
     /// Pool geometry M,R: cells per chunk, chunks per queue.
-    #[arg(long, default_value = "256,100", value_parser = poolcap::cli::capture::parse_pool)]
+    #[arg(long, default_value = "256,100", value_parser = poolcap::units::parse_pool)]
     pool: (usize, usize),
     /// Kernel ring per queue, packets.
     #[arg(long, default_value_t = model::DEFAULT_RING)]

@@ -23,9 +23,11 @@
 
 use std::collections::HashMap;
 
-use super::index::{Index, Posting, Postings, Region, PAGES, PAGE_BYTES, REGION_BYTES};
+use super::index::{
+    head_crc, Index, IndexError, Posting, Postings, Region, PAGES, PAGE_BYTES, REGION_BYTES,
+};
 use super::keys;
-use super::pcapfile::{Header, FILE_HEADER, RECORD_HEADER};
+use super::pcapfile::{self, Header, FILE_HEADER, RECORD_HEADER};
 
 /// A key as one number: its kind byte on top, then its value's bytes (big-endian, up to
 /// 4), or for an IPv6 address its number among this file's IPv6 addresses.
@@ -431,6 +433,21 @@ impl Written {
         }
         let (_, builder) = self.built?;
         Some(builder.finish(file_len, crc32fast::hash(&self.head)))
+    }
+}
+
+impl Index {
+    /// Reads the capture file `path` through and indexes it, as the keeper indexes a file
+    /// from its written bytes (here, beside the builder, so that the index's format does not
+    /// depend on how it is built).
+    pub fn build(path: &std::path::Path) -> Result<Index, IndexError> {
+        let (header, file) = pcapfile::open(path)?.ok_or(IndexError::NotPcap)?;
+        let mut builder = Builder::new(header.linktype);
+        let mut records = pcapfile::Records::new(header, file, FILE_HEADER, u64::MAX)?;
+        while let Some(r) = records.next_record()? {
+            builder.record(r.offset, r.ts_ns, r.data);
+        }
+        Ok(builder.finish(std::fs::metadata(path)?.len(), head_crc(path)?))
     }
 }
 

@@ -48,9 +48,7 @@ use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use super::build::Builder;
 use super::keys;
-use super::pcapfile::{self, FILE_HEADER};
 
 /// The format version this build writes and reads.
 pub const VERSION: u32 = 2;
@@ -283,7 +281,7 @@ pub enum IndexError {
 }
 
 /// CRC-32 of the first bytes of `path`.
-fn head_crc(path: &Path) -> std::io::Result<u32> {
+pub(super) fn head_crc(path: &Path) -> std::io::Result<u32> {
     let mut head = Vec::with_capacity(HEAD_BYTES);
     File::open(path)?
         .take(HEAD_BYTES as u64)
@@ -292,17 +290,6 @@ fn head_crc(path: &Path) -> std::io::Result<u32> {
 }
 
 impl Index {
-    /// Reads the capture file `path` through and indexes it (see `build`).
-    pub fn build(path: &Path) -> Result<Index, IndexError> {
-        let (header, file) = pcapfile::open(path)?.ok_or(IndexError::NotPcap)?;
-        let mut builder = Builder::new(header.linktype);
-        let mut records = pcapfile::Records::new(header, file, FILE_HEADER, u64::MAX)?;
-        while let Some(r) = records.next_record()? {
-            builder.record(r.offset, r.ts_ns, r.data);
-        }
-        Ok(builder.finish(std::fs::metadata(path)?.len(), head_crc(path)?))
-    }
-
     /// The index's bytes (see the module docs).
     pub fn encode(&self) -> Vec<u8> {
         self.encode_as(Cover::Whole)
@@ -848,6 +835,7 @@ impl<'a> Cursor<'a> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::store::pcapfile::{self, FILE_HEADER};
 
     /// Writes a nanosecond pcap of `n` Ethernet/IPv4/UDP frames of `size` bytes, packet `i`
     /// from 10.1.(f/256).(f%256):(1024+f) (f = `flow(i)`) to 192.0.2.1:53, at time i µs.

@@ -115,7 +115,7 @@ pub struct CaptureArgs {
     #[arg(long, default_value = "hash", value_enum)]
     fanout: FanoutMode,
     /// Pool per queue as M,R: R chunks of M packet cells.
-    #[arg(long, default_value = "256,64", value_parser = parse_pool)]
+    #[arg(long, default_value = "256,64", value_parser = units::parse_pool)]
     pool: (usize, usize),
     /// Worker threads (default: one per queue).
     #[arg(long)]
@@ -338,25 +338,6 @@ fn parse_speed(s: &str) -> Result<f64, String> {
         Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
         _ => Err(format!("`{s}`: give a speed factor above 0, e.g. 1 or 2.5")),
     }
-}
-
-/// Parses `M,R`, both at least 1.
-pub fn parse_pool(s: &str) -> Result<(usize, usize), String> {
-    let (m, r) = s
-        .split_once(',')
-        .ok_or_else(|| format!("`{s}`: give the pool as M,R (cells per chunk, chunks)"))?;
-    let m: usize = m
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{m}` is not a number of cells"))?;
-    let r: usize = r
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{r}` is not a number of chunks"))?;
-    if m == 0 || r == 0 {
-        return Err("M (cells per chunk) and R (chunks) must both be at least 1".into());
-    }
-    Ok((m, r))
 }
 
 /// Checks the thread counts a capture or forward asks for and sizes its kernel ring from

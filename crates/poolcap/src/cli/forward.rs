@@ -21,9 +21,10 @@ use crate::capture::policy::PolicySpec;
 use crate::capture::pool::PoolSize;
 use crate::capture::queue::WaitStrategy;
 use crate::capture::{CaptureConfig, CaptureReport, Engine, Input, Output};
-use crate::cli::capture::{engine_limits, parse_kib, parse_pool};
+use crate::cli::capture::{engine_limits, parse_kib};
 use crate::cli::launch::{engine_error, Launch, Launched};
 use crate::cli::{privdrop, usage};
+use crate::units::parse_pool;
 use crate::{netdev, units};
 use signal_hook::consts::{SIGINT, SIGTERM};
 

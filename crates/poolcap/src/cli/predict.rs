@@ -16,11 +16,11 @@ use poolcap_measure::report::pct;
 use crate::capture::compress::Compression;
 use crate::capture::savefile::FileIo;
 use crate::capture::CaptureConfig;
-use crate::cli::capture::parse_pool;
 use crate::cli::usage;
 use crate::flows::IMIX;
 use crate::frame::{MAX_FRAME, MIN_FRAME};
 use crate::units;
+use crate::units::parse_pool;
 
 /// Where `poolcap calibrate` saves the profile and `predict` and `capture` look for it,
 /// unless `POOLCAP_PROFILE` names another file.
