@@ -44,8 +44,10 @@ const BLOCK_DESC_BYTES: u32 = 48;
 /// must not exceed `--blocks`), the other half stays with the kernel. `--blockage_sec 1`
 /// retires a partly filled block after 1 s (default 10 s), so the bench's drain sees the
 /// last packets on disk. `--filesize_mb` rotates as poolcap's `-C`. `--uid/--gid root` keeps
-/// it from dropping to `nobody`, who could not write the bench's scratch directory; its
-/// seccomp policy stays at its default. Run through `sh` to make `PKT0/` and `IDX0/`, then
+/// it from dropping to `nobody`, who could not write the bench's scratch directory.
+/// `--seccomp none`: its policy (`kill`) lets it capture but kills it with SIGSYS after
+/// "Process exiting successfully" on this kernel and libc (a syscall of the exit path it does
+/// not allow), which would count every run as failed. Run through `sh` to make `PKT0/` and `IDX0/`, then
 /// exec'd, so the measured process is stenotype itself.
 pub fn argv(spec: &CaptureSpec, iface: &str, dir: &Path, file_mb: u64) -> Vec<String> {
     let blocks = (spec.buffer_kib / 1024).max(MIN_BLOCKS);
@@ -76,6 +78,8 @@ pub fn argv(spec: &CaptureSpec, iface: &str, dir: &Path, file_mb: u64) -> Vec<St
         "root",
         "--gid",
         "root",
+        "--seccomp",
+        "none",
     ]
     .iter()
     .map(|s| (*s).to_owned())
@@ -260,7 +264,7 @@ mod tests {
             line.ends_with(
                 "sh /s/capture.pcap.store stenotype -v --iface prb0 --dir \
                  /s/capture.pcap.store --threads 1 --blocks 36 --aiops 18 --filesize_mb 100 \
-                 --blockage_sec 1 --uid root --gid root"
+                 --blockage_sec 1 --uid root --gid root --seccomp none"
             ),
             "{line}"
         );
