@@ -1069,6 +1069,20 @@ mod tests {
         check_packets(&read_bytes(&std::fs::read(&path).unwrap()).unwrap(), 1000);
     }
 
+    /// Writes 3000 nanosecond-pcap records of 60..1459 bytes into `direct` in 64 KiB
+    /// batches, and closes it.
+    fn write_mixed(direct: DirectFile) {
+        let mut w = CaptureWriter::new(direct, FileFormat::PcapNs, 0, "t0")
+            .unwrap()
+            .with_buffer_size(1 << 16);
+        for i in 0..3000 {
+            let data = vec![i as u8; 60 + i % 1400];
+            w.write_packet(i as u64 * 1000, &data, data.len() as u32)
+                .unwrap();
+        }
+        w.finish(None).unwrap();
+    }
+
     /// Writes 3000 records of mixed sizes into a direct pcap file fed to a feed that takes
     /// `take` writes then refuses; returns the file's bytes and the writes fed.
     fn fed_file(take: usize) -> (Vec<u8>, Vec<(u64, Vec<u8>)>) {
@@ -1085,16 +1099,7 @@ mod tests {
             got.push((l.at(), l.bytes().to_vec()));
             None // dropped here: the buffer goes home
         });
-        let direct = DirectFile::new(file, 1 << 16, Tail::Carry).with_feed(feed);
-        let mut w = CaptureWriter::new(direct, FileFormat::PcapNs, 0, "t0")
-            .unwrap()
-            .with_buffer_size(1 << 16);
-        for i in 0..3000 {
-            let data = vec![i as u8; 60 + i % 1400];
-            w.write_packet(i as u64 * 1000, &data, data.len() as u32)
-                .unwrap();
-        }
-        w.finish(None).unwrap();
+        write_mixed(DirectFile::new(file, 1 << 16, Tail::Carry).with_feed(feed));
         let fed = got.lock().unwrap().clone();
         (std::fs::read(&path).unwrap(), fed)
     }
@@ -1132,18 +1137,11 @@ mod tests {
                 into.lock().unwrap().push(l);
                 None
             });
-            let direct = DirectFile::new(new_direct(&path), 1 << 16, Tail::Carry)
-                .with_feed(feed)
-                .with_buffers(kept.clone());
-            let mut w = CaptureWriter::new(direct, FileFormat::PcapNs, 0, "t0")
-                .unwrap()
-                .with_buffer_size(1 << 16);
-            for k in 0..3000 {
-                let data = vec![k as u8; 60 + k % 1400];
-                w.write_packet(k as u64 * 1000, &data, data.len() as u32)
-                    .unwrap();
-            }
-            w.finish(None).unwrap();
+            write_mixed(
+                DirectFile::new(new_direct(&path), 1 << 16, Tail::Carry)
+                    .with_feed(feed)
+                    .with_buffers(kept.clone()),
+            );
             check_packets(&read_bytes(&std::fs::read(&path).unwrap()).unwrap(), 3000);
             let fed = std::mem::take(&mut *lent.lock().unwrap());
             assert!(fed.len() > 2 * DEPTH, "{} writes lent", fed.len());

@@ -522,9 +522,10 @@ mod held_tests {
     fn holding_the_newest_block_sleeps_about_as_long_as_the_last_block_took_to_fill() {
         let ms = Duration::from_millis;
         let us = Duration::from_micros;
-        let idle = ms(50); // the capture thread's wait with nothing pending
-                           // 64-byte frames at 100k pps: a 256 KiB block fills in about 18 ms; looking every
-                           // millisecond woke the thread ~18 times per block.
+        // The capture thread's wait with nothing pending.
+        let idle = ms(50);
+        // 64-byte frames at 100k pps: a 256 KiB block fills in about 18 ms; looking every
+        // millisecond woke the thread ~18 times per block.
         assert_eq!(held_wait(ms(18), idle), HELD_WAIT_MAX);
         assert_eq!(
             held_wait(ms(6), idle),

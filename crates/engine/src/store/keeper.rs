@@ -205,7 +205,7 @@ fn run(store: &Store, retention: Retention, heard: &Heard, stop: &AtomicBool) ->
                     let _ = to_close.send((path, written));
                 });
                 drop(to_close);
-                taken.into(closer.join().unwrap_or_else(|_| KeeperReport {
+                taken.add_to(closer.join().unwrap_or_else(|_| KeeperReport {
                     errors: vec!["the store closer panicked".into()],
                     ..KeeperReport::default()
                 }))
@@ -218,7 +218,7 @@ fn run(store: &Store, retention: Retention, heard: &Heard, stop: &AtomicBool) ->
                 let taken = take(heard, stop, |path, written| {
                     close(store, retention, &path, written, &mut ages, &mut report);
                 });
-                taken.into(report)
+                taken.add_to(report)
             }
         }
     })
@@ -235,7 +235,7 @@ struct Taken {
 
 impl Taken {
     /// Adds what was taken to the closer's `report`.
-    fn into(self, mut report: KeeperReport) -> KeeperReport {
+    fn add_to(self, mut report: KeeperReport) -> KeeperReport {
         report.errors.extend(self.errors);
         (report.prefixes, report.prefix_time) = (self.prefixes, self.prefix_time);
         report
