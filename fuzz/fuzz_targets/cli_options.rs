@@ -6,9 +6,8 @@
 use libfuzzer_sys::fuzz_target;
 use poolcap::capture::compress::Compression;
 use poolcap::capture::policy::{parse_buddy_groups, PolicySpec};
-use poolcap::cli::capture::parse_pool;
 use poolcap::frame::parse_mac;
-use poolcap::units;
+use poolcap::units::{self, parse_pool};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&which, rest)) = data.split_first() else {
