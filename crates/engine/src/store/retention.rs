@@ -15,7 +15,7 @@
 //! written sorts after it), oldest first by that age (ties by name), so the size budget
 //! deletes in the same order.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
@@ -78,7 +78,8 @@ impl Ages {
     /// `files` as retention sees them (a file gone since it was listed is left out).
     fn held(&mut self, files: Vec<PathBuf>) -> Vec<Held> {
         let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
-        self.0.retain(|p, _| files.contains(p));
+        let listed: HashSet<&Path> = files.iter().map(PathBuf::as_path).collect();
+        self.0.retain(|p, _| listed.contains(p.as_path()));
         files
             .into_iter()
             .filter_map(|path| {
