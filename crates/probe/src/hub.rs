@@ -280,7 +280,7 @@ impl Drop for Analyzer {
 mod tests {
     use super::*;
     use crate::config::parse;
-    use crate::packet::tests::udp4;
+    use crate::testing::udp4;
     use std::path::Path;
 
     fn config(enabled: bool) -> Config {

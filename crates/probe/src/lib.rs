@@ -16,6 +16,8 @@ pub mod hub;
 pub mod packet;
 pub mod report;
 pub mod tally;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 pub use config::{Config, ConfigError, Rule};
 pub use hub::{Analyzer, Hub};

@@ -323,7 +323,7 @@ pub fn table(records: &[RuleRecord], period: &Period) -> String {
 mod tests {
     use super::*;
     use crate::config::parse;
-    use crate::packet::tests::udp4;
+    use crate::testing::udp4;
     use std::path::Path;
 
     #[test]

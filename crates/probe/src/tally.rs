@@ -241,7 +241,7 @@ mod tests {
             "period = \"1s\"\n[[rule]]\nname = \"a\"\nfilter = \"udp\"\nactions = [\"flows\", \"sizes\", \"alert\"]\nalert = { key = \"dst\", rate = 1 }\n",
         )
         .unwrap();
-        let frame = crate::packet::tests::udp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2, 10);
+        let frame = crate::testing::udp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2, 10);
         let key = crate::packet::parse(&frame);
         let mut a = Tally::new(&c);
         let mut b = Tally::new(&c);

@@ -21,6 +21,7 @@
 //! <https://github.com/torvalds/linux/blob/v6.6/net/xdp/xsk_queue.h>.
 
 use std::io;
+use std::marker::PhantomData;
 use std::mem::size_of;
 use std::mem::ManuallyDrop;
 use std::ops::Range;
@@ -220,8 +221,9 @@ impl RxFrame {
     }
 }
 
-/// One mapped ring: indices, flags and the descriptor array.
-struct Ring {
+/// One mapped ring: indices, flags and the array of `E` entries (`xdp_desc` for RX and TX,
+/// `u64` frame addresses for fill and completion).
+struct Ring<E> {
     map: Mmap,
     producer: usize,
     consumer: usize,
@@ -232,9 +234,11 @@ struct Ring {
     local: u32,
     /// Last seen value of the index the kernel owns.
     cached: u32,
+    /// The type of the array's entries.
+    entry: PhantomData<E>,
 }
 
-impl Ring {
+impl<E> Ring<E> {
     fn index(&self, off: usize) -> &AtomicU32 {
         // SAFETY: `off` is one of the kernel-given offsets of a u32 inside the mapping
         // (checked against its length in `map_ring`); the word is only accessed atomically.
@@ -244,14 +248,50 @@ impl Ring {
     fn size(&self) -> u32 {
         self.mask + 1
     }
+
+    /// The entry at free-running ring position `pos`.
+    fn entry(&self, pos: u32) -> *mut E {
+        let slot = (pos & self.mask) as usize;
+        // SAFETY: slot <= mask, so the entry lies inside the mapped array of `mask + 1`
+        // entries at `desc` (desc + entries * size_of::<E>() bytes, the mapping's length:
+        // `map_ring`, and the tests' fake rings).
+        unsafe {
+            self.map
+                .base()
+                .as_ptr()
+                .add(self.desc + slot * size_of::<E>())
+                .cast::<E>()
+        }
+    }
+
+    /// Reads the entry at position `pos`.
+    ///
+    /// # Safety
+    /// The kernel does not write the slot meanwhile: it has published it (its producer index,
+    /// loaded with `Acquire`, is past `pos`).
+    unsafe fn read(&self, pos: u32) -> E {
+        // SAFETY: `entry` is inside the mapping; the caller rules out a concurrent write.
+        unsafe { self.entry(pos).read_unaligned() }
+    }
+
+    /// Writes `value` into the entry at position `pos`.
+    ///
+    /// # Safety
+    /// The slot is ours: the kernel has consumed it (its consumer index, loaded with
+    /// `Acquire`, is past the slot's previous use) and reads it only after our `Release`
+    /// store of the producer index.
+    unsafe fn write(&self, pos: u32, value: E) {
+        // SAFETY: `entry` is inside the mapping; the caller rules out a concurrent access.
+        unsafe { self.entry(pos).write_unaligned(value) }
+    }
 }
 
 /// An AF_XDP socket bound to one receive queue, with its UMEM, fill ring and RX ring.
 pub struct Xsk {
     fd: OwnedFd,
     umem: Arc<Umem>,
-    fill: Ring,
-    rx: Ring,
+    fill: Ring<u64>,
+    rx: Ring<libc::xdp_desc>,
     // The completion ring must exist for the bind; poolcap sends nothing, so it stays idle.
     _completion: Mmap,
     /// Frames user space holds that are neither in a chunk nor in the fill ring.
@@ -279,14 +319,13 @@ fn getsockopt<T: Plain>(fd: &OwnedFd, opt: i32, call: &'static str) -> Result<T>
     sockopt::get(fd.as_fd(), libc::SOL_XDP, opt, call)
 }
 
-fn map_ring(
+fn map_ring<E>(
     fd: &OwnedFd,
     off: &libc::xdp_ring_offset,
     entries: u32,
-    entry_size: usize,
     pgoff: u64,
-) -> Result<Ring> {
-    let len = off.desc as usize + entries as usize * entry_size;
+) -> Result<Ring<E>> {
+    let len = off.desc as usize + entries as usize * size_of::<E>();
     let map = Mmap::shared_at(fd.as_fd(), len, pgoff)?;
     for o in [off.producer, off.consumer, off.flags] {
         if o as usize + 4 > len {
@@ -306,6 +345,7 @@ fn map_ring(
         mask: entries - 1,
         local: 0,
         cached: 0,
+        entry: PhantomData,
     })
 }
 
@@ -359,28 +399,10 @@ impl Xsk {
         let umem_map = register_umem(&fd, cfg, entries)?;
         let off: libc::xdp_mmap_offsets =
             getsockopt(&fd, libc::XDP_MMAP_OFFSETS, "getsockopt(XDP_MMAP_OFFSETS)")?;
-        let fill = map_ring(
-            &fd,
-            &off.fr,
-            entries,
-            size_of::<u64>(),
-            libc::XDP_UMEM_PGOFF_FILL_RING,
-        )?;
-        let completion = map_ring(
-            &fd,
-            &off.cr,
-            64,
-            size_of::<u64>(),
-            libc::XDP_UMEM_PGOFF_COMPLETION_RING,
-        )?
-        .map;
-        let rx = map_ring(
-            &fd,
-            &off.rx,
-            entries,
-            size_of::<libc::xdp_desc>(),
-            libc::XDP_PGOFF_RX_RING as u64,
-        )?;
+        let fill = map_ring::<u64>(&fd, &off.fr, entries, libc::XDP_UMEM_PGOFF_FILL_RING)?;
+        let completion =
+            map_ring::<u64>(&fd, &off.cr, 64, libc::XDP_UMEM_PGOFF_COMPLETION_RING)?.map;
+        let rx = map_ring::<libc::xdp_desc>(&fd, &off.rx, entries, libc::XDP_PGOFF_RX_RING as u64)?;
         let umem = Arc::new(Umem {
             map: umem_map,
             frame_size: cfg.frame_size,
@@ -468,18 +490,9 @@ impl Xsk {
         }
         let n = (r.cached.wrapping_sub(r.local) as usize).min(max);
         for i in 0..n {
-            let slot = (r.local.wrapping_add(i as u32) & r.mask) as usize;
-            // SAFETY: slot <= mask, so the descriptor lies inside the mapped array
-            // (desc + entries * sizeof(xdp_desc)); the kernel published it before the
-            // producer value loaded with Acquire above.
-            let d: libc::xdp_desc = unsafe {
-                r.map
-                    .base()
-                    .as_ptr()
-                    .add(r.desc + slot * size_of::<libc::xdp_desc>())
-                    .cast::<libc::xdp_desc>()
-                    .read_unaligned()
-            };
+            // SAFETY: the kernel published the descriptor before the producer value loaded
+            // with Acquire above.
+            let d = unsafe { r.read(r.local.wrapping_add(i as u32)) };
             out.push(RxFrame {
                 addr: d.addr,
                 len: d.len,
@@ -534,17 +547,9 @@ impl Xsk {
         }
         let n = (free as usize).min(self.spare.len());
         for (i, addr) in self.spare.drain(self.spare.len() - n..).enumerate() {
-            let slot = (r.local.wrapping_add(i as u32) & r.mask) as usize;
-            // SAFETY: slot <= mask keeps the write inside the mapped address array, and the
-            // slot is free: the kernel consumed it (consumer loaded with Acquire above).
-            unsafe {
-                r.map
-                    .base()
-                    .as_ptr()
-                    .add(r.desc + slot * size_of::<u64>())
-                    .cast::<u64>()
-                    .write_unaligned(addr);
-            }
+            // SAFETY: the slot is free: the kernel consumed it (consumer loaded with Acquire
+            // above).
+            unsafe { r.write(r.local.wrapping_add(i as u32), addr) };
         }
         if n > 0 {
             r.local = r.local.wrapping_add(n as u32);

@@ -415,7 +415,7 @@ mod held_tests {
     use crate::capture::end::Cut;
     use crate::capture::pool::PoolSize;
     use crate::capture::progress::Progress;
-    use crate::capture::savefile::{FileIo, FileSpec, Fsync, Savefiles};
+    use crate::capture::savefile::{FileSpec, Savefiles};
     use crate::capture::testsink::Shared;
     use crate::capture::writer::FileWriter;
 
@@ -573,17 +573,7 @@ mod held_tests {
         let t = std::mem::take(&mut filler.tally);
         assert_eq!((t.captured, t.dropped_pool, t.not_taken), (packets, 0, 0));
         let file = Shared::default();
-        let spec = FileSpec {
-            format,
-            header: header.clone(),
-            compress: None,
-            fsync: Fsync::Never,
-            post_rotate: None,
-            io: FileIo::Buffered,
-            packet_buffered: false,
-            closed: None,
-            live_tail: false,
-        };
+        let spec = FileSpec::plain(format, header.clone());
         let out = Savefiles::new(
             spec.clone(),
             spec.start(Box::new(file.clone())).unwrap(),

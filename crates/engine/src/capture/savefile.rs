@@ -566,6 +566,25 @@ impl Savefiles {
 }
 
 #[cfg(test)]
+impl FileSpec {
+    /// Files of `format` with `header` for tests: buffered, uncompressed, never synced, no
+    /// command after rotation, told to no one.
+    pub(crate) fn plain(format: FileFormat, header: FileHeader) -> Self {
+        FileSpec {
+            format,
+            header,
+            compress: None,
+            fsync: Fsync::Never,
+            post_rotate: None,
+            io: FileIo::Buffered,
+            packet_buffered: false,
+            closed: None,
+            live_tail: false,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -640,15 +659,12 @@ mod tests {
 
     fn spec(post: Option<&str>) -> FileSpec {
         FileSpec {
-            format: FileFormat::Pcapng,
-            header: FileHeader::new(poolcap_format::LinkType::ETHERNET, 256, "t0"),
-            compress: None,
             fsync: Fsync::Rotate,
             post_rotate: post.map(OsString::from),
-            io: FileIo::Buffered,
-            packet_buffered: false,
-            closed: None,
-            live_tail: false,
+            ..FileSpec::plain(
+                FileFormat::Pcapng,
+                FileHeader::new(poolcap_format::LinkType::ETHERNET, 256, "t0"),
+            )
         }
     }
 

@@ -730,7 +730,7 @@ mod tests {
     use super::*;
     use crate::capture::pool::PoolSize;
     use crate::capture::rotate::{RotateSpec, Rotation};
-    use crate::capture::savefile::{FileIo, FileSpec, Fsync};
+    use crate::capture::savefile::{FileIo, FileSpec};
     use crate::capture::testsink::Shared;
     use poolcap_format::FileFormat;
 
@@ -860,17 +860,10 @@ mod tests {
     }
 
     fn file_spec(format: FileFormat) -> FileSpec {
-        FileSpec {
+        FileSpec::plain(
             format,
-            header: poolcap_format::FileHeader::new(poolcap_format::LinkType::ETHERNET, 64, "t0"),
-            compress: None,
-            fsync: Fsync::Never,
-            post_rotate: None,
-            io: FileIo::Buffered,
-            packet_buffered: false,
-            closed: None,
-            live_tail: false,
-        }
+            poolcap_format::FileHeader::new(poolcap_format::LinkType::ETHERNET, 64, "t0"),
+        )
     }
 
     #[test]

@@ -235,40 +235,10 @@ fn flows_program(map: &PerCpuArray, flows: &PerCpuHash, vlan: Vlan) -> TcProgram
     TcProgram::load("probe_flows", &code).unwrap_or_else(|e| panic!("load: {e}"))
 }
 
-/// Frames where the key's definition (poolcap_probe::packet) decides: MACsec with and
-/// without the SCI, an IPv4 ethertype carrying an IPv6 header and the reverse, IPv4 total
-/// lengths 19, 0 and 20 (the header's), and each behind a VLAN tag.
+/// The frames where the key's definition decides (`poolcap_probe::testing::odd_frames`),
+/// and each behind a VLAN tag.
 fn odd_frames() -> Vec<Vec<u8>> {
-    let mut v4 = Vec::new();
-    PacketBuilder::ethernet2(MAC_A, MAC_B)
-        .ipv4([10, 1, 0, 1], [10, 1, 0, 2], 64)
-        .udp(5, 9)
-        .write(&mut v4, &[0; 20])
-        .expect("v4");
-    let mut v6 = Vec::new();
-    PacketBuilder::ethernet2(MAC_A, MAC_B)
-        .ipv6([1; 16], [2; 16], 64)
-        .tcp(1000, 80, 1, 1000)
-        .syn()
-        .write(&mut v6, &[])
-        .expect("v6");
-    let retyped = |f: &[u8], t: [u8; 2]| [&f[..12], &t, &f[14..]].concat();
-    let total_len = |n: u16| [&v4[..16], &n.to_be_bytes()[..], &v4[18..]].concat();
-    let plain = vec![
-        [
-            &v4[..12],
-            &[0x88, 0xe5, 0x20, 0, 0, 0, 0, 1],
-            &[0; 8],
-            &v4[12..],
-        ]
-        .concat(),
-        [&v4[..12], &[0x88, 0xe5, 0, 0, 0, 0, 0, 1], &v4[12..]].concat(),
-        retyped(&v6, [0x08, 0x00]),
-        retyped(&v4, [0x86, 0xdd]),
-        total_len(19),
-        total_len(0),
-        total_len(20),
-    ];
+    let plain = poolcap_probe::testing::odd_frames();
     let tagged: Vec<Vec<u8>> = plain
         .iter()
         .map(|f| [&f[..12], &[0x81, 0x00, 0x00, 0x07], &f[12..]].concat())

@@ -292,6 +292,16 @@ fn query(store: &Path, dir: &Path, filter: &str, since: Option<f64>, until: Opti
     dump(&out, filter)
 }
 
+/// `packets` frames written to `DIR/in.pcap` (`write_input`) and captured into the store
+/// `DIR/store` with `extra` options: the input, the store and the capture's stderr.
+fn stored_input(dir: &Path, packets: u32, extra: &[&str]) -> (PathBuf, PathBuf, String) {
+    let input = dir.join("in.pcap");
+    write_input(&input, packets);
+    let store = dir.join("store");
+    let stderr = build_store(&input, &store, extra);
+    (input, store, stderr)
+}
+
 fn build_store(input: &Path, store: &Path, extra: &[&str]) -> String {
     let mut args = vec![
         "capture",
@@ -355,10 +365,7 @@ const SHAPES: [&str; 30] = [
 
 fn queries_equal_tcpdump_for_filter_shapes_and_windows() {
     let dir = tempdir();
-    let input = dir.path().join("in.pcap");
-    write_input(&input, PACKETS);
-    let store = dir.path().join("store");
-    build_store(&input, &store, &[]);
+    let (input, store, _) = stored_input(dir.path(), PACKETS, &[]);
     let st = status(&store);
     let files = field(&st, "files");
     assert!(
@@ -478,10 +485,7 @@ fn capturing(
 
 fn retention_deletes_the_oldest_files_and_queries_see_the_rest() {
     let dir = tempdir();
-    let input = dir.path().join("in.pcap");
-    write_input(&input, PACKETS);
-    let store = dir.path().join("store");
-    let stderr = build_store(&input, &store, &["--store-size", "3M"]);
+    let (input, store, stderr) = stored_input(dir.path(), PACKETS, &["--store-size", "3M"]);
     let st = status(&store);
     let total = field(&st, "bytes") + field(&st, "index bytes");
     assert!(total <= 3_000_000, "within the budget: {st}");
@@ -516,10 +520,7 @@ fn retention_deletes_the_oldest_files_and_queries_see_the_rest() {
 
 fn a_damaged_index_is_refused_by_name_and_repaired() {
     let dir = tempdir();
-    let input = dir.path().join("in.pcap");
-    write_input(&input, 8000);
-    let store = dir.path().join("store");
-    build_store(&input, &store, &[]);
+    let (input, store, _) = stored_input(dir.path(), 8000, &[]);
     let files = capture_files(&store);
     let victim = PathBuf::from(format!("{}.idx", files[0].display()));
     let mut bytes = std::fs::read(&victim).unwrap();
@@ -564,10 +565,7 @@ fn a_damaged_index_is_refused_by_name_and_repaired() {
 
 fn bad_input_is_one_line_and_fails() {
     let dir = tempdir();
-    let input = dir.path().join("in.pcap");
-    write_input(&input, 2000);
-    let store = dir.path().join("store");
-    build_store(&input, &store, &[]);
+    let (input, store, _) = stored_input(dir.path(), 2000, &[]);
     let plain = dir.path().join("plain");
     std::fs::create_dir(&plain).unwrap();
     let newer = dir.path().join("newer");
@@ -862,10 +860,7 @@ fn after_kill_9_store_repair_indexes_the_last_file() {
 fn a_query_across_a_retention_deletion_answers_from_the_files_it_opened() {
     use std::io::Read;
     let dir = tempdir();
-    let input = dir.path().join("in.pcap");
-    write_input(&input, PACKETS);
-    let store = dir.path().join("store");
-    build_store(&input, &store, &[]);
+    let (input, store, _) = stored_input(dir.path(), PACKETS, &[]);
     let want = dump(&input, "");
     let files = capture_files(&store);
     assert!(files.len() >= 4, "{files:?}");

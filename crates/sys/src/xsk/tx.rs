@@ -28,7 +28,6 @@
 //! <https://github.com/torvalds/linux/blob/v6.6/net/xdp/xsk_queue.h>.
 
 use std::io;
-use std::mem::size_of;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -65,8 +64,8 @@ impl Xsk {
 pub struct XskTx {
     fd: OwnedFd,
     umem: Arc<Umem>,
-    tx: Ring,
-    completion: Ring,
+    tx: Ring<libc::xdp_desc>,
+    completion: Ring<u64>,
     zero_copy: bool,
 }
 
@@ -108,20 +107,9 @@ impl XskTx {
         setsockopt(&fd, libc::XDP_TX_RING, &entries, "setsockopt(XDP_TX_RING)")?;
         let off: libc::xdp_mmap_offsets =
             getsockopt(&fd, libc::XDP_MMAP_OFFSETS, "getsockopt(XDP_MMAP_OFFSETS)")?;
-        let tx = map_ring(
-            &fd,
-            &off.tx,
-            entries,
-            size_of::<libc::xdp_desc>(),
-            libc::XDP_PGOFF_TX_RING as u64,
-        )?;
-        let completion = map_ring(
-            &fd,
-            &off.cr,
-            entries,
-            size_of::<u64>(),
-            libc::XDP_UMEM_PGOFF_COMPLETION_RING,
-        )?;
+        let tx = map_ring::<libc::xdp_desc>(&fd, &off.tx, entries, libc::XDP_PGOFF_TX_RING as u64)?;
+        let completion =
+            map_ring::<u64>(&fd, &off.cr, entries, libc::XDP_UMEM_PGOFF_COMPLETION_RING)?;
         let mut sa: libc::sockaddr_xdp = sockopt::zeroed();
         sa.sxdp_family = libc::AF_XDP as u16;
         sa.sxdp_flags = libc::XDP_SHARED_UMEM;
@@ -176,23 +164,14 @@ impl XskTx {
                 f.umem, self.umem.id,
                 "RxFrame sent through a socket of another UMEM"
             );
-            let slot = (r.local.wrapping_add(i as u32) & r.mask) as usize;
             let desc = libc::xdp_desc {
                 addr: f.addr,
                 len: f.len,
                 options: 0,
             };
-            // SAFETY: slot <= mask keeps the write inside the mapped descriptor array
-            // (desc + entries * sizeof(xdp_desc), checked by map_ring's length), and the
-            // slot is free: the kernel consumed it (consumer loaded with Acquire above).
-            unsafe {
-                r.map
-                    .base()
-                    .as_ptr()
-                    .add(r.desc + slot * size_of::<libc::xdp_desc>())
-                    .cast::<libc::xdp_desc>()
-                    .write_unaligned(desc);
-            }
+            // SAFETY: the slot is free: the kernel consumed it (consumer loaded with Acquire
+            // above).
+            unsafe { r.write(r.local.wrapping_add(i as u32), desc) };
         }
         if n > 0 {
             r.local = r.local.wrapping_add(n as u32);
@@ -252,18 +231,9 @@ impl XskTx {
         r.cached = r.index(r.producer).load(Ordering::Acquire);
         let n = r.cached.wrapping_sub(r.local) as usize;
         for i in 0..n {
-            let slot = (r.local.wrapping_add(i as u32) & r.mask) as usize;
-            // SAFETY: slot <= mask keeps the read inside the mapped address array; the
-            // kernel published the slot before the producer loaded with Acquire above.
-            let addr = unsafe {
-                r.map
-                    .base()
-                    .as_ptr()
-                    .add(r.desc + slot * size_of::<u64>())
-                    .cast::<u64>()
-                    .read_unaligned()
-            };
-            out.push(addr);
+            // SAFETY: the kernel published the slot before the producer loaded with Acquire
+            // above.
+            out.push(unsafe { r.read(r.local.wrapping_add(i as u32)) });
         }
         if n > 0 {
             r.local = r.cached;
@@ -281,11 +251,13 @@ mod tests {
     use super::super::NEXT_UMEM_ID;
     use super::*;
     use crate::mmap::Mmap;
+    use std::marker::PhantomData;
+    use std::mem::size_of;
 
-    /// A ring of `entries` slots of `entry` bytes in plain memory, indices first.
-    fn fake_ring(entries: u32, entry: usize) -> Ring {
+    /// A ring of `entries` slots of `E` in plain memory, indices first.
+    fn fake_ring<E>(entries: u32) -> Ring<E> {
         Ring {
-            map: Mmap::anonymous(64 + entries as usize * entry).expect("mmap"),
+            map: Mmap::anonymous(64 + entries as usize * size_of::<E>()).expect("mmap"),
             producer: 0,
             consumer: 4,
             flags: 8,
@@ -293,6 +265,7 @@ mod tests {
             mask: entries - 1,
             local: 0,
             cached: 0,
+            entry: PhantomData,
         }
     }
 
@@ -306,8 +279,8 @@ mod tests {
         XskTx {
             fd: std::fs::File::open("/dev/null").expect("fd").into(),
             umem,
-            tx: fake_ring(entries, size_of::<libc::xdp_desc>()),
-            completion: fake_ring(entries, size_of::<u64>()),
+            tx: fake_ring(entries),
+            completion: fake_ring(entries),
             zero_copy: false,
         }
     }
@@ -321,16 +294,8 @@ mod tests {
         );
         let descs = (from..to)
             .map(|i| {
-                let slot = (i & r.mask) as usize;
-                // SAFETY: test-only read of a slot inside the fake ring's mapping.
-                let d: libc::xdp_desc = unsafe {
-                    r.map
-                        .base()
-                        .as_ptr()
-                        .add(r.desc + slot * size_of::<libc::xdp_desc>())
-                        .cast::<libc::xdp_desc>()
-                        .read_unaligned()
-                };
+                // SAFETY: the test's single thread wrote the slot before the producer.
+                let d = unsafe { r.read(i) };
                 (d.addr, d.len)
             })
             .collect();
@@ -343,16 +308,8 @@ mod tests {
         let r = &tx.completion;
         let mut p = r.index(r.producer).load(Ordering::Relaxed);
         for &a in addrs {
-            let slot = (p & r.mask) as usize;
-            // SAFETY: test-only write of a slot inside the fake ring's mapping.
-            unsafe {
-                r.map
-                    .base()
-                    .as_ptr()
-                    .add(r.desc + slot * size_of::<u64>())
-                    .cast::<u64>()
-                    .write_unaligned(a);
-            }
+            // SAFETY: the test's single thread reads the slot only after the producer.
+            unsafe { r.write(p, a) };
             p = p.wrapping_add(1);
         }
         r.index(r.producer).store(p, Ordering::Release);

@@ -799,35 +799,24 @@ mod tests {
 
     #[test]
     fn bad_programs_are_refused_not_miscompiled() {
-        let out = [insn(0x15, 0, 9, 1), insn(0x06, 0, 0, 0)];
-        let e = program(
-            &[KernelRule {
-                slot: 1,
-                filter: &out,
-                flows: None,
-            }],
-            Maps {
-                counts: 3,
-                gen: Generation::Zero,
-            },
-            Vlan::Skb,
-        )
-        .unwrap_err();
+        let refusal = |filter: &[BpfInsn]| {
+            program(
+                &[KernelRule {
+                    slot: 1,
+                    filter,
+                    flows: None,
+                }],
+                Maps {
+                    counts: 3,
+                    gen: Generation::Zero,
+                },
+                Vlan::Skb,
+            )
+            .unwrap_err()
+        };
+        let e = refusal(&[insn(0x15, 0, 9, 1), insn(0x06, 0, 0, 0)]);
         assert!(e.contains("jump out"), "{e}");
-        let bad_alu = [insn(0x04 | 0xf0, 0, 0, 0), insn(0x06, 0, 0, 0)];
-        let e = program(
-            &[KernelRule {
-                slot: 1,
-                filter: &bad_alu,
-                flows: None,
-            }],
-            Maps {
-                counts: 3,
-                gen: Generation::Zero,
-            },
-            Vlan::Skb,
-        )
-        .unwrap_err();
+        let e = refusal(&[insn(0x04 | 0xf0, 0, 0, 0), insn(0x06, 0, 0, 0)]);
         assert!(e.contains("instruction 0"), "{e}");
     }
 }
