@@ -188,9 +188,16 @@ fn run_in(
     };
     let mut points = plan.points;
     meta.notes = plan.notes;
+    // The store's query points run after its capture points, when `--points` picks them.
+    let queries = opts.suite == Suite::Store
+        && opts.points.as_deref().is_none_or(|only| {
+            suites::store::QUERY_POINTS
+                .iter()
+                .any(|id| picked(id, only))
+        });
     if let Some(only) = &opts.points {
         points.retain(|p| picked(&p.id, only));
-        if points.is_empty() {
+        if points.is_empty() && !queries {
             bail!("no point of {suite} has `{only}` in its id");
         }
         meta.notes
@@ -218,7 +225,7 @@ fn run_in(
     }
     meta.write(&opts.out)?;
     run_points(&b, suite, &points, opts.runs, &mut log, &mut records)?;
-    if opts.suite == Suite::Store && !stop.load(Ordering::Relaxed) {
+    if queries && !stop.load(Ordering::Relaxed) {
         suites::store::queries(&b, opts.scale, opts.runs, &mut log, &mut records)?;
     }
     meta.interrupted = stop.load(Ordering::Relaxed);

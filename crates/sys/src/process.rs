@@ -50,6 +50,27 @@ pub fn cpu_time(who: Who) -> CpuTime {
     }
 }
 
+/// Nanoseconds process `pid` has run on a CPU so far, all its threads, those that have
+/// ended included (its `CLOCK_PROCESS_CPUTIME_ID`, read from outside); `None` if it is
+/// gone. Summing `/proc/PID/task/*/schedstat` instead leaves out every thread that ended.
+pub fn process_cpu_ns(pid: u32) -> Option<u64> {
+    let pid = libc::pid_t::try_from(pid).ok()?;
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: `clock` is a valid, writable clockid_t; the call only writes into it.
+    if unsafe { libc::clock_getcpuclockid(pid, &mut clock) } != 0 {
+        return None;
+    }
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; clock_gettime only writes into it.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return None;
+    }
+    Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
 /// Sends SIGINT to process `pid` (one this process started), asking it to stop cleanly.
 pub fn interrupt(pid: u32) -> std::io::Result<()> {
     send_signal(pid, libc::SIGINT)
@@ -172,4 +193,26 @@ pub fn set_process_nice(pid: u32, nice: i32) -> bool {
 pub fn set_timer_slack_ns(ns: u64) -> bool {
     // SAFETY: prctl(PR_SET_TIMERSLACK) takes plain integers and affects only this thread.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) == 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_cpu_time_keeps_the_time_of_threads_that_ended() {
+        let me = std::process::id();
+        let before = process_cpu_ns(me).unwrap();
+        // A thread runs until the process has run 50 ms more, and ends: those 50 ms stay.
+        std::thread::spawn(move || {
+            while process_cpu_ns(me).unwrap() - before < 50_000_000 {
+                std::hint::spin_loop();
+            }
+        })
+        .join()
+        .unwrap();
+        let spent = process_cpu_ns(me).unwrap() - before;
+        assert!(spent >= 50_000_000, "{spent} ns");
+        assert_eq!(process_cpu_ns(u32::MAX), None, "no such process");
+    }
 }

@@ -75,6 +75,8 @@ const REGIONS: &str = "read the chosen pages";
 const SELECTIVE: &str = "selective: 1 flow of 100k";
 const BROAD: &str = "broad: 10% of the traffic";
 const DISK: &str = "disk read limit";
+/// The query points' ids (run after the capture points, when `--points` picks them).
+pub const QUERY_POINTS: [&str; 3] = [DISK, SELECTIVE, BROAD];
 
 /// A capture point's subjects: `-w` alone, then `--store`, with the disk suite's memory;
 /// then stenotype with the same memory as its ring (the disk suite's peer buffer).

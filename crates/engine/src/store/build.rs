@@ -8,9 +8,10 @@
 //! process's CPU in the keeper, most of it in a `HashMap<Vec<u8>, Vec<u32>>` fed one
 //! allocated key per key and packet (SipHash, `memcmp`, `malloc`), the rest in reading
 //! the file back. Here a key is one `u64` (kind byte and value; an IPv6 address by its
-//! number in this file), found through a small direct-mapped cache in front of a map to
-//! key numbers: a packet's keys mostly repeat within a region (the EtherType, the
-//! protocol, a busy server's address and port), so most cost one probe of the cache. A
+//! number in this file), found through a small direct-mapped cache in front of the key
+//! numbers (a table by value for protocols, ports and EtherTypes, a map for addresses): a
+//! packet's keys mostly repeat within a region (the EtherType, the protocol, a busy
+//! server's address and port), so most cost one probe of the cache. A
 //! key's first packet in a region appends one (key number, region) pair; the pairs are
 //! grouped by key once, when the file is closed. No per-key state is touched on a cache
 //! hit or per pair: with many flows the map's memory misses the CPU's caches, and the
@@ -57,12 +58,39 @@ const EMPTY: Slot = Slot {
 /// A key's packet in a region: (key number, region, page bit).
 type Pair = (u32, u32, u16);
 
+/// The kinds whose values fit 16 bits, in the order of their kind bytes, each with where
+/// its values start in [`Keys::narrow`] and how many there are.
+const NARROW_KINDS: [(u8, usize, usize); 3] = [
+    (keys::PROTO, 0, 256),
+    (keys::PORT, 256, 65_536),
+    (keys::ETHERTYPE, 256 + 65_536, 65_536),
+];
+
+/// Entries of [`Keys::narrow`].
+const NARROW: usize = 256 + 2 * 65_536;
+
+/// Where a key of a kind whose values fit 16 bits has its number in [`Keys::narrow`].
+fn narrow_slot(key: Key) -> Option<usize> {
+    let kind = (key >> 56) as u8;
+    let (_, at, values) = NARROW_KINDS.into_iter().find(|k| k.0 == kind)?;
+    Some(at + (key as usize & (values - 1)))
+}
+
 /// Each key's regions and pages, gathered as [`Pair`]s.
 #[derive(Clone)]
 struct Keys {
+    /// Numbers of the protocols, ports and EtherTypes, by value (one more than the number;
+    /// 0: not seen): one load where a map probe missed the CPU's caches twice, the bucket
+    /// and then its key (perf annotate, 1514-byte frames over 65,536 flows by source port:
+    /// most of the keeper's time). Kept beside the cache, not in place of it: a table of
+    /// per-port state in its place (one load instead of two) made the keeper slower, the
+    /// table being six times larger (`capture -r` of 3M 60-byte frames: 0.22-0.27 s of
+    /// keeper against 0.16-0.17).
+    narrow: Box<[u32]>,
+    /// Numbers of the other keys (addresses).
     ids: HashMap<Key, u32, foldhash::fast::FixedState>,
-    /// The keys by number.
-    keys: Vec<Key>,
+    /// Keys numbered so far.
+    count: u32,
     v6: HashMap<[u8; 16], u32, foldhash::fast::FixedState>,
     v6_addrs: Vec<[u8; 16]>,
     pairs: Vec<Pair>,
@@ -72,8 +100,9 @@ struct Keys {
 impl Keys {
     fn new() -> Self {
         Keys {
+            narrow: vec![0; NARROW].into_boxed_slice(),
             ids: HashMap::default(),
-            keys: Vec::new(),
+            count: 0,
             v6: HashMap::default(),
             v6_addrs: Vec::new(),
             pairs: Vec::new(),
@@ -109,10 +138,19 @@ impl Keys {
             return;
         }
         if slot.key != key {
-            let next = self.keys.len() as u32;
-            let id = *self.ids.entry(key).or_insert(next);
+            let next = self.count;
+            let id = match narrow_slot(key) {
+                Some(n) => match self.narrow[n] {
+                    0 => {
+                        self.narrow[n] = next + 1;
+                        next
+                    }
+                    id => id - 1,
+                },
+                None => *self.ids.entry(key).or_insert(next),
+            };
             if id == next {
-                self.keys.push(key);
+                self.count += 1;
             }
             // The slot's pages were the other key's.
             (slot.key, slot.id, slot.region, slot.pages) = (key, id, region, 0);
@@ -125,17 +163,20 @@ impl Keys {
         self.pairs.push((slot.id, region, bit));
     }
 
-    /// The key's bytes as the index holds them (kind byte and value).
-    fn bytes(&self, key: Key) -> Vec<u8> {
-        let kind = (key >> 56) as u8;
-        let mut b = vec![kind];
-        match kind {
-            keys::V6 => b.extend_from_slice(&self.v6_addrs[(key & 0xffff_ffff) as usize]),
-            keys::PROTO => b.push(key as u8),
-            keys::PORT | keys::ETHERTYPE => b.extend_from_slice(&(key as u16).to_be_bytes()),
-            _ => b.extend_from_slice(&(key as u32).to_be_bytes()),
-        }
-        b
+    /// The bytes of the key `ordered` gave (`kind`, `value`) as the index holds them: the
+    /// kind byte and the value's last bytes (as many as the kind's values have), and how
+    /// many there are.
+    fn bytes(kind: u8, value: u128) -> ([u8; 17], usize) {
+        let width = match kind {
+            keys::V6 => 16,
+            keys::PROTO => 1,
+            keys::PORT | keys::ETHERTYPE => 2,
+            _ => 4,
+        };
+        let mut b = [0u8; 17];
+        b[0] = kind;
+        b[1..=width].copy_from_slice(&value.to_be_bytes()[16 - width..]);
+        (b, 1 + width)
     }
 
     /// The keys in order, each with its regions before region `below` in order (keys
@@ -143,11 +184,36 @@ impl Keys {
     fn postings(&self, below: u32) -> Postings {
         // Pairs are posted in region order: those of the regions asked for come first.
         let pairs = &self.pairs[..self.pairs.partition_point(|p| p.1 < below)];
-        // Group the pairs by key number (each key's regions stay in the order posted,
-        // ascending), then take the keys in the order of their bytes.
-        let mut starts = vec![0u32; self.keys.len() + 1];
+        // The keys in the order of their bytes (kind byte first), and each key number's
+        // rank in it: protocols, ports and EtherTypes read in order from their tables, the
+        // addresses (kind bytes above theirs) sorted after them. Sorting every key was a
+        // third of a file's close with a port per flow (perf, 1514-byte frames).
+        let mut order: Vec<(u8, u128, u32)> = Vec::with_capacity(self.count as usize);
+        for (kind, at, values) in NARROW_KINDS {
+            let table = self.narrow[at..at + values].iter().enumerate();
+            order.extend(
+                table
+                    .filter(|(_, &n)| n != 0)
+                    .map(|(v, &n)| (kind, v as u128, n - 1)),
+            );
+        }
+        let narrow = order.len();
+        order.extend(self.ids.iter().map(|(&key, &id)| {
+            let (kind, value) = self.ordered(key);
+            (kind, value, id)
+        }));
+        order[narrow..].sort_unstable();
+        let mut rank = vec![0u32; order.len()];
+        for (r, &(_, _, id)) in order.iter().enumerate() {
+            rank[id as usize] = r as u32;
+        }
+        // Group the pairs by rank (each key's regions stay in the order posted, ascending),
+        // so that the keys are then read in order: read by key number, in the keys' order,
+        // each key's group was a miss of the CPU's caches (perf annotate: most of the time
+        // at a file's close, with a key per flow).
+        let mut starts = vec![0u32; order.len() + 1];
         for &(id, _, _) in pairs {
-            starts[id as usize + 1] += 1;
+            starts[rank[id as usize] as usize + 1] += 1;
         }
         for n in 1..starts.len() {
             starts[n] += starts[n - 1];
@@ -155,20 +221,14 @@ impl Keys {
         let mut grouped = vec![(0u32, 0u16); pairs.len()];
         let mut at = starts.clone();
         for &(id, region, bit) in pairs {
-            grouped[at[id as usize] as usize] = (region, bit);
-            at[id as usize] += 1;
+            let r = rank[id as usize] as usize;
+            grouped[at[r] as usize] = (region, bit);
+            at[r] += 1;
         }
-        let mut order: Vec<(u8, u128, u32)> = (0..self.keys.len() as u32)
-            .map(|id| {
-                let (kind, value) = self.ordered(self.keys[id as usize]);
-                (kind, value, id)
-            })
-            .collect();
-        order.sort_unstable();
         let mut p = Postings::default();
         let mut list: Vec<Posting> = Vec::new();
-        for (_, _, id) in order {
-            let (from, to) = (starts[id as usize], starts[id as usize + 1]);
+        for (r, &(kind, value, _)) in order.iter().enumerate() {
+            let (from, to) = (starts[r], starts[r + 1]);
             if from == to {
                 continue;
             }
@@ -178,7 +238,8 @@ impl Keys {
                     _ => list.push(Posting { region, pages: bit }),
                 }
             }
-            p.push(&self.bytes(self.keys[id as usize]), list.drain(..));
+            let (bytes, len) = Self::bytes(kind, value);
+            p.push(&bytes[..len], list.drain(..));
         }
         p
     }
@@ -455,40 +516,49 @@ impl Index {
 pub(crate) mod tests {
     use super::*;
 
-    /// Two ports whose keys share a cache slot.
-    fn colliding_ports() -> (u16, u16) {
+    /// Two IPv4 addresses whose keys share a cache slot.
+    fn colliding_addresses() -> ([u8; 4], [u8; 4]) {
         let mut keys = Keys::new();
-        let mut seen: HashMap<usize, u16> = HashMap::new();
-        for p in 1..=u16::MAX {
-            let key = keys.compact(keys::PORT, &p.to_be_bytes());
+        let mut seen: HashMap<usize, [u8; 4]> = HashMap::new();
+        for n in 1..=u16::MAX {
+            let a = [10, 0, (n >> 8) as u8, n as u8];
+            let key = keys.compact(keys::V4, &a);
             let at = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15)
                 >> (64 - CACHE_SLOTS.trailing_zeros())) as usize;
-            if let Some(&q) = seen.get(&at) {
-                return (q, p);
+            if let Some(&b) = seen.get(&at) {
+                return (b, a);
             }
-            seen.insert(at, p);
+            seen.insert(at, a);
         }
-        unreachable!("65535 ports in 4096 slots collide")
+        unreachable!("65535 addresses in 4096 slots collide")
     }
 
     #[test]
     fn a_key_taking_over_a_cache_slot_gets_every_page_it_starts_in() {
-        let (a, b) = colliding_ports();
+        let (a, b) = colliding_addresses();
         let mut keys = Keys::new();
         // In one region: a in page 1, then b (same slot) in pages 2 and 1.
-        keys.post(keys::PORT, &a.to_be_bytes(), 0, 1);
-        keys.post(keys::PORT, &b.to_be_bytes(), 0, 2);
-        keys.post(keys::PORT, &b.to_be_bytes(), 0, 1);
+        keys.post(keys::V4, &a, 0, 1);
+        keys.post(keys::V4, &b, 0, 2);
+        keys.post(keys::V4, &b, 0, 1);
+        // A port (kept by value, not in the cache) the same way, and in the next region.
+        for (region, page) in [(0, 2), (0, 1), (0, 2), (1, 0)] {
+            keys.post(keys::PORT, &[0, 53], region, page);
+        }
         let p = keys.postings(u32::MAX);
-        let pages = |port: u16| {
-            let key = [&[keys::PORT][..], &port.to_be_bytes()[..]].concat();
-            p.get(&key)
+        let pages = |kind: u8, value: &[u8]| {
+            p.get(&[&[kind][..], value].concat())
                 .iter()
                 .map(|x| (x.region, x.pages))
                 .collect::<Vec<_>>()
         };
-        assert_eq!(pages(a), vec![(0, 0b10)]);
-        assert_eq!(pages(b), vec![(0, 0b110)], "b's page 1 is in its mask");
+        assert_eq!(pages(keys::V4, &a), vec![(0, 0b10)]);
+        assert_eq!(
+            pages(keys::V4, &b),
+            vec![(0, 0b110)],
+            "b's page 1 is in its mask"
+        );
+        assert_eq!(pages(keys::PORT, &[0, 53]), vec![(0, 0b110), (1, 0b1)]);
     }
 
     #[test]
@@ -509,12 +579,34 @@ pub(crate) mod tests {
             (keys::V6, &[[1u8; 15].as_slice(), &[3]].concat()[..]),
         ] {
             let key = keys.compact(kind, value);
-            all.push((keys.ordered(key), keys.bytes(key)));
+            let (k, v) = keys.ordered(key);
+            let (bytes, len) = Keys::bytes(k, v);
+            assert_eq!(bytes[..len], [&[kind], value].concat(), "{kind} {value:?}");
+            all.push(((k, v), bytes[..len].to_vec()));
         }
         let mut by_number = all.clone();
         by_number.sort_by_key(|(n, _)| *n);
         all.sort_by(|a, b| a.1.cmp(&b.1));
         assert_eq!(by_number, all);
+        // Posted in another order, the index holds them in the order of their bytes, each
+        // with its region.
+        let mut keys = Keys::new();
+        for (region, (_, bytes)) in all.iter().enumerate().rev() {
+            keys.post(bytes[0], &bytes[1..], region as u32, 0);
+        }
+        let p = keys.postings(u32::MAX);
+        let held: Vec<(Vec<u8>, u32)> = p
+            .between(&[0], &[0xff; crate::store::index::KEY])
+            .map(|(k, list)| (k.to_vec(), list[0].region))
+            .collect();
+        let want: Vec<(Vec<u8>, u32)> = all
+            .iter()
+            .enumerate()
+            .map(|(region, (_, bytes))| {
+                (crate::store::index::padded(bytes).to_vec(), region as u32)
+            })
+            .collect();
+        assert_eq!(held, want);
     }
 
     /// A pcap file (nanoseconds) of `n` frames of mixed sizes over many flows, some IPv6,
