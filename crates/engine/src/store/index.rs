@@ -785,7 +785,13 @@ impl IndexFile {
                 let block = &bytes[(a - from) as usize..(b - from) as usize];
                 let first = (n * REGIONS_PER_BLOCK) as u32;
                 for (i, r) in self.head.region_block(n, block)?.into_iter().enumerate() {
-                    got.insert(first + i as u32, r);
+                    // Only the regions asked for and those after them (their ends).
+                    let at = first + i as u32;
+                    if numbers.contains(&at)
+                        || at.checked_sub(1).is_some_and(|p| numbers.contains(&p))
+                    {
+                        got.insert(at, r);
+                    }
                 }
             }
         }
