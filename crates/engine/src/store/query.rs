@@ -22,11 +22,11 @@
 //! pages of a file each queued with the kernel together: with the page cache cold, a
 //! one-flow query's time is not bytes but reads waited on in turn. Each file needs its
 //! index's head and its capture file's first page, a few key blocks, then tens of region
-//! blocks and as many pages of packets; read one after the other, that was about 30 reads
-//! waited on per file, over 600 for a store of 20 files. Now a file's survey waits on three
-//! rounds of reads (head, key blocks, region blocks), the files' surveys overlap, and each
-//! file's pages are queued as soon as its survey ends, to be read while the other files are
-//! surveyed.
+//! blocks and as many pages of packets: read one after the other, about 30 reads waited on
+//! per file, over 600 for a store of 20 files. Queued together, a file's survey waits on
+//! three rounds of reads (head, key blocks, region blocks), the files' surveys overlap, and
+//! each file's pages are queued as soon as its survey ends, to be read while the other
+//! files are surveyed.
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -220,10 +220,11 @@ fn overlapping(mut plans: Vec<Plan>) -> Vec<Vec<Plan>> {
     groups.into_iter().map(|(_, g)| g).collect()
 }
 
-/// Capture files surveyed at once: each survey waits on a few small reads in turn (the
-/// index's head and the capture file's first page, then the key blocks, then the region
-/// blocks), so that one file after the other, a store of many files waits on them all in
-/// turn; surveyed together, the device works on their reads together.
+/// Capture files surveyed at once. A survey is three rounds of small reads, each waited on
+/// (the index's head with the capture file's first page, the key blocks, the region
+/// blocks): files surveyed one after the other wait on every file's rounds in turn, files
+/// surveyed together wait on theirs at the same time, the device serving their reads
+/// together.
 const SURVEYORS: usize = 16;
 
 /// `f` of each of `items`, in their order, computed by up to [`SURVEYORS`] threads at once.
