@@ -8,22 +8,35 @@
 //! one store at once, a clock set back) are merged packet by packet, each time taking the
 //! earliest next matching packet of them (ties: the file ordered first), as `mergecap`
 //! merges files. A file's own packets keep their order; the file being written, whose last
-//! time is not known yet, is merged with every file that starts after its first packet. In a file with a sound index only the pages of the regions the filter's
-//! indexable part selects (`select`) and whose time span meets the window are read (all of
-//! them queued with the kernel first; where they cover half or more of the stretch from the
-//! first to the last, that stretch in one sequential read); a file without one
-//! (the file being written, or one whose index is refused, which is said, by name) is read
-//! whole. Every packet read is then tested against the window and the whole filter by
-//! libpcap, so the answer is what `tcpdump -r FILTER` gives over the same files.
+//! time is not known yet, is merged with every file that starts after its first packet.
+//!
+//! In a file with a sound index only the pages of the regions the filter's indexable part
+//! selects (`select`) and whose time span meets the window are read (where they cover half
+//! or more of the stretch from the first to the last, that stretch in one sequential read);
+//! a file without one (the file being written, or one whose index is refused, which is
+//! said, by name) is read whole. Every packet read is then tested against the window and the
+//! whole filter by libpcap, so the answer is what `tcpdump -r FILTER` gives over the same
+//! files.
+//!
+//! Why files are surveyed by several threads at once, with the blocks of an index and the
+//! pages of a file each queued with the kernel together: with the page cache cold, a
+//! one-flow query's time is not bytes but reads waited on in turn. Each file needs its
+//! index's head and its capture file's first page, a few key blocks, then tens of region
+//! blocks and as many pages of packets: read one after the other, about 30 reads waited on
+//! per file, over 600 for a store of 20 files. Queued together, a file's survey waits on
+//! three rounds of reads (head, key blocks, region blocks), the files' surveys overlap, and
+//! each file's pages are queued as soon as its survey ends, to be read while the other
+//! files are surveyed.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use poolcap_format::LinkType;
 use poolcap_sys::pcap_filter::OfflineFilter;
 
-use super::index::{Cover, IndexError, IndexFile};
+use super::index::{Cover, IndexError, IndexFile, Posting};
 use super::pcapfile::{self, FILE_HEADER};
 use super::select::Selector;
 use super::{show_time, IndexState, Store, StoreError};
@@ -101,6 +114,21 @@ struct Plan {
     ranges: Vec<(u64, u64)>,
     /// Its earliest and latest packet time (latest: `u64::MAX` where not known).
     span: (u64, u64),
+}
+
+/// What one capture file holds for a query.
+#[derive(Default)]
+struct Survey {
+    /// What to read of it (None: nothing there for the query).
+    plan: Option<Plan>,
+    /// Its bytes.
+    bytes_held: u64,
+    /// Bytes of its indexes read.
+    index_bytes_read: u64,
+    /// Its indexes refused: name and why.
+    refused: Vec<(PathBuf, String)>,
+    /// The time span of its packets, where it was learned.
+    held: Option<(u64, u64)>,
 }
 
 /// A plan being read: its next matching packet, copied, so that files can be merged.
@@ -192,6 +220,48 @@ fn overlapping(mut plans: Vec<Plan>) -> Vec<Vec<Plan>> {
     groups.into_iter().map(|(_, g)| g).collect()
 }
 
+/// Capture files surveyed at once. A survey is three rounds of small reads, each waited on
+/// (the index's head with the capture file's first page, the key blocks, the region
+/// blocks): files surveyed one after the other wait on every file's rounds in turn, files
+/// surveyed together wait on theirs at the same time, the device serving their reads
+/// together.
+const SURVEYORS: usize = 16;
+
+/// `f` of each of `items`, in their order, computed by up to [`SURVEYORS`] threads at once.
+fn each_at_once<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let workers = items.len().min(SURVEYORS);
+    if workers <= 1 {
+        return items.iter().map(f).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let mut out: Vec<Option<R>> = std::iter::repeat_with(|| None).take(items.len()).collect();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(item) = items.get(i) else {
+                            return done;
+                        };
+                        done.push((i, f(item)));
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            let done = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            for (i, r) in done {
+                out[i] = Some(r);
+            }
+        }
+    });
+    out.into_iter()
+        .map(|r| r.expect("every item is taken by a worker"))
+        .collect()
+}
+
 impl Query {
     fn meets(&self, first: u64, last: u64) -> bool {
         self.since.is_none_or(|s| last >= s) && self.until.is_none_or(|u| first < u)
@@ -210,7 +280,7 @@ impl Query {
         index: &mut IndexFile,
         selector: &Selector,
     ) -> Result<Vec<(u64, u64)>, IndexError> {
-        let chosen: Option<BTreeMap<u32, u16>> = if index.keyed() {
+        let chosen: Option<Vec<Posting>> = if index.keyed() {
             let postings = index.postings(&selector.key_ranges())?;
             selector.regions(&postings)
         } else {
@@ -220,7 +290,7 @@ impl Query {
             return Ok(vec![(FILE_HEADER, index.file_len())]);
         }
         let numbers: BTreeSet<u32> = match &chosen {
-            Some(c) => c.keys().copied().collect(),
+            Some(c) => c.iter().map(|p| p.region).collect(),
             None => (0..index.region_count()).collect(),
         };
         let mut ranges: Vec<(u64, u64)> = Vec::new();
@@ -228,7 +298,10 @@ impl Query {
             if !self.meets(region.first, region.last) {
                 continue;
             }
-            let mask = chosen.as_ref().map_or(u16::MAX, |c| c[&n]);
+            let mask = chosen.as_ref().map_or(u16::MAX, |c| {
+                c.binary_search_by_key(&n, |p| p.region)
+                    .map_or(0, |i| c[i].pages)
+            });
             for (from, to) in region.ranges(mask, end) {
                 match ranges.last_mut() {
                     Some(last) if last.1 == from => last.1 = to,
@@ -245,6 +318,117 @@ impl Query {
         Ok(ranges)
     }
 
+    /// What capture file `path` holds for the query (see [`Survey`]): its index read (the
+    /// head, then the blocks `selector` needs), or the file itself where it has none.
+    fn survey(&self, path: &Path, selector: &Selector) -> Result<Survey, QueryError> {
+        let mut found = Survey::default();
+        let mut state = IndexState::of(path);
+        let Ok(Some((header, file))) = pcapfile::open(path) else {
+            // Deleted by retention since it was listed, or not (yet) a pcap file.
+            return Ok(found);
+        };
+        found.bytes_held = file.metadata().map_or(0, |m| m.len());
+        let mut indexed = None;
+        // The file being written (or one a crash left unindexed): its prefix index,
+        // if it has a sound one.
+        let mut prefix = None;
+        if matches!(state, IndexState::Missing) {
+            let at = Cover::Prefix.path(path);
+            match IndexFile::open_as(&at, path, Cover::Prefix) {
+                Ok(p) => prefix = Some(p),
+                Err(IndexError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => found.refused.push((at, e.to_string())),
+            }
+        }
+        if let IndexState::Sound(index) = &mut state {
+            let span = index.span();
+            if index.packets() > 0 {
+                found.held = Some(span);
+                if !self.meets(span.0, span.1) {
+                    found.index_bytes_read += index.bytes_read;
+                    return Ok(found);
+                }
+            }
+            let ranges = self.ranges(index, selector);
+            found.index_bytes_read += index.bytes_read;
+            match ranges {
+                Ok(ranges) => indexed = Some((ranges, span)),
+                // A block that fails its checksum: the index is not used.
+                Err(e) => state = IndexState::Refused(e),
+            }
+        }
+        let (ranges, span) = match (&state, indexed) {
+            (_, Some(planned)) => planned,
+            _ => {
+                if let IndexState::Refused(e) = &state {
+                    found.refused.push((path.to_owned(), e.to_string()));
+                }
+                // Where a sound prefix index covers the first part: the pages it
+                // selects there, then the rest whole.
+                let mut ranges = vec![(FILE_HEADER, u64::MAX)];
+                let mut covered = (FILE_HEADER, None);
+                if let Some(p) = &mut prefix {
+                    let planned = self.ranges(p, selector);
+                    found.index_bytes_read += p.bytes_read;
+                    match planned {
+                        Ok(mut r) => {
+                            let rest = p.file_len();
+                            match r.last_mut() {
+                                Some(last) if last.1 == rest => last.1 = u64::MAX,
+                                _ => r.push((rest, u64::MAX)),
+                            }
+                            ranges = r;
+                            covered = (rest, (p.packets() > 0).then(|| p.span()));
+                        }
+                        Err(e) => found
+                            .refused
+                            .push((Cover::Prefix.path(path), e.to_string())),
+                    }
+                }
+                let span = if self.since.is_some() || self.until.is_some() {
+                    // Its span decides both whether it is read and what is held: the
+                    // prefix index's, and the rest's read from the file.
+                    let rest = span_from(header, &file, covered.0).map_err(io(path.display()))?;
+                    let Some(span) = join(covered.1, rest) else {
+                        return Ok(found);
+                    };
+                    found.held = Some(span);
+                    if !self.meets(span.0, span.1) {
+                        return Ok(found);
+                    }
+                    span
+                } else {
+                    // Only its first packet is read now; its last time is not known.
+                    let Some(first) =
+                        pcapfile::first_time(header, &file).map_err(io(path.display()))?
+                    else {
+                        return Ok(found);
+                    };
+                    (first, u64::MAX)
+                };
+                (ranges, span)
+            }
+        };
+        // Scattered reads are queued with the kernel now, while the other files are
+        // surveyed: the device works on many at once (one after the other, each waits
+        // its turn, and for a one-flow query the reads, not the bytes, are the cost).
+        // The rest of a file being written is read as it comes.
+        if ranges.len() > 1 {
+            for &(from, to) in ranges.iter().filter(|r| r.1 != u64::MAX) {
+                // A hint: if it fails, the reads are only slower.
+                let _ = poolcap_sys::readahead::will_need(&file, from, to - from);
+            }
+        }
+        found.plan = Some(Plan {
+            path: path.to_owned(),
+            header,
+            file,
+            ranges,
+            span,
+        });
+        Ok(found)
+    }
+
     /// Runs the query over `store`, writing the pcap stream to `out` (None: only count).
     pub fn run(&self, store: &Store, out: Option<&mut dyn Write>) -> Result<Outcome, QueryError> {
         if let (Some(s), Some(u)) = (self.since, self.until) {
@@ -259,103 +443,13 @@ impl Query {
         let mut outcome = Outcome::default();
         let mut plans = Vec::new();
         let mut held: Option<(u64, u64)> = None;
-        for path in store.files()? {
-            let mut state = IndexState::of(&path);
-            let Ok(Some((header, file))) = pcapfile::open(&path) else {
-                // Deleted by retention since it was listed, or not (yet) a pcap file.
-                continue;
-            };
-            let len = file.metadata().map_or(0, |m| m.len());
-            outcome.bytes_held += len;
-            let mut indexed = None;
-            // The file being written (or one a crash left unindexed): its prefix index,
-            // if it has a sound one.
-            let mut prefix = None;
-            if matches!(state, IndexState::Missing) {
-                let at = Cover::Prefix.path(&path);
-                match IndexFile::open_as(&at, &path, Cover::Prefix) {
-                    Ok(p) => prefix = Some(p),
-                    Err(IndexError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => outcome.refused.push((at, e.to_string())),
-                }
-            }
-            if let IndexState::Sound(index) = &mut state {
-                let span = index.span();
-                if index.packets() > 0 {
-                    held = Some(held.map_or(span, |(a, b)| (a.min(span.0), b.max(span.1))));
-                    if !self.meets(span.0, span.1) {
-                        outcome.index_bytes_read += index.bytes_read;
-                        continue;
-                    }
-                }
-                let ranges = self.ranges(index, &selector);
-                outcome.index_bytes_read += index.bytes_read;
-                match ranges {
-                    Ok(ranges) => indexed = Some((ranges, span)),
-                    // A block that fails its checksum: the index is not used.
-                    Err(e) => state = IndexState::Refused(e),
-                }
-            }
-            let (ranges, span) = match (&state, indexed) {
-                (_, Some(planned)) => planned,
-                _ => {
-                    if let IndexState::Refused(e) = &state {
-                        outcome.refused.push((path.clone(), e.to_string()));
-                    }
-                    // Where a sound prefix index covers the first part: the pages it
-                    // selects there, then the rest whole.
-                    let mut ranges = vec![(FILE_HEADER, u64::MAX)];
-                    let mut covered = (FILE_HEADER, None);
-                    if let Some(p) = &mut prefix {
-                        let planned = self.ranges(p, &selector);
-                        outcome.index_bytes_read += p.bytes_read;
-                        match planned {
-                            Ok(mut r) => {
-                                let rest = p.file_len();
-                                match r.last_mut() {
-                                    Some(last) if last.1 == rest => last.1 = u64::MAX,
-                                    _ => r.push((rest, u64::MAX)),
-                                }
-                                ranges = r;
-                                covered = (rest, (p.packets() > 0).then(|| p.span()));
-                            }
-                            Err(e) => outcome
-                                .refused
-                                .push((Cover::Prefix.path(&path), e.to_string())),
-                        }
-                    }
-                    let span = if self.since.is_some() || self.until.is_some() {
-                        // Its span decides both whether it is read and what is held: the
-                        // prefix index's, and the rest's read from the file.
-                        let rest =
-                            span_from(header, &file, covered.0).map_err(io(path.display()))?;
-                        let Some(span) = join(covered.1, rest) else {
-                            continue;
-                        };
-                        held = Some(held.map_or(span, |(a, b)| (a.min(span.0), b.max(span.1))));
-                        if !self.meets(span.0, span.1) {
-                            continue;
-                        }
-                        span
-                    } else {
-                        // Only its first packet is read now; its last time is not known.
-                        let Some(first) =
-                            pcapfile::first_time(header, &file).map_err(io(path.display()))?
-                        else {
-                            continue;
-                        };
-                        (first, u64::MAX)
-                    };
-                    (ranges, span)
-                }
-            };
-            plans.push(Plan {
-                path,
-                header,
-                file,
-                ranges,
-                span,
-            });
+        for found in each_at_once(&store.files()?, |path| self.survey(path, &selector)) {
+            let found = found?;
+            outcome.bytes_held += found.bytes_held;
+            outcome.index_bytes_read += found.index_bytes_read;
+            outcome.refused.extend(found.refused);
+            held = join(held, found.held);
+            plans.extend(found.plan);
         }
         if self.since.is_some() || self.until.is_some() {
             match held {
@@ -393,16 +487,6 @@ impl Query {
         let mut out = out;
         if let Some(o) = out.as_mut() {
             o.write_all(&header.raw).map_err(io("the output"))?;
-        }
-        // Scattered reads are queued with the kernel all at once, so that the device works
-        // on many together (one after the other, each waits its turn: for a one-flow query
-        // the reads, not the bytes, are the cost).
-        for plan in plans.iter().filter(|p| p.ranges.len() > 1) {
-            // (The rest of a file being written is read as it comes.)
-            for &(from, to) in plan.ranges.iter().filter(|r| r.1 != u64::MAX) {
-                // A hint: if it fails, the reads below are only slower.
-                let _ = poolcap_sys::readahead::will_need(&plan.file, from, to - from);
-            }
         }
         for group in overlapping(plans) {
             outcome.files_read += group.len();
