@@ -88,9 +88,10 @@ fn common_settings(m: &Meta, rows: &[Row]) -> Vec<String> {
         "loss = (offered − captured) / offered; captured = packets in the written file for \
          writing runs, the tool's own count otherwise"
             .to_owned(),
-        "tool CPU = run time of all its threads (and child processes) from \
-         /proc/PID/task/*/schedstat (nanoseconds) between the ready line and 1.2 s after the sender \
-         finished; CPU s/Mpkt = that per million captured packets"
+        "tool CPU = run time of all its threads, those that ended included, and of its child \
+         processes (each process's CLOCK_PROCESS_CPUTIME_ID, nanoseconds) between the ready \
+         line and 1.2 s after the sender finished; CPU s/Mpkt = that per million captured \
+         packets"
             .to_owned(),
     ]
 }
@@ -314,10 +315,12 @@ pub fn benchmarks(
            drift hits all alike; tables give the median and the min–max over the runs. Before \
            each run the rig waits (up to 60 s) until at most {:.0}% of all CPUs are busy.\n\
          - loss = (offered − captured) / offered, where captured is what is in the written \
-           file for writing runs and the tool's own count otherwise. Tool CPU = scheduler run \
-           time of all its threads (schedstat, nanoseconds; utime + stime in 10 ms ticks \
-           where there is none, and in suites run before 2026-11-26 03:00 UTC) between its ready line \
-           and 1.2 s after the sender finished.\n\
+           file for writing runs and the tool's own count otherwise. Tool CPU = run time of \
+           all its threads (each process's CLOCK_PROCESS_CPUTIME_ID, nanoseconds, threads \
+           that ended during the run included; before 2026-12-06 the live threads' \
+           schedstat, which left ended threads out, and utime + stime in 10 ms ticks in \
+           suites run before 2026-11-26 03:00 UTC) between its ready line and 1.2 s after the \
+           sender finished.\n\
          - \"poolcap / best peer\" tables give, at each point, poolcap's median over the best \
            peer's median on that metric (lower is better for loss and CPU, higher for rates); \
            `both 0` means neither lost anything, `∞` that only poolcap did. The plain fanout \
