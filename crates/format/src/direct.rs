@@ -70,6 +70,13 @@
 //! the file, and the writer never waits for it. The carried tail written at the close is fed
 //! too, so with [`Tail::Carry`] the bytes fed are the file's bytes, in order, with no gap.
 //!
+//! What a consumer needs of each record can be noted as the bytes are copied in
+//! ([`DirectFile::with_notes`]), where they are in the CPU's caches, and lent with the write
+//! ([`Landed::notes`]): the packet store's keys. Read from the landed buffer instead, each
+//! record was a miss of the caches (the buffer was written up to a batch earlier, on the same
+//! core), and each record header's place depended on the one before: about 250 ns per
+//! 1514-byte packet, against 55-65 ns for the same work on the bytes of a file read through.
+//!
 //! Buffers are kept for reuse ([`Buffers`], shared by the files of a rotated set with
 //! [`DirectFile::with_buffers`]): a buffer lent to the feed, one past the [`DEPTH`] a file
 //! keeps, and a closed file's buffers go there, and a file takes its buffers from there
@@ -178,12 +185,14 @@ const OPT_COMMENT: u16 = 1;
 /// The first of the zstd skippable frames' magic numbers.
 const ZSTD_SKIPPABLE: u32 = 0x184D_2A50;
 
-/// Memory aligned for direct I/O: `len` bytes from the aligned `start` of `mem`.
+/// Memory aligned for direct I/O: `len` bytes from the aligned `start` of `mem`, and the
+/// notes made of bytes as they were copied in (see [`Notes`]).
 #[derive(Default)]
 struct Aligned {
     mem: Vec<u8>,
     start: usize,
     len: usize,
+    notes: Vec<u8>,
 }
 
 impl Aligned {
@@ -195,6 +204,12 @@ impl Aligned {
 
     fn bytes(&self) -> &[u8] {
         &self.mem[self.start..self.start + self.len]
+    }
+
+    /// Emptied for the next batch.
+    fn clear(&mut self) {
+        self.len = 0;
+        self.notes.clear();
     }
 
     /// Makes room for `more` bytes after the `len` held.
@@ -271,7 +286,7 @@ impl Buffers {
                 Aligned::with_room(room)
             }
         };
-        b.len = 0;
+        b.clear();
         b
     }
 
@@ -291,6 +306,8 @@ pub struct Landed {
     at: u64,
     buf: Aligned,
     home: Buffers,
+    /// The file notes its writes (see [`Notes`]).
+    noted: bool,
 }
 
 impl Landed {
@@ -303,6 +320,14 @@ impl Landed {
     pub fn bytes(&self) -> &[u8] {
         self.buf.bytes()
     }
+
+    /// The notes made as bytes were copied into this write's buffer (see [`Notes`]), in the
+    /// order copied: of its bytes, except those carried from the write before (noted with
+    /// that one), and of its carried tail (which leads the next write). `None` if the file
+    /// notes nothing.
+    pub fn notes(&self) -> Option<&[u8]> {
+        self.noted.then_some(&self.buf.notes[..])
+    }
 }
 
 impl Drop for Landed {
@@ -314,6 +339,15 @@ impl Drop for Landed {
 /// Takes each landed write of a file in order, or gives it back (`Some`) when it cannot
 /// take it now; the file then feeds it nothing more.
 pub type Feed = Box<dyn FnMut(Landed) -> Option<Landed> + Send>;
+
+/// Notes what a consumer of the feed needs of the bytes copied into a write's buffer, while
+/// they are in the CPU's caches: called with each run of bytes copied, in file order (runs
+/// may end anywhere), and the notes of the buffer it went into, which it appends to.
+pub type Notes = Box<dyn FnMut(&[u8], &mut Vec<u8>) + Send>;
+
+/// Bytes copied in before they are noted (see [`Notes`]): a run of records handed over may
+/// be a whole batch (2 MiB), as large as the core's L2 cache.
+const NOTE_RUN: usize = 64 << 10;
 
 /// A buffer of whole blocks to write at `at`.
 struct Job {
@@ -444,6 +478,8 @@ pub struct DirectFile {
     shown: u64,
     /// Where landed writes go, while it takes them.
     feed: Option<Feed>,
+    /// Notes made for the feed as bytes are copied in, while it takes them.
+    notes: Option<Notes>,
 }
 
 impl std::fmt::Debug for DirectFile {
@@ -481,12 +517,19 @@ impl DirectFile {
             cached: None,
             shown: 0,
             feed: None,
+            notes: None,
         }
     }
 
     /// Lends each write to `feed` once it has landed (see the module docs).
     pub fn with_feed(mut self, feed: Feed) -> Self {
         self.feed = Some(feed);
+        self
+    }
+
+    /// Notes each run of bytes copied in with `notes`, for the feed (see [`Notes`]).
+    pub fn with_notes(mut self, notes: Notes) -> Self {
+        self.notes = Some(notes);
         self
     }
 
@@ -503,15 +546,20 @@ impl DirectFile {
         let Some(feed) = &mut self.feed else {
             return Some(buf);
         };
-        let home = self.kept.clone();
-        match feed(Landed { at, buf, home }) {
+        let (home, noted) = (self.kept.clone(), self.notes.is_some());
+        match feed(Landed {
+            at,
+            buf,
+            home,
+            noted,
+        }) {
             None => {
                 // The buffer goes to `kept` when the feed drops it.
                 self.buffers -= 1;
                 None
             }
             Some(mut refused) => {
-                self.feed = None;
+                (self.feed, self.notes) = (None, None);
                 Some(std::mem::take(&mut refused.buf))
             }
         }
@@ -595,7 +643,7 @@ impl DirectFile {
         }
         Ok(match self.spare.pop() {
             Some(mut b) => {
-                b.len = 0;
+                b.clear();
                 b
             }
             None => {
@@ -695,7 +743,16 @@ impl Write for DirectFile {
         if self.cur.mem.is_empty() {
             self.cur = self.fresh();
         }
-        self.cur.append(buf);
+        match &mut self.notes {
+            None => self.cur.append(buf),
+            // Noted piece by piece, each just copied: still in the core's caches.
+            Some(notes) => {
+                for piece in buf.chunks(NOTE_RUN) {
+                    self.cur.append(piece);
+                    notes(piece, &mut self.cur.notes);
+                }
+            }
+        }
         Ok(buf.len())
     }
 
@@ -793,11 +850,12 @@ impl Output for DirectFile {
         self.check()?;
         let tail = self.carried();
         if tail > 0 {
-            let cur = std::mem::take(&mut self.cur);
+            let mut cur = std::mem::take(&mut self.cur);
             if self.feed.is_some() {
                 let mut last = self.fresh();
                 self.buffers += 1;
                 last.append(&cur.bytes()[..tail]);
+                last.notes = std::mem::take(&mut cur.notes);
                 self.lend(self.physical, last);
             }
             self.cut(cur, self.physical, 0, self.ended)?;
@@ -1096,6 +1154,7 @@ mod tests {
             if got.len() == take {
                 return Some(l);
             }
+            assert!(l.notes().is_none(), "a file without notes lends none");
             got.push((l.at(), l.bytes().to_vec()));
             None // dropped here: the buffer goes home
         });
@@ -1122,6 +1181,42 @@ mod tests {
         assert!(fed
             .iter()
             .all(|(at, b)| bytes[*at as usize..][..b.len()] == b[..]));
+    }
+
+    #[test]
+    fn the_notes_of_the_bytes_copied_in_are_lent_in_order_with_the_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("noted");
+        let got = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let into = Arc::clone(&got);
+        let feed: Feed = Box::new(move |l: Landed| {
+            into.lock()
+                .unwrap()
+                .push((l.at(), l.notes().map(<[u8]>::to_vec)));
+            None
+        });
+        // Notes each run copied in whole: their notes, in order, are the file's bytes.
+        let notes: Notes = Box::new(|bytes: &[u8], notes: &mut Vec<u8>| {
+            notes.extend_from_slice(bytes);
+        });
+        write_mixed(
+            DirectFile::new(new_direct(&path), 1 << 16, Tail::Carry)
+                .with_feed(feed)
+                .with_notes(notes),
+        );
+        let bytes = std::fs::read(&path).unwrap();
+        let lent = got.lock().unwrap();
+        assert!(lent.len() > 10, "{} writes", lent.len());
+        let mut noted = Vec::new();
+        for (at, notes) in lent.iter() {
+            // A write's notes are of the bytes copied into its buffer: none of a later one.
+            assert!(
+                *at <= noted.len() as u64,
+                "notes ahead of their write at {at}"
+            );
+            noted.extend_from_slice(notes.as_deref().expect("noted"));
+        }
+        assert_eq!(noted, bytes);
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub mod stream;
 pub mod write;
 
 pub use decompress::decompressed;
-pub use direct::{Buffers, DirectFile, Feed, Landed, Padding, Tail, DEPTH};
+pub use direct::{Buffers, DirectFile, Feed, Landed, Notes, Padding, Tail, DEPTH};
 pub use link::{LinkType, UnsupportedLinkType};
 pub use read::{read_bytes, read_file, CaptureFile, ReadError, RecordedPacket};
 pub use stream::{Packet, PacketReader};

@@ -209,6 +209,7 @@ impl FileSpec {
                 if let (Some(tell), Tail::Carry) = (&self.closed, self.direct_tail()) {
                     direct = direct
                         .with_feed(tell.feed(path))
+                        .with_notes(tell.notes())
                         .with_buffers(tell.buffers());
                 }
                 (Box::new(direct), WritePath::Direct)

@@ -5,8 +5,9 @@
 //! so the writes of the next file are taken while a closed one is indexed (see `take`).
 //!
 //! It indexes a file from the bytes the writer wrote, lent to it as each direct write lands
-//! (`poolcap_format::DirectFile::with_feed`, parsed by `build::Written`), so no file is read
-//! back: a 100 MB file written with direct I/O is not in the page cache, and reading it back
+//! (`poolcap_format::DirectFile::with_feed`) with the notes of their records the writer made
+//! as it copied them in (`DirectFile::with_notes`, `build::Noter`; read by `build::Written`),
+//! so no file is read back: a 100 MB file written with direct I/O is not in the page cache, and reading it back
 //! cost more CPU than writing it. The capture path never waits for the keeper: at most
 //! [`LENT`] writes are lent at a time, and a file whose write finds them all lent (the keeper
 //! is behind) lends nothing more; that file, one written through the page cache, and one
@@ -25,9 +26,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use poolcap_format::{Buffers, Feed, Landed, DEPTH};
+use poolcap_format::{Buffers, Feed, Landed, Notes, DEPTH};
 
-use super::build::Written;
+use super::build::{Noter, Written};
 use super::index::{Index, IndexError};
 use super::prefix::Prefixes;
 use super::retention;
@@ -78,6 +79,13 @@ impl Tell {
             let _ = tx.send(Told::Landed(id, landed));
             None
         })
+    }
+
+    /// What the writer notes of each record as it copies it into a write (see
+    /// `build::Noter`): a file's feed takes its writes with these notes.
+    pub fn notes(&self) -> Notes {
+        let mut noter = Noter::default();
+        Box::new(move |bytes, notes| noter.note(bytes, notes))
     }
 
     /// The buffers the writers' files share: the ones lent come back there, for the next
@@ -279,7 +287,10 @@ fn take(
             }
             Told::Landed(id, landed) => {
                 if let Some((_, w)) = open.get_mut(&id) {
-                    w.feed(landed.at(), landed.bytes());
+                    match landed.notes() {
+                        Some(notes) => w.land(landed.at(), landed.bytes(), notes),
+                        None => w.feed(landed.at(), landed.bytes()),
+                    }
                 }
                 drop(landed);
                 heard.lent.fetch_sub(1, Ordering::AcqRel);
@@ -367,7 +378,9 @@ mod tests {
             .custom_flags(libc::O_DIRECT)
             .open(path)
             .unwrap();
-        let direct = DirectFile::new(file, 1 << 16, Tail::Carry).with_feed(feed);
+        let direct = DirectFile::new(file, 1 << 16, Tail::Carry)
+            .with_feed(feed)
+            .with_notes(tell.notes());
         let mut w = CaptureWriter::new(direct, FileFormat::PcapNs, 0, "t0")
             .unwrap()
             .with_buffer_size(1 << 16);

@@ -29,6 +29,16 @@ pub const ETH_ARP: u16 = 0x0806;
 pub const ETH_RARP: u16 = 0x8035;
 const ETH_VLAN: [u16; 3] = [0x8100, 0x88a8, 0x9100];
 
+/// Bytes of a value of the kind `kind`.
+pub fn width(kind: u8) -> usize {
+    match kind {
+        V6 => 16,
+        PROTO => 1,
+        PORT | ETHERTYPE => 2,
+        _ => 4,
+    }
+}
+
 /// Link types whose packets are dissected (others are indexed by time only).
 pub fn dissects(linktype: u32) -> bool {
     matches!(linktype, 1 | 101 | 276)

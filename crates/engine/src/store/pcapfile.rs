@@ -47,6 +47,7 @@ impl Header {
     }
 
     /// A record header's time (ns) and captured length.
+    #[inline]
     pub fn record(&self, head: &[u8]) -> (u64, u32) {
         let (sec, frac) = (self.u32_at(head, 0), self.u32_at(head, 4));
         let frac_ns = if self.nanos {
