@@ -7,10 +7,10 @@
 //! It indexes a file from the bytes the writer wrote, lent to it as each direct write lands
 //! (`poolcap_format::DirectFile::with_feed`) with the notes of their records the writer made
 //! as it copied them in (`DirectFile::with_notes`, `build::Noter`; read by `build::Written`),
-//! so no file is read back: a 100 MB file written with direct I/O is not in the page cache, and reading it back
-//! cost more CPU than writing it. The capture path never waits for the keeper: at most
-//! [`LENT`] writes are lent at a time, and a file whose write finds them all lent (the keeper
-//! is behind) lends nothing more; that file, one written through the page cache, and one
+//! so no file is read back: a 100 MB file written with direct I/O is not in the page cache,
+//! and reading it back cost more CPU than writing it. The capture path never waits for the
+//! keeper: at most [`LENT`] writes are lent at a time, and a file whose write finds them all
+//! lent (the keeper is behind) lends nothing more; that file, one written through the page cache, and one
 //! whose bytes fed do not add up to the closed file are read back from disk instead
 //! (counted in [`KeeperReport::read_back`]). Either way the index is the one `store DIR
 //! repair` builds from the file.

@@ -25,11 +25,13 @@
 //! for imix sizes, 14.6% for 64-byte frames), plus each region's time span as the
 //! timeline, in checksummed blocks a query reads only as it needs them; it is built per
 //! file by a thread beside the capture from the writes the writer lends it as they land
-//! (`keeper`, `build`), so the capture path does no indexing and never reads a file back.
-//! A query uses
-//! the index only for the parts of the filter it understands (`select`) and always lets
-//! libpcap decide on every packet read, so the index can make a query faster, never
-//! wrong. The file being written has a prefix index of what the keeper was fed so far,
+//! (`keeper`, `build`), so no file is read back. The writer notes each record's keys as it
+//! copies the record in (`build::Noter`), while its bytes are in the cache; the keeper
+//! replays the notes: walking the lent writes later missed the cache on every record and
+//! cost the keeper twice as much CPU, against some 50-70 ns a packet on the writer (see
+//! BENCHMARKS.md, store). A query uses the index only for the parts of the filter it
+//! understands (`select`) and always lets libpcap decide on every packet read, so the index
+//! can make a query faster, never wrong. The file being written has a prefix index of what the keeper was fed so far,
 //! saved every second or so (`prefix`): queries use it for that part and read the rest
 //! whole (the writer makes its last batch visible once the file is quiet,
 //! `poolcap_format::DirectFile::with_live_tail`).
