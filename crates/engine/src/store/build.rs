@@ -458,23 +458,18 @@ impl Noter {
 /// capture thread, so made in a buffer on the stack and appended once: a push per key byte
 /// into `out` checked its room each time.
 fn note_record(header: &Header, ts_ns: u64, data: &[u8], out: &mut Vec<u8>) {
-    // At most 3 EtherTypes, 2 IPv6 addresses, 8 protocols and 2 ports: 65 bytes of keys.
-    let mut note = [0u8; 13 + 80];
-    note[..8].copy_from_slice(&ts_ns.to_le_bytes());
-    note[8..12].copy_from_slice(&(data.len() as u32).to_le_bytes());
-    let mut len = 13;
+    out.extend_from_slice(&ts_ns.to_le_bytes());
+    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    let count = out.len();
+    out.push(0);
     if keys::dissects(header.linktype) {
         keys::keys(header.linktype, data, &mut |kind, value| {
-            let end = len + 1 + value.len();
-            if let Some(room) = note.get_mut(len..end) {
-                room[0] = kind;
-                room[1..].copy_from_slice(value);
-                len = end;
-            }
+            out.push(kind);
+            out.extend_from_slice(value);
         });
     }
-    note[12] = (len - 13) as u8;
-    out.extend_from_slice(&note[..len]);
+    // At most 3 EtherTypes, 2 IPv6 addresses, 8 protocols and 2 ports: 65 bytes of keys.
+    out[count] = u8::try_from(out.len() - count - 1).expect("a record has under 256 key bytes");
 }
 
 /// Bytes at the start of a capture file its index checks it against (see `index`).
