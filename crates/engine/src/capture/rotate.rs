@@ -113,6 +113,19 @@ impl Rotation {
         Next::Same
     }
 
+    /// What [`Rotation::before_packet`] lets through without a rotation: packets with a
+    /// timestamp before the first (ns) into a file that holds at most the second bytes
+    /// before each. A run of packets within both is written without asking of each.
+    pub fn room(&self) -> (u64, u64) {
+        let until = self.spec.seconds.map_or(u64::MAX, |g| {
+            let end = self
+                .period_start
+                .saturating_add(i64::try_from(g).unwrap_or(i64::MAX));
+            u64::try_from(end).map_or(0, |s| s.saturating_mul(1_000_000_000))
+        });
+        (until, self.spec.size.unwrap_or(u64::MAX))
+    }
+
     /// tcpdump's `MakeFilename`: strftime'd with `-G`, then numbered with `-C` unless it is
     /// file 0 and `-W` asks for no digits.
     fn name(&self, count: u32) -> PathBuf {
@@ -146,6 +159,30 @@ mod tests {
             seconds,
             files,
         }
+    }
+
+    #[test]
+    fn the_room_before_a_rotation_is_what_before_packet_lets_through() {
+        for (size, seconds) in [(Some(1000), None), (None, Some(60)), (Some(1000), Some(60))] {
+            let mut r = Rotation::new("f", spec(size, seconds, None), 100);
+            let (until, room) = r.room();
+            assert_eq!(until, seconds.map_or(u64::MAX, |g| (100 + g) * SEC));
+            assert_eq!(room, size.unwrap_or(u64::MAX));
+            let last = (until.min(u64::MAX - 1) - 1, room.min(u64::MAX - 1));
+            assert_eq!(
+                r.before_packet(last.0, last.1),
+                Next::Same,
+                "{size:?} {seconds:?}"
+            );
+            if seconds.is_some() {
+                assert!(matches!(r.clone().before_packet(until, 0), Next::Rotate(_)));
+            }
+            if size.is_some() {
+                assert!(matches!(r.before_packet(0, room + 1), Next::Rotate(_)));
+            }
+        }
+        let r = Rotation::new("f", spec(None, None, None), 100);
+        assert_eq!(r.room(), (u64::MAX, u64::MAX));
     }
 
     /// The names of the files a run of packets `(time s, file bytes)` goes to.

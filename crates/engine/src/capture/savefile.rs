@@ -361,9 +361,12 @@ impl Savefiles {
         self.closed_bytes + self.bytes()
     }
 
-    /// True when the set may start a new file between two packets (`-C`, `-G`, `-W`).
-    pub fn rotates(&self) -> bool {
-        self.rotation.is_some()
+    /// What goes into the current file without a rotation (see [`Rotation::room`]): packets
+    /// before a time (ns) while it holds at most so many bytes; no limit without rotation.
+    pub fn room(&self) -> (u64, u64) {
+        self.rotation
+            .as_ref()
+            .map_or((u64::MAX, u64::MAX), Rotation::room)
     }
 
     /// Whether a packet with timestamp `ts_ns` goes to a new file, when the current one

@@ -450,10 +450,11 @@ impl FileWriter {
     /// Takes, in one pass, the run of small records (see [`SMALL_RECORD`]) at the head of
     /// queue `qi`'s head chunk, a ring block, that come before every other queue's head
     /// and by `bound`, copying them into the batch's own buffer as [`FileWriter::put`]
-    /// would one by one, when nothing is decided per packet: no file set that rotates, no
-    /// error, within `-c`. The run ends where the batch is full (then written) and before
-    /// a packet the format rejects. Returns the packets taken; 0 leaves the next packet to
-    /// the per-packet way.
+    /// would one by one, when nothing is decided per packet: no error, within `-c`, and
+    /// within the file's room before a rotation (`-C`, `-G`; a store's files rotate, and
+    /// taking its small packets one by one cost a third more of the capture thread). The
+    /// run ends where the batch is full (then written) and before a packet the format
+    /// rejects. Returns the packets taken; 0 leaves the next packet to the per-packet way.
     fn take_small_run(&mut self, m: &mut Merge, qi: usize, bound: u64) -> usize {
         let q = &m.queues[qi];
         let chunk = &q.ready[q.head];
@@ -462,10 +463,12 @@ impl FileWriter {
         let small = chunk
             .record(q.pos)
             .is_some_and(|r| chunk.records_apart() && r.len() < SMALL_RECORD);
-        if !small || m.error.is_some() || m.files_done || self.out.rotates() {
+        if !small || m.error.is_some() || m.files_done {
             return 0;
         }
         let until = run_until(&m.queues, qi, bound);
+        // As `put` asks the rotation before each packet: the file's bytes and those pending.
+        let ((rotation, file_room), held) = (self.out.room(), self.out.bytes());
         let room = self
             .limit
             .map_or(usize::MAX, |l| l.saturating_sub(m.accepted) as usize);
@@ -481,7 +484,8 @@ impl FileWriter {
             .take(room)
             .take_while(|(meta, _)| {
                 let len = format.record_len(meta.caplen as usize);
-                let small = meta.ts_ns <= until && len < SMALL_RECORD && bytes < full;
+                let same_file = meta.ts_ns < rotation && held + bytes as u64 <= file_room;
+                let small = meta.ts_ns <= until && len < SMALL_RECORD && bytes < full && same_file;
                 bytes += len;
                 small
             })
@@ -744,13 +748,13 @@ mod tests {
     }
 
     /// Two queues' chunks, arriving out of sequence, written with `records` room (or
-    /// without) and `-c limit`: the timestamps in the file, and what the writer reported.
+    /// without) and `-c limit`: the timestamps in each file, and what the writer reported.
     fn write_two_queues(
         format: FileFormat,
         records: Option<FileFormat>,
         limit: Option<u64>,
         rotation: Option<TestRotation>,
-    ) -> (Vec<u64>, WriterOutcome) {
+    ) -> (Vec<Vec<u64>>, WriterOutcome) {
         let size = crate::capture::pool::for_records(
             PoolSize {
                 cells: 4,
@@ -853,8 +857,8 @@ mod tests {
                     p.ts_ns.to_be_bytes(),
                     "each packet carries its time"
                 );
-                times.push(p.ts_ns);
             }
+            times.push(read.packets.iter().map(|p| p.ts_ns).collect());
         }
         (times, outcome)
     }
@@ -870,7 +874,8 @@ mod tests {
     fn merges_queues_in_timestamp_order_whatever_order_chunks_arrive_in() {
         for format in [FileFormat::PcapNs, FileFormat::Pcapng] {
             for records in [None, Some(format)] {
-                let (times, outcome) = write_two_queues(format, records, None, None);
+                let (files, outcome) = write_two_queues(format, records, None, None);
+                let times = files.concat();
                 assert_eq!(
                     times,
                     [10, 20, 30, 40, 50, 60, 70],
@@ -885,7 +890,8 @@ mod tests {
     #[test]
     fn a_packet_limit_writes_the_earliest_packets_and_counts_the_rest() {
         let format = FileFormat::Pcapng;
-        let (times, outcome) = write_two_queues(format, Some(format), Some(3), None);
+        let (files, outcome) = write_two_queues(format, Some(format), Some(3), None);
+        let times = files.concat();
         assert_eq!(times, [10, 20, 30]);
         assert_eq!((outcome.written, outcome.not_written), (3, 4));
     }
@@ -990,6 +996,9 @@ mod tests {
             (FileFormat::PcapNs, true),
         ];
         for (format, direct) in cases {
+            // Taken one by one (frames copied), or in runs (records framed in the ring):
+            // the same files, each packet in the same one.
+            let mut one_by_one = None;
             for records in [None, Some(format)] {
                 // Header 24 or 68 bytes, records 24 or 40: a new file every two packets.
                 let r = TestRotation::new(
@@ -1000,10 +1009,12 @@ mod tests {
                     },
                     direct,
                 );
-                let (times, outcome) = write_two_queues(format, records, None, Some(r));
+                let (files, outcome) = write_two_queues(format, records, None, Some(r));
                 let case = format!("{format} {records:?} direct {direct}");
-                assert_eq!(times, [10, 20, 30, 40, 50, 60, 70], "{case}");
+                assert_eq!(files.concat(), [10, 20, 30, 40, 50, 60, 70], "{case}");
                 assert_eq!((outcome.written, outcome.not_written), (7, 0), "{case}");
+                assert!(files.len() >= 4, "{case}: {files:?}");
+                assert_eq!(files, *one_by_one.get_or_insert(files.clone()), "{case}");
             }
         }
     }

@@ -78,6 +78,11 @@ const NARROW_KINDS: [(u8, usize, usize); 3] = [
 /// Entries of [`Keys::narrow`].
 const NARROW: usize = 256 + 2 * 65_536;
 
+/// The cache slot of a key.
+fn slot_of(key: Key) -> usize {
+    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - CACHE_SLOTS.trailing_zeros())) as usize
+}
+
 /// Where a key of a kind whose values fit 16 bits has its number in [`Keys::narrow`].
 fn narrow_slot(key: Key) -> Option<usize> {
     let kind = (key >> 56) as u8;
@@ -86,7 +91,6 @@ fn narrow_slot(key: Key) -> Option<usize> {
 }
 
 /// Each key's regions and pages, gathered as [`Pair`]s.
-#[derive(Clone)]
 struct Keys {
     /// Numbers of the protocols, ports and EtherTypes, by value (one more than the number;
     /// 0: not seen): one load where a map probe missed the CPU's caches twice, the bucket
@@ -139,8 +143,7 @@ impl Keys {
     /// (`kind`, `value`).
     fn post(&mut self, kind: u8, value: &[u8], region: u32, page: usize) {
         let key = self.compact(kind, value);
-        let at = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - CACHE_SLOTS.trailing_zeros()))
-            as usize;
+        let at = slot_of(key);
         let bit = 1u16 << page;
         let slot = &mut self.cache[at];
         if slot.key == key && slot.region == region && slot.pages & bit != 0 {
@@ -183,11 +186,12 @@ impl Keys {
         (b, 1 + width)
     }
 
-    /// The keys in order, each with its regions before region `below` in order (keys
-    /// with none left out).
-    fn postings(&self, below: u32) -> Postings {
-        // Pairs are posted in region order: those of the regions asked for come first.
-        let pairs = &self.pairs[..self.pairs.partition_point(|p| p.1 < below)];
+    /// The keys in order, each with its regions from region `from` to before region
+    /// `below` in order, numbered from `from` (keys with none there left out).
+    fn postings(&self, from: u32, below: u32) -> Postings {
+        // Pairs are posted in region order: those of the regions asked for are a run.
+        let end = self.pairs.partition_point(|p| p.1 < below);
+        let pairs = &self.pairs[self.pairs[..end].partition_point(|p| p.1 < from)..end];
         // The keys in the order of their bytes (kind byte first), and each key number's
         // rank in it: protocols, ports and EtherTypes read in order from their tables, the
         // addresses (kind bytes above theirs) sorted after them. Sorting every key was a
@@ -226,17 +230,17 @@ impl Keys {
         let mut at = starts.clone();
         for &(id, region, bit) in pairs {
             let r = rank[id as usize] as usize;
-            grouped[at[r] as usize] = (region, bit);
+            grouped[at[r] as usize] = (region - from, bit);
             at[r] += 1;
         }
         let mut p = Postings::default();
         let mut list: Vec<Posting> = Vec::new();
         for (r, &(kind, value, _)) in order.iter().enumerate() {
-            let (from, to) = (starts[r], starts[r + 1]);
-            if from == to {
+            let (start, end) = (starts[r] as usize, starts[r + 1] as usize);
+            if start == end {
                 continue;
             }
-            for &(region, bit) in &grouped[from as usize..to as usize] {
+            for &(region, bit) in &grouped[start..end] {
                 match list.last_mut() {
                     Some(last) if last.region == region => last.pages |= bit,
                     _ => list.push(Posting { region, pages: bit }),
@@ -246,6 +250,20 @@ impl Keys {
             p.push(&bytes[..len], list.drain(..));
         }
         p
+    }
+
+    /// A copy without the pairs before the `start`th (those of the regions before the
+    /// piece a copy is made for, see [`Builder::copy_from`]), nor the cache.
+    fn copy_from(&self, start: usize) -> Keys {
+        Keys {
+            narrow: self.narrow.clone(),
+            ids: self.ids.clone(),
+            count: self.count,
+            v6: self.v6.clone(),
+            v6_addrs: self.v6_addrs.clone(),
+            pairs: self.pairs[start..].to_vec(),
+            cache: Box::default(),
+        }
     }
 
     /// The key as numbers that sort as its bytes do (kind byte, then the value, whose
@@ -263,7 +281,6 @@ impl Keys {
 }
 
 /// An index being built from a capture file's records, in file order.
-#[derive(Clone)]
 pub struct Builder {
     linktype: u32,
     keyed: bool,
@@ -272,6 +289,10 @@ pub struct Builder {
     /// Where the last record ends.
     end: u64,
     keys: Keys,
+    /// The region and page the last noted record starts in, and its keys (see
+    /// [`Builder::noted`]).
+    last_placed: Option<(u32, usize)>,
+    last: Last,
 }
 
 impl Builder {
@@ -284,6 +305,8 @@ impl Builder {
             packets: 0,
             end: FILE_HEADER,
             keys: Keys::new(),
+            last_placed: None,
+            last: Last::default(),
         }
     }
 
@@ -299,16 +322,52 @@ impl Builder {
         }
     }
 
-    /// Indexes the next record, noted by a [`Noter`] (time `ts_ns`, `caplen` bytes
-    /// captured, and its keys as [`note_record`] lists them), as [`Builder::record`] indexes
-    /// it from its bytes.
-    fn noted(&mut self, ts_ns: u64, caplen: usize, mut noted: &[u8]) {
-        let (number, page) = self.place(self.end, ts_ns, caplen);
-        while let [kind, rest @ ..] = noted {
-            let (value, more) = rest.split_at(keys::width(*kind));
-            self.keys.post(*kind, value, number, page);
-            noted = more;
+    /// Indexes the records noted by a [`Noter`] in `notes` (each its time, captured length
+    /// and keys, as [`note_record`] makes them), as [`Builder::record`] indexes them from
+    /// their bytes; false if the notes do not read as notes.
+    ///
+    /// A repeated key is posted only when its record starts in another page (or region)
+    /// than the record before: in the same page, the record before posted it there already
+    /// (or skipped it for the same reason), and a post of a key in a page it was posted in
+    /// adds nothing to the index.
+    #[must_use]
+    fn noted(&mut self, mut notes: &[u8]) -> bool {
+        while let Some((&[t0, t1, t2, t3, t4, t5, t6, t7, c0, c1, c2, c3, k], rest)) =
+            notes.split_first_chunk::<13>()
+        {
+            let ts = u64::from_le_bytes([t0, t1, t2, t3, t4, t5, t6, t7]);
+            let caplen = u32::from_le_bytes([c0, c1, c2, c3]);
+            let Some((mut keyed, more)) = rest.split_at_checked(usize::from(k)) else {
+                return false;
+            };
+            let placed = self.place(self.end, ts, caplen as usize);
+            let same_page = self.last_placed == Some(placed);
+            self.last_placed = Some(placed);
+            let (number, page) = placed;
+            let mut n = 0;
+            while let [kind, rest @ ..] = keyed {
+                if kind & REPEAT != 0 {
+                    let Some((bytes, from)) = self.last.get(n, kind & !REPEAT) else {
+                        return false;
+                    };
+                    if !same_page {
+                        self.keys.post(kind & !REPEAT, &bytes[from..], number, page);
+                    }
+                    keyed = rest;
+                } else {
+                    let Some((value, more)) = rest.split_at_checked(keys::width(*kind)) else {
+                        return false;
+                    };
+                    self.keys.post(*kind, value, number, page);
+                    self.last.set(n, *kind, value);
+                    keyed = more;
+                }
+                n += 1;
+            }
+            self.last.len = n;
+            notes = more;
         }
+        notes.is_empty()
     }
 
     /// Places the record at byte `offset` with time `ts_ns` and `caplen` bytes captured in
@@ -355,19 +414,29 @@ impl Builder {
             first: self.regions.iter().map(|r| r.first).min().unwrap_or(0),
             last: self.regions.iter().map(|r| r.last).max().unwrap_or(0),
             keyed: self.keyed,
-            postings: self.keys.postings(u32::MAX),
+            postings: self.keys.postings(0, u32::MAX),
             regions: self.regions,
         }
     }
 
-    /// The index of the whole regions so far (all but the last, which may grow): what
-    /// [`Builder::finish`] gives for the file cut where the last region starts. `None`
-    /// before a region is whole.
-    pub fn prefix(&self, head_crc: u32) -> Option<Index> {
-        let whole = self.regions.len().checked_sub(1).filter(|&n| n > 0)?;
-        let regions = &self.regions[..whole];
+    /// Regions whole so far: all but the last, which may grow.
+    pub fn whole(&self) -> u32 {
+        self.regions.len().saturating_sub(1) as u32
+    }
+
+    /// A piece of the file being written: the index of its whole regions from region
+    /// `from` on, numbered from 0 (each keeps its offset in the file), covering the bytes
+    /// from where region `from` starts to where the last region starts (its "file length",
+    /// see `prefix`). From region 0 it is what [`Builder::finish`] gives for the file cut
+    /// where the last region starts. `None` while no region from `from` on is whole.
+    pub fn piece(&self, from: u32, head_crc: u32) -> Option<Index> {
+        let whole = self.whole();
+        if whole <= from {
+            return None;
+        }
+        let regions = &self.regions[from as usize..whole as usize];
         Some(Index {
-            file_len: self.regions[whole].offset,
+            file_len: self.regions[whole as usize].offset,
             head_crc,
             linktype: self.linktype,
             packets: regions.iter().map(|r| u64::from(r.packets)).sum(),
@@ -375,8 +444,26 @@ impl Builder {
             last: regions.iter().map(|r| r.last).max().unwrap_or(0),
             keyed: self.keyed,
             regions: regions.to_vec(),
-            postings: self.keys.postings(whole as u32),
+            postings: self.keys.postings(from, whole),
         })
+    }
+
+    /// A copy of the builder for [`Builder::piece`]`(from, ..)` elsewhere: without the
+    /// pairs of the regions before `from`, which the piece does not read (a copy of all,
+    /// and a prefix index of everything fed, each second, grew with the file).
+    fn copy_from(&self, from: u32) -> Builder {
+        Builder {
+            linktype: self.linktype,
+            keyed: self.keyed,
+            regions: self.regions.clone(),
+            packets: self.packets,
+            end: self.end,
+            keys: self
+                .keys
+                .copy_from(self.keys.pairs.partition_point(|p| p.1 < from)),
+            last_placed: self.last_placed,
+            last: self.last,
+        }
     }
 }
 
@@ -392,6 +479,8 @@ pub struct Noter {
     partial: Vec<u8>,
     /// The bytes are not a pcap file: nothing is noted.
     broken: bool,
+    /// The keys of the record noted last.
+    last: Last,
 }
 
 impl Noter {
@@ -436,7 +525,13 @@ impl Noter {
                 return;
             }
             let (ts, _) = header.record(&self.partial);
-            note_record(&header, ts, &self.partial[RECORD_HEADER..], out);
+            note_record(
+                &header,
+                ts,
+                &self.partial[RECORD_HEADER..],
+                out,
+                &mut self.last,
+            );
             self.partial.clear();
         }
         while b.len() >= RECORD_HEADER {
@@ -445,7 +540,7 @@ impl Noter {
             if b.len() < len {
                 break;
             }
-            note_record(&header, ts, &b[RECORD_HEADER..len], out);
+            note_record(&header, ts, &b[RECORD_HEADER..len], out, &mut self.last);
             b = &b[len..];
         }
         self.partial.extend_from_slice(b);
@@ -453,23 +548,80 @@ impl Noter {
 }
 
 /// Appends the note of a record with time `ts_ns` and captured bytes `data` to `out`: the
-/// time (8 bytes), the captured length (4), the length of its keys (1), and its keys, each
-/// its kind byte and value (of the kind's width), as [`keys::keys`] gives them. Made on the
-/// capture thread, so made in a buffer on the stack and appended once: a push per key byte
-/// into `out` checked its room each time.
-fn note_record(header: &Header, ts_ns: u64, data: &[u8], out: &mut Vec<u8>) {
+/// time (8 bytes), the captured length (4), the length of its keys (1), and its keys as
+/// [`keys::keys`] gives them, each its kind byte and value (of the kind's width), or, where
+/// the record before had the same key at the same place, the kind byte with [`REPEAT`]
+/// set and no value (`last` holds that record's keys). Most keys repeat (a flow's
+/// addresses, its protocol, the EtherType): the notes are half as long, and the keeper
+/// posts a repeated key only when the record starts a page the one before did not start
+/// in ([`Builder::noted`]), where posting each key of each record was most of its time.
+fn note_record(header: &Header, ts_ns: u64, data: &[u8], out: &mut Vec<u8>, last: &mut Last) {
     out.extend_from_slice(&ts_ns.to_le_bytes());
     out.extend_from_slice(&(data.len() as u32).to_le_bytes());
     let count = out.len();
     out.push(0);
+    let mut n = 0;
     if keys::dissects(header.linktype) {
         keys::keys(header.linktype, data, &mut |kind, value| {
-            out.push(kind);
-            out.extend_from_slice(value);
+            if last.repeats(n, kind, value) {
+                out.push(kind | REPEAT);
+            } else {
+                out.push(kind);
+                out.extend_from_slice(value);
+                last.set(n, kind, value);
+            }
+            n += 1;
         });
     }
+    last.len = n;
     // At most 3 EtherTypes, 2 IPv6 addresses, 8 protocols and 2 ports: 65 bytes of keys.
     out[count] = u8::try_from(out.len() - count - 1).expect("a record has under 256 key bytes");
+}
+
+/// Set on a key's kind byte in a note: the key of the record before at this place.
+const REPEAT: u8 = 0x80;
+
+/// The keys of the record noted last, by their place in its note (at most the first
+/// [`Last::KEYS`]), each its kind and its value as a number (compared as one, where
+/// comparing the bytes was a call of `memcmp` per key on the capture thread).
+#[derive(Clone, Copy, Default)]
+struct Last {
+    keys: [(u8, u128); Last::KEYS],
+    len: usize,
+}
+
+impl Last {
+    /// Keys of a record held (more than a record has: see [`note_record`]).
+    const KEYS: usize = 16;
+
+    /// Whether the key at place `n` is (`kind`, `value`).
+    fn repeats(&self, n: usize, kind: u8, value: &[u8]) -> bool {
+        n < self.len.min(Last::KEYS) && self.keys[n] == (kind, number(value))
+    }
+
+    /// Holds (`kind`, `value`) as the key at place `n`.
+    fn set(&mut self, n: usize, kind: u8, value: &[u8]) {
+        if let Some(k) = self.keys.get_mut(n) {
+            *k = (kind, number(value));
+        }
+    }
+
+    /// The value of the key of kind `kind` at place `n`, if that is the key there.
+    fn get(&self, n: usize, kind: u8) -> Option<([u8; 16], usize)> {
+        let k = self.keys[..self.len.min(Last::KEYS)].get(n)?;
+        let width = keys::width(kind);
+        (k.0 == kind).then(|| (k.1.to_be_bytes(), 16 - width))
+    }
+}
+
+/// A key's value (1, 2, 4 or 16 bytes) as a number.
+fn number(value: &[u8]) -> u128 {
+    match *value {
+        [a] => u128::from(a),
+        [a, b] => u128::from(u16::from_be_bytes([a, b])),
+        [a, b, c, d] => u128::from(u32::from_be_bytes([a, b, c, d])),
+        _ => value.iter().fold(0, |v, &b| (v << 8) | u128::from(b)),
+    }
 }
 
 /// Bytes at the start of a capture file its index checks it against (see `index`).
@@ -529,7 +681,7 @@ impl Written {
     /// Feeds the write of the file's bytes `bytes` at offset `at`, with the notes of the
     /// records copied into it (`poolcap_format::Landed::notes`): the next write, or the
     /// builder gives up (a write was missed).
-    pub fn land(&mut self, at: u64, bytes: &[u8], mut notes: &[u8]) {
+    pub fn land(&mut self, at: u64, bytes: &[u8], notes: &[u8]) {
         if self.broken || at != self.fed {
             self.broken = true;
             return;
@@ -554,33 +706,28 @@ impl Written {
         let Some(builder) = &mut self.built else {
             return;
         };
-        while let Some((&[t0, t1, t2, t3, t4, t5, t6, t7, c0, c1, c2, c3, k], rest)) =
-            notes.split_first_chunk::<13>()
-        {
-            let ts = u64::from_le_bytes([t0, t1, t2, t3, t4, t5, t6, t7]);
-            let caplen = u32::from_le_bytes([c0, c1, c2, c3]);
-            let (keyed, more) = rest.split_at(usize::from(k));
-            builder.noted(ts, caplen as usize, keyed);
-            notes = more;
+        if !builder.noted(notes) {
+            // Not this file's notes: indexed from the file on disk.
+            self.broken = true;
         }
     }
 
-    /// The prefix index of the file being written (see [`Builder::prefix`]), if every
-    /// byte so far was fed and it has a whole region.
-    pub fn prefix(&self) -> Option<Index> {
-        let (builder, head_crc) = self.snapshot()?;
-        builder.prefix(head_crc)
+    /// The piece from region `from` of the file being written (see [`Builder::piece`]), if
+    /// every byte so far was fed and a region from `from` on is whole.
+    pub fn piece(&self, from: u32) -> Option<Index> {
+        let (builder, head_crc) = self.snapshot(from)?;
+        builder.piece(from, head_crc)
     }
 
-    /// A copy of the builder so far and the CRC-32 of the file's first bytes, to build the
-    /// prefix index from elsewhere while this one is fed on; `None` where
-    /// [`Written::prefix`] would be.
-    pub fn snapshot(&self) -> Option<(Builder, u32)> {
+    /// A copy of the builder so far for its piece from region `from`, and the CRC-32 of the
+    /// file's first bytes, to build the piece elsewhere while this one is fed on; `None`
+    /// while every byte was not fed or the file's first 4 KiB are not in.
+    pub fn snapshot(&self, from: u32) -> Option<(Builder, u32)> {
         if self.broken || self.head.len() < HEAD_BYTES {
             return None;
         }
         let builder = self.built.as_ref()?;
-        Some((builder.clone(), crc32fast::hash(&self.head)))
+        Some((builder.copy_from(from), crc32fast::hash(&self.head)))
     }
 
     /// The index of the file, if every byte of its `file_len` was fed and its records,
@@ -645,7 +792,7 @@ pub(crate) mod tests {
         for (region, page) in [(0, 2), (0, 1), (0, 2), (1, 0)] {
             keys.post(keys::PORT, &[0, 53], region, page);
         }
-        let p = keys.postings(u32::MAX);
+        let p = keys.postings(0, u32::MAX);
         let pages = |kind: u8, value: &[u8]| {
             p.get(&[&[kind][..], value].concat())
                 .iter()
@@ -694,7 +841,7 @@ pub(crate) mod tests {
         for (region, (_, bytes)) in all.iter().enumerate().rev() {
             keys.post(bytes[0], &bytes[1..], region as u32, 0);
         }
-        let p = keys.postings(u32::MAX);
+        let p = keys.postings(0, u32::MAX);
         let held: Vec<(Vec<u8>, u32)> = p
             .between(&[0], &[0xff; crate::store::index::KEY])
             .map(|(k, list)| (k.to_vec(), list[0].region))
@@ -820,26 +967,88 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_prefix_index_is_the_index_of_the_file_cut_where_its_last_region_starts() {
+    fn pieces_are_the_index_of_the_file_cut_where_its_last_region_starts_in_parts() {
         let dir = tempfile::tempdir().unwrap();
         let bytes = sample_file(3000, false);
         let mut w = Written::new();
-        assert!(w.prefix().is_none(), "nothing fed");
-        let mut prefixes = 0;
+        assert!(w.piece(0).is_none(), "nothing fed");
+        let (mut pieces, mut from) = (0, 0u32);
         for (i, chunk) in bytes.chunks(100_000).enumerate() {
             w.feed((i * 100_000) as u64, chunk);
-            let Some(prefix) = w.prefix() else { continue };
+            // From region 0, the index of the file cut where the last region starts.
+            let Some(prefix) = w.piece(0) else { continue };
             let cut = dir.path().join(format!("cut{i}"));
             std::fs::write(&cut, &bytes[..prefix.file_len as usize]).unwrap();
             let want = Index::build(&cut).unwrap();
             assert!(!want.regions.is_empty() && want.postings.len() > 10, "{i}");
             assert_eq!(prefix, want, "after write {i}");
-            prefixes += 1;
+            // From where the last piece ended: that index's regions from there, each key's
+            // regions from there numbered from it.
+            let Some(piece) = w.piece(from) else {
+                assert_eq!(
+                    from as usize,
+                    want.regions.len(),
+                    "none only when none is new"
+                );
+                continue;
+            };
+            let regions = &want.regions[from as usize..];
+            assert_eq!(piece.regions, regions, "after write {i}");
+            assert_eq!(piece.file_len, want.file_len);
+            let packets: u64 = regions.iter().map(|r| u64::from(r.packets)).sum();
+            assert_eq!(piece.packets, packets);
+            assert_eq!(piece.first, regions.iter().map(|r| r.first).min().unwrap());
+            let all = [0u8; crate::store::index::KEY];
+            let keys: Vec<Vec<u8>> = want
+                .postings
+                .between(&all, &[0xff; crate::store::index::KEY])
+                .map(|(k, _)| k.to_vec())
+                .collect();
+            let mut held = 0;
+            for key in keys {
+                let mine: Vec<Posting> = want
+                    .postings
+                    .get(&key)
+                    .iter()
+                    .filter(|p| p.region >= from)
+                    .map(|p| Posting {
+                        region: p.region - from,
+                        ..*p
+                    })
+                    .collect();
+                assert_eq!(piece.postings.get(&key), mine, "{key:?} after write {i}");
+                held += usize::from(!mine.is_empty());
+            }
+            assert_eq!(piece.postings.len(), held, "no key without regions there");
+            from += piece.regions.len() as u32;
+            pieces += 1;
         }
-        assert!(prefixes > 5, "{prefixes} prefixes");
-        // A missed write ends the prefixes.
+        assert!(pieces > 5, "{pieces} pieces");
+        // A missed write ends the pieces.
         w.feed(1, &bytes[..10]);
-        assert!(w.prefix().is_none());
+        assert!(w.piece(0).is_none());
+    }
+
+    #[test]
+    fn notes_that_do_not_read_as_notes_give_no_index() {
+        let bytes = sample_file(50, false);
+        let mut notes = Vec::new();
+        Noter::default().note(&bytes, &mut notes);
+        let land = |notes: &[u8]| {
+            let mut w = Written::new();
+            w.land(0, &bytes, notes);
+            w.finish(bytes.len() as u64)
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, &bytes).unwrap();
+        assert_eq!(land(&notes), Some(Index::build(&path).unwrap()));
+        // The first record's first key said to repeat the record before's: there is none.
+        let mut first_repeats = notes.clone();
+        first_repeats[13] |= REPEAT;
+        assert!(land(&first_repeats).is_none());
+        // Cut short within the last record's keys.
+        assert!(land(&notes[..notes.len() - 1]).is_none());
     }
 
     #[test]

@@ -36,11 +36,13 @@
 //! checksum, whose version is not this one, or whose capture file no longer has the length
 //! and first bytes it was built from is refused ([`IndexError`]), never used.
 //!
-//! The file being written gets a prefix index now and then ([`Cover::Prefix`], saved by
-//! the keeper): the same format over the whole regions written so far, its "capture file
-//! length" the bytes it covers, under another name (`NAME.prefix.idx`) and another magic
-//! (`PCSTPRE\n`), so that it is never taken for a closed file's index, by name or by
-//! content. Its checks are the same, but the capture file may have grown past it.
+//! The file being written gets a prefix index in pieces ([`Cover::Prefix`], saved by the
+//! keeper, see `prefix`): each the same format over the whole regions written since the
+//! piece before (region numbers from 0, offsets in the capture file), its "capture file
+//! length" where the bytes it covers end, under another name (`NAME.prefix.K.idx`) and
+//! another magic (`PCSTPRE\n`), so that it is never taken for a closed file's index, by
+//! name or by content. Its checks are the same, but the capture file may have grown past
+//! it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
@@ -76,8 +78,8 @@ const KEY_DIR_ENTRY: usize = KEY + 4 + 4;
 pub enum Cover {
     /// A closed capture file, whole (`NAME.idx`).
     Whole,
-    /// The first bytes (whole regions) of a capture file being written, or left unindexed
-    /// by a crash (`NAME.prefix.idx`).
+    /// A piece of the first bytes (whole regions) of a capture file being written, or left
+    /// unindexed by a crash (`NAME.prefix.K.idx`).
     Prefix,
 }
 
@@ -87,16 +89,6 @@ impl Cover {
             Cover::Whole => b"PCSTIDX\n",
             Cover::Prefix => b"PCSTPRE\n",
         }
-    }
-
-    /// The index file of this cover for capture file `capture`.
-    pub fn path(self, capture: &Path) -> std::path::PathBuf {
-        let mut name = capture.file_name().unwrap_or_default().to_os_string();
-        name.push(match self {
-            Cover::Whole => ".idx",
-            Cover::Prefix => ".prefix.idx",
-        });
-        capture.with_file_name(name)
     }
 }
 
@@ -399,18 +391,17 @@ impl Index {
     /// Writes the index beside `capture` (as `NAME.idx`, through a hidden temporary file
     /// renamed into place, so a reader sees a whole index or none); returns its bytes.
     pub fn save(&self, capture: &Path) -> std::io::Result<u64> {
-        self.save_as(capture, Cover::Whole)
+        self.save_as(&index_path(capture), Cover::Whole)
     }
 
-    /// [`Index::save`] as an index of `cover` (a prefix index replaces the last one at
-    /// once, by the rename).
-    pub fn save_as(&self, capture: &Path, cover: Cover) -> std::io::Result<u64> {
+    /// [`Index::save`] as the index file `idx` of `cover` (a prefix index's piece, see
+    /// `prefix`).
+    pub fn save_as(&self, idx: &Path, cover: Cover) -> std::io::Result<u64> {
         let bytes = self.encode_as(cover);
-        let idx = cover.path(capture);
         let name = idx.file_name().map(|n| n.to_string_lossy().into_owned());
         let tmp = idx.with_file_name(format!(".{}.tmp", name.unwrap_or_default()));
         std::fs::write(&tmp, &bytes)?;
-        std::fs::rename(&tmp, &idx)?;
+        std::fs::rename(&tmp, idx)?;
         Ok(bytes.len() as u64)
     }
 
@@ -822,7 +813,9 @@ fn runs(set: &BTreeSet<usize>) -> Vec<(usize, usize)> {
 
 /// The index file of capture file `capture`.
 pub fn index_path(capture: &Path) -> std::path::PathBuf {
-    Cover::Whole.path(capture)
+    let mut name = capture.file_name().unwrap_or_default().to_os_string();
+    name.push(".idx");
+    capture.with_file_name(name)
 }
 
 fn leb128(b: &mut Vec<u8>, mut v: u64) {

@@ -31,8 +31,8 @@
 //! cost the keeper twice as much CPU, against some 50-70 ns a packet on the writer (see
 //! BENCHMARKS.md, store). A query uses the index only for the parts of the filter it
 //! understands (`select`) and always lets libpcap decide on every packet read, so the index
-//! can make a query faster, never wrong. The file being written has a prefix index of what the keeper was fed so far,
-//! saved every second or so (`prefix`): queries use it for that part and read the rest
+//! can make a query faster, never wrong. The file being written has a prefix index of
+//! what the keeper was fed so far, saved in pieces every second or so (`prefix`): queries use it for that part and read the rest
 //! whole (the writer makes its last batch visible once the file is quiet,
 //! `poolcap_format::DirectFile::with_live_tail`).
 //! Arkime's per-session positions need a database and a session table in the capture
@@ -45,7 +45,8 @@
 //! DIR/20261127T160000Z-12345-000000000      capture file (pcap, nanoseconds)
 //! DIR/20261127T160000Z-12345-000000000.idx  its index
 //! DIR/20261127T160000Z-12345-000000001      the file being written
-//! DIR/20261127T160000Z-12345-000000001.prefix.idx  the index of its first regions
+//! DIR/20261127T160000Z-12345-000000001.prefix.0.idx  the index of its first regions, in
+//! DIR/20261127T160000Z-12345-000000001.prefix.1.idx  pieces (see `prefix`)
 //! ```
 //!
 //! File names sort in the order of their run's start (UTC), the process and the file's

@@ -1,19 +1,29 @@
-//! Prefix indexes of the files being written: the keeper saves, now and then, the index of
-//! the whole regions of each open file it has been fed so far (`build::Written::prefix`,
-//! as `NAME.prefix.idx`, replaced at once by a rename), so that a query during the capture
-//! reads only the candidate pages of that part and the rest of the file whole, instead of
-//! a live file of up to -C bytes whole.
+//! Prefix indexes of the files being written: now and then the keeper saves the index of
+//! the whole regions of an open file fed since its last save, as the file's next piece
+//! (`build::Builder::piece`; `NAME.prefix.K.idx`, K from 0, written under a temporary name
+//! and renamed), so that a query during the capture reads only the candidate pages of the
+//! part its pieces cover (each starting where the one before ends) and the rest of the file
+//! whole, instead of a live file of up to -C bytes whole.
+//!
+//! Pieces, not one prefix index saved again whole: a save of everything fed so far cost in
+//! proportion to the file, each second (a copy of all the builder's pairs and their
+//! grouping and encoding), so a file's saves cost several times its index at close; a
+//! piece costs what was fed since the last one. So that a long file at a slow rate does not
+//! leave hundreds of pieces for a query to open, a piece waits until an eighth of what
+//! was fed by the last one has been fed since, or for 8 s: some 8·ln(size / 128 KiB)
+//! pieces a file at high rates (55 for 1 GB), at most one per 8 s at low ones, and at
+//! most an eighth of the file or 8 s of it read whole.
 //!
 //! When: at most every [`EVERY`], once at least two regions more were fed, and no sooner
-//! after a save than `QUIET` times what it took: a save encodes the prefix whole (its cost
-//! grows with the file: 250-350 ms for 100 MB of imix over 100k flows on a loaded machine),
-//! and this keeps the saves to a twentieth of a core whatever the file's size. The keeper
-//! only copies the builder (`Written::snapshot`); a thread of its own builds and saves the
-//! prefix index, one at a time, so that the keeper goes on taking the writer's writes (a
+//! after a save than `QUIET` times what it took, which keeps the saves to a twentieth of a
+//! core whatever happens. The keeper only copies the builder, without the pairs of the
+//! regions before the piece (`Written::snapshot`); a thread of its own builds and saves
+//! the piece, one at a time, so that the keeper goes on taking the writer's writes (a
 //! save on the keeper's thread held it long enough for the writer to stop lending, and
-//! the file was read back at its close). The closed file's index replaces its prefix index
-//! (the keeper waits for a save under way, then deletes it once the index is saved); one
-//! left by a crash is used until `repair` (or the next start) indexes the file.
+//! the file was read back at its close). The closed file's index replaces its pieces (the
+//! keeper waits for a save under way, then deletes them, the last first, once the index
+//! is saved); those left by a crash are used until `repair` (or the next start) indexes
+//! the file.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -23,63 +33,120 @@ use std::time::{Duration, Instant};
 use super::build::Written;
 use super::index::{Cover, REGION_BYTES};
 
-/// How often a prefix index is saved at most.
+/// How often a piece is saved at most.
 pub const EVERY: Duration = Duration::from_secs(1);
 /// A save is followed by at least this many times its own duration without one.
 const QUIET: u32 = 20;
+/// A piece waits until this share of what was fed by the last one has been fed since...
+const GROWTH: u64 = 8;
+/// ... or until this many times [`EVERY`] have passed since the last one.
+const LATEST: u32 = 8;
 
-/// A save under way: its file's number, and the thread's outcome (its time, and what
-/// failed).
-type Saving = (u64, JoinHandle<(Duration, Option<String>)>);
+/// Piece `k` of the prefix index of the capture file `capture`.
+pub fn piece_path(capture: &Path, k: u32) -> PathBuf {
+    let mut name = capture.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".prefix.{k}.idx"));
+    capture.with_file_name(name)
+}
 
-/// When each open file's next prefix index is due, and what the saves cost.
+/// The pieces of `capture`'s prefix index there are, in order (from piece 0 to the first
+/// missing one).
+pub fn pieces(capture: &Path) -> Vec<PathBuf> {
+    (0..)
+        .map(|k| piece_path(capture, k))
+        .take_while(|p| p.exists())
+        .collect()
+}
+
+/// Deletes `capture`'s prefix index, if any (its whole index is saved, or it is deleted):
+/// the last piece first, so that one cut short leaves pieces from the first on.
+pub fn remove(capture: &Path) {
+    // Absent, mostly: a file closed within a second of its opening had none.
+    for p in pieces(capture).iter().rev() {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+/// An open file's next piece.
+#[derive(Debug)]
+struct Due {
+    /// When it may be saved.
+    next: Instant,
+    /// Bytes fed when the last one was copied.
+    fed: u64,
+    /// Its first region (where the last one saved ended).
+    from: u32,
+    /// Its number.
+    k: u32,
+}
+
+/// A save under way: its file's number, the region after its piece, and the thread's
+/// outcome (its time, and what failed).
+type Saving = (u64, u32, JoinHandle<(Duration, Option<String>)>);
+
+/// When each open file's next piece is due, and what the saves cost.
 #[derive(Debug, Default)]
 pub struct Prefixes {
-    /// Per file number: when its next save may be, and the bytes fed at its last one.
-    due: HashMap<u64, (Instant, u64)>,
+    due: HashMap<u64, Due>,
     saving: Option<Saving>,
-    /// Prefix indexes saved.
+    /// Pieces saved.
     pub saved: usize,
-    /// Time spent copying builders, building and saving them.
+    /// Time spent copying builders, building and saving pieces.
     pub spent: Duration,
 }
 
 impl Prefixes {
-    /// Starts saving the prefix index of a file of `open` (file number: path, bytes fed)
+    /// Starts saving the next piece of a file of `open` (file number: path, bytes fed)
     /// that is due, unless a save is under way; returns what failed.
     pub fn save_due(&mut self, open: &HashMap<u64, (PathBuf, Written)>) -> Vec<String> {
         let mut errors = Vec::new();
-        if self.saving.as_ref().is_some_and(|(_, t)| !t.is_finished()) {
+        if self
+            .saving
+            .as_ref()
+            .is_some_and(|(_, _, t)| !t.is_finished())
+        {
             return errors;
         }
         errors.extend(self.wait());
         let now = Instant::now();
         for (id, (path, written)) in open {
-            let (next, fed) = *self.due.entry(*id).or_insert((now + EVERY, 0));
-            if now < next || written.fed() < fed + 2 * REGION_BYTES {
+            let due = self.due.entry(*id).or_insert(Due {
+                next: now + EVERY,
+                fed: 0,
+                from: 0,
+                k: 0,
+            });
+            let grown = written.fed().saturating_sub(due.fed);
+            let waited = now >= due.next + EVERY * (LATEST - 1);
+            if now < due.next || grown < 2 * REGION_BYTES || (grown < due.fed / GROWTH && !waited) {
                 continue;
             }
-            let Some((builder, head_crc)) = written.snapshot() else {
+            let Some((builder, head_crc)) = written.snapshot(due.from) else {
                 continue;
             };
+            let (from, whole) = (due.from, builder.whole());
+            if whole <= from {
+                continue;
+            }
             let copied = now.elapsed();
-            self.due.insert(*id, (now + EVERY, written.fed()));
-            let path = path.clone();
+            (due.next, due.fed) = (now + EVERY, written.fed());
+            let at = piece_path(path, due.k);
             let spawned = std::thread::Builder::new()
                 .name("store-prefix".into())
                 .spawn(move || {
                     let t = Instant::now();
                     let saved = builder
-                        .prefix(head_crc)
-                        .map(|i| i.save_as(&path, Cover::Prefix));
+                        .piece(from, head_crc)
+                        .map(|i| i.save_as(&at, Cover::Prefix));
                     let failed = match saved {
-                        Some(Err(e)) => Some(format!("{}: prefix index: {e}", path.display())),
-                        _ => None,
+                        Some(Ok(_)) => None,
+                        Some(Err(e)) => Some(format!("{}: prefix index: {e}", at.display())),
+                        None => Some(format!("{}: prefix index: no region", at.display())),
                     };
                     (copied + t.elapsed(), failed)
                 });
             match spawned {
-                Ok(t) => self.saving = Some((*id, t)),
+                Ok(t) => self.saving = Some((*id, whole, t)),
                 Err(e) => errors.push(format!("prefix index: {e}")),
             }
             break;
@@ -89,16 +156,19 @@ impl Prefixes {
 
     /// Waits for the save under way, if any; returns what failed.
     pub fn wait(&mut self) -> Option<String> {
-        let (id, thread) = self.saving.take()?;
+        let (id, whole, thread) = self.saving.take()?;
         let Ok((took, failed)) = thread.join() else {
             return Some("the prefix index thread panicked".into());
         };
         self.spent += took;
-        if failed.is_none() {
-            self.saved += 1;
-        }
-        if let Some((next, _)) = self.due.get_mut(&id) {
-            *next = (*next).max(Instant::now() + took * QUIET);
+        self.saved += usize::from(failed.is_none());
+        if let Some(due) = self.due.get_mut(&id) {
+            due.next = due.next.max(Instant::now() + took * QUIET);
+            if failed.is_none() {
+                // The next piece starts where this one ends; one that failed is saved
+                // again, longer, as the next.
+                (due.from, due.k) = (whole, due.k + 1);
+            }
         }
         failed
     }
@@ -106,7 +176,7 @@ impl Prefixes {
     /// Forgets file number `id`, closed, once a save of it under way has ended; returns
     /// what failed.
     pub fn closed(&mut self, id: u64) -> Option<String> {
-        let failed = if self.saving.as_ref().is_some_and(|(s, _)| *s == id) {
+        let failed = if self.saving.as_ref().is_some_and(|(s, _, _)| *s == id) {
             self.wait()
         } else {
             None
@@ -114,10 +184,4 @@ impl Prefixes {
         self.due.remove(&id);
         failed
     }
-}
-
-/// Deletes `capture`'s prefix index, if any (its whole index is saved, or it is deleted).
-pub fn remove(capture: &Path) {
-    // Absent, mostly: a file closed within a second of its opening had none.
-    let _ = std::fs::remove_file(Cover::Prefix.path(capture));
 }

@@ -38,6 +38,7 @@ use poolcap_sys::pcap_filter::OfflineFilter;
 
 use super::index::{Cover, IndexError, IndexFile, Posting};
 use super::pcapfile::{self, FILE_HEADER};
+use super::prefix;
 use super::select::Selector;
 use super::{show_time, IndexState, Store, StoreError};
 use crate::capture::filter::{compile_user, FilterError};
@@ -262,6 +263,10 @@ fn each_at_once<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Ve
         .collect()
 }
 
+/// What the pieces of a file's prefix index cover: the byte ranges to read there, where
+/// that part ends, and its packets' time span.
+type Covered = (Vec<(u64, u64)>, u64, Option<(u64, u64)>);
+
 impl Query {
     fn meets(&self, first: u64, last: u64) -> bool {
         self.since.is_none_or(|s| last >= s) && self.until.is_none_or(|u| first < u)
@@ -318,6 +323,55 @@ impl Query {
         Ok(ranges)
     }
 
+    /// The ranges to read of the part of capture file `path` (without an index: being
+    /// written, or left so by a crash) that the pieces of its prefix index cover (see
+    /// `prefix`), read in order while each is sound and starts where the one before ended:
+    /// the pages they select, where that part ends, and its time span. A piece refused is
+    /// said in `found`.
+    fn pieces(
+        &self,
+        path: &Path,
+        selector: &Selector,
+        found: &mut Survey,
+    ) -> Covered {
+        let (mut ranges, mut end, mut span) = (Vec::<(u64, u64)>::new(), FILE_HEADER, None);
+        for at in prefix::pieces(path) {
+            let mut read = 0;
+            let planned = IndexFile::open_as(&at, path, Cover::Prefix).and_then(|mut p| {
+                let first = p.regions(&BTreeSet::from([0]));
+                read = p.bytes_read;
+                if first?.get(&0).map(|(r, _)| r.offset) != Some(end) {
+                    // Not the piece after the one before: the part between, or twice.
+                    return Err(IndexError::Mismatch);
+                }
+                let planned = self.ranges(&mut p, selector);
+                read = p.bytes_read;
+                Ok((planned?, p.file_len(), (p.packets() > 0).then(|| p.span())))
+            });
+            found.index_bytes_read += read;
+            match planned {
+                Ok((planned, len, s)) => {
+                    // The part before this piece is not read again.
+                    for (from, to) in planned.into_iter().map(|(a, b)| (a.max(end), b)) {
+                        match ranges.last_mut() {
+                            Some(last) if last.1 == from => last.1 = to,
+                            _ if from < to => ranges.push((from, to)),
+                            _ => {}
+                        }
+                    }
+                    (end, span) = (len, join(span, s));
+                }
+                // Deleted since it was listed: the file's index replaced it.
+                Err(IndexError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => break,
+                Err(e) => {
+                    found.refused.push((at, e.to_string()));
+                    break;
+                }
+            }
+        }
+        (ranges, end, span)
+    }
+
     /// What capture file `path` holds for the query (see [`Survey`]): its index read (the
     /// head, then the blocks `selector` needs), or the file itself where it has none.
     fn survey(&self, path: &Path, selector: &Selector) -> Result<Survey, QueryError> {
@@ -329,17 +383,6 @@ impl Query {
         };
         found.bytes_held = file.metadata().map_or(0, |m| m.len());
         let mut indexed = None;
-        // The file being written (or one a crash left unindexed): its prefix index,
-        // if it has a sound one.
-        let mut prefix = None;
-        if matches!(state, IndexState::Missing) {
-            let at = Cover::Prefix.path(path);
-            match IndexFile::open_as(&at, path, Cover::Prefix) {
-                Ok(p) => prefix = Some(p),
-                Err(IndexError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => found.refused.push((at, e.to_string())),
-            }
-        }
         if let IndexState::Sound(index) = &mut state {
             let span = index.span();
             if index.packets() > 0 {
@@ -363,28 +406,18 @@ impl Query {
                 if let IndexState::Refused(e) = &state {
                     found.refused.push((path.to_owned(), e.to_string()));
                 }
-                // Where a sound prefix index covers the first part: the pages it
-                // selects there, then the rest whole.
-                let mut ranges = vec![(FILE_HEADER, u64::MAX)];
-                let mut covered = (FILE_HEADER, None);
-                if let Some(p) = &mut prefix {
-                    let planned = self.ranges(p, selector);
-                    found.index_bytes_read += p.bytes_read;
-                    match planned {
-                        Ok(mut r) => {
-                            let rest = p.file_len();
-                            match r.last_mut() {
-                                Some(last) if last.1 == rest => last.1 = u64::MAX,
-                                _ => r.push((rest, u64::MAX)),
-                            }
-                            ranges = r;
-                            covered = (rest, (p.packets() > 0).then(|| p.span()));
-                        }
-                        Err(e) => found
-                            .refused
-                            .push((Cover::Prefix.path(path), e.to_string())),
-                    }
+                // The file being written (or one a crash left unindexed): where the pieces
+                // of its prefix index cover its first part, the pages they select there,
+                // then the rest whole.
+                let (mut ranges, end, span) = match state {
+                    IndexState::Missing => self.pieces(path, selector, &mut found),
+                    _ => (Vec::new(), FILE_HEADER, None),
+                };
+                match ranges.last_mut() {
+                    Some(last) if last.1 == end => last.1 = u64::MAX,
+                    _ => ranges.push((end, u64::MAX)),
                 }
+                let covered = (end, span);
                 let span = if self.since.is_some() || self.until.is_some() {
                     // Its span decides both whether it is read and what is held: the
                     // prefix index's, and the rest's read from the file.
@@ -556,9 +589,10 @@ mod tests {
         // The keeper was fed the first 4 MB; the file has grown to 6.3 MB since.
         let mut fed = Written::new();
         fed.feed(0, &bytes[..4_000_000]);
-        let prefix = fed.prefix().unwrap();
+        let prefix = fed.piece(0).unwrap();
         assert!(prefix.file_len > 3_900_000, "{}", prefix.file_len);
-        prefix.save_as(&capture, Cover::Prefix).unwrap();
+        let at = prefix::piece_path(&capture, 0);
+        prefix.save_as(&at, Cover::Prefix).unwrap();
         let tail = bytes.len() as u64 - prefix.file_len;
         // Flow 77, and flow 77 between packets 5,000 and 15,000 (at i µs).
         let t = |i: u64| 1_700_000_000_000_000_000 + i * 1000;
@@ -593,7 +627,6 @@ mod tests {
         }
         // Refused, said by name, and the file read whole, with the same answer: a damaged
         // prefix index, one of another file, and one put where a closed file's index goes.
-        let at = Cover::Prefix.path(&capture);
         let good = std::fs::read(&at).unwrap();
         let mut damaged = good.clone();
         damaged[40] ^= 1;
@@ -602,7 +635,7 @@ mod tests {
         udp_pcap(&other, 20_000, 300, |i| i % 7);
         let mut fed = Written::new();
         fed.feed(0, &std::fs::read(&other).unwrap()[..4_000_000]);
-        let foreign = fed.prefix().unwrap().encode_as(Cover::Prefix);
+        let foreign = fed.piece(0).unwrap().encode_as(Cover::Prefix);
         for (what, bytes_at, named) in [
             ("damaged", (damaged, at.clone()), &at),
             ("another file's", (foreign, at.clone()), &at),
@@ -626,6 +659,66 @@ mod tests {
             let _ = std::fs::remove_file(index_path(&capture));
             std::fs::write(&at, &good).unwrap();
         }
+    }
+
+    #[test]
+    fn a_live_files_pieces_are_read_in_order_and_one_out_of_place_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(dir.path()).unwrap();
+        let capture = dir.path().join("20261127T160000Z-1-000000000");
+        let flow = |i: u32| (i * 7919) % 1000;
+        udp_pcap(&capture, 20_000, 300, flow);
+        let bytes = std::fs::read(&capture).unwrap();
+        // The keeper was fed 2, then 3, then 4 MB, and saved a piece each time.
+        let mut fed = Written::new();
+        let (mut from, mut ends) = (0, Vec::new());
+        for (k, (a, b)) in [
+            (0, 2_000_000),
+            (2_000_000, 3_000_000),
+            (3_000_000, 4_000_000),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            fed.feed(a as u64, &bytes[a..b]);
+            let piece = fed.piece(from).unwrap();
+            from += piece.regions.len() as u32;
+            ends.push(piece.file_len);
+            let at = prefix::piece_path(&capture, k as u32);
+            piece.save_as(&at, Cover::Prefix).unwrap();
+        }
+        let q = Query {
+            filter: Some("src host 10.1.0.77 and udp src port 1101".into()),
+            ..Query::default()
+        };
+        let want = records(&bytes, |i| flow(i) == 77);
+        let (out, outcome) = answer(&q, &store);
+        assert_eq!(&out[24..], &want[..]);
+        assert!(outcome.refused.is_empty(), "{:?}", outcome.refused);
+        let tail = bytes.len() as u64 - ends[2];
+        let bound = tail + 20 * (4096 + RECORD);
+        assert!(
+            outcome.bytes_read <= bound,
+            "{} > {bound}",
+            outcome.bytes_read
+        );
+        // Piece 1 replaced by piece 2, which does not start where piece 0 ends: refused by
+        // name, piece 0 used, and the rest read whole.
+        let one = prefix::piece_path(&capture, 1);
+        std::fs::copy(prefix::piece_path(&capture, 2), &one).unwrap();
+        let (out, outcome) = answer(&q, &store);
+        assert_eq!(&out[24..], &want[..]);
+        assert_eq!(outcome.refused.len(), 1, "{:?}", outcome.refused);
+        assert_eq!(outcome.refused[0].0, one);
+        let rest = bytes.len() as u64 - ends[0];
+        assert!(
+            (rest..rest + bound).contains(&outcome.bytes_read),
+            "{} for {rest}",
+            outcome.bytes_read
+        );
+        // Gone, the pieces from the last: none left.
+        prefix::remove(&capture);
+        assert!(prefix::pieces(&capture).is_empty());
     }
 
     #[test]
