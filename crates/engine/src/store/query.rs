@@ -328,12 +328,7 @@ impl Query {
     /// `prefix`), read in order while each is sound and starts where the one before ended:
     /// the pages they select, where that part ends, and its time span. A piece refused is
     /// said in `found`.
-    fn pieces(
-        &self,
-        path: &Path,
-        selector: &Selector,
-        found: &mut Survey,
-    ) -> Covered {
+    fn pieces(&self, path: &Path, selector: &Selector, found: &mut Survey) -> Covered {
         let (mut ranges, mut end, mut span) = (Vec::<(u64, u64)>::new(), FILE_HEADER, None);
         for at in prefix::pieces(path) {
             let mut read = 0;
@@ -578,14 +573,26 @@ mod tests {
         (out, outcome)
     }
 
-    #[test]
-    fn a_file_being_written_is_read_through_its_prefix_index_and_whole_past_it() {
+    /// Packet `i`'s flow in [`live_file`].
+    fn flow(i: u32) -> u32 {
+        (i * 7919) % 1000
+    }
+
+    /// A store holding one capture file without an index (as the file being written): its
+    /// directory, the store, the file and its bytes, 20,000 packets of 300 bytes over 1,000
+    /// flows ([`flow`]).
+    fn live_file() -> (tempfile::TempDir, Store, PathBuf, Vec<u8>) {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::create(dir.path()).unwrap();
         let capture = dir.path().join("20261127T160000Z-1-000000000");
-        let flow = |i: u32| (i * 7919) % 1000;
         udp_pcap(&capture, 20_000, 300, flow);
         let bytes = std::fs::read(&capture).unwrap();
+        (dir, store, capture, bytes)
+    }
+
+    #[test]
+    fn a_file_being_written_is_read_through_its_prefix_index_and_whole_past_it() {
+        let (_dir, store, capture, bytes) = live_file();
         // The keeper was fed the first 4 MB; the file has grown to 6.3 MB since.
         let mut fed = Written::new();
         fed.feed(0, &bytes[..4_000_000]);
@@ -663,12 +670,7 @@ mod tests {
 
     #[test]
     fn a_live_files_pieces_are_read_in_order_and_one_out_of_place_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::create(dir.path()).unwrap();
-        let capture = dir.path().join("20261127T160000Z-1-000000000");
-        let flow = |i: u32| (i * 7919) % 1000;
-        udp_pcap(&capture, 20_000, 300, flow);
-        let bytes = std::fs::read(&capture).unwrap();
+        let (_dir, store, capture, bytes) = live_file();
         // The keeper was fed 2, then 3, then 4 MB, and saved a piece each time.
         let mut fed = Written::new();
         let (mut from, mut ends) = (0, Vec::new());
