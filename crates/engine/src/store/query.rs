@@ -468,6 +468,8 @@ impl Query {
             .filter
             .as_deref()
             .map_or(Selector::All, Selector::parse);
+        // From now on, the keeper saves the pieces of its live files' prefix indexes.
+        prefix::want(store.dir());
         let mut outcome = Outcome::default();
         let mut plans = Vec::new();
         let mut held: Option<(u64, u64)> = None;

@@ -647,9 +647,13 @@ fn a_query_during_capture_reads_the_live_file_through_its_prefix_index() {
     let files = capture_files(&store);
     assert_eq!(files.len(), 1, "{files:?}");
     let prefix = PathBuf::from(format!("{}.prefix.0.idx", files[0].display()));
-    // The keeper saves a piece of the prefix index at most every second, and at the
-    // latest 8 s after the last one: wait for pieces that cover nearly the whole file
-    // (hang guard: 20 s).
+    // No piece of a prefix index while no query came (the keeper would have saved one
+    // within the second after 2 regions were fed).
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(!prefix.exists(), "a piece before any query");
+    // Once a query came, the keeper saves a piece at most every second, and at the latest
+    // 8 s after the last one: wait for pieces that cover nearly the whole file (hang
+    // guard: 20 s).
     let started = std::time::Instant::now();
     let (read, held) = loop {
         let out = ok(&["query", s(&store), "--count", "udp src port 10003"]);
