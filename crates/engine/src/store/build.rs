@@ -642,6 +642,10 @@ pub struct Written {
     built: Option<Builder>,
     /// A write was missed (or the header is not pcap): the file is indexed from disk.
     broken: bool,
+    /// Whether the writes came with the writer's notes (`land`) or were noted here
+    /// (`feed`): a note's repeated keys are those of the record its own noter noted before
+    /// it, so notes of two noters in one file would read keys of the wrong record.
+    by_writer: Option<bool>,
 }
 
 impl Default for Written {
@@ -660,6 +664,7 @@ impl Written {
             head: Vec::with_capacity(HEAD_BYTES),
             built: None,
             broken: false,
+            by_writer: None,
         }
     }
 
@@ -674,14 +679,22 @@ impl Written {
         let mut noted = std::mem::take(&mut self.noted);
         noted.clear();
         self.noter.note(bytes, &mut noted);
-        self.land(at, bytes, &noted);
+        self.take(at, bytes, &noted, false);
         self.noted = noted;
     }
 
     /// Feeds the write of the file's bytes `bytes` at offset `at`, with the notes of the
     /// records copied into it (`poolcap_format::Landed::notes`): the next write, or the
-    /// builder gives up (a write was missed).
+    /// builder gives up (a write was missed, or one before came without notes).
     pub fn land(&mut self, at: u64, bytes: &[u8], notes: &[u8]) {
+        self.take(at, bytes, notes, true);
+    }
+
+    /// [`Written::land`] of notes made by the writer's noter (`by_writer`) or this one's.
+    fn take(&mut self, at: u64, bytes: &[u8], notes: &[u8], by_writer: bool) {
+        if *self.by_writer.get_or_insert(by_writer) != by_writer {
+            self.broken = true;
+        }
         if self.broken || at != self.fed {
             self.broken = true;
             return;
@@ -1049,6 +1062,17 @@ pub(crate) mod tests {
         assert!(land(&first_repeats).is_none());
         // Cut short within the last record's keys.
         assert!(land(&notes[..notes.len() - 1]).is_none());
+    }
+
+    #[test]
+    fn writes_noted_by_the_writer_and_here_in_one_file_give_no_index() {
+        let bytes = sample_file(500, false);
+        let mut notes = Vec::new();
+        Noter::default().note(&bytes[..8192], &mut notes);
+        let mut w = Written::new();
+        w.land(0, &bytes[..8192], &notes);
+        w.feed(8192, &bytes[8192..]);
+        assert!(w.finish(bytes.len() as u64).is_none());
     }
 
     #[test]
