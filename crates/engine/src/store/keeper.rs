@@ -10,9 +10,9 @@
 //! so no file is read back: a 100 MB file written with direct I/O is not in the page cache,
 //! and reading it back cost more CPU than writing it. The capture path never waits for the
 //! keeper: at most [`LENT`] writes are lent at a time, and a file whose write finds them all
-//! lent (the keeper is behind) lends nothing more; that file, one written through the page cache, and one
-//! whose bytes fed do not add up to the closed file are read back from disk instead
-//! (counted in [`KeeperReport::read_back`]). Either way the index is the one `store DIR
+//! lent (the keeper is behind) lends nothing more; that file, one written through the page
+//! cache, and one whose bytes fed do not add up to the closed file are read back from disk
+//! instead (counted in [`KeeperReport::read_back`]). Either way the index is the one `store DIR
 //! repair` builds from the file.
 //!
 //! What it deletes, by the packets' time and the budget, is `retention`'s rule; never the

@@ -125,8 +125,8 @@ type Saving = (u64, u32, JoinHandle<(Duration, Option<String>)>);
 pub struct Prefixes {
     due: HashMap<u64, Due>,
     saving: Option<Saving>,
-    /// Whether queries come, and when that was looked at.
-    wanted: Option<(Instant, bool)>,
+    /// When it was last looked whether queries come, and whether they did.
+    queried: Option<(Instant, bool)>,
     /// Pieces saved.
     pub saved: usize,
     /// Time spent copying builders, building and saving pieces.
@@ -150,11 +150,10 @@ impl Prefixes {
         let Some(dir) = open.values().next().and_then(|(p, _)| p.parent()) else {
             return errors;
         };
-        let (looked, wanted) = *self.wanted.get_or_insert_with(|| (now, wanted(dir)));
-        if now >= looked + EVERY {
-            self.wanted = Some((now, self::wanted(dir)));
+        if self.queried.is_none_or(|(looked, _)| now >= looked + EVERY) {
+            self.queried = Some((now, wanted(dir)));
         }
-        if !wanted {
+        if self.queried.is_some_and(|(_, queried)| !queried) {
             return errors;
         }
         for (id, (path, written)) in open {

@@ -404,7 +404,7 @@ impl Query {
                 // The file being written (or one a crash left unindexed): where the pieces
                 // of its prefix index cover its first part, the pages they select there,
                 // then the rest whole.
-                let (mut ranges, end, span) = match state {
+                let (mut ranges, end, covered) = match state {
                     IndexState::Missing => self.pieces(path, selector, &mut found),
                     _ => (Vec::new(), FILE_HEADER, None),
                 };
@@ -412,12 +412,11 @@ impl Query {
                     Some(last) if last.1 == end => last.1 = u64::MAX,
                     _ => ranges.push((end, u64::MAX)),
                 }
-                let covered = (end, span);
                 let span = if self.since.is_some() || self.until.is_some() {
                     // Its span decides both whether it is read and what is held: the
                     // prefix index's, and the rest's read from the file.
-                    let rest = span_from(header, &file, covered.0).map_err(io(path.display()))?;
-                    let Some(span) = join(covered.1, rest) else {
+                    let rest = span_from(header, &file, end).map_err(io(path.display()))?;
+                    let Some(span) = join(covered, rest) else {
                         return Ok(found);
                     };
                     found.held = Some(span);
