@@ -33,40 +33,82 @@ pub fn ifindex(name: &str) -> Result<u32> {
     Ok(idx)
 }
 
-/// The hardware type (`ARPHRD_*`) of interface `name` in the current network namespace,
-/// asked of the kernel (`SIOCGIFHWADDR`): right whatever sysfs is mounted, where sysfs may
-/// show another namespace's interfaces.
+/// The hardware type (`ARPHRD_*`) of interface `name` in the current network namespace.
 pub fn arphrd(name: &str) -> Result<u16> {
-    let bytes = name.as_bytes();
-    let invalid = || SysError {
-        call: "ioctl(SIOCGIFHWADDR)",
-        what: name.to_string(),
-        source: io::Error::from(io::ErrorKind::InvalidInput),
-    };
-    if bytes.len() >= libc::IFNAMSIZ || bytes.contains(&0) {
-        return Err(invalid());
+    IfAsker::new(name)?.hw_type()
+}
+
+/// Asks the kernel about one interface by name (the `SIOCGIF*` ioctls), in the current
+/// network namespace: right whatever sysfs is mounted, where sysfs may show another
+/// namespace's interfaces. Its socket stays open, so a question costs one ioctl and no file
+/// (the capture's link watch asks a few times a second for hours).
+#[derive(Debug)]
+pub struct IfAsker {
+    fd: OwnedFd,
+    name: String,
+}
+
+impl IfAsker {
+    /// An asker about `name` (which need not exist yet).
+    pub fn new(name: &str) -> Result<Self> {
+        let bytes = name.as_bytes();
+        if bytes.len() >= libc::IFNAMSIZ || bytes.contains(&0) {
+            return Err(SysError {
+                call: "ioctl(SIOCGIF*)",
+                what: name.to_string(),
+                source: io::Error::from(io::ErrorKind::InvalidInput),
+            });
+        }
+        // SAFETY: socket() takes plain integers; the result is checked before use.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(SysError::last("socket(AF_INET, SOCK_DGRAM)", name));
+        }
+        Ok(Self {
+            // SAFETY: `fd` is a freshly created descriptor that nothing else owns.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            name: name.to_string(),
+        })
     }
-    crate::error::enter("ioctl(SIOCGIFHWADDR)", || name.to_string())?;
-    // SAFETY: socket() takes plain integers; the result is checked before use.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(SysError::last("socket(AF_INET, SOCK_DGRAM)", name));
+
+    /// Runs `request` on the interface; returns the filled request.
+    fn ask(&self, request: libc::c_ulong, call: &'static str) -> Result<libc::ifreq> {
+        crate::error::enter(call, || self.name.clone())?;
+        // SAFETY: ifreq is plain data (a name and a union of plain fields); all-zero is valid.
+        let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+        // The name was checked shorter than IFNAMSIZ: it stays NUL-terminated.
+        for (dst, &src) in req.ifr_name.iter_mut().zip(self.name.as_bytes()) {
+            *dst = src as libc::c_char;
+        }
+        // SAFETY: `req` is a valid ifreq with a NUL-terminated name (zeroed past it); the
+        // kernel writes the answer into its union, which outlives the call.
+        let rc = unsafe { libc::ioctl(self.fd.as_raw_fd(), request, &mut req) };
+        if rc < 0 {
+            return Err(SysError::last(call, &self.name));
+        }
+        Ok(req)
     }
-    // SAFETY: `fd` is a freshly created descriptor that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: ifreq is plain data (a name and a union of plain fields); all-zero is valid.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (dst, &src) in req.ifr_name.iter_mut().zip(bytes) {
-        *dst = src as libc::c_char;
+
+    /// Its hardware type (`ARPHRD_*`).
+    pub fn hw_type(&self) -> Result<u16> {
+        let req = self.ask(libc::SIOCGIFHWADDR, "ioctl(SIOCGIFHWADDR)")?;
+        // SAFETY: after SIOCGIFHWADDR succeeded the union holds `ifru_hwaddr`.
+        Ok(unsafe { req.ifr_ifru.ifru_hwaddr }.sa_family)
     }
-    // SAFETY: `req` is a valid ifreq with a NUL-terminated name (zeroed past it); the kernel
-    // writes the hardware address into its union, which outlives the call.
-    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFHWADDR, &mut req) };
-    if rc < 0 {
-        return Err(SysError::last("ioctl(SIOCGIFHWADDR)", name));
+
+    /// Its index (`ENODEV` once it is deleted).
+    pub fn index(&self) -> Result<u32> {
+        let req = self.ask(libc::SIOCGIFINDEX, "ioctl(SIOCGIFINDEX)")?;
+        // SAFETY: after SIOCGIFINDEX succeeded the union holds `ifru_ifindex`.
+        Ok(unsafe { req.ifr_ifru.ifru_ifindex } as u32)
     }
-    // SAFETY: after SIOCGIFHWADDR succeeded the union holds `ifru_hwaddr`.
-    Ok(unsafe { req.ifr_ifru.ifru_hwaddr }.sa_family)
+
+    /// Whether it is administratively up (`IFF_UP`).
+    pub fn is_up(&self) -> Result<bool> {
+        let req = self.ask(libc::SIOCGIFFLAGS, "ioctl(SIOCGIFFLAGS)")?;
+        // SAFETY: after SIOCGIFFLAGS succeeded the union holds `ifru_flags`.
+        Ok(unsafe { req.ifr_ifru.ifru_flags } & libc::IFF_UP as libc::c_short != 0)
+    }
 }
 
 /// PACKET_FANOUT modes (how the kernel spreads packets over the group's sockets).

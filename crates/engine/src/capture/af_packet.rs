@@ -590,7 +590,7 @@ mod held_tests {
             }))],
             workers_done: Arc::new(AtomicBool::new(true)),
             limit: None,
-            stop: Arc::new(AtomicBool::new(false)),
+            stop: crate::capture::wakeup::Stopper::unsupervised(),
             bell: Arc::default(),
             batch_bytes,
             min_write: 0,

@@ -9,7 +9,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use poolcap_sys::netdev;
+use poolcap_sys::socket::IfAsker;
+use poolcap_sys::SysError;
 
 /// What the interface looks like now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +37,7 @@ pub enum LinkEvent {
 /// The supervisor's view of the capture interface; see the module docs.
 #[derive(Debug)]
 pub struct LinkWatch {
-    iface: String,
+    asker: IfAsker,
     ifindex: u32,
     up: bool,
     /// Shared with the capture threads: true while the link is down.
@@ -45,20 +46,20 @@ pub struct LinkWatch {
 
 impl LinkWatch {
     /// Watches `iface` (index `ifindex`), assumed up.
-    pub fn new(iface: &str, ifindex: u32) -> Self {
-        Self {
-            iface: iface.to_string(),
+    pub fn new(iface: &str, ifindex: u32) -> Result<Self, SysError> {
+        Ok(Self {
+            asker: IfAsker::new(iface)?,
             ifindex,
             up: true,
             down: Arc::default(),
-        }
+        })
     }
 
-    /// Looks at the interface (sysfs and the index of its name).
+    /// Looks at the interface: the index of its name, and its flags (two ioctls).
     pub fn look(&self) -> Seen {
-        match poolcap_sys::socket::ifindex(&self.iface) {
+        match self.asker.index() {
             Ok(i) if i == self.ifindex => {
-                if netdev::is_up(&self.iface).unwrap_or(true) {
+                if self.asker.is_up().unwrap_or(true) {
                     Seen::Up
                 } else {
                     Seen::Down
@@ -88,7 +89,7 @@ mod tests {
 
     #[test]
     fn each_change_is_reported_once() {
-        let mut w = LinkWatch::new("t0", 7);
+        let mut w = LinkWatch::new("t0", 7).unwrap();
         let seen = [
             Seen::Up,
             Seen::Down,
@@ -113,7 +114,7 @@ mod tests {
 
     #[test]
     fn capture_threads_see_the_link_down_while_it_is() {
-        let mut w = LinkWatch::new("t0", 7);
+        let mut w = LinkWatch::new("t0", 7).unwrap();
         w.observe(Seen::Down);
         assert!(w.down.load(Ordering::Relaxed));
         w.observe(Seen::Up);
@@ -122,6 +123,6 @@ mod tests {
 
     #[test]
     fn a_missing_interface_is_gone() {
-        assert_eq!(LinkWatch::new("no-such-if0", 1).look(), Seen::Gone);
+        assert_eq!(LinkWatch::new("no-such-if0", 1).unwrap().look(), Seen::Gone);
     }
 }

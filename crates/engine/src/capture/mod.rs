@@ -64,6 +64,7 @@ mod start;
 #[cfg(test)]
 mod testsink;
 mod threads;
+pub mod wakeup;
 pub mod worker;
 pub mod writer;
 
@@ -93,14 +94,13 @@ use self::start::{
     check_memory, open_input, open_sink, retire_tuning, writes_only, InputPlan, Plan, Started,
 };
 use self::threads::Threads;
+use self::wakeup::Wakeup;
 use poolcap_sys::netdev;
 
-/// How often the supervising thread looks at the stop flag and the counters.
-const SUPERVISOR_TICK: Duration = Duration::from_millis(50);
-
-/// The supervisor looks at the interface every this many ticks while it is up (a deleted
-/// interface also makes its sockets report ENETDOWN, which brings the next look forward).
-const LINK_LOOK_TICKS: u32 = 5;
+/// The longest the supervisor sleeps ([`wakeup`]): how late it sees the interface go down or
+/// away, a write error, or a stop raised without ringing (a stop signal or the end of a
+/// capture thread rings at once).
+const LOOK_EVERY: Duration = Duration::from_millis(250);
 
 /// The outcome of a capture.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -172,6 +172,8 @@ pub struct Engine {
     pools: Arc<Vec<Arc<Pool>>>,
     counters: Arc<Vec<Arc<QueueCounters>>>,
     threads: Threads,
+    /// What the supervisor sleeps on between looks.
+    wakeup: Arc<Wakeup>,
     /// The writer's first error, printed by the supervisor as soon as it is set.
     write_failed: Arc<OnceLock<String>>,
     /// What the file writer has written so far (zero without `-w`).
@@ -265,11 +267,10 @@ struct Status {
     prev: QueueStats,
 }
 
-/// The supervisor's looks at the interface: every tick while the link is down (or a socket
-/// said ENETDOWN), else every [`LINK_LOOK_TICKS`]: a look costs a few syscalls.
+/// The supervisor's looks at the interface, one each time it wakes (at least every
+/// [`LOOK_EVERY`]): a look costs a few syscalls.
 struct Links {
     link: Option<LinkWatch>,
-    ticks: u32,
 }
 
 impl Links {
@@ -278,16 +279,14 @@ impl Links {
         if link.as_mut().and_then(|l| l.observe(l.look())) == Some(LinkEvent::Down) {
             log::warn!("warning: {iface} is down; packets are captured once it is up");
         }
-        Self { link, ticks: 0 }
+        Self { link }
     }
 
-    /// Looks if due, reports a change; returns the error that ends the capture when the
-    /// interface is gone.
-    fn tick(&mut self, iface: &str) -> Option<CaptureError> {
+    /// Looks, reports a change; returns the error that ends the capture when the interface
+    /// is gone.
+    fn look(&mut self, iface: &str) -> Option<CaptureError> {
         let l = self.link.as_mut()?;
-        self.ticks += 1;
-        let due = self.ticks.is_multiple_of(LINK_LOOK_TICKS) || l.down.load(Ordering::Relaxed);
-        match due.then(|| l.observe(l.look())).flatten()? {
+        match l.observe(l.look())? {
             LinkEvent::Down => {
                 log::warn!("{iface} went down; capture resumes when it is back up");
             }
@@ -396,14 +395,21 @@ impl Engine {
         let link = r
             .idx
             .filter(|&i| i != 0)
-            .map(|i| LinkWatch::new(&cfg.iface, i));
+            .map(|i| LinkWatch::new(&cfg.iface, i))
+            .transpose()?;
         let nic = link.as_ref().and_then(|_| nic::NicDrops::start(&cfg.iface));
         let link_down: Arc<AtomicBool> = link
             .as_ref()
             .map(|l| Arc::clone(&l.down))
             .unwrap_or_default();
+        let wakeup = Arc::new(Wakeup::new().map_err(|source| SysError {
+            call: "socketpair",
+            what: "the supervisor's wakeup".into(),
+            source,
+        })?);
         let mut threads = Threads::new(
             Arc::clone(&stop),
+            Arc::clone(&wakeup),
             plan.worker_bells.clone(),
             Arc::clone(&plan.sink_bell),
         );
@@ -433,6 +439,7 @@ impl Engine {
             pools,
             counters: plan.counters,
             threads,
+            wakeup,
             write_failed: plan.write_failed,
             written: plan.written,
             forward_counters: r.forward_counters,
@@ -447,6 +454,12 @@ impl Engine {
             started: Instant::now(),
             cpu_start: cpu_time(Who::SelfProcess),
         })
+    }
+
+    /// An end that wakes the supervisor, for a caller to register with its stop signals
+    /// (`signal_hook::low_level::pipe::register`) so that a stop is seen at once.
+    pub fn ringer(&self) -> std::io::Result<std::os::unix::net::UnixStream> {
+        self.wakeup.ringer()
     }
 
     /// The running per-queue counters (for reports while the engine runs).
@@ -568,13 +581,13 @@ impl Engine {
                 log::error!("poolcap: {e}; capture goes on, packets are counted as not written");
                 error_printed = true;
             }
-            // Bounds how late a stop, the duration or the count is seen; the capture path
-            // does not depend on it.
-            std::thread::sleep(SUPERVISOR_TICK);
+            // Sleeps until rung (a stop signal, a capture thread's end) or a look is due;
+            // the capture path does not depend on it.
+            self.wakeup.wait(self.next_look(&status));
             if self.duration.is_some_and(|d| self.started.elapsed() >= d) {
                 break;
             }
-            if let Some(gone) = links.tick(&self.iface) {
+            if let Some(gone) = links.look(&self.iface) {
                 return (Some(gone), error_printed);
             }
             if self.budget.as_ref().is_some_and(|b| b.is_spent()) {
@@ -592,6 +605,18 @@ impl Engine {
             self.status(&mut status, &now);
         }
         (None, error_printed)
+    }
+
+    /// How long the supervisor may sleep: until the next status line, the end of
+    /// `--duration`, or [`LOOK_EVERY`], whichever comes first.
+    fn next_look(&self, status: &Status) -> Duration {
+        let elapsed = self.started.elapsed();
+        let due = [
+            self.duration.map(|d| d.saturating_sub(elapsed)),
+            self.status_every
+                .map(|every| every.saturating_sub(status.last.elapsed())),
+        ];
+        due.into_iter().flatten().fold(LOOK_EVERY, Duration::min)
     }
 
     /// Prints the accounting so far (SIGUSR1, as tcpdump answers it), without stopping.

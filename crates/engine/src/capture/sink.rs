@@ -23,6 +23,7 @@ use super::forward::{AllForwardCounters, ForwardSetup, Forwarder, WriteFeed};
 use super::pool::{Chunk, Pool};
 use super::progress::Progress;
 use super::savefile::{Savefiles, WritePath};
+use super::wakeup::Stopper;
 use super::writer::{self, FileWriter, InlineWriter, WriterOutcome, Written};
 
 /// What a sink thread is given by the engine.
@@ -38,8 +39,8 @@ pub struct SinkIo {
     pub counters: Arc<Vec<Arc<QueueCounters>>>,
     /// Set when every worker has finished: nothing more will arrive.
     pub workers_done: Arc<AtomicBool>,
-    /// Set to stop the capture.
-    pub stop: Arc<AtomicBool>,
+    /// Stops the capture.
+    pub stop: Stopper,
     /// Rung when a chunk arrives.
     pub bell: Arc<Doorbell>,
     /// The count limit (`-c`).
@@ -216,7 +217,7 @@ impl Sink for ForwardSink {
             bell: Arc::clone(&feed.bell),
             pools: Arc::clone(&io.pools),
             counters: Arc::clone(&io.counters),
-            stop: Arc::clone(&io.stop),
+            stop: io.stop.clone(),
             limit: io.limit,
             failed: Arc::clone(&io.failed),
             written: Arc::clone(&io.written),

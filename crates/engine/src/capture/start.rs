@@ -26,7 +26,7 @@ use super::progress::Progress;
 use super::queue::CaptureThread;
 use super::sink::{FileSink, ForwardSink, Sink, SinkIo, SinkSpec};
 use super::source::Source;
-use super::threads::{spawn, FailFlag, Threads};
+use super::threads::{spawn, Threads};
 use super::worker::{served_queues, Next, Worker};
 use super::writer::{self, InlineWriter};
 use super::{file, linktype, rotate, savefile};
@@ -465,11 +465,11 @@ impl Started<'_> {
                 writer: writer.take(),
             };
             let cpus = cfg.cpus.clone();
-            let failed = FailFlag::new(&threads.capture_failed);
+            let ending = threads.ending();
             let h = spawn(format!("capture-{i}"), "capture thread", move || {
                 pin(&cpus, i);
                 let end = t.run();
-                failed.ended(end.result.is_ok());
+                ending.ended(end.result.is_ok());
                 end
             })?;
             threads.captures.push(h);
@@ -486,7 +486,7 @@ impl Started<'_> {
             progress: self.plan.progress.clone(),
             counters: Arc::clone(&self.plan.counters),
             workers_done: Arc::clone(&threads.workers_done),
-            stop: Arc::clone(&threads.stop),
+            stop: threads.stopper(),
             bell: Arc::clone(&self.plan.sink_bell),
             limit: self.cfg.count,
             failed: Arc::clone(&self.plan.write_failed),

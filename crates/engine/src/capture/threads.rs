@@ -5,7 +5,7 @@
 //! the forwarder). Nothing is left running and every source and pool is released when
 //! [`Threads::stop_and_join`] returns.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -14,6 +14,7 @@ use poolcap_sys::SysError;
 use super::doorbell::Doorbell;
 use super::error::CaptureError;
 use super::queue::CaptureEnd;
+use super::wakeup::{Stopper, Wakeup};
 use super::writer::WriterOutcome;
 
 /// The running threads and the signals that stop them.
@@ -25,8 +26,12 @@ pub(super) struct Threads {
     /// The one capture thread runs the file writer itself (no sink thread).
     pub(super) inline_writer: bool,
     pub(super) stop: Arc<AtomicBool>,
-    /// Raised by a capture thread that ends with an error or a panic ([`FailFlag`]).
-    pub(super) capture_failed: Arc<AtomicBool>,
+    /// Rung by each capture thread that ends ([`Ending`]).
+    wakeup: Arc<Wakeup>,
+    /// Raised by a capture thread that ends with an error or a panic ([`Ending`]).
+    capture_failed: Arc<AtomicBool>,
+    /// Capture threads that ended, counted as they end ([`Ending`]).
+    captures_ended: Arc<AtomicUsize>,
     pub(super) captures_done: Arc<AtomicBool>,
     pub(super) workers_done: Arc<AtomicBool>,
     pub(super) worker_bells: Vec<Arc<Doorbell>>,
@@ -45,6 +50,7 @@ impl Threads {
     /// No threads yet; `stop` and the bells are those the threads will be given.
     pub(super) fn new(
         stop: Arc<AtomicBool>,
+        wakeup: Arc<Wakeup>,
         worker_bells: Vec<Arc<Doorbell>>,
         sink_bell: Arc<Doorbell>,
     ) -> Self {
@@ -54,7 +60,9 @@ impl Threads {
             sink: None,
             inline_writer: false,
             stop,
+            wakeup,
             capture_failed: Arc::default(),
+            captures_ended: Arc::default(),
             captures_done: Arc::default(),
             workers_done: Arc::default(),
             worker_bells,
@@ -67,7 +75,22 @@ impl Threads {
     /// not end the others: they read theirs to the end.
     pub(super) fn capture_over(&self) -> bool {
         self.capture_failed.load(Ordering::Acquire)
-            || self.captures.iter().all(JoinHandle::is_finished)
+            || self.captures_ended.load(Ordering::Acquire) == self.captures.len()
+    }
+
+    /// How the engine's own threads stop the capture.
+    pub(super) fn stopper(&self) -> Stopper {
+        Stopper::new(Arc::clone(&self.stop), Arc::clone(&self.wakeup))
+    }
+
+    /// The guard a new capture thread holds until it ends.
+    pub(super) fn ending(&self) -> Ending {
+        Ending {
+            failed: Arc::clone(&self.capture_failed),
+            ended: Arc::clone(&self.captures_ended),
+            wakeup: Arc::clone(&self.wakeup),
+            clean: false,
+        }
     }
 
     /// Stops every thread in pipeline order and joins it.
@@ -138,33 +161,30 @@ pub(super) fn spawn<T: Send + 'static>(
 /// Test hook: makes the Nth spawn of the calling thread fail, and tracks whether the threads
 /// it spawned have ended (each holds a clone of one token while it runs). Per calling
 /// thread, so tests running in parallel do not see each other's spawns.
-/// Raises its flag when dropped unless the capture thread it guards ended cleanly: an error
-/// or a panic (which unwinds through it) ends the capture.
-pub(super) struct FailFlag {
-    flag: Arc<AtomicBool>,
+/// Says that the capture thread holding it ended, when dropped: raises the failure flag
+/// unless the end was clean (an error or a panic, which unwinds through it, ends the
+/// capture), counts the thread as ended and wakes the supervisor.
+pub(super) struct Ending {
+    failed: Arc<AtomicBool>,
+    ended: Arc<AtomicUsize>,
+    wakeup: Arc<Wakeup>,
     clean: bool,
 }
 
-impl FailFlag {
-    /// A guard of `flag`, raised unless [`FailFlag::ended`] says the end was clean.
-    pub(super) fn new(flag: &Arc<AtomicBool>) -> Self {
-        FailFlag {
-            flag: Arc::clone(flag),
-            clean: false,
-        }
-    }
-
+impl Ending {
     /// Records how the thread ended (`clean`: without an error).
     pub(super) fn ended(mut self, clean: bool) {
         self.clean = clean;
     }
 }
 
-impl Drop for FailFlag {
+impl Drop for Ending {
     fn drop(&mut self) {
         if !self.clean {
-            self.flag.store(true, Ordering::Release);
+            self.failed.store(true, Ordering::Release);
         }
+        self.ended.fetch_add(1, Ordering::AcqRel);
+        self.wakeup.ring();
     }
 }
 

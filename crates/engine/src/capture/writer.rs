@@ -38,6 +38,7 @@ use super::pool::{Chunk, Pool};
 use super::progress::Progress;
 use super::rotate::Next;
 use super::savefile::{Savefiles, DIRECT_BATCH_BYTES};
+use super::wakeup::Stopper;
 
 /// Most runs of records handed to the kernel in one vectored write (IOV_MAX on Linux).
 const MAX_SPANS: usize = 1024;
@@ -327,8 +328,8 @@ pub struct FileWriter {
     pub workers_done: Arc<AtomicBool>,
     /// Stop after this many packets (`-c`).
     pub limit: Option<u64>,
-    /// Set to stop the capture (on error or when the limit is reached).
-    pub stop: Arc<AtomicBool>,
+    /// Stops the capture when the limit is reached (or `-W`'s files are done).
+    pub stop: Stopper,
     /// Rung when a chunk arrives.
     pub bell: Arc<Doorbell>,
     /// Bytes of records per write ([`batch_bytes`]).
@@ -498,7 +499,7 @@ impl FileWriter {
         m.handled += appended as u64;
         m.accepted += appended as u64;
         if self.limit == Some(m.accepted) {
-            self.stop.store(true, Ordering::Relaxed);
+            self.stop.stop();
         }
         if m.batch.is_full(self.batch_bytes) {
             if let Err(e) = self.write_batch(&mut m.queues, &mut m.batch) {
@@ -520,12 +521,12 @@ impl FileWriter {
             Ok(Put::Rejected) => {}
             Ok(Put::FilesDone) => {
                 m.files_done = true;
-                self.stop.store(true, Ordering::Relaxed);
+                self.stop.stop();
             }
             Err(e) => m.error = Some(self.failure(&e)),
         }
         if self.limit == Some(m.accepted) {
-            self.stop.store(true, Ordering::Relaxed);
+            self.stop.stop();
         }
     }
 
@@ -579,6 +580,7 @@ impl FileWriter {
     fn failure(&self, e: &WriteError) -> String {
         let message = format!("write error on {}: {e}", self.out.name());
         let _ = self.failed.set(message.clone());
+        self.stop.wake();
         message
     }
 
@@ -754,7 +756,7 @@ mod tests {
         records: Option<FileFormat>,
         limit: Option<u64>,
         rotation: Option<TestRotation>,
-    ) -> (Vec<Vec<u64>>, WriterOutcome) {
+    ) -> (Vec<Vec<u64>>, WriterOutcome, bool) {
         let size = crate::capture::pool::for_records(
             PoolSize {
                 cells: 4,
@@ -806,6 +808,7 @@ mod tests {
                 )
             }
         };
+        let stop = Stopper::unsupervised();
         let w = FileWriter {
             out,
             input,
@@ -813,7 +816,7 @@ mod tests {
             progress,
             workers_done: Arc::new(AtomicBool::new(true)),
             limit,
-            stop: Arc::new(AtomicBool::new(false)),
+            stop: stop.clone(),
             bell: Arc::default(),
             batch_bytes: 40, // one or two records
             min_write: 0,
@@ -860,7 +863,7 @@ mod tests {
             }
             times.push(read.packets.iter().map(|p| p.ts_ns).collect());
         }
-        (times, outcome)
+        (times, outcome, stop.raised())
     }
 
     fn file_spec(format: FileFormat) -> FileSpec {
@@ -874,7 +877,8 @@ mod tests {
     fn merges_queues_in_timestamp_order_whatever_order_chunks_arrive_in() {
         for format in [FileFormat::PcapNs, FileFormat::Pcapng] {
             for records in [None, Some(format)] {
-                let (files, outcome) = write_two_queues(format, records, None, None);
+                let (files, outcome, stopped) = write_two_queues(format, records, None, None);
+                assert!(!stopped, "no limit, no stop");
                 let times = files.concat();
                 assert_eq!(
                     times,
@@ -890,9 +894,10 @@ mod tests {
     #[test]
     fn a_packet_limit_writes_the_earliest_packets_and_counts_the_rest() {
         let format = FileFormat::Pcapng;
-        let (files, outcome) = write_two_queues(format, Some(format), Some(3), None);
+        let (files, outcome, stopped) = write_two_queues(format, Some(format), Some(3), None);
         let times = files.concat();
         assert_eq!(times, [10, 20, 30]);
+        assert!(stopped, "the limit stops the capture");
         assert_eq!((outcome.written, outcome.not_written), (3, 4));
     }
 
@@ -925,7 +930,7 @@ mod tests {
             // Never set: the capture thread says when it is done by finishing.
             workers_done: Arc::new(AtomicBool::new(false)),
             limit: None,
-            stop: Arc::new(AtomicBool::new(false)),
+            stop: Stopper::unsupervised(),
             bell: Arc::default(),
             batch_bytes: BATCH_BYTES,
             min_write: 0,
@@ -1009,7 +1014,7 @@ mod tests {
                     },
                     direct,
                 );
-                let (files, outcome) = write_two_queues(format, records, None, Some(r));
+                let (files, outcome, _) = write_two_queues(format, records, None, Some(r));
                 let case = format!("{format} {records:?} direct {direct}");
                 assert_eq!(files.concat(), [10, 20, 30, 40, 50, 60, 70], "{case}");
                 assert_eq!((outcome.written, outcome.not_written), (7, 0), "{case}");
@@ -1054,7 +1059,7 @@ mod tests {
             progress,
             workers_done: Arc::new(AtomicBool::new(false)),
             limit: None,
-            stop: Arc::new(AtomicBool::new(false)),
+            stop: Stopper::unsupervised(),
             bell: Arc::default(),
             batch_bytes: 40, // one or two records
             min_write: 0,

@@ -551,6 +551,8 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         launched.drop_privileges(&owned)
     });
     let engine = launched.opened(started.map_err(engine_error))?;
+    launched.wake(&engine);
+    crate::cli::ring_on(&[SIGUSR1], &engine);
     // After the engine started: privileges are dropped by then.
     let store = pending_store.map(|p| p.start()).transpose()?;
     announce(&args, &engine, &iface, snaplen, queues, pool);

@@ -431,6 +431,7 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
         engines.into_iter().for_each(|(e, _)| drop(e.run()));
         return Err(e);
     }
+    engines.iter().for_each(|(e, _)| launched.wake(e));
     announce(&args, &dirs, &engines);
     // Without --bidirectional (they conflict): one engine.
     let _metrics = match (launched.take_metrics(), engines.first()) {

@@ -17,7 +17,7 @@ use poolcap_sys::SysError;
 use serde::Serialize;
 
 use crate::capture::needs::{Doing, Needs};
-use crate::capture::CaptureError;
+use crate::capture::{CaptureError, Engine};
 use crate::cli::export::{bind_metrics, MetricsArgs, MetricsPlan};
 use crate::cli::privdrop::{self, Plan};
 use crate::cli::readiness::Readiness;
@@ -47,6 +47,7 @@ pub(super) struct Launched {
     metrics: Option<MetricsPlan>,
     readiness: Readiness,
     stop: Arc<AtomicBool>,
+    stop_on: Vec<i32>,
 }
 
 /// A capture error as the exit code wants it: a filter that does not compile is bad input
@@ -77,6 +78,7 @@ impl Launch<'_> {
             metrics,
             readiness,
             stop,
+            stop_on: self.stop_on.to_vec(),
         })
     }
 }
@@ -85,6 +87,11 @@ impl Launched {
     /// The flag the stop signals raise.
     pub(super) fn stop(&self) -> Arc<AtomicBool> {
         Arc::clone(&self.stop)
+    }
+
+    /// Makes the stop signals wake `engine`'s supervisor, so it sees a stop at once.
+    pub(super) fn wake(&self, engine: &Engine) {
+        crate::cli::ring_on(&self.stop_on, engine);
     }
 
     /// Gives up privileges (the engine's `after_open` step), handing `owned` and the

@@ -117,6 +117,20 @@ pub fn flag_on(signals: &[i32]) -> anyhow::Result<std::sync::Arc<std::sync::atom
     Ok(flag)
 }
 
+/// Makes `signals` wake `engine`'s supervisor (after their flags are raised: signal-hook
+/// runs a signal's actions in the order they were registered). Should that fail, the
+/// supervisor still sees the flags at its next look, so the run goes on.
+pub fn ring_on(signals: &[i32], engine: &crate::capture::Engine) {
+    for &sig in signals {
+        let registered = engine
+            .ringer()
+            .and_then(|r| signal_hook::low_level::pipe::register(sig, r));
+        if let Err(e) = registered {
+            log::warn!("warning: signal {sig} is seen only at the next look ({e})");
+        }
+    }
+}
+
 /// Shorthand: an `anyhow::Error` that maps to exit code 2.
 pub fn usage(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(UsageError(msg.into()))

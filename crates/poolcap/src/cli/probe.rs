@@ -345,6 +345,7 @@ fn run_live(args: ProbeArgs, config: poolcap_probe::Config, iface: &str) -> anyh
         drop_privileges(&args, &launched, out)
     });
     let engine = launched.opened(started.map_err(engine_error))?;
+    launched.wake(&engine);
     // Started without privileges even where the probe keeps them (for its in-kernel rules).
     let exporters = privdrop::unprivileged(|| export::start_exporters(ipfix, kafka));
     let exporters = match launched.opened(exporters) {
