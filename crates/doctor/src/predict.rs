@@ -527,6 +527,15 @@ pub fn ring_block_bytes(tool: Tool, buffer: u64) -> u64 {
     }
 }
 
+/// Bytes of one block of poolcap's ring of `ring` bytes when it writes from it (the ring
+/// grown by the pool, `buffer` bytes asked for with `-B`): a thirty-second of it within
+/// 16 KiB–1 MiB, in whole pages, never less than `-B`'s block (the engine's
+/// `held_block_size`).
+pub fn held_block_bytes(ring: u64, buffer: u64) -> u64 {
+    let held = (ring / 32).clamp(16 << 10, 1 << 20) / 4096 * 4096;
+    held.max(ring_block_bytes(Tool::Poolcap, buffer))
+}
+
 /// The TPACKET_V3 block header in front of a block's frames.
 const BLOCK_HEADER: f64 = 48.0;
 
@@ -589,7 +598,12 @@ fn slot_bytes(p: &Profile, s: &Scenario) -> f64 {
 /// retire timer lets it get; [`frames_per_block`]) and the frames one block holds.
 pub fn ring_frames(p: &Profile, s: &Scenario, rate: f64) -> (f64, f64) {
     let (ring_bytes, _) = memory(s);
-    let block = ring_block_bytes(s.tool, ring_bytes);
+    let block = match s.tool {
+        Tool::Poolcap if ring_bytes > s.buffer_bytes => {
+            held_block_bytes(ring_bytes, s.buffer_bytes)
+        }
+        tool => ring_block_bytes(tool, ring_bytes),
+    };
     let slots = ((block as f64 - BLOCK_HEADER) / slot_bytes(p, s)).floor();
     let per_block = frames_per_block(slots, rate, retire_timeout_s(s));
     ((ring_bytes / block).max(1) as f64 * per_block, per_block)
@@ -1448,10 +1462,10 @@ mod tests {
     #[test]
     fn writing_only_puts_the_pool_into_the_ring() {
         // 64 B frames of 112 B slots, 1 MiB ring, pool (100, 20) of 2 KiB cells: a file is
-        // written from the ring, which has all 20 chunks' memory and the pool none: 19 whole
-        // blocks of 256 KiB (2340 slots, 4.68 ms at 500k pps), which the 50 ms retire timer
-        // of a capture that only writes closes eleven a period (2272.7 frames each); one is
-        // held while it is written. No pool copy.
+        // written from the ring, which has all 20 chunks' memory and the pool none: 32 whole
+        // blocks of 156 KiB, a thirty-second of the 4.9 MiB (1425 slots, 2.85 ms at 500k pps),
+        // which the 50 ms retire timer of a capture that only writes closes eighteen a period
+        // (1388.9 frames each); one is held while it is written. No pool copy.
         let s = Scenario {
             output: Output::Pcap,
             pool: (100, 20),
@@ -1459,8 +1473,8 @@ mod tests {
             ..scenario(Tool::Poolcap, 500_000.0)
         };
         let p = predict(&profile(), &s).unwrap();
-        let block = 500_000.0 * 0.05 / 11.0;
-        assert!(close(p.buffer_frames, 18.0 * block), "{p:?}");
+        let block = 500_000.0 * 0.05 / 18.0;
+        assert!(close(p.buffer_frames, 31.0 * block), "{p:?}");
         assert!(!p.stages.iter().any(|x| x.stage == "pool copy"), "{p:?}");
         // With analysis the pool stays whole; a peer has only its kernel buffer.
         let analysed = Scenario {

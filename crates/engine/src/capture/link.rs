@@ -2,7 +2,7 @@
 //!
 //! A packet socket stops receiving when its interface goes down and receives again when it
 //! comes back up; if the interface is deleted it never will. The supervisor looks at the
-//! interface on every tick and says so once per change on stderr (as tcpdump keeps capturing
+//! interface each time it wakes (a few times a second) and says so once per change on stderr (as tcpdump keeps capturing
 //! across a down/up); capture threads wait long while the link is down, since no packet can
 //! come, instead of waking for nothing. A deleted interface ends the capture.
 

@@ -505,6 +505,26 @@ mod tests {
                 "-B {kib}"
             );
         }
+        // Writing only, the ring grows by the pool and is cut into larger blocks.
+        for (kib, cells, chunks) in [
+            (64, 16, 4),
+            (2048, 256, 32),
+            (4096, 256, 64),
+            (65536, 64, 8),
+        ] {
+            let ring = crate::cli::capture::engine_limits(None, None, kib << 10).unwrap();
+            let pool = crate::capture::pool::PoolSize {
+                cells,
+                chunks,
+                cell_size: 2048,
+            };
+            let (grown, _) = crate::capture::backend::hold_split(ring, pool);
+            assert_eq!(
+                poolcap_doctor::predict::held_block_bytes((kib << 10) + pool.bytes(), kib << 10),
+                u64::from(grown.block_size),
+                "-B {kib} --pool {cells},{chunks}"
+            );
+        }
     }
 
     #[test]
