@@ -2,9 +2,10 @@
 //!
 //! A packet socket stops receiving when its interface goes down and receives again when it
 //! comes back up; if the interface is deleted it never will. The supervisor looks at the
-//! interface each time it wakes (a few times a second) and says so once per change on stderr (as tcpdump keeps capturing
-//! across a down/up); capture threads wait long while the link is down, since no packet can
-//! come, instead of waking for nothing. A deleted interface ends the capture.
+//! interface each time it wakes (a few times a second) and says so once per change on
+//! stderr (as tcpdump keeps capturing across a down/up); capture threads wait long while the
+//! link is down, since no packet can come, instead of waking for nothing. A deleted
+//! interface ends the capture.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

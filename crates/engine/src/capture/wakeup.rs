@@ -65,7 +65,7 @@ pub struct Stopper {
 }
 
 impl Stopper {
-    /// Raises `flag` and rings `wakeup`.
+    /// A stopper that raises `flag` and rings `wakeup`.
     pub fn new(flag: Arc<AtomicBool>, wakeup: Arc<Wakeup>) -> Self {
         Self { flag, wakeup }
     }
