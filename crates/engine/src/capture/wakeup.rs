@@ -8,7 +8,8 @@
 //! registration; a capture thread that ends, e.g. its source ran out or `-c` is spent), and
 //! wakes by itself only when a look is due (the link, a status line, `--duration`). Ringing
 //! is a non-blocking one-byte send: safe in a signal handler and never a stall; a full
-//! socket already holds a wakeup.
+//! socket already holds a wakeup. (Not a [`Doorbell`](super::doorbell::Doorbell), which the
+//! workers and the writer wait on: a signal handler cannot unpark a thread.)
 
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
