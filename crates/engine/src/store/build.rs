@@ -18,15 +18,15 @@
 //! allocated key per key and packet (SipHash, `memcmp`, `malloc`), the rest in reading
 //! the file back. Here a key is one `u64` (kind byte and value; an IPv6 address by its
 //! number in this file), found through a small direct-mapped cache in front of the key
-//! numbers (a table by value for protocols, ports and EtherTypes, a map for addresses): a
-//! packet's keys mostly repeat within a region (the EtherType, the protocol, a busy
-//! server's address and port), so most cost one probe of the cache. A
-//! key's first packet in a region appends one (key number, region) pair; the pairs are
-//! grouped by key once, when the file is closed. No per-key state is touched on a cache
-//! hit or per pair: with many flows the map's memory misses the CPU's caches, and the
-//! keeper's time went to those misses (perf annotate: map probe and a per-key last-region
-//! load), so a key evicted from the cache and seen again in a region posts a repeat,
-//! dropped at the grouping.
+//! numbers (protocols, ports and EtherTypes are numbered by their value, addresses by a
+//! map): a packet's keys mostly repeat within a region (the EtherType, the protocol, a busy
+//! server's address and port), so most cost one probe of the cache. A key's first packet
+//! in a region appends one (key number, region, pages) pair, to which its next packets
+//! there add their pages; the pairs are grouped by key once, when the file is closed. No
+//! per-key state is touched on a cache hit or per pair: with many flows the map's memory
+//! misses the CPU's caches, and the keeper's time went to those misses (perf annotate: map
+//! probe and a per-key last-region load), so a key evicted from the cache and seen again in
+//! a region posts a repeat, dropped at the grouping.
 //!
 //! [`Builder::record`] is the one place a record is indexed: whatever else the index
 //! learns per record goes there.
@@ -46,13 +46,15 @@ type Key = u64;
 /// Slots of the key cache (a power of two): 64 KiB, which stays in the core's L2.
 const CACHE_SLOTS: usize = 4096;
 
-/// A cache slot: a key, its number, the last region it was seen in through the slot, and
-/// the pages of that region posted for it through the slot.
+/// A cache slot: a key, its number, the last region it was seen in through the slot, the
+/// pages of that region posted for it through the slot, and where in [`Keys::pairs`] the
+/// pair that holds those pages is.
 #[derive(Clone, Copy)]
 struct Slot {
     key: Key,
     id: u32,
     region: u32,
+    pair: u32,
     pages: u16,
 }
 
@@ -61,6 +63,7 @@ const EMPTY: Slot = Slot {
     key: 0,
     id: 0,
     region: u32::MAX,
+    pair: 0,
     pages: 0,
 };
 
@@ -68,22 +71,26 @@ const EMPTY: Slot = Slot {
 type Pair = (u32, u32, u16);
 
 /// The kinds whose values fit 16 bits, in the order of their kind bytes, each with where
-/// its values start in [`Keys::narrow`] and how many there are.
+/// its values start among the narrow numbers (see [`Keys::seen`]) and how many there are.
 const NARROW_KINDS: [(u8, usize, usize); 3] = [
     (keys::PROTO, 0, 256),
     (keys::PORT, 256, 65_536),
     (keys::ETHERTYPE, 256 + 65_536, 65_536),
 ];
 
-/// Entries of [`Keys::narrow`].
+/// Narrow numbers: keys of the kinds whose values fit 16 bits, numbered by value.
 const NARROW: usize = 256 + 2 * 65_536;
+
+/// Set on the number of a key numbered by value (a narrow number, see [`Keys::seen`]); the
+/// other keys (addresses) are numbered from 0 as they come.
+const BY_VALUE: u32 = 1 << 31;
 
 /// The cache slot of a key.
 fn slot_of(key: Key) -> usize {
     (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - CACHE_SLOTS.trailing_zeros())) as usize
 }
 
-/// Where a key of a kind whose values fit 16 bits has its number in [`Keys::narrow`].
+/// The narrow number of a key of a kind whose values fit 16 bits.
 fn narrow_slot(key: Key) -> Option<usize> {
     let kind = (key >> 56) as u8;
     let (_, at, values) = NARROW_KINDS.into_iter().find(|k| k.0 == kind)?;
@@ -92,17 +99,16 @@ fn narrow_slot(key: Key) -> Option<usize> {
 
 /// Each key's regions and pages, gathered as [`Pair`]s.
 struct Keys {
-    /// Numbers of the protocols, ports and EtherTypes, by value (one more than the number;
-    /// 0: not seen): one load where a map probe missed the CPU's caches twice, the bucket
-    /// and then its key (perf annotate, 1514-byte frames over 65,536 flows by source port:
-    /// most of the keeper's time). Kept beside the cache, not in place of it: a table of
-    /// per-port state in its place (one load instead of two) made the keeper slower, the
-    /// table being six times larger (`capture -r` of 3M 60-byte frames: 0.22-0.27 s of
-    /// keeper against 0.16-0.17).
-    narrow: Box<[u32]>,
+    /// Which protocols, ports and EtherTypes were seen, a bit per narrow number: their
+    /// keys are numbered by value ([`BY_VALUE`]), so a port missing the key cache costs a
+    /// bit set in 16 KiB, where looking its number up in a table by value (256 KiB for the
+    /// ports) missed the CPU's caches on most packets with a port per flow (perf annotate,
+    /// 1514-byte frames over 100k flows: 60% of the keeper's posting). Before that table a
+    /// map probe missed twice, the bucket and then its key.
+    seen: Box<[u64]>,
     /// Numbers of the other keys (addresses).
     ids: HashMap<Key, u32, foldhash::fast::FixedState>,
-    /// Keys numbered so far.
+    /// Addresses numbered so far.
     count: u32,
     v6: HashMap<[u8; 16], u32, foldhash::fast::FixedState>,
     v6_addrs: Vec<[u8; 16]>,
@@ -113,7 +119,7 @@ struct Keys {
 impl Keys {
     fn new() -> Self {
         Keys {
-            narrow: vec![0; NARROW].into_boxed_slice(),
+            seen: vec![0; NARROW / 64 + 1].into_boxed_slice(),
             ids: HashMap::default(),
             count: 0,
             v6: HashMap::default(),
@@ -150,28 +156,36 @@ impl Keys {
             return;
         }
         if slot.key != key {
-            let next = self.count;
             let id = match narrow_slot(key) {
-                Some(n) => match self.narrow[n] {
-                    0 => {
-                        self.narrow[n] = next + 1;
-                        next
+                Some(n) => {
+                    self.seen[n / 64] |= 1 << (n % 64);
+                    BY_VALUE | n as u32
+                }
+                None => {
+                    let next = self.count;
+                    let id = *self.ids.entry(key).or_insert(next);
+                    if id == next {
+                        self.count += 1;
                     }
-                    id => id - 1,
-                },
-                None => *self.ids.entry(key).or_insert(next),
+                    id
+                }
             };
-            if id == next {
-                self.count += 1;
-            }
             // The slot's pages were the other key's.
             (slot.key, slot.id, slot.region, slot.pages) = (key, id, region, 0);
-        } else if slot.region != region {
+        } else if slot.region == region {
+            // Another page of the region the slot's pair is of: that pair gets its bit, where
+            // a pair per page was most of the pairs with large frames (a record, or three,
+            // per page) and most of the grouping's work at a file's close.
+            slot.pages |= bit;
+            self.pairs[slot.pair as usize].2 |= bit;
+            return;
+        } else {
             (slot.region, slot.pages) = (region, 0);
         }
         slot.pages |= bit;
         // A key that left the cache and came back within a region posts it again: the
         // pairs of one region are joined when they are grouped.
+        slot.pair = u32::try_from(self.pairs.len()).expect("under 4G pairs in a file");
         self.pairs.push((slot.id, region, bit));
     }
 
@@ -193,16 +207,15 @@ impl Keys {
         let end = self.pairs.partition_point(|p| p.1 < below);
         let pairs = &self.pairs[self.pairs[..end].partition_point(|p| p.1 < from)..end];
         // The keys in the order of their bytes (kind byte first), and each key number's
-        // rank in it: protocols, ports and EtherTypes read in order from their tables, the
-        // addresses (kind bytes above theirs) sorted after them. Sorting every key was a
-        // third of a file's close with a port per flow (perf, 1514-byte frames).
+        // rank in it: protocols, ports and EtherTypes read in order from the bits of those
+        // seen, the addresses (kind bytes above theirs) sorted after them. Sorting every key
+        // was a third of a file's close with a port per flow (perf, 1514-byte frames).
         let mut order: Vec<(u8, u128, u32)> = Vec::with_capacity(self.count as usize);
         for (kind, at, values) in NARROW_KINDS {
-            let table = self.narrow[at..at + values].iter().enumerate();
             order.extend(
-                table
-                    .filter(|(_, &n)| n != 0)
-                    .map(|(v, &n)| (kind, v as u128, n - 1)),
+                (at..at + values)
+                    .filter(|&n| self.seen[n / 64] & (1 << (n % 64)) != 0)
+                    .map(|n| (kind, (n - at) as u128, BY_VALUE | n as u32)),
             );
         }
         let narrow = order.len();
@@ -211,17 +224,23 @@ impl Keys {
             (kind, value, id)
         }));
         order[narrow..].sort_unstable();
-        let mut rank = vec![0u32; order.len()];
+        // Ranks of the narrow numbers, then of the addresses' numbers.
+        let mut ranks = vec![0u32; NARROW + self.count as usize];
+        let slot = |id: u32| match id & BY_VALUE {
+            0 => NARROW + id as usize,
+            _ => (id & !BY_VALUE) as usize,
+        };
         for (r, &(_, _, id)) in order.iter().enumerate() {
-            rank[id as usize] = r as u32;
+            ranks[slot(id)] = r as u32;
         }
+        let rank = |id: u32| ranks[slot(id)] as usize;
         // Group the pairs by rank (each key's regions stay in the order posted, ascending),
         // so that the keys are then read in order: read by key number, in the keys' order,
         // each key's group was a miss of the CPU's caches (perf annotate: most of the time
         // at a file's close, with a key per flow).
         let mut starts = vec![0u32; order.len() + 1];
         for &(id, _, _) in pairs {
-            starts[rank[id as usize] as usize + 1] += 1;
+            starts[rank(id) + 1] += 1;
         }
         for n in 1..starts.len() {
             starts[n] += starts[n - 1];
@@ -229,7 +248,7 @@ impl Keys {
         let mut grouped = vec![(0u32, 0u16); pairs.len()];
         let mut at = starts.clone();
         for &(id, region, bit) in pairs {
-            let r = rank[id as usize] as usize;
+            let r = rank(id);
             grouped[at[r] as usize] = (region - from, bit);
             at[r] += 1;
         }
@@ -256,7 +275,7 @@ impl Keys {
     /// piece a copy is made for, see [`Builder::copy_from`]), nor the cache.
     fn copy_from(&self, start: usize) -> Keys {
         Keys {
-            narrow: self.narrow.clone(),
+            seen: self.seen.clone(),
             ids: self.ids.clone(),
             count: self.count,
             v6: self.v6.clone(),
@@ -359,7 +378,7 @@ impl Builder {
                         return false;
                     };
                     self.keys.post(*kind, value, number, page);
-                    self.last.set(n, *kind, value);
+                    self.last.set(n, *kind, self::number(value));
                     keyed = more;
                 }
                 n += 1;
@@ -556,27 +575,37 @@ impl Noter {
 /// posts a repeated key only when the record starts a page the one before did not start
 /// in ([`Builder::noted`]), where posting each key of each record was most of its time.
 fn note_record(header: &Header, ts_ns: u64, data: &[u8], out: &mut Vec<u8>, last: &mut Last) {
-    out.extend_from_slice(&ts_ns.to_le_bytes());
-    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
-    let count = out.len();
-    out.push(0);
+    // Made on the stack and appended once: a `Vec` push per key byte, each checking the
+    // capacity, was a third of the note's time (perf, 64-byte frames over 100k flows).
+    let mut note = [0u8; NOTE_MAX];
+    note[..8].copy_from_slice(&ts_ns.to_le_bytes());
+    note[8..12].copy_from_slice(&(data.len() as u32).to_le_bytes());
+    let mut len = 13;
     let mut n = 0;
     if keys::dissects(header.linktype) {
         keys::keys(header.linktype, data, &mut |kind, value| {
-            if last.repeats(n, kind, value) {
-                out.push(kind | REPEAT);
+            let number = number(value);
+            if last.repeats(n, kind, number) {
+                note[len] = kind | REPEAT;
+                len += 1;
             } else {
-                out.push(kind);
-                out.extend_from_slice(value);
-                last.set(n, kind, value);
+                note[len] = kind;
+                note[len + 1..len + 1 + value.len()].copy_from_slice(value);
+                len += 1 + value.len();
+                last.set(n, kind, number);
             }
             n += 1;
         });
     }
     last.len = n;
     // At most 3 EtherTypes, 2 IPv6 addresses, 8 protocols and 2 ports: 65 bytes of keys.
-    out[count] = u8::try_from(out.len() - count - 1).expect("a record has under 256 key bytes");
+    note[12] = u8::try_from(len - 13).expect("a record has under 256 key bytes");
+    out.extend_from_slice(&note[..len]);
 }
+
+/// Bytes of a record's note at most: its time, length and key count (13), and its keys
+/// (see [`note_record`]).
+const NOTE_MAX: usize = 13 + 65;
 
 /// Set on a key's kind byte in a note: the key of the record before at this place.
 const REPEAT: u8 = 0x80;
@@ -594,15 +623,15 @@ impl Last {
     /// Keys of a record held (more than a record has: see [`note_record`]).
     const KEYS: usize = 16;
 
-    /// Whether the key at place `n` is (`kind`, `value`).
-    fn repeats(&self, n: usize, kind: u8, value: &[u8]) -> bool {
-        n < self.len.min(Last::KEYS) && self.keys[n] == (kind, number(value))
+    /// Whether the key at place `n` is (`kind`, `value`), the value as a [`number`].
+    fn repeats(&self, n: usize, kind: u8, value: u128) -> bool {
+        n < self.len.min(Last::KEYS) && self.keys[n] == (kind, value)
     }
 
-    /// Holds (`kind`, `value`) as the key at place `n`.
-    fn set(&mut self, n: usize, kind: u8, value: &[u8]) {
+    /// Holds (`kind`, `value`) as the key at place `n`, the value as a [`number`].
+    fn set(&mut self, n: usize, kind: u8, value: u128) {
         if let Some(k) = self.keys.get_mut(n) {
-            *k = (kind, number(value));
+            *k = (kind, value);
         }
     }
 

@@ -28,12 +28,13 @@
 //! (`keeper`, `build`), so no file is read back. The writer notes each record's keys as it
 //! copies the record in (`build::Noter`), while its bytes are in the cache; the keeper
 //! replays the notes: walking the lent writes later missed the cache on every record and
-//! cost the keeper twice as much CPU, against some 50-70 ns a packet on the writer (see
-//! BENCHMARKS.md, store). A query uses the index only for the parts of the filter it
-//! understands (`select`) and always lets libpcap decide on every packet read, so the index
-//! can make a query faster, never wrong. The file being written has a prefix index of
-//! what the keeper was fed so far, saved in pieces every second or so (`prefix`): queries use it for that part and read the rest
-//! whole (the writer makes its last batch visible once the file is quiet,
+//! cost the keeper twice as much CPU, against some 25 ns a packet on the writer (64-byte
+//! frames over 100k flows; see BENCHMARKS.md, store). A query uses the index only for the
+//! parts of the filter it understands (`select`) and always lets libpcap decide on every
+//! packet read, so the index can make a query faster, never wrong. The file being written
+//! has a prefix index of what the keeper was fed so far, saved in pieces every second or
+//! so (`prefix`): queries use it for that part and read the rest whole (the writer makes
+//! its last batch visible once the file is quiet,
 //! `poolcap_format::DirectFile::with_live_tail`).
 //! Arkime's per-session positions need a database and a session table in the capture
 //! path; not taken.
