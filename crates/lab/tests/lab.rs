@@ -13,7 +13,12 @@ use std::time::Duration;
 type Test = fn() -> Result<(), Failed>;
 
 fn main() {
-    let args = Arguments::from_args();
+    let mut args = Arguments::from_args();
+    // One test at a time: run side by side, a lab's namespace was now and then gone when the
+    // next `ip -n` looked (about 1 run in 30, `up_down` alone 1 in 40; never in 30 runs one
+    // at a time, nor in 80 side by side under strace, nor with two `poolcap lab up`/`down`
+    // loops in parallel processes). Its cause is not found yet; these tests take 1.5 s.
+    args.test_threads = Some(1);
     let missing = poolcap_sys::privilege::check_lab().err();
     if let Some(m) = &missing {
         eprintln!("lab tests ignored: {m}");

@@ -67,7 +67,7 @@ const EMPTY: Slot = Slot {
     pages: 0,
 };
 
-/// A key's packet in a region: (key number, region, page bit).
+/// A key's packets in a region: (key number, region, the bits of the pages they start in).
 type Pair = (u32, u32, u16);
 
 /// The kinds whose values fit 16 bits, in the order of their kind bytes, each with where
