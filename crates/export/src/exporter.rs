@@ -21,7 +21,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Write;
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
+use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
@@ -326,12 +326,16 @@ impl Worker {
 ///
 /// What counts as exported: over TCP, records whose bytes the collector's kernel has
 /// acknowledged (records written but not acknowledged when the connection fails are not
-/// delivered: the kernel drops its send queue). Over UDP, records of datagrams the socket
-/// sent and no ICMP port unreachable came back for: on a connected socket a refused
-/// datagram fails the next send with ECONNREFUSED (which sends nothing), so the records of
-/// the datagram before it are not delivered, and the send is tried once more after the
-/// templates (the collector was away or restarted). Loss after that (a collector gone without ICMP, a full receive buffer, the
-/// network) is not detectable over UDP.
+/// delivered: the kernel drops its send queue). A collector that closes the connection (a
+/// FIN, as on a graceful stop) still reads what it was sent: the exporter closes its side,
+/// counts what is acknowledged within [`WRITE_TIMEOUT`], and connects again at the next
+/// send. (A collector killed outright loses what its kernel acknowledged and it had not
+/// read yet; TCP cannot tell the exporter.) Over UDP, records of datagrams the socket sent
+/// and no ICMP port unreachable came back for: on a connected socket a refused datagram
+/// fails the next send with ECONNREFUSED (which sends nothing), so the records of the
+/// datagram before it are not delivered, and the send is tried once more after the
+/// templates (the collector was away or restarted). Loss after that (a collector gone
+/// without ICMP, a full receive buffer, the network) is not detectable over UDP.
 enum Link {
     Udp {
         socket: UdpSocket,
@@ -393,6 +397,17 @@ impl Stream {
             }
             _ => Err(self.pending.drain(..).map(|(_, r)| r).sum()),
         }
+    }
+
+    /// Whether the collector has closed its side (a FIN): it is going away and reads what
+    /// it was sent until this side closes too. A collector never sends anything else.
+    fn peer_closed(&self) -> bool {
+        if self.socket.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let closed = matches!(self.socket.peek(&mut [0u8; 1]), Ok(0));
+        let _ = self.socket.set_nonblocking(false);
+        closed
     }
 }
 
@@ -562,6 +577,16 @@ impl Link {
                 stream, retry_at, ..
             } => {
                 let Some(s) = stream else { return (0, 0) };
+                // A collector closing gracefully: close this side too, count what it
+                // acknowledges before the close, and connect again at the next send.
+                let closing = s.peer_closed();
+                let wait = if closing {
+                    let _ = s.socket.shutdown(Shutdown::Write);
+                    *retry_at = Instant::now();
+                    WRITE_TIMEOUT
+                } else {
+                    wait
+                };
                 let until = Instant::now() + wait;
                 let mut exported = 0;
                 loop {
@@ -584,6 +609,9 @@ impl Link {
                 } else {
                     s.pending.drain(..).map(|(_, r)| r).sum()
                 };
+                if closing {
+                    *stream = None;
+                }
                 (exported, unacked)
             }
         }
@@ -758,14 +786,7 @@ mod tests {
         let flows: Vec<(u16, u64, u64, u64, &str)> = (0..50).map(|i| (i, 1, 0, 0, "F")).collect();
         x.sender().offer(&[period(&flows)]);
         // Read what arrived, then go away: later records cannot be delivered.
-        let mut bytes = Vec::new();
-        let mut buf = [0u8; 65536];
-        conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        while decode::stream_len(&bytes) < 50 {
-            let n = conn.read(&mut buf).unwrap();
-            assert!(n > 0, "the exporter closed the stream");
-            bytes.extend(&buf[..n]);
-        }
+        let bytes = read_until(&mut conn, 50);
         let msgs = decode::stream(&bytes);
         assert!(msgs[0].templates && msgs.iter().skip(1).all(|m| !m.templates));
         assert!(msgs
@@ -793,5 +814,62 @@ mod tests {
             (50, offered - 50),
             "exported: exactly what the collector acknowledged"
         );
+    }
+
+    /// Reads from the collector's side of `conn` until `records` data records have come, or
+    /// (`usize::MAX`) until the exporter closes the stream; hang guard 5 s per read.
+    fn read_until(conn: &mut TcpStream, records: usize) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        let mut buf = [0u8; 65536];
+        conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        while decode::stream_len(&bytes) < records {
+            let n = conn.read(&mut buf).unwrap();
+            if n == 0 && records == usize::MAX {
+                break;
+            }
+            assert!(n > 0, "the exporter closed the stream");
+            bytes.extend(&buf[..n]);
+        }
+        bytes
+    }
+
+    /// A collector stopping gracefully closes its side and reads until the exporter closes
+    /// too: every record written is delivered and counted, and the exporter connects again.
+    #[test]
+    fn tcp_collector_closing_gracefully_gets_every_record_and_a_new_connection() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let x =
+            IpfixExporter::start(config(listener.local_addr().unwrap(), Transport::Tcp)).unwrap();
+        let (mut first, _) = listener.accept().unwrap();
+        let flows: Vec<(u16, u64, u64, u64, &str)> = (0..50).map(|i| (i, 1, 0, 0, "F")).collect();
+        let sender = x.sender();
+        sender.offer(&[period(&flows)]);
+        let mut held = read_until(&mut first, 50);
+        first.shutdown(Shutdown::Write).unwrap();
+        // Records keep coming while the exporter notices the close (hang guard: 10 s).
+        let reader = std::thread::spawn(move || read_until(&mut first, usize::MAX));
+        let start = Instant::now();
+        let mut offered = 50;
+        while !reader.is_finished() {
+            assert!(start.elapsed() < Duration::from_secs(10), "never closed");
+            sender.offer(&[period(&flows)]);
+            offered += 50;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        held.extend(reader.join().unwrap());
+        let before = decode::stream_len(&held);
+        assert!(before > 50, "records written after the close were read");
+        sender.offer(&[period(&flows)]);
+        offered += 50;
+        let (mut second, _) = listener.accept().unwrap();
+        drop(sender);
+        let (exported, dropped) = x.finish();
+        let after = decode::stream_len(&read_until(&mut second, usize::MAX));
+        assert_eq!(
+            before + after,
+            offered as usize,
+            "every record reached a collector"
+        );
+        assert_eq!((exported, dropped), (offered, 0));
     }
 }

@@ -463,12 +463,19 @@ fn start_tcp_collector(lab: &poolcap_lab::Lab) -> Background {
     let (host, port) = TCP_COLLECTOR.split_once(':').expect("host:port");
     let (uhost, uport) = COLLECTOR.split_once(':').expect("host:port");
     let script = format!(
-        "import socket, sys
+        "import signal, socket, sys
 l = socket.socket()
 l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 l.bind(('{host}', {port}))
 l.listen()
 u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+c = None
+def stop(*_):
+    if c is None:
+        sys.exit(0)
+    c.shutdown(socket.SHUT_WR)
+    l.close()
+signal.signal(signal.SIGTERM, stop)
 print('listening', file=sys.stderr, flush=True)
 while True:
     c, _ = l.accept()
@@ -476,6 +483,9 @@ while True:
     while True:
         d = c.recv(65536)
         if not d:
+            if l.fileno() < 0:
+                sys.exit(0)
+            c = None
             break
         buf += d
         while len(buf) >= 4 and len(buf) >= int.from_bytes(buf[2:4], 'big'):
@@ -542,9 +552,10 @@ fn ipfix_udp_counts_as_exported_what_a_restarted_nfcapd_holds() {
     assert_outage_accounted(records, lost, held);
 }
 
-/// A TCP collector is killed 1 s into the traffic and started again 1 s later: the probe
-/// reconnects, counts as exported exactly the records the collectors received (decoded by
-/// nfdump), and what the first one never acknowledged as not delivered.
+/// A TCP collector is stopped 1 s into the traffic (TERM: it closes its side and reads
+/// until the probe closes too) and started again 1 s later: the probe reconnects, counts as
+/// exported exactly the records the collectors received (decoded by nfdump), and what it
+/// could not send meanwhile as not delivered.
 fn ipfix_tcp_counts_as_exported_what_a_restarted_collector_holds() {
     let lab = lab(1);
     let dir = tempdir();
@@ -554,7 +565,8 @@ fn ipfix_tcp_counts_as_exported_what_a_restarted_collector_holds() {
     let mut second = None;
     let target = format!("tcp://{TCP_COLLECTOR}");
     let (records, lost) = export_through_an_outage(&lab, dir.path(), &target, || {
-        first.stop("TERM");
+        let (code, log) = first.stop("TERM");
+        assert_eq!(code, Some(0), "the collector stops gracefully: {log}");
         std::thread::sleep(Duration::from_secs(1));
         second = Some(start_tcp_collector(&lab));
     });
