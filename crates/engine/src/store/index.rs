@@ -1,35 +1,35 @@
 //! One capture file's index: the file cut into regions (runs of whole records of about
 //! [`REGION_BYTES`], each with its offset, packet count, first and last time: the coarse
 //! time slots, and where the first record starting in each of its 4 KiB pages lies), and
-//! for each key (see `keys`) the sorted list of regions holding a packet with it, each with
-//! a mask of the pages of the region where such a packet starts. Regions, not packet
-//! offsets as Stenographer stores them: a region number and its mask cost three or four
-//! bytes per key and region, where a 4-byte offset per key and packet would be 20 bytes or
-//! more per packet, a third of a 64-byte frame; a selective query still reads only the
-//! pages its flow starts in (from the first record starting in each to the next page's
-//! first record), and libpcap then picks the packets out exactly.
+//! for each region a signature of the keys of its packets (see `keys` and `sig`: a small
+//! Bloom filter a query tests for its filter's keys). Regions, not packet offsets as
+//! Stenographer stores them; signatures, not a list of regions per key as this index held
+//! before (format 2): a list cost the keeper a map lookup per address and packet and the
+//! closer a sort of every (key, region) pair, more CPU than writing the packets (see
+//! `sig`). A selective query still reads only the regions its keys may be in, and libpcap
+//! then picks the packets out exactly.
 //!
 //! The file is laid out so that a query reads only what it needs: a head (the file's
 //! summary and a directory of blocks, with one CRC-32 over both), then the regions in
-//! blocks of [`REGIONS_PER_BLOCK`], then the keys in order, in blocks of about
-//! [`KEY_BLOCK_BYTES`]; the directory holds each block's CRC-32, and each key block's first
-//! key and length. A lookup reads the head, then only the key blocks whose key range holds
-//! a key it asks for, then only the region blocks of the regions those keys name: a few
-//! 4 KiB pieces per file, where reading the whole index of a 1 GB file is megabytes.
+//! blocks of [`REGIONS_PER_BLOCK`], then the signatures in blocks of
+//! [`sig::BLOCK_REGIONS`] regions, each stored column by column with a CRC-32 per column;
+//! the directory holds each region block's CRC-32 and each signature block's width. A
+//! lookup reads the head, then per signature block the one column each key names (a word
+//! per region), then only the region blocks of the regions chosen: a few pieces per file,
+//! where reading the whole index of a 1 GB file is megabytes.
 //!
 //! ```text
-//! head:   magic "PCSTIDX\n" | version u32 | capture file length u64 |
-//!         CRC-32 of its first 4 KiB u32 | link type u32 | packets u64 |
-//!         first and last time u64 (ns) | keyed u8 (0: link type not dissected) |
-//!         regions u32 | key blocks u32 |
-//!         per region block: CRC-32 u32 |
-//!         per key block: first key (kind and value, zero-padded to 17 bytes),
-//!                        length u32, CRC-32 u32 |
-//!         CRC-32 of the head before it
-//! region: offset u64, packets u32, first u64, last u64 (ns), and for pages 1 to 15 the
-//!         offset in the region of the first record starting in that page, u16 (0: none)
-//! key:    kind u8, value (1, 2, 4 or 16 bytes by kind), count (LEB128), then per region:
-//!         its number as a LEB128 delta from the previous one and its page mask u16
+//! head:      magic "PCSTIDX\n" | version u32 | capture file length u64 |
+//!            CRC-32 of its first 4 KiB u32 | link type u32 | packets u64 |
+//!            first and last time u64 (ns) | keyed u8 (0: link type not dissected) |
+//!            regions u32 | signature blocks u32 (0 if not keyed) |
+//!            per region block: CRC-32 u32 |
+//!            per signature block: width in words u32 (a power of two) |
+//!            CRC-32 of the head before it
+//! region:    offset u64, packets u32, first u64, last u64 (ns), and for pages 1 to 15 the
+//!            offset in the region of the first record starting in that page, u16 (0: none)
+//! signature: per column (width of them): CRC-32 of its words u32, then per region of the
+//!            block its word of that column, u64
 //! ```
 //!
 //! All integers little-endian. An index whose head or any block it reads fails its
@@ -51,9 +51,10 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use super::keys;
+use super::sig::{self, SigBlock, BLOCK_REGIONS, MAX_WORDS};
 
 /// The format version this build writes and reads.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Bytes of records after which a region ends (at the next record's start).
 pub const REGION_BYTES: u64 = 64 * 1024;
 /// The unit a key's page mask points at within a region.
@@ -62,16 +63,12 @@ pub const PAGE_BYTES: u64 = 4096;
 pub const PAGES: usize = (REGION_BYTES / PAGE_BYTES) as usize;
 /// Regions per region block.
 pub const REGIONS_PER_BLOCK: usize = 64;
-/// Bytes of keys after which a key block ends (at the next key).
-pub const KEY_BLOCK_BYTES: usize = 4096;
 /// Bytes at the start of the capture file the index checks it against.
 const HEAD_BYTES: usize = 4096;
 /// Bytes of the head before the directory.
 const FIXED: usize = 8 + 4 + 8 + 4 + 4 + 8 + 8 + 8 + 1 + 4 + 4;
 /// Bytes of a region in a region block.
 const REGION_ENTRY: usize = 8 + 4 + 8 + 8 + 2 * (PAGES - 1);
-/// Bytes of a key block's directory entry.
-const KEY_DIR_ENTRY: usize = KEY + 4 + 4;
 
 /// What an index file covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,7 +135,7 @@ impl Region {
     }
 }
 
-/// One region a key is found in, and the pages of it where its packets start.
+/// One region a key may be found in, and the pages of it where its packets may start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Posting {
     /// The region's number.
@@ -166,17 +163,19 @@ pub struct Index {
     pub keyed: bool,
     /// The regions, in file order.
     pub regions: Vec<Region>,
-    /// Key (kind byte and value) -> sorted regions with their page masks.
-    pub postings: Postings,
+    /// The regions' signatures, [`sig::BLOCK_REGIONS`] to a block (none if not keyed).
+    pub signatures: Vec<SigBlock>,
 }
+
+/// Every page of a region.
+pub const ALL_PAGES: u16 = u16::MAX;
 
 /// Bytes of the longest key (kind and an IPv6 address); shorter keys are padded with
 /// zeros, which keeps their order.
 pub const KEY: usize = 17;
 
-/// Keys in order, each with its sorted postings, in flat arrays: a query looks keys up by
-/// binary search, and loading keys allocates three vectors, not two per key. It holds all
-/// of a file's keys (a whole [`Index`]) or the blocks a lookup read ([`IndexFile::postings`]).
+/// The keys a lookup asked for, in order, each with the regions that may hold it, in flat
+/// arrays ([`IndexFile::postings`], [`Index::postings`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Postings {
     keys: Vec<[u8; KEY]>,
@@ -191,17 +190,6 @@ pub fn padded(key: &[u8]) -> [u8; KEY] {
     let n = key.len().min(KEY);
     k[..n].copy_from_slice(&key[..n]);
     k
-}
-
-/// Bytes of a key's value by its kind byte.
-fn width(kind: u8) -> Option<usize> {
-    match kind {
-        keys::PROTO => Some(1),
-        keys::PORT | keys::ETHERTYPE => Some(2),
-        keys::V4 => Some(4),
-        keys::V6 => Some(16),
-        _ => None,
-    }
 }
 
 impl Postings {
@@ -231,21 +219,6 @@ impl Postings {
         self.keys
             .binary_search(&padded(key))
             .map_or(&[][..], |n| self.list(n))
-    }
-
-    /// Keys from `lo` to `hi` (both included, compared as padded keys), with their postings.
-    pub fn between(&self, lo: &[u8], hi: &[u8]) -> impl Iterator<Item = (&[u8], &[Posting])> {
-        let (lo, hi) = (padded(lo), padded(hi));
-        let from = self.keys.partition_point(|k| *k < lo);
-        let to = self.keys.partition_point(|k| *k <= hi);
-        (from..to.max(from)).map(move |n| (&self.keys[n][..], self.list(n)))
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&[u8], &[Posting])> {
-        (0..self.keys.len()).map(move |n| {
-            let k = &self.keys[n];
-            (&k[..1 + width(k[0]).unwrap_or(0)], self.list(n))
-        })
     }
 }
 
@@ -306,23 +279,9 @@ impl Index {
                 b
             })
             .collect();
-        let mut key_blocks: Vec<([u8; KEY], Vec<u8>)> = Vec::new();
-        for (key, list) in self.postings.iter() {
-            if key_blocks
-                .last()
-                .is_none_or(|(_, b)| b.len() >= KEY_BLOCK_BYTES)
-            {
-                key_blocks.push((padded(key), Vec::new()));
-            }
-            let b = &mut key_blocks.last_mut().expect("pushed above").1;
-            b.extend_from_slice(key);
-            leb128(b, list.len() as u64);
-            let mut prev = 0;
-            for p in list {
-                leb128(b, u64::from(p.region - prev));
-                b.extend_from_slice(&p.pages.to_le_bytes());
-                prev = p.region;
-            }
+        let mut sig_bytes = Vec::new();
+        for b in &self.signatures {
+            b.encode(&mut sig_bytes);
         }
         let mut out = Vec::new();
         out.extend_from_slice(cover.magic());
@@ -335,23 +294,19 @@ impl Index {
         out.extend_from_slice(&self.last.to_le_bytes());
         out.push(u8::from(self.keyed));
         out.extend_from_slice(&(self.regions.len() as u32).to_le_bytes());
-        out.extend_from_slice(&(key_blocks.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(self.signatures.len() as u32).to_le_bytes());
         for b in &region_blocks {
             out.extend_from_slice(&crc32fast::hash(b).to_le_bytes());
         }
-        for (first, b) in &key_blocks {
-            out.extend_from_slice(first);
-            out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-            out.extend_from_slice(&crc32fast::hash(b).to_le_bytes());
+        for b in &self.signatures {
+            out.extend_from_slice(&b.width.to_le_bytes());
         }
         let crc = crc32fast::hash(&out);
         out.extend_from_slice(&crc.to_le_bytes());
-        for b in region_blocks
-            .iter()
-            .chain(key_blocks.iter().map(|(_, b)| b))
-        {
+        for b in &region_blocks {
             out.extend_from_slice(b);
         }
+        out.extend_from_slice(&sig_bytes);
         out
     }
 
@@ -371,10 +326,9 @@ impl Index {
         for n in 0..head.region_crcs.len() {
             regions.extend(head.region_block(n, block(head.region_span(n)))?);
         }
-        let mut postings = Postings::default();
-        for n in 0..head.key_dir.len() {
-            head.key_block(n, block(head.key_span(n)), &mut postings)?;
-        }
+        let signatures = (0..head.sig_widths.len())
+            .map(|n| head.sig_block(n, block(head.sig_span(n))))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Index {
             file_len: head.file_len,
             head_crc: head.head_crc,
@@ -384,8 +338,18 @@ impl Index {
             last: head.last,
             keyed: head.keyed,
             regions,
-            postings,
+            signatures,
         })
+    }
+
+    /// The regions whose signatures may hold each of `keys` (kind byte and value), every
+    /// page of each: what [`IndexFile::postings`] reads from the file.
+    pub fn postings(&self, keys: &[Vec<u8>]) -> Postings {
+        let widths: Vec<u32> = self.signatures.iter().map(|b| b.width).collect();
+        lookup(keys, &widths, |b, c| {
+            Ok(self.signatures[b].column(c).to_vec())
+        })
+        .expect("columns in memory")
     }
 
     /// Writes the index beside `capture` (as `NAME.idx`, through a hidden temporary file
@@ -423,10 +387,10 @@ struct Head {
     keyed: bool,
     regions: u32,
     region_crcs: Vec<u32>,
-    /// Per key block: first key, length, CRC-32.
-    key_dir: Vec<([u8; KEY], u32, u32)>,
-    /// Where key block n starts (n = key blocks: where they end).
-    key_starts: Vec<u64>,
+    /// Per signature block: its width in words.
+    sig_widths: Vec<u32>,
+    /// Where signature block n starts (n = signature blocks: where they end).
+    sig_starts: Vec<u64>,
     /// Bytes of the head, its CRC included.
     len: u64,
 }
@@ -443,18 +407,18 @@ impl Head {
             return Err(IndexError::Version(version));
         }
         c.take(8 + 4 + 4 + 8 + 8 + 8 + 1)?;
-        let (regions, key_blocks) = (u64::from(c.u32()?), u64::from(c.u32()?));
+        let (regions, sig_blocks) = (u64::from(c.u32()?), u64::from(c.u32()?));
         let region_blocks = regions.div_ceil(REGIONS_PER_BLOCK as u64);
-        Ok(FIXED as u64 + region_blocks * 4 + key_blocks * KEY_DIR_ENTRY as u64 + 4)
+        Ok(FIXED as u64 + (region_blocks + sig_blocks) * 4 + 4)
     }
 
     /// The most bytes the head of an index of `size` bytes may take: a CRC per region
-    /// block and an entry per key block, where every block but the last of each kind holds
-    /// at least [`REGIONS_PER_BLOCK`] regions or [`KEY_BLOCK_BYTES`] bytes of keys.
+    /// block and a width per signature block, where every block but the last of each kind
+    /// holds at least [`REGIONS_PER_BLOCK`] or [`BLOCK_REGIONS`] regions.
     fn most(size: u64) -> u64 {
         let region_blocks = size / (REGIONS_PER_BLOCK * REGION_ENTRY) as u64 + 1;
-        let key_blocks = size / KEY_BLOCK_BYTES as u64 + 1;
-        (FIXED as u64 + region_blocks * 4 + key_blocks * KEY_DIR_ENTRY as u64 + 4).min(size)
+        let sig_blocks = size / (BLOCK_REGIONS * REGION_ENTRY) as u64 + 1;
+        (FIXED as u64 + (region_blocks + sig_blocks) * 4 + 4).min(size)
     }
 
     /// Parses the head at the start of `bytes` (which may go on past it).
@@ -471,23 +435,30 @@ impl Head {
         let (file_len, head_crc, linktype) = (c.u64()?, c.u32()?, c.u32()?);
         let (packets, first, last) = (c.u64()?, c.u64()?, c.u64()?);
         let keyed = c.take(1)?[0] != 0;
-        let (regions, key_blocks) = (c.u32()?, c.u32()?);
+        let (regions, sig_blocks) = (c.u32()?, c.u32()?);
         let region_crcs = (0..(regions as usize).div_ceil(REGIONS_PER_BLOCK))
             .map(|_| c.u32())
             .collect::<Result<Vec<_>, _>>()?;
+        // A keyed file has a signature block per BLOCK_REGIONS regions, another none.
+        let blocks = if keyed {
+            (regions as usize).div_ceil(BLOCK_REGIONS)
+        } else {
+            0
+        };
+        if sig_blocks as usize != blocks {
+            return Err(IndexError::Malformed);
+        }
         let mut at = len + u64::from(regions) * REGION_ENTRY as u64;
-        let mut key_starts = vec![at];
-        let mut key_dir = Vec::with_capacity(key_blocks as usize);
-        for _ in 0..key_blocks {
-            let mut first = [0u8; KEY];
-            first.copy_from_slice(c.take(KEY)?);
-            let (block_len, crc) = (c.u32()?, c.u32()?);
-            if key_dir.last().is_some_and(|(k, _, _)| *k >= first) {
+        let mut sig_starts = vec![at];
+        let mut sig_widths = Vec::with_capacity(blocks);
+        for n in 0..blocks {
+            let width = c.u32()?;
+            if !width.is_power_of_two() || width as usize > MAX_WORDS {
                 return Err(IndexError::Malformed);
             }
-            key_dir.push((first, block_len, crc));
-            at += u64::from(block_len);
-            key_starts.push(at);
+            sig_widths.push(width);
+            at += u64::from(width) * SigBlock::column_bytes(block_regions(regions, n));
+            sig_starts.push(at);
         }
         Ok(Head {
             file_len,
@@ -499,8 +470,8 @@ impl Head {
             keyed,
             regions,
             region_crcs,
-            key_dir,
-            key_starts,
+            sig_widths,
+            sig_starts,
             len,
         })
     }
@@ -508,9 +479,9 @@ impl Head {
     /// Where the blocks end: the index's length.
     fn blocks_end(&self) -> u64 {
         *self
-            .key_starts
+            .sig_starts
             .last()
-            .expect("one more than the key blocks")
+            .expect("one more than the signature blocks")
     }
 
     /// Bytes of region block `n` in the index: from, to.
@@ -521,9 +492,16 @@ impl Head {
         (at(first), at(last))
     }
 
-    /// Bytes of key block `n` in the index: from, to.
-    fn key_span(&self, n: usize) -> (u64, u64) {
-        (self.key_starts[n], self.key_starts[n + 1])
+    /// Bytes of signature block `n` in the index: from, to.
+    fn sig_span(&self, n: usize) -> (u64, u64) {
+        (self.sig_starts[n], self.sig_starts[n + 1])
+    }
+
+    /// Bytes of column `c` of signature block `n` in the index: from, to.
+    fn column_span(&self, n: usize, c: usize) -> (u64, u64) {
+        let bytes = SigBlock::column_bytes(block_regions(self.regions, n));
+        let from = self.sig_starts[n] + c as u64 * bytes;
+        (from, from + bytes)
     }
 
     /// The regions of region block `n`, whose bytes are `b`.
@@ -549,51 +527,69 @@ impl Head {
         Ok(out)
     }
 
-    /// Adds the keys of key block `n`, whose bytes are `b`, to `postings` (whose keys all
-    /// come before this block's).
-    fn key_block(&self, n: usize, b: &[u8], postings: &mut Postings) -> Result<(), IndexError> {
-        let (first, _, crc) = self.key_dir[n];
-        if crc32fast::hash(b) != crc {
-            return Err(IndexError::Checksum);
+    /// Signature block `n`, whose bytes are `b`, every column's checksum checked.
+    fn sig_block(&self, n: usize, b: &[u8]) -> Result<SigBlock, IndexError> {
+        let regions = block_regions(self.regions, n);
+        let mut columns = Vec::with_capacity(b.len() / 8);
+        for col in b.chunks(SigBlock::column_bytes(regions) as usize) {
+            columns.extend(SigBlock::decode_column(col).ok_or(IndexError::Checksum)?);
         }
-        let mut c = Cursor(b);
-        let mut at_first = true;
-        while !c.0.is_empty() {
-            let kind = c.take(1)?[0];
-            let width = width(kind).ok_or(IndexError::Malformed)?;
-            let mut key = [0u8; KEY];
-            key[0] = kind;
-            key[1..=width].copy_from_slice(c.take(width)?);
-            // Keys ascend, the block's first is the directory's, none reaches the next's.
-            let misplaced = postings.keys.last().is_some_and(|last| *last >= key)
-                || (at_first && key != first)
-                || self
-                    .key_dir
-                    .get(n + 1)
-                    .is_some_and(|(next, _, _)| key >= *next);
-            at_first = false;
-            if misplaced {
-                return Err(IndexError::Malformed);
-            }
-            let mut region = 0u64;
-            for i in 0..c.leb128()? {
-                let delta = c.leb128()?;
-                if i > 0 && delta == 0 {
-                    return Err(IndexError::Malformed);
-                }
-                region += delta;
-                if region >= u64::from(self.regions) {
-                    return Err(IndexError::Malformed);
-                }
-                postings.postings.push(Posting {
-                    region: region as u32,
-                    pages: c.u16()?,
-                });
-            }
-            postings.keys.push(key);
-            postings.ends.push(postings.postings.len() as u32);
+        Ok(SigBlock {
+            width: self.sig_widths[n],
+            regions,
+            columns,
+        })
+    }
+}
+
+/// Regions in signature block `n` of a file of `regions` regions.
+fn block_regions(regions: u32, n: usize) -> u32 {
+    (regions as usize - n * BLOCK_REGIONS).min(BLOCK_REGIONS) as u32
+}
+
+/// The postings of `keys` (sorted, each once): for each, every region whose signature may
+/// hold it, all its pages, from the signature blocks of `widths` whose columns `column`
+/// gives (block, column).
+fn lookup(
+    keys: &[Vec<u8>],
+    widths: &[u32],
+    mut column: impl FnMut(usize, usize) -> Result<Vec<u64>, IndexError>,
+) -> Result<Postings, IndexError> {
+    let mut keys: Vec<[u8; KEY]> = keys.iter().map(|k| padded(k)).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let mut read: BTreeMap<(usize, usize), Vec<u64>> = BTreeMap::new();
+    let mut postings = Postings::default();
+    for key in keys {
+        let len = key_len(&key);
+        let h = sig::hash(key[0], &key[1..len]);
+        let mut list = Vec::new();
+        for (b, &width) in widths.iter().enumerate() {
+            let c = h as usize & (width as usize - 1);
+            let words = match read.entry((b, c)) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::btree_map::Entry::Vacant(e) => e.insert(column(b, c)?),
+            };
+            let first = (b * BLOCK_REGIONS) as u32;
+            list.extend(sig::holding(words, h).map(|r| Posting {
+                region: first + r,
+                pages: ALL_PAGES,
+            }));
         }
-        Ok(())
+        postings.push(&key[..len], list);
+    }
+    Ok(postings)
+}
+
+/// Bytes of a padded key without its padding, by its kind byte.
+fn key_len(key: &[u8; KEY]) -> usize {
+    1 + match key[0] {
+        keys::PROTO => 1,
+        keys::PORT | keys::ETHERTYPE | sig::V4_16 => 2,
+        sig::V4_24 => 3,
+        keys::V4 | sig::V6_32 => 4,
+        sig::V6_64 => 8,
+        _ => 16,
     }
 }
 
@@ -718,32 +714,33 @@ impl IndexFile {
             .collect()
     }
 
-    /// The keys (with their postings) of the key blocks that may hold a key from `lo` to
-    /// `hi` (both included, padded keys) for any of `ranges`: the keys in the ranges, and
-    /// the others of the same blocks.
-    pub fn postings(&mut self, ranges: &[([u8; KEY], [u8; KEY])]) -> Result<Postings, IndexError> {
-        let dir = &self.head.key_dir;
-        let mut blocks = BTreeSet::new();
-        for (lo, hi) in ranges {
-            // The block a key lies in is the last one whose first key is not after it.
-            let from = dir.partition_point(|(k, _, _)| k <= lo).saturating_sub(1);
-            let to = dir.partition_point(|(k, _, _)| k <= hi);
-            blocks.extend(from..to.max(from));
-        }
-        let runs = runs(&blocks);
-        let spans: Vec<(u64, u64)> = runs
+    /// The regions whose signatures may hold each of `keys` (kind byte and value), every
+    /// page of each, reading per signature block the columns the keys name, queued with
+    /// the kernel together.
+    pub fn postings(&mut self, keys: &[Vec<u8>]) -> Result<Postings, IndexError> {
+        let widths = self.head.sig_widths.clone();
+        let columns: BTreeSet<(usize, usize)> = keys
             .iter()
-            .map(|run| (self.head.key_span(run.0).0, self.head.key_span(run.1).1))
+            .flat_map(|k| {
+                let h = sig::hash(k[0], &k[1..]);
+                widths
+                    .iter()
+                    .enumerate()
+                    .map(move |(b, &w)| (b, h as usize & (w as usize - 1)))
+            })
             .collect();
-        let mut postings = Postings::default();
-        for (run, (from, bytes)) in runs.into_iter().zip(self.read_spans(&spans)?) {
-            for n in run.0..=run.1 {
-                let (a, b) = self.head.key_span(n);
-                let block = &bytes[(a - from) as usize..(b - from) as usize];
-                self.head.key_block(n, block, &mut postings)?;
-            }
-        }
-        Ok(postings)
+        let spans: Vec<(u64, u64)> = columns
+            .iter()
+            .map(|&(b, c)| self.head.column_span(b, c))
+            .collect();
+        let mut got: BTreeMap<(usize, usize), Vec<u8>> = columns
+            .into_iter()
+            .zip(self.read_spans(&spans)?.into_iter().map(|(_, b)| b))
+            .collect();
+        lookup(keys, &widths, |b, c| {
+            let bytes = got.remove(&(b, c)).ok_or(IndexError::Malformed)?;
+            SigBlock::decode_column(&bytes).ok_or(IndexError::Checksum)
+        })
     }
 
     /// Regions `numbers` and each one's end (the next region's offset, or the file's
@@ -818,18 +815,6 @@ pub fn index_path(capture: &Path) -> std::path::PathBuf {
     capture.with_file_name(name)
 }
 
-fn leb128(b: &mut Vec<u8>, mut v: u64) {
-    loop {
-        let byte = (v & 0x7f) as u8;
-        v >>= 7;
-        if v == 0 {
-            b.push(byte);
-            return;
-        }
-        b.push(byte | 0x80);
-    }
-}
-
 struct Cursor<'a>(&'a [u8]);
 
 impl<'a> Cursor<'a> {
@@ -857,18 +842,6 @@ impl<'a> Cursor<'a> {
         let mut a = [0u8; 8];
         a.copy_from_slice(b);
         Ok(u64::from_le_bytes(a))
-    }
-
-    fn leb128(&mut self) -> Result<u64, IndexError> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.take(1)?[0];
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(IndexError::Malformed)
     }
 }
 
@@ -919,18 +892,19 @@ pub(crate) mod tests {
         (capture, index)
     }
 
-    fn v4(f: u32) -> [u8; KEY] {
-        padded(&[keys::V4, 10, 1, (f >> 8) as u8, f as u8])
+    fn v4(f: u32) -> Vec<u8> {
+        vec![keys::V4, 10, 1, (f >> 8) as u8, f as u8]
     }
 
-    /// What lookups answer: one address's postings, a range of ports' keys, and the
-    /// regions those name.
+    fn port(p: u16) -> Vec<u8> {
+        [&[keys::PORT][..], &p.to_be_bytes()].concat()
+    }
+
+    /// What lookups answer: one address's postings, some ports', and the regions those
+    /// name.
     fn answers(file: &mut IndexFile) -> Result<String, IndexError> {
-        let one = file.postings(&[(v4(77), v4(77))])?;
-        let ports = file.postings(&[(
-            padded(&[keys::PORT, 0x04, 0x00]),
-            padded(&[keys::PORT, 0x04, 0x40]),
-        )])?;
+        let one = file.postings(&[v4(77)])?;
+        let ports = file.postings(&(0x400..0x440).map(port).collect::<Vec<_>>())?;
         let numbers: BTreeSet<u32> = one.get(&v4(77)).iter().map(|p| p.region).collect();
         let regions = file.regions(&numbers)?;
         Ok(format!("{:?} {:?} {regions:?}", one.get(&v4(77)), ports))
@@ -943,7 +917,7 @@ pub(crate) mod tests {
         let bytes = index.encode();
         let head = Head::parse(&bytes, Cover::Whole).unwrap();
         assert!(
-            head.key_dir.len() > 4 && head.region_crcs.len() > 1,
+            head.sig_widths.len() == 1 && head.region_crcs.len() > 1,
             "{head:?}"
         );
         assert_eq!(Index::decode(&bytes).unwrap(), index);
@@ -1009,9 +983,10 @@ pub(crate) mod tests {
         let (capture, index) = sample(dir.path());
         let idx = index_path(&capture);
         let mut file = IndexFile::open(&idx, &capture).unwrap();
-        let postings = file.postings(&[(v4(77), v4(77))]).unwrap();
+        let postings = file.postings(&[v4(77)]).unwrap();
         let list = postings.get(&v4(77)).to_vec();
-        assert_eq!(list, index.postings.get(&v4(77)));
+        assert_eq!(list, index.postings(&[v4(77)]).get(&v4(77)));
+        assert!(list.len() >= 4, "the flow's 4 packets' regions: {list:?}");
         let numbers: BTreeSet<u32> = list.iter().map(|p| p.region).collect();
         let regions = file.regions(&numbers).unwrap();
         for (n, (r, end)) in &regions {
@@ -1020,11 +995,62 @@ pub(crate) mod tests {
         }
         let size = std::fs::metadata(&idx).unwrap().len();
         let head = Head::parse(&index.encode(), Cover::Whole).unwrap().len;
-        // The head, one key block (two where the key's list crosses into the next is not
-        // possible: a key lies in one block) and at most two region blocks per region.
-        let bound = head + 2 * KEY_BLOCK_BYTES as u64 + 2 * 64 * 1024;
+        // The head (read in 4 KiB), one column of the one signature block and the region
+        // blocks (two).
+        let column = SigBlock::column_bytes(index.regions.len() as u32);
+        let bound = head.max(4096) + column + 2 * (REGIONS_PER_BLOCK * REGION_ENTRY) as u64;
         assert!(file.bytes_read <= bound, "{} > {bound}", file.bytes_read);
-        assert!(file.bytes_read * 4 < size, "{} of {size}", file.bytes_read);
+        assert!(file.bytes_read * 2 < size, "{} of {size}", file.bytes_read);
+    }
+
+    #[test]
+    fn lookups_span_signature_blocks_and_number_regions_across_them() {
+        // 2,500 regions (three signature blocks, the last partial), region r holding port r.
+        let dir = tempfile::tempdir().unwrap();
+        let capture = dir.path().join("f");
+        let regions = 2500u32;
+        let file_len = u64::from(regions) * REGION_BYTES;
+        File::create(&capture).unwrap().set_len(file_len).unwrap();
+        let mut signer = sig::Signer::default();
+        let sigs: Vec<Box<[u64]>> = (0..regions)
+            .map(|r| {
+                signer.insert(keys::PORT, &(r as u16).to_be_bytes());
+                signer.take()
+            })
+            .collect();
+        let index = Index {
+            file_len,
+            head_crc: head_crc(&capture).unwrap(),
+            linktype: 1,
+            packets: u64::from(regions),
+            first: 0,
+            last: 0,
+            keyed: true,
+            regions: (0..regions)
+                .map(|r| Region {
+                    offset: u64::from(r) * REGION_BYTES,
+                    packets: 1,
+                    first: 0,
+                    last: 0,
+                    pages: [0; PAGES - 1],
+                })
+                .collect(),
+            signatures: sigs.chunks(BLOCK_REGIONS).map(SigBlock::build).collect(),
+        };
+        assert_eq!(index.signatures.len(), 3);
+        index.save(&capture).unwrap();
+        assert_eq!(Index::decode(&index.encode()).unwrap(), index);
+        let mut file = IndexFile::open(&index_path(&capture), &capture).unwrap();
+        let wanted: Vec<Vec<u8>> = [0, 1023, 1024, 2047, 2048, 2499].map(port).to_vec();
+        let postings = file.postings(&wanted).unwrap();
+        for (key, r) in wanted.iter().zip([0, 1023, 1024, 2047, 2048, 2499]) {
+            let found: Vec<u32> = postings.get(key).iter().map(|p| p.region).collect();
+            assert!(found.contains(&r) && found.len() < 10, "{key:?}: {found:?}");
+            assert_eq!(
+                postings.get(key),
+                index.postings(std::slice::from_ref(key)).get(key)
+            );
+        }
     }
 
     #[test]

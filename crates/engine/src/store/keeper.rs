@@ -422,7 +422,7 @@ mod tests {
             let saved = Index::decode(&std::fs::read(index_path(&f)).unwrap()).unwrap();
             assert_eq!(saved, Index::build(&f).unwrap(), "{}", f.display());
             assert_eq!(saved.packets, n);
-            assert!(saved.regions.len() > 5 && saved.postings.len() > 100);
+            assert!(saved.regions.len() > 5 && !saved.signatures.is_empty());
         }
     }
 

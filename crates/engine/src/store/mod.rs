@@ -18,12 +18,11 @@
 //!
 //! poolcap's choice: files stay plain pcap written by the capture's own writer and
 //! rotation (any tool reads them, no new write path to make lossless); the index is
-//! Stenographer's attributes, but pointing at 64 KiB regions of the file (n2disk's blocks)
-//! and the 4 KiB pages of them where the key's packets start, instead of packets, which
-//! makes it smaller the more packets of a flow share a region (see `index`; measured with
-//! 100k random UDP flows, the worst case, before the page masks: 4.3% of the packet bytes
-//! for imix sizes, 14.6% for 64-byte frames), plus each region's time span as the
-//! timeline, in checksummed blocks a query reads only as it needs them; it is built per
+//! Stenographer's attributes, not per packet but per 64 KiB region of the file (n2disk's
+//! blocks): each region's signature, a small Bloom filter of its keys (`sig`), which costs
+//! the capture a hash and two bits set per key where a list of regions per key cost a map
+//! lookup and a sort per key and packet, plus each region's time span as the timeline, in
+//! checksummed blocks a query reads only as it needs them (see `index`); it is built per
 //! file by a thread beside the capture from the writes the writer lends it as they land
 //! (`keeper`, `build`), so no file is read back. The writer notes each record's keys as it
 //! copies the record in (`build::Noter`), while its bytes are in the cache; the keeper
@@ -63,6 +62,7 @@ pub mod prefix;
 pub mod query;
 pub mod retention;
 pub mod select;
+pub mod sig;
 
 use std::path::{Path, PathBuf};
 

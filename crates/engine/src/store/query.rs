@@ -21,12 +21,12 @@
 //! Why files are surveyed by several threads at once, with the blocks of an index and the
 //! pages of a file each queued with the kernel together: with the page cache cold, a
 //! one-flow query's time is not bytes but reads waited on in turn. Each file needs its
-//! index's head and its capture file's first page, a few key blocks, then tens of region
-//! blocks and as many pages of packets: read one after the other, about 30 reads waited on
-//! per file, over 600 for a store of 20 files. Queued together, a file's survey waits on
-//! three rounds of reads (head, key blocks, region blocks), the files' surveys overlap, and
-//! each file's pages are queued as soon as its survey ends, to be read while the other
-//! files are surveyed.
+//! index's head and its capture file's first page, a signature column per key and block,
+//! then tens of region blocks and as many regions of packets: read one after the other,
+//! about 30 reads waited on per file, over 600 for a store of 20 files. Queued together, a
+//! file's survey waits on three rounds of reads (head, signature columns, region blocks),
+//! the files' surveys overlap, and each file's regions are queued as soon as its survey
+//! ends, to be read while the other files are surveyed.
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -222,8 +222,8 @@ fn overlapping(mut plans: Vec<Plan>) -> Vec<Vec<Plan>> {
 }
 
 /// Capture files surveyed at once. A survey is three rounds of small reads, each waited on
-/// (the index's head with the capture file's first page, the key blocks, the region
-/// blocks): files surveyed one after the other wait on every file's rounds in turn, files
+/// (the index's head with the capture file's first page, the signature columns, the
+/// region blocks): files surveyed one after the other wait on every file's rounds in turn, files
 /// surveyed together wait on theirs at the same time, the device serving their reads
 /// together.
 const SURVEYORS: usize = 16;
@@ -286,7 +286,7 @@ impl Query {
         selector: &Selector,
     ) -> Result<Vec<(u64, u64)>, IndexError> {
         let chosen: Option<Vec<Posting>> = if index.keyed() {
-            let postings = index.postings(&selector.key_ranges())?;
+            let postings = index.postings(&selector.keys())?;
             selector.regions(&postings)
         } else {
             None
@@ -550,7 +550,7 @@ impl Query {
 mod tests {
     use super::*;
     use crate::store::build::Written;
-    use crate::store::index::{index_path, tests::udp_pcap, Index};
+    use crate::store::index::{index_path, tests::udp_pcap, Index, REGION_BYTES};
 
     /// Bytes of a record of `udp_pcap(.., 300, ..)`.
     const RECORD: u64 = 16 + 300;
@@ -624,9 +624,9 @@ mod tests {
             let (out, outcome) = answer(q, &store);
             assert_eq!(&out[24..], &want[..], "{q:?}");
             assert!(outcome.refused.is_empty(), "{:?}", outcome.refused);
-            // The pages of the packets in the prefix, and the rest whole (twice with a
+            // The regions of the packets in the prefix, and the rest whole (twice with a
             // window: its times are read first).
-            let bound = 2 * tail + 20 * (4096 + RECORD);
+            let bound = 2 * tail + 20 * (REGION_BYTES + RECORD);
             assert!(
                 outcome.bytes_read <= bound && outcome.index_bytes_read > 0,
                 "{} > {bound}",
@@ -699,7 +699,7 @@ mod tests {
         assert_eq!(&out[24..], &want[..]);
         assert!(outcome.refused.is_empty(), "{:?}", outcome.refused);
         let tail = bytes.len() as u64 - ends[2];
-        let bound = tail + 20 * (4096 + RECORD);
+        let bound = tail + 20 * (REGION_BYTES + RECORD);
         assert!(
             outcome.bytes_read <= bound,
             "{} > {bound}",
@@ -725,7 +725,7 @@ mod tests {
     }
 
     #[test]
-    fn a_one_flow_query_reads_the_pages_of_its_packets_and_a_few_index_blocks() {
+    fn a_one_flow_query_reads_the_regions_of_its_packets_and_a_few_index_blocks() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::create(dir.path()).unwrap();
         let capture = dir.path().join("20261127T160000Z-1-000000000");
@@ -745,15 +745,16 @@ mod tests {
         let want = records(&bytes, |i| flow(i) == 77);
         assert_eq!(outcome.packets, 20);
         assert_eq!(&out[24..], &want[..]);
-        // Each packet's page, from its first record to the next page's: at most a page and
-        // a record each (whole 64 KiB regions were 20 times 65 KB).
-        let bound = 20 * (4096 + record as u64);
+        // Each packet's region, whole: at most 64 KiB and a record each, out of 97 (a
+        // region chosen for no packet of the flow costs one more).
+        let bound = 20 * (REGION_BYTES + record as u64);
         assert!(
             outcome.bytes_read <= bound,
             "{} > {bound}",
             outcome.bytes_read
         );
-        // The index's head, two key blocks (address, port) and the region blocks named.
+        // The index's head, two signature columns (address, port) and the region blocks
+        // named.
         let idx = std::fs::metadata(index_path(&capture)).unwrap().len();
         assert!(
             outcome.index_bytes_read * 4 < idx,

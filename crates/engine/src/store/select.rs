@@ -6,7 +6,10 @@
 //!   dst] host ADDR | net ADDR/LEN | net ADDR mask MASK | port N | portrange A-B`, the
 //!   protocols alone (`tcp`, `udp`, `icmp`, `icmp6`, `sctp`, `igmp`, `ip`, `ip6`, `arp`,
 //!   `rarp`) and `[ip|ip6] proto N`; direction is ignored (a region with the address
-//!   either way is read);
+//!   either way is read); a net is looked up as the address prefix the index holds that
+//!   covers it (IPv4 /16 and /24, IPv6 /32 and /64, see `sig`), and a range of up to
+//!   [`PORTS`] ports as each of its ports; a shorter prefix or a wider range selects
+//!   everything;
 //! * `and` intersects, `or` unites (equal precedence, left to right, as in pcap-filter(7));
 //!   `not` selects everything (a region holding the negated key may hold other packets);
 //! * anything else (`tcp[13] & 2 != 0`, `len > 100`, names to resolve, `ether host`)
@@ -16,32 +19,25 @@
 
 use std::net::IpAddr;
 
-use super::index::{padded, Posting, Postings, KEY};
+use super::index::{Posting, Postings};
 use super::keys;
+use super::sig;
 
 /// A filter as the index sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Selector {
     /// Every region.
     All,
-    /// Regions holding any of these keys (a prefix range for nets: kind, prefix bits).
-    Keys(Vec<KeyMatch>),
+    /// Regions holding any of these keys (kind byte and value).
+    Keys(Vec<Vec<u8>>),
     /// Both.
     And(Box<Selector>, Box<Selector>),
     /// Either.
     Or(Box<Selector>, Box<Selector>),
 }
 
-/// Keys a primitive matches.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeyMatch {
-    /// This exact key.
-    Exact(Vec<u8>),
-    /// Keys of this kind whose value starts with these many bits of `value`.
-    Prefix { kind: u8, value: Vec<u8>, bits: u32 },
-    /// Ports in this range.
-    Ports(u16, u16),
-}
+/// Ports of a `portrange` looked up one by one at most.
+pub const PORTS: u16 = 32;
 
 const SHIFTING: [&str; 6] = ["vlan", "mpls", "pppoed", "pppoes", "geneve", "vxlan"];
 
@@ -64,15 +60,14 @@ impl Selector {
         matches!(self, Selector::All)
     }
 
-    /// The key ranges (lowest and highest padded key, both included) whose postings
-    /// [`Selector::regions`] looks at: what a lookup has to read.
-    pub fn key_ranges(&self) -> Vec<([u8; KEY], [u8; KEY])> {
+    /// The keys whose postings [`Selector::regions`] looks at: what a lookup has to read.
+    pub fn keys(&self) -> Vec<Vec<u8>> {
         match self {
             Selector::All => Vec::new(),
-            Selector::Keys(ms) => ms.iter().map(KeyMatch::range).collect(),
+            Selector::Keys(ks) => ks.clone(),
             Selector::And(a, b) | Selector::Or(a, b) => {
-                let mut r = a.key_ranges();
-                r.extend(b.key_ranges());
+                let mut r = a.keys();
+                r.extend(b.keys());
                 r
             }
         }
@@ -80,18 +75,15 @@ impl Selector {
 
     /// The regions that may hold a match, each with the mask of its pages where such a
     /// packet may start, from `postings` (which hold at least the keys of
-    /// [`Selector::key_ranges`]), in region order; `None`: all of them, whole.
+    /// [`Selector::keys`]), in region order; `None`: all of them, whole.
     ///
     /// Sorted lists merged, not maps: a key such as `udp` names every region of a file (15k
     /// in 1 GB), and building a map of them took longer than reading the index.
     pub fn regions(&self, postings: &Postings) -> Option<Vec<Posting>> {
         match self {
             Selector::All => None,
-            Selector::Keys(ms) => Some(joined(
-                ms.iter()
-                    .flat_map(|m| m.postings(postings))
-                    .copied()
-                    .collect(),
+            Selector::Keys(ks) => Some(joined(
+                ks.iter().flat_map(|k| postings.get(k)).copied().collect(),
             )),
             Selector::And(a, b) => match (a.regions(postings), b.regions(postings)) {
                 (None, x) | (x, None) => x,
@@ -139,68 +131,6 @@ fn common(a: &[Posting], b: &[Posting]) -> Vec<Posting> {
         }
     }
     out
-}
-
-impl KeyMatch {
-    /// The lowest and highest key it may match.
-    fn range(&self) -> ([u8; KEY], [u8; KEY]) {
-        match self {
-            KeyMatch::Exact(k) => (padded(k), padded(k)),
-            KeyMatch::Prefix { kind, value, bits } => {
-                let mut lo = padded(&[*kind]);
-                let mut hi = lo;
-                for (i, &v) in value.iter().enumerate().take(KEY - 1) {
-                    let keep = bits.saturating_sub(8 * i as u32).min(8);
-                    let mask = if keep == 0 { 0 } else { 0xffu8 << (8 - keep) };
-                    lo[1 + i] = v & mask;
-                    hi[1 + i] = v | !mask;
-                }
-                (lo, hi)
-            }
-            KeyMatch::Ports(lo, hi) => (padded(&port_key(*lo)), padded(&port_key(*hi))),
-        }
-    }
-
-    fn postings<'a>(&self, postings: &'a Postings) -> Vec<&'a Posting> {
-        match self {
-            KeyMatch::Exact(k) => postings.get(k).iter().collect(),
-            KeyMatch::Prefix { value, bits, .. } => {
-                let (lo, hi) = self.range();
-                postings
-                    .between(&lo, &hi)
-                    .filter(|(k, _)| prefix_matches(&k[1..1 + value.len()], value, *bits))
-                    .flat_map(|(_, l)| l.iter())
-                    .collect()
-            }
-            KeyMatch::Ports(..) => {
-                let (lo, hi) = self.range();
-                postings
-                    .between(&lo, &hi)
-                    .flat_map(|(_, l)| l.iter())
-                    .collect()
-            }
-        }
-    }
-}
-
-fn port_key(p: u16) -> Vec<u8> {
-    let b = p.to_be_bytes();
-    vec![keys::PORT, b[0], b[1]]
-}
-
-fn prefix_matches(a: &[u8], b: &[u8], bits: u32) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let whole = (bits / 8) as usize;
-    if a[..whole] != b[..whole] {
-        return false;
-    }
-    let rest = bits % 8;
-    rest == 0 || {
-        let mask = 0xffu8 << (8 - rest);
-        a[whole] & mask == b[whole] & mask
-    }
 }
 
 /// Words, with parentheses and a standalone `!` split off.
@@ -303,10 +233,10 @@ impl Parser<'_> {
     }
 }
 
-fn exact(kind: u8, value: &[u8]) -> KeyMatch {
+fn exact(kind: u8, value: &[u8]) -> Vec<u8> {
     let mut k = vec![kind];
     k.extend_from_slice(value);
-    KeyMatch::Exact(k)
+    k
 }
 
 fn proto(n: u8) -> Selector {
@@ -379,38 +309,59 @@ fn understood(w: &[&str]) -> Option<Selector> {
         _ => w,
     };
     let keys = match w {
-        ["host", addr] => match addr.parse::<IpAddr>().ok()? {
+        ["host", addr] => vec![match addr.parse::<IpAddr>().ok()? {
             IpAddr::V4(a) => exact(keys::V4, &a.octets()),
             IpAddr::V6(a) => exact(keys::V6, &a.octets()),
-        },
+        }],
         ["net", cidr] => {
             let (addr, bits) = cidr.split_once('/')?;
-            net(addr.parse().ok()?, bits.parse().ok()?)?
+            vec![net(addr.parse().ok()?, bits.parse().ok()?)?]
         }
         ["net", addr, "mask", mask] => {
             let mask: std::net::Ipv4Addr = mask.parse().ok()?;
             let bits = u32::from(mask);
             // Only contiguous masks are prefixes.
             (bits.leading_ones() + bits.trailing_zeros() == 32).then_some(())?;
-            net(addr.parse().ok()?, bits.leading_ones())?
+            vec![net(addr.parse().ok()?, bits.leading_ones())?]
         }
-        ["port", n] => exact(keys::PORT, &n.parse::<u16>().ok()?.to_be_bytes()),
+        ["port", n] => vec![exact(keys::PORT, &n.parse::<u16>().ok()?.to_be_bytes())],
         ["portrange", r] => {
             let (a, b) = r.split_once('-')?;
             let (a, b) = (a.parse::<u16>().ok()?, b.parse::<u16>().ok()?);
-            KeyMatch::Ports(a.min(b), a.max(b))
+            let (lo, hi) = (a.min(b), a.max(b));
+            (hi - lo < PORTS).then_some(())?;
+            (lo..=hi)
+                .map(|p| exact(keys::PORT, &p.to_be_bytes()))
+                .collect()
         }
         _ => return None,
     };
-    Some(and(qual, Selector::Keys(vec![keys])))
+    Some(and(qual, Selector::Keys(keys)))
 }
 
-fn net(addr: IpAddr, bits: u32) -> Option<KeyMatch> {
-    let (kind, value, max) = match addr {
-        IpAddr::V4(a) => (keys::V4, a.octets().to_vec(), 32),
-        IpAddr::V6(a) => (keys::V6, a.octets().to_vec(), 128),
-    };
-    (bits <= max).then_some(KeyMatch::Prefix { kind, value, bits })
+/// The key of the narrowest prefix the index holds that covers `addr`/`bits`: the address
+/// itself, or one of the prefixes `sig` derives; `None` if none does.
+fn net(addr: IpAddr, bits: u32) -> Option<Vec<u8>> {
+    Some(match addr {
+        IpAddr::V4(a) => {
+            let o = a.octets();
+            match bits {
+                32 => exact(keys::V4, &o),
+                24..=31 => exact(sig::V4_24, &o[..3]),
+                16..=23 => exact(sig::V4_16, &o[..2]),
+                _ => return None,
+            }
+        }
+        IpAddr::V6(a) => {
+            let o = a.octets();
+            match bits {
+                128 => exact(keys::V6, &o),
+                64..=127 => exact(sig::V6_64, &o[..8]),
+                32..=63 => exact(sig::V6_32, &o[..4]),
+                _ => return None,
+            }
+        }
+    })
 }
 
 #[cfg(test)]
@@ -431,7 +382,7 @@ mod tests {
             "net 10.1.0.0 mask 255.255.0.0",
             "tcp port 80",
             "udp dst port 53",
-            "portrange 1000-2000",
+            "portrange 1000-1010",
             "tcp",
             "ip proto 47",
             "host 10.0.0.1 and port 80",
@@ -448,6 +399,7 @@ mod tests {
             "ether host 1:2:3:4:5:6",
             "(tcp[13] & 2) != 0",
             "net 10.1",
+            "portrange 1000-2000",
             "host 10.0.0.1 or 10.0.0.2",
         ] {
             assert!(s(e).is_all(), "{e}: {:?}", s(e));
@@ -460,10 +412,10 @@ mod tests {
     fn and_keeps_the_pages_both_sides_name_and_or_joins_them_in_region_order() {
         let p = |region, pages| Posting { region, pages };
         let mut postings = Postings::default();
-        // A port and two addresses of 10.1/16 (one net, two keys), in key order.
+        // A port, 10.1/16, and an address of it, in key order.
         postings.push(&[keys::PORT, 0, 53], [p(3, 0b11), p(5, 0b1000), p(7, 1)]);
         postings.push(&[keys::V4, 10, 1, 0, 1], [p(1, 0b01), p(5, 0b11)]);
-        postings.push(&[keys::V4, 10, 1, 0, 2], [p(3, 0b10), p(5, 0b100)]);
+        postings.push(&[sig::V4_16, 10, 1], [p(1, 0b01), p(3, 0b10), p(5, 0b111)]);
         assert_eq!(
             s("net 10.1.0.0/16").regions(&postings),
             Some(vec![p(1, 0b01), p(3, 0b10), p(5, 0b111)])
@@ -478,6 +430,22 @@ mod tests {
             Some(vec![p(1, 0b01), p(3, 0b11), p(5, 0b1011), p(7, 1)])
         );
         assert_eq!(s("tcp[13] & 2 != 0").regions(&postings), None);
+    }
+
+    #[test]
+    fn nets_look_up_the_prefix_that_covers_them_and_ranges_their_ports() {
+        let keys = |e: &str| s(e).keys();
+        assert_eq!(keys("net 10.1.2.0/24"), vec![vec![sig::V4_24, 10, 1, 2]]);
+        assert_eq!(keys("net 10.1.2.0/26"), vec![vec![sig::V4_24, 10, 1, 2]]);
+        assert_eq!(keys("net 10.1.0.0/20"), vec![vec![sig::V4_16, 10, 1]]);
+        assert_eq!(keys("net 10.1.2.3/32"), vec![vec![keys::V4, 10, 1, 2, 3]]);
+        assert_eq!(
+            keys("net 2001:db8::/48"),
+            vec![vec![sig::V6_32, 0x20, 0x01, 0x0d, 0xb8]]
+        );
+        assert!(s("net 10.0.0.0/8").is_all() && s("net ::/16").is_all());
+        assert_eq!(keys("portrange 80-81").len(), 2);
+        assert!(s(&format!("portrange 1000-{}", 1000 + PORTS)).is_all());
     }
 
     #[test]

@@ -524,8 +524,9 @@ fn a_damaged_index_is_refused_by_name_and_repaired() {
     let files = capture_files(&store);
     let victim = PathBuf::from(format!("{}.idx", files[0].display()));
     let mut bytes = std::fs::read(&victim).unwrap();
-    let mid = bytes.len() / 2;
-    bytes[mid] ^= 0x40;
+    // In the head, which every query reads (a signature column no query reads is checked
+    // by `status` and `repair`, which read every block).
+    bytes[40] ^= 0x40;
     std::fs::write(&victim, &bytes).unwrap();
     let shape = "host 10.0.1.3";
     let want = dump(&input, shape);
@@ -561,6 +562,18 @@ fn a_damaged_index_is_refused_by_name_and_repaired() {
     let run = ok(&["query", s(&store), "-w", s(&out), "host", "10.0.1.3"]);
     assert!(String::from_utf8_lossy(&run.stderr).contains("built from a different capture file"));
     same(&dump(&out, shape), &want, shape);
+    // A flipped bit in the last signature column, which this query does not read: `status`
+    // reads every block and counts the file unindexed, `repair` rebuilds its index.
+    ok(&["store", s(&store), "repair"]);
+    let victim = PathBuf::from(format!("{}.idx", files[1].display()));
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&victim, &bytes).unwrap();
+    assert_eq!(field(&status(&store), "unindexed"), 1);
+    let rep = String::from_utf8_lossy(&ok(&["store", s(&store), "repair"]).stdout).into_owned();
+    assert!(rep.contains("1 indexes rebuilt"), "{rep}");
+    assert_eq!(std::fs::read(&victim).unwrap()[last], bytes[last] ^ 1);
 }
 
 fn bad_input_is_one_line_and_fails() {
@@ -636,7 +649,7 @@ fn a_live_capture_into_a_store_answers_as_tcpdump() {
 }
 
 /// A query during a capture reads the file being written through the prefix index the
-/// keeper saves of it (the pages of its flow there, the rest whole) and answers as tcpdump
+/// keeper saves of it (the regions of its flow there, the rest whole) and answers as tcpdump
 /// over the same bytes; the closed file's index replaces the prefix index.
 fn a_query_during_capture_reads_the_live_file_through_its_prefix_index() {
     let lab = lab(1);
@@ -658,7 +671,8 @@ fn a_query_during_capture_reads_the_live_file_through_its_prefix_index() {
     let (read, held) = loop {
         let out = ok(&["query", s(&store), "--count", "udp src port 10003"]);
         let (read, held) = read_and_held(&String::from_utf8_lossy(&out.stderr));
-        if read * 20 < held {
+        // Flow 3's 30 regions of 64 KiB (and about 2% of the others) of 330.
+        if read * 6 < held {
             break (read, held);
         }
         assert!(

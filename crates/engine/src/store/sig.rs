@@ -1,0 +1,304 @@
+//! Region signatures: for each region of a capture file, a small Bloom filter of the keys
+//! of its packets (see `keys`), which a query tests for the keys of its filter.
+//!
+//! Why a filter per region and not a list of regions per key (the index's first format,
+//! Stenographer's way with packet offsets instead of regions): the lists cost the keeper a
+//! map lookup per address and packet and the closer a sort of every (key, region) pair,
+//! about 100 ns a packet with a flow per few packets (64-byte frames over 100k flows,
+//! BENCHMARKS.md, store), more than writing the packet; setting two bits of a word in a
+//! signature that stays in the core's L1 costs a hash. What a filter gives up: a query may
+//! read a region that holds none of its keys (a false positive, about 2% of the regions
+//! per key tested, far fewer for `and`), never miss one; libpcap decides every packet read
+//! anyway. Pages within a region are not told apart: a region chosen is read whole.
+//!
+//! The filter is blocked: a key sets two bits of one 64-bit word, the word chosen by the
+//! low bits of its hash, so a lookup reads one word per region and key. While a region is
+//! built its signature is [`MAX_WORDS`] words; when it ends it is folded (word `i` OR-ed
+//! into word `i mod w`) to the narrowest power-of-two width `w` that keeps about a sixth of
+//! its bits set, which is still exact for every key inserted (a key's word is its hash mod
+//! the width). A file's signatures are stored in blocks of [`BLOCK_REGIONS`] regions of one
+//! width (the median of theirs: a narrower region's words repeated, a wider one folded
+//! further), column by column: a query for a key reads, per block, the one column its hash
+//! names (a CRC-32 and a word per region), a few KiB, not the block.
+//!
+//! Besides the keys `keys` gives, each address is inserted as its /16 and /24 prefixes
+//! (IPv4) and /32 and /64 (IPv6), under kinds of their own, so that `net` can be looked up.
+
+use super::keys;
+
+/// Words of a region's signature while it is built, the widest a stored one may be: 4 KiB,
+/// which stays in the core's L1 beside the keys being hashed.
+pub const MAX_WORDS: usize = 512;
+
+/// Regions per signature block: 64 MiB of capture file, a column of 8 KiB.
+pub const BLOCK_REGIONS: usize = 1024;
+
+/// Bits of a folded signature per bit set: about a sixth set, a false positive per key
+/// tested in about 2% of the regions.
+const SPREAD: usize = 6;
+
+/// Kind byte of the derived keys: an IPv4 address's first 16 bits.
+pub const V4_16: u8 = 0x41;
+/// An IPv4 address's first 24 bits.
+pub const V4_24: u8 = 0x42;
+/// An IPv6 address's first 32 bits.
+pub const V6_32: u8 = 0x61;
+/// An IPv6 address's first 64 bits.
+pub const V6_64: u8 = 0x62;
+
+/// The hash of the key (`kind`, `value`), `value` at most 16 bytes: part of the format
+/// (stored signatures are tested with it).
+pub fn hash(kind: u8, value: &[u8]) -> u64 {
+    let mut b = [0u8; 16];
+    let n = value.len().min(16);
+    b[..n].copy_from_slice(&value[..n]);
+    let lo = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+    let hi = u64::from_le_bytes(b[8..].try_into().expect("8 bytes"));
+    let tag = (u64::from(kind) << 8) | n as u64;
+    fmix(
+        lo.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            ^ hi.wrapping_mul(0xC2B2_AE3D_27D4_EB4F)
+            ^ tag.wrapping_mul(0x1656_67B1_9E37_79F9),
+    )
+}
+
+/// MurmurHash3's 64-bit finalizer.
+fn fmix(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
+/// The two bits a key of hash `h` sets in its word.
+fn bits(h: u64) -> u64 {
+    (1 << ((h >> 40) & 63)) | (1 << ((h >> 46) & 63))
+}
+
+/// The key of `kind` and `value`, and the keys derived from it (an address's prefixes),
+/// each given to `each` as (kind, value).
+pub fn with_derived(kind: u8, value: &[u8], each: &mut impl FnMut(u8, &[u8])) {
+    each(kind, value);
+    match kind {
+        keys::V4 if value.len() == 4 => {
+            each(V4_16, &value[..2]);
+            each(V4_24, &value[..3]);
+        }
+        keys::V6 if value.len() == 16 => {
+            each(V6_32, &value[..4]);
+            each(V6_64, &value[..8]);
+        }
+        _ => {}
+    }
+}
+
+/// The signature of the region being built.
+#[derive(Clone)]
+pub struct Signer {
+    words: Box<[u64]>,
+}
+
+impl Default for Signer {
+    fn default() -> Self {
+        Signer {
+            words: vec![0; MAX_WORDS].into_boxed_slice(),
+        }
+    }
+}
+
+impl Signer {
+    /// Inserts the key (`kind`, `value`) and the keys derived from it.
+    pub fn insert(&mut self, kind: u8, value: &[u8]) {
+        let words = &mut self.words;
+        with_derived(kind, value, &mut |k, v| {
+            let h = hash(k, v);
+            words[h as usize & (MAX_WORDS - 1)] |= bits(h);
+        });
+    }
+
+    /// The region's signature, folded (see the module docs); the signer starts over empty.
+    pub fn take(&mut self) -> Box<[u64]> {
+        let ones: usize = self.words.iter().map(|w| w.count_ones() as usize).sum();
+        let width = (ones * SPREAD)
+            .div_ceil(64)
+            .next_power_of_two()
+            .clamp(1, MAX_WORDS);
+        let out = fold(&self.words, width);
+        self.words.fill(0);
+        out
+    }
+}
+
+/// `sig` at `width` words (powers of two): folded when narrower, repeated when wider.
+fn fold(sig: &[u64], width: usize) -> Box<[u64]> {
+    let mut out = vec![0u64; width].into_boxed_slice();
+    if width >= sig.len() {
+        for (i, w) in out.iter_mut().enumerate() {
+            *w = sig[i & (sig.len() - 1)];
+        }
+    } else {
+        for (i, &w) in sig.iter().enumerate() {
+            out[i & (width - 1)] |= w;
+        }
+    }
+    out
+}
+
+/// The signatures of up to [`BLOCK_REGIONS`] consecutive regions at one width, column by
+/// column: word `w` of region `r` is `columns[w * regions + r]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SigBlock {
+    /// Words per signature (a power of two).
+    pub width: u32,
+    /// Regions in the block.
+    pub regions: u32,
+    /// The words, column by column.
+    pub columns: Vec<u64>,
+}
+
+impl SigBlock {
+    /// The block of `sigs` (each a power-of-two width), at the median of their widths.
+    pub fn build(sigs: &[Box<[u64]>]) -> SigBlock {
+        let mut widths: Vec<usize> = sigs.iter().map(|s| s.len()).collect();
+        widths.sort_unstable();
+        let width = widths.get(widths.len() / 2).copied().unwrap_or(1);
+        let n = sigs.len();
+        let mut columns = vec![0u64; width * n];
+        for (r, sig) in sigs.iter().enumerate() {
+            for (w, word) in fold(sig, width).iter().enumerate() {
+                columns[w * n + r] = *word;
+            }
+        }
+        SigBlock {
+            width: width as u32,
+            regions: n as u32,
+            columns,
+        }
+    }
+
+    /// The column a key of hash `h` is in.
+    pub fn column_of(&self, h: u64) -> usize {
+        h as usize & (self.width as usize - 1)
+    }
+
+    /// Bytes of one column as stored: its CRC-32, then its words.
+    pub fn column_bytes(regions: u32) -> u64 {
+        4 + 8 * u64::from(regions)
+    }
+
+    /// Appends the block's bytes (each column as [`SigBlock::column_bytes`] says).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        for col in self.columns.chunks(self.regions.max(1) as usize) {
+            let start = out.len() + 4;
+            out.extend_from_slice(&[0; 4]);
+            for w in col {
+                out.extend_from_slice(&w.to_le_bytes());
+            }
+            let crc = crc32fast::hash(&out[start..]);
+            out[start - 4..start].copy_from_slice(&crc.to_le_bytes());
+        }
+    }
+
+    /// The words of a column from its stored bytes; `None` if its checksum fails.
+    pub fn decode_column(b: &[u8]) -> Option<Vec<u64>> {
+        let (crc, words) = b.split_first_chunk::<4>()?;
+        if crc32fast::hash(words) != u32::from_le_bytes(*crc) || words.len() % 8 != 0 {
+            return None;
+        }
+        Some(
+            words
+                .chunks_exact(8)
+                .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+                .collect(),
+        )
+    }
+
+    /// The column `c`'s words.
+    pub fn column(&self, c: usize) -> &[u64] {
+        let n = self.regions as usize;
+        &self.columns[c * n..(c + 1) * n]
+    }
+}
+
+/// The regions (numbers within the block) of `column` (the one a key of hash `h` is in)
+/// whose signature may hold the key.
+pub fn holding(column: &[u64], h: u64) -> impl Iterator<Item = u32> + '_ {
+    let b = bits(h);
+    column
+        .iter()
+        .enumerate()
+        .filter(move |(_, &w)| w & b == b)
+        .map(|(r, _)| r as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(i: u32) -> [u8; 4] {
+        (0x0a00_0000 + i).to_be_bytes()
+    }
+
+    #[test]
+    fn every_key_inserted_is_found_and_few_others_are() {
+        let mut s = Signer::default();
+        let mut sigs = Vec::new();
+        // Regions of 300 addresses each (and their prefixes), all different.
+        for r in 0..50u32 {
+            for i in 0..300 {
+                s.insert(keys::V4, &key(r * 300 + i));
+            }
+            sigs.push(s.take());
+        }
+        let block = SigBlock::build(&sigs);
+        assert!(block.width < MAX_WORDS as u32, "folded: {}", block.width);
+        let regions_of = |kind: u8, v: &[u8]| -> Vec<u32> {
+            let h = hash(kind, v);
+            holding(block.column(block.column_of(h)), h).collect()
+        };
+        let mut false_hits = 0;
+        for r in 0..50u32 {
+            for i in 0..300 {
+                let got = regions_of(keys::V4, &key(r * 300 + i));
+                assert!(got.contains(&r), "key {i} of region {r}");
+                false_hits += got.len() - 1;
+            }
+        }
+        // About 2% per region tested, 49 others per key.
+        let rate = false_hits as f64 / (15_000.0 * 49.0);
+        assert!(rate < 0.04, "false positive rate {rate}");
+        // A prefix key finds the regions of its addresses: 10.0.0.0/24 is in region 0.
+        assert!(regions_of(V4_24, &[10, 0, 0]).contains(&0));
+        assert!(regions_of(V4_16, &[10, 0]).len() == 50);
+    }
+
+    #[test]
+    fn blocks_fold_and_repeat_to_one_width_and_read_back_by_column() {
+        let mut s = Signer::default();
+        s.insert(keys::PORT, &[0, 53]);
+        let narrow = s.take();
+        for i in 0..2000u32 {
+            s.insert(keys::V4, &key(i));
+        }
+        let wide = s.take();
+        assert!(narrow.len() < wide.len());
+        let block = SigBlock::build(&[narrow.clone(), wide, narrow.clone()]);
+        assert_eq!(block.width as usize, narrow.len(), "the median width");
+        let h = hash(keys::PORT, &[0, 53]);
+        let mut bytes = Vec::new();
+        block.encode(&mut bytes);
+        let col = SigBlock::column_bytes(3) as usize;
+        assert_eq!(bytes.len(), col * block.width as usize);
+        let c = block.column_of(h);
+        let words = SigBlock::decode_column(&bytes[c * col..(c + 1) * col]).expect("crc");
+        assert_eq!(words, block.column(c));
+        let found: Vec<u32> = holding(&words, h).collect();
+        assert!(found.contains(&0) && found.contains(&2), "{found:?}");
+        bytes[c * col + 5] ^= 1;
+        assert_eq!(
+            SigBlock::decode_column(&bytes[c * col..(c + 1) * col]),
+            None
+        );
+    }
+}
