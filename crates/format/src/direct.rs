@@ -72,10 +72,11 @@
 //!
 //! What a consumer needs of each record can be noted as the bytes are copied in
 //! ([`DirectFile::with_notes`]), where they are in the CPU's caches, and lent with the write
-//! ([`Landed::notes`]): the packet store's keys. Read from the landed buffer instead, each
-//! record was a miss of the caches (the buffer was written up to a batch earlier, on the same
-//! core), and each record header's place depended on the one before: about 250 ns per
-//! 1514-byte packet, against 55-65 ns for the same work on the bytes of a file read through.
+//! ([`Landed::notes`]): the packet store's regions and their signatures. Read from the
+//! landed buffer, each record was a miss of the caches (the buffer was written up to a batch
+//! earlier, on the same core), and each record header's place depended on the one before:
+//! about 250 ns per 1514-byte packet, against 55-65 ns for the same work on the bytes of a
+//! file read through.
 //!
 //! Buffers are kept for reuse ([`Buffers`], shared by the files of a rotated set with
 //! [`DirectFile::with_buffers`]): a buffer lent to the feed, one past the [`DEPTH`] a file

@@ -1,16 +1,18 @@
 //! Building a capture file's [`Index`] record by record: from the file on disk
-//! ([`Index::build`], for repair and a file a crash left unindexed), or from notes of its
-//! records made by the capture writer as it copied them into its write buffers ([`Noter`]),
+//! ([`Index::build`], for repair and a file a crash left unindexed), or from its regions cut
+//! by the capture writer as it copied the records into its write buffers ([`Noter`]),
 //! handed over in memory with each write as it lands ([`Written`], the keeper's usual way:
-//! no file is read back).
+//! only the last region of a file, which no record ended, is read back).
 //!
-//! Why notes: the keeper walked the records of the landed writes itself, and each record
-//! header's place depended on the one before while the bytes had left the CPU's caches
-//! since the capture thread copied them (same core, a 2 MiB write earlier): a miss per
-//! packet, about 250 ns of keeper per 1514-byte packet against 55-65 ns indexing a file read
-//! through. The writer's copy has the bytes in the cache; the notes it makes there (each
-//! record's time, length and keys) are read by the keeper in order, without a miss per
-//! packet.
+//! Why the writer cuts the regions: the keeper walked the records of the landed writes
+//! itself, and each record header's place depended on the one before while the bytes had
+//! left the CPU's caches since the capture thread copied them (same core, a 2 MiB write
+//! earlier): a miss per packet, about 250 ns of keeper per 1514-byte packet. The writer's
+//! copy has the bytes in the cache. It then noted each record's time, length and keys for
+//! the keeper to replay (some 25 ns a packet on the writer and 40 on the keeper at 64
+//! bytes, BENCHMARKS.md, store); now it cuts the regions and hashes the keys into their
+//! signatures itself, and notes each region once, when it ends, so that neither thread
+//! does anything per packet but this.
 //!
 //! Why signatures: the keeper runs beside the capture on the same cores. Its first form
 //! put each key in a map of key to regions (84% of `capture -r --store`'s CPU), its second
@@ -20,129 +22,127 @@
 //! region's signature, which stays in L1 (see `sig`); a key repeated from the record
 //! before in the same region costs nothing.
 //!
-//! [`Builder::record`] is the one place a record is indexed: whatever else the index
-//! learns per record goes there.
+//! [`Cutter::record`] is the one place a record is indexed: whatever else the index learns
+//! per record goes there.
 
 use super::index::{head_crc, Index, IndexError, Region, PAGES, PAGE_BYTES, REGION_BYTES};
 use super::keys;
 use super::pcapfile::{self, Header, FILE_HEADER, RECORD_HEADER};
-use super::sig::{SigBlock, Signer, BLOCK_REGIONS};
+use super::sig::{SigBlock, Signer, BLOCK_REGIONS, MAX_WORDS};
 
-/// An index being built from a capture file's records, in file order.
-pub struct Builder {
-    linktype: u32,
-    keyed: bool,
-    regions: Vec<Region>,
-    packets: u64,
-    /// Where the last record ends.
+/// A region cut, with its signature (empty if the link type is not dissected) and where
+/// its last record ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Cut {
+    region: Region,
+    sig: Box<[u64]>,
     end: u64,
-    /// The signature of the last region, being built.
-    signer: Signer,
-    /// The signatures of the regions before it, from region `sigs_from` on.
-    sigs: Vec<Box<[u64]>>,
-    sigs_from: u32,
-    /// The region the last noted record is in, and its keys (see [`Builder::noted`]).
-    last_region: Option<u32>,
-    last: Last,
 }
 
-impl Builder {
-    /// A builder for a capture file of `linktype`.
-    pub fn new(linktype: u32) -> Self {
-        Builder {
+/// Bytes of a [`Cut`] in a note before its signature's words: the region (offset, packets,
+/// first and last time, page starts), where it ends, and the signature's width.
+const CUT_HEAD: usize = 8 + 4 + 8 + 8 + 2 * (PAGES - 1) + 8 + 2;
+
+impl Cut {
+    /// Appends the cut's note to `out`.
+    fn note(&self, out: &mut Vec<u8>) {
+        let r = &self.region;
+        let mut head = [0u8; CUT_HEAD];
+        head[..8].copy_from_slice(&r.offset.to_le_bytes());
+        head[8..12].copy_from_slice(&r.packets.to_le_bytes());
+        head[12..20].copy_from_slice(&r.first.to_le_bytes());
+        head[20..28].copy_from_slice(&r.last.to_le_bytes());
+        for (i, at) in r.pages.iter().enumerate() {
+            head[28 + 2 * i..30 + 2 * i].copy_from_slice(&at.to_le_bytes());
+        }
+        head[58..66].copy_from_slice(&self.end.to_le_bytes());
+        head[66..68].copy_from_slice(&(self.sig.len() as u16).to_le_bytes());
+        out.extend_from_slice(&head);
+        for w in self.sig.iter() {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+    }
+
+    /// The cut noted at the start of `b`, and the bytes after it; `None` if they do not
+    /// read as a cut.
+    fn read(b: &[u8]) -> Option<(Cut, &[u8])> {
+        let (head, rest) = b.split_first_chunk::<CUT_HEAD>()?;
+        let u64_at = |at: usize| u64::from_le_bytes(head[at..at + 8].try_into().expect("8"));
+        let mut pages = [0u16; PAGES - 1];
+        for (i, p) in pages.iter_mut().enumerate() {
+            *p = u16::from_le_bytes([head[28 + 2 * i], head[29 + 2 * i]]);
+        }
+        let region = Region {
+            offset: u64_at(0),
+            packets: u32::from_le_bytes(head[8..12].try_into().expect("4")),
+            first: u64_at(12),
+            last: u64_at(20),
+            pages,
+        };
+        let width = usize::from(u16::from_le_bytes([head[66], head[67]]));
+        if width > MAX_WORDS || !(width == 0 || width.is_power_of_two()) {
+            return None;
+        }
+        let (words, rest) = rest.split_at_checked(8 * width)?;
+        let sig = words
+            .chunks_exact(8)
+            .map(|w| u64::from_le_bytes(w.try_into().expect("8")))
+            .collect();
+        let end = u64_at(58);
+        Some((Cut { region, sig, end }, rest))
+    }
+}
+
+/// Cuts a capture file's records, in file order, into regions, each with the signature of
+/// its keys: the one place a record is indexed, on the writer's side ([`Noter`]) as in a
+/// file read through ([`Index::build`]).
+#[derive(Clone)]
+struct Cutter {
+    linktype: u32,
+    keyed: bool,
+    /// The region being cut.
+    open: Option<Region>,
+    /// Its signature so far.
+    signer: Signer,
+    /// The keys of the record before in the open region: not inserted again.
+    last: Last,
+    /// Where the last record ends.
+    end: u64,
+}
+
+impl Cutter {
+    fn new(linktype: u32) -> Self {
+        Cutter {
             linktype,
             keyed: keys::dissects(linktype),
-            regions: Vec::new(),
-            packets: 0,
-            end: FILE_HEADER,
+            open: None,
             signer: Signer::default(),
-            sigs: Vec::new(),
-            sigs_from: 0,
-            last_region: None,
             last: Last::default(),
+            end: FILE_HEADER,
         }
     }
 
-    /// Indexes the record at byte `offset` (its record header's) with time `ts_ns` and
-    /// captured bytes `data`.
-    pub fn record(&mut self, offset: u64, ts_ns: u64, data: &[u8]) {
-        self.place(offset, ts_ns, data.len());
-        if self.keyed {
-            let signer = &mut self.signer;
-            keys::keys(self.linktype, data, &mut |kind, value| {
-                signer.insert(kind, value)
-            });
-        }
-    }
-
-    /// Indexes the records noted by a [`Noter`] in `notes` (each its time, captured length
-    /// and keys, as [`note_record`] makes them), as [`Builder::record`] indexes them from
-    /// their bytes; false if the notes do not read as notes.
-    ///
-    /// A repeated key is inserted only when its record is in another region than the
-    /// record before: in the same region, the record before inserted it already (or
-    /// skipped it for the same reason).
-    #[must_use]
-    fn noted(&mut self, mut notes: &[u8]) -> bool {
-        while let Some((&[t0, t1, t2, t3, t4, t5, t6, t7, c0, c1, c2, c3, k], rest)) =
-            notes.split_first_chunk::<13>()
-        {
-            let ts = u64::from_le_bytes([t0, t1, t2, t3, t4, t5, t6, t7]);
-            let caplen = u32::from_le_bytes([c0, c1, c2, c3]);
-            let Some((mut keyed, more)) = rest.split_at_checked(usize::from(k)) else {
-                return false;
-            };
-            let region = self.place(self.end, ts, caplen as usize);
-            let same_region = self.last_region == Some(region);
-            self.last_region = Some(region);
-            let mut n = 0;
-            while let [kind, rest @ ..] = keyed {
-                if kind & REPEAT != 0 {
-                    let Some((bytes, from)) = self.last.get(n, kind & !REPEAT) else {
-                        return false;
-                    };
-                    if !same_region {
-                        self.signer.insert(kind & !REPEAT, &bytes[from..]);
-                    }
-                    keyed = rest;
-                } else {
-                    let Some((value, more)) = rest.split_at_checked(keys::width(*kind)) else {
-                        return false;
-                    };
-                    self.signer.insert(*kind, value);
-                    self.last.set(n, *kind, self::number(value));
-                    keyed = more;
-                }
-                n += 1;
-            }
-            self.last.len = n;
-            notes = more;
-        }
-        notes.is_empty()
-    }
-
-    /// Places the record at byte `offset` with time `ts_ns` and `caplen` bytes captured in
-    /// its region (the region before ends, with its signature, where a new one starts):
-    /// returns the region's number.
-    fn place(&mut self, offset: u64, ts_ns: u64, caplen: usize) -> u32 {
-        let new_region = self
-            .regions
-            .last()
-            .is_none_or(|last| offset - last.offset >= REGION_BYTES);
-        if new_region {
-            if !self.regions.is_empty() && self.keyed {
-                self.sigs.push(self.signer.take());
-            }
-            self.regions.push(Region {
+    /// Adds the record at byte `offset` (its record header's) with time `ts_ns` and
+    /// captured bytes `data`; returns the region it ends, if it starts a new one.
+    fn record(&mut self, offset: u64, ts_ns: u64, data: &[u8]) -> Option<Cut> {
+        let starts = self
+            .open
+            .as_ref()
+            .is_none_or(|r| offset - r.offset >= REGION_BYTES);
+        let cut = if starts {
+            let cut = self.close();
+            self.open = Some(Region {
                 offset,
                 packets: 0,
                 first: ts_ns,
                 last: ts_ns,
                 pages: [0; PAGES - 1],
             });
-        }
-        let number = (self.regions.len() - 1) as u32;
-        let region = self.regions.last_mut().expect("pushed above");
+            cut
+        } else {
+            None
+        };
+        let region = self.open.as_mut().expect("opened above");
         // The page of the region this record starts in; the first record starting in a
         // page is where a read of that page begins.
         let within = offset - region.offset;
@@ -153,67 +153,163 @@ impl Builder {
         region.packets += 1;
         region.first = region.first.min(ts_ns);
         region.last = region.last.max(ts_ns);
-        self.packets += 1;
-        self.end = offset + (RECORD_HEADER + caplen) as u64;
-        number
+        self.end = offset + (RECORD_HEADER + data.len()) as u64;
+        if self.keyed {
+            let (signer, last) = (&mut self.signer, &mut self.last);
+            let mut n = 0;
+            keys::keys(self.linktype, data, &mut |kind, value| {
+                let number = number(value);
+                if !last.repeats(n, kind, number) {
+                    signer.insert(kind, value);
+                    last.set(n, kind, number);
+                }
+                n += 1;
+            });
+            last.len = n;
+        }
+        cut
     }
 
-    /// The signature blocks of regions `from` to before `below`, numbered from `from`
-    /// (the last region's signature: `last`, when it is among them); none if not keyed.
-    fn signatures(&self, from: u32, below: u32, last: Option<Box<[u64]>>) -> Vec<SigBlock> {
-        if !self.keyed {
+    /// Ends the region being cut where the last record ends (at the file's end).
+    fn close(&mut self) -> Option<Cut> {
+        let region = self.open.take()?;
+        self.last.len = 0;
+        let sig = if self.keyed {
+            self.signer.take()
+        } else {
+            Box::default()
+        };
+        Some(Cut {
+            region,
+            sig,
+            end: self.end,
+        })
+    }
+}
+
+/// An index being built from a capture file's regions, in file order: cut here from its
+/// records ([`Builder::record`]), or cut by the writer and noted ([`Written`]).
+#[derive(Clone)]
+pub struct Builder {
+    cutter: Cutter,
+    /// The regions cut, and their signatures from region `sigs_from` on.
+    regions: Vec<Region>,
+    sigs: Vec<Box<[u64]>>,
+    sigs_from: u32,
+    packets: u64,
+    /// Where the last region cut ends: where the one being cut starts.
+    cut_end: u64,
+}
+
+impl Builder {
+    /// A builder for a capture file of `linktype`.
+    pub fn new(linktype: u32) -> Self {
+        Builder {
+            cutter: Cutter::new(linktype),
+            regions: Vec::new(),
+            sigs: Vec::new(),
+            sigs_from: 0,
+            packets: 0,
+            cut_end: FILE_HEADER,
+        }
+    }
+
+    /// Indexes the record at byte `offset` (its record header's) with time `ts_ns` and
+    /// captured bytes `data`.
+    pub fn record(&mut self, offset: u64, ts_ns: u64, data: &[u8]) {
+        if let Some(cut) = self.cutter.record(offset, ts_ns, data) {
+            let pushed = self.push(cut);
+            debug_assert!(pushed, "a region cut here follows the last");
+        }
+    }
+
+    /// Adds the region `cut`; false if it does not start where the last one ended (or
+    /// ends before it starts, or its signature is not the link type's).
+    #[must_use]
+    fn push(&mut self, cut: Cut) -> bool {
+        let sound = cut.region.offset == self.cut_end
+            && cut.end > cut.region.offset
+            && cut.sig.is_empty() != self.cutter.keyed;
+        if sound {
+            self.packets += u64::from(cut.region.packets);
+            self.cut_end = cut.end;
+            self.regions.push(cut.region);
+            if self.cutter.keyed {
+                self.sigs.push(cut.sig);
+            }
+        }
+        sound
+    }
+
+    /// Where the last record ends.
+    fn end(&self) -> u64 {
+        if self.cutter.open.is_some() {
+            self.cutter.end
+        } else {
+            self.cut_end
+        }
+    }
+
+    /// The signature blocks of regions `from` to before `below`, numbered from `from`;
+    /// none if not keyed.
+    fn signatures(&self, from: u32, below: u32) -> Vec<SigBlock> {
+        if !self.cutter.keyed {
             return Vec::new();
         }
         let at = |r: u32| (r - self.sigs_from) as usize;
-        let closed = &self.sigs[at(from)..at(below).min(self.sigs.len())];
-        let all: Vec<Box<[u64]>> = closed.iter().cloned().chain(last).collect();
-        all.chunks(BLOCK_REGIONS).map(SigBlock::build).collect()
+        self.sigs[at(from)..at(below)]
+            .chunks(BLOCK_REGIONS)
+            .map(SigBlock::build)
+            .collect()
     }
 
     /// The index of a capture file of `file_len` bytes (a record cut short at its end is
     /// not indexed) whose first 4 KiB have the CRC-32 `head_crc`.
     pub fn finish(mut self, file_len: u64, head_crc: u32) -> Index {
-        let last = (!self.regions.is_empty()).then(|| self.signer.take());
+        if let Some(cut) = self.cutter.close() {
+            let pushed = self.push(cut);
+            debug_assert!(pushed, "a region cut here follows the last");
+        }
         let regions = self.regions.len() as u32;
         Index {
-            signatures: self.signatures(0, regions, last),
-            file_len: file_len.max(self.end),
+            signatures: self.signatures(0, regions),
+            file_len: file_len.max(self.cut_end),
             head_crc,
-            linktype: self.linktype,
+            linktype: self.cutter.linktype,
             packets: self.packets,
             first: self.regions.iter().map(|r| r.first).min().unwrap_or(0),
             last: self.regions.iter().map(|r| r.last).max().unwrap_or(0),
-            keyed: self.keyed,
+            keyed: self.cutter.keyed,
             regions: self.regions,
         }
     }
 
-    /// Regions whole so far: all but the last, which may grow.
+    /// Regions whole so far: those cut (the one being cut may grow).
     pub fn whole(&self) -> u32 {
-        self.regions.len().saturating_sub(1) as u32
+        self.regions.len() as u32
     }
 
     /// A piece of the file being written: the index of its whole regions from region
     /// `from` on, numbered from 0 (each keeps its offset in the file), covering the bytes
-    /// from where region `from` starts to where the last region starts (its "file length",
-    /// see `prefix`). From region 0 it is what [`Builder::finish`] gives for the file cut
-    /// where the last region starts. `None` while no region from `from` on is whole.
+    /// from where region `from` starts to where the last whole region ends (its "file
+    /// length", see `prefix`). From region 0 it is what [`Builder::finish`] gives for the
+    /// file cut there. `None` while no region from `from` on is whole.
     pub fn piece(&self, from: u32, head_crc: u32) -> Option<Index> {
         let whole = self.whole();
         if whole <= from {
             return None;
         }
-        let regions = &self.regions[from as usize..whole as usize];
+        let regions = &self.regions[from as usize..];
         Some(Index {
-            file_len: self.regions[whole as usize].offset,
+            file_len: self.cut_end,
             head_crc,
-            linktype: self.linktype,
+            linktype: self.cutter.linktype,
             packets: regions.iter().map(|r| u64::from(r.packets)).sum(),
             first: regions.iter().map(|r| r.first).min().unwrap_or(0),
             last: regions.iter().map(|r| r.last).max().unwrap_or(0),
-            keyed: self.keyed,
+            keyed: self.cutter.keyed,
             regions: regions.to_vec(),
-            signatures: self.signatures(from, whole, None),
+            signatures: self.signatures(from, whole),
         })
     }
 
@@ -221,44 +317,42 @@ impl Builder {
     /// signatures of the regions before `from`, which the piece does not read (a copy of
     /// all, and a prefix index of everything fed, each second, grew with the file).
     fn copy_from(&self, from: u32) -> Builder {
-        let skip = (from.max(self.sigs_from) - self.sigs_from) as usize;
+        let skip = ((from.max(self.sigs_from) - self.sigs_from) as usize).min(self.sigs.len());
         Builder {
-            linktype: self.linktype,
-            keyed: self.keyed,
+            cutter: Cutter::new(self.cutter.linktype),
             regions: self.regions.clone(),
-            packets: self.packets,
-            end: self.end,
-            signer: Signer::default(),
-            sigs: self.sigs[skip.min(self.sigs.len())..].to_vec(),
+            sigs: self.sigs[skip..].to_vec(),
             sigs_from: self.sigs_from + skip as u32,
-            last_region: self.last_region,
-            last: self.last,
+            packets: self.packets,
+            cut_end: self.cut_end,
         }
     }
 }
 
-/// Notes a pcap file's records from its bytes as the writer copies them into its write
-/// buffers (`poolcap_format::Notes`), in order, in runs that end anywhere: for each record
-/// whole, its time, captured length and keys (`note_record`). The file header is not
-/// noted (the keeper has it from the first write).
+/// Cuts a pcap file's records into regions from its bytes as the writer copies them into
+/// its write buffers (`poolcap_format::Notes`), in order, in runs that end anywhere, and
+/// notes each region as it ends, with its signature ([`Cut::note`]): the keeper only adds
+/// the regions up ([`Written`]), and reads the last one back from the file at its close.
+/// The file header is not noted (the keeper has it from the first write).
 #[derive(Default)]
 pub struct Noter {
-    /// The file header, once its bytes are in.
-    header: Option<Header>,
+    /// The file header, once its bytes are in, and the regions cut so far.
+    cutter: Option<(Header, Cutter)>,
     /// The header's bytes, or a record not yet copied whole.
     partial: Vec<u8>,
     /// The bytes are not a pcap file: nothing is noted.
     broken: bool,
-    /// The keys of the record noted last.
-    last: Last,
+    /// Where the next record starts.
+    at: u64,
 }
 
 impl Noter {
-    /// Notes the records of the file's next bytes `bytes`, appending to `out`.
+    /// Notes the regions ended by the records of the file's next bytes `bytes`, appending
+    /// to `out`.
     pub fn note(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
         let mut b = bytes;
-        let header = match self.header {
-            Some(h) => h,
+        let (header, cutter) = match &mut self.cutter {
+            Some((h, c)) => (*h, c),
             None if self.broken => return,
             None => {
                 let n = b.len().min(FILE_HEADER as usize - self.partial.len());
@@ -274,7 +368,9 @@ impl Noter {
                     self.broken = true;
                     return;
                 };
-                *self.header.insert(h)
+                self.at = FILE_HEADER;
+                let (h, c) = self.cutter.insert((h, Cutter::new(h.linktype)));
+                (*h, c)
             }
         };
         // A record begun in an earlier run: complete it from this one.
@@ -295,13 +391,10 @@ impl Noter {
                 return;
             }
             let (ts, _) = header.record(&self.partial);
-            note_record(
-                &header,
-                ts,
-                &self.partial[RECORD_HEADER..],
-                out,
-                &mut self.last,
-            );
+            if let Some(cut) = cutter.record(self.at, ts, &self.partial[RECORD_HEADER..]) {
+                cut.note(out);
+            }
+            self.at += self.partial.len() as u64;
             self.partial.clear();
         }
         while b.len() >= RECORD_HEADER {
@@ -310,58 +403,17 @@ impl Noter {
             if b.len() < len {
                 break;
             }
-            note_record(&header, ts, &b[RECORD_HEADER..len], out, &mut self.last);
+            if let Some(cut) = cutter.record(self.at, ts, &b[RECORD_HEADER..len]) {
+                cut.note(out);
+            }
+            self.at += len as u64;
             b = &b[len..];
         }
         self.partial.extend_from_slice(b);
     }
 }
 
-/// Appends the note of a record with time `ts_ns` and captured bytes `data` to `out`: the
-/// time (8 bytes), the captured length (4), the length of its keys (1), and its keys as
-/// [`keys::keys`] gives them, each its kind byte and value (of the kind's width), or, where
-/// the record before had the same key at the same place, the kind byte with [`REPEAT`]
-/// set and no value (`last` holds that record's keys). Most keys repeat (a flow's
-/// addresses, its protocol, the EtherType): the notes are half as long, and the keeper
-/// posts a repeated key only when the record starts a page the one before did not start
-/// in ([`Builder::noted`]), where posting each key of each record was most of its time.
-fn note_record(header: &Header, ts_ns: u64, data: &[u8], out: &mut Vec<u8>, last: &mut Last) {
-    // Made on the stack and appended once: a `Vec` push per key byte, each checking the
-    // capacity, was a third of the note's time (perf, 64-byte frames over 100k flows).
-    let mut note = [0u8; NOTE_MAX];
-    note[..8].copy_from_slice(&ts_ns.to_le_bytes());
-    note[8..12].copy_from_slice(&(data.len() as u32).to_le_bytes());
-    let mut len = 13;
-    let mut n = 0;
-    if keys::dissects(header.linktype) {
-        keys::keys(header.linktype, data, &mut |kind, value| {
-            let number = number(value);
-            if last.repeats(n, kind, number) {
-                note[len] = kind | REPEAT;
-                len += 1;
-            } else {
-                note[len] = kind;
-                note[len + 1..len + 1 + value.len()].copy_from_slice(value);
-                len += 1 + value.len();
-                last.set(n, kind, number);
-            }
-            n += 1;
-        });
-    }
-    last.len = n;
-    // At most 3 EtherTypes, 2 IPv6 addresses, 8 protocols and 2 ports: 65 bytes of keys.
-    note[12] = u8::try_from(len - 13).expect("a record has under 256 key bytes");
-    out.extend_from_slice(&note[..len]);
-}
-
-/// Bytes of a record's note at most: its time, length and key count (13), and its keys
-/// (see [`note_record`]).
-const NOTE_MAX: usize = 13 + 65;
-
-/// Set on a key's kind byte in a note: the key of the record before at this place.
-const REPEAT: u8 = 0x80;
-
-/// The keys of the record noted last, by their place in its note (at most the first
+/// The keys of the record before, by their place among its keys (at most the first
 /// [`Last::KEYS`]), each its kind and its value as a number (compared as one, where
 /// comparing the bytes was a call of `memcmp` per key on the capture thread).
 #[derive(Clone, Copy, Default)]
@@ -371,7 +423,8 @@ struct Last {
 }
 
 impl Last {
-    /// Keys of a record held (more than a record has: see [`note_record`]).
+    /// Keys of a record held (more than a record has: at most 3 EtherTypes, 2 IPv6
+    /// addresses, 8 protocols and 2 ports).
     const KEYS: usize = 16;
 
     /// Whether the key at place `n` is (`kind`, `value`), the value as a [`number`].
@@ -384,13 +437,6 @@ impl Last {
         if let Some(k) = self.keys.get_mut(n) {
             *k = (kind, value);
         }
-    }
-
-    /// The value of the key of kind `kind` at place `n`, if that is the key there.
-    fn get(&self, n: usize, kind: u8) -> Option<([u8; 16], usize)> {
-        let k = self.keys[..self.len.min(Last::KEYS)].get(n)?;
-        let width = keys::width(kind);
-        (k.0 == kind).then(|| (k.1.to_be_bytes(), 16 - width))
     }
 }
 
@@ -408,8 +454,9 @@ fn number(value: &[u8]) -> u128 {
 const HEAD_BYTES: usize = 4096;
 
 /// A capture file's index built from the writes that landed, in order, each with its
-/// offset in the file and the notes of its records ([`Noter`]), from memory; writes lent
-/// without notes are noted here.
+/// offset in the file and the notes of the regions its records ended ([`Noter`]), from
+/// memory; writes lent without notes are noted here. The last region, which no record
+/// ended, is read back from the file at its close.
 pub struct Written {
     /// Notes the writes lent without notes, and holds their notes.
     noter: Noter,
@@ -420,11 +467,13 @@ pub struct Written {
     head: Vec<u8>,
     /// The builder, once the file header is fed.
     built: Option<Builder>,
+    /// Regions noted whose bytes are not all fed yet (a run of records copied across two
+    /// writes is noted with the first).
+    pending: std::collections::VecDeque<Cut>,
     /// A write was missed (or the header is not pcap): the file is indexed from disk.
     broken: bool,
     /// Whether the writes came with the writer's notes (`land`) or were noted here
-    /// (`feed`): a note's repeated keys are those of the record its own noter noted before
-    /// it, so notes of two noters in one file would read keys of the wrong record.
+    /// (`feed`): the regions of two noters in one file would not follow each other.
     by_writer: Option<bool>,
 }
 
@@ -443,6 +492,7 @@ impl Written {
             fed: 0,
             head: Vec::with_capacity(HEAD_BYTES),
             built: None,
+            pending: std::collections::VecDeque::new(),
             broken: false,
             by_writer: None,
         }
@@ -464,14 +514,14 @@ impl Written {
     }
 
     /// Feeds the write of the file's bytes `bytes` at offset `at`, with the notes of the
-    /// records copied into it (`poolcap_format::Landed::notes`): the next write, or the
+    /// regions its records ended (`poolcap_format::Landed::notes`): the next write, or the
     /// builder gives up (a write was missed, or one before came without notes).
     pub fn land(&mut self, at: u64, bytes: &[u8], notes: &[u8]) {
         self.take(at, bytes, notes, true);
     }
 
     /// [`Written::land`] of notes made by the writer's noter (`by_writer`) or this one's.
-    fn take(&mut self, at: u64, bytes: &[u8], notes: &[u8], by_writer: bool) {
+    fn take(&mut self, at: u64, bytes: &[u8], mut notes: &[u8], by_writer: bool) {
         if *self.by_writer.get_or_insert(by_writer) != by_writer {
             self.broken = true;
         }
@@ -486,7 +536,7 @@ impl Written {
         }
         if self.built.is_none() {
             let Some(raw) = self.head.first_chunk::<{ FILE_HEADER as usize }>() else {
-                // Records noted before the file header landed: not this file's writer.
+                // Regions noted before the file header landed: not this file's writer.
                 self.broken = !notes.is_empty();
                 return;
             };
@@ -499,9 +549,20 @@ impl Written {
         let Some(builder) = &mut self.built else {
             return;
         };
-        if !builder.noted(notes) {
+        while !notes.is_empty() {
             // Not this file's notes: indexed from the file on disk.
-            self.broken = true;
+            let Some((cut, rest)) = Cut::read(notes) else {
+                self.broken = true;
+                return;
+            };
+            self.pending.push_back(cut);
+            notes = rest;
+        }
+        while let Some(cut) = self.pending.pop_front_if(|c| c.end <= self.fed) {
+            if !builder.push(cut) {
+                self.broken = true;
+                return;
+            }
         }
     }
 
@@ -523,14 +584,35 @@ impl Written {
         Some((builder.copy_from(from), crc32fast::hash(&self.head)))
     }
 
-    /// The index of the file, if every byte of its `file_len` was fed and its records,
-    /// noted, end there; else `None` (it is then built from the file on disk).
-    pub fn finish(self, file_len: u64) -> Option<Index> {
-        if self.broken || self.fed != file_len {
+    /// The index of the file, if every byte of its `file_len` was fed and its records end
+    /// there; else `None` (it is then built from the file on disk). `tail(from)` reads the
+    /// file's bytes from `from` to its end: those of its last region, which no record
+    /// ended (a region's bytes at most, once per file).
+    pub fn finish(
+        self,
+        file_len: u64,
+        tail: impl FnOnce(u64) -> std::io::Result<Vec<u8>>,
+    ) -> Option<Index> {
+        if self.broken || self.fed != file_len || !self.pending.is_empty() {
             return None;
         }
-        let builder = self.built?;
-        if builder.end != file_len {
+        let mut builder = self.built?;
+        let from = builder.cut_end;
+        let bytes = tail(from).ok()?;
+        let header = Header::parse(*self.head.first_chunk::<{ FILE_HEADER as usize }>()?)?;
+        let mut b = &bytes[..];
+        let mut at = from;
+        while b.len() >= RECORD_HEADER {
+            let (ts, caplen) = header.record(b);
+            let len = RECORD_HEADER + caplen as usize;
+            if b.len() < len {
+                break;
+            }
+            builder.record(at, ts, &b[RECORD_HEADER..len]);
+            at += len as u64;
+            b = &b[len..];
+        }
+        if builder.end() != file_len {
             return None;
         }
         Some(builder.finish(file_len, crc32fast::hash(&self.head)))
@@ -678,7 +760,7 @@ pub(crate) mod tests {
                 for (i, chunk) in bytes.chunks(size).enumerate() {
                     w.feed((i * size) as u64, chunk);
                 }
-                let fed = w.finish(bytes.len() as u64);
+                let fed = w.finish(bytes.len() as u64, tail(&bytes));
                 // A writer's file ends with a whole record; one that does not is read back.
                 assert_eq!(
                     fed.is_none(),
@@ -701,7 +783,7 @@ pub(crate) mod tests {
                 for (i, chunk) in bytes.chunks(size).enumerate() {
                     w.land((i * size) as u64, chunk, &notes[i]);
                 }
-                if let Some(fed) = w.finish(bytes.len() as u64) {
+                if let Some(fed) = w.finish(bytes.len() as u64, tail(&bytes)) {
                     assert_eq!(
                         fed, from_disk,
                         "{n} packets, runs of {run}, writes of {size}"
@@ -768,24 +850,43 @@ pub(crate) mod tests {
 
     #[test]
     fn notes_that_do_not_read_as_notes_give_no_index() {
-        let bytes = sample_file(50, false);
+        let bytes = sample_file(500, false);
         let mut notes = Vec::new();
         Noter::default().note(&bytes, &mut notes);
         let land = |notes: &[u8]| {
             let mut w = Written::new();
             w.land(0, &bytes, notes);
-            w.finish(bytes.len() as u64)
+            w.finish(bytes.len() as u64, tail(&bytes))
         };
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         std::fs::write(&path, &bytes).unwrap();
-        assert_eq!(land(&notes), Some(Index::build(&path).unwrap()));
-        // The first record's first key said to repeat the record before's: there is none.
-        let mut first_repeats = notes.clone();
-        first_repeats[13] |= REPEAT;
-        assert!(land(&first_repeats).is_none());
-        // Cut short within the last record's keys.
+        let whole = Index::build(&path).unwrap();
+        assert!(whole.regions.len() > 3);
+        assert_eq!(land(&notes), Some(whole));
+        // The first region said to start a byte later than the file's first record.
+        let mut moved = notes.clone();
+        moved[0] ^= 1;
+        assert!(land(&moved).is_none());
+        // A signature's width that is not a power of two.
+        let mut odd = notes.clone();
+        odd[CUT_HEAD - 2..CUT_HEAD].copy_from_slice(&3u16.to_le_bytes());
+        assert!(land(&odd).is_none());
+        // Cut short within the last region's signature.
         assert!(land(&notes[..notes.len() - 1]).is_none());
+        // The last region not read back.
+        let mut w = Written::new();
+        w.land(0, &bytes, &notes);
+        let failed = w.finish(
+            bytes.len() as u64,
+            |_| Err(std::io::ErrorKind::Other.into()),
+        );
+        assert!(failed.is_none());
+    }
+
+    /// Reads the bytes of `file` from an offset on, as the keeper reads a file's last region.
+    fn tail(file: &[u8]) -> impl FnOnce(u64) -> std::io::Result<Vec<u8>> + '_ {
+        move |from| Ok(file[from as usize..].to_vec())
     }
 
     #[test]
@@ -796,7 +897,7 @@ pub(crate) mod tests {
         let mut w = Written::new();
         w.land(0, &bytes[..8192], &notes);
         w.feed(8192, &bytes[8192..]);
-        assert!(w.finish(bytes.len() as u64).is_none());
+        assert!(w.finish(bytes.len() as u64, tail(&bytes)).is_none());
     }
 
     #[test]
@@ -805,12 +906,18 @@ pub(crate) mod tests {
         let mut w = Written::new();
         w.feed(0, &bytes[..8192]);
         w.feed(12_288, &bytes[12_288..]);
-        assert!(w.finish(bytes.len() as u64).is_none(), "a write missed");
+        assert!(
+            w.finish(bytes.len() as u64, tail(&bytes)).is_none(),
+            "a write missed"
+        );
         let mut w = Written::new();
         w.feed(0, &bytes[..8192]);
-        assert!(w.finish(bytes.len() as u64).is_none(), "the end missed");
+        assert!(
+            w.finish(bytes.len() as u64, tail(&bytes)).is_none(),
+            "the end missed"
+        );
         let mut w = Written::new();
         w.feed(0, &[0u8; 100]);
-        assert!(w.finish(100).is_none(), "not pcap");
+        assert!(w.finish(100, tail(&[0u8; 100])).is_none(), "not pcap");
     }
 }

@@ -5,9 +5,10 @@
 //! so the writes of the next file are taken while a closed one is indexed (see `take`).
 //!
 //! It indexes a file from the bytes the writer wrote, lent to it as each direct write lands
-//! (`poolcap_format::DirectFile::with_feed`) with the notes of their records the writer made
-//! as it copied them in (`DirectFile::with_notes`, `build::Noter`; read by `build::Written`),
-//! so no file is read back: a 100 MB file written with direct I/O is not in the page cache,
+//! (`poolcap_format::DirectFile::with_feed`) with the notes of the regions the writer cut,
+//! with their signatures, as it copied the records in (`DirectFile::with_notes`,
+//! `build::Noter`; added up by `build::Written`), so no file is read back but its last
+//! region: a 100 MB file written with direct I/O is not in the page cache,
 //! and reading it back cost more CPU than writing it. The capture path never waits for the
 //! keeper: at most [`LENT`] writes are lent at a time, and a file whose write finds them all
 //! lent (the keeper is behind) lends nothing more; that file, one written through the page
@@ -81,8 +82,8 @@ impl Tell {
         })
     }
 
-    /// What the writer notes of each record as it copies it into a write (see
-    /// `build::Noter`): a file's feed takes its writes with these notes.
+    /// What the writer notes of the records it copies into a write, each region as it ends
+    /// (see `build::Noter`): a file's feed takes its writes with these notes.
     pub fn notes(&self) -> Notes {
         let mut noter = Noter::default();
         Box::new(move |bytes, notes| noter.note(bytes, notes))
@@ -345,7 +346,13 @@ fn index(
     report: &mut KeeperReport,
 ) -> Result<u64, IndexError> {
     let len = std::fs::metadata(closed)?.len();
-    let index = match written.and_then(|w| w.finish(len)) {
+    // The last region, which no record ended, read back: one region's bytes at most.
+    let tail = |from: u64| {
+        let mut b = vec![0u8; len.saturating_sub(from) as usize];
+        std::os::unix::fs::FileExt::read_exact_at(&std::fs::File::open(closed)?, &mut b, from)?;
+        Ok(b)
+    };
+    let index = match written.and_then(|w| w.finish(len, tail)) {
         Some(i) => i,
         None => {
             report.read_back += 1;
