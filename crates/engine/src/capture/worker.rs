@@ -39,7 +39,7 @@ pub fn x_loop(data: &[u8], x: u32) -> u64 {
     black_box(h)
 }
 
-/// Nice value of worker threads (capture threads keep 0).
+/// Nice value of worker threads and of the packet store's threads (capture threads keep 0).
 pub const WORKER_NICE: i32 = 10;
 
 /// Which queues worker `w` of `workers` serves, for `queues` queues: queue q goes to worker

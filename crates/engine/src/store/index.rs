@@ -46,8 +46,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
-use std::io::Read;
-use std::os::unix::fs::FileExt;
+use std::io::{Read, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
 use super::keys;
@@ -262,52 +262,69 @@ impl Index {
 
     /// The index's bytes as an index of `cover`.
     pub(crate) fn encode_as(&self, cover: Cover) -> Vec<u8> {
-        let region_blocks: Vec<Vec<u8>> = self
-            .regions
-            .chunks(REGIONS_PER_BLOCK)
-            .map(|chunk| {
-                let mut b = Vec::with_capacity(chunk.len() * REGION_ENTRY);
-                for r in chunk {
-                    b.extend_from_slice(&r.offset.to_le_bytes());
-                    b.extend_from_slice(&r.packets.to_le_bytes());
-                    b.extend_from_slice(&r.first.to_le_bytes());
-                    b.extend_from_slice(&r.last.to_le_bytes());
-                    for at in r.pages {
-                        b.extend_from_slice(&at.to_le_bytes());
-                    }
-                }
-                b
-            })
-            .collect();
-        let mut sig_bytes = Vec::new();
-        for b in &self.signatures {
-            b.encode(&mut sig_bytes);
-        }
-        let mut out = Vec::new();
-        out.extend_from_slice(cover.magic());
-        out.extend_from_slice(&VERSION.to_le_bytes());
-        out.extend_from_slice(&self.file_len.to_le_bytes());
-        out.extend_from_slice(&self.head_crc.to_le_bytes());
-        out.extend_from_slice(&self.linktype.to_le_bytes());
-        out.extend_from_slice(&self.packets.to_le_bytes());
-        out.extend_from_slice(&self.first.to_le_bytes());
-        out.extend_from_slice(&self.last.to_le_bytes());
-        out.push(u8::from(self.keyed));
-        out.extend_from_slice(&(self.regions.len() as u32).to_le_bytes());
-        out.extend_from_slice(&(self.signatures.len() as u32).to_le_bytes());
-        for b in &region_blocks {
-            out.extend_from_slice(&crc32fast::hash(b).to_le_bytes());
-        }
-        for b in &self.signatures {
-            out.extend_from_slice(&b.width.to_le_bytes());
-        }
-        let crc = crc32fast::hash(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
-        for b in &region_blocks {
-            out.extend_from_slice(b);
-        }
-        out.extend_from_slice(&sig_bytes);
+        let mut out = Vec::with_capacity(self.encoded_len());
+        self.encode_into(cover, &mut out);
         out
+    }
+
+    /// Bytes of the index's encoding.
+    fn encoded_len(&self) -> usize {
+        let regions = self.regions.len();
+        let head = FIXED + 4 * (regions.div_ceil(REGIONS_PER_BLOCK) + self.signatures.len()) + 4;
+        let sigs: u64 = self
+            .signatures
+            .iter()
+            .map(|b| u64::from(b.width) * SigBlock::column_bytes(b.regions))
+            .sum();
+        head + regions * REGION_ENTRY + sigs as usize
+    }
+
+    /// Appends the index's bytes as an index of `cover` to `out`: the head's room first,
+    /// then the blocks, then the head (whose directory holds the blocks' CRC-32s), so that
+    /// no block is made twice.
+    fn encode_into(&self, cover: Cover, out: &mut Vec<u8>) {
+        let start = out.len();
+        let region_blocks = self.regions.len().div_ceil(REGIONS_PER_BLOCK);
+        let head_len = FIXED + 4 * (region_blocks + self.signatures.len()) + 4;
+        out.resize(start + head_len, 0);
+        let mut crcs = Vec::with_capacity(region_blocks);
+        for chunk in self.regions.chunks(REGIONS_PER_BLOCK) {
+            let at = out.len();
+            for r in chunk {
+                out.extend_from_slice(&r.offset.to_le_bytes());
+                out.extend_from_slice(&r.packets.to_le_bytes());
+                out.extend_from_slice(&r.first.to_le_bytes());
+                out.extend_from_slice(&r.last.to_le_bytes());
+                for at in r.pages {
+                    out.extend_from_slice(&at.to_le_bytes());
+                }
+            }
+            crcs.push(crc32fast::hash(&out[at..]));
+        }
+        for b in &self.signatures {
+            b.encode(out);
+        }
+        let mut head = Vec::with_capacity(head_len);
+        head.extend_from_slice(cover.magic());
+        head.extend_from_slice(&VERSION.to_le_bytes());
+        head.extend_from_slice(&self.file_len.to_le_bytes());
+        head.extend_from_slice(&self.head_crc.to_le_bytes());
+        head.extend_from_slice(&self.linktype.to_le_bytes());
+        head.extend_from_slice(&self.packets.to_le_bytes());
+        head.extend_from_slice(&self.first.to_le_bytes());
+        head.extend_from_slice(&self.last.to_le_bytes());
+        head.push(u8::from(self.keyed));
+        head.extend_from_slice(&(self.regions.len() as u32).to_le_bytes());
+        head.extend_from_slice(&(self.signatures.len() as u32).to_le_bytes());
+        for crc in crcs {
+            head.extend_from_slice(&crc.to_le_bytes());
+        }
+        for b in &self.signatures {
+            head.extend_from_slice(&b.width.to_le_bytes());
+        }
+        let crc = crc32fast::hash(&head);
+        head.extend_from_slice(&crc.to_le_bytes());
+        out[start..start + head_len].copy_from_slice(&head);
     }
 
     /// Parses an index's bytes, checking magic, version and every checksum.
@@ -360,13 +377,43 @@ impl Index {
 
     /// [`Index::save`] as the index file `idx` of `cover` (a prefix index's piece, see
     /// `prefix`).
+    ///
+    /// Written with direct I/O (`O_DIRECT`, from a buffer aligned for it, the file cut to
+    /// its length after), where the file system takes it: through the page cache, a
+    /// closed file's index (3 MB per 100 MB of 64-byte frames) was a third of the closer's
+    /// time in the kernel's copy into fresh page-cache pages, as the capture files were
+    /// before they were written direct.
     pub fn save_as(&self, idx: &Path, cover: Cover) -> std::io::Result<u64> {
-        let bytes = self.encode_as(cover);
+        const ALIGN: usize = 4096;
+        let len = self.encoded_len();
+        let padded = len.next_multiple_of(ALIGN);
+        let mut mem: Vec<u8> = Vec::with_capacity(padded + ALIGN);
+        let pad = mem.as_ptr().align_offset(ALIGN);
+        mem.resize(pad, 0);
+        self.encode_into(cover, &mut mem);
+        debug_assert_eq!(mem.len(), pad + len, "encoded_len is the encoding's");
+        mem.resize(pad + padded, 0);
         let name = idx.file_name().map(|n| n.to_string_lossy().into_owned());
         let tmp = idx.with_file_name(format!(".{}.tmp", name.unwrap_or_default()));
-        std::fs::write(&tmp, &bytes)?;
+        let direct = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&tmp)
+            .and_then(|mut f| {
+                f.write_all(&mem[pad..])?;
+                f.set_len(len as u64)
+            });
+        if let Err(e) = direct {
+            // No direct I/O here (tmpfs, some FUSE file systems): through the page cache.
+            if e.raw_os_error() != Some(libc::EINVAL) {
+                return Err(e);
+            }
+            std::fs::write(&tmp, &mem[pad..pad + len])?;
+        }
         std::fs::rename(&tmp, idx)?;
-        Ok(bytes.len() as u64)
+        Ok(len as u64)
     }
 
     /// Byte offset where region `n` ends (the next one's start, or the file's end).

@@ -34,6 +34,7 @@ use super::index::{Index, IndexError};
 use super::prefix::Prefixes;
 use super::retention;
 use super::Store;
+use crate::capture::worker::WORKER_NICE;
 
 /// Writes lent to the keeper at most (2 MiB each: 32 MiB, about 40 ms of the lab's top
 /// write rate), so a keeper that falls behind holds bounded memory.
@@ -196,11 +197,16 @@ impl Keeper {
 }
 
 fn run(store: &Store, retention: Retention, heard: &Heard, stop: &AtomicBool) -> KeeperReport {
+    // Behind the capture threads on a shared core: a close's work (an index encoded and
+    // written, tens of ms at 64 B) at their priority held a capture thread off long enough
+    // for its ring to fill (1514 B at top speed, 1 run in 3: 2,330 frames).
+    poolcap_sys::process::set_thread_nice(WORKER_NICE);
     let (to_close, closing) = std::sync::mpsc::channel::<(PathBuf, Option<Written>)>();
     std::thread::scope(|s| {
         let closer = std::thread::Builder::new()
             .name("store-closer".into())
             .spawn_scoped(s, move || {
+                poolcap_sys::process::set_thread_nice(WORKER_NICE);
                 let (mut report, mut ages) = (KeeperReport::default(), retention::Ages::default());
                 for (path, written) in closing {
                     close(store, retention, &path, written, &mut ages, &mut report);

@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 
 use super::build::Written;
 use super::index::{Cover, REGION_BYTES};
+use crate::capture::worker::WORKER_NICE;
 
 /// How often a piece is saved at most.
 pub const EVERY: Duration = Duration::from_secs(1);
@@ -181,6 +182,7 @@ impl Prefixes {
             let spawned = std::thread::Builder::new()
                 .name("store-prefix".into())
                 .spawn(move || {
+                    poolcap_sys::process::set_thread_nice(WORKER_NICE);
                     let t = Instant::now();
                     let saved = builder
                         .piece(from, head_crc)
