@@ -197,15 +197,18 @@ impl Keeper {
 }
 
 fn run(store: &Store, retention: Retention, heard: &Heard, stop: &AtomicBool) -> KeeperReport {
-    // Behind the capture threads on a shared core: a close's work (an index encoded and
-    // written, tens of ms at 64 B) at their priority held a capture thread off long enough
-    // for its ring to fill (1514 B at top speed, 1 run in 3: 2,330 frames).
-    poolcap_sys::process::set_thread_nice(WORKER_NICE);
     let (to_close, closing) = std::sync::mpsc::channel::<(PathBuf, Option<Written>)>();
     std::thread::scope(|s| {
         let closer = std::thread::Builder::new()
             .name("store-closer".into())
             .spawn_scoped(s, move || {
+                // Behind the capture threads on a shared core: a close's work (an index
+                // encoded and written) at their priority held a capture thread off long
+                // enough for its ring to fill (1514 B at top speed, 1 run in 3: 2,330
+                // frames). Not the thread that takes the writes: behind the capture
+                // thread it gave the lent buffers back late, and the writer made new ones
+                // (6k page faults per 1M frames at 1514 B, 18% of the process in
+                // clear_page).
                 poolcap_sys::process::set_thread_nice(WORKER_NICE);
                 let (mut report, mut ages) = (KeeperReport::default(), retention::Ages::default());
                 for (path, written) in closing {
