@@ -779,11 +779,7 @@ mod tests {
 
     #[test]
     fn tcp_streams_messages_and_counts_what_a_vanished_collector_missed() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let x =
-            IpfixExporter::start(config(listener.local_addr().unwrap(), Transport::Tcp)).unwrap();
-        let (mut conn, _) = listener.accept().unwrap();
-        let flows: Vec<(u16, u64, u64, u64, &str)> = (0..50).map(|i| (i, 1, 0, 0, "F")).collect();
+        let (listener, x, mut conn, flows) = tcp_exporter();
         x.sender().offer(&[period(&flows)]);
         // Read what arrived, then go away: later records cannot be delivered.
         let bytes = read_until(&mut conn, 50);
@@ -816,6 +812,23 @@ mod tests {
         );
     }
 
+    /// A collector's listener, an exporter to it over TCP, the collector's side of their
+    /// connection, and a period's 50 flows (each ended: exported at once).
+    #[allow(clippy::type_complexity)]
+    fn tcp_exporter() -> (
+        TcpListener,
+        IpfixExporter,
+        TcpStream,
+        Vec<(u16, u64, u64, u64, &'static str)>,
+    ) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let x =
+            IpfixExporter::start(config(listener.local_addr().unwrap(), Transport::Tcp)).unwrap();
+        let (conn, _) = listener.accept().unwrap();
+        let flows = (0..50).map(|i| (i, 1, 0, 0, "F")).collect();
+        (listener, x, conn, flows)
+    }
+
     /// Reads from the collector's side of `conn` until `records` data records have come, or
     /// (`usize::MAX`) until the exporter closes the stream; hang guard 5 s per read.
     fn read_until(conn: &mut TcpStream, records: usize) -> Vec<u8> {
@@ -837,11 +850,7 @@ mod tests {
     /// too: every record written is delivered and counted, and the exporter connects again.
     #[test]
     fn tcp_collector_closing_gracefully_gets_every_record_and_a_new_connection() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let x =
-            IpfixExporter::start(config(listener.local_addr().unwrap(), Transport::Tcp)).unwrap();
-        let (mut first, _) = listener.accept().unwrap();
-        let flows: Vec<(u16, u64, u64, u64, &str)> = (0..50).map(|i| (i, 1, 0, 0, "F")).collect();
+        let (listener, x, mut first, flows) = tcp_exporter();
         let sender = x.sender();
         sender.offer(&[period(&flows)]);
         let mut held = read_until(&mut first, 50);

@@ -158,7 +158,7 @@ impl Cutter {
             let (signer, last) = (&mut self.signer, &mut self.last);
             let mut n = 0;
             keys::keys(self.linktype, data, &mut |kind, value| {
-                let number = number(value);
+                let number = keys::number(value);
                 if !last.repeats(n, kind, number) {
                     signer.insert(kind, value);
                     last.set(n, kind, number);
@@ -427,26 +427,16 @@ impl Last {
     /// addresses, 8 protocols and 2 ports).
     const KEYS: usize = 16;
 
-    /// Whether the key at place `n` is (`kind`, `value`), the value as a [`number`].
+    /// Whether the key at place `n` is (`kind`, `value`), the value as a [`keys::number`].
     fn repeats(&self, n: usize, kind: u8, value: u128) -> bool {
         n < self.len.min(Last::KEYS) && self.keys[n] == (kind, value)
     }
 
-    /// Holds (`kind`, `value`) as the key at place `n`, the value as a [`number`].
+    /// Holds (`kind`, `value`) as the key at place `n`, the value as a [`keys::number`].
     fn set(&mut self, n: usize, kind: u8, value: u128) {
         if let Some(k) = self.keys.get_mut(n) {
             *k = (kind, value);
         }
-    }
-}
-
-/// A key's value (1, 2, 4 or 16 bytes) as a number.
-fn number(value: &[u8]) -> u128 {
-    match *value {
-        [a] => u128::from(a),
-        [a, b] => u128::from(u16::from_be_bytes([a, b])),
-        [a, b, c, d] => u128::from(u32::from_be_bytes([a, b, c, d])),
-        _ => value.iter().fold(0, |v, &b| (v << 8) | u128::from(b)),
     }
 }
 

@@ -39,6 +39,17 @@ pub fn width(kind: u8) -> usize {
     }
 }
 
+/// A key's value (1 to 16 bytes, big-endian) as a number: compared as one by the index
+/// builder, and hashed (see `sig`).
+pub fn number(value: &[u8]) -> u128 {
+    match *value {
+        [a] => u128::from(a),
+        [a, b] => u128::from(u16::from_be_bytes([a, b])),
+        [a, b, c, d] => u128::from(u32::from_be_bytes([a, b, c, d])),
+        _ => value.iter().fold(0, |v, &b| (v << 8) | u128::from(b)),
+    }
+}
+
 /// Link types whose packets are dissected (others are indexed by time only).
 pub fn dissects(linktype: u32) -> bool {
     matches!(linktype, 1 | 101 | 276)

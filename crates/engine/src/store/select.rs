@@ -342,26 +342,26 @@ fn understood(w: &[&str]) -> Option<Selector> {
 /// The key of the narrowest prefix the index holds that covers `addr`/`bits`: the address
 /// itself, or one of the prefixes `sig` derives; `None` if none does.
 fn net(addr: IpAddr, bits: u32) -> Option<Vec<u8>> {
-    Some(match addr {
-        IpAddr::V4(a) => {
-            let o = a.octets();
-            match bits {
-                32 => exact(keys::V4, &o),
-                24..=31 => exact(sig::V4_24, &o[..3]),
-                16..=23 => exact(sig::V4_16, &o[..2]),
-                _ => return None,
-            }
-        }
-        IpAddr::V6(a) => {
-            let o = a.octets();
-            match bits {
-                128 => exact(keys::V6, &o),
-                64..=127 => exact(sig::V6_64, &o[..8]),
-                32..=63 => exact(sig::V6_32, &o[..4]),
-                _ => return None,
-            }
-        }
-    })
+    // The prefixes held, longest first: (bits, kind, bytes of the address it keeps).
+    let (octets, held): (Vec<u8>, [(u32, u8, usize); 3]) = match addr {
+        IpAddr::V4(a) => (
+            a.octets().to_vec(),
+            [(32, keys::V4, 4), (24, sig::V4_24, 3), (16, sig::V4_16, 2)],
+        ),
+        IpAddr::V6(a) => (
+            a.octets().to_vec(),
+            [
+                (128, keys::V6, 16),
+                (64, sig::V6_64, 8),
+                (32, sig::V6_32, 4),
+            ],
+        ),
+    };
+    let max = held[0].0;
+    let (_, kind, len) = held
+        .into_iter()
+        .find(|&(b, _, _)| bits <= max && bits >= b)?;
+    Some(exact(kind, &octets[..len]))
 }
 
 #[cfg(test)]

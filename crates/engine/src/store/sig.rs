@@ -56,23 +56,14 @@ pub fn hash(kind: u8, value: &[u8]) -> u64 {
     let (head, tail) = value.split_at(value.len().min(8));
     // The kind and length above the value's bytes (in their lowest byte for 8).
     let tag = (u64::from(kind) << 8) | value.len() as u64;
-    let mut x = number(head) ^ tag.rotate_left(8 * head.len() as u32 % 64);
+    // At most 8 bytes each: the numbers fit 64 bits.
+    let mut x = keys::number(head) as u64 ^ tag.rotate_left(8 * head.len() as u32 % 64);
     if !tail.is_empty() {
-        x ^= number(tail).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        x ^= (keys::number(tail) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     x ^ (x >> 31)
-}
-
-/// Up to 8 bytes as a big-endian number.
-fn number(b: &[u8]) -> u64 {
-    match *b {
-        [a] => u64::from(a),
-        [a, b] => u64::from(u16::from_be_bytes([a, b])),
-        [a, b, c, d] => u64::from(u32::from_be_bytes([a, b, c, d])),
-        _ => b.iter().fold(0, |x, &y| (x << 8) | u64::from(y)),
-    }
 }
 
 /// The two bits a key of hash `h` sets in its word.
