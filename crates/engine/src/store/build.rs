@@ -22,7 +22,7 @@
 //! region's signature, which stays in L1 (see `sig`); a key repeated from the record
 //! before in the same region costs nothing.
 //!
-//! [`Cutter::record`] is the one place a record is indexed: whatever else the index learns
+//! `Cutter::record` is the one place a record is indexed: whatever else the index learns
 //! per record goes there.
 
 use super::index::{head_crc, Index, IndexError, Region, PAGES, PAGE_BYTES, REGION_BYTES};
@@ -331,7 +331,7 @@ impl Builder {
 
 /// Cuts a pcap file's records into regions from its bytes as the writer copies them into
 /// its write buffers (`poolcap_format::Notes`), in order, in runs that end anywhere, and
-/// notes each region as it ends, with its signature ([`Cut::note`]): the keeper only adds
+/// notes each region as it ends, with its signature (`Cut::note`): the keeper only adds
 /// the regions up ([`Written`]), and reads the last one back from the file at its close.
 /// The file header is not noted (the keeper has it from the first write).
 #[derive(Default)]
