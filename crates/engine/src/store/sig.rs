@@ -1,12 +1,13 @@
 //! Region signatures: for each region of a capture file, a small Bloom filter of the keys
 //! of its packets (see `keys`), which a query tests for the keys of its filter.
 //!
-//! Why a filter per region and not a list of regions per key (the index's first format,
+//! Why a filter per region and not a list of regions per key (the index's format 2,
 //! Stenographer's way with packet offsets instead of regions): the lists cost the keeper a
 //! map lookup per address and packet and the closer a sort of every (key, region) pair,
 //! about 100 ns a packet with a flow per few packets (64-byte frames over 100k flows,
-//! BENCHMARKS.md, store), more than writing the packet; setting two bits of a word in a
-//! signature that stays in the core's L1 costs a hash. What a filter gives up: a query may
+//! BENCHMARKS.md, store), more than writing the packet; setting two bits of a word of a 4
+//! KiB signature costs a hash and at worst a miss to L2 (the packet copies evict it from L1:
+//! perf at 64 B, about 8 ns a key). What a filter gives up: a query may
 //! read a region that holds none of its keys (a false positive, about 2% of the regions
 //! per key tested, far fewer for `and`), never miss one; libpcap decides every packet read
 //! anyway. Pages within a region are not told apart: a region chosen is read whole.
@@ -27,7 +28,7 @@
 use super::keys;
 
 /// Words of a region's signature while it is built, the widest a stored one may be: 4 KiB,
-/// which stays in the core's L1 beside the keys being hashed.
+/// small beside the core's L1 and L2.
 pub const MAX_WORDS: usize = 512;
 
 /// Regions per signature block: 64 MiB of capture file, a column of 8 KiB.
