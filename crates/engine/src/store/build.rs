@@ -397,19 +397,14 @@ impl Noter {
             self.at += self.partial.len() as u64;
             self.partial.clear();
         }
-        while b.len() >= RECORD_HEADER {
-            let (ts, caplen) = header.record(b);
-            let len = RECORD_HEADER + caplen as usize;
-            if b.len() < len {
-                break;
-            }
-            if let Some(cut) = cutter.record(self.at, ts, &b[RECORD_HEADER..len]) {
+        let start = self.at;
+        let whole = header.records(b, |at, ts, data| {
+            if let Some(cut) = cutter.record(start + at as u64, ts, data) {
                 cut.note(out);
             }
-            self.at += len as u64;
-            b = &b[len..];
-        }
-        self.partial.extend_from_slice(b);
+        });
+        self.at += whole as u64;
+        self.partial.extend_from_slice(&b[whole..]);
     }
 }
 
@@ -590,18 +585,9 @@ impl Written {
         let from = builder.cut_end;
         let bytes = tail(from).ok()?;
         let header = Header::parse(*self.head.first_chunk::<{ FILE_HEADER as usize }>()?)?;
-        let mut b = &bytes[..];
-        let mut at = from;
-        while b.len() >= RECORD_HEADER {
-            let (ts, caplen) = header.record(b);
-            let len = RECORD_HEADER + caplen as usize;
-            if b.len() < len {
-                break;
-            }
-            builder.record(at, ts, &b[RECORD_HEADER..len]);
-            at += len as u64;
-            b = &b[len..];
-        }
+        header.records(&bytes, |at, ts, data| {
+            builder.record(from + at as u64, ts, data)
+        });
         if builder.end() != file_len {
             return None;
         }

@@ -50,7 +50,6 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
-use super::keys;
 use super::sig::{self, SigBlock, BLOCK_REGIONS, MAX_WORDS};
 
 /// The format version this build writes and reads.
@@ -267,27 +266,29 @@ impl Index {
         out
     }
 
+    /// Bytes of the index's head: its fixed part, a CRC-32 per region block, a width per
+    /// signature block, and its own CRC-32.
+    fn head_len(&self) -> usize {
+        FIXED + 4 * (self.regions.len().div_ceil(REGIONS_PER_BLOCK) + self.signatures.len()) + 4
+    }
+
     /// Bytes of the index's encoding.
     fn encoded_len(&self) -> usize {
-        let regions = self.regions.len();
-        let head = FIXED + 4 * (regions.div_ceil(REGIONS_PER_BLOCK) + self.signatures.len()) + 4;
         let sigs: u64 = self
             .signatures
             .iter()
             .map(|b| u64::from(b.width) * SigBlock::column_bytes(b.regions))
             .sum();
-        head + regions * REGION_ENTRY + sigs as usize
+        self.head_len() + self.regions.len() * REGION_ENTRY + sigs as usize
     }
 
     /// Appends the index's bytes as an index of `cover` to `out`: the head's room first,
     /// then the blocks, then the head (whose directory holds the blocks' CRC-32s), so that
     /// no block is made twice.
     fn encode_into(&self, cover: Cover, out: &mut Vec<u8>) {
-        let start = out.len();
-        let region_blocks = self.regions.len().div_ceil(REGIONS_PER_BLOCK);
-        let head_len = FIXED + 4 * (region_blocks + self.signatures.len()) + 4;
+        let (start, head_len) = (out.len(), self.head_len());
         out.resize(start + head_len, 0);
-        let mut crcs = Vec::with_capacity(region_blocks);
+        let mut crcs = Vec::with_capacity(self.regions.len().div_ceil(REGIONS_PER_BLOCK));
         for chunk in self.regions.chunks(REGIONS_PER_BLOCK) {
             let at = out.len();
             for r in chunk {
@@ -602,14 +603,15 @@ fn lookup(
     widths: &[u32],
     mut column: impl FnMut(usize, usize) -> Result<Vec<u64>, IndexError>,
 ) -> Result<Postings, IndexError> {
-    let mut keys: Vec<[u8; KEY]> = keys.iter().map(|k| padded(k)).collect();
+    // In the order of their padded bytes, which [`Postings::get`] searches: keys of one
+    // kind have one length, so their bytes sort alike.
+    let mut keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
     keys.sort_unstable();
     keys.dedup();
     let mut read: BTreeMap<(usize, usize), Vec<u64>> = BTreeMap::new();
     let mut postings = Postings::default();
     for key in keys {
-        let len = key_len(&key);
-        let h = sig::hash(key[0], &key[1..len]);
+        let h = sig::hash(key[0], &key[1..]);
         let mut list = Vec::new();
         for (b, &width) in widths.iter().enumerate() {
             let c = h as usize & (width as usize - 1);
@@ -623,21 +625,9 @@ fn lookup(
                 pages: ALL_PAGES,
             }));
         }
-        postings.push(&key[..len], list);
+        postings.push(key, list);
     }
     Ok(postings)
-}
-
-/// Bytes of a padded key without its padding, by its kind byte.
-fn key_len(key: &[u8; KEY]) -> usize {
-    1 + match key[0] {
-        keys::PROTO => 1,
-        keys::PORT | keys::ETHERTYPE | sig::V4_16 => 2,
-        sig::V4_24 => 3,
-        keys::V4 | sig::V6_32 => 4,
-        sig::V6_64 => 8,
-        _ => 16,
-    }
 }
 
 /// A capture file's index on disk, read in pieces: its head when opened, then the key and
@@ -895,6 +885,7 @@ impl<'a> Cursor<'a> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::store::keys;
     use crate::store::pcapfile::{self, FILE_HEADER};
 
     /// Writes a nanosecond pcap of `n` Ethernet/IPv4/UDP frames of `size` bytes, packet `i`

@@ -61,6 +61,23 @@ impl Header {
         )
     }
 
+    /// Calls `each` with the offset in `b`, the time (ns) and the captured bytes of each
+    /// whole record from the start of `b` on; returns the bytes those records take.
+    #[inline]
+    pub fn records(&self, b: &[u8], mut each: impl FnMut(usize, u64, &[u8])) -> usize {
+        let mut at = 0;
+        while b.len() - at >= RECORD_HEADER {
+            let (ts, caplen) = self.record(&b[at..]);
+            let len = RECORD_HEADER + caplen as usize;
+            if b.len() - at < len {
+                break;
+            }
+            each(at, ts, &b[at + RECORD_HEADER..at + len]);
+            at += len;
+        }
+        at
+    }
+
     fn u32_at(&self, b: &[u8], at: usize) -> u32 {
         let v = [b[at], b[at + 1], b[at + 2], b[at + 3]];
         if self.big {
