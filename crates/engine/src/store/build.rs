@@ -19,8 +19,8 @@
 //! numbered keys through a cache and a map and grouped (key, region) pairs at a file's
 //! close, which still cost about 100 ns a packet with a flow per few packets (the map's
 //! misses, the grouping's scatter). A key now costs a hash and two bits set in the
-//! region's signature, which stays in L1 (see `sig`); a key repeated from the record
-//! before in the same region costs nothing.
+//! region's signature, which stays in L1 (see `sig`); a key the region already holds, a
+//! lookup in a small table (`sig::Signer`).
 //!
 //! `Cutter::record` is the one place a record is indexed: whatever else the index learns
 //! per record goes there.
@@ -104,8 +104,6 @@ struct Cutter {
     open: Option<Region>,
     /// Its signature so far.
     signer: Signer,
-    /// The keys of the record before in the open region: not inserted again.
-    last: Last,
     /// Where the last record ends.
     end: u64,
 }
@@ -117,32 +115,20 @@ impl Cutter {
             keyed: keys::dissects(linktype),
             open: None,
             signer: Signer::default(),
-            last: Last::default(),
             end: FILE_HEADER,
         }
     }
 
     /// Adds the record at byte `offset` (its record header's) with time `ts_ns` and
-    /// captured bytes `data`; returns the region it ends, if it starts a new one.
-    fn record(&mut self, offset: u64, ts_ns: u64, data: &[u8]) -> Option<Cut> {
-        let starts = self
-            .open
-            .as_ref()
-            .is_none_or(|r| offset - r.offset >= REGION_BYTES);
-        let cut = if starts {
-            let cut = self.close();
-            self.open = Some(Region {
-                offset,
-                packets: 0,
-                first: ts_ns,
-                last: ts_ns,
-                pages: [0; PAGES - 1],
-            });
-            cut
-        } else {
-            None
+    /// captured bytes `data`; gives `ended` the region before, if it starts a new one.
+    /// Inlined into the walks of records, the region's end apart (a call per record, and
+    /// a region handed back by value per record, cost as much as the bookkeeping).
+    #[inline]
+    fn record(&mut self, offset: u64, ts_ns: u64, data: &[u8], ended: &mut impl FnMut(Cut)) {
+        let region = match &mut self.open {
+            Some(r) if offset - r.offset < REGION_BYTES => r,
+            _ => self.start(offset, ts_ns, ended),
         };
-        let region = self.open.as_mut().expect("opened above");
         // The page of the region this record starts in; the first record starting in a
         // page is where a read of that page begins.
         let within = offset - region.offset;
@@ -155,25 +141,31 @@ impl Cutter {
         region.last = region.last.max(ts_ns);
         self.end = offset + (RECORD_HEADER + data.len()) as u64;
         if self.keyed {
-            let (signer, last) = (&mut self.signer, &mut self.last);
-            let mut n = 0;
+            let signer = &mut self.signer;
             keys::keys(self.linktype, data, &mut |kind, value| {
-                let number = keys::number(value);
-                if !last.repeats(n, kind, number) {
-                    signer.insert(kind, value);
-                    last.set(n, kind, number);
-                }
-                n += 1;
+                signer.insert(kind, value)
             });
-            last.len = n;
         }
-        cut
+    }
+
+    /// Ends the region being cut, giving it to `ended`, and opens one at `offset`.
+    #[inline(never)]
+    fn start(&mut self, offset: u64, ts_ns: u64, ended: &mut impl FnMut(Cut)) -> &mut Region {
+        if let Some(cut) = self.close() {
+            ended(cut);
+        }
+        self.open.insert(Region {
+            offset,
+            packets: 0,
+            first: ts_ns,
+            last: ts_ns,
+            pages: [0; PAGES - 1],
+        })
     }
 
     /// Ends the region being cut where the last record ends (at the file's end).
     fn close(&mut self) -> Option<Cut> {
         let region = self.open.take()?;
-        self.last.len = 0;
         let sig = if self.keyed {
             self.signer.take()
         } else {
@@ -217,7 +209,10 @@ impl Builder {
     /// Indexes the record at byte `offset` (its record header's) with time `ts_ns` and
     /// captured bytes `data`.
     pub fn record(&mut self, offset: u64, ts_ns: u64, data: &[u8]) {
-        if let Some(cut) = self.cutter.record(offset, ts_ns, data) {
+        let mut ended = None;
+        self.cutter
+            .record(offset, ts_ns, data, &mut |cut| ended = Some(cut));
+        if let Some(cut) = ended {
             let pushed = self.push(cut);
             debug_assert!(pushed, "a region cut here follows the last");
         }
@@ -391,47 +386,18 @@ impl Noter {
                 return;
             }
             let (ts, _) = header.record(&self.partial);
-            if let Some(cut) = cutter.record(self.at, ts, &self.partial[RECORD_HEADER..]) {
-                cut.note(out);
-            }
+            cutter.record(self.at, ts, &self.partial[RECORD_HEADER..], &mut |cut| {
+                cut.note(out)
+            });
             self.at += self.partial.len() as u64;
             self.partial.clear();
         }
         let start = self.at;
         let whole = header.records(b, |at, ts, data| {
-            if let Some(cut) = cutter.record(start + at as u64, ts, data) {
-                cut.note(out);
-            }
+            cutter.record(start + at as u64, ts, data, &mut |cut| cut.note(out));
         });
         self.at += whole as u64;
         self.partial.extend_from_slice(&b[whole..]);
-    }
-}
-
-/// The keys of the record before, by their place among its keys (at most the first
-/// [`Last::KEYS`]), each its kind and its value as a number (compared as one, where
-/// comparing the bytes was a call of `memcmp` per key on the capture thread).
-#[derive(Clone, Copy, Default)]
-struct Last {
-    keys: [(u8, u128); Last::KEYS],
-    len: usize,
-}
-
-impl Last {
-    /// Keys of a record held (more than a record has: at most 3 EtherTypes, 2 IPv6
-    /// addresses, 8 protocols and 2 ports).
-    const KEYS: usize = 16;
-
-    /// Whether the key at place `n` is (`kind`, `value`), the value as a [`keys::number`].
-    fn repeats(&self, n: usize, kind: u8, value: u128) -> bool {
-        n < self.len.min(Last::KEYS) && self.keys[n] == (kind, value)
-    }
-
-    /// Holds (`kind`, `value`) as the key at place `n`, the value as a [`keys::number`].
-    fn set(&mut self, n: usize, kind: u8, value: u128) {
-        if let Some(k) = self.keys.get_mut(n) {
-            *k = (kind, value);
-        }
     }
 }
 

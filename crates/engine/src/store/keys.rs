@@ -92,6 +92,7 @@ fn be16(d: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([d[at], d[at + 1]])
 }
 
+#[inline]
 fn ipv4(ip: &[u8], key: &mut impl FnMut(u8, &[u8])) {
     if ip.len() < 20 {
         return;
@@ -128,6 +129,7 @@ fn ipv6(ip: &[u8], key: &mut impl FnMut(u8, &[u8])) {
     ports(next, ip.get(at..).unwrap_or(&[]), key);
 }
 
+#[inline]
 fn ports(proto: u8, l4: &[u8], key: &mut impl FnMut(u8, &[u8])) {
     if matches!(proto, 6 | 17 | 132) && l4.len() >= 4 {
         key(PORT, &l4[0..2]);

@@ -47,7 +47,7 @@ impl Header {
     }
 
     /// A record header's time (ns) and captured length.
-    #[inline]
+    #[inline(always)]
     pub fn record(&self, head: &[u8]) -> (u64, u32) {
         let (sec, frac) = (self.u32_at(head, 0), self.u32_at(head, 4));
         let frac_ns = if self.nanos {
@@ -78,6 +78,7 @@ impl Header {
         at
     }
 
+    #[inline(always)]
     fn u32_at(&self, b: &[u8], at: usize) -> u32 {
         let v = [b[at], b[at + 1], b[at + 2], b[at + 3]];
         if self.big {

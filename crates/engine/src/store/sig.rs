@@ -72,10 +72,17 @@ fn bits(h: u64) -> u64 {
     (1 << ((h >> 40) & 63)) | (1 << ((h >> 46) & 63))
 }
 
-/// The key of `kind` and `value`, and the keys derived from it (an address's prefixes),
-/// each given to `each` as (kind, value).
+/// The key of `kind` and `value`, and the keys derived from it (see [`derived`]), each
+/// given to `each` as (kind, value).
+#[cfg(test)]
 pub fn with_derived(kind: u8, value: &[u8], each: &mut impl FnMut(u8, &[u8])) {
     each(kind, value);
+    derived(kind, value, each);
+}
+
+/// The keys derived from the key of `kind` and `value` (an address's prefixes), each
+/// given to `each` as (kind, value).
+fn derived(kind: u8, value: &[u8], each: &mut impl FnMut(u8, &[u8])) {
     match kind {
         keys::V4 if value.len() == 4 => {
             each(V4_16, &value[..2]);
@@ -89,28 +96,105 @@ pub fn with_derived(kind: u8, value: &[u8], each: &mut impl FnMut(u8, &[u8])) {
     }
 }
 
-/// The signature of the region being built.
+/// Entries of a signer's table of the keys it has inserted into the region (see
+/// [`Signer`]).
+const SEEN: usize = 128;
+
+/// The signature of the region being built, and a table of keys inserted into it.
+///
+/// Why the table: most keys of a packet are in the region already (its hosts, the server's
+/// port, the protocol), and a key's hash, with an address's two prefixes, was most of the
+/// capture thread's cost of the store (perf at 64 B). A key is looked up in a direct-mapped
+/// table of [`SEEN`] keys inserted since the region began, one multiply and a compare; only
+/// one not found is hashed and inserted (with its prefixes), and replaces its slot's key. A
+/// key evicted is inserted again (setting bits already set): the table decides only how
+/// often a key is hashed, never whether it is in the signature.
 #[derive(Clone)]
 pub struct Signer {
     words: Box<[u64]>,
+    /// Keys inserted since the region began, by [`Signer::slot`] (see [`Signer::fresh`]);
+    /// 0 is empty.
+    seen: Box<[u64; SEEN]>,
 }
 
 impl Default for Signer {
     fn default() -> Self {
         Signer {
             words: vec![0; MAX_WORDS].into_boxed_slice(),
+            seen: Box::new([0; SEEN]),
         }
     }
 }
 
 impl Signer {
-    /// Inserts the key (`kind`, `value`) and the keys derived from it.
+    /// Inserts the key (`kind`, `value`) and the keys derived from it (see
+    /// [`with_derived`]) unless the region's table holds it. Inlined where the keys are
+    /// given (a call per key, with its registers saved, cost more than the lookup).
+    #[inline]
     pub fn insert(&mut self, kind: u8, value: &[u8]) {
-        let words = &mut self.words;
-        with_derived(kind, value, &mut |k, v| {
-            let h = hash(k, v);
-            words[h as usize & (MAX_WORDS - 1)] |= bits(h);
+        if !self.fresh(Signer::code(kind, value), kind, value) {
+            return;
+        }
+        if matches!(kind, keys::V4 | keys::V6) {
+            self.insert_address(kind, value);
+        } else {
+            self.set(kind, value);
+        }
+    }
+
+    /// Inserts the address (`kind`, `value`), not in the table, and those of its prefixes
+    /// that are not.
+    #[inline(never)]
+    fn insert_address(&mut self, kind: u8, value: &[u8]) {
+        self.set(kind, value);
+        derived(kind, value, &mut |k, v| {
+            if self.fresh(Signer::code(k, v), k, v) {
+                self.set(k, v);
+            }
         });
+    }
+
+    /// The key (`kind`, `value`) coded in a word if its value has at most 6 bytes (its kind,
+    /// length and value; kinds are below 0x80, so the top bit is clear), else 0.
+    #[inline]
+    fn code(kind: u8, value: &[u8]) -> u64 {
+        if value.len() <= 6 {
+            (u64::from(kind) << 56) | ((value.len() as u64) << 48) | keys::number(value) as u64
+        } else {
+            0
+        }
+    }
+
+    /// Whether the key (`kind`, `value`), coded `code` ([`Signer::code`]), is not in the
+    /// table; it is from now on. A key not coded is looked up by its hash with the top bit
+    /// set (two keys of one hash set the same bits: bit 63 picks neither a word nor a bit).
+    #[inline]
+    fn fresh(&mut self, code: u64, kind: u8, value: &[u8]) -> bool {
+        let code = if code == 0 {
+            hash(kind, value) | 1 << 63
+        } else {
+            code
+        };
+        let slot = &mut self.seen[Signer::slot(code)];
+        // Stored only when new: a store on every hit made the next packet's lookup of the
+        // same slot wait for it.
+        if *slot == code {
+            return false;
+        }
+        *slot = code;
+        true
+    }
+
+    /// Sets the bits of the key (`kind`, `value`).
+    #[inline]
+    fn set(&mut self, kind: u8, value: &[u8]) {
+        let h = hash(kind, value);
+        self.words[h as usize & (MAX_WORDS - 1)] |= bits(h);
+    }
+
+    /// The table's slot for a key coded `code`: its top bits after a multiply.
+    fn slot(code: u64) -> usize {
+        (code.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SEEN.trailing_zeros())) as usize
     }
 
     /// The region's signature, folded (see the module docs); the signer starts over empty.
@@ -122,6 +206,7 @@ impl Signer {
             .clamp(1, MAX_WORDS);
         let out = fold(&self.words, width);
         self.words.fill(0);
+        self.seen.fill(0);
         out
     }
 }
@@ -275,6 +360,46 @@ mod tests {
         // A prefix key finds the regions of its addresses: 10.0.0.0/24 is in region 0.
         assert!(regions_of(V4_24, &[10, 0, 0]).contains(&0));
         assert!(regions_of(V4_16, &[10, 0]).len() == 50);
+    }
+
+    /// Whether the folded signature `sig` may hold the key (`kind`, `value`).
+    fn holds(sig: &[u64], kind: u8, value: &[u8]) -> bool {
+        let h = hash(kind, value);
+        sig[h as usize & (sig.len() - 1)] & bits(h) == bits(h)
+    }
+
+    #[test]
+    fn the_table_of_keys_inserted_skips_none_in_any_region() {
+        let mut s = Signer::default();
+        // Keys drawn from a pool larger than the table, so they evict each other, with
+        // repeats; IPv6 addresses (looked up by their hash) among them.
+        let mut seed = 11u64;
+        let mut keys = Vec::new();
+        for _ in 0..3000 {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            let i = (seed >> 33) % 700;
+            keys.push(match i % 3 {
+                0 => (keys::V4, key(i as u32).to_vec()),
+                1 => (keys::PORT, (i as u16).to_be_bytes().to_vec()),
+                _ => (
+                    keys::V6,
+                    [[0x20, 1].as_slice(), &[0; 10], &key(i as u32)].concat(),
+                ),
+            });
+        }
+        // Three regions, the second with the last keys of the first, which its table
+        // holds: a key the table held in the region before is inserted again.
+        for region in [&keys[..1000], &keys[950..1000], &keys[1000..]] {
+            for (kind, value) in region {
+                s.insert(*kind, value);
+            }
+            let sig = s.take();
+            for (kind, value) in region {
+                with_derived(*kind, value, &mut |k, v| {
+                    assert!(holds(&sig, k, v), "{k} {v:?}");
+                });
+            }
+        }
     }
 
     #[test]
