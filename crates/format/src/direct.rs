@@ -82,8 +82,8 @@
 //! [`DirectFile::with_buffers`]): a buffer lent to the feed, one past the [`DEPTH`] a file
 //! keeps, and a closed file's buffers go there, and a file takes its buffers from there
 //! before it makes new ones. Why: a new buffer is memory the kernel faults in and zeroes
-//! page by page as the writer first fills it, and with a feed (the keeper holds up to 16
-//! buffers) and a new file every 100 MB, the writer filled mostly new buffers: 60k page
+//! page by page as the writer first fills it, and with a feed that held up to 16 buffers
+//! and a new file every 100 MB, the writer filled mostly new buffers: 60k page
 //! faults in 2 s at 1514-byte frames, the capture thread's time in `clear_page_erms` and
 //! `memset`, where `-w` alone faulted 7 times.
 

@@ -25,7 +25,9 @@
 //! `Cutter::record` is the one place a record is indexed: whatever else the index learns
 //! per record goes there.
 
-use super::index::{head_crc, Index, IndexError, Region, PAGES, PAGE_BYTES, REGION_BYTES};
+use super::index::{
+    head_crc, Index, IndexError, Region, HEAD_BYTES, PAGES, PAGE_BYTES, REGION_BYTES,
+};
 use super::keys;
 use super::pcapfile::{self, Header, FILE_HEADER, RECORD_HEADER};
 use super::sig::{SigBlock, Signer, BLOCK_REGIONS, MAX_WORDS};
@@ -401,17 +403,10 @@ impl Noter {
     }
 }
 
-/// Bytes at the start of a capture file its index checks it against (see `index`).
-const HEAD_BYTES: usize = 4096;
-
 /// A capture file's index built from the writes that landed, in order, each with its
 /// offset in the file and the notes of the regions its records ended ([`Noter`]), from
-/// memory; writes lent without notes are noted here. The last region, which no record
-/// ended, is read back from the file at its close.
+/// memory. The last region, which no record ended, is read back from the file at its close.
 pub struct Written {
-    /// Notes the writes lent without notes, and holds their notes.
-    noter: Noter,
-    noted: Vec<u8>,
     /// Bytes fed so far (where the next write must start).
     fed: u64,
     /// The file's first bytes, for its header and the index's check of them.
@@ -423,9 +418,6 @@ pub struct Written {
     pending: std::collections::VecDeque<Cut>,
     /// A write was missed (or the header is not pcap): the file is indexed from disk.
     broken: bool,
-    /// Whether the writes came with the writer's notes (`land`) or were noted here
-    /// (`feed`): the regions of two noters in one file would not follow each other.
-    by_writer: Option<bool>,
 }
 
 impl Default for Written {
@@ -438,14 +430,11 @@ impl Written {
     /// Nothing fed yet.
     pub fn new() -> Self {
         Written {
-            noter: Noter::default(),
-            noted: Vec::new(),
             fed: 0,
             head: Vec::with_capacity(HEAD_BYTES),
             built: None,
             pending: std::collections::VecDeque::new(),
             broken: false,
-            by_writer: None,
         }
     }
 
@@ -454,36 +443,19 @@ impl Written {
         self.fed
     }
 
-    /// Feeds the file's bytes `bytes` at offset `at`, not noted by the writer: notes them
-    /// here, then as [`Written::land`].
-    pub fn feed(&mut self, at: u64, bytes: &[u8]) {
-        let mut noted = std::mem::take(&mut self.noted);
-        noted.clear();
-        self.noter.note(bytes, &mut noted);
-        self.take(at, bytes, &noted, false);
-        self.noted = noted;
-    }
-
-    /// Feeds the write of the file's bytes `bytes` at offset `at`, with the notes of the
-    /// regions its records ended (`poolcap_format::Landed::notes`): the next write, or the
-    /// builder gives up (a write was missed, or one before came without notes).
-    pub fn land(&mut self, at: u64, bytes: &[u8], notes: &[u8]) {
-        self.take(at, bytes, notes, true);
-    }
-
-    /// [`Written::land`] of notes made by the writer's noter (`by_writer`) or this one's.
-    fn take(&mut self, at: u64, bytes: &[u8], mut notes: &[u8], by_writer: bool) {
-        if *self.by_writer.get_or_insert(by_writer) != by_writer {
-            self.broken = true;
-        }
+    /// Feeds the write of `len` bytes at offset `at` of the file, its first bytes `head` (at
+    /// least those within the file's first [`HEAD_BYTES`]), with the notes of the regions
+    /// its records ended (`poolcap_format::Landed::notes`): the next write, or the builder
+    /// gives up (a write was missed).
+    pub fn land(&mut self, at: u64, len: u64, head: &[u8], mut notes: &[u8]) {
         if self.broken || at != self.fed {
             self.broken = true;
             return;
         }
-        self.fed += bytes.len() as u64;
+        self.fed += len;
         if self.head.len() < HEAD_BYTES {
-            let n = bytes.len().min(HEAD_BYTES - self.head.len());
-            self.head.extend_from_slice(&bytes[..n]);
+            let n = head.len().min(HEAD_BYTES - self.head.len());
+            self.head.extend_from_slice(&head[..n]);
         }
         if self.built.is_none() {
             let Some(raw) = self.head.first_chunk::<{ FILE_HEADER as usize }>() else {
@@ -698,7 +670,7 @@ pub(crate) mod tests {
             assert!(n < 3000 || from_disk.regions.len() > 10 && from_disk.signatures.len() == 1);
             // Fed in writes of many sizes, records cut anywhere (within the header too).
             for size in [1, 7, 4096, 100_000] {
-                let mut w = Written::new();
+                let mut w = Fed::default();
                 for (i, chunk) in bytes.chunks(size).enumerate() {
                     w.feed((i * size) as u64, chunk);
                 }
@@ -723,7 +695,7 @@ pub(crate) mod tests {
                 }
                 let mut w = Written::new();
                 for (i, chunk) in bytes.chunks(size).enumerate() {
-                    w.land((i * size) as u64, chunk, &notes[i]);
+                    w.land((i * size) as u64, chunk.len() as u64, chunk, &notes[i]);
                 }
                 if let Some(fed) = w.finish(bytes.len() as u64, tail(&bytes)) {
                     assert_eq!(
@@ -741,7 +713,7 @@ pub(crate) mod tests {
     fn pieces_are_the_index_of_the_file_cut_where_its_last_region_starts_in_parts() {
         let dir = tempfile::tempdir().unwrap();
         let bytes = sample_file(3000, false);
-        let mut w = Written::new();
+        let mut w = Fed::default();
         assert!(w.piece(0).is_none(), "nothing fed");
         let (mut pieces, mut from) = (0, 0u32);
         for (i, chunk) in bytes.chunks(100_000).enumerate() {
@@ -797,7 +769,7 @@ pub(crate) mod tests {
         Noter::default().note(&bytes, &mut notes);
         let land = |notes: &[u8]| {
             let mut w = Written::new();
-            w.land(0, &bytes, notes);
+            w.land(0, bytes.len() as u64, &bytes, notes);
             w.finish(bytes.len() as u64, tail(&bytes))
         };
         let dir = tempfile::tempdir().unwrap();
@@ -818,12 +790,43 @@ pub(crate) mod tests {
         assert!(land(&notes[..notes.len() - 1]).is_none());
         // The last region not read back.
         let mut w = Written::new();
-        w.land(0, &bytes, &notes);
+        w.land(0, bytes.len() as u64, &bytes, &notes);
         let failed = w.finish(
             bytes.len() as u64,
             |_| Err(std::io::ErrorKind::Other.into()),
         );
         assert!(failed.is_none());
+    }
+
+    /// A file's [`Written`] fed its bytes as writes that were not noted: noted here first,
+    /// as the writer notes what it copies in, then landed.
+    #[derive(Default)]
+    pub(crate) struct Fed {
+        written: Written,
+        noter: Noter,
+    }
+
+    impl Fed {
+        /// Notes and lands the write of `bytes` at `at`.
+        pub(crate) fn feed(&mut self, at: u64, bytes: &[u8]) {
+            let mut notes = Vec::new();
+            self.noter.note(bytes, &mut notes);
+            self.written.land(at, bytes.len() as u64, bytes, &notes);
+        }
+
+        /// [`Written::piece`].
+        pub(crate) fn piece(&self, from: u32) -> Option<Index> {
+            self.written.piece(from)
+        }
+
+        /// [`Written::finish`].
+        pub(crate) fn finish(
+            self,
+            file_len: u64,
+            tail: impl FnOnce(u64) -> std::io::Result<Vec<u8>>,
+        ) -> Option<Index> {
+            self.written.finish(file_len, tail)
+        }
     }
 
     /// Reads the bytes of `file` from an offset on, as the keeper reads a file's last region.
@@ -832,33 +835,22 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn writes_noted_by_the_writer_and_here_in_one_file_give_no_index() {
-        let bytes = sample_file(500, false);
-        let mut notes = Vec::new();
-        Noter::default().note(&bytes[..8192], &mut notes);
-        let mut w = Written::new();
-        w.land(0, &bytes[..8192], &notes);
-        w.feed(8192, &bytes[8192..]);
-        assert!(w.finish(bytes.len() as u64, tail(&bytes)).is_none());
-    }
-
-    #[test]
     fn a_missed_or_short_feed_gives_no_index() {
         let bytes = sample_file(500, false);
-        let mut w = Written::new();
+        let mut w = Fed::default();
         w.feed(0, &bytes[..8192]);
         w.feed(12_288, &bytes[12_288..]);
         assert!(
             w.finish(bytes.len() as u64, tail(&bytes)).is_none(),
             "a write missed"
         );
-        let mut w = Written::new();
+        let mut w = Fed::default();
         w.feed(0, &bytes[..8192]);
         assert!(
             w.finish(bytes.len() as u64, tail(&bytes)).is_none(),
             "the end missed"
         );
-        let mut w = Written::new();
+        let mut w = Fed::default();
         w.feed(0, &[0u8; 100]);
         assert!(w.finish(100, tail(&[0u8; 100])).is_none(), "not pcap");
     }

@@ -63,7 +63,7 @@ pub const PAGES: usize = (REGION_BYTES / PAGE_BYTES) as usize;
 /// Regions per region block.
 pub const REGIONS_PER_BLOCK: usize = 64;
 /// Bytes at the start of the capture file the index checks it against.
-const HEAD_BYTES: usize = 4096;
+pub const HEAD_BYTES: usize = 4096;
 /// Bytes of the head before the directory.
 const FIXED: usize = 8 + 4 + 8 + 4 + 4 + 8 + 8 + 8 + 1 + 4 + 4;
 /// Bytes of a region in a region block.

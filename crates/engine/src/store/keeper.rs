@@ -4,59 +4,94 @@
 //! lent to it and parses them, one (the closer) saves each closed file's index and prunes,
 //! so the writes of the next file are taken while a closed one is indexed (see `take`).
 //!
-//! It indexes a file from the bytes the writer wrote, lent to it as each direct write lands
-//! (`poolcap_format::DirectFile::with_feed`) with the notes of the regions the writer cut,
-//! with their signatures, as it copied the records in (`DirectFile::with_notes`,
-//! `build::Noter`; added up by `build::Written`), so no file is read back but its last
-//! region: a 100 MB file written with direct I/O is not in the page cache,
-//! and reading it back cost more CPU than writing it. The capture path never waits for the
-//! keeper: at most [`LENT`] writes are lent at a time, and a file whose write finds them all
-//! lent (the keeper is behind) lends nothing more; that file, one written through the page
-//! cache, and one whose bytes fed do not add up to the closed file are read back from disk
-//! instead (counted in [`KeeperReport::read_back`]). Either way the index is the one `store DIR
-//! repair` builds from the file.
+//! It indexes a file from what the writer noted of each write as it copied the records in:
+//! the regions it cut, with their signatures (`DirectFile::with_notes`, `build::Noter`;
+//! added up by `build::Written`), handed over as each direct write lands
+//! (`poolcap_format::DirectFile::with_feed`), so no file is read back but its last region: a
+//! 100 MB file written with direct I/O is not in the page cache, and reading it back cost
+//! more CPU than writing it.
+//!
+//! The capture path never waits for the keeper, nor wakes it: a landed write's notes (and
+//! its bytes within the file's first 4 KiB) are copied into a queue the keeper drains every
+//! [`POLL`], and the write's buffer goes back to the writer at once. Why: the keeper took
+//! each landed buffer itself, woken per write, and gave it back; on the capture's core each
+//! wakeup preempted the capture thread (1,881 involuntary switches of it in 1M frames of
+//! 1514 B at top speed, against 78 with `-w` alone). The queue holds at most
+//! [`QUEUED_BYTES`]: a file whose notes find it full is fed nothing more and is read back
+//! from disk at its close instead (counted in [`KeeperReport::read_back`]), as is one
+//! written through the page cache. Either way the index is the one `store DIR repair`
+//! builds from the file.
 //!
 //! What it deletes, by the packets' time and the budget, is `retention`'s rule; never the
 //! file being written.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, Sender};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use poolcap_format::{Buffers, Feed, Landed, Notes, DEPTH};
+use poolcap_format::{Buffers, Feed, Notes, DEPTH};
 
 use super::build::{Noter, Written};
-use super::index::{Index, IndexError};
+use super::index::{Index, IndexError, HEAD_BYTES};
 use super::prefix::Prefixes;
 use super::retention;
 use super::Store;
 use crate::capture::worker::WORKER_NICE;
 
-/// Writes lent to the keeper at most (2 MiB each: 32 MiB, about 40 ms of the lab's top
-/// write rate), so a keeper that falls behind holds bounded memory.
-pub const LENT: usize = 16;
+/// How often the keeper drains the queue of notes (see the module docs): what queries of
+/// the file being written see lags the writes by this at most, besides the prefix indexes'
+/// own pace (`prefix`).
+pub const POLL: Duration = Duration::from_millis(100);
 
-/// What the keeper hears from the capture's writer.
+/// Bytes of notes queued for the keeper at most (see the module docs): at 64-byte frames
+/// notes are about 3% of the bytes written, so about 1 GB of capture.
+pub const QUEUED_BYTES: usize = 32 << 20;
+
+/// A landed write of a file, as the keeper takes it.
+#[derive(Debug)]
+pub struct Noted {
+    /// Where it starts in the file.
+    at: u64,
+    /// Its bytes.
+    len: u64,
+    /// Its bytes within the file's first [`HEAD_BYTES`].
+    head: Vec<u8>,
+    /// The notes of the regions its records ended (see `build::Noter`).
+    notes: Vec<u8>,
+}
+
+/// What the keeper hears from the capture's writer, in order.
+#[derive(Debug)]
 pub enum Told {
     /// A file was opened; its writes come as `Landed` with this number.
     Opened(u64, PathBuf),
     /// A write of file number `.0` landed.
-    Landed(u64, Landed),
+    Landed(u64, Noted),
     /// A file was closed whole.
     Closed(PathBuf),
 }
 
-/// The writer's side of the keeper's channel (cloned into each capture file set).
+/// What is told, queued for the keeper, and the bytes of notes in it.
+#[derive(Debug, Default)]
+struct Queue {
+    told: Vec<Told>,
+    bytes: usize,
+}
+
+/// The writer's side of the keeper's queue (cloned into each capture file set).
 #[derive(Clone)]
 pub struct Tell {
-    tx: Sender<Told>,
+    queue: Arc<Mutex<Queue>>,
+    /// Wakes the keeper: for a file opened or closed, not for a write.
+    wake: Sender<()>,
     files: Arc<AtomicU64>,
-    lent: Arc<AtomicUsize>,
     buffers: Buffers,
+    /// Bytes of notes queued at most ([`QUEUED_BYTES`]; less in tests).
+    most: usize,
 }
 
 impl std::fmt::Debug for Tell {
@@ -66,20 +101,43 @@ impl std::fmt::Debug for Tell {
 }
 
 impl Tell {
+    /// Queues `told`, unless it is a write's notes and the queue is full; whether queued.
+    fn tell(&self, told: Told) -> bool {
+        let Ok(mut q) = self.queue.lock() else {
+            return false;
+        };
+        if let Told::Landed(_, n) = &told {
+            if q.bytes + n.notes.len() > self.most {
+                return false;
+            }
+            q.bytes += n.notes.len();
+        }
+        q.told.push(told);
+        true
+    }
+
     /// Announces the file `path`, just opened, and returns the feed its writes land in.
     pub fn feed(&self, path: &Path) -> Feed {
         let id = self.files.fetch_add(1, Ordering::Relaxed);
-        // A listener that went away only stops hearing of files.
-        let _ = self.tx.send(Told::Opened(id, path.to_owned()));
-        let (tx, lent) = (self.tx.clone(), Arc::clone(&self.lent));
+        self.tell(Told::Opened(id, path.to_owned()));
+        // A keeper that has gone only stops hearing of files.
+        let _ = self.wake.send(());
+        let tell = self.clone();
         Box::new(move |landed| {
-            if lent.fetch_add(1, Ordering::AcqRel) >= LENT {
-                lent.fetch_sub(1, Ordering::AcqRel);
+            let Some(notes) = landed.notes() else {
+                // Not noted by the writer: the file is read back.
                 return Some(landed);
-            }
-            // Sent or dropped (the keeper has gone): either way the buffer goes home.
-            let _ = tx.send(Told::Landed(id, landed));
-            None
+            };
+            let bytes = landed.bytes();
+            let head = HEAD_BYTES.saturating_sub(landed.at() as usize);
+            let noted = Noted {
+                at: landed.at(),
+                len: bytes.len() as u64,
+                head: bytes[..head.min(bytes.len())].to_vec(),
+                notes: notes.to_vec(),
+            };
+            // Refused when full: the file is fed nothing more, and read back.
+            (!tell.tell(Told::Landed(id, noted))).then_some(landed)
         })
     }
 
@@ -90,36 +148,48 @@ impl Tell {
         Box::new(move |bytes, notes| noter.note(bytes, notes))
     }
 
-    /// The buffers the writers' files share: the ones lent come back there, for the next
-    /// write or the next file (enough for [`LENT`] and one file's own).
+    /// The buffers the writers' files share: a closed file's come back there, for the next
+    /// file (enough for two files').
     pub fn buffers(&self) -> Buffers {
         self.buffers.clone()
     }
 
     /// Announces the file `path`, closed whole.
     pub fn closed(&self, path: PathBuf) {
-        let _ = self.tx.send(Told::Closed(path));
+        self.tell(Told::Closed(path));
+        let _ = self.wake.send(());
     }
 }
 
-/// The keeper's side of its channel.
+/// The keeper's side of its queue.
 #[derive(Debug)]
 pub struct Heard {
-    rx: Receiver<Told>,
-    lent: Arc<AtomicUsize>,
+    queue: Arc<Mutex<Queue>>,
+    wake: Receiver<()>,
 }
 
 impl Heard {
     /// The files announced closed so far (what a test of the writer checks).
     #[cfg(test)]
     pub(crate) fn closed(&self) -> Vec<PathBuf> {
-        self.rx
-            .try_iter()
+        self.drain()
+            .into_iter()
             .filter_map(|t| match t {
                 Told::Closed(p) => Some(p),
                 _ => None,
             })
             .collect()
+    }
+
+    /// Takes what was told so far, in order.
+    fn drain(&self) -> Vec<Told> {
+        self.queue.lock().map_or_else(
+            |_| Vec::new(),
+            |mut q| {
+                q.bytes = 0;
+                std::mem::take(&mut q.told)
+            },
+        )
     }
 }
 
@@ -165,15 +235,21 @@ impl Keeper {
     /// starts; the keeper itself starts after it, once privileges are dropped, as a
     /// process drops them only while it has one thread).
     pub fn channel() -> (Tell, Heard) {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let lent = Arc::new(AtomicUsize::new(0));
+        Keeper::channel_of(QUEUED_BYTES)
+    }
+
+    /// [`Keeper::channel`] with a queue of `most` bytes of notes.
+    fn channel_of(most: usize) -> (Tell, Heard) {
+        let (wake, woken) = std::sync::mpsc::channel();
+        let queue = Arc::new(Mutex::new(Queue::default()));
         let tell = Tell {
-            tx,
+            queue: Arc::clone(&queue),
+            wake,
             files: Arc::new(AtomicU64::new(0)),
-            lent: Arc::clone(&lent),
-            buffers: Buffers::new(LENT + DEPTH),
+            buffers: Buffers::new(2 * DEPTH),
+            most,
         };
-        (tell, Heard { rx, lent })
+        (tell, Heard { queue, wake: woken })
     }
 
     /// Starts the keeper of `store`, hearing of the writer's files on `heard`.
@@ -182,7 +258,14 @@ impl Keeper {
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name("store-keeper".into())
-            .spawn(move || run(&store, retention, &heard, &flag))?;
+            .spawn(move || {
+                // Behind the capture threads on a shared core: a close's work (an index
+                // encoded and written) at their priority held a capture thread off long
+                // enough for its ring to fill (1514 B at top speed, 1 run in 3: 2,330
+                // frames). The closer started below inherits it.
+                poolcap_sys::process::set_thread_nice(WORKER_NICE);
+                run(&store, retention, &heard, &flag)
+            })?;
         Ok(Keeper { stop, thread })
     }
 
@@ -202,14 +285,6 @@ fn run(store: &Store, retention: Retention, heard: &Heard, stop: &AtomicBool) ->
         let closer = std::thread::Builder::new()
             .name("store-closer".into())
             .spawn_scoped(s, move || {
-                // Behind the capture threads on a shared core: a close's work (an index
-                // encoded and written) at their priority held a capture thread off long
-                // enough for its ring to fill (1514 B at top speed, 1 run in 3: 2,330
-                // frames). Not the thread that takes the writes: behind the capture
-                // thread it gave the lent buffers back late, and the writer made new ones
-                // (6k page faults per 1M frames at 1514 B, 18% of the process in
-                // clear_page).
-                poolcap_sys::process::set_thread_nice(WORKER_NICE);
                 let (mut report, mut ages) = (KeeperReport::default(), retention::Ages::default());
                 for (path, written) in closing {
                     close(store, retention, &path, written, &mut ages, &mut report);
@@ -260,13 +335,12 @@ impl Taken {
     }
 }
 
-/// Takes what the writer tells until it has gone (or `stop` is set and all is heard):
-/// feeds each landed write to its file's builder and hands each closed file, with its
-/// builder, to `closed`. It does nothing else, so the writes lent come back at once: the
-/// indexing and pruning at a close (tens of ms for a 100 MB file of small packets) happen
-/// on the closer thread, where they held the writes of the next file (up to [`LENT`] of
-/// them, 40 ms of writes) and made the writer refuse the rest of it, which was then read
-/// back from disk, holding the next file up in turn.
+/// Takes what the writer tells, every [`POLL`] or when a file opens or closes, until it has
+/// gone (or `stop` is set and all is heard): feeds each landed write's notes to its file's
+/// builder and hands each closed file, with its builder, to `closed`. It does nothing else:
+/// the indexing and pruning at a close (tens of ms for a 100 MB file of small packets)
+/// happen on the closer thread, where they held up the writes of the next file when this
+/// thread did them, until the queue was full and the rest of it was read back from disk.
 fn take(
     heard: &Heard,
     stop: &AtomicBool,
@@ -277,44 +351,40 @@ fn take(
     let mut taken = Taken::default();
     loop {
         taken.errors.extend(prefixes.save_due(&open));
-        let told = match heard.rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(t) => t,
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) if !stop.load(Ordering::Acquire) => {
-                continue
-            }
-            Err(_) => match heard.rx.try_recv() {
-                Ok(t) => t,
-                Err(_) => {
-                    taken.errors.extend(prefixes.wait());
-                    (taken.prefixes, taken.prefix_time) = (prefixes.saved, prefixes.spent);
-                    return taken;
+        let woken = heard.wake.recv_timeout(POLL);
+        for told in heard.drain() {
+            match told {
+                Told::Opened(id, path) => {
+                    open.insert(id, (path, Written::new()));
                 }
-            },
-        };
-        match told {
-            Told::Opened(id, path) => {
-                open.insert(id, (path, Written::new()));
-            }
-            Told::Landed(id, landed) => {
-                if let Some((_, w)) = open.get_mut(&id) {
-                    match landed.notes() {
-                        Some(notes) => w.land(landed.at(), landed.bytes(), notes),
-                        None => w.feed(landed.at(), landed.bytes()),
+                Told::Landed(id, n) => {
+                    if let Some((_, w)) = open.get_mut(&id) {
+                        w.land(n.at, n.len, &n.head, &n.notes);
                     }
                 }
-                drop(landed);
-                heard.lent.fetch_sub(1, Ordering::AcqRel);
+                Told::Closed(path) => {
+                    let written = open
+                        .iter()
+                        .find(|(_, (p, _))| *p == path)
+                        .map(|(id, _)| *id)
+                        .inspect(|&id| taken.errors.extend(prefixes.closed(id)))
+                        .and_then(|id| open.remove(&id))
+                        .map(|(_, w)| w);
+                    closed(path, written);
+                }
             }
-            Told::Closed(path) => {
-                let written = open
-                    .iter()
-                    .find(|(_, (p, _))| *p == path)
-                    .map(|(id, _)| *id)
-                    .inspect(|&id| taken.errors.extend(prefixes.closed(id)))
-                    .and_then(|id| open.remove(&id))
-                    .map(|(_, w)| w);
-                closed(path, written);
+        }
+        match woken {
+            Ok(()) => {}
+            Err(RecvTimeoutError::Timeout) if !stop.load(Ordering::Acquire) => {}
+            // Stopped once the writer has ended (all it told was drained above), or no
+            // writer is left.
+            Err(_) if heard.queue.lock().is_ok_and(|q| q.told.is_empty()) => {
+                taken.errors.extend(prefixes.wait());
+                (taken.prefixes, taken.prefix_time) = (prefixes.saved, prefixes.spent);
+                return taken;
             }
+            Err(_) => {}
         }
     }
 }
@@ -409,27 +479,32 @@ mod tests {
         tell.closed(path.to_owned());
     }
 
+    /// Bytes of notes queued for the keeper.
+    fn queued(tell: &Tell) -> usize {
+        tell.queue.lock().unwrap().bytes
+    }
+
     #[test]
-    fn a_file_is_indexed_from_its_written_bytes_or_read_back_when_the_keeper_is_behind() {
+    fn a_file_is_indexed_from_its_notes_or_read_back_when_the_queue_is_full() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::create(dir.path()).unwrap();
-        // A file of fewer writes than LENT: every write lent (the keeper starts after it,
-        // as a keeper that is slow but not too slow), none read back.
+        // The keeper starts after the file is written (a keeper slow but not too slow):
+        // every write's notes queued, none read back.
         let (tell, heard) = Keeper::channel();
         let a = dir.path().join("a");
         write_file(&tell, &a, 1000);
-        let lent = heard.lent.load(Ordering::Acquire);
-        assert!(lent > 3 && lent < LENT, "{lent} writes");
+        assert!(queued(&tell) > 0);
         let r = Keeper::start(store.clone(), Retention::default(), heard)
             .unwrap()
             .finish();
         assert_eq!((r.indexed, r.read_back, r.errors.len()), (1, 0, 0), "{r:?}");
-        // More writes than LENT while the keeper does not take them (it fell behind):
-        // LENT writes were lent, the rest not, and the file is read back.
-        let (tell, heard) = Keeper::channel();
+        assert_eq!(queued(&tell), 0, "all taken");
+        // More notes than the queue holds while the keeper does not take them (it fell
+        // behind): the writes that fit were queued, the rest not, and the file is read back.
+        let (tell, heard) = Keeper::channel_of(2048);
         let b = dir.path().join("b");
         write_file(&tell, &b, 6000);
-        assert_eq!(heard.lent.load(Ordering::Acquire), LENT, "lent at most");
+        assert!((1..=2048).contains(&queued(&tell)), "{}", queued(&tell));
         let r = Keeper::start(store, Retention::default(), heard)
             .unwrap()
             .finish();
@@ -446,8 +521,7 @@ mod tests {
     fn the_keeper_takes_the_next_files_writes_while_a_closed_file_is_indexed() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::create(dir.path()).unwrap();
-        let (tell, heard) = Keeper::channel();
-        let lent = Arc::clone(&heard.lent);
+        let (tell, heard) = Keeper::channel_of(2048);
         let keeper = Keeper::start(store, Retention::default(), heard).unwrap();
         // A closed file whose indexing blocks: a FIFO, read back (nothing was fed), until
         // it is opened for writing below.
@@ -459,19 +533,22 @@ mod tests {
             .success());
         let _ = tell.feed(&slow);
         tell.closed(slow.clone());
-        // The next file, more writes than LENT: each is taken before the next lands (the
-        // feed waits for it, a hang guard of 10 s), none refused, none read back.
+        // The next file, more notes than the queue holds: each write's are taken before
+        // the next lands (the keeper woken, the feed waiting for it, a hang guard of 10 s),
+        // none refused, none read back.
         let b = dir.path().join("b");
         let mut feed = tell.feed(&b);
         let waited = Arc::new(AtomicBool::new(false));
         let timed_out = Arc::clone(&waited);
+        let wake = tell.clone();
         let taken: Feed = Box::new(move |landed| {
             let refused = feed(landed);
             if timed_out.load(Ordering::Acquire) {
                 return refused;
             }
+            let _ = wake.wake.send(());
             let guard = std::time::Instant::now();
-            while lent.load(Ordering::Acquire) > 0 {
+            while queued(&wake) > 0 {
                 if guard.elapsed() > Duration::from_secs(10) {
                     timed_out.store(true, Ordering::Release);
                     break;

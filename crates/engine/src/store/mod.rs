@@ -23,12 +23,13 @@
 //! the capture a hash and two bits set per key where a list of regions per key cost a map
 //! lookup and a sort per key and packet, plus each region's time span as the timeline, in
 //! checksummed blocks a query reads only as it needs them (see `index`); it is built per
-//! file by a thread beside the capture from the writes the writer lends it as they land
-//! (`keeper`, `build`), so no file is read back but its last region. The writer cuts the
-//! regions and hashes each record's keys into its region's signature as it copies the
+//! file by a thread beside the capture from what the writer noted of its writes as they
+//! land (`keeper`, `build`), so no file is read back but its last region. The writer cuts
+//! the regions and hashes each record's keys into its region's signature as it copies the
 //! record in (`build::Noter`), while its bytes are in the cache, and notes each region as
-//! it ends; the keeper adds the regions up: walking the lent writes later missed the cache
-//! on every record, and replaying per-record notes cost the keeper more than the writer. A query uses the index only for the
+//! it ends; the keeper adds the regions up: walking the written buffers later missed the
+//! cache on every record, and replaying per-record notes cost the keeper more than the
+//! writer. A query uses the index only for the
 //! parts of the filter it understands (`select`) and always lets libpcap decide on every
 //! packet read, so the index can make a query faster, never wrong. The file being written
 //! has a prefix index of what the keeper was fed so far, saved in pieces every second or

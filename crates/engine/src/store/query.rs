@@ -549,7 +549,7 @@ impl Query {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::build::Written;
+    use crate::store::build::tests::Fed;
     use crate::store::index::{index_path, tests::udp_pcap, Index, REGION_BYTES};
 
     /// Bytes of a record of `udp_pcap(.., 300, ..)`.
@@ -595,7 +595,7 @@ mod tests {
     fn a_file_being_written_is_read_through_its_prefix_index_and_whole_past_it() {
         let (_dir, store, capture, bytes) = live_file();
         // The keeper was fed the first 4 MB; the file has grown to 6.3 MB since.
-        let mut fed = Written::new();
+        let mut fed = Fed::default();
         fed.feed(0, &bytes[..4_000_000]);
         let prefix = fed.piece(0).unwrap();
         assert!(prefix.file_len > 3_900_000, "{}", prefix.file_len);
@@ -641,7 +641,7 @@ mod tests {
         let elsewhere = tempfile::tempdir().unwrap();
         let other = elsewhere.path().join("other");
         udp_pcap(&other, 20_000, 300, |i| i % 7);
-        let mut fed = Written::new();
+        let mut fed = Fed::default();
         fed.feed(0, &std::fs::read(&other).unwrap()[..4_000_000]);
         let foreign = fed.piece(0).unwrap().encode_as(Cover::Prefix);
         for (what, bytes_at, named) in [
@@ -673,7 +673,7 @@ mod tests {
     fn a_live_files_pieces_are_read_in_order_and_one_out_of_place_is_refused() {
         let (_dir, store, capture, bytes) = live_file();
         // The keeper was fed 2, then 3, then 4 MB, and saved a piece each time.
-        let mut fed = Written::new();
+        let mut fed = Fed::default();
         let (mut from, mut ends) = (0, Vec::new());
         for (k, (a, b)) in [
             (0, 2_000_000),
