@@ -30,7 +30,7 @@ use super::index::{
 };
 use super::keys;
 use super::pcapfile::{self, Header, FILE_HEADER, RECORD_HEADER};
-use super::sig::{SigBlock, Signer, BLOCK_REGIONS, MAX_WORDS};
+use super::sig::{self, SigBlock, Signer, BLOCK_REGIONS, MAX_WORDS};
 
 /// A region cut, with its signature (empty if the link type is not dissected) and where
 /// its last record ends.
@@ -60,9 +60,7 @@ impl Cut {
         head[58..66].copy_from_slice(&self.end.to_le_bytes());
         head[66..68].copy_from_slice(&(self.sig.len() as u16).to_le_bytes());
         out.extend_from_slice(&head);
-        for w in self.sig.iter() {
-            out.extend_from_slice(&w.to_le_bytes());
-        }
+        sig::put_words(&self.sig, out);
     }
 
     /// The cut noted at the start of `b`, and the bytes after it; `None` if they do not

@@ -281,9 +281,7 @@ impl SigBlock {
         for col in self.columns.chunks(self.regions.max(1) as usize) {
             let start = out.len() + 4;
             out.extend_from_slice(&[0; 4]);
-            for w in col {
-                out.extend_from_slice(&w.to_le_bytes());
-            }
+            put_words(col, out);
             let crc = crc32fast::hash(&out[start..]);
             out[start - 4..start].copy_from_slice(&crc.to_le_bytes());
         }
@@ -307,6 +305,17 @@ impl SigBlock {
     pub fn column(&self, c: usize) -> &[u64] {
         let n = self.regions as usize;
         &self.columns[c * n..(c + 1) * n]
+    }
+}
+
+/// Appends `words`, little-endian. In one resize and a loop the compiler makes a copy of:
+/// a word at a time, each append reloaded the vector's length after the store before it
+/// (perf, `Cut::note` on the capture thread).
+pub fn put_words(words: &[u64], out: &mut Vec<u8>) {
+    let start = out.len();
+    out.resize(start + 8 * words.len(), 0);
+    for (to, w) in out[start..].chunks_exact_mut(8).zip(words) {
+        to.copy_from_slice(&w.to_le_bytes());
     }
 }
 
