@@ -38,7 +38,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use poolcap_format::{
-    CaptureWriter, DirectFile, FileFormat, FileHeader, IfStats, Output, Padding, Tail, WriteError,
+    Buffers, CaptureWriter, DirectFile, FileFormat, FileHeader, IfStats, Output, Padding, Tail,
+    WriteError, DEPTH,
 };
 
 use super::compress::{Compressed, Compression};
@@ -170,9 +171,19 @@ pub struct FileSpec {
     pub closed: Option<Tell>,
     /// See [`FileOptions::live_tail`].
     pub live_tail: bool,
+    /// The write buffers the set's direct files share (see [`FileSpec::buffers`]).
+    pub buffers: Buffers,
 }
 
 impl FileSpec {
+    /// Write buffers for the files of one set: a closed file's go there and the next file
+    /// takes them (see `poolcap_format::Buffers`), as the store's files did already. Why:
+    /// each file of a rotated set (`-w -C`) made its buffers anew, memory the kernel faults
+    /// in and zeroes page by page as the writer first fills it.
+    pub fn buffers() -> Buffers {
+        Buffers::new(2 * DEPTH)
+    }
+
     /// Creates (truncates) `path` and writes its header; says how the file is written.
     pub fn open(&self, path: &Path) -> Result<(CaptureWriter<BoxedOutput>, WritePath), WriteError> {
         let io = |source| WriteError::Io { source, packets: 0 };
@@ -206,11 +217,9 @@ impl FileSpec {
                         .map_err(io)?;
                     direct = direct.with_live_tail(cached);
                 }
+                direct = direct.with_buffers(self.buffers.clone());
                 if let (Some(tell), Tail::Carry) = (&self.closed, self.direct_tail()) {
-                    direct = direct
-                        .with_feed(tell.feed(path))
-                        .with_notes(tell.notes())
-                        .with_buffers(tell.buffers());
+                    direct = direct.with_feed(tell.feed(path)).with_notes(tell.notes());
                 }
                 (Box::new(direct), WritePath::Direct)
             }
@@ -584,6 +593,7 @@ impl FileSpec {
             packet_buffered: false,
             closed: None,
             live_tail: false,
+            buffers: FileSpec::buffers(),
         }
     }
 }
@@ -811,6 +821,37 @@ mod tests {
             let f = poolcap_format::read_file(&path).unwrap();
             assert_eq!(f.packets.len(), 1, "{io:?} -U {packet_buffered}");
         }
+    }
+
+    #[test]
+    fn the_files_of_a_set_share_their_write_buffers() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        let spec = FileSpec {
+            io: FileIo::Direct,
+            ..spec(None)
+        };
+        let (w, how) = spec.open(&a).unwrap();
+        assert_eq!(how, WritePath::Direct, "a file system that takes O_DIRECT");
+        let mut set = Savefiles::new(spec.clone(), w, Some((a, how)), None);
+        let write = |set: &mut Savefiles| {
+            for i in 0..1000 {
+                set.writer()
+                    .unwrap()
+                    .write_packet(i, &[1; 200], 200)
+                    .unwrap();
+            }
+            set.tick().unwrap();
+        };
+        write(&mut set);
+        set.close(IfStats::default()).unwrap();
+        // The closed file's buffers went to the set's, and the next file takes them.
+        let made = spec.buffers.made();
+        assert!(made > 0 && spec.buffers.held() > 0, "{:?}", spec.buffers);
+        set.open(b).unwrap();
+        write(&mut set);
+        set.close(IfStats::default()).unwrap();
+        assert_eq!(spec.buffers.made(), made, "{:?}", spec.buffers);
     }
 
     #[test]

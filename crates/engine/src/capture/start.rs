@@ -275,6 +275,7 @@ fn open_output(
         packet_buffered: cfg.files.packet_buffered,
         closed: cfg.files.closed.clone(),
         live_tail: cfg.files.live_tail,
+        buffers: savefile::FileSpec::buffers(),
     };
     let stream = match target {
         Output::Stdout => Box::new(std::io::stdout()),

@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use poolcap_format::{Buffers, Feed, Notes, DEPTH};
+use poolcap_format::{Feed, Notes};
 
 use super::build::{Noter, Written};
 use super::index::{Index, IndexError, HEAD_BYTES};
@@ -89,7 +89,6 @@ pub struct Tell {
     /// Wakes the keeper: for a file opened or closed, not for a write.
     wake: Sender<()>,
     files: Arc<AtomicU64>,
-    buffers: Buffers,
     /// Bytes of notes queued at most ([`QUEUED_BYTES`]; less in tests).
     most: usize,
 }
@@ -146,12 +145,6 @@ impl Tell {
     pub fn notes(&self) -> Notes {
         let mut noter = Noter::default();
         Box::new(move |bytes, notes| noter.note(bytes, notes))
-    }
-
-    /// The buffers the writers' files share: a closed file's come back there, for the next
-    /// file (enough for two files').
-    pub fn buffers(&self) -> Buffers {
-        self.buffers.clone()
     }
 
     /// Announces the file `path`, closed whole.
@@ -246,7 +239,6 @@ impl Keeper {
             queue: Arc::clone(&queue),
             wake,
             files: Arc::new(AtomicU64::new(0)),
-            buffers: Buffers::new(2 * DEPTH),
             most,
         };
         (tell, Heard { queue, wake: woken })
