@@ -1,7 +1,7 @@
 //! The store's keeper: a thread beside the capture that indexes each capture file once
 //! the writer has closed it, then deletes the oldest whole files and their indexes to keep
-//! the store within its size budget and age limit. It is two threads: one takes the writes
-//! lent to it and parses them, one (the closer) saves each closed file's index and prunes,
+//! the store within its size budget and age limit. It is two threads: one takes the notes of
+//! the writes and adds them up, one (the closer) saves each closed file's index and prunes,
 //! so the writes of the next file are taken while a closed one is indexed (see `take`).
 //!
 //! It indexes a file from what the writer noted of each write as it copied the records in:
