@@ -105,10 +105,10 @@ const SEEN: usize = 128;
 /// Why the table: most keys of a packet are in the region already (its hosts, the server's
 /// port, the protocol), and a key's hash, with an address's two prefixes, was most of the
 /// capture thread's cost of the store (perf at 64 B). A key is looked up in a direct-mapped
-/// table of the `SEEN` (128) keys inserted since the region began, one multiply and a compare; only
-/// one not found is hashed and inserted (with its prefixes), and replaces its slot's key. A
-/// key evicted is inserted again (setting bits already set): the table decides only how
-/// often a key is hashed, never whether it is in the signature.
+/// table of the `SEEN` (128) keys inserted since the region began, one multiply and a
+/// compare; only one not found is hashed and inserted (with its prefixes), and replaces its
+/// slot's key. A key evicted is inserted again (setting bits already set): the table
+/// decides only how often a key is hashed, never whether it is in the signature.
 #[derive(Clone)]
 pub struct Signer {
     words: Box<[u64]>,
@@ -128,8 +128,8 @@ impl Default for Signer {
 
 impl Signer {
     /// Inserts the key (`kind`, `value`) and the keys derived from it (an address's
-    /// prefixes, see the module docs) unless the region's table holds it. Inlined where the keys are
-    /// given (a call per key, with its registers saved, cost more than the lookup).
+    /// prefixes, see the module docs) unless the region's table holds it. Inlined where the
+    /// keys are given (a call per key, with its registers saved, cost more than the lookup).
     #[inline]
     pub fn insert(&mut self, kind: u8, value: &[u8]) {
         if !self.fresh(Signer::code(kind, value), kind, value) {
