@@ -958,10 +958,13 @@ fn direct_full_disk(format: &str) {
     assert_eq!(tcpdump_reads_whole(&file), written, "{format}: {st}");
 }
 
-/// pcap with `--direct` and `-C 1`, killed with `-9`: every closed file is exact and whole;
+/// pcap with `--direct` and `-C 4`, killed with `-9`: every closed file is exact and whole;
 /// the file being written ends at a 4 KiB block boundary (empty before its first block), so
-/// at most its last record is cut short, which libpcap (tcpdump) reports as "truncated dump file" after handing over every
-/// whole record, as it does for a `tcpdump -w` killed the same way. Nothing is duplicated.
+/// at most its last record is cut short, which libpcap (tcpdump) reports as "truncated dump
+/// file" after handing over every whole record, as it does for a `tcpdump -w` killed the
+/// same way. So may the file before it, whose close (its last writes) runs behind the
+/// rotation on a thread of its own and may not have ended at the kill (seen once in CI,
+/// 2026-12-06: the file before the newest cut at 3.1 of its 4 MB). Nothing is duplicated.
 fn direct_pcap_kill_9_cuts_only_the_last_record() {
     let lab = lab(1);
     let dir = tempdir();
@@ -985,12 +988,13 @@ fn direct_pcap_kill_9_cuts_only_the_last_record() {
     let mut packets = Vec::new();
     for (i, f) in set.iter().enumerate() {
         let bytes = std::fs::read(f).expect("read");
-        let last = i + 1 == set.len();
+        // The file being written, and the one closing behind it.
+        let (last, open) = (i + 1 == set.len(), i + 2 >= set.len());
         let whole = match poolcap_format::read_bytes(&bytes) {
             Ok(file) => file.packets,
             // The file just opened: its header still waits for a whole block.
             Err(_) if last && bytes.is_empty() => Vec::new(),
-            Err(poolcap_format::ReadError::Truncated { packets, offset }) if last => {
+            Err(poolcap_format::ReadError::Truncated { packets, offset }) if open => {
                 assert_eq!(bytes.len() % DIRECT_ALIGN, 0, "{}", f.display());
                 assert!(
                     bytes.len() - offset < 16 + 1000,
@@ -1008,7 +1012,7 @@ fn direct_pcap_kill_9_cuts_only_the_last_record() {
             }
             Err(e) => panic!("{}: {e}", f.display()),
         };
-        if !last {
+        if !open {
             assert_eq!(
                 tcpdump_reads_whole(f),
                 whole.len() as u64,
