@@ -132,49 +132,47 @@ impl Signer {
     /// keys are given (a call per key, with its registers saved, cost more than the lookup).
     #[inline]
     pub fn insert(&mut self, kind: u8, value: &[u8]) {
-        if !self.fresh(Signer::code(kind, value), kind, value) {
+        let code = Signer::code(kind, value);
+        if !self.fresh(code) {
             return;
         }
         if matches!(kind, keys::V4 | keys::V6) {
-            self.insert_address(kind, value);
+            self.insert_address(code, kind, value);
         } else {
-            self.set(kind, value);
+            self.set(code, kind, value);
         }
     }
 
-    /// Inserts the address (`kind`, `value`), not in the table, and those of its prefixes
-    /// that are not.
+    /// Inserts the address (`kind`, `value`), coded `code`, not in the table, and those of
+    /// its prefixes that are not.
     #[inline(never)]
-    fn insert_address(&mut self, kind: u8, value: &[u8]) {
-        self.set(kind, value);
+    fn insert_address(&mut self, code: u64, kind: u8, value: &[u8]) {
+        self.set(code, kind, value);
         derived(kind, value, &mut |k, v| {
-            if self.fresh(Signer::code(k, v), k, v) {
-                self.set(k, v);
+            let code = Signer::code(k, v);
+            if self.fresh(code) {
+                self.set(code, k, v);
             }
         });
     }
 
-    /// The key (`kind`, `value`) coded in a word if its value has at most 6 bytes (its kind,
-    /// length and value; kinds are below 0x80, so the top bit is clear), else 0.
+    /// The key (`kind`, `value`) in a word: if its value has at most 6 bytes, its kind,
+    /// length and value (kinds are below 0x80, so the top bit is clear); else its hash with
+    /// the top bit set (two keys of one hash set the same bits: bit 63 picks neither a word
+    /// nor a bit).
     #[inline]
     fn code(kind: u8, value: &[u8]) -> u64 {
         if value.len() <= 6 {
             (u64::from(kind) << 56) | ((value.len() as u64) << 48) | keys::number(value) as u64
         } else {
-            0
+            hash(kind, value) | 1 << 63
         }
     }
 
-    /// Whether the key (`kind`, `value`), coded `code` ([`Signer::code`]), is not in the
-    /// table; it is from now on. A key not coded is looked up by its hash with the top bit
-    /// set (two keys of one hash set the same bits: bit 63 picks neither a word nor a bit).
+    /// Whether the key coded `code` ([`Signer::code`]) is not in the table; it is from now
+    /// on.
     #[inline]
-    fn fresh(&mut self, code: u64, kind: u8, value: &[u8]) -> bool {
-        let code = if code == 0 {
-            hash(kind, value) | 1 << 63
-        } else {
-            code
-        };
+    fn fresh(&mut self, code: u64) -> bool {
         let slot = &mut self.seen[Signer::slot(code)];
         // Stored only when new: a store on every hit made the next packet's lookup of the
         // same slot wait for it.
@@ -185,10 +183,15 @@ impl Signer {
         true
     }
 
-    /// Sets the bits of the key (`kind`, `value`).
+    /// Sets the bits of the key (`kind`, `value`) coded `code`: a long key's code is its
+    /// hash already (bit 63 aside, which no word or bit depends on).
     #[inline]
-    fn set(&mut self, kind: u8, value: &[u8]) {
-        let h = hash(kind, value);
+    fn set(&mut self, code: u64, kind: u8, value: &[u8]) {
+        let h = if code >> 63 == 0 {
+            hash(kind, value)
+        } else {
+            code
+        };
         self.words[h as usize & (MAX_WORDS - 1)] |= bits(h);
     }
 
