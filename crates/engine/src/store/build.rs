@@ -33,11 +33,13 @@ use super::pcapfile::{self, Header, FILE_HEADER, RECORD_HEADER};
 use super::sig::{self, SigBlock, Signer, BLOCK_REGIONS, MAX_WORDS};
 
 /// A region cut, with its signature (empty if the link type is not dissected) and where
-/// its last record ends.
+/// its last record ends. As the cutter gives it, the signature is its signer's, lent until
+/// the next region ends (a signature allocated per region, then noted and freed, was a
+/// tenth of a region's cost at 1514 bytes); as read from notes and kept, owned.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Cut {
+struct Cut<S = Box<[u64]>> {
     region: Region,
-    sig: Box<[u64]>,
+    sig: S,
     end: u64,
 }
 
@@ -45,7 +47,7 @@ struct Cut {
 /// first and last time, page starts), where it ends, and the signature's width.
 const CUT_HEAD: usize = 8 + 4 + 8 + 8 + 2 * (PAGES - 1) + 8 + 2;
 
-impl Cut {
+impl<S: AsRef<[u64]>> Cut<S> {
     /// Appends the cut's note to `out`.
     fn note(&self, out: &mut Vec<u8>) {
         let r = &self.region;
@@ -58,11 +60,23 @@ impl Cut {
             head[28 + 2 * i..30 + 2 * i].copy_from_slice(&at.to_le_bytes());
         }
         head[58..66].copy_from_slice(&self.end.to_le_bytes());
-        head[66..68].copy_from_slice(&(self.sig.len() as u16).to_le_bytes());
+        let sig = self.sig.as_ref();
+        head[66..68].copy_from_slice(&(sig.len() as u16).to_le_bytes());
         out.extend_from_slice(&head);
-        sig::put_words(&self.sig, out);
+        sig::put_words(sig, out);
     }
 
+    /// The cut, with a signature of its own.
+    fn owned(&self) -> Cut {
+        Cut {
+            region: self.region,
+            sig: self.sig.as_ref().into(),
+            end: self.end,
+        }
+    }
+}
+
+impl Cut {
     /// The cut noted at the start of `b`, and the bytes after it; `None` if they do not
     /// read as a cut.
     fn read(b: &[u8]) -> Option<(Cut, &[u8])> {
@@ -124,7 +138,13 @@ impl Cutter {
     /// Inlined into the walks of records, the region's end apart (a call per record, and
     /// a region handed back by value per record, cost as much as the bookkeeping).
     #[inline]
-    fn record(&mut self, offset: u64, ts_ns: u64, data: &[u8], ended: &mut impl FnMut(Cut)) {
+    fn record(
+        &mut self,
+        offset: u64,
+        ts_ns: u64,
+        data: &[u8],
+        ended: &mut impl FnMut(Cut<&[u64]>),
+    ) {
         let region = match &mut self.open {
             Some(r) if offset - r.offset < REGION_BYTES => r,
             _ => self.start(offset, ts_ns, ended),
@@ -150,7 +170,12 @@ impl Cutter {
 
     /// Ends the region being cut, giving it to `ended`, and opens one at `offset`.
     #[inline(never)]
-    fn start(&mut self, offset: u64, ts_ns: u64, ended: &mut impl FnMut(Cut)) -> &mut Region {
+    fn start(
+        &mut self,
+        offset: u64,
+        ts_ns: u64,
+        ended: &mut impl FnMut(Cut<&[u64]>),
+    ) -> &mut Region {
         if let Some(cut) = self.close() {
             ended(cut);
         }
@@ -164,13 +189,9 @@ impl Cutter {
     }
 
     /// Ends the region being cut where the last record ends (at the file's end).
-    fn close(&mut self) -> Option<Cut> {
+    fn close(&mut self) -> Option<Cut<&[u64]>> {
         let region = self.open.take()?;
-        let sig = if self.keyed {
-            self.signer.take()
-        } else {
-            Box::default()
-        };
+        let sig = if self.keyed { self.signer.take() } else { &[] };
         Some(Cut {
             region,
             sig,
@@ -211,7 +232,7 @@ impl Builder {
     pub fn record(&mut self, offset: u64, ts_ns: u64, data: &[u8]) {
         let mut ended = None;
         self.cutter
-            .record(offset, ts_ns, data, &mut |cut| ended = Some(cut));
+            .record(offset, ts_ns, data, &mut |cut| ended = Some(cut.owned()));
         if let Some(cut) = ended {
             let pushed = self.push(cut);
             debug_assert!(pushed, "a region cut here follows the last");
@@ -261,7 +282,7 @@ impl Builder {
     /// The index of a capture file of `file_len` bytes (a record cut short at its end is
     /// not indexed) whose first 4 KiB have the CRC-32 `head_crc`.
     pub fn finish(mut self, file_len: u64, head_crc: u32) -> Index {
-        if let Some(cut) = self.cutter.close() {
+        if let Some(cut) = self.cutter.close().map(|c| c.owned()) {
             let pushed = self.push(cut);
             debug_assert!(pushed, "a region cut here follows the last");
         }

@@ -1053,7 +1053,7 @@ pub(crate) mod tests {
         let sigs: Vec<Box<[u64]>> = (0..regions)
             .map(|r| {
                 signer.insert(keys::PORT, &(r as u16).to_be_bytes());
-                signer.take()
+                signer.take().into()
             })
             .collect();
         let index = Index {

@@ -115,6 +115,8 @@ pub struct Signer {
     /// Keys inserted since the region began, by [`Signer::slot`] (see [`Signer::fresh`]);
     /// 0 is empty.
     seen: Box<[u64; SEEN]>,
+    /// The last region's signature, folded (see [`Signer::take`]): one buffer for all.
+    folded: Vec<u64>,
 }
 
 impl Default for Signer {
@@ -122,6 +124,7 @@ impl Default for Signer {
         Signer {
             words: vec![0; MAX_WORDS].into_boxed_slice(),
             seen: Box::new([0; SEEN]),
+            folded: Vec::with_capacity(MAX_WORDS),
         }
     }
 }
@@ -200,33 +203,42 @@ impl Signer {
         (code.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SEEN.trailing_zeros())) as usize
     }
 
-    /// The region's signature, folded (see the module docs); the signer starts over empty.
-    pub fn take(&mut self) -> Box<[u64]> {
+    /// The region's signature, folded (see the module docs), until the next call; the
+    /// signer starts over empty.
+    pub fn take(&mut self) -> &[u64] {
         let ones: usize = self.words.iter().map(|w| w.count_ones() as usize).sum();
         let width = (ones * SPREAD)
             .div_ceil(64)
             .next_power_of_two()
             .clamp(1, MAX_WORDS);
-        let out = fold(&self.words, width);
+        fold_into(&self.words, width, &mut self.folded);
         self.words.fill(0);
         self.seen.fill(0);
-        out
+        &self.folded
     }
 }
 
 /// `sig` at `width` words (powers of two): folded when narrower, repeated when wider.
 fn fold(sig: &[u64], width: usize) -> Box<[u64]> {
-    let mut out = vec![0u64; width].into_boxed_slice();
+    let mut out = Vec::with_capacity(width);
+    fold_into(sig, width, &mut out);
+    out.into_boxed_slice()
+}
+
+/// [`fold`] into `out`, emptied first. Folded a slice of `width` words at a time, which the
+/// compiler makes vector ORs of (a word at a time, each OR waited for the one before).
+fn fold_into(sig: &[u64], width: usize, out: &mut Vec<u64>) {
+    out.clear();
     if width >= sig.len() {
-        for (i, w) in out.iter_mut().enumerate() {
-            *w = sig[i & (sig.len() - 1)];
-        }
+        out.extend((0..width).map(|i| sig[i & (sig.len() - 1)]));
     } else {
-        for (i, &w) in sig.iter().enumerate() {
-            out[i & (width - 1)] |= w;
+        out.extend_from_slice(&sig[..width]);
+        for chunk in sig[width..].chunks_exact(width) {
+            for (o, w) in out.iter_mut().zip(chunk) {
+                *o |= w;
+            }
         }
     }
-    out
 }
 
 /// The signatures of up to [`BLOCK_REGIONS`] consecutive regions at one width, column by
@@ -350,7 +362,7 @@ mod tests {
             for i in 0..300 {
                 s.insert(keys::V4, &key(r * 300 + i));
             }
-            sigs.push(s.take());
+            sigs.push(s.take().into());
         }
         let block = SigBlock::build(&sigs);
         assert!(block.width < MAX_WORDS as u32, "folded: {}", block.width);
@@ -405,7 +417,7 @@ mod tests {
             for (kind, value) in region {
                 s.insert(*kind, value);
             }
-            let sig = s.take();
+            let sig = s.take().to_vec();
             for (kind, value) in region {
                 with_derived(*kind, value, &mut |k, v| {
                     assert!(holds(&sig, k, v), "{k} {v:?}");
@@ -418,11 +430,11 @@ mod tests {
     fn blocks_fold_and_repeat_to_one_width_and_read_back_by_column() {
         let mut s = Signer::default();
         s.insert(keys::PORT, &[0, 53]);
-        let narrow = s.take();
+        let narrow: Box<[u64]> = s.take().into();
         for i in 0..2000u32 {
             s.insert(keys::V4, &key(i));
         }
-        let wide = s.take();
+        let wide: Box<[u64]> = s.take().into();
         assert!(narrow.len() < wide.len());
         let block = SigBlock::build(&[narrow.clone(), wide, narrow.clone()]);
         assert_eq!(block.width as usize, narrow.len(), "the median width");
