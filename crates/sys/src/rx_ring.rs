@@ -23,7 +23,7 @@ use std::marker::PhantomData;
 use std::ops::Range;
 use std::os::fd::AsFd;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use crate::error::{Result, SysError};
@@ -79,6 +79,12 @@ pub struct RxRing {
     map: Arc<Mmap>,
     geometry: RingGeometry,
     next: u32,
+    /// Per block: taken out of the ring as a [`HeldBlock`] not yet dropped. Its status
+    /// word still says "user" then, as it did when the kernel retired it: without this a
+    /// ring whose every block was held (a writer behind, more chunks in flight than the
+    /// ring has blocks) came round to the oldest held block and took it again, and its
+    /// packets were written twice.
+    held: Arc<[AtomicBool]>,
 }
 
 impl RxRing {
@@ -110,6 +116,9 @@ impl RxRing {
             map,
             geometry,
             next: 0,
+            held: (0..geometry.block_nr)
+                .map(|_| AtomicBool::new(false))
+                .collect(),
         })
     }
 
@@ -138,7 +147,8 @@ impl RxRing {
     fn retired(&self, i: u32) -> bool {
         // Pairs with the `smp_wmb()` before `prb_flush_block` stores TP_STATUS_USER in
         // `prb_close_block` (https://github.com/torvalds/linux/blob/v6.6/net/packet/af_packet.c).
-        self.status_word(i).load(Ordering::Acquire) & libc::TP_STATUS_USER != 0
+        !self.held[i as usize].load(Ordering::Acquire)
+            && self.status_word(i).load(Ordering::Acquire) & libc::TP_STATUS_USER != 0
     }
 
     /// A u32 field of block `i`'s header, at byte offset `at` (< the first packet).
@@ -211,8 +221,11 @@ impl RxRing {
         let size = self.geometry.block_size as usize;
         // block_ptr is inside a live mapping, so never null.
         let base = NonNull::new(self.block_ptr(i))?;
+        self.held[i as usize].store(true, Ordering::Release);
         Some(HeldBlock {
             _map: Arc::clone(&self.map),
+            held: Arc::clone(&self.held),
+            index: i as usize,
             base,
             size,
             first,
@@ -238,6 +251,9 @@ unsafe fn status_at<'a>(block: *mut u8) -> &'a AtomicU32 {
 /// until dropped. It keeps the mapping alive, so it may outlive the ring's socket.
 pub struct HeldBlock {
     _map: Arc<Mmap>,
+    /// The ring's held flags (see [`RxRing`]) and this block's place in them.
+    held: Arc<[AtomicBool]>,
+    index: usize,
     base: NonNull<u8>,
     size: usize,
     first: usize,
@@ -274,6 +290,8 @@ impl HeldBlock {
         let (first, end) = body_bounds(field(BD_OFFSET_TO_FIRST_PKT), field(BD_BLK_LEN), size);
         Ok(HeldBlock {
             _map: map,
+            held: Arc::new([AtomicBool::new(true)]),
+            index: 0,
             base,
             size,
             first,
@@ -332,6 +350,9 @@ impl Drop for HeldBlock {
         let status = unsafe { status_at(self.base.as_ptr()) };
         // Hand the block back after every read and write of it (see `Block`'s drop).
         status.store(libc::TP_STATUS_KERNEL, Ordering::Release);
+        // After the status: cleared first, the ring would see the old "user" and take the
+        // block again.
+        self.held[self.index].store(false, Ordering::Release);
     }
 }
 
