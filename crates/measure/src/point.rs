@@ -33,7 +33,7 @@ use poolcap_lab::{netns_command, Lab};
 use serde::{Deserialize, Serialize};
 
 use super::child::{pinned, Running, Sched, TICKS_PER_SECOND};
-use super::filecount::{count_file, StoreHeld};
+use super::filecount::{count_file, Frames, StoreHeld};
 use super::forward_peers::{out_tx, Sink, SinkGro};
 use super::peer::{self, CaptureSpec, Counts, Generator, Sent, Tool, Traffic};
 use super::sampler::{Sample, Sampler};
@@ -237,7 +237,7 @@ pub struct Record {
     pub sent: Option<Sent>,
     /// What the capture tool reports.
     pub counts: Option<Counts>,
-    /// Packets found in the written file.
+    /// Distinct frames found in the written file (see `filecount::Frames`).
     pub in_file: Option<u64>,
     /// Size of the written file (compressed, if it was written compressed).
     #[serde(default)]
@@ -381,19 +381,23 @@ fn busy_share(window: Duration) -> Option<f64> {
 }
 
 /// What poolcap's store directory holds after a run: its capture files counted as streams
-/// (not through the store's own indexes), and the bytes of its indexes.
+/// (not through the store's own indexes), their distinct frames, and the bytes of its
+/// indexes.
 fn count_store(dir: &Path) -> anyhow::Result<StoreHeld> {
     let mut held = StoreHeld::default();
+    let mut frames = Frames::default();
     let store = poolcap_engine::store::Store::open(dir)?;
     for f in store.files()? {
-        let c =
-            count_file(&f, None, false).with_context(|| format!("cannot read {}", f.display()))?;
+        let c = count_file(&f, None, false, &mut frames)
+            .with_context(|| format!("cannot read {}", f.display()))?;
         held.packets += c.packets;
         held.bytes += c.bytes;
         held.truncated |= c.truncated;
         let idx = poolcap_engine::store::index::index_path(&f);
         held.index_bytes += std::fs::metadata(idx).map_or(0, |m| m.len());
     }
+    held.distinct = frames.distinct();
+    held.duplicates = frames.duplicates();
     Ok(held)
 }
 
@@ -604,6 +608,8 @@ impl Bench<'_> {
             counts.extra.insert("out_tx".into(), out as f64);
             rec.in_file = Some(sink.finish(&mut counts.extra)?.unique);
         }
+        // Frames a file holds more than once: captured once, and the run a failure.
+        let mut duplicates = 0;
         if let (true, Some(_)) = (spec.write, spec.store) {
             let dir = peer::store_dir(file);
             let held = if spec.tool == Tool::Stenotype {
@@ -611,7 +617,8 @@ impl Bench<'_> {
             } else {
                 count_store(&dir)?
             };
-            rec.in_file = Some(held.packets);
+            rec.in_file = Some(held.distinct);
+            duplicates = held.duplicates;
             rec.file_bytes = Some(held.bytes);
             rec.file_truncated = held.truncated;
             if let Some(c) = rec.counts.as_mut() {
@@ -620,9 +627,11 @@ impl Bench<'_> {
             }
         } else if spec.write && spec.rotate.is_none() {
             // A rotated set has no one file to count (and -W overwrote its oldest files).
-            let f = count_file(file, spec.compress.as_deref(), point.spacing)
+            let mut frames = Frames::default();
+            let f = count_file(file, spec.compress.as_deref(), point.spacing, &mut frames)
                 .with_context(|| format!("cannot read {}'s file", spec.tool.name()))?;
-            rec.in_file = Some(f.packets);
+            rec.in_file = Some(frames.distinct());
+            duplicates = frames.duplicates();
             rec.file_bytes = Some(f.bytes);
             rec.file_truncated = f.truncated;
             if let (true, Some(rate)) = (point.spacing, point.traffic.rate) {
@@ -631,6 +640,12 @@ impl Bench<'_> {
         }
         if let (Some(c), true) = (rec.captured(), offered > 0) {
             rec.loss = Some((offered as f64 - c as f64) / offered as f64);
+        }
+        if duplicates > 0 {
+            rec.error = Some(format!(
+                "{} wrote {duplicates} frames more than once",
+                spec.tool.name()
+            ));
         }
         Ok(())
     }

@@ -136,6 +136,8 @@ pub fn count_dir(dir: &Path) -> anyhow::Result<StoreHeld> {
     if threads == 0 {
         bail!("{} holds no stenotype PKTn directory", dir.display());
     }
+    // Its blocks are counted, not read as frames.
+    held.distinct = held.packets;
     Ok(held)
 }
 
@@ -220,6 +222,8 @@ mod tests {
             held,
             StoreHeld {
                 packets: 17,
+                distinct: 17,
+                duplicates: 0,
                 bytes: 3 * BLOCK_BYTES as u64,
                 truncated: false,
                 index_bytes: 500

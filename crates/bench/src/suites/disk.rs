@@ -44,7 +44,7 @@ I/O (O_DIRECT). Runs send 1.5M (quick) or 2M frames of \
 1514 B, and every run has a point that writes over 20 GB at top speed (1514 B pcap; a full \
 run adds pcapng and imix), which no page cache can hide and which leads the headline; its \
 sustained MB/s is read against the device's own limit (`dd oflag=direct`, same run). Read: \
-loss (captured = packets found in the file), CPU per packet, the sender's rate while the \
+loss (captured = distinct frames found in the file), CPU per packet, the sender's rate while the \
 tool writes, and MB/s written.";
 
 /// poolcap's kernel ring (KiB), per queue with one queue.
@@ -516,7 +516,8 @@ pub fn text(meta: &Meta, rows: &[Row]) -> Text {
             format!(
                 "every tool writes to a file under /var/tmp (disk, not tmpfs), deleted after \
                  each run; pinned to CPU {TOOL_CPU} with its threads (tcpdump's zstd too); \
-                 captured = packets found in the file (read back as a stream, decompressed)"
+                 captured = distinct frames found in the file (read back as a stream, \
+                 decompressed; a frame found twice fails the run)"
             ),
             "rps is set per point (`rps on`: the probe's rps_cpus is the tool's CPU, so the \
              kernel's receive work competes with the writer, as with a NIC whose interrupts go \

@@ -533,7 +533,8 @@ pub fn text(meta: &Meta, rows: &[Row]) -> Text {
         settings: vec![
             "capture points: both subjects are poolcap with the same memory (`-B` ring and \
              pool as the disk suite), writing under /var/tmp with direct I/O; captured = \
-             packets found in the file or in the store's files, read back as streams"
+             distinct frames found in the file or in the store's files, read back as \
+             streams (a frame found twice fails the run)"
                 .into(),
             "stenotype (Google Stenographer's writer, built by `scripts/stenotype.sh`): its \
              ring gets poolcap's ring and pool (the disk suite's peer buffer) as 1 MiB \
