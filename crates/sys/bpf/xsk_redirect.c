@@ -36,4 +36,13 @@ int poolcap_xsk(struct xdp_md *ctx)
 	return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
 }
 
+// The same without the receive time, for kernels that refuse bpf_xdp_adjust_meta to XDP
+// programs (6.18.44-fc-v1300: "program of this type cannot use helper
+// bpf_xdp_adjust_meta#54"); poolcap then stamps frames when it reads them.
+SEC("xdp")
+int poolcap_xsk_plain(struct xdp_md *ctx)
+{
+	return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+}
+
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -33,6 +33,7 @@ pub struct XdpRedirect {
     // Dropping the Ebpf detaches the program (the link is owned by it).
     _ebpf: Ebpf,
     sockets: XskMap<MapData>,
+    stamps: bool,
 }
 
 impl std::fmt::Debug for XdpRedirect {
@@ -49,23 +50,37 @@ fn aya_error(call: &'static str, what: &str, e: impl std::error::Error) -> SysEr
     }
 }
 
+/// The object's program `name`.
+fn program<'a>(ebpf: &'a mut Ebpf, name: &str, iface: &str) -> Result<&'a mut Xdp> {
+    ebpf.program_mut(name)
+        .ok_or_else(|| {
+            aya_error(
+                "bpf(find program)",
+                iface,
+                io::Error::other(format!("{name} missing")),
+            )
+        })?
+        .try_into()
+        .map_err(|e: ProgramError| aya_error("bpf(program type)", iface, e))
+}
+
 impl XdpRedirect {
-    /// Loads the program and attaches it to `iface` in `mode`.
+    /// Loads the program and attaches it to `iface` in `mode`: the one that stamps each
+    /// frame with its receive time, or, where the kernel refuses it that (its XDP programs
+    /// may not call `bpf_xdp_adjust_meta`), the one that does not ([`XdpRedirect::stamps`]).
     pub fn attach(iface: &str, mode: AttachMode) -> Result<Self> {
         let mut ebpf = Ebpf::load(OBJECT).map_err(|e| aya_error("bpf(load object)", iface, e))?;
-        let prog: &mut Xdp = ebpf
-            .program_mut("poolcap_xsk")
-            .ok_or_else(|| {
-                aya_error(
-                    "bpf(find program)",
-                    iface,
-                    io::Error::other("poolcap_xsk missing"),
-                )
-            })?
-            .try_into()
-            .map_err(|e: ProgramError| aya_error("bpf(program type)", iface, e))?;
-        prog.load()
-            .map_err(|e| aya_error("bpf(BPF_PROG_LOAD)", iface, e))?;
+        let stamps = program(&mut ebpf, "poolcap_xsk", iface)?.load().is_ok();
+        let prog = match stamps {
+            true => program(&mut ebpf, "poolcap_xsk", iface)?,
+            false => {
+                let plain = program(&mut ebpf, "poolcap_xsk_plain", iface)?;
+                plain
+                    .load()
+                    .map_err(|e| aya_error("bpf(BPF_PROG_LOAD)", iface, e))?;
+                plain
+            }
+        };
         let mode = match mode {
             AttachMode::Driver => XdpMode::Driver,
             AttachMode::Skb => XdpMode::Skb,
@@ -85,7 +100,14 @@ impl XdpRedirect {
         Ok(Self {
             _ebpf: ebpf,
             sockets,
+            stamps,
         })
+    }
+
+    /// Whether the program writes each frame's receive time into its XDP metadata (see
+    /// `Umem::meta_u64`); if not, the bytes there are whatever the frame held before.
+    pub fn stamps(&self) -> bool {
+        self.stamps
     }
 
     /// Sends frames of receive queue `queue` to `xsk`.

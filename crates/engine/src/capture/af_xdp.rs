@@ -25,6 +25,10 @@ pub struct XdpSource {
     last: XskStats,
     /// CLOCK_MONOTONIC to wall clock, for the receive times the XDP program records.
     clock_offset: i64,
+    /// Whether the XDP program records them (`XdpRedirect::stamps`).
+    stamped: bool,
+    /// The last time given to a frame that had none from the program.
+    last_read: u64,
 }
 
 impl std::fmt::Debug for XdpSource {
@@ -37,8 +41,9 @@ impl std::fmt::Debug for XdpSource {
 const XDP_BATCH: usize = 256;
 
 impl XdpSource {
-    /// Wraps a bound socket; `filter` is a compiled tcpdump expression, if any.
-    pub fn new(xsk: Xsk, filter: Option<Program>) -> Self {
+    /// Wraps a bound socket; `filter` is a compiled tcpdump expression, if any; `stamped`
+    /// whether the XDP program records each frame's receive time in its metadata.
+    pub fn new(xsk: Xsk, filter: Option<Program>, stamped: bool) -> Self {
         Self {
             xsk,
             filter,
@@ -46,6 +51,8 @@ impl XdpSource {
             rejected: Vec::with_capacity(XDP_BATCH),
             last: XskStats::default(),
             clock_offset: poolcap_sys::process::monotonic_to_realtime_offset(),
+            stamped,
+            last_read: 0,
         }
     }
 }
@@ -60,13 +67,22 @@ impl Source for XdpSource {
         // Kernel receive time from the XDP metadata; the batch time if a frame has none.
         let now = now_ns();
         for frame in self.batch.drain(..) {
-            let ts = self
-                .xsk
-                .umem()
-                .meta_u64(&frame)
-                .map(|mono| mono.wrapping_add_signed(self.clock_offset))
-                .filter(|&t| t <= now + 1_000_000 && now.saturating_sub(t) < 10_000_000_000)
-                .unwrap_or(now);
+            let ts = if self.stamped {
+                self.xsk
+                    .umem()
+                    .meta_u64(&frame)
+                    .map(|mono| mono.wrapping_add_signed(self.clock_offset))
+                    .filter(|&t| t <= now + 1_000_000 && now.saturating_sub(t) < 10_000_000_000)
+                    .unwrap_or(now)
+            } else {
+                // The program records no time (the bytes there are one from the frame's last
+                // use): the batch time, a nanosecond apart within the queue, so that the
+                // frames of a batch keep their order when files are merged by time (a batch
+                // split by a file's rotation left equal times on both sides, which `mergecap`
+                // may order either way).
+                self.last_read = now.max(self.last_read + 1);
+                self.last_read
+            };
             if filler.past_cut(ts) {
                 self.rejected.push(frame);
                 continue;

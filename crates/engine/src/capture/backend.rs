@@ -410,6 +410,7 @@ fn open_af_xdp(cfg: BackendConfig, s: &Setup<'_>) -> Result<Opened, CaptureError
         None
     };
     let mut xdp = attach(cfg, s.iface)?;
+    let stamped = xdp.stamps();
     let xcfg = XskConfig {
         frame_size: umem_frame_size(s.pool.cell_size),
         frame_count: (s.pool.cells * s.pool.chunks) as u32,
@@ -435,7 +436,7 @@ fn open_af_xdp(cfg: BackendConfig, s: &Setup<'_>) -> Result<Opened, CaptureError
             xsk.umem(),
         )));
         shares.push(xsk.share()?);
-        sources.push(Box::new(XdpSource::new(xsk, f)));
+        sources.push(Box::new(XdpSource::new(xsk, f, stamped)));
     }
     Ok(Opened {
         sources,
@@ -444,8 +445,14 @@ fn open_af_xdp(cfg: BackendConfig, s: &Setup<'_>) -> Result<Opened, CaptureError
         shares,
         kernel_filter: false,
         report: format!(
-            "backend af_xdp (native XDP, {mode}; UMEM of {} frames per queue)",
-            xcfg.frame_count
+            "backend af_xdp (native XDP, {mode}; UMEM of {} frames per queue{})",
+            xcfg.frame_count,
+            match stamped {
+                true => "",
+                false =>
+                    "; frames stamped when read: this kernel's XDP programs may not \
+                          write metadata",
+            }
         ),
         backend: "af_xdp",
         linktype: s.linktype,
