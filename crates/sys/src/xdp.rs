@@ -66,7 +66,7 @@ fn program<'a>(ebpf: &'a mut Ebpf, name: &str, iface: &str) -> Result<&'a mut Xd
 
 impl XdpRedirect {
     /// Loads the program and attaches it to `iface` in `mode`: the one that stamps each
-    /// frame with its receive time, or, where the kernel refuses it that (its XDP programs
+    /// frame with its receive time or, where the kernel refuses that (its XDP programs
     /// may not call `bpf_xdp_adjust_meta`), the one that does not ([`XdpRedirect::stamps`]).
     pub fn attach(iface: &str, mode: AttachMode) -> Result<Self> {
         let mut ebpf = Ebpf::load(OBJECT).map_err(|e| aya_error("bpf(load object)", iface, e))?;
