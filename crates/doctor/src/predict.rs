@@ -143,8 +143,8 @@ impl DiskIo {
 
 /// Bytes poolcap's direct writer has on their way to the device before it waits for it:
 /// the aligned buffers it makes while the device is behind (the file writer's
-/// `STALL_BYTES`).
-pub const DIRECT_IN_FLIGHT_BYTES: f64 = (256 << 20) as f64;
+/// `STALL_BYTES`, on a machine where that is at most a quarter of the memory left).
+pub const DIRECT_IN_FLIGHT_BYTES: f64 = (1 << 30) as f64;
 
 impl Scenario {
     /// An endless steady stream of `size`-byte frames at `rate_pps` into `tool` with every
@@ -1092,20 +1092,20 @@ mod tests {
 
     #[test]
     fn direct_io_writes_at_the_devices_rate_behind_the_writers_buffers() {
-        // 400 MB/s: 400k pps of the 500k, behind 256 MiB in flight (268435.5 records). Ten
-        // seconds lose 100k a second beyond the buffers; twenty lose less than through the
+        // 400 MB/s: 400k pps of the 500k, behind 1 GiB in flight (1073741.8 records). Thirty
+        // seconds lose 100k a second beyond the buffers; forty lose less than through the
         // cache.
-        let ten = predict(&with_disk(), &writing(10.0, DiskIo::Direct)).unwrap();
-        let d = ten.disk.unwrap();
+        let thirty = predict(&with_disk(), &writing(30.0, DiskIo::Direct)).unwrap();
+        let d = thirty.disk.unwrap();
         assert!(
             close(d.buffer_frames, DIRECT_IN_FLIGHT_BYTES / 1000.0),
             "{d:?}"
         );
-        let lost = 1e6 - d.buffer_frames - ten.buffer_frames;
-        assert!(close(ten.loss, lost / 5e6), "{ten:?}");
-        let twenty = predict(&with_disk(), &writing(20.0, DiskIo::Direct)).unwrap();
-        let buffered = predict(&with_disk(), &writing(20.0, DiskIo::Buffered)).unwrap();
-        assert!(twenty.loss < buffered.loss, "{twenty:?} {buffered:?}");
+        let lost = 3e6 - d.buffer_frames - thirty.buffer_frames;
+        assert!(close(thirty.loss, lost / 15e6), "{thirty:?}");
+        let forty = predict(&with_disk(), &writing(40.0, DiskIo::Direct)).unwrap();
+        let buffered = predict(&with_disk(), &writing(40.0, DiskIo::Buffered)).unwrap();
+        assert!(forty.loss < buffered.loss, "{forty:?} {buffered:?}");
         // Below the device's rate nothing is lost, however long.
         let slow = Scenario {
             rate_pps: 300e3,

@@ -105,10 +105,15 @@ pub const ALIGN: usize = 4096;
 /// I/O thread or waiting for it, so the device always has the next write queued.
 pub const DEPTH: usize = 4;
 
-/// Bytes of buffers on their way to the device before the writer waits for it: a stall of
-/// about 300 ms at 850 MB/s (1514-byte frames at the lab's top rate) with the kernel ring's
-/// 36 MiB. Made only while the device is behind, freed once it has caught up.
-pub const STALL_BYTES: usize = 256 << 20;
+/// Bytes of buffers on their way to the device before the writer waits for it, at most
+/// (a capture asks for less where memory is short, [`DirectFile::with_stall_bytes`]): a
+/// stall of 650 ms at 1.6 GB/s (1514-byte frames at the lab's top rate), with the kernel
+/// ring's 36 MiB. Made only while the device is behind, freed once it has caught up. Why
+/// so many: with 256 MiB, 20 GB at 1.6 GB/s on a virtual disk that writes 2.0 GB/s on
+/// average (fio, 2 MiB writes at depth 4) but 1.5 GB/s in its slowest 100 ms lost frames
+/// in 2 of 3 runs even with huge pages (one run filled all 256 MiB); with 1 GiB none in
+/// 3 of 3, the most taken 164 MB (BENCHMARKS.md, disk).
+pub const STALL_BYTES: usize = 1 << 30;
 
 /// What a batch's bytes past its last aligned block become; see the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -186,12 +191,70 @@ const OPT_COMMENT: u16 = 1;
 /// The first of the zstd skippable frames' magic numbers.
 const ZSTD_SKIPPABLE: u32 = 0x184D_2A50;
 
-/// Memory aligned for direct I/O: `len` bytes from the aligned `start` of `mem`, and the
-/// notes made of bytes as they were copied in (see [`Notes`]).
+/// The size of a huge page: the stretch of a buffer's memory the kernel backs with one page
+/// when asked (transparent huge pages, `MADV_HUGEPAGE`).
+const HUGE_PAGE: usize = 2 << 20;
+
+/// A write buffer's memory: anonymous pages mapped for it (so aligned for direct I/O), its
+/// whole 2 MiB stretches backed by huge pages where the kernel has them.
+///
+/// Why huge pages: while the device stalls the writer copies into new buffers at the
+/// capture's rate (see the module docs), and each new 4 KiB page is a fault the kernel
+/// zeroes on the capture thread: 8% of it over a 20 GB run at 1.6 GB/s, most of it during
+/// the stalls, when the ring has the least room. A fresh 1 GiB took 0.25 s to fault in in
+/// pages of 4 KiB here, 0.04 s in huge pages; and a direct write from a huge page pins one
+/// page, not 512. 20 GB of 1514-byte frames at 1.0 Mpps with 256 MiB of stall buffers
+/// (tool and sender pinned as in the bench): in pages of 4 KiB 3 of 3 runs lost frames
+/// (51k to 882k, each run filling the 256 MiB), in huge pages 2 of 3 (7k, 438k).
+#[derive(Default)]
+struct Memory(Option<memmap2::MmapMut>);
+
+impl Memory {
+    /// At least `len` bytes, zeroed: the mapping is a whole number of huge pages long, so
+    /// that the kernel places it on a huge page's boundary, and its pages are faulted in
+    /// only as they are first written.
+    fn new(len: usize) -> Memory {
+        let map = memmap2::MmapOptions::new()
+            .len(len.max(1).next_multiple_of(HUGE_PAGE))
+            .map_anon()
+            .unwrap_or_else(|e| panic!("no memory for a write buffer of {len} bytes: {e}"));
+        // The huge pages the buffer's usual batch fills whole; the rest (a batch's padding,
+        // rarely written) in pages of 4 KiB. Only advice: a kernel without transparent huge
+        // pages gives small ones.
+        let whole = len / HUGE_PAGE * HUGE_PAGE;
+        if whole > 0 {
+            let _ = map.advise_range(memmap2::Advice::HugePage, 0, whole);
+        }
+        Memory(Some(map))
+    }
+
+    fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |m| m.len())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+}
+
+impl std::ops::Deref for Memory {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.0.as_deref().unwrap_or_default()
+    }
+}
+
+impl std::ops::DerefMut for Memory {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.0.as_deref_mut().unwrap_or_default()
+    }
+}
+
+/// Memory for direct I/O: `len` bytes from the start of `mem` (page-aligned), and the notes
+/// made of bytes as they were copied in (see [`Notes`]).
 #[derive(Default)]
 struct Aligned {
-    mem: Vec<u8>,
-    start: usize,
+    mem: Memory,
     len: usize,
     notes: Vec<u8>,
 }
@@ -204,7 +267,7 @@ impl Aligned {
     }
 
     fn bytes(&self) -> &[u8] {
-        &self.mem[self.start..self.start + self.len]
+        &self.mem[..self.len]
     }
 
     /// Emptied for the next batch.
@@ -216,13 +279,12 @@ impl Aligned {
     /// Makes room for `more` bytes after the `len` held.
     fn reserve(&mut self, more: usize) {
         let need = self.len + more;
-        if self.start + need <= self.mem.len() {
+        if need <= self.mem.len() {
             return;
         }
-        let mut mem = vec![0u8; need.next_multiple_of(ALIGN) + ALIGN];
-        let start = mem.as_ptr().align_offset(ALIGN);
-        mem[start..start + self.len].copy_from_slice(self.bytes());
-        (self.mem, self.start) = (mem, start);
+        let mut mem = Memory::new(need.next_multiple_of(ALIGN));
+        mem[..self.len].copy_from_slice(self.bytes());
+        self.mem = mem;
     }
 
     fn append(&mut self, bytes: &[u8]) {
@@ -256,17 +318,16 @@ impl Aligned {
     fn note_from(&mut self, from: usize, notes: &mut Notes) {
         let Aligned {
             mem,
-            start,
             len,
             notes: out,
         } = self;
-        notes(&mem[*start + from..*start + *len], out);
+        notes(&mem[from..*len], out);
     }
 
     /// Appends `n` bytes that `fill` writes.
     fn extend(&mut self, n: usize, fill: impl FnOnce(&mut [u8])) {
         self.reserve(n);
-        let at = self.start + self.len;
+        let at = self.len;
         fill(&mut self.mem[at..at + n]);
         self.len += n;
     }
@@ -494,7 +555,8 @@ pub struct DirectFile {
     /// Where buffers go when the file has no use for them, and come from before new ones
     /// are made (none kept unless [`DirectFile::with_buffers`] says).
     kept: Buffers,
-    /// Most buffers: [`STALL_BYTES`] of them, at least [`DEPTH`].
+    /// Most buffers: [`STALL_BYTES`] of them (or as [`DirectFile::with_stall_bytes`] says),
+    /// at least [`DEPTH`].
     most: usize,
     /// Room of a new buffer: a usual batch and its padding.
     room: usize,
@@ -554,6 +616,13 @@ impl DirectFile {
             feed: None,
             notes: None,
         }
+    }
+
+    /// Waits for the device once `bytes` of buffers are on their way (instead of
+    /// [`STALL_BYTES`]), at least [`DEPTH`] buffers.
+    pub fn with_stall_bytes(mut self, bytes: usize) -> Self {
+        self.most = (bytes / self.room).max(DEPTH);
+        self
     }
 
     /// Lends each write to `feed` once it has landed (see the module docs).
@@ -1103,16 +1172,19 @@ mod tests {
         }
     }
 
-    /// While the device is behind, the writer makes buffers for [`STALL_BYTES`] of batches
+    /// While the device is behind, the writer makes buffers for its stall bytes of batches
     /// without waiting for it; once their writes have landed it keeps [`DEPTH`].
     #[test]
     fn a_stalled_device_takes_stall_bytes_before_the_writer_waits() {
         let dir = tempfile::tempdir().unwrap();
         let file = std::fs::File::create(dir.path().join("s")).unwrap();
-        let mut d = DirectFile::new(file, 1 << 20, Tail::Pad(Padding::Pcapng));
+        let d = DirectFile::new(file, 1 << 20, Tail::Pad(Padding::Pcapng));
+        assert_eq!(d.most, STALL_BYTES / d.room, "the default");
+        let mut d = d.with_stall_bytes(100 << 20);
         // No I/O thread runs, so a writer that has to wait for one gets an error.
-        let most = STALL_BYTES / d.room;
-        assert!(most > 100, "{most}");
+        let most = (100 << 20) / d.room;
+        assert_eq!(d.most, most);
+        assert!(most > 50, "{most}");
         let mut on_their_way = Vec::new();
         for i in 1..most {
             let buf = d.free_buffer();
@@ -1121,7 +1193,7 @@ mod tests {
         }
         assert!(
             d.free_buffer().is_err(),
-            "past STALL_BYTES the writer waits"
+            "past its stall bytes the writer waits"
         );
         for buf in on_their_way {
             let outcome = Outcome::Written;

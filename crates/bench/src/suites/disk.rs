@@ -62,11 +62,11 @@ const POOL_BYTES: u64 = POOL.0 as u64 * POOL.1 as u64 * CELL_BYTES;
 /// memory between the wire and the disk.
 pub const PEER_KIB: u64 = RING_KIB + POOL_BYTES / 1024;
 /// Bytes poolcap's direct writer may hold beyond the ring at its peak: its 4 batches of 2
-/// MiB and, while the device is behind, up to 256 MiB of stall buffers
+/// MiB and, while the device is behind, up to 1 GiB of stall buffers
 /// (`poolcap_format::direct::{DEPTH, STALL_BYTES}`).
-const WRITER_PEAK_BYTES: u64 = (8 + 256) << 20;
+const WRITER_PEAK_BYTES: u64 = (8 << 20) + poolcap_format::direct::STALL_BYTES as u64;
 /// The kernel buffer (KiB) of the peers that the sustained points also run at poolcap's
-/// peak memory: its ring and pool plus `WRITER_PEAK_BYTES`, 300 MiB, so a peer that loses
+/// peak memory: its ring and pool plus `WRITER_PEAK_BYTES`, 1068 MiB, so a peer that loses
 /// with 36 MiB is also seen with all the memory poolcap may take.
 pub const PEER_PEAK_KIB: u64 = PEER_KIB + WRITER_PEAK_BYTES / 1024;
 /// Bytes a sustained point writes at least: far more than the page cache holds (24 GiB of
@@ -740,8 +740,8 @@ mod tests {
             [
                 "poolcap",
                 "poolcap --buffered",
-                "tcpdump 300M",
-                "netsniff-ng 300M",
+                "tcpdump 1068M",
+                "netsniff-ng 1068M",
                 "tcpdump",
                 "netsniff-ng",
                 "dumpcap"

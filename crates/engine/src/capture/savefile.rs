@@ -124,6 +124,16 @@ impl std::fmt::Display for WritePath {
     }
 }
 
+/// Bytes a direct file may have on their way to a stalled device (see
+/// `poolcap_format::direct::STALL_BYTES`): that much at most, and no more than a quarter of
+/// the memory the process may still take (`available`, read as each file opens), so that a
+/// long stall on a small machine or in a container ends in counted drops at the ring, not
+/// in the OOM killer.
+fn stall_bytes(available: Option<u64>) -> usize {
+    let quarter = available.map_or(usize::MAX, |a| usize::try_from(a / 4).unwrap_or(usize::MAX));
+    poolcap_format::direct::STALL_BYTES.min(quarter)
+}
+
 /// What the user asked of the output files besides their format.
 #[derive(Debug, Clone, Default)]
 pub struct FileOptions {
@@ -217,7 +227,9 @@ impl FileSpec {
                         .map_err(io)?;
                     direct = direct.with_live_tail(cached);
                 }
-                direct = direct.with_buffers(self.buffers.clone());
+                direct = direct
+                    .with_buffers(self.buffers.clone())
+                    .with_stall_bytes(stall_bytes(crate::memlimit::available()));
                 if let (Some(tell), Tail::Carry) = (&self.closed, self.direct_tail()) {
                     direct = direct.with_feed(tell.feed(path)).with_notes(tell.notes());
                 }
@@ -601,6 +613,14 @@ impl FileSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stall_takes_at_most_a_quarter_of_the_memory_left() {
+        let most = poolcap_format::direct::STALL_BYTES;
+        assert_eq!(stall_bytes(None), most, "nothing says: the most");
+        assert_eq!(stall_bytes(Some(64 << 30)), most);
+        assert_eq!(stall_bytes(Some(1 << 30)), 256 << 20);
+    }
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
