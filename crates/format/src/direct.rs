@@ -95,6 +95,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use crate::memory::Memory;
 use crate::write::{clone_io, Output};
 
 /// Alignment of the buffer's memory, of every write's offset and of its length: the page
@@ -191,67 +192,8 @@ const OPT_COMMENT: u16 = 1;
 /// The first of the zstd skippable frames' magic numbers.
 const ZSTD_SKIPPABLE: u32 = 0x184D_2A50;
 
-/// The size of a huge page: the stretch of a buffer's memory the kernel backs with one page
-/// when asked (transparent huge pages, `MADV_HUGEPAGE`).
-const HUGE_PAGE: usize = 2 << 20;
-
-/// A write buffer's memory: anonymous pages mapped for it (so aligned for direct I/O), its
-/// whole 2 MiB stretches backed by huge pages where the kernel has them.
-///
-/// Why huge pages: while the device stalls the writer copies into new buffers at the
-/// capture's rate (see the module docs), and each new 4 KiB page is a fault the kernel
-/// zeroes on the capture thread: 8% of it over a 20 GB run at 1.6 GB/s, most of it during
-/// the stalls, when the ring has the least room. A fresh 1 GiB took 0.25 s to fault in in
-/// pages of 4 KiB here, 0.04 s in huge pages; and a direct write from a huge page pins one
-/// page, not 512. 20 GB of 1514-byte frames at 1.0 Mpps with 256 MiB of stall buffers
-/// (tool and sender pinned as in the bench): in pages of 4 KiB 3 of 3 runs lost frames
-/// (51k to 882k, each run filling the 256 MiB), in huge pages 2 of 3 (7k, 438k).
-#[derive(Default)]
-struct Memory(Option<memmap2::MmapMut>);
-
-impl Memory {
-    /// At least `len` bytes, zeroed: the mapping is a whole number of huge pages long, so
-    /// that the kernel places it on a huge page's boundary, and its pages are faulted in
-    /// only as they are first written.
-    fn new(len: usize) -> Memory {
-        let map = memmap2::MmapOptions::new()
-            .len(len.max(1).next_multiple_of(HUGE_PAGE))
-            .map_anon()
-            .unwrap_or_else(|e| panic!("no memory for a write buffer of {len} bytes: {e}"));
-        // The huge pages the buffer's usual batch fills whole; the rest (a batch's padding,
-        // rarely written) in pages of 4 KiB. Only advice: a kernel without transparent huge
-        // pages gives small ones.
-        let whole = len / HUGE_PAGE * HUGE_PAGE;
-        if whole > 0 {
-            let _ = map.advise_range(memmap2::Advice::HugePage, 0, whole);
-        }
-        Memory(Some(map))
-    }
-
-    fn len(&self) -> usize {
-        self.0.as_ref().map_or(0, |m| m.len())
-    }
-
-    fn is_empty(&self) -> bool {
-        self.0.is_none()
-    }
-}
-
-impl std::ops::Deref for Memory {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        self.0.as_deref().unwrap_or_default()
-    }
-}
-
-impl std::ops::DerefMut for Memory {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        self.0.as_deref_mut().unwrap_or_default()
-    }
-}
-
-/// Memory for direct I/O: `len` bytes from the start of `mem` (page-aligned), and the notes
-/// made of bytes as they were copied in (see [`Notes`]).
+/// Memory for direct I/O: `len` bytes from the start of `mem` (page-aligned, in huge pages:
+/// see `memory`), and the notes made of bytes as they were copied in (see [`Notes`]).
 #[derive(Default)]
 struct Aligned {
     mem: Memory,

@@ -27,6 +27,7 @@
 pub mod decompress;
 pub mod direct;
 pub mod link;
+pub mod memory;
 pub mod read;
 pub mod stream;
 pub mod write;

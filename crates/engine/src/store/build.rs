@@ -26,18 +26,20 @@
 //! per record goes there.
 
 use super::index::{
-    head_crc, Index, IndexError, Region, HEAD_BYTES, PAGES, PAGE_BYTES, REGION_BYTES,
+    head_crc, index_path, Cover, Index, IndexError, Region, HEAD_BYTES, PAGES, PAGE_BYTES,
+    REGION_BYTES,
 };
 use super::keys;
 use super::pcapfile::{self, Header, FILE_HEADER, RECORD_HEADER};
-use super::sig::{self, SigBlock, Signer, BLOCK_REGIONS, MAX_WORDS};
+use super::sig::{self, ArenaBlocks, SigArena, SigBlock, Signer, MAX_WORDS};
 
 /// A region cut, with its signature (empty if the link type is not dissected) and where
-/// its last record ends. As the cutter gives it, the signature is its signer's, lent until
-/// the next region ends (a signature allocated per region, then noted and freed, was a
-/// tenth of a region's cost at 1514 bytes); as read from notes and kept, owned.
+/// its last record ends. As the cutter gives it, the signature is its signer's words, lent
+/// until the next region ends (a signature allocated per region, then noted and freed, was
+/// a tenth of a region's cost at 1514 bytes); as read from notes, their little-endian bytes,
+/// borrowed, or owned while the region waits for its last bytes to land.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Cut<S = Box<[u64]>> {
+struct Cut<S = Vec<u8>> {
     region: Region,
     sig: S,
     end: u64,
@@ -65,21 +67,45 @@ impl<S: AsRef<[u64]>> Cut<S> {
         out.extend_from_slice(&head);
         sig::put_words(sig, out);
     }
+}
 
-    /// The cut, with a signature of its own.
+impl Cut<&[u64]> {
+    /// The cut, with its signature's words little-endian in bytes of its own.
     fn owned(&self) -> Cut {
+        let mut sig = Vec::with_capacity(8 * self.sig.len());
+        sig::put_words(self.sig, &mut sig);
         Cut {
             region: self.region,
-            sig: self.sig.as_ref().into(),
+            sig,
             end: self.end,
         }
     }
 }
 
 impl Cut {
+    /// The cut, its signature lent.
+    fn borrowed(&self) -> Cut<&[u8]> {
+        Cut {
+            region: self.region,
+            sig: &self.sig,
+            end: self.end,
+        }
+    }
+}
+
+impl<'a> Cut<&'a [u8]> {
+    /// The cut, with a signature of its own.
+    fn owned(&self) -> Cut {
+        Cut {
+            region: self.region,
+            sig: self.sig.to_vec(),
+            end: self.end,
+        }
+    }
+
     /// The cut noted at the start of `b`, and the bytes after it; `None` if they do not
     /// read as a cut.
-    fn read(b: &[u8]) -> Option<(Cut, &[u8])> {
+    fn read(b: &'a [u8]) -> Option<(Cut<&'a [u8]>, &'a [u8])> {
         let (head, rest) = b.split_first_chunk::<CUT_HEAD>()?;
         let u64_at = |at: usize| u64::from_le_bytes(head[at..at + 8].try_into().expect("8"));
         let mut pages = [0u16; PAGES - 1];
@@ -97,11 +123,7 @@ impl Cut {
         if width > MAX_WORDS || !(width == 0 || width.is_power_of_two()) {
             return None;
         }
-        let (words, rest) = rest.split_at_checked(8 * width)?;
-        let sig = words
-            .chunks_exact(8)
-            .map(|w| u64::from_le_bytes(w.try_into().expect("8")))
-            .collect();
+        let (sig, rest) = rest.split_at_checked(8 * width)?;
         let end = u64_at(58);
         Some((Cut { region, sig, end }, rest))
     }
@@ -202,12 +224,11 @@ impl Cutter {
 
 /// An index being built from a capture file's regions, in file order: cut here from its
 /// records ([`Builder::record`]), or cut by the writer and noted ([`Written`]).
-#[derive(Clone)]
 pub struct Builder {
     cutter: Cutter,
     /// The regions cut, and their signatures from region `sigs_from` on.
     regions: Vec<Region>,
-    sigs: Vec<Box<[u64]>>,
+    sigs: SigArena,
     sigs_from: u32,
     packets: u64,
     /// Where the last region cut ends: where the one being cut starts.
@@ -220,7 +241,7 @@ impl Builder {
         Builder {
             cutter: Cutter::new(linktype),
             regions: Vec::new(),
-            sigs: Vec::new(),
+            sigs: SigArena::default(),
             sigs_from: 0,
             packets: 0,
             cut_end: FILE_HEADER,
@@ -234,15 +255,15 @@ impl Builder {
         self.cutter
             .record(offset, ts_ns, data, &mut |cut| ended = Some(cut.owned()));
         if let Some(cut) = ended {
-            let pushed = self.push(cut);
+            let pushed = self.push(&cut.borrowed());
             debug_assert!(pushed, "a region cut here follows the last");
         }
     }
 
-    /// Adds the region `cut`; false if it does not start where the last one ended (or
-    /// ends before it starts, or its signature is not the link type's).
+    /// Adds the region `cut`; false if it does not start where the last one ended (or ends
+    /// before it starts, or its signature is not the link type's).
     #[must_use]
-    fn push(&mut self, cut: Cut) -> bool {
+    fn push(&mut self, cut: &Cut<&[u8]>) -> bool {
         let sound = cut.region.offset == self.cut_end
             && cut.end > cut.region.offset
             && cut.sig.is_empty() != self.cutter.keyed;
@@ -251,7 +272,7 @@ impl Builder {
             self.cut_end = cut.end;
             self.regions.push(cut.region);
             if self.cutter.keyed {
-                self.sigs.push(cut.sig);
+                self.sigs.push_le(cut.sig);
             }
         }
         sound
@@ -273,22 +294,23 @@ impl Builder {
             return Vec::new();
         }
         let at = |r: u32| (r - self.sigs_from) as usize;
-        self.sigs[at(from)..at(below)]
-            .chunks(BLOCK_REGIONS)
-            .map(SigBlock::build)
-            .collect()
+        ArenaBlocks::new(&self.sigs, at(from), at(below)).build()
     }
 
     /// The index of a capture file of `file_len` bytes (a record cut short at its end is
     /// not indexed) whose first 4 KiB have the CRC-32 `head_crc`.
-    pub fn finish(mut self, file_len: u64, head_crc: u32) -> Index {
+    pub fn finish(self, file_len: u64, head_crc: u32) -> Index {
+        self.finish_built(file_len, head_crc).into_index()
+    }
+
+    /// [`Builder::finish`], the signature blocks left to be made as the index is saved.
+    fn finish_built(mut self, file_len: u64, head_crc: u32) -> Built {
         if let Some(cut) = self.cutter.close().map(|c| c.owned()) {
-            let pushed = self.push(cut);
+            let pushed = self.push(&cut.borrowed());
             debug_assert!(pushed, "a region cut here follows the last");
         }
-        let regions = self.regions.len() as u32;
-        Index {
-            signatures: self.signatures(0, regions),
+        let index = Index {
+            signatures: Vec::new(),
             file_len: file_len.max(self.cut_end),
             head_crc,
             linktype: self.cutter.linktype,
@@ -297,6 +319,11 @@ impl Builder {
             last: self.regions.iter().map(|r| r.last).max().unwrap_or(0),
             keyed: self.cutter.keyed,
             regions: self.regions,
+        };
+        debug_assert_eq!(self.sigs_from, 0, "a builder finished has every signature");
+        Built {
+            index,
+            sigs: self.sigs,
         }
     }
 
@@ -337,10 +364,35 @@ impl Builder {
         Builder {
             cutter: Cutter::new(self.cutter.linktype),
             regions: self.regions.clone(),
-            sigs: self.sigs[skip..].to_vec(),
+            sigs: self.sigs.copy_from(skip),
             sigs_from: self.sigs_from + skip as u32,
             packets: self.packets,
             cut_end: self.cut_end,
+        }
+    }
+}
+
+/// A file's index as its builder finished it: without its signature blocks, which are made
+/// from the signatures as it is saved (see `sig::ArenaBlocks`).
+pub struct Built {
+    index: Index,
+    sigs: SigArena,
+}
+
+impl Built {
+    /// Writes the index beside `capture` (see [`Index::save`]); returns its bytes.
+    pub fn save(&self, capture: &std::path::Path) -> std::io::Result<u64> {
+        let blocks = ArenaBlocks::new(&self.sigs, 0, self.sigs.len());
+        self.index
+            .save_with(&index_path(capture), Cover::Whole, &blocks)
+    }
+
+    /// The index, its signature blocks made.
+    pub fn into_index(self) -> Index {
+        let signatures = ArenaBlocks::new(&self.sigs, 0, self.sigs.len()).build();
+        Index {
+            signatures,
+            ..self.index
         }
     }
 }
@@ -491,20 +543,29 @@ impl Written {
         let Some(builder) = &mut self.built else {
             return;
         };
+        // Regions noted before whose bytes have all landed now, then this write's, in order:
+        // one whose bytes have not waits, owned, and so do those after it.
+        while let Some(cut) = self.pending.pop_front_if(|c| c.end <= self.fed) {
+            if !builder.push(&cut.borrowed()) {
+                self.broken = true;
+                return;
+            }
+        }
         while !notes.is_empty() {
             // Not this file's notes: indexed from the file on disk.
             let Some((cut, rest)) = Cut::read(notes) else {
                 self.broken = true;
                 return;
             };
-            self.pending.push_back(cut);
-            notes = rest;
-        }
-        while let Some(cut) = self.pending.pop_front_if(|c| c.end <= self.fed) {
-            if !builder.push(cut) {
-                self.broken = true;
-                return;
+            if self.pending.is_empty() && cut.end <= self.fed {
+                if !builder.push(&cut) {
+                    self.broken = true;
+                    return;
+                }
+            } else {
+                self.pending.push_back(cut.owned());
             }
+            notes = rest;
         }
     }
 
@@ -534,7 +595,7 @@ impl Written {
         self,
         file_len: u64,
         tail: impl FnOnce(u64) -> std::io::Result<Vec<u8>>,
-    ) -> Option<Index> {
+    ) -> Option<Built> {
         if self.broken || self.fed != file_len || !self.pending.is_empty() {
             return None;
         }
@@ -548,7 +609,7 @@ impl Written {
         if builder.end() != file_len {
             return None;
         }
-        Some(builder.finish(file_len, crc32fast::hash(&self.head)))
+        Some(builder.finish_built(file_len, crc32fast::hash(&self.head)))
     }
 }
 
@@ -701,7 +762,12 @@ pub(crate) mod tests {
                     "{n} packets, cut {cut}, writes of {size}"
                 );
                 if let Some(fed) = fed {
-                    assert_eq!(fed, from_disk, "{n} packets, writes of {size}");
+                    // Saved straight from the signatures: the bytes of the index built.
+                    let beside = dir.path().join(format!("saved{n}-{size}"));
+                    fed.save(&beside).unwrap();
+                    let saved = std::fs::read(index_path(&beside)).unwrap();
+                    assert!(saved == from_disk.encode(), "{n} packets, writes of {size}");
+                    assert_eq!(fed.into_index(), from_disk, "{n} packets, writes of {size}");
                 }
             }
             // Noted by the writer in runs of one size, each run's notes lent with the write
@@ -718,7 +784,8 @@ pub(crate) mod tests {
                 }
                 if let Some(fed) = w.finish(bytes.len() as u64, tail(&bytes)) {
                     assert_eq!(
-                        fed, from_disk,
+                        fed.into_index(),
+                        from_disk,
                         "{n} packets, runs of {run}, writes of {size}"
                     );
                 } else {
@@ -790,6 +857,7 @@ pub(crate) mod tests {
             let mut w = Written::new();
             w.land(0, bytes.len() as u64, &bytes, notes);
             w.finish(bytes.len() as u64, tail(&bytes))
+                .map(Built::into_index)
         };
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
@@ -843,7 +911,7 @@ pub(crate) mod tests {
             self,
             file_len: u64,
             tail: impl FnOnce(u64) -> std::io::Result<Vec<u8>>,
-        ) -> Option<Index> {
+        ) -> Option<Built> {
             self.written.finish(file_len, tail)
         }
     }

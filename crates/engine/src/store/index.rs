@@ -50,7 +50,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
-use super::sig::{self, SigBlock, BLOCK_REGIONS, MAX_WORDS};
+use super::sig::{self, Blocks, SigBlock, BLOCK_REGIONS, MAX_WORDS};
 
 /// The format version this build writes and reads.
 pub const VERSION: u32 = 3;
@@ -253,6 +253,69 @@ pub(super) fn head_crc(path: &Path) -> std::io::Result<u32> {
     Ok(crc32fast::hash(&head))
 }
 
+/// Bytes an index is saved through at a time (see [`Index::save_with`]).
+const SAVE_BYTES: usize = 1 << 20;
+
+/// Alignment of a direct write's memory, offset and length.
+const SAVE_ALIGN: usize = 4096;
+
+/// An index file being written in order through one buffer of [`SAVE_BYTES`], with
+/// direct I/O (`align` 4096: the buffer's memory, offsets and lengths aligned, the file
+/// cut to its length at the end) or through the page cache (`align` 1). A write's error is
+/// kept and returned by [`SaveBuffer::finish`].
+struct SaveBuffer {
+    file: File,
+    align: usize,
+    mem: poolcap_format::memory::Memory,
+    len: usize,
+    error: Option<std::io::Error>,
+}
+
+impl SaveBuffer {
+    fn new(file: File, align: usize) -> Self {
+        SaveBuffer {
+            file,
+            align,
+            mem: poolcap_format::memory::Memory::new(SAVE_BYTES),
+            len: 0,
+            error: None,
+        }
+    }
+
+    /// Appends `bytes`, writing each full buffer.
+    fn put(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let n = bytes.len().min(SAVE_BYTES - self.len);
+            self.mem[self.len..self.len + n].copy_from_slice(&bytes[..n]);
+            (self.len, bytes) = (self.len + n, &bytes[n..]);
+            if self.len == SAVE_BYTES {
+                self.write(SAVE_BYTES);
+                self.len = 0;
+            }
+        }
+    }
+
+    /// Writes the buffer's first `n` bytes, unless a write failed before.
+    fn write(&mut self, n: usize) {
+        if self.error.is_none() {
+            if let Err(e) = self.file.write_all(&self.mem[..n]) {
+                self.error = Some(e);
+            }
+        }
+    }
+
+    /// Writes what is left (padded to the alignment) and cuts the file to `len` bytes.
+    fn finish(mut self, len: u64) -> std::io::Result<()> {
+        let n = self.len.next_multiple_of(self.align);
+        self.mem[self.len..n].fill(0);
+        self.write(n);
+        match self.error.take() {
+            Some(e) => Err(e),
+            None => self.file.set_len(len),
+        }
+    }
+}
+
 impl Index {
     /// The index's bytes (see the module docs).
     pub fn encode(&self) -> Vec<u8> {
@@ -261,33 +324,46 @@ impl Index {
 
     /// The index's bytes as an index of `cover`.
     pub(crate) fn encode_as(&self, cover: Cover) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.encoded_len());
+        let mut out = Vec::with_capacity(self.encoded_len(self.signatures.as_slice()));
         self.encode_into(cover, &mut out);
         out
     }
 
     /// Bytes of the index's head: its fixed part, a CRC-32 per region block, a width per
     /// signature block, and its own CRC-32.
-    fn head_len(&self) -> usize {
-        FIXED + 4 * (self.regions.len().div_ceil(REGIONS_PER_BLOCK) + self.signatures.len()) + 4
+    fn head_len(&self, blocks: &(impl Blocks + ?Sized)) -> usize {
+        FIXED + 4 * (self.regions.len().div_ceil(REGIONS_PER_BLOCK) + blocks.count()) + 4
     }
 
-    /// Bytes of the index's encoding.
-    fn encoded_len(&self) -> usize {
-        let sigs: u64 = self
-            .signatures
-            .iter()
-            .map(|b| u64::from(b.width) * SigBlock::column_bytes(b.regions))
+    /// Bytes of the index's encoding with the signature blocks `blocks`.
+    fn encoded_len(&self, blocks: &(impl Blocks + ?Sized)) -> usize {
+        let sigs: u64 = (0..blocks.count())
+            .map(|n| {
+                let (width, regions) = blocks.shape(n);
+                u64::from(width) * SigBlock::column_bytes(regions)
+            })
             .sum();
-        self.head_len() + self.regions.len() * REGION_ENTRY + sigs as usize
+        self.head_len(blocks) + self.regions.len() * REGION_ENTRY + sigs as usize
     }
 
-    /// Appends the index's bytes as an index of `cover` to `out`: the head's room first,
-    /// then the blocks, then the head (whose directory holds the blocks' CRC-32s), so that
-    /// no block is made twice.
+    /// Appends the index's bytes as an index of `cover` to `out`.
     fn encode_into(&self, cover: Cover, out: &mut Vec<u8>) {
-        let (start, head_len) = (out.len(), self.head_len());
-        out.resize(start + head_len, 0);
+        let blocks = self.signatures.as_slice();
+        self.encode_parts(cover, blocks, &mut |part| out.extend_from_slice(part));
+    }
+
+    /// The index's bytes as an index of `cover`, given to `part` in order: the head with
+    /// the region blocks (the head made after them: its directory holds their CRC-32s),
+    /// then each signature block, so that no more than one block's bytes are made at a
+    /// time beside the destination.
+    fn encode_parts(
+        &self,
+        cover: Cover,
+        blocks: &(impl Blocks + ?Sized),
+        part: &mut impl FnMut(&[u8]),
+    ) {
+        let head_len = self.head_len(blocks);
+        let mut out = vec![0; head_len];
         let mut crcs = Vec::with_capacity(self.regions.len().div_ceil(REGIONS_PER_BLOCK));
         for chunk in self.regions.chunks(REGIONS_PER_BLOCK) {
             let at = out.len();
@@ -302,9 +378,6 @@ impl Index {
             }
             crcs.push(crc32fast::hash(&out[at..]));
         }
-        for b in &self.signatures {
-            b.encode(out);
-        }
         let mut head = Vec::with_capacity(head_len);
         head.extend_from_slice(cover.magic());
         head.extend_from_slice(&VERSION.to_le_bytes());
@@ -316,16 +389,22 @@ impl Index {
         head.extend_from_slice(&self.last.to_le_bytes());
         head.push(u8::from(self.keyed));
         head.extend_from_slice(&(self.regions.len() as u32).to_le_bytes());
-        head.extend_from_slice(&(self.signatures.len() as u32).to_le_bytes());
+        head.extend_from_slice(&(blocks.count() as u32).to_le_bytes());
         for crc in crcs {
             head.extend_from_slice(&crc.to_le_bytes());
         }
-        for b in &self.signatures {
-            head.extend_from_slice(&b.width.to_le_bytes());
+        for n in 0..blocks.count() {
+            head.extend_from_slice(&blocks.shape(n).0.to_le_bytes());
         }
         let crc = crc32fast::hash(&head);
         head.extend_from_slice(&crc.to_le_bytes());
-        out[start..start + head_len].copy_from_slice(&head);
+        out[..head_len].copy_from_slice(&head);
+        part(&out);
+        for n in 0..blocks.count() {
+            out.clear();
+            blocks.encode(n, &mut out);
+            part(&out);
+        }
     }
 
     /// Parses an index's bytes, checking magic, version and every checksum.
@@ -385,33 +464,38 @@ impl Index {
     /// time in the kernel's copy into fresh page-cache pages, as the capture files were
     /// before they were written direct.
     pub fn save_as(&self, idx: &Path, cover: Cover) -> std::io::Result<u64> {
-        const ALIGN: usize = 4096;
-        let len = self.encoded_len();
-        let padded = len.next_multiple_of(ALIGN);
-        let mut mem: Vec<u8> = Vec::with_capacity(padded + ALIGN);
-        let pad = mem.as_ptr().align_offset(ALIGN);
-        mem.resize(pad, 0);
-        self.encode_into(cover, &mut mem);
-        debug_assert_eq!(mem.len(), pad + len, "encoded_len is the encoding's");
-        mem.resize(pad + padded, 0);
+        self.save_with(idx, cover, self.signatures.as_slice())
+    }
+
+    /// [`Index::save_as`] with the signature blocks `blocks` (the index's own are not
+    /// read): each encoded when its turn comes and written through one aligned buffer of
+    /// [`SAVE_BYTES`], so that saving takes little memory beside the signatures (a whole
+    /// index encoded at once was 3 MB per 100 MB of 64-byte frames of memory new to the
+    /// process, a fault per page).
+    pub(crate) fn save_with(
+        &self,
+        idx: &Path,
+        cover: Cover,
+        blocks: &(impl Blocks + ?Sized),
+    ) -> std::io::Result<u64> {
+        let len = self.encoded_len(blocks);
         let name = idx.file_name().map(|n| n.to_string_lossy().into_owned());
         let tmp = idx.with_file_name(format!(".{}.tmp", name.unwrap_or_default()));
-        let direct = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(&tmp)
-            .and_then(|mut f| {
-                f.write_all(&mem[pad..])?;
-                f.set_len(len as u64)
-            });
-        if let Err(e) = direct {
-            // No direct I/O here (tmpfs, some FUSE file systems): through the page cache.
-            if e.raw_os_error() != Some(libc::EINVAL) {
-                return Err(e);
+        let write = |direct: bool| {
+            let mut open = std::fs::OpenOptions::new();
+            open.write(true).create(true).truncate(true);
+            if direct {
+                open.custom_flags(libc::O_DIRECT);
             }
-            std::fs::write(&tmp, &mem[pad..pad + len])?;
+            let align = if direct { SAVE_ALIGN } else { 1 };
+            let mut out = SaveBuffer::new(open.open(&tmp)?, align);
+            self.encode_parts(cover, blocks, &mut |part| out.put(part));
+            out.finish(len as u64)
+        };
+        match write(true) {
+            // No direct I/O here (tmpfs, some FUSE file systems): through the page cache.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => write(false)?,
+            done => done?,
         }
         std::fs::rename(&tmp, idx)?;
         Ok(len as u64)

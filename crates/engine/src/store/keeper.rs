@@ -425,14 +425,13 @@ fn index(
         std::os::unix::fs::FileExt::read_exact_at(&std::fs::File::open(closed)?, &mut b, from)?;
         Ok(b)
     };
-    let index = match written.and_then(|w| w.finish(len, tail)) {
-        Some(i) => i,
+    let bytes = match written.and_then(|w| w.finish(len, tail)) {
+        Some(built) => built.save(closed)?,
         None => {
             report.read_back += 1;
-            Index::build(closed)?
+            Index::build(closed)?.save(closed)?
         }
     };
-    let bytes = index.save(closed)?;
     super::prefix::remove(closed);
     Ok(bytes)
 }

@@ -218,14 +218,8 @@ impl Signer {
     }
 }
 
-/// `sig` at `width` words (powers of two): folded when narrower, repeated when wider.
-fn fold(sig: &[u64], width: usize) -> Box<[u64]> {
-    let mut out = Vec::with_capacity(width);
-    fold_into(sig, width, &mut out);
-    out.into_boxed_slice()
-}
-
-/// [`fold`] into `out`, emptied first. Folded a slice of `width` words at a time, which the
+/// `sig` at `width` words (powers of two) into `out`, emptied first: folded when narrower,
+/// repeated when wider. Folded a slice of `width` words at a time, which the
 /// compiler makes vector ORs of (a word at a time, each OR waited for the one before).
 fn fold_into(sig: &[u64], width: usize, out: &mut Vec<u64>) {
     out.clear();
@@ -255,28 +249,18 @@ pub struct SigBlock {
 
 impl SigBlock {
     /// The block of `sigs` (each a power-of-two width), at the median of their widths.
-    pub fn build(sigs: &[Box<[u64]>]) -> SigBlock {
-        let mut widths: Vec<usize> = sigs.iter().map(|s| s.len()).collect();
-        widths.sort_unstable();
-        let width = widths.get(widths.len() / 2).copied().unwrap_or(1);
-        // Wider ones folded to the width; narrower ones read repeated (word w & (len - 1)).
-        let folded: Vec<std::borrow::Cow<[u64]>> = sigs
-            .iter()
-            .map(|s| match s.len() > width {
-                true => fold(s, width).into_vec().into(),
-                false => std::borrow::Cow::Borrowed(&s[..]),
-            })
-            .collect();
+    pub fn build<S: Words>(sigs: &[S]) -> SigBlock {
+        let width = median_width(sigs);
+        let folded = folded(sigs, width);
         // Column by column, so that the writes run in order: region by region, a word to
         // each column was a miss of the caches per word (the closer's time at 64 B).
-        let n = sigs.len();
-        let mut columns = Vec::with_capacity(width * n);
+        let mut columns = Vec::with_capacity(width * sigs.len());
         for w in 0..width {
-            columns.extend(folded.iter().map(|s| s[w & (s.len() - 1)]));
+            columns.extend(column(sigs, &folded, w));
         }
         SigBlock {
             width: width as u32,
-            regions: n as u32,
+            regions: sigs.len() as u32,
             columns,
         }
     }
@@ -323,6 +307,243 @@ impl SigBlock {
     }
 }
 
+/// A region's signature as [`SigBlock::build`] reads it: its width and its words.
+pub trait Words {
+    /// Words (a power of two).
+    fn words(&self) -> usize;
+    /// Word `i`.
+    fn word(&self, i: usize) -> u64;
+}
+
+impl Words for Box<[u64]> {
+    fn words(&self) -> usize {
+        self.len()
+    }
+    fn word(&self, i: usize) -> u64 {
+        self[i]
+    }
+}
+
+/// A signature's words as stored and noted: little-endian, 8 bytes each.
+#[derive(Debug, Clone, Copy)]
+pub struct Le<'a>(pub &'a [u8]);
+
+impl Words for Le<'_> {
+    fn words(&self) -> usize {
+        self.0.len() / 8
+    }
+    fn word(&self, i: usize) -> u64 {
+        u64::from_le_bytes(self.0[8 * i..8 * i + 8].try_into().expect("8 bytes"))
+    }
+}
+
+/// The median of the widths of `sigs`: a block's width.
+fn median_width<S: Words>(sigs: &[S]) -> usize {
+    let mut widths: Vec<usize> = sigs.iter().map(|s| s.words()).collect();
+    widths.sort_unstable();
+    widths.get(widths.len() / 2).copied().unwrap_or(1)
+}
+
+/// Those of `sigs` wider than `width`, folded to it (the others are read repeated).
+fn folded<S: Words>(sigs: &[S], width: usize) -> Vec<Option<Vec<u64>>> {
+    sigs.iter()
+        .map(|s| {
+            (s.words() > width).then(|| {
+                let words: Vec<u64> = (0..s.words()).map(|i| s.word(i)).collect();
+                let mut out = Vec::with_capacity(width);
+                fold_into(&words, width, &mut out);
+                out
+            })
+        })
+        .collect()
+}
+
+/// Column `w` of the block of `sigs`, those wider folded as `folded`.
+fn column<'a, S: Words>(
+    sigs: &'a [S],
+    folded: &'a [Option<Vec<u64>>],
+    w: usize,
+) -> impl Iterator<Item = u64> + 'a {
+    sigs.iter().zip(folded).map(move |(s, f)| match f {
+        Some(f) => f[w],
+        None => s.word(w & (s.words() - 1)),
+    })
+}
+
+/// An index's signature blocks as it is encoded: built ([`SigBlock`]s, as read or as a
+/// query has them), or made one at a time from a builder's signatures ([`ArenaBlocks`]).
+pub trait Blocks {
+    /// Blocks.
+    fn count(&self) -> usize;
+    /// Block `n`'s width and regions.
+    fn shape(&self, n: usize) -> (u32, u32);
+    /// Appends block `n`'s bytes (as [`SigBlock::encode`]).
+    fn encode(&self, n: usize, out: &mut Vec<u8>);
+}
+
+impl Blocks for [SigBlock] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn shape(&self, n: usize) -> (u32, u32) {
+        (self[n].width, self[n].regions)
+    }
+    fn encode(&self, n: usize, out: &mut Vec<u8>) {
+        self[n].encode(out);
+    }
+}
+
+/// The signature blocks of a builder's signatures, each encoded straight from them when
+/// the index is saved. Why: a closed file's blocks built whole, then its index encoded
+/// whole, were two more copies of its signatures in memory new to the process (3 MB per
+/// 100 MB of 64-byte frames each, a fault per page; on the lab's VMs fresh memory is
+/// zeroed at about 1 GB/s).
+pub struct ArenaBlocks<'a> {
+    sigs: Vec<Le<'a>>,
+    widths: Vec<usize>,
+}
+
+impl<'a> ArenaBlocks<'a> {
+    /// The blocks of signatures `from` to before `to` of `arena`.
+    pub fn new(arena: &'a SigArena, from: usize, to: usize) -> Self {
+        let sigs: Vec<Le> = (from..to).map(|i| arena.get(i)).collect();
+        let widths = sigs.chunks(BLOCK_REGIONS).map(median_width).collect();
+        ArenaBlocks { sigs, widths }
+    }
+
+    /// The blocks, built.
+    pub fn build(&self) -> Vec<SigBlock> {
+        self.sigs
+            .chunks(BLOCK_REGIONS)
+            .map(SigBlock::build)
+            .collect()
+    }
+
+    fn block(&self, n: usize) -> &[Le<'a>] {
+        let from = n * BLOCK_REGIONS;
+        &self.sigs[from..(from + BLOCK_REGIONS).min(self.sigs.len())]
+    }
+}
+
+impl Blocks for ArenaBlocks<'_> {
+    fn count(&self) -> usize {
+        self.widths.len()
+    }
+    fn shape(&self, n: usize) -> (u32, u32) {
+        (self.widths[n] as u32, self.block(n).len() as u32)
+    }
+    fn encode(&self, n: usize, out: &mut Vec<u8>) {
+        let (sigs, width) = (self.block(n), self.widths[n]);
+        let folded = folded(sigs, width);
+        // A transpose in tiles of 64 signatures by 64 words: 512 bytes read in a row from
+        // each signature, 512 written in a row to each column, 32 KiB each way, within the
+        // core's L1. Column by column, each word read was a miss from memory: the keeper
+        // wrote the signatures long before, a few KiB apart (20 ns a word, perf at 64 B).
+        const TILE: usize = 64;
+        let col_bytes = SigBlock::column_bytes(sigs.len() as u32) as usize;
+        let start = out.len();
+        out.resize(start + width * col_bytes, 0);
+        let area = &mut out[start..];
+        for first in (0..width).step_by(TILE) {
+            let words = first..(first + TILE).min(width);
+            for (t, (tile, fs)) in sigs.chunks(TILE).zip(folded.chunks(TILE)).enumerate() {
+                for (j, (s, f)) in tile.iter().zip(fs).enumerate() {
+                    let row = 4 + 8 * (t * TILE + j);
+                    for w in words.clone() {
+                        let at = w * col_bytes + row;
+                        match f {
+                            Some(f) => area[at..at + 8].copy_from_slice(&f[w].to_le_bytes()),
+                            None => {
+                                let from = 8 * (w & (s.words() - 1));
+                                area[at..at + 8].copy_from_slice(&s.0[from..from + 8]);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for col in area.chunks_exact_mut(col_bytes) {
+            let (crc, words) = col.split_at_mut(4);
+            crc.copy_from_slice(&crc32fast::hash(words).to_le_bytes());
+        }
+    }
+}
+
+/// Bytes of a chunk of a [`SigArena`]: 512 signatures of the widest.
+const ARENA_CHUNK: usize = 2 << 20;
+
+/// The signatures of a file's regions, one after another, as the index builder keeps them
+/// until the file closes: little-endian words (as noted, so a noted one is copied in whole)
+/// in chunks of 2 MiB.
+///
+/// Why not a box per region: at 64-byte frames a 100 MB file has some 1,500 regions and 3
+/// MB of signatures, and the keeper's allocator grew its heap for them a page at a time
+/// (an `mprotect` and a fault each: 171 of the keeper's 224 samples in the kernel, perf at
+/// 10 kHz, 3M frames at 300k pps); and every word was parsed from the notes on the way in.
+/// Not in huge pages: on the lab's VMs a huge page new to the process took longer to zero
+/// than its 512 small ones (278 samples of `clear_page_erms` for 8 MiB).
+#[derive(Debug, Default)]
+pub struct SigArena {
+    chunks: Vec<Box<[u8]>>,
+    /// Bytes of the last chunk in use.
+    used: usize,
+    /// Each signature's chunk, and where its bytes start and end in it.
+    at: Vec<(u32, u32, u32)>,
+}
+
+impl SigArena {
+    /// Signatures held.
+    pub fn len(&self) -> usize {
+        self.at.len()
+    }
+
+    /// Whether none is held.
+    pub fn is_empty(&self) -> bool {
+        self.at.is_empty()
+    }
+
+    /// Adds the signature whose little-endian words are `le`.
+    pub fn push_le(&mut self, le: &[u8]) {
+        self.room(le.len()).copy_from_slice(le);
+    }
+
+    /// Adds the signature `words`.
+    pub fn push_words(&mut self, words: &[u64]) {
+        let room = self.room(8 * words.len());
+        for (to, w) in room.chunks_exact_mut(8).zip(words) {
+            to.copy_from_slice(&w.to_le_bytes());
+        }
+    }
+
+    /// The next signature's `n` bytes, in the last chunk or a new one.
+    fn room(&mut self, n: usize) -> &mut [u8] {
+        debug_assert!(n <= ARENA_CHUNK, "a signature is at most {MAX_WORDS} words");
+        if self.chunks.is_empty() || self.used + n > ARENA_CHUNK {
+            self.chunks.push(vec![0; ARENA_CHUNK].into_boxed_slice());
+            self.used = 0;
+        }
+        let (chunk, from) = (self.chunks.len() - 1, self.used);
+        self.used += n;
+        self.at.push((chunk as u32, from as u32, self.used as u32));
+        &mut self.chunks[chunk][from..from + n]
+    }
+
+    /// Signature `i`.
+    pub fn get(&self, i: usize) -> Le<'_> {
+        let (chunk, from, to) = self.at[i];
+        Le(&self.chunks[chunk as usize][from as usize..to as usize])
+    }
+
+    /// A copy of the signatures from `first` on.
+    pub fn copy_from(&self, first: usize) -> SigArena {
+        let mut copy = SigArena::default();
+        for i in first..self.len() {
+            copy.push_le(self.get(i).0);
+        }
+        copy
+    }
+}
+
 /// Appends `words`, little-endian. In one resize and a loop the compiler makes a copy of:
 /// a word at a time, each append reloaded the vector's length after the store before it
 /// (perf, `Cut::note` on the capture thread).
@@ -356,7 +577,7 @@ mod tests {
     #[test]
     fn every_key_inserted_is_found_and_few_others_are() {
         let mut s = Signer::default();
-        let mut sigs = Vec::new();
+        let mut sigs: Vec<Box<[u64]>> = Vec::new();
         // Regions of 300 addresses each (and their prefixes), all different.
         for r in 0..50u32 {
             for i in 0..300 {
