@@ -315,6 +315,7 @@ pub trait Words {
     fn word(&self, i: usize) -> u64;
 }
 
+#[cfg(test)]
 impl Words for Box<[u64]> {
     fn words(&self) -> usize {
         self.len()
