@@ -6,12 +6,14 @@
 //! that first writes it. The direct writer's buffers made while the device stalls (see
 //! `direct`) are filled at the capture's rate on the capture thread: in pages of 4 KiB
 //! that was 8% of the thread over a 20 GB run at 1.6 GB/s, most of it during the stalls,
-//! when the ring has the least room. A fresh 1 GiB took 0.25 s to fault in in pages of 4
-//! KiB here, 0.04 s in huge pages; and a direct write from a huge page pins one page, not
-//! 512. 20 GB of 1514-byte frames at 1.0 Mpps with 256 MiB of stall buffers (tool and
+//! when the ring has the least room. 1 GiB faulted in 2 MiB at a time, each unmapped before
+//! the next, took 0.25 s in pages of 4 KiB here, 0.04 s in huge pages; and a direct write
+//! from a huge page pins one page, not 512. 20 GB of 1514-byte frames at 1.0 Mpps with 256 MiB of stall buffers (tool and
 //! sender pinned as in the bench): in pages of 4 KiB 3 of 3 runs lost frames (51k to 882k,
-//! each run filling the 256 MiB), in huge pages 2 of 3 (7k, 438k). The packet store's
-//! index builder keeps its signatures here too, for the same faults.
+//! each run filling the 256 MiB), in huge pages 2 of 3 (7k, 438k). Not for memory made once
+//! and kept: on the lab's VMs a huge page the process has not touched before zeroes slower
+//! than its 512 small ones (the packet store's signatures stay in small pages; its index is
+//! saved through a buffer from here for the alignment only, too small for a huge page).
 
 /// The size of a huge page.
 pub const HUGE_PAGE: usize = 2 << 20;
