@@ -987,13 +987,16 @@ fn a_real_capture_replayed_into_the_lab_answers_as_tcpdump() {
     let held = st.lines().next().unwrap().strip_prefix("held: ").unwrap();
     let (first, last) = held.split_once(" to ").unwrap();
     let (a, b) = (secs_after_t0(first), secs_after_t0(last));
-    // Whole milliseconds: editcap compares microseconds, the packets have nanoseconds.
-    let ms = |x: f64| Some((x * 1000.0).round() / 1000.0);
+    // Whole milliseconds: editcap compares microseconds, the packets have nanoseconds. A
+    // window is at least a millisecond long: replayed at the lab's speed a file's time
+    // span can be a few milliseconds, and a window that rounds to no length is refused.
+    let ms = |x: f64| (x * 1000.0).round() / 1000.0;
+    let cut = |from: f64, to: f64| (Some(ms(from)), Some(ms(to).max(ms(from) + 0.001)));
     let span = b - a;
     let windows = [
         (None, None),
-        (ms(a + span / 3.0), ms(a + 2.0 * span / 3.0)),
-        (ms(a + span * 0.1), ms(a + span * 0.15)),
+        cut(a + span / 3.0, a + 2.0 * span / 3.0),
+        cut(a + span * 0.1, a + span * 0.15),
     ];
     for (since, until) in windows {
         let reference = window(&all, dir.path(), since, until);
