@@ -8,12 +8,17 @@
 //! that was 8% of the thread over a 20 GB run at 1.6 GB/s, most of it during the stalls,
 //! when the ring has the least room. 1 GiB faulted in 2 MiB at a time, each unmapped before
 //! the next, took 0.25 s in pages of 4 KiB here, 0.04 s in huge pages; and a direct write
-//! from a huge page pins one page, not 512. 20 GB of 1514-byte frames at 1.0 Mpps with 256 MiB of stall buffers (tool and
-//! sender pinned as in the bench): in pages of 4 KiB 3 of 3 runs lost frames (51k to 882k,
-//! each run filling the 256 MiB), in huge pages 2 of 3 (7k, 438k). Not for memory made once
-//! and kept: on the lab's VMs a huge page the process has not touched before zeroes slower
-//! than its 512 small ones (the packet store's signatures stay in small pages; its index is
-//! saved through a buffer from here for the alignment only, too small for a huge page).
+//! from a huge page pins one page, not 512. 20 GB of 1514-byte frames at 1.0 Mpps with 256
+//! MiB of stall buffers (tool and sender pinned as in the bench): in pages of 4 KiB 3 of 3
+//! runs lost frames (51k to 882k, each run filling the 256 MiB), in huge pages 2 of 3 (7k,
+//! 438k).
+//!
+//! Also for memory kept and written again seconds later (the packet store's signatures and
+//! the buffers its indexes are saved through): on the lab's VMs a small page not written
+//! for a second or two costs a trap to the host at its next write (16 MB written again
+//! after 2 s: 0.24-0.30 GB/s in small pages, 8.2-8.4 GB/s in huge ones). How fast a huge
+//! page new to the process zeroes varies there (from slower than its 512 small ones to
+//! 4.6 GB/s against 0.37): memory from here is best kept and used again.
 
 /// The size of a huge page.
 pub const HUGE_PAGE: usize = 2 << 20;

@@ -26,12 +26,12 @@
 //! per record goes there.
 
 use super::index::{
-    head_crc, index_path, Cover, Index, IndexError, Region, HEAD_BYTES, PAGES, PAGE_BYTES,
+    head_crc, index_path, Cover, Index, IndexError, Region, Saver, HEAD_BYTES, PAGES, PAGE_BYTES,
     REGION_BYTES,
 };
 use super::keys;
 use super::pcapfile::{self, Header, FILE_HEADER, RECORD_HEADER};
-use super::sig::{self, ArenaBlocks, SigArena, SigBlock, Signer, MAX_WORDS};
+use super::sig::{self, ArenaBlocks, SigArena, SigBlock, Signer, Spares, MAX_WORDS};
 
 /// A region cut, with its signature (empty if the link type is not dissected) and where
 /// its last record ends. As the cutter gives it, the signature is its signer's words, lent
@@ -140,6 +140,8 @@ struct Cutter {
     open: Option<Region>,
     /// Its signature so far.
     signer: Signer,
+    /// The keys of the last record in it that the next may repeat (see `keys::keys_after`).
+    last: u128,
     /// Where the last record ends.
     end: u64,
 }
@@ -151,6 +153,7 @@ impl Cutter {
             keyed: keys::dissects(linktype),
             open: None,
             signer: Signer::default(),
+            last: 0,
             end: FILE_HEADER,
         }
     }
@@ -184,7 +187,7 @@ impl Cutter {
         self.end = offset + (RECORD_HEADER + data.len()) as u64;
         if self.keyed {
             let signer = &mut self.signer;
-            keys::keys(self.linktype, data, &mut |kind, value| {
+            keys::keys_after(self.linktype, data, &mut self.last, &mut |kind, value| {
                 signer.insert(kind, value)
             });
         }
@@ -213,6 +216,7 @@ impl Cutter {
     /// Ends the region being cut where the last record ends (at the file's end).
     fn close(&mut self) -> Option<Cut<&[u64]>> {
         let region = self.open.take()?;
+        self.last = 0;
         let sig = if self.keyed { self.signer.take() } else { &[] };
         Some(Cut {
             region,
@@ -238,10 +242,15 @@ pub struct Builder {
 impl Builder {
     /// A builder for a capture file of `linktype`.
     pub fn new(linktype: u32) -> Self {
+        Builder::with_spares(linktype, Spares::default())
+    }
+
+    /// [`Builder::new`], its signatures kept in chunks taken from `spares`.
+    fn with_spares(linktype: u32, spares: Spares) -> Self {
         Builder {
             cutter: Cutter::new(linktype),
             regions: Vec::new(),
-            sigs: SigArena::default(),
+            sigs: SigArena::with_spares(spares),
             sigs_from: 0,
             packets: 0,
             cut_end: FILE_HEADER,
@@ -380,11 +389,12 @@ pub struct Built {
 }
 
 impl Built {
-    /// Writes the index beside `capture` (see [`Index::save`]); returns its bytes.
-    pub fn save(&self, capture: &std::path::Path) -> std::io::Result<u64> {
+    /// Writes the index beside `capture` (see [`Index::save`]) through `saver`; returns its
+    /// bytes.
+    pub fn save(&self, capture: &std::path::Path, saver: &mut Saver) -> std::io::Result<u64> {
         let blocks = ArenaBlocks::new(&self.sigs, 0, self.sigs.len());
         self.index
-            .save_with(&index_path(capture), Cover::Whole, &blocks)
+            .save_with(&index_path(capture), Cover::Whole, &blocks, saver)
     }
 
     /// The index, its signature blocks made.
@@ -489,6 +499,8 @@ pub struct Written {
     pending: std::collections::VecDeque<Cut>,
     /// A write was missed (or the header is not pcap): the file is indexed from disk.
     broken: bool,
+    /// Where the builder takes the chunks of its signatures from.
+    spares: Spares,
 }
 
 impl Default for Written {
@@ -500,12 +512,19 @@ impl Default for Written {
 impl Written {
     /// Nothing fed yet.
     pub fn new() -> Self {
+        Written::with_spares(Spares::default())
+    }
+
+    /// Nothing fed yet; the signatures are kept in chunks taken from `spares` (the files
+    /// before this one gave theirs back).
+    pub fn with_spares(spares: Spares) -> Self {
         Written {
             fed: 0,
             head: Vec::with_capacity(HEAD_BYTES),
             built: None,
             pending: std::collections::VecDeque::new(),
             broken: false,
+            spares,
         }
     }
 
@@ -538,7 +557,7 @@ impl Written {
                 self.broken = true;
                 return;
             };
-            self.built = Some(Builder::new(header.linktype));
+            self.built = Some(Builder::with_spares(header.linktype, self.spares.clone()));
         }
         let Some(builder) = &mut self.built else {
             return;
@@ -741,7 +760,10 @@ pub(crate) mod tests {
     #[test]
     fn an_index_built_from_the_written_bytes_is_the_one_built_from_the_file() {
         let dir = tempfile::tempdir().unwrap();
-        for (n, cut) in [(0, false), (1, false), (3000, false), (3000, true)] {
+        // One saver for every save, as the closer keeps it: what one save left in its
+        // buffers is never in the next's bytes.
+        let mut saver = Saver::default();
+        for (n, cut) in [(3000, false), (0, false), (1, false), (3000, true)] {
             let bytes = sample_file(n, cut);
             let path = dir.path().join(format!("f{n}{cut}"));
             std::fs::write(&path, &bytes).unwrap();
@@ -764,7 +786,7 @@ pub(crate) mod tests {
                 if let Some(fed) = fed {
                     // Saved straight from the signatures: the bytes of the index built.
                     let beside = dir.path().join(format!("saved{n}-{size}"));
-                    fed.save(&beside).unwrap();
+                    fed.save(&beside, &mut saver).unwrap();
                     let saved = std::fs::read(index_path(&beside)).unwrap();
                     assert!(saved == from_disk.encode(), "{n} packets, writes of {size}");
                     assert_eq!(fed.into_index(), from_disk, "{n} packets, writes of {size}");

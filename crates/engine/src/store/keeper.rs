@@ -36,9 +36,10 @@ use std::time::Duration;
 use poolcap_format::{Feed, Notes};
 
 use super::build::{Noter, Written};
-use super::index::{Index, IndexError, HEAD_BYTES};
+use super::index::{Index, IndexError, Saver, HEAD_BYTES};
 use super::prefix::Prefixes;
 use super::retention;
+use super::sig::Spares;
 use super::Store;
 use crate::capture::worker::WORKER_NICE;
 
@@ -280,8 +281,17 @@ fn run(store: &Store, retention: Retention, heard: &Heard, stop: &AtomicBool) ->
             .name("store-closer".into())
             .spawn_scoped(s, move || {
                 let (mut report, mut ages) = (KeeperReport::default(), retention::Ages::default());
+                let mut saver = Saver::default();
                 for (path, written) in closing {
-                    close(store, retention, &path, written, &mut ages, &mut report);
+                    close(
+                        store,
+                        retention,
+                        &path,
+                        written,
+                        &mut ages,
+                        &mut saver,
+                        &mut report,
+                    );
                 }
                 report
             });
@@ -302,8 +312,17 @@ fn run(store: &Store, retention: Retention, heard: &Heard, stop: &AtomicBool) ->
                 report.errors.push(format!(
                     "no closer thread ({e}): files indexed as they close"
                 ));
+                let mut saver = Saver::default();
                 let taken = take(heard, stop, |path, written| {
-                    close(store, retention, &path, written, &mut ages, &mut report);
+                    close(
+                        store,
+                        retention,
+                        &path,
+                        written,
+                        &mut ages,
+                        &mut saver,
+                        &mut report,
+                    );
                 });
                 taken.add_to(report)
             }
@@ -341,6 +360,7 @@ fn take(
     mut closed: impl FnMut(PathBuf, Option<Written>),
 ) -> Taken {
     let mut open: HashMap<u64, (PathBuf, Written)> = HashMap::new();
+    let spares = Spares::default();
     let mut prefixes = Prefixes::default();
     let mut taken = Taken::default();
     loop {
@@ -349,7 +369,7 @@ fn take(
         for told in heard.drain() {
             match told {
                 Told::Opened(id, path) => {
-                    open.insert(id, (path, Written::new()));
+                    open.insert(id, (path, Written::with_spares(spares.clone())));
                 }
                 Told::Landed(id, n) => {
                     if let Some((_, w)) = open.get_mut(&id) {
@@ -390,9 +410,10 @@ fn close(
     closed: &Path,
     written: Option<Written>,
     ages: &mut retention::Ages,
+    saver: &mut Saver,
     report: &mut KeeperReport,
 ) {
-    match index(closed, written, report) {
+    match index(closed, written, saver, report) {
         Ok(bytes) => {
             report.indexed += 1;
             report.index_bytes += bytes;
@@ -412,10 +433,11 @@ fn close(
 }
 
 /// Indexes the closed file `closed` from its bytes `written`, or reads it back if they are
-/// not all there; saves the index and returns its bytes.
+/// not all there; saves the index (from the bytes, through `saver`) and returns its bytes.
 fn index(
     closed: &Path,
     written: Option<Written>,
+    saver: &mut Saver,
     report: &mut KeeperReport,
 ) -> Result<u64, IndexError> {
     let len = std::fs::metadata(closed)?.len();
@@ -426,7 +448,7 @@ fn index(
         Ok(b)
     };
     let bytes = match written.and_then(|w| w.finish(len, tail)) {
-        Some(built) => built.save(closed)?,
+        Some(built) => built.save(closed, saver)?,
         None => {
             report.read_back += 1;
             Index::build(closed)?.save(closed)?

@@ -26,6 +26,7 @@
 //! (IPv4) and /32 and /64 (IPv6), under kinds of their own, so that `net` can be looked up.
 
 use super::keys;
+use poolcap_format::memory::Memory;
 
 /// Words of a region's signature while it is built, the widest a stored one may be: 4 KiB,
 /// small beside the core's L1 and L2.
@@ -378,8 +379,9 @@ pub trait Blocks {
     fn count(&self) -> usize;
     /// Block `n`'s width and regions.
     fn shape(&self, n: usize) -> (u32, u32);
-    /// Appends block `n`'s bytes (as [`SigBlock::encode`]).
-    fn encode(&self, n: usize, out: &mut Vec<u8>);
+    /// Gives block `n`'s bytes (as [`SigBlock::encode`]) to `part` in order, in one part
+    /// or more, each made in `scratch` where it takes one (made or grown as needed).
+    fn encode(&self, n: usize, scratch: &mut Memory, part: &mut impl FnMut(&[u8]));
 }
 
 impl Blocks for [SigBlock] {
@@ -389,8 +391,10 @@ impl Blocks for [SigBlock] {
     fn shape(&self, n: usize) -> (u32, u32) {
         (self[n].width, self[n].regions)
     }
-    fn encode(&self, n: usize, out: &mut Vec<u8>) {
-        self[n].encode(out);
+    fn encode(&self, n: usize, _: &mut Memory, part: &mut impl FnMut(&[u8])) {
+        let mut out = Vec::new();
+        self[n].encode(&mut out);
+        part(&out);
     }
 }
 
@@ -433,45 +437,57 @@ impl Blocks for ArenaBlocks<'_> {
     fn shape(&self, n: usize) -> (u32, u32) {
         (self.widths[n] as u32, self.block(n).len() as u32)
     }
-    fn encode(&self, n: usize, out: &mut Vec<u8>) {
+    fn encode(&self, n: usize, scratch: &mut Memory, part: &mut impl FnMut(&[u8])) {
         let (sigs, width) = (self.block(n), self.widths[n]);
         let folded = folded(sigs, width);
-        // A transpose in tiles of 64 signatures by 64 words: 512 bytes read in a row from
-        // each signature, 512 written in a row to each column, 32 KiB each way, within the
-        // core's L1. Column by column, each word read was a miss from memory: the keeper
-        // wrote the signatures long before, a few KiB apart (20 ns a word, perf at 64 B).
-        const TILE: usize = 64;
+        // A transpose 64 columns at a time (512 KiB of a full block, which stays in the
+        // core's L2 to be checksummed and given on), in tiles of 8 signatures: 512 bytes
+        // read in a row from each, 64 written in a row to each column (a cache line).
+        // Column by column, each word read was a miss from memory (the keeper wrote the
+        // signatures long before, a few KiB apart: 20 ns a word, perf at 64 B); in tiles
+        // of 64 signatures, the 64 lines written at once, a column (8 KiB and 4 bytes)
+        // apart, fell in a few of L1's sets, and the block made whole (4 MiB) was read
+        // back from memory to be checksummed and copied: 2.3 GB/s, now 4.4 to 5.0 (3,000
+        // signatures of 2 and 4 KiB, warm, on the lab's VMs).
+        const COLUMNS: usize = 64;
+        const TILE: usize = 8;
         let col_bytes = SigBlock::column_bytes(sigs.len() as u32) as usize;
-        let start = out.len();
-        out.resize(start + width * col_bytes, 0);
-        let area = &mut out[start..];
-        for first in (0..width).step_by(TILE) {
-            let words = first..(first + TILE).min(width);
+        let most = COLUMNS.min(width) * col_bytes;
+        if scratch.len() < most {
+            // In huge pages, as the arena (see `SigArena`): written again at each save.
+            *scratch = Memory::new(most.next_multiple_of(poolcap_format::memory::HUGE_PAGE));
+        }
+        for first in (0..width).step_by(COLUMNS) {
+            let columns = first..(first + COLUMNS).min(width);
+            // Every byte written below: a CRC and a word per region, for each column.
+            let out = &mut scratch[..columns.len() * col_bytes];
             for (t, (tile, fs)) in sigs.chunks(TILE).zip(folded.chunks(TILE)).enumerate() {
-                for (j, (s, f)) in tile.iter().zip(fs).enumerate() {
-                    let row = 4 + 8 * (t * TILE + j);
-                    for w in words.clone() {
-                        let at = w * col_bytes + row;
+                let row = 4 + 8 * TILE * t;
+                for (c, w) in columns.clone().enumerate() {
+                    let at = c * col_bytes + row;
+                    let to = &mut out[at..at + 8 * tile.len()];
+                    for ((to, s), f) in to.chunks_exact_mut(8).zip(tile).zip(fs) {
                         match f {
-                            Some(f) => area[at..at + 8].copy_from_slice(&f[w].to_le_bytes()),
+                            Some(f) => to.copy_from_slice(&f[w].to_le_bytes()),
                             None => {
                                 let from = 8 * (w & (s.words() - 1));
-                                area[at..at + 8].copy_from_slice(&s.0[from..from + 8]);
+                                to.copy_from_slice(&s.0[from..from + 8]);
                             }
                         }
                     }
                 }
             }
-        }
-        for col in area.chunks_exact_mut(col_bytes) {
-            let (crc, words) = col.split_at_mut(4);
-            crc.copy_from_slice(&crc32fast::hash(words).to_le_bytes());
+            for col in out.chunks_exact_mut(col_bytes) {
+                let (crc, words) = col.split_at_mut(4);
+                crc.copy_from_slice(&crc32fast::hash(words).to_le_bytes());
+            }
+            part(&*out);
         }
     }
 }
 
-/// Bytes of a chunk of a [`SigArena`]: 512 signatures of the widest.
-const ARENA_CHUNK: usize = 2 << 20;
+/// Bytes of a chunk of a [`SigArena`]: 512 signatures of the widest, a huge page.
+const ARENA_CHUNK: usize = poolcap_format::memory::HUGE_PAGE;
 
 /// The signatures of a file's regions, one after another, as the index builder keeps them
 /// until the file closes: little-endian words (as noted, so a noted one is copied in whole)
@@ -481,18 +497,75 @@ const ARENA_CHUNK: usize = 2 << 20;
 /// MB of signatures, and the keeper's allocator grew its heap for them a page at a time
 /// (an `mprotect` and a fault each: 171 of the keeper's 224 samples in the kernel, perf at
 /// 10 kHz, 3M frames at 300k pps); and every word was parsed from the notes on the way in.
-/// Not in huge pages: on the lab's VMs a huge page new to the process took longer to zero
-/// than its 512 small ones (278 samples of `clear_page_erms` for 8 MiB).
+/// Each chunk is a huge page where the kernel has them (`poolcap_format::memory`), and goes
+/// to the arena's [`Spares`] when it is dropped, for the next file's arena. Why huge: on
+/// the lab's VMs a small page not written for a second or two costs a trap to the host at
+/// its next write (16 MB written after 2 s idle: 0.24-0.30 GB/s in small pages, 8.2-8.4 in
+/// huge ones, 6-10 either way when written just before), and an arena's pages are each
+/// written once per file: in small pages the keeper's copies into them ran at 0.33 GB/s,
+/// most of its 6-9 ns a packet at 64 bytes.
 #[derive(Debug, Default)]
 pub struct SigArena {
-    chunks: Vec<Box<[u8]>>,
+    chunks: Vec<Memory>,
     /// Bytes of the last chunk in use.
     used: usize,
     /// Each signature's chunk, and where its bytes start and end in it.
     at: Vec<(u32, u32, u32)>,
+    spares: Spares,
+}
+
+/// Most chunks [`Spares`] keeps: 32 MiB, the signatures of 1 GB of 64-byte frames.
+const SPARE_CHUNKS: usize = 16;
+
+/// Chunks of the arenas of files indexed and dropped, taken by the arenas of the next
+/// files (shared by the keeper, whose arenas take them, and the closer, which drops them).
+///
+/// Why: every chunk made anew is memory new to the process, faulted and zeroed on the
+/// keeper as the signatures are copied in (some 3 MB per 100 MB of 64-byte frames). A
+/// chunk taken again holds a file's old signatures, which the arena never reads: it reads
+/// only what it wrote (`SigArena::at`).
+#[derive(Debug, Clone, Default)]
+pub struct Spares(std::sync::Arc<std::sync::Mutex<Vec<Memory>>>);
+
+impl Spares {
+    /// A spare chunk, or a new one.
+    fn take(&self) -> Memory {
+        let spare = self.0.lock().ok().and_then(|mut s| s.pop());
+        spare.unwrap_or_else(|| Memory::new(ARENA_CHUNK))
+    }
+
+    /// Keeps `chunks`, as many as there is room for.
+    fn give(&self, chunks: impl Iterator<Item = Memory>) {
+        if let Ok(mut s) = self.0.lock() {
+            let room = SPARE_CHUNKS.saturating_sub(s.len());
+            s.extend(chunks.take(room));
+        }
+    }
+
+    /// Chunks kept.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.0.lock().map_or(0, |s| s.len())
+    }
+}
+
+impl Drop for SigArena {
+    fn drop(&mut self) {
+        self.spares.give(self.chunks.drain(..));
+    }
 }
 
 impl SigArena {
+    /// An empty arena whose chunks are taken from and given back to `spares`.
+    pub fn with_spares(spares: Spares) -> Self {
+        SigArena {
+            chunks: Vec::new(),
+            used: 0,
+            at: Vec::new(),
+            spares,
+        }
+    }
+
     /// Signatures held.
     pub fn len(&self) -> usize {
         self.at.len()
@@ -520,7 +593,7 @@ impl SigArena {
     fn room(&mut self, n: usize) -> &mut [u8] {
         debug_assert!(n <= ARENA_CHUNK, "a signature is at most {MAX_WORDS} words");
         if self.chunks.is_empty() || self.used + n > ARENA_CHUNK {
-            self.chunks.push(vec![0; ARENA_CHUNK].into_boxed_slice());
+            self.chunks.push(self.spares.take());
             self.used = 0;
         }
         let (chunk, from) = (self.chunks.len() - 1, self.used);
@@ -537,7 +610,7 @@ impl SigArena {
 
     /// A copy of the signatures from `first` on.
     pub fn copy_from(&self, first: usize) -> SigArena {
-        let mut copy = SigArena::default();
+        let mut copy = SigArena::with_spares(self.spares.clone());
         for i in first..self.len() {
             copy.push_le(self.get(i).0);
         }
@@ -646,6 +719,43 @@ mod tests {
                 });
             }
         }
+    }
+
+    #[test]
+    fn an_arena_takes_the_chunks_of_one_dropped_and_reads_only_its_own_signatures() {
+        let spares = Spares::default();
+        let sig = |i: u64| vec![i; MAX_WORDS];
+        let mut first = SigArena::with_spares(spares.clone());
+        for i in 0..3 * ARENA_CHUNK as u64 / (8 * MAX_WORDS as u64) {
+            first.push_words(&sig(i));
+        }
+        let chunks: Vec<*const u8> = first.chunks.iter().map(|c| c.as_ptr()).collect();
+        assert_eq!(chunks.len(), 3);
+        drop(first);
+        assert_eq!(spares.len(), 3, "every chunk given back");
+        let mut next = SigArena::with_spares(spares.clone());
+        next.push_words(&[7, 7]);
+        next.push_words(&sig(9));
+        assert!(
+            chunks.contains(&next.chunks[0].as_ptr()),
+            "a chunk taken again"
+        );
+        assert_eq!(spares.len(), 2);
+        assert_eq!(next.len(), 2);
+        assert_eq!(next.get(0).0, [7u8, 0, 0, 0, 0, 0, 0, 0].repeat(2));
+        assert_eq!((0..MAX_WORDS).map(|i| next.get(1).word(i)).max(), Some(9));
+        assert_eq!((0..MAX_WORDS).map(|i| next.get(1).word(i)).min(), Some(9));
+        // No more than SPARE_CHUNKS kept, however many arenas drop theirs.
+        let many: Vec<SigArena> = (0..2 * SPARE_CHUNKS)
+            .map(|_| {
+                let mut a = SigArena::with_spares(spares.clone());
+                a.push_words(&[1]);
+                a
+            })
+            .collect();
+        assert_eq!(spares.len(), 0);
+        drop(many);
+        assert_eq!(spares.len(), SPARE_CHUNKS);
     }
 
     #[test]
