@@ -305,20 +305,11 @@ fn run(store: &Store, retention: Retention, heard: &Heard, stop: &AtomicBool) ->
         let closer = std::thread::Builder::new()
             .name("store-closer".into())
             .spawn_scoped(s, move || {
-                let (mut report, mut ages) = (KeeperReport::default(), retention::Ages::default());
-                let mut saver = Saver::default();
+                let mut closer = Closer::default();
                 for (path, written) in closing {
-                    close(
-                        store,
-                        retention,
-                        &path,
-                        written,
-                        &mut ages,
-                        &mut saver,
-                        &mut report,
-                    );
+                    closer.close(store, retention, &path, written);
                 }
-                report
+                closer.report
             });
         match closer {
             Ok(closer) => {
@@ -333,23 +324,14 @@ fn run(store: &Store, retention: Retention, heard: &Heard, stop: &AtomicBool) ->
                 }))
             }
             Err(e) => {
-                let (mut report, mut ages) = (KeeperReport::default(), retention::Ages::default());
-                report.errors.push(format!(
+                let mut closer = Closer::default();
+                closer.report.errors.push(format!(
                     "no closer thread ({e}): files indexed as they close"
                 ));
-                let mut saver = Saver::default();
                 let taken = take(heard, stop, |path, written| {
-                    close(
-                        store,
-                        retention,
-                        &path,
-                        written,
-                        &mut ages,
-                        &mut saver,
-                        &mut report,
-                    );
+                    closer.close(store, retention, &path, written);
                 });
-                taken.add_to(report)
+                taken.add_to(closer.report)
             }
         }
     })
@@ -430,32 +412,43 @@ fn take(
     }
 }
 
-/// Indexes the closed file `closed` (from `written`, or read back), then prunes the store.
-fn close(
-    store: &Store,
-    retention: Retention,
-    closed: &Path,
-    written: Option<Written>,
-    ages: &mut retention::Ages,
-    saver: &mut Saver,
-    report: &mut KeeperReport,
-) {
-    match index(closed, written, saver, report) {
-        Ok(bytes) => {
-            report.indexed += 1;
-            report.index_bytes += bytes;
+/// What the closer keeps from one closed file to the next: the files' ages for retention,
+/// the memory indexes are saved through, and its report.
+#[derive(Default)]
+struct Closer {
+    ages: retention::Ages,
+    saver: Saver,
+    report: KeeperReport,
+}
+
+impl Closer {
+    /// Indexes the closed file `closed` (from `written`, or read back), then prunes the
+    /// store.
+    fn close(
+        &mut self,
+        store: &Store,
+        retention: Retention,
+        closed: &Path,
+        written: Option<Written>,
+    ) {
+        let report = &mut self.report;
+        match index(closed, written, &mut self.saver, report) {
+            Ok(bytes) => {
+                report.indexed += 1;
+                report.index_bytes += bytes;
+            }
+            Err(e) => {
+                report
+                    .errors
+                    .push(format!("{}: cannot index: {e}", closed.display()));
+                return;
+            }
         }
-        Err(e) => {
+        if let Err(e) = retention::prune(store, retention, closed, &mut self.ages, report) {
             report
                 .errors
-                .push(format!("{}: cannot index: {e}", closed.display()));
-            return;
+                .push(format!("{}: retention: {e}", store.dir().display()));
         }
-    }
-    if let Err(e) = retention::prune(store, retention, closed, ages, report) {
-        report
-            .errors
-            .push(format!("{}: retention: {e}", store.dir().display()));
     }
 }
 
